@@ -1,0 +1,90 @@
+"""examlops-policy: place work on heterogeneous accelerators across HPC and cloud, by policy.
+
+    from examlops_policy import Workload, place, device_accounting
+
+    placement = place(Workload("train", accelerator="amd", engine="vllm", target="hpc"))
+
+``place`` with no pools places on the platform's registered pools and records the decision (as
+``exa hardware place`` does); with ``pools=[...]`` it is a what-if over those pools, all free,
+recording nothing. Both ask the Rego policies on a real OPA and fail closed without a verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from examlops_policy.accounting import device_accounting
+from examlops_policy.errors import (
+    AuditIntegrityError,
+    CapacityConflict,
+    ExaError,
+    ExecutorError,
+    NotFoundError,
+    PolicyError,
+    PolicyUnavailable,
+    SpecError,
+    StateError,
+)
+from examlops_policy.hardware import Hardware
+from examlops_policy.model import (
+    BurstVerdict,
+    Decision,
+    Grant,
+    Placement,
+    Pool,
+    PoolState,
+    PoolVerdict,
+    Provenance,
+    Reason,
+    Rejection,
+    Workload,
+)
+
+__version__ = "0.1.0"
+
+
+def place(workload: Workload, pools: Sequence[Pool] | None = None, *, hardware: Hardware | None = None) -> Decision:
+    """Place ``workload``: a ``Placement`` on the cheapest eligible pool, or a ``Rejection``.
+
+    Without ``pools`` the decision is made over the registered pools and recorded (capacity
+    reserved, decision and audit entries written). With ``pools`` it is a what-if over them.
+    Raises ``PolicyUnavailable``/``PolicyError`` when no policy verdict can be had, ``SpecError``
+    on invalid input.
+    """
+    owned = hardware is None
+    hw = hardware or Hardware()
+    try:
+        if pools is None:
+            return hw.place(workload).decision
+        return hw.what_if(workload, pools)
+    finally:
+        if owned:
+            hw.close()
+
+
+__all__ = [
+    "AuditIntegrityError",
+    "BurstVerdict",
+    "CapacityConflict",
+    "Decision",
+    "ExaError",
+    "ExecutorError",
+    "Grant",
+    "Hardware",
+    "NotFoundError",
+    "Placement",
+    "PolicyError",
+    "PolicyUnavailable",
+    "Pool",
+    "PoolState",
+    "PoolVerdict",
+    "Provenance",
+    "Reason",
+    "Rejection",
+    "SpecError",
+    "StateError",
+    "Workload",
+    "__version__",
+    "device_accounting",
+    "place",
+]

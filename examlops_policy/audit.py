@@ -1,0 +1,500 @@
+"""Tamper-evident audit log: a hash chain over canonical entries, anchored by signed checkpoints.
+
+Pure functions and values, no storage: the store persists `AuditRow`s built by `next_row` and hands
+them back to `verify_chain`. Design: /work/shared/reference/audit-log.md.
+
+- Leaf: ``SHA-256(0x00 || canonical)``, the RFC 6962 leaf hash, so a Merkle tree can be added over
+  the same leaves later without migrating data.
+- Entry: ``SHA-256(DOMAIN_TAG || prev_hash || seq as u64 big-endian || leaf)``; entry 1 links to
+  `GENESIS`.
+- A chain alone shows edited, deleted, reordered and inserted entries, never a truncated tail or a
+  whole re-hashed rewrite: for those keep a `Checkpoint` (c2sp.org/tlog-checkpoint, a signed note per
+  c2sp.org/signed-note with Ed25519 keys in the golang.org/x/mod/sumdb/note encodings) somewhere the
+  database admin cannot rewrite. Its hash line holds the chain head, not a Merkle root.
+
+`Problem.kind`, and where `Problem.seq` points:
+    edited      the entry's bytes no longer hash to its entry_hash             that entry
+    deleted     a seq gap: entries missing between two present ones          the first missing seq
+    reordered   two adjacent entries in each other's place, or one out of order  the lower seq
+    inserted    an entry that hashes correctly but is not in the chain: a      the forged entry
+                second claimant of a seq, or a re-hashed forgery its neighbour
+                does not link to
+    truncated   the log ends before the checkpoint's size                     the first missing seq
+    mismatch    the entry at the checkpoint's size is not the checkpoint head  checkpoint size
+    signature   no checkpoint signature by the given key verifies             checkpoint size
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Final, Literal
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from examlops_policy.errors import AuditIntegrityError, SpecError
+
+__all__ = [
+    "DOMAIN_TAG", "GENESIS", "ORIGIN", "AuditRow", "Checkpoint", "Problem", "ProblemKind",
+    "SigningKey", "VerifierKey", "VerifyReport", "canonical_bytes", "entry_hash",
+    "format_checkpoint", "generate_key", "leaf_hash", "make_checkpoint", "next_row",
+    "parse_checkpoint", "sign_checkpoint", "sign_note", "verify_chain",
+    "verify_checkpoint_signature", "verify_note",
+]
+
+GENESIS: Final[bytes] = bytes(32)
+DOMAIN_TAG: Final[bytes] = b"examlops-audit-v1\x00"
+ORIGIN: Final = "examlops.example/audit"
+
+ProblemKind = Literal["edited", "deleted", "reordered", "inserted", "truncated", "mismatch", "signature"]
+
+_ED25519: Final = 0x01  # signed-note signature type byte for Ed25519
+_MAX_SIGNATURES: Final = 100  # the limit golang.org/x/mod/sumdb/note applies
+_EM_DASH: Final = "\u2014 "
+_SIZE_LINE: Final = re.compile(r"0|[1-9][0-9]*", re.ASCII)
+_HEX_ID: Final = re.compile(r"[0-9a-fA-F]{8}", re.ASCII)
+
+
+def canonical_bytes(entry: Mapping[str, object]) -> bytes:
+    """The bytes an entry is hashed and stored as: sorted-key compact JSON in UTF-8.
+
+    Raises SpecError for what JSON cannot carry exactly: NaN or Infinity, non-string keys (JSON
+    would turn ``1`` into ``"1"`` and two entries could share bytes), values JSON does not know.
+    """
+    _require_string_keys(entry, "entry")
+    try:
+        text = json.dumps(entry, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return text.encode("utf-8")
+    except (ValueError, TypeError) as exc:  # UnicodeEncodeError (lone surrogate) is a ValueError
+        raise SpecError(f"audit entry is not canonical JSON: {exc}") from exc
+
+
+def _require_string_keys(value: object, path: str) -> None:
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise SpecError(f"key {key!r} is not a string", field=path)
+            _require_string_keys(item, f"{path}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _require_string_keys(item, f"{path}[{index}]")
+
+
+def leaf_hash(canonical: bytes) -> bytes:
+    """SHA-256(0x00 || canonical): the RFC 6962 leaf hash of one entry's canonical bytes."""
+    return hashlib.sha256(b"\x00" + canonical).digest()
+
+
+def entry_hash(prev_hash: bytes, seq: int, leaf: bytes) -> bytes:
+    """SHA-256(DOMAIN_TAG || prev_hash || seq as big-endian u64 || leaf).
+
+    Raises SpecError unless both hashes are 32 bytes and 0 <= seq < 2**64.
+    """
+    if len(prev_hash) != 32 or len(leaf) != 32:
+        raise SpecError("prev_hash and leaf must be 32-byte SHA-256 digests")
+    if not 0 <= seq < 2**64:
+        raise SpecError(f"seq {seq} does not fit an unsigned 64-bit integer")
+    return hashlib.sha256(DOMAIN_TAG + prev_hash + seq.to_bytes(8, "big") + leaf).digest()
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    """One stored audit row, as the store returns it; `canonical` holds the exact hashed bytes."""
+
+    seq: int
+    prev_hash: bytes
+    entry_hash: bytes
+    canonical: bytes
+
+
+def next_row(head: AuditRow | None, entry: Mapping[str, object]) -> AuditRow:
+    """The row that follows `head` (the current last row; None for an empty log).
+
+    Raises SpecError when `entry` has no canonical form (see `canonical_bytes`).
+    """
+    seq, prev = (1, GENESIS) if head is None else (head.seq + 1, head.entry_hash)
+    canonical = canonical_bytes(entry)
+    return AuditRow(seq, prev, entry_hash(prev, seq, leaf_hash(canonical)), canonical)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the log: which entry (`seq`), what kind, and a sentence for people."""
+
+    seq: int
+    kind: ProblemKind
+    message: str
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """The outcome of `verify_chain`: `ok` is True exactly when there are no problems.
+
+    `size` is the highest seq reached and `head` the entry_hash stored there (GENESIS when empty):
+    what a new checkpoint records, once the report is ok.
+    """
+
+    ok: bool
+    size: int
+    head: bytes
+    problems: tuple[Problem, ...]
+
+    def raise_for_problems(self) -> None:
+        """Raise AuditIntegrityError listing every problem; return quietly when ok."""
+        if not self.ok:
+            listed = "; ".join(f"seq {p.seq} {p.kind}: {p.message}" for p in self.problems)
+            raise AuditIntegrityError(f"audit log does not verify: {listed}")
+
+
+def verify_chain(
+    rows: Iterable[AuditRow],
+    checkpoint: Checkpoint | None = None,
+    *,
+    public_key: Ed25519PublicKey | VerifierKey | None = None,
+) -> VerifyReport:
+    """Walk `rows` in the order given (the store's seq order) and report every problem found.
+
+    Reads all rows into memory once. With `checkpoint`, the log must reach its size and hold its
+    head there; with `public_key` too, a signature on it by that key must verify (a VerifierKey
+    also pins the key name; a bare Ed25519 key is matched by key id under any name). A public key
+    without a checkpoint is a SpecError: there would be nothing to check it against.
+    """
+    if public_key is not None and checkpoint is None:
+        raise SpecError("a public key was given without a checkpoint to check", field="public_key")
+    rows = list(rows)
+    found: dict[tuple[int, str], Problem] = {}  # keyed so one fault seen from two rows counts once
+
+    def report(seq: int, kind: ProblemKind, message: str) -> None:
+        found.setdefault((seq, kind), Problem(seq, kind, message))
+
+    expected, links, head = 1, {GENESIS}, GENESIS
+    heads: dict[int, bytes] = {}
+    i = 0
+    while i < len(rows):
+        row, after = rows[i], (rows[i + 1] if i + 1 < len(rows) else None)
+        if after is not None and _swapped(row, after, expected):
+            report(expected, "reordered", f"entries {expected} and {expected + 1} are in each other's place")
+            heads[expected], heads[expected + 1] = after.entry_hash, row.entry_hash
+            expected, links, head, i = expected + 2, {row.entry_hash}, row.entry_hash, i + 2
+            continue
+        i += 1
+        if row.seq < expected:
+            if row.seq == expected - 1:
+                report(row.seq, "inserted", f"a second entry claims seq {row.seq}")
+                links.add(row.entry_hash)  # whichever claimant is genuine, its successor may link to it
+            else:
+                report(row.seq, "reordered", f"entry {row.seq} comes after entry {expected - 1}")
+            continue
+        if row.seq > expected:
+            gap = f"entry {expected} is" if row.seq == expected + 1 else f"entries {expected}..{row.seq - 1} are"
+            report(expected, "deleted", f"{gap} missing: entry {row.seq} follows entry {expected - 1}")
+        recomputed = _recompute(row, row.seq)
+        if recomputed != row.entry_hash:
+            report(row.seq, "edited", f"entry {row.seq} no longer hashes to its stored entry_hash")
+        elif row.seq == expected and row.prev_hash not in links:
+            # Both sides hash correctly, so one is a re-hashed forgery; trust the side that the
+            # next entry links to.
+            vouched = after is not None and after.prev_hash == row.entry_hash and expected > 1
+            before = f"entry {expected - 1}" if expected > 1 else "the genesis hash"
+            report(expected - 1 if vouched else row.seq, "inserted",
+                   f"entry {row.seq} does not link to {before}: one of them was forged and re-hashed")
+        # An edit to the bytes or to the stored hash must not also blame the honest next entry.
+        links = {row.entry_hash} | ({recomputed} if recomputed is not None else set())
+        heads.setdefault(row.seq, row.entry_hash)
+        expected, head = row.seq + 1, row.entry_hash
+
+    size = expected - 1
+    if checkpoint is not None:
+        anchored = heads.get(checkpoint.size, GENESIS if checkpoint.size == 0 else None)
+        if checkpoint.size > size:
+            report(size + 1, "truncated", f"the log ends at entry {size}, the checkpoint covers {checkpoint.size}")
+        elif anchored != checkpoint.head:
+            report(checkpoint.size, "mismatch",
+                   f"entry {checkpoint.size} is not the checkpoint head: the log was rewritten up to there")
+        if public_key is not None and not _signed_by(checkpoint, public_key):
+            report(checkpoint.size, "signature", "no checkpoint signature by the given key verifies")
+    problems = tuple(found.values())
+    return VerifyReport(not problems, size, head, problems)
+
+
+def _recompute(row: AuditRow, seq: int) -> bytes | None:
+    try:
+        return entry_hash(row.prev_hash, seq, leaf_hash(row.canonical))
+    except SpecError:  # a tampered prev_hash or seq of impossible size
+        return None
+
+
+def _swapped(first: AuditRow, second: AuditRow, expected: int) -> bool:
+    """True when `second` is really entry `expected` and `first` entry `expected + 1`.
+
+    Catches both ways a swap shows: rows handed over out of order, or seq values exchanged in
+    the store (rows in seq order, each sealed under the other's seq).
+    """
+    return (
+        {first.seq, second.seq} == {expected, expected + 1}
+        and first.prev_hash == second.entry_hash
+        and _recompute(second, expected) == second.entry_hash
+        and _recompute(first, expected + 1) == first.entry_hash
+    )
+
+
+# --- signed notes and keys (c2sp.org/signed-note, golang.org/x/mod/sumdb/note encodings) ---
+
+
+def _key_id(name: str, public_key: bytes) -> bytes:
+    return hashlib.sha256(name.encode() + b"\n" + bytes([_ED25519]) + public_key).digest()[:4]
+
+
+def _valid_name(name: str) -> bool:
+    return bool(name) and "+" not in name and not any(c.isspace() for c in name)
+
+
+def _b64decode(text: str, what: str, source: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise SpecError(f"{what} is not valid base64", source=source) from exc
+
+
+def _key_parts(text: str, source: str) -> tuple[str, bytes, bytes]:
+    """Split ``name+hexkeyid+base64(0x01 || key32)``; the base64 may itself hold '+'."""
+    name, _, rest = text.partition("+")
+    hex_id, _, encoded = rest.partition("+")
+    if not _valid_name(name):
+        raise SpecError("key name must be non-empty, without spaces or '+'", source=source)
+    if not _HEX_ID.fullmatch(hex_id):
+        raise SpecError("key id must be 8 hex digits", source=source)
+    raw = _b64decode(encoded, "key", source)
+    if len(raw) != 33 or raw[0] != _ED25519:
+        raise SpecError("key must be type 0x01 (Ed25519) followed by 32 bytes", source=source)
+    return name, bytes.fromhex(hex_id), raw[1:]
+
+
+@dataclass(frozen=True)
+class VerifierKey:
+    """A named Ed25519 public key: ``name+hexkeyid+base64(0x01 || pubkey32)`` as text."""
+
+    name: str
+    public_key: bytes
+
+    def __post_init__(self) -> None:
+        if not _valid_name(self.name) or len(self.public_key) != 32:
+            raise SpecError("needs a name without spaces or '+' and a 32-byte key", source="verifier key")
+
+    @property
+    def key_id(self) -> bytes:
+        """SHA-256(name || 0x0A || 0x01 || public_key)[:4], per c2sp.org/signed-note."""
+        return _key_id(self.name, self.public_key)
+
+    @classmethod
+    def parse(cls, text: str) -> VerifierKey:
+        """Read a verifier key; SpecError says what is malformed (including a wrong key id)."""
+        name, key_id, public_key = _key_parts(text, "verifier key")
+        key = cls(name, public_key)
+        if key.key_id != key_id:
+            raise SpecError(f"key id {key_id.hex()} does not match the name and key", source="verifier key")
+        return key
+
+    def encode(self) -> str:
+        """The verifier key text."""
+        raw = base64.b64encode(bytes([_ED25519]) + self.public_key).decode()
+        return f"{self.name}+{self.key_id.hex()}+{raw}"
+
+    def verify(self, message: bytes, signature: bytes) -> bool:
+        """True when `signature` (64 bytes, no key id) is this key's Ed25519 signature of `message`."""
+        try:
+            Ed25519PublicKey.from_public_bytes(self.public_key).verify(signature, message)
+        except (InvalidSignature, ValueError):
+            return False
+        return True
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    """A named Ed25519 private key: ``PRIVATE+KEY+name+hexkeyid+base64(0x01 || seed32)`` as text."""
+
+    name: str
+    seed: bytes = field(repr=False)  # kept out of repr so it never lands in a log or traceback
+
+    def __post_init__(self) -> None:
+        if not _valid_name(self.name) or len(self.seed) != 32:
+            raise SpecError("needs a name without spaces or '+' and a 32-byte seed", source="signer key")
+
+    @property
+    def key_id(self) -> bytes:
+        """The key id of the matching verifier key."""
+        return self.verifier_key().key_id
+
+    @classmethod
+    def parse(cls, text: str) -> SigningKey:
+        """Read a signer key; SpecError says what is malformed, never echoing the key."""
+        if not text.startswith("PRIVATE+KEY+"):
+            raise SpecError("must start with 'PRIVATE+KEY+'", source="signer key")
+        name, key_id, seed = _key_parts(text.removeprefix("PRIVATE+KEY+"), "signer key")
+        key = cls(name, seed)
+        if key.key_id != key_id:
+            raise SpecError(f"key id {key_id.hex()} does not match the name and key", source="signer key")
+        return key
+
+    def encode(self) -> str:
+        """The signer key text: a secret."""
+        raw = base64.b64encode(bytes([_ED25519]) + self.seed).decode()
+        return f"PRIVATE+KEY+{self.name}+{self.key_id.hex()}+{raw}"
+
+    def verifier_key(self) -> VerifierKey:
+        """The public half, under the same name."""
+        public = Ed25519PrivateKey.from_private_bytes(self.seed).public_key().public_bytes_raw()
+        return VerifierKey(self.name, public)
+
+    def sign(self, message: bytes) -> bytes:
+        """The 64-byte Ed25519 signature of `message` (deterministic, RFC 8032)."""
+        return Ed25519PrivateKey.from_private_bytes(self.seed).sign(message)
+
+
+def generate_key(name: str) -> tuple[str, str]:
+    """A fresh key pair for `name` as (signer key text, verifier key text)."""
+    key = SigningKey(name, Ed25519PrivateKey.generate().private_bytes_raw())
+    return key.encode(), key.verifier_key().encode()
+
+
+def _check_note_text(text: str, source: str) -> None:
+    if not text.endswith("\n"):
+        raise SpecError("note text must end with a newline", source=source)
+    if any(c < " " and c != "\n" for c in text):
+        raise SpecError("note must not contain control characters other than newline", source=source)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise SpecError("note must be valid UTF-8", source=source) from exc
+
+
+def _split_note(note: str, source: str, *, signed: bool) -> tuple[str, tuple[tuple[str, bytes], ...]]:
+    """Split a note into (text, signatures); the text ends at the last blank line.
+
+    With ``signed=False`` a note without a blank line is all text (an unsigned checkpoint).
+    """
+    _check_note_text(note, source)
+    cut = note.rfind("\n\n")
+    if cut < 0:
+        if signed:
+            raise SpecError("no blank line before signature lines", source=source)
+        return note, ()
+    text, lines = note[: cut + 1], note[cut + 2 :].split("\n")[:-1]
+    if not lines:
+        raise SpecError("a blank line must be followed by signature lines", source=source)
+    if len(lines) > _MAX_SIGNATURES:
+        raise SpecError(f"more than {_MAX_SIGNATURES} signatures", source=source)
+    signatures = []
+    for line in lines:
+        name, _, encoded = line.removeprefix(_EM_DASH).partition(" ")
+        if not line.startswith(_EM_DASH) or not _valid_name(name):
+            raise SpecError(f"malformed signature line {line!r}: expected '— <name> <base64>'", source=source)
+        blob = _b64decode(encoded, f"signature of {name!r}", source)
+        if len(blob) < 5:
+            raise SpecError(f"signature of {name!r} is shorter than a key id and a signature", source=source)
+        signatures.append((name, blob))
+    return text, tuple(signatures)
+
+
+def _verify_signatures(text: str, signatures: Iterable[tuple[str, bytes]], key: VerifierKey) -> bool:
+    # Signatures from other keys are ignored; every one from this key (name and id) must verify.
+    mine = [blob[4:] for name, blob in signatures if name == key.name and blob[:4] == key.key_id]
+    return bool(mine) and all(key.verify(text.encode(), sig) for sig in mine)
+
+
+def sign_note(text: str, key: SigningKey) -> str:
+    """`text` (ending in a newline) followed by a blank line and this key's signature line."""
+    _check_note_text(text, "note")
+    blob = key.key_id + key.sign(text.encode())
+    return f"{text}\n{_EM_DASH}{key.name} {base64.b64encode(blob).decode()}\n"
+
+
+def verify_note(text: str, key: VerifierKey) -> bool:
+    """True when the signed note `text` carries a signature by `key` and all of key's verify.
+
+    Raises SpecError when `text` is not a well-formed signed note.
+    """
+    body, signatures = _split_note(text, "note", signed=True)
+    return _verify_signatures(body, signatures, key)
+
+
+# --- checkpoints (c2sp.org/tlog-checkpoint) ---
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """An anchor: the log `origin` had `size` entries, the last with entry hash `head`.
+
+    `signatures` holds (key name, key id || Ed25519 signature) pairs over the note text.
+    """
+
+    origin: str
+    size: int
+    head: bytes
+    signatures: tuple[tuple[str, bytes], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.origin or any(c < " " for c in self.origin):
+            raise SpecError("must be non-empty, on one line", source="checkpoint", field="origin")
+        if self.size < 0:
+            raise SpecError(f"must not be negative, got {self.size}", source="checkpoint", field="size")
+        if len(self.head) != 32:
+            raise SpecError(f"must be 32 bytes, got {len(self.head)}", source="checkpoint", field="head")
+        if any(not _valid_name(name) or len(blob) < 5 for name, blob in self.signatures):
+            raise SpecError("needs valid key names and key id + signature", source="checkpoint", field="signatures")
+
+    def text(self) -> str:
+        """The signed note text: origin, size, base64 head, one line each."""
+        return f"{self.origin}\n{self.size}\n{base64.b64encode(self.head).decode()}\n"
+
+
+def make_checkpoint(size: int, head: bytes, origin: str = ORIGIN) -> Checkpoint:
+    """An unsigned checkpoint; take `size` and `head` from a `VerifyReport` that is ok."""
+    return Checkpoint(origin, size, head)
+
+
+def format_checkpoint(cp: Checkpoint) -> str:
+    """The checkpoint as a note: its text, then (if signed) a blank line and signature lines."""
+    lines = "".join(f"{_EM_DASH}{name} {base64.b64encode(blob).decode()}\n" for name, blob in cp.signatures)
+    return cp.text() + ("\n" + lines if lines else "")
+
+
+def parse_checkpoint(text: str) -> Checkpoint:
+    """Read a checkpoint note, signed or not; SpecError names what is malformed.
+
+    Extension lines are refused: this log never writes them.
+    """
+    body, signatures = _split_note(text, "checkpoint", signed=False)
+    lines = body.split("\n")[:-1]
+    if len(lines) != 3:
+        raise SpecError(f"expected 3 lines (origin, size, head), got {len(lines)}", source="checkpoint")
+    origin, size, head = lines
+    if not _SIZE_LINE.fullmatch(size):
+        raise SpecError(f"{size!r} is not a decimal without leading zeros", source="checkpoint", field="size")
+    return Checkpoint(origin, int(size), _b64decode(head, "head", "checkpoint"), signatures)
+
+
+def sign_checkpoint(cp: Checkpoint, key: SigningKey) -> Checkpoint:
+    """`cp` with `key`'s signature added, replacing an earlier one by the same key."""
+    blob = key.key_id + key.sign(cp.text().encode())
+    others = tuple(s for s in cp.signatures if (s[0], s[1][:4]) != (key.name, key.key_id))
+    return replace(cp, signatures=(*others, (key.name, blob)))
+
+
+def verify_checkpoint_signature(cp: Checkpoint, key: VerifierKey) -> bool:
+    """True when `cp` carries a signature by `key` (name and key id) and all of key's verify."""
+    return _verify_signatures(cp.text(), cp.signatures, key)
+
+
+def _signed_by(cp: Checkpoint, key: Ed25519PublicKey | VerifierKey) -> bool:
+    if isinstance(key, VerifierKey):
+        return verify_checkpoint_signature(cp, key)
+    # A bare public key has no name: try it under each name that signed; the key id decides.
+    raw = key.public_bytes_raw()
+    return any(verify_checkpoint_signature(cp, VerifierKey(name, raw)) for name in dict.fromkeys(n for n, _ in cp.signatures))

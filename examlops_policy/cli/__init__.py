@@ -1,0 +1,1 @@
+"""The ``exa`` command line: one optional layer over the library."""

@@ -1,0 +1,457 @@
+"""``exa``: the ExaMLOps command line for hardware placement, audit and finops.
+
+Exit codes (documented in the README):
+  0 success · 1 internal error · 2 bad input · 3 rejected · 4 burst blocked ·
+  5 policy engine unavailable or policy error · 6 state busy/conflict · 7 audit does not verify ·
+  8 not found · 9 scheduler (executor) error
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from examlops_policy import audit, errors
+from examlops_policy.accounting import device_accounting
+from examlops_policy.cli import render
+from examlops_policy.errors import ExaError, SpecError
+from examlops_policy.hardware import Hardware
+from examlops_policy.model import ACCELERATORS, ENGINES, RESIDENCIES, Decision, Placement, Pool, Workload
+from examlops_policy.specs import pool_from_mapping, pools_from_file, workload_from_file, workload_from_mapping
+
+Handler = Callable[[argparse.Namespace, Hardware, Console], int]
+
+
+def _console() -> Console:
+    # Piped output keeps whole table columns instead of rich's 80-column default.
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "160"))
+    return Console(highlight=False, soft_wrap=True, emoji=False, width=width)
+
+
+def _capabilities(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _outcome_code(decision: Decision) -> int:
+    if isinstance(decision, Placement):
+        return errors.EXIT_OK
+    return errors.EXIT_BURST_BLOCKED if decision.burst_blocked else errors.EXIT_REJECTED
+
+
+# -- hardware ---------------------------------------------------------------------------------
+
+
+def cmd_add_pool(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    values: dict[str, object] = {
+        "name": args.name,
+        "target": args.target,
+        "accelerator": args.accelerator,
+        "count": args.count,
+        "region": args.region,
+        "supports_fractions": args.supports_fractions,
+        "capabilities": _capabilities(args.capabilities),
+    }
+    for option in ("cost_per_hour", "carbon_factor", "model", "power_w", "pue", "partition", "gres_type"):
+        value = getattr(args, option)
+        if value is not None:
+            values[option] = value
+    pool = pool_from_mapping(values, source="exa hardware add-pool", tables=hw.tables)
+    change = hw.add_pool(pool)
+    if args.json:
+        render.dump_json(console, {"pool": pool.name, "action": change.action})
+    else:
+        console.print(f"✓ pool {pool.name} added · {pool.count} × {pool.accelerator} on {pool.target} in {pool.region}")
+    return errors.EXIT_OK
+
+
+def cmd_apply(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    pools = pools_from_file(Path(args.file), hw.tables)
+    changes = hw.apply(pools)
+    if args.json:
+        render.dump_json(console, [{"pool": c.name, "action": c.action, "changed": list(c.changed_fields)} for c in changes])
+        return errors.EXIT_OK
+    for c in changes:
+        detail = f" ({', '.join(c.changed_fields)})" if c.changed_fields else ""
+        mark = {"added": "+", "updated": "~", "unchanged": "="}[c.action]
+        console.print(f"{mark} {c.name} {c.action}{detail}")
+    counts = {a: sum(1 for c in changes if c.action == a) for a in ("added", "updated", "unchanged")}
+    console.print(f"{counts['added']} added, {counts['updated']} updated, {counts['unchanged']} unchanged")
+    return errors.EXIT_OK
+
+
+def cmd_pools(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    states = hw.pools()
+    if args.json:
+        from examlops_policy.placement import effective_cost
+
+        render.dump_json(
+            console,
+            [
+                {**{k: v for k, v in s.pool.__dict__.items()}, "capabilities": list(s.pool.capabilities), "free": s.free,
+                 "effective_cost_per_hour": effective_cost(s, hw.tables)}
+                for s in states
+            ],
+        )  # fmt: skip
+    elif not states:
+        console.print("No pools registered. Add one with 'exa hardware add-pool' or 'exa hardware apply -f pools.yaml'.")
+    else:
+        render.print_pools(console, states, hw.tables)
+    return errors.EXIT_OK
+
+
+def _workload(args: argparse.Namespace, *, burst: bool = False) -> Workload:
+    if args.file:
+        workload = workload_from_file(Path(args.file))
+    else:
+        if not args.name or not args.accelerator:
+            raise SpecError("give a NAME and --accelerator, or -f workload.yaml", source="command line")
+        workload = workload_from_mapping(
+            {
+                "name": args.name,
+                "accelerator": args.accelerator,
+                "engine": args.engine,
+                "target": getattr(args, "target", None),
+                "fraction": args.fraction,
+                "count": args.count,
+                "capabilities": _capabilities(args.capabilities),
+                "residency": args.residency,
+                "allow_burst": args.allow_burst,
+            },
+            source="command line",
+        )
+    return workload
+
+
+def _show(args: argparse.Namespace, hw: Hardware, console: Console, record_id: str | None, decision: Decision) -> int:
+    if args.json:
+        record = hw.decision(record_id) if record_id else None
+        render.dump_json(console, render.decision_json(record, decision))
+    else:
+        render.print_decision(console, decision)
+        if getattr(args, "explain", False):
+            render.print_explanation(console, decision, hw.store.pool_states())
+            if record_id:
+                console.print(f"decision {record_id}")
+    return _outcome_code(decision)
+
+
+def cmd_place(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    workload = _workload(args)
+    if args.dry_run:
+        return _show(args, hw, console, None, hw.what_if(workload))
+    record = hw.place(workload)
+    return _show(args, hw, console, record.id, record.decision)
+
+
+def cmd_burst(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    if not args.allow_burst:
+        raise SpecError("bursting to cloud is opt-in: add --allow-burst", source="exa hardware burst", field="--allow-burst")
+    record = hw.burst(_workload(args))
+    return _show(args, hw, console, record.id, record.decision)
+
+
+def cmd_portable(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    reason = hw.portable(args.engine, args.accelerator)
+    if args.json:
+        render.dump_json(console, {"engine": args.engine, "accelerator": args.accelerator, "portable": reason is None,
+                                   "reason": None if reason is None else {"code": reason.code, "message": reason.message}})  # fmt: skip
+    elif reason is None:
+        backend = hw.tables.accelerators[args.accelerator]["backend"]  # type: ignore[index]
+        console.print(f"✓ Portable: engine '{args.engine}' can run on {args.accelerator} (backend {backend})", style="green")
+    else:
+        console.print(f"✗ Rejected: {reason.message}", style="red")
+    return errors.EXIT_OK if reason is None else errors.EXIT_REJECTED
+
+
+def cmd_decisions(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    records = hw.decisions(args.limit)
+    if args.json:
+        render.dump_json(console, [render.decision_json(r, r.decision) for r in records])
+    elif not records:
+        console.print("No decisions yet.")
+    else:
+        render.print_decisions(console, records)
+    return errors.EXIT_OK
+
+
+def cmd_explain(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    record = hw.decision(args.id)
+    if args.json:
+        render.dump_json(console, render.decision_json(record, record.decision))
+        return errors.EXIT_OK
+    console.print(f"decision {record.id} · {record.created_at}" + (f" · released {record.released_at}" if record.released_at else ""))
+    render.print_decision(console, record.decision)
+    render.print_explanation(console, record.decision)
+    return errors.EXIT_OK
+
+
+def cmd_release(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    record = hw.release(args.id)
+    if args.json:
+        render.dump_json(console, {"id": record.id, "released_at": record.released_at})
+    else:
+        d = record.decision
+        assert isinstance(d, Placement)
+        console.print(f"✓ released {d.grant.devices:g} {d.accelerator} device(s) on {d.pool} (decision {record.id[:12]})")
+    return errors.EXIT_OK
+
+
+def cmd_accounting(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    record = hw.decision(args.id)
+    if not isinstance(record.decision, Placement):
+        raise SpecError(f"decision {record.id[:12]} placed nothing, so it has no cost or carbon", field="ID")
+    render.dump_json(console, device_accounting(record.decision, args.hours))
+    return errors.EXIT_OK
+
+
+def cmd_burst_events(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    events = hw.store.burst_events(args.limit)
+    if args.json:
+        render.dump_json(console, [e.__dict__ for e in events])
+        return errors.EXIT_OK
+    if not events:
+        console.print("No burst attempts yet.")
+    for e in events:
+        mark = {"allowed": "✓", "blocked": "⚠", "unavailable": "✗"}[e.verdict]
+        console.print(f"{mark} {e.created_at[:19]} {e.workload} · {e.residency} → {e.pool or '-'} ({e.region or '-'}): {e.verdict}"
+                      + (f" · {e.reason}" if e.reason else ""))  # fmt: skip
+    return errors.EXIT_OK
+
+
+# -- audit ------------------------------------------------------------------------------------
+
+
+def _read_text(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read {what}: {exc}", source=path) from exc
+
+
+def cmd_audit_verify(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    checkpoint = audit.parse_checkpoint(_read_text(args.checkpoint, "checkpoint")) if args.checkpoint else None
+    key = audit.VerifierKey.parse(_read_text(args.key, "verifier key").strip()) if args.key else None
+    report = hw.verify_audit(checkpoint, key)
+    if args.json:
+        render.dump_json(console, {"ok": report.ok, "size": report.size, "head": report.head.hex(),
+                                   "problems": [p.__dict__ for p in report.problems]})  # fmt: skip
+    elif report.ok:
+        extra = f", matches checkpoint at size {checkpoint.size}" if checkpoint else ""
+        console.print(f"✓ audit log verifies: {report.size} entries, head {report.head.hex()[:16]}{extra}", style="green")
+    else:
+        console.print(f"✗ audit log does NOT verify ({len(report.problems)} problem(s)):", style="red")
+        for p in report.problems:
+            console.print(f"  seq {p.seq}: {p.kind}: {p.message}")
+    return errors.EXIT_OK if report.ok else errors.EXIT_AUDIT
+
+
+def cmd_audit_checkpoint(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    report = hw.verify_audit()
+    report.raise_for_problems()
+    cp = audit.make_checkpoint(report.size, report.head, args.origin)
+    if args.key:
+        cp = audit.sign_checkpoint(cp, audit.SigningKey.parse(_read_text(args.key, "signer key").strip()))
+    text = audit.format_checkpoint(cp)
+    if args.out:
+        tmp = Path(args.out + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(args.out)
+        console.print(f"✓ checkpoint written to {args.out}: size {cp.size}, head {cp.head.hex()[:16]}")
+    else:
+        console.file.write(text)
+    return errors.EXIT_OK
+
+
+def cmd_audit_keygen(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    skey, vkey = audit.generate_key(args.name)
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    secret = out / f"{args.name.replace('/', '_')}.skey"
+    fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(skey + "\n")
+    public = out / f"{args.name.replace('/', '_')}.vkey"
+    public.write_text(vkey + "\n", encoding="utf-8")
+    console.print(f"✓ signer key {secret} (keep it off the database host) · verifier key {public}")
+    return errors.EXIT_OK
+
+
+# -- finops -----------------------------------------------------------------------------------
+
+
+def cmd_finops(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    rows = hw.finops(args.hours)
+    if args.json:
+        render.dump_json(console, [r.__dict__ for r in rows])
+        return errors.EXIT_OK
+    from rich.table import Table
+
+    carbon = args.kind == "carbon"
+    table = Table(title=f"{'Carbon' if carbon else 'Cost'} by device type and region", title_justify="left")
+    for column in ("device", "region", "decisions", "device-hours", "gCO2e" if carbon else "USD"):
+        table.add_column(column, justify="right" if column not in {"device", "region"} else "left")
+    for r in rows:
+        table.add_row(r.device, r.region, str(r.decisions), f"{r.device_hours:.2f}", f"{r.carbon_g:.1f}" if carbon else f"{r.cost:.2f}")
+    console.print(table)
+    total = sum(r.carbon_g if carbon else r.cost for r in rows)
+    console.print(f"total {total:.1f} gCO2e" if carbon else f"total ${total:.2f}")
+    return errors.EXIT_OK
+
+
+# -- opa --------------------------------------------------------------------------------------
+
+
+def cmd_opa(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    from examlops_policy.opa_server import ensure_server, stop_server
+
+    if args.action in {"stop", "restart"}:
+        stopped = stop_server(hw.home)
+        if args.action == "stop":
+            console.print("✓ OPA stopped" if stopped else "OPA was not running")
+            return errors.EXIT_OK
+    server = ensure_server(hw.home)
+    console.print(f"✓ OPA at {server.url} (pid {server.pid}) · policy {server.revision[:19]}")
+    return errors.EXIT_OK
+
+
+# -- parser -----------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument("--home", help="state directory (default $EXA_HOME or ~/.local/share/examlops)")
+    common.add_argument("--debug", action="store_true", help="show tracebacks")
+
+    parser = argparse.ArgumentParser(prog="exa", description="ExaMLOps: heterogeneous hardware placement by policy.")
+    groups = parser.add_subparsers(dest="group", required=True, metavar="{hardware,audit,finops,opa}")
+
+    hardware = groups.add_parser("hardware", help="device pools and placements").add_subparsers(dest="command", required=True)
+
+    p = hardware.add_parser("add-pool", parents=[common], help="register a device pool")
+    p.add_argument("name")
+    p.add_argument("--target", required=True, choices=["hpc", "cloud"])
+    p.add_argument("--accelerator", required=True, choices=ACCELERATORS)
+    p.add_argument("--count", required=True, type=int)
+    p.add_argument("--region", required=True)
+    p.add_argument("--cost-per-hour", type=float, help="USD per device-hour (default: the accelerator's)")
+    p.add_argument("--carbon-factor", type=float, help="gCO2e per device-hour (default: the region's)")
+    p.add_argument("--supports-fractions", action="store_true", help="partitioning (e.g. MIG) is enabled")
+    p.add_argument("--capabilities", default="", help="comma-separated tags, e.g. fp8,hbm3")
+    p.add_argument("--model", help="device model, e.g. H100, MI300X")
+    p.add_argument("--power-w", type=float, help="board power per device in watts")
+    p.add_argument("--pue", type=float, help="power usage effectiveness of the site")
+    p.add_argument("--partition", help="Slurm partition serving this pool")
+    p.add_argument("--gres-type", help="Slurm GRES type of the devices")
+    p.set_defaults(handler=cmd_add_pool)
+
+    p = hardware.add_parser("apply", parents=[common], help="register or update pools from a reviewed YAML file")
+    p.add_argument("-f", "--file", required=True)
+    p.set_defaults(handler=cmd_apply)
+
+    p = hardware.add_parser("pools", parents=[common], help="list pools, cheapest first")
+    p.set_defaults(handler=cmd_pools)
+
+    def workload_args(p: argparse.ArgumentParser, *, target: bool) -> None:
+        p.add_argument("name", nargs="?")
+        p.add_argument("-f", "--file", help="a workload YAML file instead of the options")
+        p.add_argument("--accelerator", choices=ACCELERATORS)
+        p.add_argument("--engine", choices=ENGINES, default="generic")
+        if target:
+            p.add_argument("--target", choices=["hpc", "cloud", "any"])
+        p.add_argument("--fraction", type=float, default=1.0)
+        p.add_argument("--count", type=int, default=1)
+        p.add_argument("--capabilities", default="")
+        p.add_argument("--residency", choices=RESIDENCIES, default="open")
+        p.add_argument("--allow-burst", action="store_true", help="allow bursting from HPC to cloud")
+        p.add_argument("--explain", action="store_true", help="show every pool's verdict and why the winner won")
+
+    p = hardware.add_parser("place", parents=[common], help="place a workload on the cheapest eligible pool")
+    workload_args(p, target=True)
+    p.add_argument("--dry-run", action="store_true", help="decide without reserving or recording")
+    p.set_defaults(handler=cmd_place)
+
+    p = hardware.add_parser("burst", parents=[common], help="burst a workload to cloud, governed by residency")
+    workload_args(p, target=False)
+    p.set_defaults(handler=cmd_burst)
+
+    p = hardware.add_parser("portable", parents=[common], help="can an engine run on an accelerator?")
+    p.add_argument("--engine", required=True, choices=ENGINES)
+    p.add_argument("--accelerator", required=True, choices=ACCELERATORS)
+    p.set_defaults(handler=cmd_portable)
+
+    p = hardware.add_parser("decisions", parents=[common], help="recent placement decisions")
+    p.add_argument("--limit", type=int, default=20)
+    p.set_defaults(handler=cmd_decisions)
+
+    p = hardware.add_parser("explain", parents=[common], help="explain a decision pool by pool")
+    p.add_argument("id")
+    p.set_defaults(handler=cmd_explain)
+
+    p = hardware.add_parser("release", parents=[common], help="free the capacity a placement holds")
+    p.add_argument("id")
+    p.set_defaults(handler=cmd_release)
+
+    p = hardware.add_parser("accounting", parents=[common], help="cost and carbon of a placement")
+    p.add_argument("id")
+    p.add_argument("--hours", type=float, required=True)
+    p.set_defaults(handler=cmd_accounting)
+
+    p = hardware.add_parser("burst-events", parents=[common], help="every burst attempt, allowed or blocked")
+    p.add_argument("--limit", type=int, default=50)
+    p.set_defaults(handler=cmd_burst_events)
+
+    audit_cmds = groups.add_parser("audit", help="the tamper-evident audit log").add_subparsers(dest="command", required=True)
+    p = audit_cmds.add_parser("verify", parents=[common], help="verify the hash chain (and a checkpoint)")
+    p.add_argument("--checkpoint", help="a checkpoint file exported earlier")
+    p.add_argument("--key", help="verifier key file for the checkpoint's signature")
+    p.set_defaults(handler=cmd_audit_verify)
+    p = audit_cmds.add_parser("checkpoint", parents=[common], help="export a checkpoint (size + head), signed with --key")
+    p.add_argument("--key", help="signer key file (Ed25519)")
+    p.add_argument("--out", help="write to this file instead of stdout")
+    p.add_argument("--origin", default=audit.ORIGIN)
+    p.set_defaults(handler=cmd_audit_checkpoint)
+    p = audit_cmds.add_parser("keygen", parents=[common], help="create an Ed25519 signer/verifier key pair")
+    p.add_argument("name")
+    p.add_argument("--out-dir", default=".")
+    p.set_defaults(handler=cmd_audit_keygen)
+
+    finops = groups.add_parser("finops", help="cost and carbon by device type and region").add_subparsers(dest="kind", required=True)
+    for kind in ("cost", "carbon"):
+        p = finops.add_parser(kind, parents=[common])
+        p.add_argument("--hours", type=float, help="hours per decision (default: time held until release or now)")
+        p.set_defaults(handler=cmd_finops)
+
+    p = groups.add_parser("opa", parents=[common], help="the local OPA server")
+    p.add_argument("action", choices=["status", "restart", "stop"])
+    p.set_defaults(handler=cmd_opa)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    console = _console()
+    hw = Hardware(Path(args.home).expanduser() if args.home else None)
+    try:
+        handler: Handler = args.handler
+        return handler(args, hw, console)
+    except ExaError as exc:
+        if args.debug:
+            traceback.print_exc()
+        err = Console(stderr=True, highlight=False, soft_wrap=True)
+        err.print(f"{type(exc).__name__}: {exc}", style="red", markup=False)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        hw.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

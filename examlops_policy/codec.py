@@ -1,0 +1,63 @@
+"""Decisions to JSON and back, for the state store, ``--json`` output and replay."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import cast
+
+from examlops_policy.model import (
+    BurstVerdict,
+    Decision,
+    Grant,
+    JSONObject,
+    Placement,
+    PoolVerdict,
+    Provenance,
+    Reason,
+    Rejection,
+    Workload,
+)
+
+
+def to_json(decision: Decision) -> JSONObject:
+    """A JSON-ready dict of the whole decision, with ``outcome`` first."""
+    body = cast(JSONObject, dataclasses.asdict(decision))
+    body.pop("ok", None)
+    if isinstance(decision, Placement):
+        outcome = "placed"
+    else:
+        outcome = "blocked" if decision.burst_blocked else "rejected"
+    return {"outcome": outcome, **body}
+
+
+def _reason(data: JSONObject) -> Reason:
+    return Reason(**data)  # type: ignore[arg-type]
+
+
+def _verdict(data: JSONObject) -> PoolVerdict:
+    values = dict(data)
+    values["reasons"] = tuple(_reason(cast(JSONObject, r)) for r in cast(list[JSONObject], data["reasons"]))
+    values["grant"] = Grant(**cast(JSONObject, data["grant"]))  # type: ignore[arg-type]
+    return PoolVerdict(**values)  # type: ignore[arg-type]
+
+
+def _burst(data: JSONObject) -> BurstVerdict:
+    values = dict(data)
+    if values.get("reason"):
+        values["reason"] = _reason(cast(JSONObject, values["reason"]))
+    return BurstVerdict(**values)  # type: ignore[arg-type]
+
+
+def from_json(data: JSONObject) -> Decision:
+    """Rebuild a Placement or Rejection written by ``to_json``."""
+    values = {k: v for k, v in data.items() if k != "outcome"}
+    workload = dict(cast(JSONObject, values["workload"]))
+    workload["capabilities"] = tuple(cast(list[str], workload["capabilities"]))
+    values["workload"] = Workload(**workload)  # type: ignore[arg-type]
+    values["verdicts"] = tuple(_verdict(cast(JSONObject, v)) for v in cast(list[JSONObject], values["verdicts"]))
+    values["burst"] = _burst(cast(JSONObject, values["burst"]))
+    values["provenance"] = Provenance(**cast(JSONObject, values["provenance"]))  # type: ignore[arg-type]
+    if data["outcome"] == "placed":
+        values["grant"] = Grant(**cast(JSONObject, values["grant"]))  # type: ignore[arg-type]
+        return Placement(**values)  # type: ignore[arg-type]
+    return Rejection(**values)  # type: ignore[arg-type]

@@ -1,0 +1,251 @@
+"""Loading pools and workloads from YAML files or Python mappings, validated by JSON Schema.
+
+Every error names the source (file or argument), the field path and what was expected, and is
+raised before anything is placed or written. YAML is read defensively: aliases (billion laughs),
+duplicate keys, non-UTF-8 bytes, huge or deeply nested documents are refused.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Final, cast
+
+import yaml
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+from referencing import Registry, Resource
+
+from examlops_policy.errors import SpecError
+from examlops_policy.model import JSONObject, Pool, Workload
+from examlops_policy.tables import Tables, load_tables, schema_dir
+
+MAX_FILE_BYTES: Final = 4 * 1024 * 1024
+MAX_DEPTH: Final = 32
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses aliases and duplicate keys."""
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise SpecError(f"line {event.start_mark.line + 1}: YAML aliases are not allowed")
+        return super().compose_node(parent, index)  # type: ignore[arg-type]
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[object, object]:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if key in seen:
+                raise SpecError(f"line {key_node.start_mark.line + 1}: duplicate key {key!r}")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_yaml(path: Path) -> object:
+    """Parse one YAML document from ``path`` with the limits above."""
+    source = str(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SpecError(f"cannot read file: {exc.strerror}", source=source) from exc
+    if len(raw) > MAX_FILE_BYTES:
+        raise SpecError(f"file is {len(raw)} bytes; at most {MAX_FILE_BYTES} are accepted", source=source)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"not UTF-8 (byte {exc.start})", source=source) from exc
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except SpecError as exc:
+        raise SpecError(str(exc), source=source) from exc
+    except yaml.YAMLError as exc:
+        raise SpecError(f"malformed YAML: {exc}", source=source) from exc
+    except RecursionError as exc:
+        raise SpecError(f"nested deeper than {MAX_DEPTH} levels", source=source) from exc
+    if _depth(data) > MAX_DEPTH:
+        raise SpecError(f"nested deeper than {MAX_DEPTH} levels", source=source)
+    return data
+
+
+def _depth(value: object, level: int = 0) -> int:
+    if level > MAX_DEPTH:
+        return level
+    if isinstance(value, Mapping):
+        return max((_depth(v, level + 1) for v in value.values()), default=level + 1)
+    if isinstance(value, list):
+        return max((_depth(v, level + 1) for v in value), default=level + 1)
+    return level
+
+
+@lru_cache(maxsize=8)
+def _validator(name: str) -> Draft202012Validator:
+    base = schema_dir()
+    resources = []
+    for path in sorted(base.glob("*.schema.json")):
+        contents = json.loads(path.read_text(encoding="utf-8"))
+        resources.append((contents["$id"], Resource.from_contents(contents)))
+    registry: Registry = Registry().with_resources(resources)
+    schema = json.loads((base / name).read_text(encoding="utf-8"))
+    return Draft202012Validator(schema, registry=registry)
+
+
+def _field_path(error: ValidationError) -> str:
+    path = ""
+    for part in error.absolute_path:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or "(top level)"
+
+
+def _explain(error: ValidationError) -> str:
+    validator = error.validator
+    if validator == "additionalProperties":
+        return f"unknown field(s): {error.message.split('(')[-1].rstrip(')')}"
+    if validator == "enum":
+        allowed = ", ".join("null" if v is None else str(v) for v in cast(list[object], error.validator_value))
+        return f"expected one of {allowed} (got {error.instance!r})"
+    if validator == "const" and list(error.absolute_path)[-1:] == ["count"]:
+        return f"count must be {error.validator_value!r} when a fraction below 1 is requested (got {error.instance!r})"
+    if validator == "pattern":
+        return (
+            f"got {error.instance!r}: use letters, digits, '.', '_' and '-' only, starting with a letter or "
+            "digit (no spaces, quotes, shell or control characters)"
+        )
+    return error.message
+
+
+def _control_character(value: object, path: str = "") -> str | None:
+    """The field path of the first string holding a control character (JSON Schema's ``$``
+    matches before a trailing newline, so patterns alone do not keep newlines out)."""
+    if isinstance(value, str):
+        return path or "(top level)" if any(ord(c) < 32 or ord(c) == 127 for c in value) else None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            found = _control_character(item, f"{path}.{key}" if path else str(key))
+            if found:
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _control_character(item, f"{path}[{index}]")
+            if found:
+                return found
+    return None
+
+
+def validate(instance: object, schema: str, *, source: str) -> None:
+    """Raise SpecError listing every schema violation of ``instance``."""
+    bad = _control_character(instance)
+    if bad:
+        raise SpecError("control characters (newline, tab, escape, ...) are not allowed", source=source, field=bad)
+    errors = sorted(_validator(schema).iter_errors(instance), key=lambda e: [str(p) for p in e.absolute_path])
+    if errors:
+        first = errors[0]
+        more = "" if len(errors) == 1 else f" (and {len(errors) - 1} more problem(s))"
+        raise SpecError(_explain(first) + more, source=source, field=_field_path(first))
+
+
+def _check_pool_facts(pool: Pool, tables: Tables, *, source: str, field: str) -> None:
+    if not tables.region_known(pool.region):
+        raise SpecError(
+            f"region {pool.region!r} is not in the reviewed regions table "
+            "(policies/examlops/tables/regions.yaml); its jurisdiction would be unknown",
+            source=source,
+            field=f"{field}.region" if field else "region",
+        )
+    if pool.model is not None:
+        entry = tables.models.get(pool.model)
+        if not isinstance(entry, dict):
+            known = ", ".join(sorted(tables.models))
+            raise SpecError(
+                f"unknown model {pool.model!r} (known: {known}; add it to policies/examlops/tables/models.yaml)",
+                source=source,
+                field=f"{field}.model" if field else "model",
+            )
+        if entry.get("accelerator") != pool.accelerator:
+            raise SpecError(
+                f"model {pool.model!r} is a {entry.get('accelerator')} device, not {pool.accelerator}",
+                source=source,
+                field=f"{field}.model" if field else "model",
+            )
+
+
+def pool_from_mapping(data: Mapping[str, object], *, source: str = "pool", field: str = "", tables: Tables | None = None) -> Pool:
+    """Validate one pool mapping and build the Pool."""
+    validate(dict(data), "pool.schema.json", source=source)
+    values = dict(data)
+    values["capabilities"] = tuple(cast(Sequence[str], values.get("capabilities", ())))
+    pool = Pool(**values)  # type: ignore[arg-type]
+    _check_pool_facts(pool, tables or load_tables(), source=source, field=field)
+    return pool
+
+
+def pools_from_file(path: Path, tables: Tables | None = None) -> list[Pool]:
+    """Read a pools file (``pools: [...]``); names must be unique."""
+    data = read_yaml(path)
+    validate(data, "pools-file.schema.json", source=str(path))
+    items = cast(JSONObject, data)["pools"]
+    pools: list[Pool] = []
+    seen: set[str] = set()
+    for index, item in enumerate(cast(list[JSONObject], items)):
+        where = f"pools[{index}]"
+        name = cast(str, item["name"])
+        if name in seen:
+            raise SpecError(f"duplicate pool name {name!r}", source=str(path), field=f"{where}.name")
+        seen.add(name)
+        values = dict(item)
+        values["capabilities"] = tuple(cast(list[str], values.get("capabilities", [])))
+        pool = Pool(**values)  # type: ignore[arg-type]
+        _check_pool_facts(pool, tables or load_tables(), source=str(path), field=where)
+        pools.append(pool)
+    return pools
+
+
+def workload_from_mapping(data: Mapping[str, object], *, source: str = "workload") -> Workload:
+    """Validate one workload mapping and build the Workload."""
+    values = {k: v for k, v in data.items() if v is not None}
+    validate(values, "workload.schema.json", source=source)
+    if values.get("target") == "any":
+        values.pop("target")
+    values["capabilities"] = tuple(cast(Sequence[str], values.get("capabilities", ())))
+    if "fraction" in values:
+        values["fraction"] = float(cast(float, values["fraction"]))
+    return Workload(**values)  # type: ignore[arg-type]
+
+
+def workload_from_file(path: Path) -> Workload:
+    """Read a workload file (``workload: {...}``)."""
+    data = read_yaml(path)
+    validate(data, "workload-file.schema.json", source=str(path))
+    return workload_from_mapping(cast(Mapping[str, object], cast(JSONObject, data)["workload"]), source=str(path))
+
+
+def check_workload(workload: Workload) -> Workload:
+    """Validate a Workload built in Python (the same rules as a file)."""
+    data: dict[str, object] = {
+        "name": workload.name,
+        "accelerator": workload.accelerator,
+        "capabilities": list(workload.capabilities),
+        "engine": workload.engine,
+        "fraction": workload.fraction,
+        "count": workload.count,
+        "residency": workload.residency,
+        "allow_burst": workload.allow_burst,
+    }
+    if workload.target is not None:
+        data["target"] = workload.target
+    validate(data, "workload.schema.json", source=f"workload {workload.name!r}")
+    return workload
+
+
+def check_pool(pool: Pool, tables: Tables | None = None) -> Pool:
+    """Validate a Pool built in Python (the same rules as a file)."""
+    data = {k: v for k, v in pool.__dict__.items() if v is not None}
+    data["capabilities"] = list(pool.capabilities)
+    if not pool.supports_fractions:
+        data.pop("supports_fractions")
+    validate(data, "pool.schema.json", source=f"pool {pool.name!r}")
+    _check_pool_facts(pool, tables or load_tables(), source=f"pool {pool.name!r}", field="")
+    return pool

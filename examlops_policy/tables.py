@@ -1,0 +1,145 @@
+"""The reviewed data tables (accelerators, engines, models, partitioning, regions, accounting).
+
+The same YAML files are loaded by OPA as ``data.examlops.tables`` and read here for what Python
+needs them for: validating specs early, pricing and carbon defaults, and the policy revision.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Final, cast
+
+import yaml
+
+from examlops_policy.errors import PolicyError
+from examlops_policy.model import JSONObject
+
+_PACKAGE_DIR: Final = Path(__file__).resolve().parent
+
+
+def policy_dir() -> Path:
+    """Where the Rego policies and tables live.
+
+    ``EXA_POLICY_DIR`` wins; else the copy bundled in a wheel; else ``policies/`` beside the package
+    in a source checkout.
+    """
+    env = os.environ.get("EXA_POLICY_DIR")
+    candidates = [Path(env)] if env else [_PACKAGE_DIR / "_policies", _PACKAGE_DIR.parent / "policies"]
+    for candidate in candidates:
+        if (candidate / "examlops").is_dir():
+            return candidate
+    raise PolicyError(f"no policy directory found (looked in {', '.join(map(str, candidates))})")
+
+
+def schema_dir() -> Path:
+    """Where the JSON Schemas live (bundled copy first, then the source checkout)."""
+    for candidate in (_PACKAGE_DIR / "_schemas", _PACKAGE_DIR.parent / "schemas"):
+        if candidate.is_dir():
+            return candidate
+    raise PolicyError("no schema directory found")
+
+
+def policy_files(root: Path) -> list[Path]:
+    """The files that make up the policy: Rego (tests excluded) and the data tables, sorted."""
+    files = [
+        p
+        for p in root.rglob("*")
+        if p.is_file()
+        and (p.suffix in {".yaml", ".yml", ".json"} or (p.suffix == ".rego" and not p.name.endswith("_test.rego")))
+    ]
+    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+
+
+def revision(root: Path) -> str:
+    """A digest of every policy and data file: the policy half of a decision's provenance."""
+    digest = hashlib.sha256()
+    for path in policy_files(root):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(b"\0")
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return "sha256:" + digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The reviewed tables as plain mappings."""
+
+    accelerators: JSONObject
+    engines: JSONObject
+    models: JSONObject
+    partitioning: JSONObject
+    regions: JSONObject
+    eu_member_states: tuple[str, ...]
+    accounting: JSONObject
+
+    def region_known(self, region: str) -> bool:
+        return region in self.regions
+
+    def default_cost(self, accelerator: str) -> float:
+        costs = cast(JSONObject, self.accounting["default_cost_per_hour"])
+        return float(cast(float, costs[accelerator]))
+
+    def grid_intensity(self, region: str) -> float | None:
+        entry = cast(JSONObject, self.regions.get(region) or {})
+        value = entry.get("grid_gco2_per_kwh")
+        return None if value is None else float(cast(float, value))
+
+    def region_pue(self, region: str) -> float | None:
+        entry = cast(JSONObject, self.regions.get(region) or {})
+        value = entry.get("pue")
+        return None if value is None else float(cast(float, value))
+
+    def model_power(self, model: str | None) -> float | None:
+        if model is None:
+            return None
+        entry = cast(JSONObject, self.models.get(model) or {})
+        value = entry.get("power_w")
+        return None if value is None else float(cast(float, value))
+
+    def default_carbon_factor(self, region: str) -> float:
+        """gCO2e per device-hour for a pool that states no carbon factor (see accounting.yaml)."""
+        acc = self.accounting
+        by_region = cast(JSONObject, acc["default_carbon_factor"])
+        if region in by_region:
+            return float(cast(float, by_region[region]))
+        intensity = self.grid_intensity(region)
+        if intensity is None:
+            return float(cast(float, acc["fallback_carbon_factor"]))
+        kw = float(cast(float, acc["reference_power_w"])) / 1000.0
+        return round(kw * float(cast(float, acc["reference_pue"])) * intensity, 1)
+
+
+def _load_yaml(path: Path) -> JSONObject:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise PolicyError(f"{path}: cannot read policy table: {exc}") from exc
+    if not isinstance(data, dict):
+        raise PolicyError(f"{path}: a policy table must be a mapping")
+    return cast(JSONObject, data)
+
+
+@lru_cache(maxsize=4)
+def load_tables(root: Path | None = None) -> Tables:
+    """Read every table under ``<policy dir>/examlops/tables``."""
+    base = (root or policy_dir()) / "examlops" / "tables"
+    merged: JSONObject = {}
+    for path in sorted(base.glob("*.yaml")):
+        merged.update(_load_yaml(path))
+    try:
+        return Tables(
+            accelerators=cast(JSONObject, merged["accelerators"]),
+            engines=cast(JSONObject, merged["engines"]),
+            models=cast(JSONObject, merged["models"]),
+            partitioning=cast(JSONObject, merged["partitioning"]),
+            regions=cast(JSONObject, merged["regions"]),
+            eu_member_states=tuple(cast(list[str], merged["eu_member_states"])),
+            accounting=cast(JSONObject, merged["accounting"]),
+        )
+    except KeyError as exc:
+        raise PolicyError(f"{base}: table {exc} is missing") from exc
