@@ -16,9 +16,9 @@ them back to `verify_chain`. Design: /work/shared/reference/audit-log.md.
     edited      the entry's bytes no longer hash to its entry_hash             that entry
     deleted     a seq gap: entries missing between two present ones          the first missing seq
     reordered   two adjacent entries in each other's place, or one out of order  the lower seq
-    inserted    an entry that hashes correctly but is not in the chain: a      the forged entry
-                second claimant of a seq, or a re-hashed forgery its neighbour
-                does not link to
+    inserted    an entry that hashes correctly but is not in the chain: a      the forged entry; the
+                second claimant of a seq, or a re-hashed forgery its neighbour  later of the two when
+                does not link to                                              nothing vouches for it
     truncated   the log ends before the checkpoint's size                     the first missing seq
     mismatch    the entry at the checkpoint's size is not the checkpoint head  checkpoint size
     signature   no checkpoint signature by the given key verifies             checkpoint size
@@ -33,7 +33,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Final, Literal
+from typing import Final, Literal, TypeVar
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -59,6 +59,7 @@ _MAX_SIGNATURES: Final = 100  # the limit golang.org/x/mod/sumdb/note applies
 _EM_DASH: Final = "\u2014 "
 _SIZE_LINE: Final = re.compile(r"0|[1-9][0-9]*", re.ASCII)
 _HEX_ID: Final = re.compile(r"[0-9a-fA-F]{8}", re.ASCII)
+_Key = TypeVar("_Key", "VerifierKey", "SigningKey")
 
 
 def canonical_bytes(entry: Mapping[str, object]) -> bytes:
@@ -69,7 +70,9 @@ def canonical_bytes(entry: Mapping[str, object]) -> bytes:
     """
     _require_string_keys(entry, "entry")
     try:
-        text = json.dumps(entry, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = json.dumps(
+            entry, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
         return text.encode("utf-8")
     except (ValueError, TypeError) as exc:  # UnicodeEncodeError (lone surrogate) is a ValueError
         raise SpecError(f"audit entry is not canonical JSON: {exc}") from exc
@@ -179,7 +182,7 @@ def verify_chain(
     while i < len(rows):
         row, after = rows[i], (rows[i + 1] if i + 1 < len(rows) else None)
         if after is not None and _swapped(row, after, expected):
-            report(expected, "reordered", f"entries {expected} and {expected + 1} are in each other's place")
+            report(expected, "reordered", f"entries {expected} and {expected + 1} are swapped")
             heads[expected], heads[expected + 1] = after.entry_hash, row.entry_hash
             expected, links, head, i = expected + 2, {row.entry_hash}, row.entry_hash, i + 2
             continue
@@ -192,15 +195,18 @@ def verify_chain(
                 report(row.seq, "reordered", f"entry {row.seq} comes after entry {expected - 1}")
             continue
         if row.seq > expected:
-            gap = f"entry {expected} is" if row.seq == expected + 1 else f"entries {expected}..{row.seq - 1} are"
-            report(expected, "deleted", f"{gap} missing: entry {row.seq} follows entry {expected - 1}")
+            gap = f"entries {expected}..{row.seq - 1} are" if row.seq > expected + 1 else f"entry {expected} is"
+            report(expected, "deleted", f"{gap} missing: entry {row.seq} follows {expected - 1}")
         recomputed = _recompute(row, row.seq)
         if recomputed != row.entry_hash:
             report(row.seq, "edited", f"entry {row.seq} no longer hashes to its stored entry_hash")
         elif row.seq == expected and row.prev_hash not in links:
-            # Both sides hash correctly, so one is a re-hashed forgery; trust the side that the
-            # next entry links to.
-            vouched = after is not None and after.prev_hash == row.entry_hash and expected > 1
+            # Both sides hash correctly, so one is a re-hashed forgery; trust this side when the
+            # next entry or the checkpoint vouches for it. The head with no checkpoint: ambiguous.
+            vouched = expected > 1 and (
+                (after is not None and after.prev_hash == row.entry_hash)
+                or (checkpoint is not None and checkpoint.size == row.seq and checkpoint.head == row.entry_hash)
+            )
             before = f"entry {expected - 1}" if expected > 1 else "the genesis hash"
             report(expected - 1 if vouched else row.seq, "inserted",
                    f"entry {row.seq} does not link to {before}: one of them was forged and re-hashed")
@@ -213,10 +219,9 @@ def verify_chain(
     if checkpoint is not None:
         anchored = heads.get(checkpoint.size, GENESIS if checkpoint.size == 0 else None)
         if checkpoint.size > size:
-            report(size + 1, "truncated", f"the log ends at entry {size}, the checkpoint covers {checkpoint.size}")
+            report(size + 1, "truncated", f"the log ends at {size}, its checkpoint is at {checkpoint.size}")
         elif anchored != checkpoint.head:
-            report(checkpoint.size, "mismatch",
-                   f"entry {checkpoint.size} is not the checkpoint head: the log was rewritten up to there")
+            report(checkpoint.size, "mismatch", f"entry {checkpoint.size} differs from the checkpoint head")
         if public_key is not None and not _signed_by(checkpoint, public_key):
             report(checkpoint.size, "signature", "no checkpoint signature by the given key verifies")
     problems = tuple(found.values())
@@ -285,7 +290,7 @@ class VerifierKey:
 
     def __post_init__(self) -> None:
         if not _valid_name(self.name) or len(self.public_key) != 32:
-            raise SpecError("needs a name without spaces or '+' and a 32-byte key", source="verifier key")
+            raise SpecError("needs a name without spaces or '+', and 32 bytes", source="verifier key")
 
     @property
     def key_id(self) -> bytes:
@@ -296,10 +301,7 @@ class VerifierKey:
     def parse(cls, text: str) -> VerifierKey:
         """Read a verifier key; SpecError says what is malformed (including a wrong key id)."""
         name, key_id, public_key = _key_parts(text, "verifier key")
-        key = cls(name, public_key)
-        if key.key_id != key_id:
-            raise SpecError(f"key id {key_id.hex()} does not match the name and key", source="verifier key")
-        return key
+        return _checked_id(cls(name, public_key), key_id, "verifier key")
 
     def encode(self) -> str:
         """The verifier key text."""
@@ -324,7 +326,7 @@ class SigningKey:
 
     def __post_init__(self) -> None:
         if not _valid_name(self.name) or len(self.seed) != 32:
-            raise SpecError("needs a name without spaces or '+' and a 32-byte seed", source="signer key")
+            raise SpecError("needs a name without spaces or '+', and 32 bytes", source="signer key")
 
     @property
     def key_id(self) -> bytes:
@@ -337,10 +339,7 @@ class SigningKey:
         if not text.startswith("PRIVATE+KEY+"):
             raise SpecError("must start with 'PRIVATE+KEY+'", source="signer key")
         name, key_id, seed = _key_parts(text.removeprefix("PRIVATE+KEY+"), "signer key")
-        key = cls(name, seed)
-        if key.key_id != key_id:
-            raise SpecError(f"key id {key_id.hex()} does not match the name and key", source="signer key")
-        return key
+        return _checked_id(cls(name, seed), key_id, "signer key")
 
     def encode(self) -> str:
         """The signer key text: a secret."""
@@ -355,6 +354,12 @@ class SigningKey:
     def sign(self, message: bytes) -> bytes:
         """The 64-byte Ed25519 signature of `message` (deterministic, RFC 8032)."""
         return Ed25519PrivateKey.from_private_bytes(self.seed).sign(message)
+
+
+def _checked_id(key: _Key, key_id: bytes, source: str) -> _Key:
+    if key.key_id != key_id:
+        raise SpecError(f"key id {key_id.hex()} does not match the name and key", source=source)
+    return key
 
 
 def generate_key(name: str) -> tuple[str, str]:
@@ -394,10 +399,10 @@ def _split_note(note: str, source: str, *, signed: bool) -> tuple[str, tuple[tup
     for line in lines:
         name, _, encoded = line.removeprefix(_EM_DASH).partition(" ")
         if not line.startswith(_EM_DASH) or not _valid_name(name):
-            raise SpecError(f"malformed signature line {line!r}: expected '— <name> <base64>'", source=source)
+            raise SpecError(f"malformed signature line {line!r}: want '— <name> <base64>'", source=source)
         blob = _b64decode(encoded, f"signature of {name!r}", source)
         if len(blob) < 5:
-            raise SpecError(f"signature of {name!r} is shorter than a key id and a signature", source=source)
+            raise SpecError(f"signature of {name!r} is shorter than key id + signature", source=source)
         signatures.append((name, blob))
     return text, tuple(signatures)
 
@@ -447,7 +452,7 @@ class Checkpoint:
         if len(self.head) != 32:
             raise SpecError(f"must be 32 bytes, got {len(self.head)}", source="checkpoint", field="head")
         if any(not _valid_name(name) or len(blob) < 5 for name, blob in self.signatures):
-            raise SpecError("needs valid key names and key id + signature", source="checkpoint", field="signatures")
+            raise SpecError("need key names and key id + signature", source="checkpoint", field="signatures")
 
     def text(self) -> str:
         """The signed note text: origin, size, base64 head, one line each."""
@@ -461,8 +466,8 @@ def make_checkpoint(size: int, head: bytes, origin: str = ORIGIN) -> Checkpoint:
 
 def format_checkpoint(cp: Checkpoint) -> str:
     """The checkpoint as a note: its text, then (if signed) a blank line and signature lines."""
-    lines = "".join(f"{_EM_DASH}{name} {base64.b64encode(blob).decode()}\n" for name, blob in cp.signatures)
-    return cp.text() + ("\n" + lines if lines else "")
+    lines = [f"{_EM_DASH}{name} {base64.b64encode(blob).decode()}\n" for name, blob in cp.signatures]
+    return cp.text() + ("\n" + "".join(lines) if lines else "")
 
 
 def parse_checkpoint(text: str) -> Checkpoint:
@@ -476,7 +481,7 @@ def parse_checkpoint(text: str) -> Checkpoint:
         raise SpecError(f"expected 3 lines (origin, size, head), got {len(lines)}", source="checkpoint")
     origin, size, head = lines
     if not _SIZE_LINE.fullmatch(size):
-        raise SpecError(f"{size!r} is not a decimal without leading zeros", source="checkpoint", field="size")
+        raise SpecError(f"{size!r} is not decimal without leading zeros", source="checkpoint", field="size")
     return Checkpoint(origin, int(size), _b64decode(head, "head", "checkpoint"), signatures)
 
 
@@ -496,5 +501,5 @@ def _signed_by(cp: Checkpoint, key: Ed25519PublicKey | VerifierKey) -> bool:
     if isinstance(key, VerifierKey):
         return verify_checkpoint_signature(cp, key)
     # A bare public key has no name: try it under each name that signed; the key id decides.
-    raw = key.public_bytes_raw()
-    return any(verify_checkpoint_signature(cp, VerifierKey(name, raw)) for name in dict.fromkeys(n for n, _ in cp.signatures))
+    names = dict.fromkeys(name for name, _ in cp.signatures)
+    return any(verify_checkpoint_signature(cp, VerifierKey(n, key.public_bytes_raw())) for n in names)

@@ -35,14 +35,14 @@ def _reason(data: JSONObject) -> Reason:
 
 
 def _verdict(data: JSONObject) -> PoolVerdict:
-    values = dict(data)
-    values["reasons"] = tuple(_reason(cast(JSONObject, r)) for r in cast(list[JSONObject], data["reasons"]))
+    values: dict[str, object] = dict(data)
+    values["reasons"] = tuple(_reason(r) for r in cast(list[JSONObject], data["reasons"]))
     values["grant"] = Grant(**cast(JSONObject, data["grant"]))  # type: ignore[arg-type]
     return PoolVerdict(**values)  # type: ignore[arg-type]
 
 
 def _burst(data: JSONObject) -> BurstVerdict:
-    values = dict(data)
+    values: dict[str, object] = dict(data)
     if values.get("reason"):
         values["reason"] = _reason(cast(JSONObject, values["reason"]))
     return BurstVerdict(**values)  # type: ignore[arg-type]
@@ -50,11 +50,11 @@ def _burst(data: JSONObject) -> BurstVerdict:
 
 def from_json(data: JSONObject) -> Decision:
     """Rebuild a Placement or Rejection written by ``to_json``."""
-    values = {k: v for k, v in data.items() if k != "outcome"}
-    workload = dict(cast(JSONObject, values["workload"]))
+    values: dict[str, object] = {k: v for k, v in data.items() if k != "outcome"}
+    workload: dict[str, object] = dict(cast(JSONObject, values["workload"]))
     workload["capabilities"] = tuple(cast(list[str], workload["capabilities"]))
     values["workload"] = Workload(**workload)  # type: ignore[arg-type]
-    values["verdicts"] = tuple(_verdict(cast(JSONObject, v)) for v in cast(list[JSONObject], values["verdicts"]))
+    values["verdicts"] = tuple(_verdict(v) for v in cast(list[JSONObject], values["verdicts"]))
     values["burst"] = _burst(cast(JSONObject, values["burst"]))
     values["provenance"] = Provenance(**cast(JSONObject, values["provenance"]))  # type: ignore[arg-type]
     if data["outcome"] == "placed":

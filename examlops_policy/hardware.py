@@ -7,21 +7,25 @@ entries in one transaction.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
-import dataclasses
 from pathlib import Path
 from typing import Final
 
-from examlops_policy import audit, specs
-from examlops_policy.finops import FinopsRow, totals
+from typing import TYPE_CHECKING
+
+from examlops_policy import specs
 from examlops_policy.errors import PolicyUnavailable, SpecError
+from examlops_policy.finops import FinopsRow, totals
 from examlops_policy.model import Decision, JSONObject, Placement, Pool, PoolState, Reason, Workload
-from examlops_policy.opa_server import ensure_server
 from examlops_policy.placement import decide, effective_cost
-from examlops_policy.policy import OpaEvaluator, PolicyEvaluator
 from examlops_policy.store import DecisionRecord, PoolChange, Store
 from examlops_policy.tables import Tables, load_tables, policy_dir, revision
+
+if TYPE_CHECKING:  # the OPA client, HTTP and crypto stacks load only when a command needs them
+    from examlops_policy import audit
+    from examlops_policy.policy import OpaEvaluator, PolicyEvaluator
 
 DEFAULT_HOME: Final = Path("~/.local/share/examlops")
 
@@ -54,6 +58,9 @@ class ManagedOpaEvaluator:
 
     def _connect(self) -> OpaEvaluator:
         if self._inner is None:
+            from examlops_policy.opa_server import ensure_server
+            from examlops_policy.policy import OpaEvaluator
+
             server = ensure_server(self._home, self._root)
             self._inner = OpaEvaluator(server.url, revision=self._revision)
         return self._inner
@@ -72,6 +79,8 @@ def default_evaluator(home: Path) -> PolicyEvaluator:
     """``EXA_OPA_URL`` when set (an existing OPA server), else the managed local one."""
     url = os.environ.get("EXA_OPA_URL")
     if url:
+        from examlops_policy.policy import OpaEvaluator
+
         return OpaEvaluator(url, revision=revision(policy_dir()))
     return ManagedOpaEvaluator(home)
 
@@ -143,7 +152,7 @@ class Hardware:
     def place(self, workload: Workload) -> DecisionRecord:
         """Decide and record: reservation, decision, burst event and audit entries, atomically."""
         specs.check_workload(workload)
-        return self.store.place(lambda states: decide(workload, states, self.evaluator, self.tables))
+        return self.store.place(lambda states: decide(workload, states, self.evaluator, self.tables), source="exa-hardware")
 
     def burst(self, workload: Workload) -> DecisionRecord:
         """An explicit burst to cloud: target cloud, bursting allowed."""
@@ -178,6 +187,8 @@ class Hardware:
     # -- audit --------------------------------------------------------------------------------
 
     def verify_audit(self, checkpoint: audit.Checkpoint | None = None, key: audit.VerifierKey | None = None) -> audit.VerifyReport:
+        from examlops_policy import audit
+
         rows = self.store.audit_rows()
         return audit.verify_chain(rows, checkpoint, public_key=key)
 

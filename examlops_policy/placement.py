@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from examlops_policy.errors import PolicyError
 from examlops_policy.model import (
@@ -28,8 +28,10 @@ from examlops_policy.model import (
     Rejection,
     Workload,
 )
-from examlops_policy.policy import PolicyEvaluator
 from examlops_policy.tables import Tables
+
+if TYPE_CHECKING:
+    from examlops_policy.policy import PolicyEvaluator
 
 
 def effective_cost(state: PoolState, tables: Tables) -> float:

@@ -7,12 +7,13 @@ Everything that goes wrong fails closed: no verdict, no placement.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from collections.abc import Mapping
 from typing import Final, Protocol, cast
 from urllib.parse import urlsplit
 
 import requests
-from opa_client.opa import OpaClient
 
 from examlops_policy.errors import PolicyError, PolicyUnavailable
 from examlops_policy.model import JSONObject
@@ -37,6 +38,22 @@ class PolicyEvaluator(Protocol):
     def revision(self) -> str:
         """The policy revision the evaluator expects to be running (a digest)."""
         ...
+
+
+def _sync_client_class() -> type:
+    """opa-python-client's synchronous ``OpaClient``, without its asyncio half.
+
+    The package's ``__init__`` also imports ``AsyncOpaClient`` and with it aiohttp, which costs a
+    command-line call about a fifth of a second and is never used here. Registering the package
+    module without running its ``__init__`` lets ``opa_client.opa`` import on its own.
+    """
+    if "opa_client" not in sys.modules:
+        spec = importlib.util.find_spec("opa_client")
+        if spec is not None and spec.loader is not None:
+            sys.modules["opa_client"] = importlib.util.module_from_spec(spec)
+    from opa_client.opa import OpaClient
+
+    return cast(type, OpaClient)
 
 
 _REQUIRED: Final = {"rejection", "verdicts", "eligible", "burst", "workload", "provenance", "selected_tier"}
@@ -65,7 +82,7 @@ class OpaEvaluator:
             raise PolicyUnavailable(f"EXA_OPA_URL {url!r} is not an http(s) URL")
         self.url = url.rstrip("/")
         self._revision = revision
-        self._client = OpaClient(
+        self._client = _sync_client_class()(
             host=parts.hostname,
             port=parts.port or (443 if parts.scheme == "https" else 80),
             ssl=parts.scheme == "https",

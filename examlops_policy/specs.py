@@ -29,16 +29,16 @@ MAX_DEPTH: Final = 32
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that refuses aliases and duplicate keys."""
 
-    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]
             raise SpecError(f"line {event.start_mark.line + 1}: YAML aliases are not allowed")
-        return super().compose_node(parent, index)  # type: ignore[arg-type]
+        return super().compose_node(parent, index)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[object, object]:
         seen: set[object] = set()
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise SpecError(f"line {key_node.start_mark.line + 1}: duplicate key {key!r}")
             seen.add(key)
@@ -195,7 +195,7 @@ def pools_from_file(path: Path, tables: Tables | None = None) -> list[Pool]:
         if name in seen:
             raise SpecError(f"duplicate pool name {name!r}", source=str(path), field=f"{where}.name")
         seen.add(name)
-        values = dict(item)
+        values: dict[str, object] = dict(item)
         values["capabilities"] = tuple(cast(list[str], values.get("capabilities", [])))
         pool = Pool(**values)  # type: ignore[arg-type]
         _check_pool_facts(pool, tables or load_tables(), source=str(path), field=where)

@@ -116,7 +116,9 @@ class Tables:
 
 def _load_yaml(path: Path) -> JSONObject:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        # libyaml's C loader when present: tables load on every command.
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)  # noqa: S506 - a safe loader
     except (OSError, yaml.YAMLError) as exc:
         raise PolicyError(f"{path}: cannot read policy table: {exc}") from exc
     if not isinstance(data, dict):

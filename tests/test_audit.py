@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import struct
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -74,7 +75,8 @@ def test_canonical_bytes_do_not_depend_on_key_order() -> None:
 
 
 def test_canonical_bytes_keep_unicode_as_utf8() -> None:
-    assert canonical_bytes({"pool": "Zürich ✓", "ключ": "値"}) == '{"pool":"Zürich ✓","ключ":"値"}'.encode()
+    want = '{"pool":"Zürich ✓","ключ":"値"}'.encode()
+    assert canonical_bytes({"ключ": "値", "pool": "Zürich ✓"}) == want
 
 
 @pytest.mark.parametrize(
@@ -138,11 +140,16 @@ def test_empty_log_verifies_at_genesis() -> None:
     assert verify_chain([]) == VerifyReport(ok=True, size=0, head=GENESIS, problems=())
 
 
+def _flip(value: bytes) -> bytes:
+    return bytes([value[0] ^ 1]) + value[1:]
+
+
 def _edit(row: AuditRow, field: str) -> AuditRow:
-    if field == "canonical":
-        return replace(row, canonical=row.canonical.replace(b"gpu-a100-eu", b"gpu-h100-eu"))
-    value: bytes = getattr(row, field)
-    return replace(row, **{field: bytes([value[0] ^ 1]) + value[1:]})
+    if field == "prev_hash":
+        return replace(row, prev_hash=_flip(row.prev_hash))
+    if field == "entry_hash":
+        return replace(row, entry_hash=_flip(row.entry_hash))
+    return replace(row, canonical=row.canonical.replace(b"gpu-a100-eu", b"gpu-h100-eu"))
 
 
 @pytest.mark.parametrize("field", ["canonical", "prev_hash", "entry_hash"])
@@ -190,8 +197,9 @@ def _swap_seq(rows: list[AuditRow], i: int) -> list[AuditRow]:
 
 @pytest.mark.parametrize("swap", [_swap_order, _swap_seq], ids=["row-order", "seq-values"])
 @pytest.mark.parametrize("seq", range(1, SIZE))
-def test_every_adjacent_swap_is_reported_as_reordered_at_the_lower_seq(seq: int, swap: object) -> None:
-    assert callable(swap)
+def test_every_adjacent_swap_is_reported_as_reordered_at_the_lower_seq(
+    seq: int, swap: Callable[[list[AuditRow], int], list[AuditRow]]
+) -> None:
     report = verify_chain(swap(CHAIN, seq - 1))
     assert not report.ok
     assert kinds(report) == [(seq, "reordered")]
@@ -208,20 +216,33 @@ def test_a_second_entry_claiming_a_seq_is_reported_as_inserted() -> None:
     assert kinds(verify_chain(rows)) == [(7, "inserted")]
 
 
-@pytest.mark.parametrize("seq", range(1, SIZE))
-def test_a_rehashed_forgery_in_place_of_an_entry_is_reported_at_that_entry(seq: int) -> None:
-    forged = next_row(CHAIN[seq - 2] if seq > 1 else None, {"kind": "decision", "pool": "forged"})
+def _replace_with_forgery(seq: int) -> list[AuditRow]:
+    """Entry `seq` swapped for a new, correctly hashed entry linking to entry seq - 1."""
     rows = list(CHAIN)
-    rows[seq - 1] = forged
-    report = verify_chain(rows)
+    rows[seq - 1] = next_row(CHAIN[seq - 2] if seq > 1 else None, {"kind": "decision", "pool": "forged"})
+    return rows
+
+
+@pytest.mark.parametrize("seq", range(1, SIZE - 1))
+def test_a_rehashed_forgery_in_place_of_an_entry_is_reported_at_that_entry(seq: int) -> None:
+    report = verify_chain(_replace_with_forgery(seq))
     assert not report.ok
     assert kinds(report) == [(seq, "inserted")]
 
 
+def test_a_forgery_just_before_the_head_is_pinned_down_by_the_checkpoint() -> None:
+    # Without a successor or an anchor vouching for the head, either of the last two may be forged.
+    alone = verify_chain(_replace_with_forgery(SIZE - 1))
+    assert kinds(alone) == [(SIZE, "inserted")]
+    assert f"entry {SIZE} does not link to entry {SIZE - 1}" in alone.problems[0].message
+    anchored = verify_chain(_replace_with_forgery(SIZE - 1), checkpoint_at(SIZE))
+    assert kinds(anchored) == [(SIZE - 1, "inserted")]
+
+
 def test_an_appended_entry_that_does_not_link_to_the_head_is_reported_as_inserted() -> None:
-    stray = next_row(CHAIN[10], {"kind": "decision", "pool": "forged"})
-    report = verify_chain(CHAIN + [replace(stray, seq=SIZE + 1, entry_hash=entry_hash(stray.prev_hash, SIZE + 1, leaf_hash(stray.canonical)))])
-    assert kinds(report) == [(SIZE + 1, "inserted")]
+    canonical, prev = canonical_bytes({"kind": "decision", "pool": "forged"}), CHAIN[10].entry_hash
+    stray = AuditRow(SIZE + 1, prev, entry_hash(prev, SIZE + 1, leaf_hash(canonical)), canonical)
+    assert kinds(verify_chain(CHAIN + [stray])) == [(SIZE + 1, "inserted")]
 
 
 def test_a_first_entry_that_does_not_start_from_genesis_is_reported_as_inserted() -> None:
@@ -365,9 +386,10 @@ def test_verify_chain_checks_the_checkpoint_signature_when_given_a_key() -> None
     skey, vkey = generate_key("examlops.example/audit")
     signed = sign_checkpoint(checkpoint_at(SIZE), SigningKey.parse(skey))
     verifier = VerifierKey.parse(vkey)
+    bare = Ed25519PrivateKey.from_private_bytes(SigningKey.parse(skey).seed).public_key()
     stranger = Ed25519PrivateKey.generate().public_key()
     assert verify_chain(CHAIN, signed, public_key=verifier).ok
-    assert verify_chain(CHAIN, signed, public_key=Ed25519PrivateKey.from_private_bytes(SigningKey.parse(skey).seed).public_key()).ok
+    assert verify_chain(CHAIN, signed, public_key=bare).ok
     assert kinds(verify_chain(CHAIN, signed, public_key=stranger)) == [(SIZE, "signature")]
     assert kinds(verify_chain(CHAIN, checkpoint_at(SIZE), public_key=verifier)) == [(SIZE, "signature")]
     forged_size = replace(signed, size=SIZE - 1, head=CHAIN[SIZE - 2].entry_hash)
@@ -389,7 +411,8 @@ SPEC_VKEY = "example.com/foo+530d903a+AekyeRrm56hApGFkyQR4ZCbV54Id2LKaANYcrnKv3U
         pytest.param("other.example+530d903a+AekyeRrm56hApGFkyQR4ZCbV54Id2LKaANYcrnKv3U2k", "does not match", id="wrong-name"),
         pytest.param("example.com/foo+530d903+AekyeRrm56hApGFkyQR4ZCbV54Id2LKaANYcrnKv3U2k", "8 hex", id="short-key-id"),
         pytest.param("example.com/foo+530d903a+AukyeRrm56hApGFkyQR4ZCbV54Id2LKaANYcrnKv3U2k", "Ed25519", id="unknown-type"),
-        pytest.param("example.com/foo+530d903a+AekyeRrm56hApGFkyQR4ZCbV54Id2LKaANYcrnKv", "base64", id="truncated-key"),
+        pytest.param("example.com/foo+530d903a+AekyeRrm56hApGFkyQR4ZCbV54Id2LKaANYcrnKv", "32 bytes", id="short-key"),
+        pytest.param("example.com/foo+530d903a+AekyeRrm56hApGFkyQR4ZCbV54Id2LKaANYcrnKv3U2", "base64", id="bad-base64"),
         pytest.param("+530d903a+AekyeRrm56hApGFkyQR4ZCbV54Id2LKaANYcrnKv3U2k", "name", id="empty-name"),
         pytest.param("example.com/foo", "8 hex", id="name-only"),
     ],
@@ -460,6 +483,12 @@ def test_a_note_signed_by_two_keys_verifies_under_each_and_ignores_the_other() -
     assert verify_note(note, VerifierKey.parse(GO_ENOCH_VKEY))
     corrupted = GO_PETER_SIG[:60] + "ABCD" + GO_PETER_SIG[60:]
     assert not verify_note(f"{GO_TEXT}\n{corrupted}{GO_ENOCH_SIG}", VerifierKey.parse(GO_VKEY))
+
+
+def test_a_failing_signature_from_a_known_key_rejects_the_note_even_beside_a_good_one() -> None:
+    # c2sp.org/signed-note: if a signature from a known key fails to verify, reject the whole note.
+    corrupted = GO_PETER_SIG[:60] + "ABCD" + GO_PETER_SIG[60:]
+    assert not verify_note(f"{GO_TEXT}\n{GO_PETER_SIG}{corrupted}", VerifierKey.parse(GO_VKEY))
 
 
 @pytest.mark.parametrize(

@@ -14,16 +14,16 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import cast
 
 from rich.console import Console
 
 from examlops_policy import audit, errors
 from examlops_policy.accounting import device_accounting
-from examlops_policy.cli import render
+from examlops_policy.cli import executors, render
 from examlops_policy.errors import ExaError, SpecError
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import ACCELERATORS, ENGINES, RESIDENCIES, Decision, Placement, Pool, Workload
-from examlops_policy.specs import pool_from_mapping, pools_from_file, workload_from_file, workload_from_mapping
 
 Handler = Callable[[argparse.Namespace, Hardware, Console], int]
 
@@ -61,6 +61,8 @@ def cmd_add_pool(args: argparse.Namespace, hw: Hardware, console: Console) -> in
         value = getattr(args, option)
         if value is not None:
             values[option] = value
+    from examlops_policy.specs import pool_from_mapping
+
     pool = pool_from_mapping(values, source="exa hardware add-pool", tables=hw.tables)
     change = hw.add_pool(pool)
     if args.json:
@@ -71,6 +73,8 @@ def cmd_add_pool(args: argparse.Namespace, hw: Hardware, console: Console) -> in
 
 
 def cmd_apply(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    from examlops_policy.specs import pools_from_file
+
     pools = pools_from_file(Path(args.file), hw.tables)
     changes = hw.apply(pools)
     if args.json:
@@ -105,7 +109,9 @@ def cmd_pools(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     return errors.EXIT_OK
 
 
-def _workload(args: argparse.Namespace, *, burst: bool = False) -> Workload:
+def _workload(args: argparse.Namespace) -> Workload:
+    from examlops_policy.specs import workload_from_file, workload_from_mapping
+
     if args.file:
         workload = workload_from_file(Path(args.file))
     else:
@@ -162,7 +168,7 @@ def cmd_portable(args: argparse.Namespace, hw: Hardware, console: Console) -> in
         render.dump_json(console, {"engine": args.engine, "accelerator": args.accelerator, "portable": reason is None,
                                    "reason": None if reason is None else {"code": reason.code, "message": reason.message}})  # fmt: skip
     elif reason is None:
-        backend = hw.tables.accelerators[args.accelerator]["backend"]  # type: ignore[index]
+        backend = cast(dict[str, str], hw.tables.accelerators[args.accelerator])["backend"]
         console.print(f"✓ Portable: engine '{args.engine}' can run on {args.accelerator} (backend {backend})", style="green")
     else:
         console.print(f"✗ Rejected: {reason.message}", style="red")
@@ -406,6 +412,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = hardware.add_parser("burst-events", parents=[common], help="every burst attempt, allowed or blocked")
     p.add_argument("--limit", type=int, default=50)
     p.set_defaults(handler=cmd_burst_events)
+
+    executors.register(hardware, common)
 
     audit_cmds = groups.add_parser("audit", help="the tamper-evident audit log").add_subparsers(dest="command", required=True)
     p = audit_cmds.add_parser("verify", parents=[common], help="verify the hash chain (and a checkpoint)")

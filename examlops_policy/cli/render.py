@@ -35,7 +35,7 @@ def dump_json(console: Console, value: object) -> None:
 
 
 def decision_json(record: DecisionRecord | None, decision: Decision) -> dict[str, object]:
-    body = dict(codec.to_json(decision))
+    body: dict[str, object] = dict(codec.to_json(decision))
     if record is not None:
         body.update(id=record.id, created_at=record.created_at, released_at=record.released_at, job_id=record.job_id)
     return body

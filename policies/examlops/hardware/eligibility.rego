@@ -51,12 +51,15 @@ capability(pool, w) := reason.make(
 } else := null
 
 # needed: devices this workload takes from the pool (a granted fraction, or whole devices).
+# A pool whose free capacity is not stated has none: fail closed.
 capacity(pool, needed) := reason.make(
 	"capacity_exhausted",
 	"not_now",
-	sprintf("needs %v device(s), %v free of %v", [needed, pool.free, pool.count]),
-	{"needed": needed, "free": pool.free, "count": pool.count},
+	sprintf("needs %v device(s), %v free of %v", [needed, free(pool), pool.count]),
+	{"needed": needed, "free": free(pool), "count": pool.count},
 ) if {
 	# Tolerance: granted MIG shares are sevenths, which do not add up exactly in binary floats.
-	object.get(pool, "free", 0) < needed - 0.000001
+	free(pool) < needed - 0.000001
 } else := null
+
+free(pool) := object.get(pool, "free", 0)
