@@ -140,7 +140,10 @@ def validate(instance: object, schema: str, *, source: str) -> None:
     bad = _control_character(instance)
     if bad:
         raise SpecError("control characters (newline, tab, escape, ...) are not allowed", source=source, field=bad)
-    errors = sorted(_validator(schema).iter_errors(instance), key=lambda e: [str(p) for p in e.absolute_path])
+    errors = sorted(
+        _validator(schema).iter_errors(instance),
+        key=lambda e: ([str(p) for p in e.absolute_path], e.validator != "required"),
+    )
     if errors:
         first = errors[0]
         more = "" if len(errors) == 1 else f" (and {len(errors) - 1} more problem(s))"

@@ -219,3 +219,12 @@ def test_module_level_place_records_on_the_default_state(tmp_path, monkeypatch, 
     from examlops_policy.opa_server import stop_server
 
     stop_server(tmp_path)
+
+
+def test_library_imports_without_the_cli_stack() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, examlops_policy, examlops.hardware; print(sorted(m for m in ('rich', 'aiohttp') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]"

@@ -26,6 +26,7 @@ CHECKS: Final = {
     "capacity_exhausted": "capacity",
     "fallback_not_needed": "tier",
     "burst_not_needed": "tier",
+    "request_rejected": "tier",
 }
 CHECK_ORDER: Final = ("portability", "target", "capabilities", "residency", "capacity", "tier")
 

@@ -12,6 +12,7 @@ import data.examlops.hardware.eligibility
 import data.examlops.hardware.fallback
 import data.examlops.hardware.fractions
 import data.examlops.hardware.portability
+import data.examlops.hardware.reason
 import data.examlops.hardware.residency
 import data.examlops.hardware.workload
 
@@ -68,6 +69,14 @@ pool_by_name[pool.name] := pool if some pool in input.pools
 preference(v) := p if {
 	v.admissible
 	p := fallback.preference(w, v.tier, selected_tier)
+} else := reason.make(
+	"request_rejected",
+	"preference",
+	sprintf("the workload as asked is rejected: %s", [rejection.message]),
+	{"rejection": rejection.code},
+) if {
+	v.admissible
+	rejection != null
 } else := null
 
 # Bursting: cloud pools are considered when the workload asks for cloud, or allows bursting and no

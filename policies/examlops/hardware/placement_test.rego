@@ -116,6 +116,13 @@ test_every_pool_gets_a_verdict_even_on_rejection if {
 	}
 }
 
+test_pools_that_could_run_a_rejected_request_say_why_they_were_not_used if {
+	d := placement.decision with input as scenario(train({"accelerator": "amd", "engine": "sglang"}), spec_pools)
+	d.verdicts["hpc-nvidia"].admissible == true
+	codes(d.verdicts["hpc-nvidia"]) == ["request_rejected"]
+	d.verdicts["hpc-nvidia"].reasons[0].message == "the workload as asked is rejected: engine 'sglang' cannot run on amd (needs backend rocm; supports ('cuda',))"
+}
+
 test_burst_eu_only_to_us_is_blocked if {
 	w := train({"target": "cloud", "residency": "eu-only", "allow_burst": true})
 	d := placement.decision with input as scenario(w, spec_pools)
