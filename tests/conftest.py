@@ -62,23 +62,22 @@ def seeded(hardware: Hardware) -> Hardware:
     return hardware
 
 
-_SHARED_OPA: dict[str, str] = {}
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _shared_opa(opa_home: Path) -> None:
     """One OPA for the CLI tests, so each test does not pay an OPA start (the launcher itself is
     exercised by the tests that pass ``shared_opa=False``)."""
     from examlops_policy.opa_server import ensure_server
 
-    _SHARED_OPA["url"] = ensure_server(opa_home).url
+    # An environment variable, not a module global: pytest's conftest and ``tests.conftest``
+    # imported by test modules are two module objects.
+    os.environ["EXA_TEST_OPA_URL"] = ensure_server(opa_home).url
 
 
 def run_exa(
     home: Path, *args: str, check: bool = False, env: dict[str, str] | None = None, shared_opa: bool = True
 ) -> subprocess.CompletedProcess[str]:
     """Run the real ``exa`` CLI with ``EXA_HOME=home`` (and the session's OPA unless told not to)."""
-    opa = {"EXA_OPA_URL": _SHARED_OPA["url"]} if shared_opa and "url" in _SHARED_OPA else {}
+    opa = {"EXA_OPA_URL": os.environ["EXA_TEST_OPA_URL"]} if shared_opa and "EXA_TEST_OPA_URL" in os.environ else {}
     full_env = {**os.environ, "EXA_HOME": str(home), "COLUMNS": "200", **opa, **(env or {})}
     result = subprocess.run([str(EXA), *args], capture_output=True, text=True, env=full_env, timeout=60)
     if check and result.returncode != 0:
