@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from examlops_policy import specs
 from examlops_policy.errors import PolicyUnavailable, SpecError
 from examlops_policy.finops import FinopsRow, totals
-from examlops_policy.model import Decision, JSONObject, Placement, Pool, PoolState, Reason, Workload
+from examlops_policy.model import Decision, JSONObject, Pool, PoolState, Reason, Rejection, Workload
 from examlops_policy.placement import decide, effective_cost
 from examlops_policy.store import DecisionRecord, PoolChange, Store
 from examlops_policy.tables import Tables, load_tables, policy_dir, revision
@@ -162,17 +162,18 @@ class Hardware:
         """None when the engine can run on the accelerator, else the policy's reason."""
         workload = specs.check_workload(Workload("portability-check", accelerator=accelerator, engine=engine))
         decision = decide(workload, [], self.evaluator, self.tables)
-        if decision.ok:
-            return None
-        assert not isinstance(decision, Placement)
-        if decision.code in {"backend_unsupported"} or decision.code.endswith("_unknown"):
+        # With no pools, the only rejection that speaks of the workload itself is portability's.
+        if isinstance(decision, Rejection) and decision.code == "backend_unsupported":
             return Reason(decision.code, "never", decision.reason)
         return None
 
     def what_if(self, workload: Workload, pools: Sequence[Pool] | None = None) -> Decision:
         """Decide without recording or reserving: over ``pools`` (all free) or the current state."""
         specs.check_workload(workload)
-        states = [PoolState(specs.check_pool(p, self.tables), float(p.count)) for p in pools] if pools is not None else self.store.pool_states()
+        if pools is None:
+            states = self.store.pool_states()
+        else:
+            states = [PoolState(specs.check_pool(p, self.tables), float(p.count)) for p in pools]
         return decide(workload, states, self.evaluator, self.tables)
 
     def decisions(self, limit: int = 20) -> list[DecisionRecord]:

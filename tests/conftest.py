@@ -79,7 +79,9 @@ def run_exa(
     """Run the real ``exa`` CLI with ``EXA_HOME=home`` (and the session's OPA unless told not to)."""
     opa = {"EXA_OPA_URL": os.environ["EXA_TEST_OPA_URL"]} if shared_opa and "EXA_TEST_OPA_URL" in os.environ else {}
     full_env = {**os.environ, "EXA_HOME": str(home), "COLUMNS": "200", **opa, **(env or {})}
-    result = subprocess.run([str(EXA), *args], capture_output=True, text=True, env=full_env, timeout=60)
+    # cwd: outside the checkout, so files a command writes where it runs (e.g. Slurm job output)
+    # land in the test's temporary directory.
+    result = subprocess.run([str(EXA), *args], capture_output=True, text=True, env=full_env, timeout=60, cwd=home.parent)
     if check and result.returncode != 0:
         raise AssertionError(f"exa {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
     return result

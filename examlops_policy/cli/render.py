@@ -12,6 +12,7 @@ from rich.text import Text
 
 from examlops_policy import codec
 from examlops_policy.model import Decision, Placement, PoolState, PoolVerdict, Rejection
+from examlops_policy.placement import effective_cost
 from examlops_policy.store import DecisionRecord
 from examlops_policy.tables import Tables
 
@@ -129,8 +130,6 @@ def print_pools(console: Console, states: Sequence[PoolState], tables: Tables) -
     table = Table(title="Pools (cheapest first)", title_justify="left")
     for column in ("name", "target", "accelerator", "model", "region", "free/total", "$/h", "gCO2e/h", "fractions", "capabilities"):
         table.add_column(column)
-    from examlops_policy.placement import effective_cost
-
     for s in states:
         p = s.pool
         cost = effective_cost(s, tables)

@@ -1,0 +1,197 @@
+"""A Kubernetes ``batch/v1`` Job for a placed decision (cloud bursts).
+
+The container asks the vendor's device plugin for whole devices (``nvidia.com/gpu``,
+``amd.com/gpu``, ``habana.ai/gaudi``, ``google.com/tpu``) or, for an honored fraction, for the named
+partition resource (``nvidia.com/mig-<profile>``, ``amd.com/<compute>_<memory>``). Extended
+resources are whole numbers: a fraction is never written as ``0.5`` of a device. Where the pool
+names a model, the pod is pinned to nodes whose vendor product label shows that model. Labels carry
+the decision id and the policy revision the decision was made under.
+
+Sources: NVIDIA k8s-device-plugin and gpu-feature-discovery docs (resource names, MIG "mixed"
+strategy, ``nvidia.com/gpu.product`` = the NVML product name with spaces as '-'); ROCm
+k8s-device-plugin docs (``amd.com/gpu``, partition resources such as ``amd.com/cpx_nps4``,
+``amd.com/gpu.product-name`` from the node labeller); Intel Gaudi device plugin
+(``habana.ai/gaudi``, no product label); GKE TPU docs (``google.com/tpu``,
+``cloud.google.com/gke-tpu-accelerator``, ``cloud.google.com/gke-tpu-topology``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Final
+
+from examlops_policy.errors import SpecError
+from examlops_policy.model import JSONObject, JSONValue, Placement, Pool
+from examlops_policy.store import DecisionRecord
+
+LABEL_PREFIX: Final = "examlops.io"
+RESOURCES: Final = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "intel-gaudi": "habana.ai/gaudi", "tpu": "google.com/tpu"}
+PRODUCT_LABELS: Final = {
+    "nvidia": "nvidia.com/gpu.product",
+    "amd": "amd.com/gpu.product-name",
+    "tpu": "cloud.google.com/gke-tpu-accelerator",
+}
+# Product label values per model (models.yaml keys). Several values where SKUs differ (SXM/PCIe,
+# driver versions); a model missing here gets no node selector and the manifest says so.
+PRODUCTS: Final[dict[str, tuple[str, ...]]] = {
+    "a100": ("NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-80GB-PCIe"),
+    "a100-40gb": ("NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-PCIE-40GB", "A100-SXM4-40GB"),
+    "h100": ("NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB", "NVIDIA-H100-PCIe"),
+    "h200": ("NVIDIA-H200", "NVIDIA-H200-NVL"),
+    "gh200": ("NVIDIA-GH200-480GB", "NVIDIA-GH200-144G-HBM3e"),
+    "b200": ("NVIDIA-B200",),
+    "l4": ("NVIDIA-L4",),
+    "t4": ("Tesla-T4",),
+    "v100": ("Tesla-V100-SXM2-32GB", "Tesla-V100-PCIE-32GB"),
+    "mi250x": ("AMD_Instinct_MI250X",),
+    "mi300x": ("AMD_Instinct_MI300X_OAM", "AMD_Instinct_MI300X"),
+    "mi325x": ("AMD_Instinct_MI325_OAM", "AMD_Instinct_MI325X"),
+    "tpu-v5e": ("tpu-v5-lite-podslice",),
+    "tpu-v5p": ("tpu-v5p-slice",),
+    "tpu-v6e": ("tpu-v6e-slice",),
+}
+AMD_MEMORY_PARTITIONS: Final = ("nps1", "nps2", "nps4")
+
+DNS_LABEL_RE: Final = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+IMAGE_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
+MIG_PROFILE_RE: Final = re.compile(r"^\d+g\.\d+gb$")
+AMD_PROFILE_RE: Final = re.compile(r"^[sdqc]px$")
+TOPOLOGY_RE: Final = re.compile(r"^\d+x\d+(x\d+)?$")
+
+
+def job_name(workload: str, decision_id: str) -> str:
+    """A DNS-1123 label from the workload name and the decision id (unique per decision)."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", workload.lower()).strip("-")[:50].rstrip("-") or "workload"
+    return f"{slug}-{decision_id[:8].lower()}"
+
+
+def resource_limits(placement: Placement, pool: Pool, *, amd_memory_partition: str = "nps1") -> dict[str, str]:
+    """The container's limits: whole devices of the vendor resource, or one named partition."""
+    grant = placement.grant
+    count = placement.workload.count
+    if pool.accelerator == "cpu":
+        return {"cpu": _whole(grant.devices, "CPUs")}
+    base = RESOURCES[pool.accelerator]
+    if grant.honored and grant.profile is not None and grant.requested < 1:
+        profile = grant.profile
+        if pool.accelerator == "nvidia" and MIG_PROFILE_RE.fullmatch(profile):
+            return {f"nvidia.com/mig-{profile}": str(count)}
+        if pool.accelerator == "amd" and AMD_PROFILE_RE.fullmatch(profile):
+            if amd_memory_partition not in AMD_MEMORY_PARTITIONS:
+                raise SpecError(f"expected one of {', '.join(AMD_MEMORY_PARTITIONS)}", field="--amd-memory-partition")
+            return {f"amd.com/{profile}_{amd_memory_partition}": str(count)}
+        raise SpecError(
+            f"the granted share {profile!r} names no Kubernetes partition resource on {pool.accelerator}"
+            + (" (the pool names no model, so the MIG profile has no memory size; set the pool's model)" if pool.accelerator == "nvidia" else ""),
+            field="grant.profile",
+        )
+    return {base: _whole(grant.devices, "devices")}
+
+
+def _whole(value: float, what: str) -> str:
+    if value != int(value) or value < 1:
+        raise SpecError(f"{value:g} {what}: Kubernetes extended resources are whole numbers, never fractions")
+    return str(int(value))
+
+
+def _node_placement(pool: Pool, tpu_topology: str | None) -> tuple[dict[str, str], JSONObject | None, str | None]:
+    """(nodeSelector, affinity, note): pin to nodes whose product label shows the pool's model."""
+    selector: dict[str, str] = {}
+    label = PRODUCT_LABELS.get(pool.accelerator)
+    values = PRODUCTS.get(pool.model or "", ())
+    note = None
+    affinity: JSONObject | None = None
+    if pool.model is None or pool.accelerator == "cpu":
+        pass
+    elif label is None:
+        note = f"{pool.accelerator} nodes carry no product label; not pinned to model {pool.model}"
+    elif not values:
+        note = f"no known {label} value for model {pool.model}; not pinned"
+    elif len(values) == 1:
+        selector[label] = values[0]
+    else:
+        term: JSONObject = {"matchExpressions": [{"key": label, "operator": "In", "values": list(values)}]}
+        affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    if pool.accelerator == "tpu" and tpu_topology:
+        if not TOPOLOGY_RE.fullmatch(tpu_topology):
+            raise SpecError(f"expected e.g. 2x2 or 2x2x1 (got {tpu_topology!r})", field="--tpu-topology")
+        selector["cloud.google.com/gke-tpu-topology"] = tpu_topology
+    return selector, affinity, note
+
+
+def job_manifest(
+    record: DecisionRecord,
+    pool: Pool,
+    *,
+    image: str,
+    command: Sequence[str] = (),
+    namespace: str | None = None,
+    amd_memory_partition: str = "nps1",
+    tpu_topology: str | None = None,
+) -> JSONObject:
+    """The ``batch/v1`` Job for a placed, unreleased decision on ``pool``."""
+    decision = record.decision
+    short = record.id[:12]
+    if not isinstance(decision, Placement):
+        raise SpecError(f"decision {short} placed nothing, so there is no Job to emit", field="ID")
+    if record.released_at is not None:
+        raise SpecError(f"decision {short} was released at {record.released_at}; place the workload again", field="ID")
+    if pool.name != decision.pool:
+        raise SpecError(f"pool {pool.name!r} is not the pool of decision {short} ({decision.pool!r})")
+    if not IMAGE_RE.fullmatch(image):
+        raise SpecError(f"not a container image reference: {image!r}", field="--image")
+    if namespace is not None and not DNS_LABEL_RE.fullmatch(namespace):
+        raise SpecError(f"not a Kubernetes namespace name: {namespace!r}", field="--namespace")
+    if not DNS_LABEL_RE.fullmatch(record.id.lower()):
+        raise SpecError(f"decision id {record.id!r} cannot be a label value")
+
+    limits = resource_limits(decision, pool, amd_memory_partition=amd_memory_partition)
+    selector, affinity, note = _node_placement(pool, tpu_topology)
+    revision = decision.provenance.policy_revision
+    labels: dict[str, JSONValue] = {
+        "app.kubernetes.io/managed-by": "examlops",
+        f"{LABEL_PREFIX}/decision-id": record.id.lower(),
+        # A label value holds at most 63 characters: the digest's first 63 hex digits; the full
+        # revision is in the annotation.
+        f"{LABEL_PREFIX}/policy-revision": revision.split(":", 1)[-1][:63],
+        f"{LABEL_PREFIX}/accelerator": pool.accelerator,
+    }
+    annotations: dict[str, JSONValue] = {
+        f"{LABEL_PREFIX}/policy-revision": revision,
+        f"{LABEL_PREFIX}/opa-version": decision.provenance.opa_version,
+        f"{LABEL_PREFIX}/workload": decision.workload.name,
+        f"{LABEL_PREFIX}/pool": pool.name,
+        f"{LABEL_PREFIX}/region": pool.region,
+    }
+    if decision.grant.requested < 1:
+        share = decision.grant.profile if decision.grant.honored and decision.grant.profile else "whole device"
+        annotations[f"{LABEL_PREFIX}/fraction"] = f"{decision.grant.requested:g} -> {share}"
+    if note:
+        annotations[f"{LABEL_PREFIX}/node-selection"] = note
+
+    container: JSONObject = {"name": "workload", "image": image, "resources": {"limits": dict(limits)}}
+    if command:
+        container["command"] = list(command)
+    pod_spec: JSONObject = {"restartPolicy": "Never", "containers": [container]}
+    if selector:
+        pod_spec["nodeSelector"] = dict(selector)
+    if affinity:
+        pod_spec["affinity"] = affinity
+    if pool.accelerator in RESOURCES:
+        # Device nodes are commonly tainted with the plugin's resource name (GKE does so for GPUs
+        # and TPUs); tolerating it is harmless where they are not.
+        pod_spec["tolerations"] = [{"key": RESOURCES[pool.accelerator], "operator": "Exists", "effect": "NoSchedule"}]
+
+    metadata: JSONObject = {"name": job_name(decision.workload.name, record.id), "labels": dict(labels), "annotations": annotations}
+    if namespace:
+        metadata["namespace"] = namespace
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata,
+        "spec": {
+            "backoffLimit": 0,
+            "template": {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}, "spec": pod_spec},
+        },
+    }

@@ -1,0 +1,168 @@
+"""Handing a placed decision to Slurm: ``sbatch`` with the pool's partition and GRES.
+
+``slurm_request`` turns a decision record and its pool into the exact ``sbatch`` argument list:
+the partition, ``--gres=gpu:<type>:<n>`` (or the GRES type of the granted slice for an honored
+fraction, from ``gres.yaml``), ``--constraint`` from the requested capabilities that are node
+features of the pool, a job name from the workload and a comment naming the decision. Every name
+that reaches Slurm is checked first; arguments go to ``sbatch`` as a list, never through a shell.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from examlops_policy.errors import ExecutorError, SpecError
+from examlops_policy.executors.command import Runner, run_command
+from examlops_policy.executors.gres import GresTable
+from examlops_policy.model import Placement, Pool
+from examlops_policy.store import DecisionRecord
+
+TIMEOUT_S: Final = 60.0
+SCHEDULER: Final = "slurm"
+# Letters, digits, '.', '_', '-', starting with a letter or digit: nothing Slurm's option parser
+# or a shell could read as syntax (',', ':', '&', '|', '=', spaces, quotes, control characters).
+SAFE_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+JOB_ID_RE: Final = re.compile(r"^\d+(?:_\d+)?$")
+
+
+def safe_name(value: str | None, what: str) -> str:
+    """``value`` when it is safe to pass to Slurm, else SpecError naming ``what``."""
+    if value is None or not SAFE_RE.fullmatch(value):
+        raise SpecError(
+            f"{what} {value!r} is not safe for Slurm: use letters, digits, '.', '_' and '-' only, "
+            "starting with a letter or digit",
+            field=what,
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class SlurmRequest:
+    """One ``sbatch`` call for one decision."""
+
+    decision_id: str
+    partition: str
+    job_name: str
+    script: Path
+    gres: str | None = None
+    constraint: str | None = None
+    cpus_per_task: int | None = None
+
+    def argv(self) -> list[str]:
+        """The exact argument list given to ``sbatch``."""
+        args = ["sbatch", "--parsable", f"--partition={self.partition}", f"--job-name={self.job_name}"]
+        if self.gres:
+            args.append(f"--gres={self.gres}")
+        if self.cpus_per_task:
+            args += ["--ntasks=1", f"--cpus-per-task={self.cpus_per_task}"]
+        if self.constraint:
+            args.append(f"--constraint={self.constraint}")
+        args += [f"--comment=examlops-decision={self.decision_id}", str(self.script)]
+        return args
+
+    def command_line(self) -> str:
+        """``argv`` quoted for a POSIX shell, to read or copy (never run through one here)."""
+        return shlex.join(self.argv())
+
+
+def _script(path: Path) -> Path:
+    resolved = path.expanduser().resolve()
+    if not resolved.is_file():
+        raise SpecError("no such job script (a regular file is needed)", source=str(path), field="--script")
+    return resolved
+
+
+def slurm_request(record: DecisionRecord, pool: Pool, script: Path, gres: GresTable) -> SlurmRequest:
+    """The ``sbatch`` request for a placed, unreleased, not yet submitted decision on ``pool``."""
+    decision = record.decision
+    short = record.id[:12]
+    if not isinstance(decision, Placement):
+        raise SpecError(f"decision {short} placed nothing, so there is nothing to submit", field="ID")
+    if record.released_at is not None:
+        raise SpecError(f"decision {short} was released at {record.released_at}; place the workload again", field="ID")
+    if record.job_id is not None:
+        raise SpecError(f"decision {short} was already submitted as job {record.job_id}", field="ID")
+    if pool.name != decision.pool:
+        raise SpecError(f"pool {pool.name!r} is not the pool of decision {short} ({decision.pool!r})")
+    if pool.target != "hpc" or pool.partition is None:
+        raise SpecError(
+            f"pool {pool.name!r} is not served by a Slurm partition (for cloud pools use 'exa hardware manifest')",
+            field="partition",
+        )
+    workload = decision.workload
+    request = SlurmRequest(
+        decision_id=record.id,
+        partition=safe_name(pool.partition, "partition"),
+        job_name=safe_name(workload.name, "job name"),
+        script=_script(script),
+    )
+    # Only features Slurm knows on the pool's nodes can be constraints; capabilities the model
+    # guarantees (models.yaml) are already implied by the GRES type.
+    features = [safe_name(c, "capability") for c in workload.capabilities if c in pool.capabilities]
+    constraint = "&".join(features) or None
+    if pool.accelerator == "cpu":
+        return _replace(request, cpus_per_task=max(1, int(decision.grant.devices)), constraint=constraint)
+    gres_type = safe_name(pool.gres_type, "gres type")
+    grant = decision.grant
+    if grant.honored and grant.profile is not None and grant.requested < 1:
+        slice_type = safe_name(gres.slice_type(grant.scheme or "", gres_type, grant.profile), "slice gres type")
+        return _replace(request, gres=f"gpu:{slice_type}:{workload.count}", constraint=constraint)
+    devices = grant.devices
+    if devices != int(devices) or devices < 1:
+        raise SpecError(f"decision {short} holds {devices:g} devices; Slurm GRES counts are whole numbers")
+    return _replace(request, gres=f"gpu:{gres_type}:{int(devices)}", constraint=constraint)
+
+
+def _replace(request: SlurmRequest, **changes: object) -> SlurmRequest:
+    import dataclasses
+
+    return dataclasses.replace(request, **changes)  # type: ignore[arg-type]
+
+
+def submit(request: SlurmRequest, runner: Runner = run_command) -> str:
+    """Run ``sbatch`` and return the job id; ExecutorError with Slurm's reason when it refuses."""
+    result = runner(request.argv(), timeout=TIMEOUT_S)
+    if not result.ok:
+        raise ExecutorError(f"sbatch refused the job: {result.reason()}")
+    job_id = result.stdout.strip().split(";", 1)[0]
+    if not JOB_ID_RE.fullmatch(job_id):
+        raise ExecutorError(f"sbatch answered without a job id: {result.stdout.strip()[:200]!r}")
+    return job_id
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """A job as ``scontrol show job`` reports it."""
+
+    job_id: str
+    state: str
+    partition: str | None
+    gres: tuple[str, ...]
+    fields: dict[str, str]
+
+    @property
+    def finished(self) -> bool:
+        return self.state not in {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
+
+
+def job(job_id: str, runner: Runner = run_command) -> SlurmJob:
+    """State and allocated GRES of a job (kept by slurmctld for MinJobAge after it ends)."""
+    if not JOB_ID_RE.fullmatch(job_id):
+        raise SpecError(f"not a Slurm job id: {job_id!r}", field="job id")
+    result = runner(["scontrol", "-o", "-d", "show", "job", job_id], timeout=TIMEOUT_S)
+    if not result.ok:
+        raise ExecutorError(f"scontrol show job {job_id} failed: {result.reason()}")
+    fields: dict[str, str] = {}
+    gres: list[str] = []
+    for token in result.stdout.split():
+        key, sep, value = token.partition("=")
+        if not sep:
+            continue
+        if key == "GRES" and value:  # per node with -d: gpu:mi300x:2(IDX:0-1)
+            gres.append(value)
+        fields.setdefault(key, value)
+    return SlurmJob(job_id, fields.get("JobState", "UNKNOWN"), fields.get("Partition"), tuple(gres), fields)
