@@ -152,6 +152,8 @@ class Hardware:
     def place(self, workload: Workload) -> DecisionRecord:
         """Decide and record: reservation, decision, burst event and audit entries, atomically."""
         specs.check_workload(workload)
+        if isinstance(self.evaluator, ManagedOpaEvaluator):
+            self.evaluator.url  # start (or find) OPA before the store's write lock is taken
         return self.store.place(lambda states: decide(workload, states, self.evaluator, self.tables), source="exa-hardware")
 
     def burst(self, workload: Workload) -> DecisionRecord:

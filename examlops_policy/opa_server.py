@@ -68,7 +68,12 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    # A killed child that its parent has not reaped yet still answers signal 0: a zombie is dead.
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state != "Z"
 
 
 def _healthy(url: str, timeout: float = 1.0) -> bool:

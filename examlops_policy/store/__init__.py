@@ -1,13 +1,18 @@
 """Durable state: pools, capacity held by decisions, decisions, burst events and the audit chain.
 
-``Store`` is the seam; ``SQLiteStore`` (the embedded default) implements it. The contract every
-adapter keeps:
+``Store`` is the seam. Two adapters implement it over one shared body of SQL
+(``examlops_policy.store._sql``) and one schema, migrated in step (``migrations/<dialect>/``):
+``SQLiteStore``, the embedded default, and ``PostgresStore`` for placers on many hosts
+(``EXA_DB_URL=postgresql://...``). The contract every adapter keeps:
 
 * ``place`` runs the decision and writes its reservation, decision row, burst event and audit
   entries in ONE transaction that holds the write lock while it decides, so concurrent placers
   never oversubscribe a pool and never fork the audit chain: all rows or none.
 * Bad input raises ``SpecError`` before anything is written.
-* A lock that cannot be had within bounded retries raises ``StateError``; nothing is written.
+* Conflicts (a lock wait that timed out, a serialization failure, a deadlock, a unique violation)
+  and, on PostgreSQL, a lost connection re-run the whole transaction, decision included, a bounded
+  number of times; then ``StateError``, with nothing written. A connection lost while committing
+  is settled by looking for what the transaction wrote, so nothing is recorded twice.
 """
 
 from __future__ import annotations
@@ -71,7 +76,10 @@ class Store(Protocol):
         ...
 
     def place(self, decide: Decide, *, source: str) -> DecisionRecord:
-        """Decide under the write lock and record the outcome atomically."""
+        """Decide under the write lock and record the outcome atomically.
+
+        ``decide`` runs again on each retry, so it must have no side effects (a policy query).
+        """
         ...
 
     def decisions(self, limit: int = 20) -> list[DecisionRecord]:

@@ -1,0 +1,1 @@
+"""Reliability: concurrent placers, faults and crashes against real SQLite, PostgreSQL and OPA."""

@@ -1,0 +1,351 @@
+"""Concurrent placers on a shared fleet, and the invariants their records must keep.
+
+Used by the reliability tests and by benchmarks/reliability.py. Placers are separate processes
+(multiprocessing, spawn), each with its own store connection, all asking one real OPA server.
+After a run, `violations` checks the stored state against itself and against what the placers
+were told:
+
+- replaying the audit chain in seq order, no pool ever holds more devices than its count;
+- every decision has exactly one ``decision`` audit entry and every such entry a decision; a
+  placed decision holds exactly one allocation, any other none; releases match their entries;
+- the live allocations equal the replay's final holdings, pool by pool;
+- the chain verifies (and SQLite's integrity_check passes);
+- the decisions stored are exactly those placers were handed: none lost, none extra.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+from typing import Any
+
+from examlops_policy import audit
+from examlops_policy.errors import ExaError
+from examlops_policy.hardware import Hardware, ManagedOpaEvaluator
+from examlops_policy.model import Pool, Workload
+from examlops_policy.opa_server import ensure_server
+
+from reliability.backends import Backend
+
+FLEET = (
+    Pool("hpc-nvidia", "hpc", "nvidia", 8, "eu", cost_per_hour=2.5, carbon_factor=300, supports_fractions=True),
+    Pool("hpc-mi300", "hpc", "amd", 4, "eu"),
+    Pool("cloud-a100", "cloud", "nvidia", 16, "us"),
+)
+# A mix that fills the fleet: whole and fractional devices, fallbacks, an allowed and a blocked
+# burst, and a pairing the policy never allows.
+WORKLOADS = (
+    Workload("train-amd", accelerator="amd", engine="vllm", target="hpc"),
+    Workload("infer-half", accelerator="nvidia", engine="vllm", fraction=0.5, target="hpc"),
+    Workload("train-nvidia", accelerator="nvidia", engine="vllm", count=2),
+    Workload("burst-open", accelerator="nvidia", target="cloud", allow_burst=True),
+    Workload("burst-eu", accelerator="nvidia", target="cloud", residency="eu-only", allow_burst=True),
+    Workload("sglang-amd", accelerator="amd", engine="sglang"),
+)
+TOLERANCE = 1e-6
+SPAWN = multiprocessing.get_context("spawn")
+
+
+@dataclass
+class PlacerReport:
+    """What one placer was told: decision ids by outcome, releases, and errors by type."""
+
+    placed: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # rejected or blocked: recorded, nothing held
+    released: list[str] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+    error_samples: list[str] = field(default_factory=list)
+    ok_after_last_error: int = 0
+    seconds: float = 0.0
+    conflicts_retried: int = 0
+    reconnects: int = 0
+
+
+@dataclass(frozen=True)
+class PlacerJob:
+    backend: Backend
+    opa_home: str
+    seed: int
+    count: int
+    release_ratio: float
+    out: str
+
+
+@dataclass
+class LoadRun:
+    """A finished run: every placer's report and the wall time from the common start."""
+
+    backend: Backend
+    reports: list[PlacerReport]
+    seconds: float
+
+    @property
+    def calls(self) -> int:
+        return sum(len(r.placed) + len(r.refused) for r in self.reports)
+
+    @property
+    def errors(self) -> Counter[str]:
+        return sum((Counter(r.errors) for r in self.reports), Counter())
+
+    @property
+    def conflicts_retried(self) -> int:
+        return sum(r.conflicts_retried for r in self.reports)
+
+    @property
+    def reconnects(self) -> int:
+        return sum(r.reconnects for r in self.reports)
+
+
+def open_hardware(backend: Backend, opa_home: str | Path, **options: Any) -> Hardware:
+    """The product's orchestrator on ``backend`` and the managed OPA of ``opa_home``."""
+    home = Path(opa_home)
+    return Hardware(home, store=backend.open(**options), evaluator=ManagedOpaEvaluator(home))
+
+
+def place_loop(job: PlacerJob, start: Barrier) -> None:
+    """A placer process: ``job.count`` placements, releasing some; the report goes to ``job.out``."""
+    hw = open_hardware(job.backend, job.opa_home)
+    rng = random.Random(job.seed)
+    report, live = PlacerReport(), []
+    start.wait(120)  # every placer connected, then all start at once
+    began = time.monotonic()
+    for _ in range(job.count):
+        try:
+            record = hw.place(rng.choice(WORKLOADS))
+            (report.placed if record.decision.ok else report.refused).append(record.id)
+            if record.decision.ok:
+                live.append(record.id)
+            if live and rng.random() < job.release_ratio:
+                ident = live.pop(rng.randrange(len(live)))
+                hw.release(ident)
+                report.released.append(ident)
+            report.ok_after_last_error += 1
+        except ExaError as exc:
+            name = type(exc).__name__
+            report.errors[name] = report.errors.get(name, 0) + 1
+            if len(report.error_samples) < 3:
+                report.error_samples.append(f"{name}: {exc}")
+            report.ok_after_last_error = 0
+    report.seconds = time.monotonic() - began
+    report.conflicts_retried = hw.store.conflicts_retried  # type: ignore[attr-defined]
+    report.reconnects = hw.store.reconnects  # type: ignore[attr-defined]
+    hw.close()
+    tmp = Path(job.out + ".tmp")
+    tmp.write_text(json.dumps(asdict(report)), encoding="utf-8")
+    tmp.replace(job.out)
+
+
+def prepare(backend: Backend, opa_home: Path) -> None:
+    """Register the fleet and make sure the shared OPA runs before placers start."""
+    ensure_server(opa_home)
+    store = backend.open()
+    store.apply_pools(FLEET, replace=True)
+    store.close()
+
+
+def run_load(
+    backend: Backend,
+    opa_home: Path,
+    workdir: Path,
+    *,
+    procs: int,
+    per_proc: int,
+    release_ratio: float = 0.5,
+    during: Callable[[], None] | None = None,
+    timeout_s: float = 600,
+) -> LoadRun:
+    """``procs`` placer processes x ``per_proc`` placements on the fleet, started together.
+
+    ``during`` runs in this process once all placers have started (to inject a fault).
+    """
+    prepare(backend, opa_home)
+    start = SPAWN.Barrier(procs + 1)
+    jobs = [
+        PlacerJob(backend, str(opa_home), seed=i, count=per_proc, release_ratio=release_ratio, out=str(workdir / f"placer-{i}.json"))
+        for i in range(procs)
+    ]
+    workers = [SPAWN.Process(target=place_loop, args=(job, start), daemon=True) for job in jobs]
+    for worker in workers:
+        worker.start()
+    start.wait(120)
+    began = time.monotonic()
+    try:
+        if during is not None:
+            during()
+        deadline = began + timeout_s
+        for worker in workers:
+            worker.join(max(1.0, deadline - time.monotonic()))
+    finally:
+        for worker in workers:
+            if worker.is_alive():
+                worker.kill()
+    seconds = time.monotonic() - began
+    failed = [w.exitcode for w in workers if w.exitcode != 0]
+    if failed:
+        raise AssertionError(f"placer processes failed with exit codes {failed}")
+    reports = [PlacerReport(**json.loads(Path(job.out).read_text(encoding="utf-8"))) for job in jobs]
+    return LoadRun(backend, reports, seconds)
+
+
+def wait_for_decisions(backend: Backend, at_least: int, timeout_s: float = 120) -> None:
+    """Block until ``at_least`` decisions are stored (a point in the middle of a run)."""
+    deadline = time.monotonic() + timeout_s
+    while backend.count("decisions") < at_least:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"fewer than {at_least} decisions after {timeout_s}s")
+        time.sleep(0.05)
+
+
+def opa_pid(opa_home: Path) -> int:
+    """The pid recorded for the managed OPA server of ``opa_home``."""
+    return int(json.loads((opa_home / "opa" / "server.json").read_text(encoding="utf-8"))["pid"])
+
+
+def kill_opa(opa_home: Path, sig: int = signal.SIGKILL) -> int:
+    """Signal the managed OPA server of ``opa_home`` and reap it if it is our child; its pid.
+
+    Reaping matters: an unreaped zombie still looks alive to the launcher.
+    """
+    pid = opa_pid(opa_home)
+    os.kill(pid, sig)
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+    return pid
+
+
+# -- invariants ------------------------------------------------------------------------------
+
+
+def _entries(rows: Iterable[audit.AuditRow]) -> list[dict[str, Any]]:
+    return [json.loads(row.canonical) for row in rows]
+
+
+def violations(backend: Backend, reports: Sequence[PlacerReport] | None = None) -> list[str]:
+    """Every broken invariant of the stored state (see the module docstring); [] when sound."""
+    found: list[str] = []
+    store = backend.open()
+    try:
+        rows = store.audit_rows()
+        report = audit.verify_chain(rows)
+        found += [f"audit chain: seq {p.seq} {p.kind}: {p.message}" for p in report.problems]
+        with backend.raw() as db:
+            decisions = {r[0]: (r[1], r[2]) for r in db.execute("SELECT id, outcome, released_at FROM decisions").fetchall()}
+            allocations = {
+                r[0]: (r[1], float(r[2]), r[3])
+                for r in db.execute("SELECT decision_id, pool, devices, released_at FROM allocations").fetchall()
+            }
+            if backend.name == "sqlite":
+                check = db.execute("PRAGMA integrity_check").fetchone()[0]
+                if check != "ok":
+                    found.append(f"sqlite integrity_check: {check}")
+        live = {s.pool.name: s.pool.count - s.free for s in store.pool_states()}
+    finally:
+        store.close()
+
+    counts: dict[str, int] = {}
+    held: dict[str, float] = {}
+    devices: dict[str, tuple[str, float]] = {}
+    entries: Counter[str] = Counter()
+    releases: Counter[str] = Counter()
+    for seq, entry in enumerate(_entries(rows), start=1):
+        kind = entry["kind"]
+        if kind == "pool":
+            counts[entry["pool"]["name"]] = int(entry["pool"]["count"])
+        elif kind == "decision":
+            ident = entry["decision_id"]
+            entries[ident] += 1
+            if entry["outcome"] == "placed":
+                pool, amount = entry["pool"], float(entry["devices"])
+                devices[ident] = (pool, amount)
+                held[pool] = held.get(pool, 0.0) + amount
+                if held[pool] > counts.get(pool, 0) + TOLERANCE:
+                    found.append(f"seq {seq}: pool {pool} holds {held[pool]:g} of {counts.get(pool, 0)} devices")
+        elif kind == "release":
+            ident = entry["decision_id"]
+            releases[ident] += 1
+            if ident not in devices or releases[ident] > 1:
+                found.append(f"seq {seq}: release of {ident} that holds nothing (or released twice)")
+            else:
+                pool, amount = devices[ident]
+                held[pool] -= amount
+
+    for ident, (outcome, released_at) in decisions.items():
+        if entries[ident] != 1:
+            found.append(f"decision {ident} has {entries[ident]} decision audit entries")
+        allocation = allocations.get(ident)
+        if outcome == "placed" and allocation is None:
+            found.append(f"placed decision {ident} holds no allocation")
+        if outcome != "placed" and allocation is not None:
+            found.append(f"{outcome} decision {ident} holds an allocation")
+        if allocation is not None and (allocation[2] is None) != (released_at is None):
+            found.append(f"decision {ident}: allocation and decision disagree on release")
+        if (released_at is not None) != (releases[ident] == 1):
+            found.append(f"decision {ident}: released_at and release audit entries disagree")
+    found += [f"audit entry for unknown decision {i}" for i in entries if i not in decisions]
+    found += [f"allocation for unknown decision {i}" for i in allocations if i not in decisions]
+    for pool in counts:
+        if abs(live.get(pool, 0.0) - held.get(pool, 0.0)) > TOLERANCE:
+            found.append(f"pool {pool}: {live.get(pool, 0.0):g} held live, the audit replay says {held.get(pool, 0.0):g}")
+
+    if reports is not None:
+        told = [i for r in reports for i in (*r.placed, *r.refused)]
+        if len(told) != len(set(told)):
+            found.append("a decision id was handed out twice")
+        lost = set(told) - set(decisions)
+        extra = set(decisions) - set(told)
+        found += [f"decision {i} was reported to a placer but is not stored (lost)" for i in sorted(lost)]
+        found += [f"decision {i} is stored but no placer was told of it" for i in sorted(extra)]
+        for r in reports:
+            found += [f"decision {i} reported placed, stored {decisions[i][0]}" for i in r.placed if i in decisions and decisions[i][0] != "placed"]
+            found += [f"decision {i} reported released, stored unreleased" for i in r.released if i in decisions and decisions[i][1] is None]
+    return found
+
+
+# -- placers that die ------------------------------------------------------------------------
+
+
+def hang_inside_transaction(backend: Backend, opa_home: str, complete: int, inside: Any) -> None:
+    """Place ``complete`` bursts, then stop inside the next one's transaction and wait to be killed.
+
+    It stops after the decision, allocation, burst event and burst audit entry are written and
+    before the decision's audit entry: the most a crash can leave half-done.
+    """
+    hw = open_hardware(backend, opa_home)
+    store: Any = hw.store
+    append = store._append_audit
+    done = 0
+
+    def append_or_hang(kind: str, body: Any, *, source: str) -> None:
+        if kind == "decision" and done == complete:
+            inside.set()
+            time.sleep(600)
+        append(kind, body, source=source)
+
+    store._append_audit = append_or_hang
+    while True:
+        hw.place(WORKLOADS[3])
+        done += 1
+
+
+def place_forever(backend: Backend, opa_home: str, out: str, started: Any) -> None:
+    """Place and release until killed, appending each decision id to ``out`` once it is returned."""
+    hw = open_hardware(backend, opa_home)
+    rng = random.Random()
+    with open(out, "a", encoding="utf-8", buffering=1) as told:
+        while True:
+            record = hw.place(rng.choice(WORKLOADS))
+            told.write(record.id + "\n")
+            started.set()
+            if record.decision.ok and rng.random() < 0.5:
+                hw.release(record.id)

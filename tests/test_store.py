@@ -1,0 +1,430 @@
+"""The Store contract, on SQLite and on PostgreSQL: the same behaviour from one interface.
+
+Decisions come from the real OPA (the session's, started on demand); a hand-written ``decide`` is
+used only where a test needs one that fails or blocks. PostgreSQL cases skip when no server answers
+(they fail instead under EXA_REQUIRE_SERVICES=1); see tests/reliability/backends.py.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from examlops_policy import audit
+from examlops_policy.errors import NotFoundError, PolicyUnavailable, SpecError, StateError
+from examlops_policy.hardware import Hardware, ManagedOpaEvaluator
+from examlops_policy.model import Pool, PoolState, Workload
+from examlops_policy.store import Store
+from examlops_policy.placement import decide
+from examlops_policy.store._sql import migrations, utc_now
+from examlops_policy.store.postgres import PostgresStore, redacted
+from reliability.backends import Backend, backend, fresh_backend  # noqa: F401  (backend: the fixture)
+from reliability.harness import FLEET, WORKLOADS, open_hardware, violations
+from tests.conftest import run_exa
+
+TRAIN_AMD, INFER_HALF, _, BURST_OPEN, BURST_EU, NEVER = WORKLOADS
+APPEND_ONLY_ERRORS = (sqlite3.DatabaseError, psycopg.Error)
+
+
+@pytest.fixture()
+def hw(backend: Backend, opa_home: Path) -> Any:
+    made = open_hardware(backend, opa_home)
+    made.apply(FLEET)
+    yield made
+    made.close()
+
+
+def _entries(store: Store) -> list[dict[str, Any]]:
+    return [json.loads(row.canonical) for row in store.audit_rows()]
+
+
+def _free(hw: Hardware) -> dict[str, float]:
+    return {s.pool.name: s.free for s in hw.store.pool_states()}
+
+
+# -- schema and migrations ---------------------------------------------------------------------
+
+
+def test_both_backends_have_the_same_migration_versions() -> None:
+    assert [v for v, _ in migrations("sqlite")] == [v for v, _ in migrations("postgres")] != []
+
+
+@pytest.mark.postgres
+def test_both_backends_have_the_same_tables_and_columns(tmp_path: Path) -> None:
+    def columns(backend: Backend) -> dict[str, list[str]]:
+        backend.open().close()
+        with backend.raw() as db:
+            if backend.name == "sqlite":
+                tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+                return {t: sorted(r[1] for r in db.execute(f"PRAGMA table_info({t})")) for t in tables}
+            rows = db.execute(
+                "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = current_schema()"
+            ).fetchall()
+            found: dict[str, list[str]] = {}
+            for table, column in rows:
+                found.setdefault(table, []).append(column)
+            return {t: sorted(c) for t, c in found.items()}
+
+    with fresh_backend("sqlite", tmp_path) as lite, fresh_backend("postgres", tmp_path) as pg:
+        assert columns(lite) == columns(pg)
+
+
+def test_migrations_apply_once_and_reopening_changes_nothing(backend: Backend) -> None:
+    for _ in range(2):
+        backend.open().close()
+    with backend.raw() as db:
+        versions = [r[0] for r in db.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall()]
+    assert versions == [v for v, _ in migrations(backend.name)]
+
+
+def test_stores_opened_at_once_on_fresh_state_all_work(backend: Backend) -> None:
+    """Concurrent first opens race to migrate; the lock makes one win and the others see it."""
+    errors: list[BaseException] = []
+
+    def open_one() -> None:
+        try:
+            backend.open().close()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert backend.count("schema_migrations") == len(migrations(backend.name))
+
+
+def test_state_from_a_newer_version_is_refused(backend: Backend) -> None:
+    backend.open().close()
+    with backend.raw() as db:
+        db.execute("INSERT INTO schema_migrations VALUES (9999, 'later')")
+    with pytest.raises(StateError, match="schema version 9999, newer than this exa knows"):
+        backend.open()
+
+
+# -- pools -------------------------------------------------------------------------------------
+
+
+def test_pools_are_added_updated_and_left_alone_with_an_audit_entry_each_change(backend: Backend) -> None:
+    store = backend.open()
+    try:
+        assert [c.action for c in store.apply_pools(FLEET, replace=False)] == ["added"] * 3
+        with pytest.raises(SpecError, match="'hpc-mi300' already exists"):
+            store.apply_pools([FLEET[1]], replace=False)
+        bigger = Pool("hpc-mi300", "hpc", "amd", 6, "eu", cost_per_hour=1.5)
+        changes = store.apply_pools([FLEET[0], bigger], replace=True)
+        assert [(c.action, c.changed_fields) for c in changes] == [("unchanged", ()), ("updated", ("cost_per_hour", "count"))]
+        assert [(e["kind"], e["pool"]["name"], e["action"]) for e in _entries(store)] == [
+            ("pool", "hpc-nvidia", "added"), ("pool", "hpc-mi300", "added"), ("pool", "cloud-a100", "added"),
+            ("pool", "hpc-mi300", "updated"),
+        ]  # fmt: skip
+        assert [s.pool.name for s in store.pool_states()] == ["cloud-a100", "hpc-mi300", "hpc-nvidia"]
+        assert store.pool_states()[1] == PoolState(bigger, 6.0)
+    finally:
+        store.close()
+
+
+def test_a_pool_cannot_shrink_below_what_live_decisions_hold(hw: Hardware) -> None:
+    for _ in range(3):
+        assert hw.place(TRAIN_AMD).decision.ok
+    with pytest.raises(SpecError, match="count 2 is below the 3 device"):
+        hw.apply([Pool("hpc-mi300", "hpc", "amd", 2, "eu")])
+    assert _free(hw)["hpc-mi300"] == 1.0
+
+
+# -- placing -----------------------------------------------------------------------------------
+
+
+def test_a_placement_holds_capacity_and_writes_decision_and_audit_entry(hw: Hardware) -> None:
+    record = hw.place(INFER_HALF)
+    assert record.decision.ok and record.decision.pool == "hpc-nvidia"  # type: ignore[union-attr]
+    held = record.decision.grant.devices  # type: ignore[union-attr]
+    assert 0 < held < 1 and _free(hw)["hpc-nvidia"] == pytest.approx(8 - held)
+    stored = hw.decision(record.id)
+    assert (stored.id, stored.created_at, stored.decision.decision_id) == (record.id, record.created_at, record.id)
+    decision_entries = [e for e in _entries(hw.store) if e["kind"] == "decision"]
+    assert [(e["decision_id"], e["outcome"], e["pool"], e["devices"]) for e in decision_entries] == [
+        (record.id, "placed", "hpc-nvidia", held)
+    ]
+    assert hw.verify_audit().ok
+
+
+def test_refusals_are_recorded_and_hold_nothing(hw: Hardware) -> None:
+    before = _free(hw)
+    never, blocked = hw.place(NEVER), hw.place(BURST_EU)
+    assert not never.decision.ok and never.decision.code == "backend_unsupported"  # type: ignore[union-attr]
+    assert not blocked.decision.ok and blocked.decision.burst_blocked  # type: ignore[union-attr]
+    assert _free(hw) == before
+    assert [r.id for r in hw.decisions()] == [blocked.id, never.id]
+    event = hw.store.burst_events()[0]
+    assert (event.decision_id, event.verdict, event.residency, event.pool) == (blocked.id, "blocked", "eu-only", "cloud-a100")
+    with pytest.raises(SpecError, match="placed nothing"):
+        hw.release(never.id)
+
+
+def test_an_allowed_burst_is_recorded_with_its_own_audit_entry(hw: Hardware) -> None:
+    record = hw.place(BURST_OPEN)
+    assert record.decision.ok
+    event = hw.store.burst_events()[0]
+    assert (event.decision_id, event.verdict, event.pool, event.region) == (record.id, "allowed", "cloud-a100", "us")
+    kinds = [(e["kind"], e.get("decision_id")) for e in _entries(hw.store) if e["kind"] != "pool"]
+    assert kinds == [("burst", record.id), ("decision", record.id)]
+
+
+def test_full_pools_reject_for_capacity_then_accept_after_a_release(backend: Backend, hw: Hardware) -> None:
+    held = [hw.place(TRAIN_AMD) for _ in range(4)]
+    hw.apply([Pool("hpc-nvidia", "hpc", "nvidia", 1, "eu")])  # no fallback room left
+    hw.place(Workload("fill", accelerator="nvidia", engine="vllm", target="hpc"))
+    full = hw.place(TRAIN_AMD)
+    assert not full.decision.ok and full.decision.code == "no_capacity"  # type: ignore[union-attr]
+    released = hw.release(held[0].id[:8])
+    assert released.released_at is not None
+    assert hw.release(held[0].id).released_at == released.released_at  # idempotent
+    assert hw.place(TRAIN_AMD).decision.ok
+    assert [e["kind"] for e in _entries(hw.store)].count("release") == 1
+    assert violations(backend) == []
+
+
+def test_a_failing_decision_rolls_back_and_frees_the_lock(backend: Backend, hw: Hardware) -> None:
+    before = [backend.count(t) for t in ("decisions", "audit_log")]
+
+    def fail(states: object) -> Any:
+        raise PolicyUnavailable("OPA is not reachable; nothing was placed")
+
+    with pytest.raises(PolicyUnavailable):
+        hw.store.place(fail, source="exa-test")
+    assert [backend.count(t) for t in ("decisions", "audit_log")] == before
+    assert hw.place(TRAIN_AMD).decision.ok
+
+
+def test_a_write_the_database_refuses_leaves_no_partial_rows(backend: Backend, hw: Hardware) -> None:
+    """A placement on a pool the store does not know breaks a foreign key: nothing is kept."""
+    ghost = hw.what_if(TRAIN_AMD, [Pool("ghost", "hpc", "amd", 2, "eu")])
+    before = [backend.count(t) for t in ("decisions", "allocations", "audit_log")]
+    with pytest.raises(StateError, match="nothing was written"):
+        hw.store.place(lambda states: ghost, source="exa-test")
+    assert [backend.count(t) for t in ("decisions", "allocations", "audit_log")] == before
+    assert violations(backend) == []
+
+
+def test_concurrent_placers_never_oversubscribe(backend: Backend, opa_home: Path) -> None:
+    setup = open_hardware(backend, opa_home)
+    setup.apply([Pool("hpc-mi300", "hpc", "amd", 5, "eu")])
+    setup.close()
+    outcomes: list[bool] = []
+
+    def placer() -> None:
+        mine = open_hardware(backend, opa_home)
+        try:
+            outcomes.extend(mine.place(TRAIN_AMD).decision.ok for _ in range(4))
+        finally:
+            mine.close()
+
+    threads = [threading.Thread(target=placer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert sorted(outcomes) == [False] * 11 + [True] * 5
+    assert violations(backend) == []
+
+
+# -- reading back ----------------------------------------------------------------------------
+
+
+def test_decisions_are_most_recent_first_and_found_by_unique_prefix(hw: Hardware) -> None:
+    made = [hw.place(w) for w in (TRAIN_AMD, NEVER, INFER_HALF)]
+    assert [r.id for r in hw.decisions()] == [r.id for r in reversed(made)]
+    assert [r.id for r in hw.decisions(limit=1)] == [made[-1].id]
+    assert hw.decision(made[0].id[:10]).id == made[0].id
+    with pytest.raises(NotFoundError, match="ids are hexadecimal"):
+        hw.decision("zz'; --")
+    with pytest.raises(NotFoundError, match="no decision"):
+        hw.decision("f" * 32)
+    ids = [r.id for r in made]
+    while not (shared := sorted({i[0] for i in ids if sum(j[0] == i[0] for j in ids) > 1})):
+        ids.append(hw.place(NEVER).id)  # 17 ids at most before two share a first digit
+    with pytest.raises(NotFoundError, match="ambiguous"):
+        hw.decision(shared[0])
+
+
+def test_a_job_id_is_recorded_with_an_audit_entry(hw: Hardware) -> None:
+    record = hw.place(TRAIN_AMD)
+    updated = hw.store.set_job(record.id[:8], "4242", scheduler="slurm", source="exa-test")
+    assert (updated.job_id, hw.decision(record.id).job_id) == ("4242", "4242")
+    last = _entries(hw.store)[-1]
+    assert (last["kind"], last["source"], last["scheduler"], last["job_id"]) == ("submit", "exa-test", "slurm", "4242")
+
+
+# -- the audit log ---------------------------------------------------------------------------
+
+
+def test_the_audit_log_is_append_only_and_refuses_a_fork(backend: Backend, hw: Hardware) -> None:
+    hw.place(TRAIN_AMD)
+    rows = hw.store.audit_rows()
+    assert audit.verify_chain(rows).ok and len(rows) == 4
+    with backend.raw() as db:
+        for statement in ("UPDATE audit_log SET kind = 'x'", "DELETE FROM audit_log WHERE seq = 1"):
+            with pytest.raises(APPEND_ONLY_ERRORS):
+                db.execute(statement)
+        if backend.name == "postgres":
+            with pytest.raises(psycopg.Error):
+                db.execute("TRUNCATE audit_log")
+        # A writer racing past the lock, linking to the same predecessor, is refused outright.
+        fork = audit.next_row(rows[-2], {"kind": "fork"})
+        param = "?" if backend.name == "sqlite" else "%s"
+        with pytest.raises(APPEND_ONLY_ERRORS):
+            db.execute(
+                f"INSERT INTO audit_log (seq, prev_hash, entry_hash, entry, source, kind, created_at) "
+                f"VALUES ({', '.join([param] * 7)})",
+                (fork.seq + 1, fork.prev_hash, fork.entry_hash, fork.canonical, "x", "fork", "now"),
+            )
+    assert hw.store.audit_rows() == rows
+
+
+# -- PostgreSQL: retries and lost connections ------------------------------------------------
+
+
+def _pg(store: PostgresStore, opa_home: Path) -> Hardware:
+    return Hardware(opa_home, store=store, evaluator=ManagedOpaEvaluator(opa_home))
+
+
+@pytest.mark.postgres
+def test_postgres_a_racing_append_is_caught_by_unique_and_retried(tmp_path: Path, opa_home: Path) -> None:
+    """Another writer appends between this transaction's head read and its insert (it skips the
+    lock): UNIQUE(seq) refuses the second, which retries from the new head."""
+    with fresh_backend("postgres", tmp_path) as backend:
+        raced: list[int] = []
+        ticks: list[str] = []
+
+        def clock() -> str:
+            # A placement reads the clock for its decision row, then again between reading the
+            # audit head and inserting its entry: race there, once.
+            ticks.append(utc_now())
+            if len(ticks) == 2:
+                with backend.raw() as db:
+                    head = db.execute("SELECT seq, prev_hash, entry_hash, entry FROM audit_log ORDER BY seq DESC LIMIT 1").fetchone()
+                    row = audit.next_row(audit.AuditRow(head[0], bytes(head[1]), bytes(head[2]), bytes(head[3])), {"kind": "racer"})
+                    db.execute(
+                        "INSERT INTO audit_log (seq, prev_hash, entry_hash, entry, source, kind, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                        (row.seq, row.prev_hash, row.entry_hash, row.canonical, "racer", "racer", utc_now()),
+                    )
+                raced.append(row.seq)
+            return ticks[-1]
+
+        store = PostgresStore(backend.target)
+        store.apply_pools(FLEET, replace=True)
+        racing = PostgresStore(backend.target, clock=clock)
+        hw = _pg(racing, opa_home)
+        record = hw.place(TRAIN_AMD)
+        assert raced and racing.conflicts_retried == 1
+        assert backend.count("decisions") == 1 and record.decision.ok
+        entries = _entries(store)
+        assert [e["kind"] for e in entries[-2:]] == ["racer", "decision"]
+        assert audit.verify_chain(store.audit_rows()).ok
+        store.close()
+        racing.close()
+
+
+@pytest.mark.postgres
+def test_postgres_a_session_cut_mid_transaction_is_reconnected_and_rerun(tmp_path: Path, opa_home: Path) -> None:
+    with fresh_backend("postgres", tmp_path) as backend:
+        store = PostgresStore(backend.target)
+        store.apply_pools(FLEET, replace=True)
+        hw = _pg(store, opa_home)
+        calls: list[int] = []
+
+        def decide_after_the_cut(states: Any) -> Any:
+            calls.append(1)
+            if len(calls) == 1:
+                assert store._conn is not None
+                with backend.raw() as db:
+                    db.execute("SELECT pg_terminate_backend(%s)", (store._conn.info.backend_pid,))
+            return decide(TRAIN_AMD, states, hw.evaluator, hw.tables)
+
+        record = store.place(decide_after_the_cut)
+        assert len(calls) == 2 and store.reconnects == 1
+        assert [r.id for r in store.decisions()] == [record.id]
+        assert violations(backend) == []
+        store.close()
+
+
+class _LosesCommitReplies(PostgresStore):
+    """The server commits, then the connection drops before the reply arrives (once per flag)."""
+
+    lose_next = False
+
+    def _commit(self) -> None:
+        super()._commit()
+        if self.lose_next:
+            self.lose_next = False
+            assert self._conn is not None
+            self._conn.close()
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("operation", ["place", "release", "set_job", "apply_pools"])
+def test_postgres_a_lost_commit_reply_is_not_written_twice(tmp_path: Path, opa_home: Path, operation: str) -> None:
+    with fresh_backend("postgres", tmp_path) as backend:
+        store = _LosesCommitReplies(backend.target)
+        hw = _pg(store, opa_home)
+        hw.apply(FLEET)
+        first = hw.place(TRAIN_AMD)
+        store.lose_next = True
+        act: dict[str, Callable[[], object]] = {
+            "place": lambda: hw.place(TRAIN_AMD),
+            "release": lambda: hw.release(first.id),
+            "set_job": lambda: store.set_job(first.id, "7", scheduler="slurm"),
+            "apply_pools": lambda: hw.apply([Pool("hpc-mi300", "hpc", "amd", 9, "eu")]),
+        }
+        entries = backend.count("audit_log")
+        result = act[operation]()
+        assert result is not None and not store.lose_next
+        assert backend.count("audit_log") == entries + 1  # written once, not retried on top
+        assert store.reconnects == 1
+        assert violations(backend) == []
+        store.close()
+
+
+@pytest.mark.postgres
+def test_postgres_an_unreachable_server_is_a_clear_error_without_the_password(tmp_path: Path) -> None:
+    url = "postgresql://exa:s3cret@127.0.0.1:1/exa"
+    with pytest.raises(StateError, match=r"postgresql://exa@127.0.0.1:1/exa: the state database could not be reached") as info:
+        PostgresStore(url, attempts=2)
+    assert "s3cret" not in str(info.value) and redacted(url) == "postgresql://exa@127.0.0.1:1/exa"
+
+
+@pytest.mark.postgres
+def test_postgres_a_wrong_password_fails_at_once(tmp_path: Path) -> None:
+    with fresh_backend("postgres", tmp_path) as backend:
+        url = make_conninfo(backend.target, password="wrong")
+        with pytest.raises(StateError, match="password authentication failed"):
+            PostgresStore(url, attempts=8)
+
+
+@pytest.mark.postgres
+def test_postgres_the_cli_works_on_exa_db_url(tmp_path: Path) -> None:
+    """``EXA_DB_URL`` switches the real ``exa`` CLI to PostgreSQL: place, list, verify."""
+    with fresh_backend("postgres", tmp_path) as backend:
+        home, env = tmp_path / "exa-home", backend.env()
+        try:
+            run_exa(home, "hardware", "add-pool", "hpc-mi300", "--target", "hpc", "--accelerator", "amd",
+                    "--count", "4", "--region", "eu", check=True, env=env)  # fmt: skip
+            placed = run_exa(home, "hardware", "place", "train", "--accelerator", "amd", "--engine", "vllm", check=True, env=env)
+            assert "hpc-mi300" in placed.stdout
+            assert "✓ audit log verifies: 2 entries" in run_exa(home, "audit", "verify", check=True, env=env).stdout
+            assert not (home / "state.db").exists()
+            assert backend.count("decisions") == 1
+        finally:
+            run_exa(home, "opa", "stop", env=env)
