@@ -56,6 +56,10 @@ class ManagedOpaEvaluator:
     def url(self) -> str:
         return self._connect().url
 
+    def ensure_started(self) -> None:
+        """Find or start the local OPA now (it may take seconds), not inside a transaction."""
+        self._connect()
+
     def _connect(self) -> OpaEvaluator:
         if self._inner is None:
             from examlops_policy.opa_server import ensure_server
@@ -153,7 +157,7 @@ class Hardware:
         """Decide and record: reservation, decision, burst event and audit entries, atomically."""
         specs.check_workload(workload)
         if isinstance(self.evaluator, ManagedOpaEvaluator):
-            self.evaluator.url  # start (or find) OPA before the store's write lock is taken
+            self.evaluator.ensure_started()  # an OPA start must not happen under the write lock
         return self.store.place(lambda states: decide(workload, states, self.evaluator, self.tables), source="exa-hardware")
 
     def burst(self, workload: Workload) -> DecisionRecord:

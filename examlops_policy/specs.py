@@ -8,6 +8,7 @@ duplicate keys, non-UTF-8 bytes, huge or deeply nested documents are refused.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -38,6 +39,9 @@ class _StrictLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[object, object]:
         seen: set[object] = set()
         for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                # A list or mapping as a key cannot be hashed (and no spec field is one).
+                raise SpecError(f"line {key_node.start_mark.line + 1}: a mapping key must be a plain value, not a list or mapping")
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise SpecError(f"line {key_node.start_mark.line + 1}: duplicate key {key!r}")
@@ -49,11 +53,13 @@ def read_yaml(path: Path) -> object:
     """Parse one YAML document from ``path`` with the limits above."""
     source = str(path)
     try:
-        raw = path.read_bytes()
+        # Never more than the limit into memory: the path may be a huge file or a device that never ends.
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise SpecError(f"cannot read file: {exc.strerror}", source=source) from exc
     if len(raw) > MAX_FILE_BYTES:
-        raise SpecError(f"file is {len(raw)} bytes; at most {MAX_FILE_BYTES} are accepted", source=source)
+        raise SpecError(f"file is larger than {MAX_FILE_BYTES} bytes; at most {MAX_FILE_BYTES} are accepted", source=source)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -66,6 +72,10 @@ def read_yaml(path: Path) -> object:
         raise SpecError(f"malformed YAML: {exc}", source=source) from exc
     except RecursionError as exc:
         raise SpecError(f"nested deeper than {MAX_DEPTH} levels", source=source) from exc
+    except Exception as exc:  # noqa: BLE001 - untrusted text: any scalar a constructor chokes on is bad input
+        # PyYAML's constructors raise plain ValueError/AttributeError/... for scalars they cannot
+        # build: 2024-13-01 as a date, "!!timestamp x", an integer beyond Python's digit limit.
+        raise SpecError(f"malformed YAML: {type(exc).__name__}: {exc}", source=source) from exc
     if _depth(data) > MAX_DEPTH:
         raise SpecError(f"nested deeper than {MAX_DEPTH} levels", source=source)
     return data
@@ -100,18 +110,24 @@ def _field_path(error: ValidationError) -> str:
     return path or "(top level)"
 
 
+def _shown(value: object, limit: int = 80) -> str:
+    """``repr(value)``, cut short: an error must not echo megabytes of hostile input."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _explain(error: ValidationError) -> str:
     validator = error.validator
     if validator == "additionalProperties":
         return f"unknown field(s): {error.message.split('(')[-1].rstrip(')')}"
     if validator == "enum":
         allowed = ", ".join("null" if v is None else str(v) for v in cast(list[object], error.validator_value))
-        return f"expected one of {allowed} (got {error.instance!r})"
+        return f"expected one of {allowed} (got {_shown(error.instance)})"
     if validator == "const" and list(error.absolute_path)[-1:] == ["count"]:
-        return f"count must be {error.validator_value!r} when a fraction below 1 is requested (got {error.instance!r})"
+        return f"count must be {error.validator_value!r} when a fraction below 1 is requested (got {_shown(error.instance)})"
     if validator == "pattern":
         return (
-            f"got {error.instance!r}: use letters, digits, '.', '_' and '-' only, starting with a letter or "
+            f"got {_shown(error.instance)}: use letters, digits, '.', '_' and '-' only, starting with a letter or "
             "digit (no spaces, quotes, shell or control characters)"
         )
     return error.message
@@ -135,11 +151,32 @@ def _control_character(value: object, path: str = "") -> str | None:
     return None
 
 
+def _non_finite(value: object, path: str = "") -> str | None:
+    """The field path of the first NaN or infinite number (JSON cannot carry them, and NaN passes
+    every JSON Schema minimum and maximum)."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path or "(top level)"
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            found = _non_finite(item, f"{path}.{key}" if path else str(key))
+            if found:
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _non_finite(item, f"{path}[{index}]")
+            if found:
+                return found
+    return None
+
+
 def validate(instance: object, schema: str, *, source: str) -> None:
     """Raise SpecError listing every schema violation of ``instance``."""
     bad = _control_character(instance)
     if bad:
         raise SpecError("control characters (newline, tab, escape, ...) are not allowed", source=source, field=bad)
+    bad = _non_finite(instance)
+    if bad:
+        raise SpecError("must be a finite number (not NaN or infinity)", source=source, field=bad)
     errors = sorted(
         _validator(schema).iter_errors(instance),
         key=lambda e: ([str(p) for p in e.absolute_path], e.validator != "required"),
@@ -147,7 +184,10 @@ def validate(instance: object, schema: str, *, source: str) -> None:
     if errors:
         first = errors[0]
         more = "" if len(errors) == 1 else f" (and {len(errors) - 1} more problem(s))"
-        raise SpecError(_explain(first) + more, source=source, field=_field_path(first))
+        explained = _explain(first)
+        if len(explained) > 1000:  # e.g. jsonschema's own messages quote the whole value
+            explained = f"{explained[:1000]}... ({len(explained)} characters)"
+        raise SpecError(explained + more, source=source, field=_field_path(first))
 
 
 def _check_pool_facts(pool: Pool, tables: Tables, *, source: str, field: str) -> None:
