@@ -8,6 +8,9 @@ grid intensity are all known, a grounded figure is given beside it.
 
 from __future__ import annotations
 
+import math
+
+from examlops_policy.errors import SpecError
 from examlops_policy.model import Placement
 
 
@@ -17,8 +20,8 @@ def device_accounting(placement: Placement, hours: float) -> dict[str, object]:
     ``{"device": "amd", "region": "eu", "hours": 10, "cost": 18.0, "carbon_g": 2500.0}``, plus
     ``carbon_g_grounded`` where the pool's power, PUE and grid intensity are known.
     """
-    if hours < 0:
-        raise ValueError("hours must not be negative")
+    if not math.isfinite(hours) or hours < 0:
+        raise SpecError(f"hours must be a finite number of at least 0 (got {hours!r})", field="hours")
     devices = placement.grant.devices
     result: dict[str, object] = {
         "device": placement.accelerator,

@@ -27,26 +27,55 @@ MAX_FILE_BYTES: Final = 4 * 1024 * 1024
 MAX_DEPTH: Final = 32
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses aliases and duplicate keys."""
+MAX_NODES: Final = 2_000_000
 
-    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()  # type: ignore[no-untyped-call]
-            raise SpecError(f"line {event.start_mark.line + 1}: YAML aliases are not allowed")
-        return super().compose_node(parent, index)
+# libyaml's C parser and composer when present (ten times faster on a large fleet file); the
+# checks below run on the composed node graph, before any Python object is built.
+_LOADER: Final = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[object, object]:
-        seen: set[object] = set()
-        for key_node, _ in node.value:
-            if not isinstance(key_node, yaml.ScalarNode):
-                # A list or mapping as a key cannot be hashed (and no spec field is one).
-                raise SpecError(f"line {key_node.start_mark.line + 1}: a mapping key must be a plain value, not a list or mapping")
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise SpecError(f"line {key_node.start_mark.line + 1}: duplicate key {key!r}")
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+
+def _check_graph(root: yaml.Node) -> None:
+    """Refuse aliases, non-scalar or duplicate keys, deep nesting and huge documents."""
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, int]] = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        line = node.start_mark.line + 1
+        if id(node) in seen:
+            # The composer hands back the anchored node itself for an alias (billion laughs).
+            raise SpecError(f"line {line}: YAML aliases are not allowed")
+        seen.add(id(node))
+        if len(seen) > MAX_NODES:
+            raise SpecError(f"more than {MAX_NODES} YAML nodes")
+        if depth > MAX_DEPTH:
+            raise SpecError(f"line {line}: nested deeper than {MAX_DEPTH} levels")
+        if isinstance(node, yaml.MappingNode):
+            keys: set[tuple[str, str]] = set()
+            for key, value in node.value:
+                if not isinstance(key, yaml.ScalarNode):
+                    # A list or mapping as a key cannot be hashed (and no spec field is one).
+                    raise SpecError(f"line {key.start_mark.line + 1}: a mapping key must be a plain value, not a list or mapping")
+                if key.tag == "tag:yaml.org,2002:merge":
+                    raise SpecError(f"line {key.start_mark.line + 1}: YAML merge keys (<<) are not allowed")
+                if (key.tag, key.value) in keys:
+                    raise SpecError(f"line {key.start_mark.line + 1}: duplicate key {key.value!r}")
+                keys.add((key.tag, key.value))
+                stack.append((key, depth + 1))
+                stack.append((value, depth + 1))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, depth + 1) for item in node.value)
+
+
+def _parse(text: str) -> object:
+    loader = _LOADER(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_graph(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 def read_yaml(path: Path) -> object:
@@ -65,30 +94,18 @@ def read_yaml(path: Path) -> object:
     except UnicodeDecodeError as exc:
         raise SpecError(f"not UTF-8 (byte {exc.start})", source=source) from exc
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        data = _parse(text)
     except SpecError as exc:
         raise SpecError(str(exc), source=source) from exc
     except yaml.YAMLError as exc:
         raise SpecError(f"malformed YAML: {exc}", source=source) from exc
-    except RecursionError as exc:
+    except RecursionError as exc:  # the pure-Python composer recurses before the graph is checked
         raise SpecError(f"nested deeper than {MAX_DEPTH} levels", source=source) from exc
     except Exception as exc:  # noqa: BLE001 - untrusted text: any scalar a constructor chokes on is bad input
         # PyYAML's constructors raise plain ValueError/AttributeError/... for scalars they cannot
         # build: 2024-13-01 as a date, "!!timestamp x", an integer beyond Python's digit limit.
         raise SpecError(f"malformed YAML: {type(exc).__name__}: {exc}", source=source) from exc
-    if _depth(data) > MAX_DEPTH:
-        raise SpecError(f"nested deeper than {MAX_DEPTH} levels", source=source)
     return data
-
-
-def _depth(value: object, level: int = 0) -> int:
-    if level > MAX_DEPTH:
-        return level
-    if isinstance(value, Mapping):
-        return max((_depth(v, level + 1) for v in value.values()), default=level + 1)
-    if isinstance(value, list):
-        return max((_depth(v, level + 1) for v in value), default=level + 1)
-    return level
 
 
 @lru_cache(maxsize=8)

@@ -9,6 +9,7 @@ Exit codes (documented in the README):
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import traceback
@@ -32,6 +33,28 @@ def _console() -> Console:
     # Piped output keeps whole table columns instead of rich's 80-column default.
     width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "160"))
     return Console(highlight=False, soft_wrap=True, emoji=False, width=width)
+
+
+def _hours(text: str) -> float:
+    """argparse type: a finite number of hours, at least 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"hours must be a finite number of at least 0 (got {text!r})")
+    return value
+
+
+def _limit(text: str) -> int:
+    """argparse type: a whole number of rows, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return value
 
 
 def _capabilities(text: str) -> list[str]:
@@ -393,7 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_portable)
 
     p = hardware.add_parser("decisions", parents=[common], help="recent placement decisions")
-    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--limit", type=_limit, default=20)
     p.set_defaults(handler=cmd_decisions)
 
     p = hardware.add_parser("explain", parents=[common], help="explain a decision pool by pool")
@@ -406,11 +429,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = hardware.add_parser("accounting", parents=[common], help="cost and carbon of a placement")
     p.add_argument("id")
-    p.add_argument("--hours", type=float, required=True)
+    p.add_argument("--hours", type=_hours, required=True)
     p.set_defaults(handler=cmd_accounting)
 
     p = hardware.add_parser("burst-events", parents=[common], help="every burst attempt, allowed or blocked")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=_limit, default=50)
     p.set_defaults(handler=cmd_burst_events)
 
     executors.register(hardware, common)
@@ -433,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
     finops = groups.add_parser("finops", help="cost and carbon by device type and region").add_subparsers(dest="kind", required=True)
     for kind in ("cost", "carbon"):
         p = finops.add_parser(kind, parents=[common])
-        p.add_argument("--hours", type=float, help="hours per decision (default: time held until release or now)")
+        p.add_argument("--hours", type=_hours, help="hours per decision (default: time held until release or now)")
         p.set_defaults(handler=cmd_finops)
 
     p = groups.add_parser("opa", parents=[common], help="the local OPA server")
