@@ -54,31 +54,43 @@ def workload_input(workload: Workload) -> JSONObject:
     }
 
 
-def pool_input(state: PoolState, tables: Tables) -> JSONObject:
+def shape_of(state: PoolState) -> JSONObject:
+    """Everything the policy judges a pool by, except its free capacity."""
     pool = state.pool
     return {
-        "name": pool.name,
         "target": pool.target,
         "accelerator": pool.accelerator,
         "model": pool.model,
         "region": pool.region,
         "capabilities": list(pool.capabilities),
         "supports_fractions": pool.supports_fractions,
-        "count": pool.count,
-        "free": state.free,
-        "cost_per_hour": effective_cost(state, tables),
     }
 
 
 def build_input(workload: Workload, pools: Sequence[PoolState], tables: Tables) -> JSONObject:
-    """The policy input: the workload and every pool, in name order (never dict/set order)."""
-    ordered = sorted(pools, key=lambda s: s.pool.name)
-    return {"workload": workload_input(workload), "pools": [pool_input(s, tables) for s in ordered]}
+    """The policy input: the workload, and each distinct pool shape once with its pools (name,
+    capacity, price) under it; shapes in order of first appearance by pool name, so the input never
+    depends on dict/set order."""
+    groups: dict[tuple[object, ...], JSONObject] = {}
+    for state in sorted(pools, key=lambda s: s.pool.name):
+        p = state.pool
+        key = (p.target, p.accelerator, p.model, p.region, p.capabilities, p.supports_fractions)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = {**shape_of(state), "pools": []}
+        cast(list[JSONValue], group["pools"]).append(
+            {"name": state.pool.name, "count": state.pool.count, "free": state.free, "cost_per_hour": effective_cost(state, tables)}
+        )
+    return {"workload": workload_input(workload), "shapes": list(groups.values())}
 
 
 def digest(document: Mapping[str, object]) -> str:
-    """SHA-256 of the canonical JSON of ``document``."""
-    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """SHA-256 of the compact JSON of ``document``.
+
+    Key order is the order ``build_input`` writes, which is fixed, so no sort is needed to make the
+    digest reproducible (sorting costs a tenth of a large decision).
+    """
+    canonical = json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
@@ -105,25 +117,38 @@ def _grant(raw: JSONValue) -> Grant:
     )
 
 
-def _verdicts(answer: JSONObject, costs: Mapping[str, float]) -> tuple[PoolVerdict, ...]:
-    raw = cast(dict[str, JSONObject], answer["verdicts"])
-    if set(raw) != set(costs):
-        raise PolicyError("malformed decision: the policy did not return a verdict for every pool")
-    verdicts = [
-        PoolVerdict(
-            pool=name,
-            eligible=bool(v["eligible"]),
-            admissible=bool(v["admissible"]),
-            tier=int(cast(int, v["tier"])),
-            fallback=bool(v["fallback"]),
-            burst=bool(v["burst"]),
-            reasons=tuple(_reason(r) for r in cast(list[JSONValue], v["reasons"])),
-            grant=_grant(v["grant"]),
-            cost_per_hour=costs[name],
-            note=cast("str | None", v.get("note")),
-        )
-        for name, v in raw.items()
-    ]
+def _verdicts(answer: JSONObject, policy_input: JSONObject) -> tuple[PoolVerdict, ...]:
+    """Expand the per-shape verdicts into one verdict per pool, as the policy's ``decision`` does.
+
+    The per-pool loop is the hot path of a large fleet: everything a shape shares is read once.
+    """
+    raw_shapes = cast(dict[str, JSONObject], answer["shapes"])
+    short = set(cast(list[str], answer["short"]))
+    eligible = set(cast(list[str], answer["eligible"]))
+    verdicts = []
+    for index, shape in enumerate(cast(list[JSONObject], policy_input["shapes"])):
+        raw = raw_shapes.get(str(index))
+        if raw is None:
+            raise PolicyError("malformed decision: the policy did not return a verdict for every pool")
+        pref = raw.get("preference")
+        preference = _reason(pref) if pref else None
+        shared = tuple(_reason(r) for r in cast(list[JSONValue], raw["denials"]))
+        capacity = _reason(raw["capacity"])
+        grant = _grant(raw["grant"])
+        tier, fallback, burst = int(cast(int, raw["tier"])), bool(raw["fallback"]), bool(raw["burst"])
+        note = cast("str | None", raw.get("note"))
+        for row in cast(list[dict[str, "str | float"]], shape["pools"]):
+            name = str(row["name"])
+            denials = shared
+            if name in short:
+                # The shape's shortfall reason, with this pool's own capacity in the details.
+                details: JSONObject = {**capacity.details, "free": row.get("free", 0), "count": row["count"]}
+                denials = (*shared, Reason(capacity.code, capacity.kind, capacity.message, details))
+            admissible = not denials
+            reasons = (*denials, preference) if admissible and preference else denials
+            verdicts.append(
+                PoolVerdict(name, name in eligible, admissible, tier, fallback, burst, reasons, grant, float(row["cost_per_hour"]), note)
+            )
     # Eligible first, then by tier, price and name: the order explanations list pools in.
     return tuple(sorted(verdicts, key=lambda v: (not v.eligible, v.tier, v.cost_per_hour, v.pool)))
 
@@ -179,17 +204,17 @@ def grounded_carbon(state: PoolState, tables: Tables) -> float | None:
 def interpret(
     workload: Workload,
     pools: Sequence[PoolState],
+    policy_input: JSONObject,
     answer: JSONObject,
     tables: Tables,
     provenance: Provenance,
 ) -> Decision:
     """Turn the policy's decision document into a Placement or a Rejection."""
     by_name = {s.pool.name: s for s in pools}
-    costs = {name: effective_cost(s, tables) for name, s in by_name.items()}
     rejection = answer.get("rejection")
-    # An invalid workload gets no pool verdicts; otherwise every pool must have one.
-    invalid = rejection is not None and not answer["verdicts"]
-    verdicts = () if invalid else _verdicts(answer, costs)
+    # An invalid workload gets no verdicts at all; otherwise every pool must have one.
+    invalid = rejection is not None and not answer["shapes"]
+    verdicts = () if invalid else _verdicts(answer, policy_input)
     burst = _burst(answer, {name: s.pool.region for name, s in by_name.items()})
     if rejection is not None:
         reason = _reason(rejection)
@@ -244,4 +269,4 @@ def decide(
         policy_revision=str(served or evaluator.revision),
         opa_version=str(meta.get("opa_version") or "unknown"),
     )
-    return interpret(workload, pools, answer, tables, provenance)
+    return interpret(workload, pools, policy_input, answer, tables, provenance)

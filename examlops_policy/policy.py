@@ -19,7 +19,7 @@ from examlops_policy.errors import PolicyError, PolicyUnavailable
 from examlops_policy.model import JSONObject
 
 DECISION_PACKAGE: Final = "examlops.hardware.placement"
-DECISION_RULE: Final = "decision"
+DECISION_RULE: Final = "decision_by_shape"
 DEFAULT_TIMEOUT_S: Final = 5.0
 
 
@@ -56,7 +56,7 @@ def _sync_client_class() -> type:
     return cast(type, OpaClient)
 
 
-_REQUIRED: Final = {"rejection", "verdicts", "eligible", "burst", "workload", "provenance", "selected_tier"}
+_REQUIRED: Final = {"rejection", "shapes", "short", "eligible", "burst", "workload", "provenance", "selected_tier"}
 
 
 def check_decision(answer: object, where: str) -> JSONObject:
@@ -66,15 +66,15 @@ def check_decision(answer: object, where: str) -> JSONObject:
     missing = _REQUIRED - answer.keys()
     if missing:
         raise PolicyError(f"{where}: malformed decision, missing {sorted(missing)}")
-    if not isinstance(answer["verdicts"], dict) or not isinstance(answer["eligible"], list):
-        raise PolicyError(f"{where}: malformed decision (verdicts must be an object, eligible a list)")
+    if not isinstance(answer["shapes"], dict) or not isinstance(answer["short"], list) or not isinstance(answer["eligible"], list):
+        raise PolicyError(f"{where}: malformed decision (shapes must be an object, short and eligible lists)")
     if not isinstance(answer["burst"], dict) or "attempted" not in answer["burst"]:
         raise PolicyError(f"{where}: malformed decision (burst verdict missing)")
     return cast(JSONObject, answer)
 
 
 class OpaEvaluator:
-    """Queries ``data.examlops.hardware.placement.decision`` on an OPA server."""
+    """Queries ``data.examlops.hardware.placement.decision_by_shape`` on an OPA server."""
 
     def __init__(self, url: str, *, revision: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         parts = urlsplit(url)
@@ -89,6 +89,8 @@ class OpaEvaluator:
             timeout=timeout,
             retries=0,
         )
+        # Loopback or a configured URL: no proxy lookup through the environment on every call.
+        self._client._session.trust_env = False
 
     @property
     def revision(self) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from examlops_policy import Placement, Pool, Rejection, Workload, device_accounting
@@ -228,3 +230,43 @@ def test_library_imports_without_the_cli_stack() -> None:
     code = "import sys, examlops_policy, examlops.hardware; print(sorted(m for m in ('rich', 'aiohttp') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
+
+
+@pytest.mark.parametrize(
+    "workload",
+    [
+        Workload("a", accelerator="amd", engine="vllm", target="hpc"),
+        Workload("b", accelerator="tpu", engine="generic", target="hpc"),
+        Workload("c", accelerator="amd", engine="sglang"),
+        Workload("d", accelerator="nvidia", engine="vllm", target="cloud", residency="eu-only"),
+        Workload("e", accelerator="nvidia", engine="vllm", fraction=0.3, capabilities=("fp8",), allow_burst=True),
+    ],
+    ids=lambda w: w.name,
+)
+def test_python_expands_shape_verdicts_exactly_as_the_policy_does_pool_by_pool(hardware: Hardware, workload: Workload) -> None:
+    """The orchestrator asks for decision_by_shape and expands it; the policy's own pool-by-pool
+    `decision` must say the same for every pool."""
+    import requests
+
+    from examlops_policy.hardware import ManagedOpaEvaluator
+    from examlops_policy.model import PoolState
+    from examlops_policy.placement import build_input, decide
+    from examlops_policy.specs import pools_from_file
+    from examlops_policy.tables import load_tables
+
+    fleet = pools_from_file(Path(__file__).resolve().parent.parent / "examples" / "fleet.yaml")
+    states = [PoolState(p, float(p.count) if i % 3 else 0.0) for i, p in enumerate(fleet)]  # some pools full
+    tables = load_tables()
+    decision = decide(workload, states, hardware.evaluator, tables)
+    assert isinstance(hardware.evaluator, ManagedOpaEvaluator)
+    full = requests.post(
+        f"{hardware.evaluator.url}/v1/data/examlops/hardware/placement/decision",
+        json={"input": build_input(workload, states, tables)},
+        timeout=10,
+    ).json()["result"]
+    mine = {v.pool: (v.eligible, v.admissible, v.tier, [r.code for r in v.reasons], v.grant.devices, v.note) for v in decision.verdicts}
+    theirs = {
+        name: (v["eligible"], v["admissible"], v["tier"], [r["code"] for r in v["reasons"]], v["grant"]["devices"], v["note"])
+        for name, v in full["verdicts"].items()
+    }
+    assert mine == theirs

@@ -89,7 +89,7 @@ def test_opa_without_the_placement_policy_is_an_undefined_decision(opa_with) -> 
 
 
 def test_malformed_decision_is_refused(opa_with) -> None:  # type: ignore[no-untyped-def]
-    url = opa_with('package examlops.hardware.placement\n\ndecision := {"eligible": ["hpc-mi300"]}\n')
+    url = opa_with('package examlops.hardware.placement\n\ndecision_by_shape := {"eligible": ["hpc-mi300"]}\n')
     with pytest.raises(PolicyError, match="malformed decision"):
         evaluate(url)
 
@@ -97,7 +97,7 @@ def test_malformed_decision_is_refused(opa_with) -> None:  # type: ignore[no-unt
 def test_decision_missing_a_pool_verdict_is_refused(opa_with, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     url = opa_with(
         "package examlops.hardware.placement\n\n"
-        'decision := {"rejection": null, "verdicts": {}, "eligible": [], "burst": {"attempted": false},'
+        'decision_by_shape := {"rejection": null, "shapes": {}, "short": [], "eligible": [], "burst": {"attempted": false},'
         ' "workload": {}, "provenance": {}, "selected_tier": null}\n'
     )
     with pytest.raises(PolicyError, match="did not return a verdict for every pool"):
@@ -107,7 +107,7 @@ def test_decision_missing_a_pool_verdict_is_refused(opa_with, tmp_path: Path) ->
 def test_policy_that_does_not_compile_stops_the_launcher(tmp_path: Path) -> None:
     broken = tmp_path / "policies"
     shutil.copytree(policy_dir(), broken)
-    (broken / "examlops" / "hardware" / "broken.rego").write_text("package examlops.hardware.placement\n\ndecision := {\n")
+    (broken / "examlops" / "hardware" / "broken.rego").write_text("package examlops.hardware.placement\n\ndecision_by_shape := {\n")
     with pytest.raises(PolicyError, match="does the policy compile"):
         ensure_server(tmp_path / "home", broken)
 

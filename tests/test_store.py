@@ -266,6 +266,37 @@ def test_a_job_id_is_recorded_with_an_audit_entry(hw: Hardware) -> None:
     assert (last["kind"], last["source"], last["scheduler"], last["job_id"]) == ("submit", "exa-test", "slurm", "4242")
 
 
+def test_one_job_per_placement_and_none_for_a_released_one(hw: Hardware) -> None:
+    record = hw.place(TRAIN_AMD)
+    hw.store.set_job(record.id, "1", scheduler="slurm", source="exa-test")
+    with pytest.raises(SpecError, match="not a live placement without a job"):
+        hw.store.set_job(record.id, "2", scheduler="slurm", source="exa-test")
+    other = hw.place(TRAIN_AMD)
+    hw.release(other.id)
+    with pytest.raises(SpecError, match="not a live placement without a job"):
+        hw.store.set_job(other.id, "3", scheduler="slurm", source="exa-test")
+    assert hw.decision(record.id).job_id == "1" and hw.decision(other.id).job_id is None
+
+
+def test_devices_the_scheduler_holds_for_others_are_not_free(hw: Hardware) -> None:
+    mine = hw.place(TRAIN_AMD)  # one MI300 device, submitted below
+    hw.store.set_job(mine.id, "10", scheduler="slurm", source="exa-test")
+    assert _free(hw)["hpc-mi300"] == 3
+    # Slurm reports 3 busy: ours (submitted) and 2 held by jobs this layer never placed.
+    held = hw.store.record_scheduler_usage({"hpc-mi300": 3}, scheduler="slurm", source="exa-test")
+    assert held == {"hpc-mi300": 2} and _free(hw)["hpc-mi300"] == 1
+    entries = _entries(hw.store)
+    assert (entries[-1]["kind"], entries[-1]["held_outside"]) == ("capacity", 2)
+    # An unchanged report writes nothing; the scheduler draining frees the devices again.
+    size = len(entries)
+    hw.store.record_scheduler_usage({"hpc-mi300": 3}, scheduler="slurm", source="exa-test")
+    assert len(_entries(hw.store)) == size
+    hw.store.record_scheduler_usage({"hpc-mi300": 1}, scheduler="slurm", source="exa-test")
+    assert _free(hw)["hpc-mi300"] == 3
+    with pytest.raises(NotFoundError):
+        hw.store.record_scheduler_usage({"no-such-pool": 1}, scheduler="slurm", source="exa-test")
+
+
 # -- the audit log ---------------------------------------------------------------------------
 
 

@@ -105,6 +105,10 @@ def _discover(args: argparse.Namespace, hw: Hardware, console: Console, found: D
         if missing:
             raise SpecError(f"new pool(s) {', '.join(missing)} have no region: give --region", field="--region")
         hw.apply(pools)
+        # What the scheduler reports busy, beyond this layer's own submitted placements, is not free.
+        usage = {d.pool.name: d.pool.count - d.free for d in found.pools if d.free is not None}
+        if usage:
+            hw.store.record_scheduler_usage(usage, scheduler=found.source, source="exa-hardware")
     _show_discovery(args, console, found, changes, applied=bool(args.apply))
     return errors.EXIT_OK
 

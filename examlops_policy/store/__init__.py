@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -96,6 +96,15 @@ class Store(Protocol):
 
     def set_job(self, ident: str, job_id: str, *, scheduler: str, source: str) -> DecisionRecord:
         """Record the scheduler's job id on a placed decision, with an audit entry."""
+        ...
+
+    def record_scheduler_usage(self, usage: Mapping[str, float], *, scheduler: str, source: str) -> dict[str, float]:
+        """Record how many devices of each named pool its scheduler reports busy.
+
+        Busy devices not accounted for by this layer's own submitted, live placements are held
+        outside it and are no longer free. Returns the held-outside figure per pool; an audit
+        entry is written for each pool whose figure changed. NotFoundError for an unknown pool.
+        """
         ...
 
     def burst_events(self, limit: int = 50) -> list[BurstEvent]:

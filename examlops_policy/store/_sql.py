@@ -20,7 +20,7 @@ import random
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from importlib import resources
 from typing import Any, Final, Literal, Protocol, TypeVar
@@ -225,7 +225,10 @@ class SQLStore(ABC):
                 row = self._execute("SELECT spec FROM pools WHERE name = ?", (pool.name,)).fetchone()
                 spec = specs[pool.name]
                 if row is None:
-                    self._execute("INSERT INTO pools VALUES (?, ?, ?, ?, ?)", (pool.name, spec, pool.count, now, now))
+                    self._execute(
+                        "INSERT INTO pools (name, spec, count, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
+                        (pool.name, spec, pool.count, now, now),
+                    )
                     changes.append(PoolChange(pool.name, "added"))
                 elif not replace:
                     raise SpecError(f"pool {pool.name!r} already exists (use 'exa hardware apply' to change it)", field="name")
@@ -263,11 +266,12 @@ class SQLStore(ABC):
 
     def _states(self) -> list[PoolState]:
         rows = self._execute(
-            "SELECT p.spec, p.count - COALESCE(SUM(a.devices), 0) FROM pools p "
+            "SELECT p.spec, p.count - p.held_outside - COALESCE(SUM(a.devices), 0) FROM pools p "
             "LEFT JOIN allocations a ON a.pool = p.name AND a.released_at IS NULL "
             "GROUP BY p.name ORDER BY p.name"
         ).fetchall()
-        return [PoolState(pool_from_json(spec), round(float(free), 9)) for spec, free in rows]
+        # Never below zero: a scheduler may report more busy devices than a pool's count says.
+        return [PoolState(pool_from_json(spec), max(0.0, round(float(free), 9))) for spec, free in rows]
 
     def pool_states(self) -> list[PoolState]:
         return self._run(self._states)
@@ -402,7 +406,14 @@ class SQLStore(ABC):
     def set_job(self, ident: str, job_id: str, *, scheduler: str, source: str = SOURCE) -> DecisionRecord:
         def work() -> DecisionRecord:
             row = self._find(ident)
-            self._execute("UPDATE decisions SET job_id = ? WHERE id = ?", (job_id, row[0]))
+            # One job per placement: checked and set in one statement, so two concurrent submits
+            # cannot both record theirs.
+            updated = self._execute(
+                "UPDATE decisions SET job_id = ? WHERE id = ? AND job_id IS NULL AND outcome = 'placed' AND released_at IS NULL",
+                (job_id, row[0]),
+            )
+            if updated.rowcount == 0:
+                raise SpecError(f"decision {row[0][:12]} is not a live placement without a job; nothing was recorded")
             self._append_audit("submit", {"decision_id": row[0], "scheduler": scheduler, "job_id": job_id}, source=source)
             return _row_to_record((row[0], row[1], row[2], row[3], job_id))
 
@@ -411,6 +422,30 @@ class SQLStore(ABC):
             return record if record.job_id == job_id else None
 
         return self._run(work, landed=landed)
+
+    def record_scheduler_usage(self, usage: Mapping[str, float], *, scheduler: str, source: str = SOURCE) -> dict[str, float]:
+        def work() -> dict[str, float]:
+            held: dict[str, float] = {}
+            for pool, busy in sorted(usage.items()):
+                row = self._execute("SELECT held_outside FROM pools WHERE name = ?", (pool,)).fetchone()
+                if row is None:
+                    raise NotFoundError(f"no pool {pool!r}")
+                # Our own submitted, live placements are part of what the scheduler reports busy.
+                ours = self._execute(
+                    "SELECT COALESCE(SUM(a.devices), 0) FROM allocations a JOIN decisions d ON d.id = a.decision_id "
+                    "WHERE a.pool = ? AND a.released_at IS NULL AND d.job_id IS NOT NULL",
+                    (pool,),
+                ).fetchone()
+                outside = round(max(0.0, busy - float(ours[0])), 9)
+                held[pool] = outside
+                if abs(float(row[0]) - outside) > 1e-9:
+                    self._execute("UPDATE pools SET held_outside = ? WHERE name = ?", (outside, pool))
+                    self._append_audit(
+                        "capacity", {"pool": pool, "scheduler": scheduler, "busy": busy, "held_outside": outside}, source=source
+                    )
+            return held
+
+        return self._run(work)
 
     def burst_events(self, limit: int = 50) -> list[BurstEvent]:
         rows = self._run(

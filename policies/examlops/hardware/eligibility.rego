@@ -52,14 +52,17 @@ capability(pool, w) := reason.make(
 
 # needed: devices this workload takes from the pool (a granted fraction, or whole devices).
 # A pool whose free capacity is not stated has none: fail closed.
-capacity(pool, needed) := reason.make(
-	"capacity_exhausted",
-	"not_now",
-	sprintf("needs %v device(s), %v free of %v", [needed, free(pool), pool.count]),
-	{"needed": needed, "free": free(pool), "count": pool.count},
-) if {
+capacity(pool, needed) := object.union(shortfall(needed), {"details": {"needed": needed, "free": free(pool), "count": pool.count}}) if {
 	# Tolerance: granted MIG shares are sevenths, which do not add up exactly in binary floats.
 	free(pool) < needed - 0.000001
 } else := null
+
+# The reason a pool short of capacity gets, before its own free and count are added to the details.
+shortfall(needed) := reason.make(
+	"capacity_exhausted",
+	"not_now",
+	sprintf("needs %v device(s), more than are free", [needed]),
+	{"needed": needed},
+)
 
 free(pool) := object.get(pool, "free", 0)

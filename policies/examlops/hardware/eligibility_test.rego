@@ -154,7 +154,7 @@ test_capacity_exhausted_is_not_now if {
 	r := eligibility.capacity(hpc_pool({"free": 1}), 2)
 	r.code == "capacity_exhausted"
 	r.kind == "not_now"
-	r.message == "needs 2 device(s), 1 free of 8"
+	r.message == "needs 2 device(s), more than are free"
 	r.details == {"needed": 2, "free": 1, "count": 8}
 }
 

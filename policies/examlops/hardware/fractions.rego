@@ -54,4 +54,4 @@ why_not(pool) := sprintf("%s model '%s' has no isolated partitioning", [pool.acc
 } else := sprintf("%s has no isolated partitioning", [pool.accelerator]) if {
 	model(pool) == null
 	not partitioning.by_vendor[pool.accelerator]
-} else := sprintf("pool '%s' does not enable partitioning (supports_fractions is off)", [pool.name])
+} else := "the pool does not enable partitioning (supports_fractions is off)"

@@ -119,13 +119,13 @@ test_supports_fractions_off_not_honored if {
 	g := fractions.grant(nvidia_pool({"model": "h100", "supports_fractions": false}), share(0.5))
 	g.honored == false
 	g.granted == 1
-	g.why == "pool 'hpc-nvidia' does not enable partitioning (supports_fractions is off)"
+	g.why == "the pool does not enable partitioning (supports_fractions is off)"
 }
 
 test_supports_fractions_absent_not_honored if {
 	g := fractions.grant(object.remove(nvidia_pool({}), ["supports_fractions"]), share(0.5))
 	g.honored == false
-	g.why == "pool 'hpc-nvidia' does not enable partitioning (supports_fractions is off)"
+	g.why == "the pool does not enable partitioning (supports_fractions is off)"
 }
 
 test_scheme_name_by_model_then_vendor if {

@@ -342,3 +342,57 @@ test_provenance_present_on_rejection if {
 		with data.examlops_runtime.revision as "3f2c9e1"
 	d.provenance.policy_revision == "3f2c9e1"
 }
+
+# --- pools sent with their shapes factored out, as the orchestrator sends them -----------------
+
+pool_fields := ["name", "count", "free", "cost_per_hour"]
+
+# Pools of the same shape grouped under it, as the orchestrator sends them.
+shaped(workload, pools) := {
+	"workload": workload,
+	"shapes": [object.union(shape, {"pools": [object.filter(p, pool_fields) | some p in pools; object.remove(p, pool_fields) == shape]}) |
+		some shape in {object.remove(p, pool_fields) | some p in pools}
+	],
+}
+
+test_shaped_input_decides_exactly_as_pool_by_pool_input if {
+	every w in [
+		train({"accelerator": "amd", "engine": "vllm", "target": "hpc"}),
+		train({"accelerator": "tpu", "target": "hpc"}),
+		train({"accelerator": "amd", "engine": "sglang"}),
+		train({"target": "cloud", "residency": "eu-only", "allow_burst": true}),
+		train({"allow_burst": true, "fraction": 0.5}),
+	] {
+		every pools in [spec_pools, hpc_full_pools] {
+			by_pool := placement.decision with input as scenario(w, pools)
+			by_shape := placement.decision with input as shaped(w, pools)
+			by_pool == by_shape
+		}
+	}
+}
+
+test_a_pool_that_does_not_state_its_free_capacity_has_none if {
+	input_doc := {
+		"workload": train({"accelerator": "amd", "engine": "vllm"}),
+		"shapes": [object.union(object.remove(hpc_mi300, pool_fields), {"pools": [{"name": "hpc-mi300", "count": 4, "cost_per_hour": 1.8}]})],
+	}
+	d := placement.decision_by_shape with input as input_doc
+	d.eligible == []
+	d.short == {"hpc-mi300"}
+}
+
+test_two_pools_of_one_shape_share_its_verdict_and_differ_only_in_capacity if {
+	input_doc := {
+		"workload": train({"accelerator": "amd", "engine": "vllm"}),
+		"shapes": [object.union(object.remove(hpc_mi300, pool_fields), {"pools": [
+			{"name": "hpc-mi300", "count": 4, "free": 4, "cost_per_hour": 1.8},
+			{"name": "hpc-mi300-b", "count": 4, "free": 0, "cost_per_hour": 1.0},
+		]})],
+	}
+	d := placement.decision_by_shape with input as input_doc
+	d.eligible == ["hpc-mi300"]
+	d.short == {"hpc-mi300-b"}
+	d.shapes[0].capacity.code == "capacity_exhausted"
+	d.shapes[0].denials == []
+	d.shapes[0].preference == null
+}
