@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import cast
 
 from examlops_policy.model import (
@@ -10,6 +11,7 @@ from examlops_policy.model import (
     Decision,
     Grant,
     JSONObject,
+    JSONValue,
     Placement,
     PoolVerdict,
     Provenance,
@@ -19,10 +21,26 @@ from examlops_policy.model import (
 )
 
 
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls) if f.name != "ok")
+
+
+def _plain(value: object) -> JSONValue:
+    """Like ``dataclasses.asdict`` without its deep copies: a large fleet's decision holds
+    thousands of verdicts sharing reason and grant objects, and is written on every placement."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {name: _plain(getattr(value, name)) for name in _field_names(type(value))}
+    if isinstance(value, (tuple, list)):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    return cast(JSONValue, value)
+
+
 def to_json(decision: Decision) -> JSONObject:
     """A JSON-ready dict of the whole decision, with ``outcome`` first."""
-    body = cast(JSONObject, dataclasses.asdict(decision))
-    body.pop("ok", None)
+    body = cast(JSONObject, _plain(decision))
     if isinstance(decision, Placement):
         outcome = "placed"
     else:

@@ -15,7 +15,6 @@ from typing import Final
 
 from typing import TYPE_CHECKING
 
-from examlops_policy import specs
 from examlops_policy.errors import PolicyUnavailable, SpecError
 from examlops_policy.finops import FinopsRow, totals
 from examlops_policy.model import Decision, JSONObject, Pool, PoolState, Reason, Rejection, Workload
@@ -138,10 +137,14 @@ class Hardware:
     # -- pools ------------------------------------------------------------------------------
 
     def add_pool(self, pool: Pool) -> PoolChange:
+        from examlops_policy import specs  # jsonschema loads only when validating
+
         specs.check_pool(pool, self.tables)
         return self.store.apply_pools([pool], replace=False)[0]
 
     def apply(self, pools: Sequence[Pool]) -> list[PoolChange]:
+        from examlops_policy import specs  # jsonschema loads only when validating
+
         for pool in pools:
             specs.check_pool(pool, self.tables)
         return self.store.apply_pools(pools, replace=True)
@@ -155,6 +158,8 @@ class Hardware:
 
     def place(self, workload: Workload) -> DecisionRecord:
         """Decide and record: reservation, decision, burst event and audit entries, atomically."""
+        from examlops_policy import specs  # jsonschema loads only when validating
+
         specs.check_workload(workload)
         if isinstance(self.evaluator, ManagedOpaEvaluator):
             self.evaluator.ensure_started()  # an OPA start must not happen under the write lock
@@ -166,6 +171,8 @@ class Hardware:
 
     def portable(self, engine: str, accelerator: str) -> Reason | None:
         """None when the engine can run on the accelerator, else the policy's reason."""
+        from examlops_policy import specs  # jsonschema loads only when validating
+
         workload = specs.check_workload(Workload("portability-check", accelerator=accelerator, engine=engine))
         decision = decide(workload, [], self.evaluator, self.tables)
         # With no pools, the only rejection that speaks of the workload itself is portability's.
@@ -175,6 +182,8 @@ class Hardware:
 
     def what_if(self, workload: Workload, pools: Sequence[Pool] | None = None) -> Decision:
         """Decide without recording or reserving: over ``pools`` (all free) or the current state."""
+        from examlops_policy import specs  # jsonschema loads only when validating
+
         specs.check_workload(workload)
         if pools is None:
             states = self.store.pool_states()

@@ -15,6 +15,7 @@ trying again, so a retry never records a decision twice.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import random
 import time
@@ -68,7 +69,9 @@ def pool_json(pool: Pool) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
+@functools.lru_cache(maxsize=65536)
 def pool_from_json(text: str) -> Pool:
+    """The Pool a stored spec describes (cached: every placement reads every pool; Pool is frozen)."""
     data = json.loads(text)
     data["capabilities"] = tuple(data.get("capabilities", ()))
     return Pool(**data)
