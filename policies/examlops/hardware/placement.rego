@@ -123,6 +123,12 @@ eligible := sort([name | some [t, name] in admissible; t == selected_tier])
 
 # Why an admissible pool of a shape was passed over (a better tier won, or the request itself is
 # rejected); null when the shape's tier is the selected one.
+# Depends only on the tier: worded once per distinct tier.
+preferences := {t: preference({"tier": t}) | some t in {v.tier | some v in shape_verdicts}}
+
+# The shortfall reason depends only on what the grant takes: worded once per distinct need.
+shortfalls := {d: eligibility.shortfall(d) | some d in {v.grant.devices | some v in shape_verdicts}}
+
 preference(v) := fallback.preference(w, v.tier, selected_tier) if {
 	selected_tier
 } else := reason.make(
@@ -199,7 +205,7 @@ common := {
 }
 
 decision_by_shape := object.union(common, {
-	"shapes": {i: object.union(v, {"preference": preference(v), "capacity": eligibility.shortfall(v.grant.devices)}) |
+	"shapes": {i: object.union(v, {"preference": preferences[v.tier], "capacity": shortfalls[v.grant.devices]}) |
 		some i, v in shape_verdicts
 	},
 	"short": short,
@@ -219,7 +225,7 @@ pool_verdict(p, v, eligible_names) := {
 	"admissible": ok,
 	"eligible": p.name in eligible_names,
 	"denials": denials,
-	"reasons": array.concat(denials, [r | ok; r := preference(v); r != null]),
+	"reasons": array.concat(denials, [r | ok; r := preferences[v.tier]; r != null]),
 	"grant": v.grant,
 	"fallback": v.fallback,
 	"burst": v.burst,
