@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Final, cast
@@ -150,48 +150,39 @@ def _explain(error: ValidationError) -> str:
     return error.message
 
 
-def _control_character(value: object, path: str = "") -> str | None:
-    """The field path of the first string holding a control character (JSON Schema's ``$``
-    matches before a trailing newline, so patterns alone do not keep newlines out)."""
-    if isinstance(value, str):
-        return path or "(top level)" if any(ord(c) < 32 or ord(c) == 127 for c in value) else None
+def _first_bad(value: object, bad: Callable[[object], bool], path: str = "") -> str | None:
+    """The field path of the first leaf value for which ``bad`` is true, in document order."""
     if isinstance(value, Mapping):
         for key, item in value.items():
-            found = _control_character(item, f"{path}.{key}" if path else str(key))
+            found = _first_bad(item, bad, f"{path}.{key}" if path else str(key))
             if found:
                 return found
+        return None
     if isinstance(value, list):
         for index, item in enumerate(value):
-            found = _control_character(item, f"{path}[{index}]")
+            found = _first_bad(item, bad, f"{path}[{index}]")
             if found:
                 return found
-    return None
+        return None
+    return (path or "(top level)") if bad(value) else None
 
 
-def _non_finite(value: object, path: str = "") -> str | None:
-    """The field path of the first NaN or infinite number (JSON cannot carry them, and NaN passes
-    every JSON Schema minimum and maximum)."""
-    if isinstance(value, float):
-        return None if math.isfinite(value) else path or "(top level)"
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            found = _non_finite(item, f"{path}.{key}" if path else str(key))
-            if found:
-                return found
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            found = _non_finite(item, f"{path}[{index}]")
-            if found:
-                return found
-    return None
+def _has_control_character(value: object) -> bool:
+    # JSON Schema's ``$`` matches before a trailing newline, so patterns alone do not keep them out.
+    return isinstance(value, str) and any(ord(c) < 32 or ord(c) == 127 for c in value)
+
+
+def _non_finite(value: object) -> bool:
+    # JSON cannot carry NaN or infinity, and NaN passes every JSON Schema minimum and maximum.
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 def validate(instance: object, schema: str, *, source: str) -> None:
     """Raise SpecError listing every schema violation of ``instance``."""
-    bad = _control_character(instance)
+    bad = _first_bad(instance, _has_control_character)
     if bad:
         raise SpecError("control characters (newline, tab, escape, ...) are not allowed", source=source, field=bad)
-    bad = _non_finite(instance)
+    bad = _first_bad(instance, _non_finite)
     if bad:
         raise SpecError("must be a finite number (not NaN or infinity)", source=source, field=bad)
     errors = sorted(

@@ -21,6 +21,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
+from examlops_policy.executors.placed import live_placement
 from examlops_policy.errors import SpecError
 from examlops_policy.model import JSONObject, JSONValue, Placement, Pool
 from examlops_policy.store import DecisionRecord
@@ -131,14 +132,7 @@ def job_manifest(
     tpu_topology: str | None = None,
 ) -> JSONObject:
     """The ``batch/v1`` Job for a placed, unreleased decision on ``pool``."""
-    decision = record.decision
-    short = record.id[:12]
-    if not isinstance(decision, Placement):
-        raise SpecError(f"decision {short} placed nothing, so there is no Job to emit", field="ID")
-    if record.released_at is not None:
-        raise SpecError(f"decision {short} was released at {record.released_at}; place the workload again", field="ID")
-    if pool.name != decision.pool:
-        raise SpecError(f"pool {pool.name!r} is not the pool of decision {short} ({decision.pool!r})")
+    decision = live_placement(record, pool, nothing="to emit a Job for")
     if not IMAGE_RE.fullmatch(image):
         raise SpecError(f"not a container image reference: {image!r}", field="--image")
     if namespace is not None and not DNS_LABEL_RE.fullmatch(namespace):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from examlops_policy.executors.placed import live_placement
 from examlops_policy.errors import ExecutorError, SpecError
 from examlops_policy.executors.command import Runner, run_command
 from examlops_policy.executors.gres import GresTable
@@ -78,16 +79,10 @@ def _script(path: Path) -> Path:
 
 def slurm_request(record: DecisionRecord, pool: Pool, script: Path, gres: GresTable) -> SlurmRequest:
     """The ``sbatch`` request for a placed, unreleased, not yet submitted decision on ``pool``."""
-    decision = record.decision
+    decision = live_placement(record, pool, nothing="to submit")
     short = record.id[:12]
-    if not isinstance(decision, Placement):
-        raise SpecError(f"decision {short} placed nothing, so there is nothing to submit", field="ID")
-    if record.released_at is not None:
-        raise SpecError(f"decision {short} was released at {record.released_at}; place the workload again", field="ID")
     if record.job_id is not None:
         raise SpecError(f"decision {short} was already submitted as job {record.job_id}", field="ID")
-    if pool.name != decision.pool:
-        raise SpecError(f"pool {pool.name!r} is not the pool of decision {short} ({decision.pool!r})")
     if pool.target != "hpc" or pool.partition is None:
         raise SpecError(
             f"pool {pool.name!r} is not served by a Slurm partition (for cloud pools use 'exa hardware manifest')",
