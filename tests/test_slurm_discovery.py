@@ -9,6 +9,7 @@ the real subprocess path runs without a Slurm.
 from __future__ import annotations
 
 import json
+import sqlite3
 import os
 import stat
 from collections.abc import Sequence
@@ -238,11 +239,15 @@ def test_cli_discover_shows_then_applies_idempotently(tmp_path: Path, exa_home: 
     pools = {p["name"]: p for p in json.loads(run_exa(exa_home, "hardware", "pools", "--json", check=True).stdout)}
     assert pools["gpu-mi300x"]["partition"] == "gpu" and pools["gpu-mi300x"]["gres_type"] == "mi300x"
     assert pools["gpu-mi300x"]["model"] == "mi300x" and pools["gpu-mi300x"]["count"] == 4
+    # Devices Slurm reports busy with work this layer did not place are not free for placement.
+    assert pools["gpu-h100"]["free"] == 1
+    kinds = [json.loads(row)["kind"] for (row,) in sqlite3.connect(exa_home / "state.db").execute("SELECT entry FROM audit_log ORDER BY seq")]
+    assert kinds.count("pool") == 4 and set(kinds) == {"pool", "capacity"}
 
     again = run_exa(exa_home, "hardware", "discover", "slurm", "--apply", env=env, check=True)  # region kept
     assert again.stdout.splitlines()[0] == "slurm 22.05.8: 4 pool(s) · 0 to add, 0 to update, 4 unchanged"
     audit = run_exa(exa_home, "audit", "verify", "--json", check=True)
-    assert json.loads(audit.stdout)["size"] == 4  # one entry per added pool; unchanged ones write nothing
+    assert json.loads(audit.stdout)["size"] == len(kinds)  # nothing changed, nothing written
 
 
 def test_cli_discover_refuses_new_pools_without_a_region(tmp_path: Path, exa_home: Path) -> None:
