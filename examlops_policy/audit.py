@@ -33,10 +33,11 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Final, Literal, TypeVar
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+if TYPE_CHECKING:  # cryptography loads only where a key is used, not on every command
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from examlops_policy.errors import AuditIntegrityError, SpecError
 
@@ -310,6 +311,9 @@ class VerifierKey:
 
     def verify(self, message: bytes, signature: bytes) -> bool:
         """True when `signature` (64 bytes, no key id) is this key's Ed25519 signature of `message`."""
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
         try:
             Ed25519PublicKey.from_public_bytes(self.public_key).verify(signature, message)
         except (InvalidSignature, ValueError):
@@ -348,11 +352,15 @@ class SigningKey:
 
     def verifier_key(self) -> VerifierKey:
         """The public half, under the same name."""
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
         public = Ed25519PrivateKey.from_private_bytes(self.seed).public_key().public_bytes_raw()
         return VerifierKey(self.name, public)
 
     def sign(self, message: bytes) -> bytes:
         """The 64-byte Ed25519 signature of `message` (deterministic, RFC 8032)."""
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
         return Ed25519PrivateKey.from_private_bytes(self.seed).sign(message)
 
 
@@ -364,6 +372,8 @@ def _checked_id(key: _Key, key_id: bytes, source: str) -> _Key:
 
 def generate_key(name: str) -> tuple[str, str]:
     """A fresh key pair for `name` as (signer key text, verifier key text)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     key = SigningKey(name, Ed25519PrivateKey.generate().private_bytes_raw())
     return key.encode(), key.verifier_key().encode()
 
