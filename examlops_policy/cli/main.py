@@ -319,15 +319,10 @@ def cmd_finops(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     if args.json:
         render.dump_json(console, [r.__dict__ for r in rows])
         return errors.EXIT_OK
-    from rich.table import Table
-
     carbon = args.kind == "carbon"
-    table = Table(title=f"{'Carbon' if carbon else 'Cost'} by device type and region", title_justify="left")
-    for column in ("device", "region", "decisions", "device-hours", "gCO2e" if carbon else "USD"):
-        table.add_column(column, justify="right" if column not in {"device", "region"} else "left")
-    for r in rows:
-        table.add_row(r.device, r.region, str(r.decisions), f"{r.device_hours:.2f}", f"{r.carbon_g:.1f}" if carbon else f"{r.cost:.2f}")
-    console.print(table)
+    columns = ("device", "region", "decisions", "device-hours", "gCO2e" if carbon else "USD")
+    cells = [[r.device, r.region, str(r.decisions), f"{r.device_hours:.2f}", f"{r.carbon_g:.1f}" if carbon else f"{r.cost:.2f}"] for r in rows]
+    render.emit_table(console, f"{'Carbon' if carbon else 'Cost'} by device type and region", columns, cells, right=columns[2:])
     total = sum(r.carbon_g if carbon else r.cost for r in rows)
     console.print(f"total {total:.1f} gCO2e" if carbon else f"total ${total:.2f}")
     return errors.EXIT_OK

@@ -32,6 +32,29 @@ CHECKS: Final = {
 CHECK_ORDER: Final = ("portability", "target", "capabilities", "residency", "capacity", "tier")
 
 
+Cell = str | Text
+
+
+def emit_table(console: Console, title: str, columns: Sequence[str], rows: Sequence[Sequence[Cell]], *, right: Sequence[str] = ()) -> None:
+    """A rich table on a terminal; plain aligned columns when piped (greppable, and rendering a
+    rich table costs a listing of a hundred pools more than a tenth of a second)."""
+    if console.is_terminal:
+        table = Table(title=title, title_justify="left")
+        for column in columns:
+            table.add_column(column, justify="right" if column in right else "left", overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+        return
+    plain = [[c.plain if isinstance(c, Text) else c for c in row] for row in rows]
+    widths = [max([len(column), *(len(row[i]) for row in plain)]) for i, column in enumerate(columns)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if col in right else c.ljust(w) for c, w, col in zip(cells, widths, columns)).rstrip()
+
+    console.file.write("\n".join([title, line(columns), *(line(row) for row in plain)]) + "\n")
+
+
 def dump_json(console: Console, value: object) -> None:
     console.file.write(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
@@ -93,13 +116,11 @@ def print_explanation(console: Console, decision: Decision, states: Sequence[Poo
         console.print("No pool verdicts: the workload itself was rejected before any pool was judged.")
         return
     free = {s.pool.name: s for s in states or ()}
-    table = Table(title=f"Pools for {decision.workload.name}", title_justify="left")
-    for column in ("pool", "accel", "target", "region", "$/h", "verdict", "reasons"):
-        table.add_column(column, overflow="fold")
+    rows: list[list[Cell]] = []
     for v in verdicts:
         state = free.get(v.pool)
         reasons = "; ".join(f"{r.code}: {r.message}" for r in v.reasons) or ("chosen" if isinstance(decision, Placement) and decision.pool == v.pool else "")
-        table.add_row(
+        rows.append([
             v.pool,
             state.pool.accelerator if state else "",
             state.pool.target if state else "",
@@ -107,8 +128,9 @@ def print_explanation(console: Console, decision: Decision, states: Sequence[Poo
             f"{v.cost_per_hour:.2f}",
             _verdict_cell(v),
             reasons,
-        )
-    console.print(table)
+        ])  # fmt: skip
+    columns = ("pool", "accel", "target", "region", "$/h", "verdict", "reasons")
+    emit_table(console, f"Pools for {decision.workload.name}", columns, rows, right=("$/h",))
     total = len(verdicts)
     console.print(f"Checks over {total} pool{'s' if total != 1 else ''}:")
     for check in CHECK_ORDER:
@@ -127,35 +149,32 @@ def print_explanation(console: Console, decision: Decision, states: Sequence[Poo
 
 
 def print_pools(console: Console, states: Sequence[PoolState], tables: Tables) -> None:
-    table = Table(title="Pools (cheapest first)", title_justify="left")
-    for column in ("name", "target", "accelerator", "model", "region", "free/total", "$/h", "gCO2e/h", "fractions", "capabilities"):
-        table.add_column(column)
+    rows: list[list[Cell]] = []
     for s in states:
         p = s.pool
         cost = effective_cost(s, tables)
         carbon = p.carbon_factor if p.carbon_factor is not None else tables.default_carbon_factor(p.region)
-        table.add_row(
+        rows.append([
             p.name, p.target, p.accelerator, p.model or "-", p.region, f"{s.free:g}/{p.count}",
             f"{cost:.2f}" + ("" if p.cost_per_hour is not None else "*"),
             f"{carbon:g}" + ("" if p.carbon_factor is not None else "*"),
             "yes" if p.supports_fractions else "no", ",".join(p.capabilities) or "-",
-        )  # fmt: skip
-    console.print(table)
+        ])  # fmt: skip
+    columns = ("name", "target", "accelerator", "model", "region", "free/total", "$/h", "gCO2e/h", "fractions", "capabilities")
+    emit_table(console, "Pools (cheapest first)", columns, rows, right=("free/total", "$/h", "gCO2e/h"))
     if any(s.pool.cost_per_hour is None or s.pool.carbon_factor is None for s in states):
         console.print(Text("* default from policies/examlops/tables/accounting.yaml", style="dim"))
 
 
 def print_decisions(console: Console, records: Sequence[DecisionRecord]) -> None:
-    table = Table(title="Recent placement decisions", title_justify="left")
-    for column in ("id", "time", "workload", "outcome", "pool", "device", "region", "flags"):
-        table.add_column(column)
+    rows: list[list[Cell]] = []
     for r in records:
         d = r.decision
         if isinstance(d, Placement):
             flags = [f for f, on in (("fallback", d.fallback), ("whole-device", not d.fraction_honored), ("burst", d.burst.verdict == "allowed"), ("released", r.released_at is not None)) if on]
-            table.add_row(r.id[:12], r.created_at[:19], d.workload.name, Text("placed", style="green"), d.pool, d.accelerator, d.region, ",".join(flags))
+            rows.append([r.id[:12], r.created_at[:19], d.workload.name, Text("placed", style="green"), d.pool, d.accelerator, d.region, ",".join(flags)])
         else:
             assert isinstance(d, Rejection)
             outcome = Text("blocked", style="yellow") if d.burst_blocked else Text("rejected", style="red")
-            table.add_row(r.id[:12], r.created_at[:19], d.workload.name, outcome, "-", d.workload.accelerator, "-", d.code)
-    console.print(table)
+            rows.append([r.id[:12], r.created_at[:19], d.workload.name, outcome, "-", d.workload.accelerator, "-", d.code])
+    emit_table(console, "Recent placement decisions", ("id", "time", "workload", "outcome", "pool", "device", "region", "flags"), rows)
