@@ -121,14 +121,14 @@ selected_tier := min({t | some [t, _] in admissible}) if rejection == null
 
 eligible := sort([name | some [t, name] in admissible; t == selected_tier])
 
-# Why an admissible pool of a shape was passed over (a better tier won, or the request itself is
-# rejected); null when the shape's tier is the selected one.
-# Depends only on the tier: worded once per distinct tier.
+# Why an admissible pool was passed over depends only on its tier: worded once per distinct tier.
 preferences := {t: preference({"tier": t}) | some t in {v.tier | some v in shape_verdicts}}
 
 # The shortfall reason depends only on what the grant takes: worded once per distinct need.
 shortfalls := {d: eligibility.shortfall(d) | some d in {v.grant.devices | some v in shape_verdicts}}
 
+# Why an admissible pool of tier v.tier was passed over (a better tier won, or the request itself
+# is rejected); null when that tier is the selected one.
 preference(v) := fallback.preference(w, v.tier, selected_tier) if {
 	selected_tier
 } else := reason.make(
