@@ -24,7 +24,7 @@ from examlops_policy.accounting import device_accounting
 from examlops_policy.cli import executors, render
 from examlops_policy.errors import ExaError, SpecError
 from examlops_policy.hardware import Hardware
-from examlops_policy.model import ACCELERATORS, ENGINES, RESIDENCIES, Decision, Placement, Pool, Workload
+from examlops_policy.model import ACCELERATORS, ENGINES, POOL_TARGETS, RESIDENCIES, WORKLOAD_TARGETS, Decision, Placement, Workload
 
 Handler = Callable[[argparse.Namespace, Hardware, Console], int]
 
@@ -360,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = hardware.add_parser("add-pool", parents=[common], help="register a device pool")
     p.add_argument("name")
-    p.add_argument("--target", required=True, choices=["hpc", "cloud"])
+    p.add_argument("--target", required=True, choices=POOL_TARGETS)
     p.add_argument("--accelerator", required=True, choices=ACCELERATORS)
     p.add_argument("--count", required=True, type=int)
     p.add_argument("--region", required=True)
@@ -388,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--accelerator", choices=ACCELERATORS)
         p.add_argument("--engine", choices=ENGINES, default="generic")
         if target:
-            p.add_argument("--target", choices=["hpc", "cloud", "any"])
+            p.add_argument("--target", choices=WORKLOAD_TARGETS)
         p.add_argument("--fraction", type=float, default=1.0)
         p.add_argument("--count", type=int, default=1)
         p.add_argument("--capabilities", default="")

@@ -19,7 +19,7 @@ from examlops_policy.executors.placed import live_placement
 from examlops_policy.errors import ExecutorError, SpecError
 from examlops_policy.executors.command import Runner, run_command
 from examlops_policy.executors.gres import GresTable
-from examlops_policy.model import Placement, Pool
+from examlops_policy.model import Pool
 from examlops_policy.store import DecisionRecord
 
 TIMEOUT_S: Final = 60.0
