@@ -22,6 +22,12 @@ them back to `verify_chain`. Design: /work/shared/reference/audit-log.md.
     truncated   the log ends before the checkpoint's size                     the first missing seq
     mismatch    the entry at the checkpoint's size is not the checkpoint head  checkpoint size
     signature   no checkpoint signature by the given key verifies             checkpoint size
+    damaged     a stored entry is not what an entry can be (a hash or the      that entry
+                entry stored as text, a seq that is not a number)
+    record      a decision whose stored record no longer hashes to the digest  the decision's audit
+                its audit entry holds, or whose columns differ from its record; entry (0 when it has
+                a decision with no audit entry; a stored fleet or verdict set  none)
+                whose bytes no longer hash to its key
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ GENESIS: Final[bytes] = bytes(32)
 DOMAIN_TAG: Final[bytes] = b"examlops-audit-v1\x00"
 ORIGIN: Final = "examlops.example/audit"
 
-ProblemKind = Literal["edited", "deleted", "reordered", "inserted", "truncated", "mismatch", "signature"]
+ProblemKind = Literal["edited", "deleted", "reordered", "inserted", "truncated", "mismatch", "signature", "damaged", "record"]
 
 _ED25519: Final = 0x01  # signed-note signature type byte for Ed25519
 _MAX_SIGNATURES: Final = 100  # the limit golang.org/x/mod/sumdb/note applies
@@ -115,6 +121,30 @@ class AuditRow:
     prev_hash: bytes
     entry_hash: bytes
     canonical: bytes
+    damage: str | None = None
+
+
+def row_from_storage(seq: object, prev_hash: object, entry_hash_: object, canonical: object) -> AuditRow:
+    """An AuditRow from whatever the database returned: a value of the wrong type (an entry or a
+    hash stored as text, a seq that is not a whole number) is kept as damage to report, never a
+    crash."""
+    problems = []
+
+    def blob(value: object, name: str) -> bytes:
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return bytes(value)
+        problems.append(f"{name} is stored as {type(value).__name__}, not bytes")
+        return b""
+
+    number = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+    if number is None:
+        try:
+            number = int(str(seq))
+        except ValueError:
+            number = -1
+        problems.append(f"seq is stored as {seq!r}")
+    row = AuditRow(number, blob(prev_hash, "prev_hash"), blob(entry_hash_, "entry_hash"), blob(canonical, "entry"))
+    return replace(row, damage="; ".join(problems)) if problems else row
 
 
 def next_row(head: AuditRow | None, entry: Mapping[str, object]) -> AuditRow:
@@ -188,6 +218,8 @@ def verify_chain(
             expected, links, head, i = expected + 2, {row.entry_hash}, row.entry_hash, i + 2
             continue
         i += 1
+        if row.damage is not None:
+            report(row.seq if row.seq > 0 else expected, "damaged", f"entry {row.seq if row.seq > 0 else expected} is damaged: {row.damage}")
         if row.seq < expected:
             if row.seq == expected - 1:
                 report(row.seq, "inserted", f"a second entry claims seq {row.seq}")
@@ -227,6 +259,63 @@ def verify_chain(
             report(checkpoint.size, "signature", "no checkpoint signature by the given key verifies")
     problems = tuple(found.values())
     return VerifyReport(not problems, size, head, problems)
+
+
+def verify_records(
+    report: VerifyReport,
+    rows: Iterable[AuditRow],
+    decisions: Iterable[tuple[str, str, str | None, tuple[object, ...]]],
+    documents: Iterable[tuple[str, str]],
+) -> VerifyReport:
+    """Add to ``report`` what the chain cannot see alone: each decision's stored record must hash to
+    the digest its audit entry holds, its columns must say what its record says, and every stored
+    fleet and verdict set must hash to its key. ``decisions`` are (id, document, record_digest,
+    (outcome, pool, cost_per_hour, carbon_factor, devices)) as the store holds them."""
+    found = list(report.problems)
+    entries: dict[str, tuple[int, object]] = {}
+    for row in rows:
+        try:
+            entry = json.loads(row.canonical)
+        except (ValueError, UnicodeDecodeError):
+            continue  # the chain walk already reports an entry that is not what it hashed
+        if isinstance(entry, dict) and entry.get("kind") == "decision" and isinstance(entry.get("decision_id"), str):
+            entries.setdefault(entry["decision_id"], (row.seq, entry.get("record_digest")))
+    for ident, document, stored_digest, columns in decisions:
+        seq, audited = entries.get(ident, (0, None))
+        if seq == 0:
+            found.append(Problem(0, "record", f"decision {ident[:12]} has no audit entry: it was inserted outside this layer"))
+            continue
+        if audited is None:
+            continue  # a decision recorded before its audit entry carried a digest
+        actual = "sha256:" + hashlib.sha256(str(document).encode("utf-8")).hexdigest()
+        if actual != audited or stored_digest != audited:
+            found.append(Problem(seq, "record", f"decision {ident[:12]}: its stored record was edited (it no longer hashes to its audit entry)"))
+            continue
+        differs = _columns_differ(str(document), columns)
+        if differs:
+            found.append(Problem(seq, "record", f"decision {ident[:12]}: its {', '.join(differs)} column(s) differ from its audited record"))
+    for key, document in documents:
+        prefix, _, hexdigest = key.partition(":")
+        if hashlib.sha256(str(document).encode("utf-8")).hexdigest() != hexdigest:
+            found.append(Problem(0, "record", f"stored {prefix} {key[:24]}... was edited: its bytes no longer hash to its key"))
+    return VerifyReport(not found, report.size, report.head, tuple(found))
+
+
+def _columns_differ(document: str, columns: tuple[object, ...]) -> list[str]:
+    """The columns (outcome, pool, cost_per_hour, carbon_factor) that disagree with the record."""
+    record = json.loads(document)
+    if not isinstance(record, dict) or record.get("v") != 2:
+        return []
+    outcome, pool, cost, carbon = columns[:4]
+    differs = []
+    if outcome != record.get("outcome"):
+        differs.append("outcome")
+    if pool != record.get("pool"):
+        differs.append("pool")
+    for name, value in (("cost_per_hour", cost), ("carbon_factor", carbon)):
+        if value != record.get(name):
+            differs.append(name)
+    return differs
 
 
 def _recompute(row: AuditRow, seq: int) -> bytes | None:

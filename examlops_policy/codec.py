@@ -1,9 +1,11 @@
-"""Decisions to JSON and back, for the state store, ``--json`` output and replay."""
+"""Decisions to JSON, for ``--json`` output, and the full documents of decisions recorded before
+compact records (``examlops_policy.records``) back into decisions."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Sequence
 from typing import cast
 
 from examlops_policy.model import (
@@ -27,11 +29,11 @@ def _field_names(cls: type) -> tuple[str, ...]:
 
 
 def _plain(value: object) -> JSONValue:
-    """Like ``dataclasses.asdict`` without its deep copies: a large fleet's decision holds
-    thousands of verdicts sharing reason and grant objects, and is written on every placement."""
+    """Like ``dataclasses.asdict`` without its deep copies (a large fleet's explanation holds
+    thousands of verdicts sharing reason and grant objects)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {name: _plain(getattr(value, name)) for name in _field_names(type(value))}
-    if isinstance(value, (tuple, list)):
+    if isinstance(value, (tuple, list)) or (isinstance(value, Sequence) and not isinstance(value, (str, bytes))):
         return [_plain(item) for item in value]
     if isinstance(value, dict):
         return {str(key): _plain(item) for key, item in value.items()}
@@ -48,14 +50,27 @@ def to_json(decision: Decision) -> JSONObject:
     return {"outcome": outcome, **body}
 
 
+# -- documents written before compact records --------------------------------------------------
+
+
 def _reason(data: JSONObject) -> Reason:
     return Reason(**data)  # type: ignore[arg-type]
+
+
+def _grant(data: JSONObject) -> Grant:
+    """A grant as old documents wrote it (``granted`` was the share of one device)."""
+    values: dict[str, object] = dict(data)
+    if "granted" in values:
+        values["share"] = values.pop("granted")
+        devices = float(cast(float, values["devices"]))
+        values["units"] = 1 if values.get("profile") else max(1, round(devices))
+    return Grant(**values)  # type: ignore[arg-type]
 
 
 def _verdict(data: JSONObject) -> PoolVerdict:
     values: dict[str, object] = dict(data)
     values["reasons"] = tuple(_reason(r) for r in cast(list[JSONObject], data["reasons"]))
-    values["grant"] = Grant(**cast(JSONObject, data["grant"]))  # type: ignore[arg-type]
+    values["grant"] = _grant(cast(JSONObject, data["grant"]))
     return PoolVerdict(**values)  # type: ignore[arg-type]
 
 
@@ -67,7 +82,7 @@ def _burst(data: JSONObject) -> BurstVerdict:
 
 
 def from_json(data: JSONObject) -> Decision:
-    """Rebuild a Placement or Rejection written by ``to_json``."""
+    """Rebuild a Placement or Rejection from a full document (``to_json``'s output)."""
     values: dict[str, object] = {k: v for k, v in data.items() if k != "outcome"}
     workload: dict[str, object] = dict(cast(JSONObject, values["workload"]))
     workload["capabilities"] = tuple(cast(list[str], workload["capabilities"]))
@@ -75,7 +90,9 @@ def from_json(data: JSONObject) -> Decision:
     values["verdicts"] = tuple(_verdict(v) for v in cast(list[JSONObject], values["verdicts"]))
     values["burst"] = _burst(cast(JSONObject, values["burst"]))
     values["provenance"] = Provenance(**cast(JSONObject, values["provenance"]))  # type: ignore[arg-type]
+    values.pop("holdings", None)
+    values.pop("checks", None)
     if data["outcome"] == "placed":
-        values["grant"] = Grant(**cast(JSONObject, values["grant"]))  # type: ignore[arg-type]
+        values["grant"] = _grant(cast(JSONObject, values["grant"]))
         return Placement(**values)  # type: ignore[arg-type]
     return Rejection(**values)  # type: ignore[arg-type]

@@ -1,32 +1,47 @@
-"""The orchestrator: state store + policy evaluator + decision core, as the CLI and library use it.
+"""The orchestrator: state store + policy engine + decision core, as the CLI and library use it.
 
 ``Hardware`` wires the adapters (SQLite or PostgreSQL state, a local or remote OPA) around the pure
-decision core. Every placement it makes is recorded: reservation, decision, burst event and audit
-entries in one transaction.
+decision core. A placement asks the policy first, outside any lock, on a snapshot of the state;
+then the store commits it (reservation, devices, decision, burst event and audit entries in one
+transaction), redoing the selection if capacity changed meanwhile.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from typing import TYPE_CHECKING
-
-from examlops_policy.errors import PolicyUnavailable, SpecError
-from examlops_policy.finops import FinopsRow, totals
-from examlops_policy.model import Decision, JSONObject, Pool, PoolState, Reason, Rejection, Workload
-from examlops_policy.placement import decide, effective_cost
-from examlops_policy.store import DecisionRecord, PoolChange, Store
+from examlops_policy.engine import Engine, Prepared, differences, fleet_revision, reference_input, same_policy
+from examlops_policy.errors import PolicyUnavailable, SpecError, StateError
+from examlops_policy.model import Decision, Holding, JSONObject, Pool, PoolState, Reason, Workload
+from examlops_policy.packing import layout_of, summarize
+from examlops_policy.policy import Confirmation, OpaPolicy, PolicyEvaluator
+from examlops_policy.store import (
+    BurstEvent,
+    DecisionRecord,
+    DecisionSummary,
+    FinopsRow,
+    PoolChange,
+    Release,
+    Snapshot,
+    StaleFleet,
+    Store,
+)
 from examlops_policy.tables import Tables, load_tables, policy_dir, revision
+from examlops_policy.verdicts import About, Answer, workload_input
 
-if TYPE_CHECKING:  # the OPA client, HTTP and crypto stacks load only when a command needs them
+if TYPE_CHECKING:  # the crypto stack loads only when a command needs it
     from examlops_policy import audit
-    from examlops_policy.policy import OpaEvaluator, PolicyEvaluator
 
 DEFAULT_HOME: Final = Path("~/.local/share/examlops")
+SOURCE: Final = "exa-hardware"
+# Pools changing under a placement send it back for verdicts; after this many rounds, give up.
+FLEET_ROUNDS: Final = 5
 
 
 def default_home() -> Path:
@@ -38,57 +53,72 @@ def default_home() -> Path:
     return DEFAULT_HOME.expanduser()
 
 
-class ManagedOpaEvaluator:
-    """An OpaEvaluator on the local OPA server, started on demand and restarted when it died."""
+class ManagedPolicy:
+    """The policy on the local OPA server of ``home``, started on demand and started again when it
+    died (the call that found it dead fails closed)."""
 
     def __init__(self, home: Path, root: Path | None = None) -> None:
         self._home = home
         self._root = root or policy_dir()
-        self._revision = revision(self._root)
-        self._inner: OpaEvaluator | None = None
+        self._inner: OpaPolicy | None = None
 
-    @property
-    def revision(self) -> str:
-        return self._revision
-
-    @property
-    def url(self) -> str:
-        return self._connect().url
-
-    def ensure_started(self) -> None:
-        """Find or start the local OPA now (it may take seconds), not inside a transaction."""
-        self._connect()
-
-    def _connect(self) -> OpaEvaluator:
+    def _connect(self) -> OpaPolicy:
         if self._inner is None:
+            from examlops_policy.opa.transport import OpaTransport
             from examlops_policy.opa_server import ensure_server
-            from examlops_policy.policy import OpaEvaluator
 
             server = ensure_server(self._home, self._root)
-            self._inner = OpaEvaluator(server.url, revision=self._revision)
+            self._inner = OpaPolicy(OpaTransport.from_url(server.url))
         return self._inner
 
-    def evaluate(self, policy_input: Mapping[str, object]) -> JSONObject:
+    def _call(self, fn: str, *args: object) -> object:
         inner = self._connect()
         try:
-            return inner.evaluate(policy_input)
+            return getattr(inner, fn)(*args)
         except PolicyUnavailable:
-            # Fail closed now; the next call finds (or starts) a live server.
-            self._inner = None
+            inner.close()
+            self._inner = None  # the next call finds (or starts) a live server
             raise
 
+    def describe(self) -> str:
+        return self._connect().describe()
 
-def default_evaluator(home: Path) -> PolicyEvaluator:
+    def confirm(self) -> Confirmation:
+        return self._call("confirm")  # type: ignore[return-value]
+
+    def about(self) -> About:
+        return self._call("about")  # type: ignore[return-value]
+
+    def verdicts(self, workload: JSONObject, keys: Sequence[str], shapes: Mapping[str, JSONObject]) -> Answer:
+        return self._call("verdicts", workload, keys, shapes)  # type: ignore[return-value]
+
+    def decision(self, policy_input: JSONObject) -> JSONObject:
+        return self._call("decision", policy_input)  # type: ignore[return-value]
+
+    def close(self) -> None:
+        if self._inner is not None:
+            self._inner.close()
+            self._inner = None
+
+
+def default_policy(home: Path) -> PolicyEvaluator:
     """``EXA_OPA_URL`` when set (an existing OPA server), else the managed local one."""
     url = os.environ.get("EXA_OPA_URL")
     if url:
-        from examlops_policy.policy import OpaEvaluator
+        from examlops_policy.opa.transport import OpaTransport
 
-        return OpaEvaluator(url, revision=revision(policy_dir()))
-    return ManagedOpaEvaluator(home)
+        ca = os.environ.get("EXA_OPA_CA")
+        transport = OpaTransport.from_url(
+            url,
+            token=os.environ.get("EXA_OPA_TOKEN") or None,
+            ca_file=Path(ca) if ca else None,
+            allow_insecure=os.environ.get("EXA_OPA_ALLOW_INSECURE") == "1",
+        )
+        return OpaPolicy(transport)
+    return ManagedPolicy(home)
 
 
-def open_store(home: Path) -> Store:
+def open_store(home: Path, tables: Tables | None = None) -> Store:
     """``EXA_DB_URL`` (postgresql://...) when set, else SQLite in ``home``."""
     url = os.environ.get("EXA_DB_URL")
     if url:
@@ -96,10 +126,27 @@ def open_store(home: Path) -> Store:
             raise SpecError(f"EXA_DB_URL must be a postgresql:// URL (got {url.split(':')[0]}:...)")
         from examlops_policy.store.postgres import PostgresStore
 
-        return PostgresStore(url)
+        return PostgresStore(url, tables=tables)
     from examlops_policy.store.sqlite import SQLiteStore
 
-    return SQLiteStore(home / "state.db")
+    return SQLiteStore(home / "state.db", tables=tables)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A recorded decision asked again: ``same`` when the policy gives the same answer."""
+
+    decision_id: str
+    same: bool
+    policy_revision: str
+    recorded_revision: str
+    summary: str
+    differences: tuple[str, ...]
+
+
+def lease_end(lease: timedelta, now: datetime | None = None) -> str:
+    end = (now or datetime.now(timezone.utc)) + lease
+    return end.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 class Hardware:
@@ -110,112 +157,203 @@ class Hardware:
         home: Path | None = None,
         *,
         store: Store | None = None,
-        evaluator: PolicyEvaluator | None = None,
+        policy: PolicyEvaluator | None = None,
         tables: Tables | None = None,
     ) -> None:
         self.home = home or default_home()
         self._store = store
-        self._evaluator = evaluator
+        self._policy = policy
         self.tables = tables or load_tables()
+        self._engine: Engine | None = None
+        self._fleet_revs: dict[int, str] = {}
 
     @property
     def store(self) -> Store:
         if self._store is None:
-            self._store = open_store(self.home)
+            self._store = open_store(self.home, self.tables)
         return self._store
 
     @property
-    def evaluator(self) -> PolicyEvaluator:
-        if self._evaluator is None:
-            self._evaluator = default_evaluator(self.home)
-        return self._evaluator
+    def policy(self) -> PolicyEvaluator:
+        if self._policy is None:
+            self._policy = default_policy(self.home)
+        return self._policy
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            self._engine = Engine(self.policy, self.tables, reviewed=revision(policy_dir()))
+        return self._engine
 
     def close(self) -> None:
         if self._store is not None:
             self._store.close()
+        close = getattr(self._policy, "close", None)
+        if close is not None:
+            close()
 
     # -- pools ------------------------------------------------------------------------------
 
     def add_pool(self, pool: Pool) -> PoolChange:
-        from examlops_policy import specs  # jsonschema loads only when validating
+        from examlops_policy import specs
 
-        specs.check_pool(pool, self.tables)
+        specs.check_pool_facts(pool, self.tables)
         return self.store.apply_pools([pool], replace=False)[0]
 
     def apply(self, pools: Sequence[Pool]) -> list[PoolChange]:
-        from examlops_policy import specs  # jsonschema loads only when validating
+        from examlops_policy import specs
 
         for pool in pools:
-            specs.check_pool(pool, self.tables)
+            specs.check_pool_facts(pool, self.tables)
         return self.store.apply_pools(pools, replace=True)
 
     def pools(self) -> list[PoolState]:
         """Every pool, cheapest first (then by name)."""
-        states = self.store.pool_states()
-        return sorted(states, key=lambda s: (effective_cost(s, self.tables), s.pool.name))
+        from examlops_policy.placement import effective_cost
+
+        return sorted(self.store.pool_states(), key=lambda s: (effective_cost(s.pool, self.tables), s.pool.name))
+
+    def pool(self, name: str) -> tuple[PoolState, list[Holding]]:
+        """One pool and what its live grants hold, device by device."""
+        return self.store.pool_detail(name)
 
     # -- decisions --------------------------------------------------------------------------
 
-    def place(self, workload: Workload) -> DecisionRecord:
-        """Decide and record: reservation, decision, burst event and audit entries, atomically."""
-        from examlops_policy import specs  # jsonschema loads only when validating
+    def _fleet_rev(self, snap: Snapshot) -> str:
+        rev = self._fleet_revs.get(snap.fleet_version)
+        if rev is None:
+            rev = self._fleet_revs[snap.fleet_version] = fleet_revision([s.pool for s in snap.states], self.tables)
+        return rev
 
-        specs.check_workload(workload)
-        if isinstance(self.evaluator, ManagedOpaEvaluator):
-            self.evaluator.ensure_started()  # an OPA start must not happen under the write lock
-        return self.store.place(lambda states: decide(workload, states, self.evaluator, self.tables), source="exa-hardware")
+    def _prepare(self, workload: Workload, snap: Snapshot) -> Prepared:
+        return self.engine.prepare(workload, [s.pool for s in snap.states], fleet_rev=self._fleet_rev(snap))
 
-    def burst(self, workload: Workload) -> DecisionRecord:
+    def place(self, workload: Workload, *, request_id: str | None = None, lease: timedelta | None = None) -> DecisionRecord:
+        """Decide and record: devices, decision, burst event and audit entries, atomically.
+
+        ``request_id`` makes the call idempotent: a retry with the same key returns the decision
+        recorded the first time and reserves nothing more. ``lease``: a placement neither submitted
+        to a scheduler nor renewed before it ends is released by the next write (audited as
+        ``expired``).
+        """
+        from examlops_policy import specs
+
+        specs.check_workload_facts(workload, self.tables)
+        if request_id is not None:
+            specs.check_request_id(request_id)
+            found = self.store.find_request(request_id)
+            if found is not None:
+                return _same_request(found, workload, request_id)
+        until = None if lease is None else lease_end(_check_lease(lease))
+        for _ in range(FLEET_ROUNDS):
+            snap = self.store.snapshot()
+            prepared = self._prepare(workload, snap)
+            try:
+                record = self.store.commit(prepared, snap, source=SOURCE, request_id=request_id, lease_expires_at=until)
+            except StaleFleet:
+                continue
+            return _same_request(record, workload, request_id) if request_id is not None else record
+        raise StateError(f"pools kept changing while {workload.name} was being placed ({FLEET_ROUNDS} rounds); nothing was placed")
+
+    def burst(self, workload: Workload, **options: object) -> DecisionRecord:
         """An explicit burst to cloud: target cloud, bursting allowed."""
-        return self.place(_replace(workload, target="cloud", allow_burst=True))
+        return self.place(dataclasses.replace(workload, target="cloud", allow_burst=True), **options)  # type: ignore[arg-type]
 
     def portable(self, engine: str, accelerator: str) -> Reason | None:
         """None when the engine can run on the accelerator, else the policy's reason."""
-        from examlops_policy import specs  # jsonschema loads only when validating
-
-        workload = specs.check_workload(Workload("portability-check", accelerator=accelerator, engine=engine))
-        decision = decide(workload, [], self.evaluator, self.tables)
+        prepared = self.engine.prepare(Workload("portability-check", accelerator=accelerator, engine=engine), [])
+        rejection = prepared.judged.workload.rejection
         # With no pools, the only rejection that speaks of the workload itself is portability's.
-        if isinstance(decision, Rejection) and decision.code == "backend_unsupported":
-            return Reason(decision.code, "never", decision.reason)
-        return None
+        return rejection if rejection is not None and rejection.code == "backend_unsupported" else None
 
     def what_if(self, workload: Workload, pools: Sequence[Pool] | None = None) -> Decision:
-        """Decide without recording or reserving: over ``pools`` (all free) or the current state."""
-        from examlops_policy import specs  # jsonschema loads only when validating
+        """Decide without recording or reserving: over ``pools`` (nothing held on them) or the
+        current state."""
+        from examlops_policy import specs
 
-        specs.check_workload(workload)
+        specs.check_workload_facts(workload, self.tables)
         if pools is None:
-            states = self.store.pool_states()
-        else:
-            states = [PoolState(specs.check_pool(p, self.tables), float(p.count)) for p in pools]
-        return decide(workload, states, self.evaluator, self.tables)
+            snap = self.store.snapshot()
+            return self._prepare(workload, snap).decide([s.capacity for s in snap.states], self.tables)
+        states = []
+        for pool in pools:
+            specs.check_pool_facts(pool, self.tables)
+            states.append(PoolState(pool, float(pool.count), summarize(layout_of(pool, self.tables), [])))
+        return self.engine.decide(workload, states)
 
     def decisions(self, limit: int = 20) -> list[DecisionRecord]:
         return self.store.decisions(limit)
 
+    def decision_summaries(self, *, limit: int = 20, since: str | None = None, until: str | None = None, before: tuple[str, str] | None = None) -> list[DecisionSummary]:
+        return self.store.decision_summaries(limit=limit, since=since, until=until, before=before)
+
     def decision(self, ident: str) -> DecisionRecord:
         return self.store.get_decision(ident)
 
-    def release(self, ident: str) -> DecisionRecord:
-        return self.store.release(ident, source="exa-hardware")
+    def release(self, ident: str) -> Release:
+        return self.store.release(ident, source=SOURCE)
+
+    def renew(self, ident: str, lease: timedelta) -> DecisionRecord:
+        return self.store.renew(ident, lease_end(_check_lease(lease)), source=SOURCE)
+
+    def replay(self, ident: str) -> Replay:
+        """Ask the policy again, with the input a recorded decision was made on (its workload, its
+        fleet, the capacity it saw), through the policy's complete reference rule: does the policy
+        OPA serves now give the same answer?"""
+        from examlops_policy.records import judged_from
+
+        record = self.decision(ident)
+        decision = record.decision
+        fleet_rev = decision.provenance.fleet_revision
+        if fleet_rev is None:
+            raise SpecError(f"decision {record.id[:12]} was recorded before decisions kept their fleet; it cannot be replayed", field="ID")
+        revision, _ = self.engine.confirm()
+        about = self.engine.about(revision)
+        doc = self.store.decision_inputs(record.id)
+        judged = judged_from(doc.fleet, doc.verdicts, fleet_rev)
+        fleet = self.engine.fleet([e.pool for e in judged.fleet.entries], revision, about)
+        reference = self.policy.decision(reference_input(decision.workload, fleet, doc.capacities, about))
+        diffs = differences(decision, reference)
+        recorded = decision.provenance.policy_revision
+        same_rev = same_policy(revision, recorded)
+        summary = ("the same answer" if not diffs else f"{len(diffs)} difference(s)") + (
+            " (the same policy revision)" if same_rev else f" (the decision was made under {recorded[:19]})"
+        )
+        return Replay(record.id, not diffs, revision, recorded, summary, tuple(diffs))
+
+    def burst_events(self, limit: int = 50) -> list[BurstEvent]:
+        """Every burst attempt, allowed or blocked, most recent first."""
+        return self.store.burst_events(limit)
 
     # -- audit --------------------------------------------------------------------------------
 
     def verify_audit(self, checkpoint: audit.Checkpoint | None = None, key: audit.VerifierKey | None = None) -> audit.VerifyReport:
         from examlops_policy import audit
 
-        rows = self.store.audit_rows()
-        return audit.verify_chain(rows, checkpoint, public_key=key)
+        report = audit.verify_chain(self.store.audit_rows(), checkpoint, public_key=key)
+        return audit.verify_records(report, self.store.audit_rows(), self.store.records_for_audit(), self.store.stored_documents())
 
     def finops(self, hours: float | None = None) -> list[FinopsRow]:
         """Cost and carbon of placed decisions grouped by device type and region.
 
         Hours are ``hours`` for every decision when given, else the time each placement held its
-        capacity (until release, or until now).
+        devices (until release, or until now).
         """
-        return totals(self.store.decisions(limit=1_000_000), hours=hours)
+        return self.store.finops(hours=hours)
 
 
-def _replace(workload: Workload, **changes: object) -> Workload:
-    return dataclasses.replace(workload, **changes)  # type: ignore[arg-type]
+def _check_lease(lease: timedelta) -> timedelta:
+    if not isinstance(lease, timedelta) or lease <= timedelta(0) or lease > timedelta(days=366):
+        raise SpecError(f"a lease must be a positive duration of at most a year (got {lease!r})", field="lease")
+    return lease
+
+
+def _same_request(record: DecisionRecord, workload: Workload, request_id: str) -> DecisionRecord:
+    """The recorded decision for ``request_id``, which must be for the same workload."""
+    if workload_input(record.decision.workload) != workload_input(workload):
+        raise SpecError(
+            f"request id {request_id!r} was used for another workload (decision {record.id[:12]}, {record.decision.workload.name}); "
+            "use a new request id",
+            field="request_id",
+        )
+    return record

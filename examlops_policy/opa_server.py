@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-import requests
-
 from examlops_policy.errors import PolicyError, PolicyUnavailable
 from examlops_policy.tables import policy_dir, revision
 
@@ -77,10 +75,15 @@ def _alive(pid: int) -> bool:
 
 
 def _healthy(url: str, timeout: float = 1.0) -> bool:
+    from examlops_policy.opa.transport import OpaTransport
+
+    transport = OpaTransport.from_url(url, timeout=timeout)
     try:
-        return requests.get(f"{url}/health", timeout=timeout).status_code == 200
-    except requests.RequestException:
+        return transport.request("GET", "/health")[0] == 200
+    except (PolicyError, PolicyUnavailable):
         return False
+    finally:
+        transport.close()
 
 
 def _read_record(path: Path) -> OpaServer | None:
@@ -128,17 +131,17 @@ def ensure_server(state_dir: Path, root: Path | None = None) -> OpaServer:
 
 
 def _start(opa_dir: Path, root: Path, current: str) -> OpaServer:
+    from examlops_policy.opa.bundle import build_bundle
+
     binary = opa_binary()
-    runtime = opa_dir / "runtime" / "data.json"
-    runtime.parent.mkdir(parents=True, exist_ok=True)
-    runtime.write_text(json.dumps({"examlops_runtime": {"revision": current}}), encoding="utf-8")
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
+    bundle = build_bundle(root, opa_dir)
+    sock = opa_dir / "opa.sock"
+    sock.unlink(missing_ok=True)
+    url = f"unix://{sock}"
     log = open(opa_dir / "opa.log", "ab")  # noqa: SIM115 - handed to the child process
     cmd = [
         str(binary), "run", "--server", "--disable-telemetry",
-        "--addr", f"127.0.0.1:{port}", "--log-level", "error",
-        "--ignore", "*_test.rego", str(root), str(runtime.parent),
+        "--addr", url, "--log-level", "error", "--bundle", str(bundle.path),
     ]  # fmt: skip
     try:
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)

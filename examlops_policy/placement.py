@@ -1,27 +1,34 @@
-"""The decision core: build the policy input, read the verdicts, choose the cheapest eligible pool.
+"""The decision core: choose among the pools the policy admitted, and word the result.
 
-Pure: everything comes in as arguments (the workload, the pools with their free capacity, an
-evaluator, the tables); nothing here touches OPA, the state store or the clock directly.
-Filter, then choose: the policy says which pools are eligible and why the others are not; this
-module only picks the cheapest eligible pool (ties broken by name) and words the result.
+Pure: the fleet, the verdicts OPA gave for its shapes, and the capacity each pool has now come in as
+arguments; nothing here touches OPA, the state store or the clock. Filter, then choose, the one
+piece of decision logic outside Rego, kept equal to the policy's own reference rule
+(``data.examlops.hardware.placement.decision``) by a property test through the real OPA:
+
+1. pools whose shape the policy denies are out; so are pools without room for the grant now;
+2. the lowest admissible tier wins (HPC before cloud, the requested accelerator before a stand-in);
+3. within it, the cheapest grant: price per device-hour x devices granted (a slice counts as its
+   share), then the pool's name.
+
+The burst verdict and a rejection's summary follow from the same filter. Per-pool verdicts (for
+explanations) are built only when someone looks at them.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Final, overload
 
-from examlops_policy.errors import PolicyError
 from examlops_policy.model import (
     BurstVerdict,
+    Capacity,
+    CheckInfo,
     Decision,
     Grant,
-    JSONObject,
-    JSONValue,
     Placement,
-    PoolState,
+    Pool,
     PoolVerdict,
     Provenance,
     Reason,
@@ -29,170 +36,18 @@ from examlops_policy.model import (
     Workload,
 )
 from examlops_policy.tables import Tables
+from examlops_policy.verdicts import ShapeVerdict, WorkloadVerdict
 
-if TYPE_CHECKING:
-    from examlops_policy.policy import PolicyEvaluator
+COST_DIGITS: Final = 9  # grant costs compare at this precision (Rego computes them in decimals)
 
 
-def effective_cost(state: PoolState, tables: Tables) -> float:
+def effective_cost(pool: Pool, tables: Tables) -> float:
     """USD per device-hour: the pool's own price, else the accelerator's default."""
-    pool = state.pool
     return pool.cost_per_hour if pool.cost_per_hour is not None else tables.default_cost(pool.accelerator)
 
 
-def workload_input(workload: Workload) -> JSONObject:
-    return {
-        "name": workload.name,
-        "accelerator": workload.accelerator,
-        "engine": workload.engine,
-        "capabilities": list(workload.capabilities),
-        "target": workload.effective_target,
-        "fraction": workload.fraction,
-        "count": workload.count,
-        "residency": workload.residency,
-        "allow_burst": workload.allow_burst,
-    }
-
-
-def shape_of(state: PoolState) -> JSONObject:
-    """Everything the policy judges a pool by, except its free capacity."""
-    pool = state.pool
-    return {
-        "target": pool.target,
-        "accelerator": pool.accelerator,
-        "model": pool.model,
-        "region": pool.region,
-        "capabilities": list(pool.capabilities),
-        "supports_fractions": pool.supports_fractions,
-    }
-
-
-def build_input(workload: Workload, pools: Sequence[PoolState], tables: Tables) -> JSONObject:
-    """The policy input: the workload, and each distinct pool shape once with its pools (name,
-    capacity, price) under it; shapes in order of first appearance by pool name, so the input never
-    depends on dict/set order."""
-    groups: dict[tuple[object, ...], JSONObject] = {}
-    for state in sorted(pools, key=lambda s: s.pool.name):
-        p = state.pool
-        key = (p.target, p.accelerator, p.model, p.region, p.capabilities, p.supports_fractions)
-        group = groups.get(key)
-        if group is None:
-            group = groups[key] = {**shape_of(state), "pools": []}
-        cast(list[JSONValue], group["pools"]).append(
-            {"name": state.pool.name, "count": state.pool.count, "free": state.free, "cost_per_hour": effective_cost(state, tables)}
-        )
-    return {"workload": workload_input(workload), "shapes": list(groups.values())}
-
-
-def digest(document: Mapping[str, object]) -> str:
-    """SHA-256 of the compact JSON of ``document``.
-
-    Key order is the order ``build_input`` writes, which is fixed, so no sort is needed to make the
-    digest reproducible (sorting costs a tenth of a large decision).
-    """
-    canonical = json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
-def _reason(raw: JSONValue) -> Reason:
-    data = cast(JSONObject, raw)
-    return Reason(
-        code=str(data["code"]),
-        kind=str(data.get("kind", "never")),
-        message=str(data["message"]),
-        details=cast(JSONObject, data.get("details") or {}),
-    )
-
-
-def _grant(raw: JSONValue) -> Grant:
-    data = cast(JSONObject, raw)
-    return Grant(
-        requested=float(cast(float, data["requested"])),
-        honored=bool(data["honored"]),
-        granted=float(cast(float, data["granted"])),
-        devices=float(cast(float, data["devices"])),
-        scheme=cast("str | None", data.get("scheme")),
-        profile=cast("str | None", data.get("profile")),
-        why=cast("str | None", data.get("why")),
-    )
-
-
-def _verdicts(answer: JSONObject, policy_input: JSONObject) -> tuple[PoolVerdict, ...]:
-    """Expand the per-shape verdicts into one verdict per pool, as the policy's ``decision`` does.
-
-    The per-pool loop is the hot path of a large fleet: everything a shape shares is read once.
-    """
-    raw_shapes = cast(dict[str, JSONObject], answer["shapes"])
-    short = set(cast(list[str], answer["short"]))
-    eligible = set(cast(list[str], answer["eligible"]))
-    verdicts = []
-    for index, shape in enumerate(cast(list[JSONObject], policy_input["shapes"])):
-        raw = raw_shapes.get(str(index))
-        if raw is None:
-            raise PolicyError("malformed decision: the policy did not return a verdict for every pool")
-        pref = raw.get("preference")
-        preference = _reason(pref) if pref else None
-        shared = tuple(_reason(r) for r in cast(list[JSONValue], raw["denials"]))
-        capacity = _reason(raw["capacity"])
-        grant = _grant(raw["grant"])
-        tier, fallback, burst = int(cast(int, raw["tier"])), bool(raw["fallback"]), bool(raw["burst"])
-        note = cast("str | None", raw.get("note"))
-        for row in cast(list[dict[str, "str | float"]], shape["pools"]):
-            name = str(row["name"])
-            denials = shared
-            if name in short:
-                # The shape's shortfall reason, with this pool's own capacity in the details.
-                details: JSONObject = {**capacity.details, "free": row.get("free", 0), "count": row["count"]}
-                denials = (*shared, Reason(capacity.code, capacity.kind, capacity.message, details))
-            admissible = not denials
-            reasons = (*denials, preference) if admissible and preference else denials
-            verdicts.append(
-                PoolVerdict(name, name in eligible, admissible, tier, fallback, burst, reasons, grant, float(row["cost_per_hour"]), note)
-            )
-    # Eligible first, then by tier, price and name: the order explanations list pools in.
-    return tuple(sorted(verdicts, key=lambda v: (not v.eligible, v.tier, v.cost_per_hour, v.pool)))
-
-
-def _burst(answer: JSONObject, regions: Mapping[str, str]) -> BurstVerdict:
-    raw = cast(JSONObject, answer["burst"])
-    if not raw.get("attempted"):
-        return BurstVerdict(attempted=False)
-    pool = cast("str | None", raw.get("pool"))
-    reason = raw.get("reason")
-    return BurstVerdict(
-        attempted=True,
-        verdict=str(raw["verdict"]),
-        pool=pool,
-        region=regions.get(pool) if pool else None,
-        reason=_reason(reason) if reason else None,
-    )
-
-
-def _no_pool_reason(workload: Workload, verdicts: Sequence[PoolVerdict]) -> tuple[str, str]:
-    if not verdicts:
-        return "no_pools", "no pools are registered"
-    counts: dict[str, int] = {}
-    for verdict in verdicts:
-        for reason in verdict.reasons:
-            counts[reason.code] = counts.get(reason.code, 0) + 1
-    summary = ", ".join(f"{code} on {n} pool{'s' if n > 1 else ''}" for code, n in sorted(counts.items()))
-    only_capacity = any(all(r.kind == "not_now" for r in v.reasons) for v in verdicts)
-    code = "no_capacity" if only_capacity else "no_eligible_pool"
-    what = "has free capacity" if only_capacity else "is eligible"
-    return code, f"no pool {what} for {workload.name} ({len(verdicts)} checked: {summary})"
-
-
-def _note(verdict: PoolVerdict) -> str | None:
-    notes = [verdict.note] if verdict.note else []
-    grant = verdict.grant
-    if not grant.honored:
-        notes.append(f"fraction {grant.requested:g} not honored ({grant.why}) — whole device allocated")
-    return "; ".join(notes) or None
-
-
-def grounded_carbon(state: PoolState, tables: Tables) -> float | None:
+def grounded_carbon(pool: Pool, tables: Tables) -> float | None:
     """gCO2e per device-hour from board power x PUE x grid intensity, where all three are known."""
-    pool = state.pool
     power = pool.power_w if pool.power_w is not None else tables.model_power(pool.model)
     pue = pool.pue if pool.pue is not None else tables.region_pue(pool.region)
     intensity = tables.grid_intensity(pool.region)
@@ -201,72 +56,253 @@ def grounded_carbon(state: PoolState, tables: Tables) -> float | None:
     return round(power / 1000.0 * pue * intensity, 3)
 
 
-def interpret(
+def carbon_per_hour(pool: Pool, tables: Tables) -> float:
+    """The headline gCO2e per device-hour: the pool's own carbon factor, else the grounded figure
+    where the pool's power (its own or its model's) is known, else the region's reviewed default."""
+    if pool.carbon_factor is not None:
+        return pool.carbon_factor
+    grounded = grounded_carbon(pool, tables)
+    return grounded if grounded is not None else tables.default_carbon_factor(pool.region)
+
+
+def fits(grant: Grant, capacity: Capacity) -> bool:
+    """Room for the grant: enough empty devices, or enough placeable slices of its profile (the
+    policy's capacity check, checks/capacity)."""
+    if grant.profile is None:
+        return capacity.whole >= grant.units
+    return capacity.slices.get(grant.profile, 0) >= grant.units
+
+
+def grant_cost(price: float, grant: Grant) -> float:
+    return round(price * grant.devices, COST_DIGITS)
+
+
+@dataclass(frozen=True)
+class FleetEntry:
+    """One pool of a fleet: the pool, its shape key under the policy's signature, its price."""
+
+    pool: Pool
+    key: str
+    price: float
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Every registered pool, in name order, with its shape key: what the verdicts are keyed on."""
+
+    revision: str
+    entries: tuple[FleetEntry, ...]
+
+    @cached_property
+    def index(self) -> Mapping[str, int]:
+        return {e.pool.name: i for i, e in enumerate(self.entries)}
+
+
+class Judged:
+    """A fleet judged for one workload signature under one policy revision: the pools in the order
+    selection tries them, computed once and reused while the fleet and the revision hold."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        shapes: Mapping[str, ShapeVerdict],
+        workload: WorkloadVerdict,
+        *,
+        judged: bool = True,
+        checks: tuple[CheckInfo, ...] = (),
+    ) -> None:
+        self.fleet = fleet
+        self.shapes = shapes
+        self.workload = workload
+        self.judged = judged
+        self.checks = checks
+        ranked: list[tuple[int, float, str, int]] = []
+        blocked: list[tuple[float, str, int]] = []
+        for i, entry in enumerate(fleet.entries if judged else ()):
+            v = shapes[entry.key]
+            if not v.denials:
+                ranked.append((v.tier, grant_cost(entry.price, v.grant), entry.pool.name, i))
+            elif v.blocks_burst:
+                blocked.append((entry.price, entry.pool.name, i))
+        self.ranked = sorted(ranked)
+        self.blocked = sorted(blocked)
+
+    def verdict(self, index: int) -> ShapeVerdict:
+        return self.shapes[self.fleet.entries[index].key]
+
+
+class LazyVerdicts(Sequence[PoolVerdict]):
+    """Per-pool verdicts, built on first look: a decision over thousands of pools does not pay for
+    explanations nobody reads."""
+
+    def __init__(self, build: Callable[[], tuple[PoolVerdict, ...]]) -> None:
+        self._build: Callable[[], tuple[PoolVerdict, ...]] | None = build
+        self._items: tuple[PoolVerdict, ...] = ()
+
+    def _all(self) -> tuple[PoolVerdict, ...]:
+        if self._build is not None:
+            self._items, self._build = self._build(), None
+        return self._items
+
+    @overload
+    def __getitem__(self, index: int) -> PoolVerdict: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[PoolVerdict]: ...
+
+    def __getitem__(self, index: int | slice) -> PoolVerdict | Sequence[PoolVerdict]:
+        return self._all()[index]
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __iter__(self) -> Iterator[PoolVerdict]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(self._all())
+
+    def __repr__(self) -> str:
+        return f"LazyVerdicts({len(self)} pools)"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What selection found: the chosen pool (an index into the fleet) and the burst verdict."""
+
+    chosen: int | None
+    tier: int | None
+    burst: BurstVerdict
+    blocked_pool: int | None = None
+
+
+def select(judged: Judged, capacities: Sequence[Capacity]) -> Outcome:
+    """Lowest admissible tier, then cheapest grant, then name; and what that means for bursting.
+
+    ``capacities`` are aligned with ``judged.fleet.entries``.
+    """
+    wv = judged.workload
+    if wv.rejection is not None:
+        return Outcome(None, None, BurstVerdict(attempted=False))
+    chosen: tuple[int, float, str, int] | None = None
+    for row in judged.ranked:
+        if fits(judged.verdict(row[3]).grant, capacities[row[3]]):
+            chosen = row
+            break
+    tier = None if chosen is None else chosen[0]
+    attempted = wv.burst_mode == "cloud" or (wv.burst_mode == "spill" and (tier is None or tier >= 2))
+    if not attempted:
+        burst = BurstVerdict(attempted=False)
+    elif tier is not None and tier >= 2:
+        burst = BurstVerdict(attempted=True, verdict="allowed")
+    else:
+        for _, name, i in judged.blocked:
+            v = judged.verdict(i)
+            if fits(v.grant, capacities[i]):
+                pool = judged.fleet.entries[i].pool
+                burst = BurstVerdict(True, "blocked", name, pool.region, v.denials[0])
+                return Outcome(None if chosen is None else chosen[3], tier, burst, i)
+        burst = BurstVerdict(attempted=True, verdict="unavailable")
+    return Outcome(None if chosen is None else chosen[3], tier, burst)
+
+
+def pool_verdicts(judged: Judged, capacities: Sequence[Capacity], tier: int | None) -> tuple[PoolVerdict, ...]:
+    """Every pool's verdict and reasons, as the policy's reference decision words them: eligible
+    first, then by tier, grant cost and name."""
+    if not judged.judged:
+        return ()
+    wv = judged.workload
+    out = []
+    for i, entry in enumerate(judged.fleet.entries):
+        v = judged.shapes[entry.key]
+        room = fits(v.grant, capacities[i])
+        denials = v.denials if room else (*v.denials, v.shortfall)
+        admissible = not denials
+        reasons: tuple[Reason, ...] = denials
+        if admissible:
+            preference = _preference(wv, v.tier, tier)
+            if preference is not None:
+                reasons = (preference,)
+        eligible = admissible and tier is not None and v.tier == tier and wv.rejection is None
+        cost = grant_cost(entry.price, v.grant)
+        pool = entry.pool
+        out.append(
+            PoolVerdict(
+                pool.name, eligible, admissible, v.tier, v.fallback, v.burst, reasons, v.grant, entry.price, v.note, cost,
+                pool.accelerator, pool.target, pool.region,
+            )
+        )  # fmt: skip
+    return tuple(sorted(out, key=lambda p: (not p.eligible, p.tier, p.grant_cost_per_hour, p.pool)))
+
+
+def _preference(wv: WorkloadVerdict, t: int, selected: int | None) -> Reason | None:
+    if t == selected:
+        return None
+    if selected is not None:
+        return wv.preferences.get((t, selected))
+    return wv.request_rejected
+
+
+def summary(workload: Workload, verdicts: Sequence[PoolVerdict]) -> tuple[str, str]:
+    """(code, message) when no pool is eligible: how many pools each reason stopped."""
+    if not verdicts:
+        return "no_pools", "no pools are registered"
+    counts: dict[str, int] = {}
+    capacity_only = False
+    for v in verdicts:
+        if v.admissible:
+            continue
+        for r in v.reasons:
+            counts[r.code] = counts.get(r.code, 0) + 1
+        capacity_only = capacity_only or all(r.kind == "not_now" for r in v.reasons)
+    code, what = ("no_capacity", "has free capacity") if capacity_only else ("no_eligible_pool", "is eligible")
+    parts = ", ".join(f"{c} on {n} pool{'' if n == 1 else 's'}" for c, n in sorted(counts.items()))
+    return code, f"no pool {what} for {workload.name} ({len(verdicts)} checked: {parts})"
+
+
+def decide_over(
+    judged: Judged,
     workload: Workload,
-    pools: Sequence[PoolState],
-    policy_input: JSONObject,
-    answer: JSONObject,
+    capacities: Sequence[Capacity],
     tables: Tables,
     provenance: Provenance,
 ) -> Decision:
-    """Turn the policy's decision document into a Placement or a Rejection."""
-    by_name = {s.pool.name: s for s in pools}
-    rejection = answer.get("rejection")
-    # An invalid workload gets no verdicts at all; otherwise every pool must have one.
-    invalid = rejection is not None and not answer["shapes"]
-    verdicts = () if invalid else _verdicts(answer, policy_input)
-    burst = _burst(answer, {name: s.pool.region for name, s in by_name.items()})
-    if rejection is not None:
-        reason = _reason(rejection)
-        return Rejection(workload, reason.message, reason.code, verdicts, burst, provenance)
-    eligible = [v for v in verdicts if v.eligible]
-    if not eligible:
-        if burst.verdict == "blocked" and burst.reason is not None:
-            return Rejection(workload, burst.reason.message, burst.reason.code, verdicts, burst, provenance)
-        code, message = _no_pool_reason(workload, verdicts)
-        return Rejection(workload, message, code, verdicts, burst, provenance)
-    chosen = min(eligible, key=lambda v: (v.cost_per_hour, v.pool))
-    state = by_name[chosen.pool]
-    pool = state.pool
+    """A Placement on the pool selection chose, or a Rejection saying why there is none."""
+    outcome = select(judged, capacities)
+    verdicts = LazyVerdicts(lambda: pool_verdicts(judged, capacities, outcome.tier))
+    wv = judged.workload
+    checks = judged.checks
+    if wv.rejection is not None:
+        return Rejection(workload, wv.rejection.message, wv.rejection.code, verdicts, outcome.burst, provenance, checks=checks)
+    if outcome.chosen is None:
+        reason = outcome.burst.reason
+        if outcome.burst.verdict == "blocked" and reason is not None:
+            return Rejection(workload, reason.message, reason.code, verdicts, outcome.burst, provenance, checks=checks)
+        code, message = summary(workload, verdicts)
+        return Rejection(workload, message, code, verdicts, outcome.burst, provenance, checks=checks)
+    entry = judged.fleet.entries[outcome.chosen]
+    v = judged.verdict(outcome.chosen)
+    pool = entry.pool
+    notes = [n for n in (v.note, v.grant.note) if n]
     return Placement(
         workload=workload,
         pool=pool.name,
         accelerator=pool.accelerator,
         target=pool.target,
         region=pool.region,
-        fallback=chosen.fallback,
-        fraction_honored=chosen.grant.honored,
-        note=_note(chosen),
-        grant=chosen.grant,
-        cost_per_hour=chosen.cost_per_hour,
-        carbon_factor=pool.carbon_factor if pool.carbon_factor is not None else tables.default_carbon_factor(pool.region),
+        fallback=v.fallback,
+        fraction_honored=v.grant.honored,
+        note="; ".join(notes) or None,
+        grant=v.grant,
+        cost_per_hour=entry.price,
+        carbon_factor=carbon_per_hour(pool, tables),
         model=pool.model,
-        grounded_carbon_per_hour=grounded_carbon(state, tables),
+        grounded_carbon_per_hour=grounded_carbon(pool, tables),
         verdicts=verdicts,
-        burst=burst,
+        burst=outcome.burst,
         provenance=provenance,
+        checks=checks,
     )
-
-
-def decide(
-    workload: Workload,
-    pools: Sequence[PoolState],
-    evaluator: PolicyEvaluator,
-    tables: Tables,
-) -> Decision:
-    """One policy query, then the choice. Raises PolicyUnavailable/PolicyError rather than guess."""
-    policy_input = build_input(workload, pools, tables)
-    answer = evaluator.evaluate(policy_input)
-    meta = cast(JSONObject, answer.get("provenance") or {})
-    served = meta.get("policy_revision")
-    if served is not None and served != evaluator.revision:
-        raise PolicyError(
-            f"OPA runs policy revision {served}, but the local policy files are {evaluator.revision}; "
-            "restart OPA (exa opa restart) so decisions match the reviewed policy"
-        )
-    provenance = Provenance(
-        input_digest=digest(policy_input),
-        policy_revision=str(served or evaluator.revision),
-        opa_version=str(meta.get("opa_version") or "unknown"),
-    )
-    return interpret(workload, pools, policy_input, answer, tables, provenance)

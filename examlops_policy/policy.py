@@ -1,114 +1,142 @@
 """The policy evaluator seam, and its OPA adapter.
 
-``PolicyEvaluator`` is what the decision core needs: one call per decision, every pool's verdict
-back. ``OpaEvaluator`` asks a long-lived OPA server over its REST API (through opa-python-client).
-Everything that goes wrong fails closed: no verdict, no placement.
+``PolicyEvaluator`` is what the engine needs from a policy engine: confirm the revision it serves
+(one cheap call per decision), describe itself (once per revision), judge shapes for a workload
+(only the shapes the engine has no verdict for), and the reference decision (replay, tests).
+``OpaPolicy`` asks an OPA server over its REST API through a ``Transport`` (a Unix socket, or
+HTTP(S)). Everything that goes wrong fails closed: no verdict, no placement.
+
+The fleet's shapes live in OPA as data (``data.examlops_fleet.shapes[<key>]``, content-addressed),
+so a verdict query carries only the workload's signature fields and the shape keys; a key OPA does
+not hold (a new shape, or a restarted server) is uploaded and the query asked once more.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from collections.abc import Mapping
-from typing import Final, Protocol, cast
-from urllib.parse import urlsplit
-
-import requests
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, Protocol
 
 from examlops_policy.errors import PolicyError, PolicyUnavailable
 from examlops_policy.model import JSONObject
+from examlops_policy.verdicts import About, Answer, decode_about, decode_verdicts
 
-DECISION_PACKAGE: Final = "examlops.hardware.placement"
-DECISION_RULE: Final = "decision_by_shape"
-DEFAULT_TIMEOUT_S: Final = 5.0
+PACKAGE_PATH: Final = "/v1/data/examlops/hardware/placement"
+FLEET_PATH: Final = "/v1/data/examlops_fleet"
+UPLOAD_ROUNDS: Final = 3
+
+
+class Transport(Protocol):
+    """One HTTP exchange with OPA: ``(status, body)``. Raises ``PolicyUnavailable`` when the server
+    cannot be reached or does not answer in time, ``PolicyError`` for what is not HTTP."""
+
+    describe: str  # where the server is, for messages (never a secret)
+
+    def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """What OPA says it serves right now."""
+
+    revision: str | None
+    opa_version: str
 
 
 class PolicyEvaluator(Protocol):
-    """Evaluates the placement policy for one workload over all candidate pools.
+    """A policy engine serving the placement policy.
 
-    ``evaluate`` returns the policy's decision document (see policies/examlops/hardware/placement.rego)
-    and never a partial one. It raises ``PolicyUnavailable`` when no answer could be had and
-    ``PolicyError`` when the answer is not a usable decision. It has no side effects and may be
-    called again with the same input for the same answer (same policy revision).
+    Every method is free of side effects on placements and may be called again for the same answer
+    while the revision holds. Each raises ``PolicyUnavailable`` when no answer could be had and
+    ``PolicyError`` when the answer is not usable; never a partial answer.
     """
 
-    def evaluate(self, policy_input: Mapping[str, object]) -> JSONObject: ...
+    def confirm(self) -> Confirmation: ...
 
-    @property
-    def revision(self) -> str:
-        """The policy revision the evaluator expects to be running (a digest)."""
-        ...
+    def about(self) -> About: ...
 
+    def verdicts(self, workload: JSONObject, keys: Sequence[str], shapes: Mapping[str, JSONObject]) -> Answer: ...
 
-def _sync_client_class() -> type:
-    """opa-python-client's synchronous ``OpaClient``, without its asyncio half.
+    def decision(self, policy_input: JSONObject) -> JSONObject: ...
 
-    The package's ``__init__`` also imports ``AsyncOpaClient`` and with it aiohttp, which costs a
-    command-line call about a fifth of a second and is never used here. Registering the package
-    module without running its ``__init__`` lets ``opa_client.opa`` import on its own.
-    """
-    if "opa_client" not in sys.modules:
-        spec = importlib.util.find_spec("opa_client")
-        if spec is not None and spec.loader is not None:
-            sys.modules["opa_client"] = importlib.util.module_from_spec(spec)
-    from opa_client.opa import OpaClient
-
-    return cast(type, OpaClient)
+    def describe(self) -> str: ...
 
 
-_REQUIRED: Final = {"rejection", "shapes", "short", "eligible", "burst", "workload", "provenance", "selected_tier"}
+class OpaPolicy:
+    """The placement policy on an OPA server, through ``transport``."""
 
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+        self._where = f"OPA at {transport.describe}"
 
-def check_decision(answer: object, where: str) -> JSONObject:
-    """Raise PolicyError unless ``answer`` has the shape of a decision document."""
-    if not isinstance(answer, dict):
-        raise PolicyError(f"{where}: the policy returned no decision (undefined); is the placement policy loaded?")
-    missing = _REQUIRED - answer.keys()
-    if missing:
-        raise PolicyError(f"{where}: malformed decision, missing {sorted(missing)}")
-    if not isinstance(answer["shapes"], dict) or not isinstance(answer["short"], list) or not isinstance(answer["eligible"], list):
-        raise PolicyError(f"{where}: malformed decision (shapes must be an object, short and eligible lists)")
-    if not isinstance(answer["burst"], dict) or "attempted" not in answer["burst"]:
-        raise PolicyError(f"{where}: malformed decision (burst verdict missing)")
-    return cast(JSONObject, answer)
+    def describe(self) -> str:
+        return self._transport.describe
 
-
-class OpaEvaluator:
-    """Queries ``data.examlops.hardware.placement.decision_by_shape`` on an OPA server."""
-
-    def __init__(self, url: str, *, revision: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in {"http", "https"} or not parts.hostname:
-            raise PolicyUnavailable(f"EXA_OPA_URL {url!r} is not an http(s) URL")
-        self.url = url.rstrip("/")
-        self._revision = revision
-        self._client = _sync_client_class()(
-            host=parts.hostname,
-            port=parts.port or (443 if parts.scheme == "https" else 80),
-            ssl=parts.scheme == "https",
-            timeout=timeout,
-            retries=0,
-        )
-        # Loopback or a configured URL: no proxy lookup through the environment on every call.
-        self._client._session.trust_env = False
-
-    @property
-    def revision(self) -> str:
-        return self._revision
-
-    def evaluate(self, policy_input: Mapping[str, object]) -> JSONObject:
+    def _query(self, rule: str, policy_input: JSONObject) -> object:
+        body = json.dumps({"input": policy_input}, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        status, raw = self._transport.request("POST", f"{PACKAGE_PATH}/{rule}", body)
+        if status != 200:
+            raise PolicyError(f"{self._where} refused the query ({status}): {_message(raw)}")
         try:
-            raw = self._client.query_rule(dict(policy_input), DECISION_PACKAGE, DECISION_RULE)
-        except requests.Timeout as exc:
-            raise PolicyUnavailable(f"OPA at {self.url} timed out; nothing was placed") from exc
-        except requests.ConnectionError as exc:
-            raise PolicyUnavailable(f"OPA at {self.url} is not reachable; nothing was placed") from exc
-        except requests.HTTPError as exc:
-            body = exc.response.text[:500] if exc.response is not None else ""
-            raise PolicyError(f"OPA at {self.url} refused the query: {body}") from exc
-        except (requests.RequestException, ValueError) as exc:
-            raise PolicyError(f"OPA at {self.url} gave an unreadable answer: {exc}") from exc
-        return check_decision(raw.get("result") if isinstance(raw, dict) else None, f"OPA at {self.url}")
+            answer = json.loads(raw)
+        except ValueError as exc:
+            raise PolicyError(f"{self._where} gave an unreadable answer: {exc}") from exc
+        if not isinstance(answer, dict) or "result" not in answer:
+            raise PolicyError(f"{self._where}: the policy returned no {rule} (undefined); is the placement policy loaded?")
+        return answer["result"]
+
+    def confirm(self) -> Confirmation:
+        raw = self._query("confirm", {})
+        if not isinstance(raw, dict) or not isinstance(raw.get("opa_version"), str):
+            raise PolicyError(f"{self._where}: malformed confirmation: {str(raw)[:120]}")
+        revision = raw.get("revision")
+        return Confirmation(revision if isinstance(revision, str) and revision else None, raw["opa_version"])
+
+    def about(self) -> About:
+        return decode_about(self._query("about", {}), self._where)
+
+    def verdicts(self, workload: JSONObject, keys: Sequence[str], shapes: Mapping[str, JSONObject]) -> Answer:
+        policy_input: JSONObject = {"workload": workload, "keys": list(keys)}
+        for _ in range(UPLOAD_ROUNDS):
+            answer = decode_verdicts(self._query("verdicts", policy_input), keys, self._where)
+            if not answer.missing:
+                return answer
+            self._upload({k: shapes[k] for k in answer.missing if k in shapes})
+        raise PolicyError(f"{self._where} keeps losing the fleet's shapes (uploaded {UPLOAD_ROUNDS} times); nothing was placed")
+
+    def _upload(self, shapes: Mapping[str, JSONObject]) -> None:
+        if not shapes:
+            raise PolicyError(f"{self._where} asked for shapes this fleet does not have")
+        patch = [{"op": "add", "path": f"/{key}", "value": shape} for key, shape in sorted(shapes.items())]
+        body = json.dumps(patch, separators=(",", ":")).encode("utf-8")
+        status, raw = self._transport.request("PATCH", f"{FLEET_PATH}/shapes", body)
+        if status == 404:
+            # No shapes yet (a fresh server): create the folder, keeping one a racing writer made.
+            status, raw = self._transport.request("PUT", FLEET_PATH, json.dumps({"shapes": dict(shapes)}).encode("utf-8"))
+        if status not in (200, 204):
+            raise PolicyError(f"{self._where} refused the fleet's shapes ({status}): {_message(raw)}")
+
+    def decision(self, policy_input: JSONObject) -> JSONObject:
+        raw = self._query("decision", policy_input)
+        if not isinstance(raw, dict):
+            raise PolicyError(f"{self._where}: malformed reference decision")
+        return raw
 
     def close(self) -> None:
-        self._client.close_connection()
+        self._transport.close()
+
+
+def _message(raw: bytes) -> str:
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return raw[:300].decode("utf-8", "replace")
+    if isinstance(body, dict):
+        return str(body.get("message") or body)[:300]
+    return str(body)[:300]
+
+
+__all__ = ["Confirmation", "OpaPolicy", "PolicyEvaluator", "PolicyUnavailable", "Transport"]

@@ -7,21 +7,23 @@ duplicate keys, non-UTF-8 bytes, huge or deeply nested documents are refused.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Final, cast
+from typing import TYPE_CHECKING, Final, cast
 
 import yaml
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
-from referencing import Registry, Resource
 
 from examlops_policy.errors import SpecError
 from examlops_policy.model import JSONObject, Pool, Workload
 from examlops_policy.tables import Tables, load_tables, schema_dir
+
+if TYPE_CHECKING:  # jsonschema loads only when a spec file is read
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
 
 MAX_FILE_BYTES: Final = 4 * 1024 * 1024
 MAX_DEPTH: Final = 32
@@ -110,6 +112,9 @@ def read_yaml(path: Path) -> object:
 
 @lru_cache(maxsize=8)
 def _validator(name: str) -> Draft202012Validator:
+    from jsonschema import Draft202012Validator
+    from referencing import Registry, Resource
+
     base = schema_dir()
     resources = []
     for path in sorted(base.glob("*.schema.json")):
@@ -198,13 +203,20 @@ def validate(instance: object, schema: str, *, source: str) -> None:
         raise SpecError(explained + more, source=source, field=_field_path(first))
 
 
-def _check_pool_facts(pool: Pool, tables: Tables, *, source: str, field: str) -> None:
+def check_pool_facts(pool: Pool, tables: Tables, *, source: str | None = None, field: str = "") -> Pool:
+    """What the reviewed tables say of a pool: a known region, a known model of its accelerator, a
+    fixed slice profile its device has."""
+    source = source or f"pool {pool.name!r}"
+
+    def where(name: str) -> str:
+        return f"{field}.{name}" if field else name
+
     if not tables.region_known(pool.region):
         raise SpecError(
             f"region {pool.region!r} is not in the reviewed regions table "
             "(policies/examlops/tables/regions.yaml); its jurisdiction would be unknown",
             source=source,
-            field=f"{field}.region" if field else "region",
+            field=where("region"),
         )
     if pool.model is not None:
         entry = tables.models.get(pool.model)
@@ -213,24 +225,72 @@ def _check_pool_facts(pool: Pool, tables: Tables, *, source: str, field: str) ->
             raise SpecError(
                 f"unknown model {pool.model!r} (known: {known}; add it to policies/examlops/tables/models.yaml)",
                 source=source,
-                field=f"{field}.model" if field else "model",
+                field=where("model"),
             )
         if entry.get("accelerator") != pool.accelerator:
+            article = "an" if str(entry.get("accelerator"))[:1] in "aeiou" else "a"
             raise SpecError(
-                f"model {pool.model!r} is a {entry.get('accelerator')} device, not {pool.accelerator}",
+                f"model {pool.model!r} is {article} {entry.get('accelerator')} device, not {pool.accelerator}",
                 source=source,
-                field=f"{field}.model" if field else "model",
+                field=where("model"),
             )
+    if pool.fixed_profile is not None:
+        scheme = tables.scheme_for(pool.accelerator, pool.model)
+        profiles = [str(cast(JSONObject, s)["profile"]) for s in cast(list[object], (scheme or {}).get("slices", []))]
+        if pool.fixed_profile not in profiles:
+            raise SpecError(
+                f"fixed slice profile {pool.fixed_profile!r} is not one the partitioning table gives this device "
+                f"(expected one of {', '.join(profiles) or 'none: it cannot be partitioned'})",
+                source=source,
+                field=where("fixed_profile"),
+            )
+    return pool
+
+
+def check_workload_facts(workload: Workload, tables: Tables) -> Workload:
+    """What the reviewed tables say of a workload: its data region must be a known region."""
+    if workload.data_region is not None and not tables.region_known(workload.data_region):
+        raise SpecError(
+            f"data_region {workload.data_region!r} is not in the reviewed regions table "
+            "(policies/examlops/tables/regions.yaml); its jurisdiction would be unknown",
+            source=f"workload {workload.name!r}",
+            field="data_region",
+        )
+    return workload
+
+
+def check_request_id(request_id: str) -> str:
+    """An idempotency key: up to 128 letters, digits, '.', '_', '-' or ':'."""
+    if not isinstance(request_id, str) or not 0 < len(request_id) <= 128 or not all(c.isascii() and (c.isalnum() or c in "._-:") for c in request_id):
+        raise SpecError(
+            f"a request id is 1 to 128 letters, digits, '.', '_', '-' or ':' (got {request_id!r})", field="request_id"
+        )
+    return request_id
+
+
+def _build(cls: type[Pool] | type[Workload], values: dict[str, object], source: str, field: str = "") -> object:
+    try:
+        return cls(**values)  # type: ignore[arg-type]
+    except SpecError as exc:
+        raise exc.at(source, field) from exc
+    except TypeError as exc:
+        known = ", ".join(cls.__dataclass_fields__)
+        unknown = sorted(set(values) - set(cls.__dataclass_fields__))
+        missing = sorted(
+            n for n, f in cls.__dataclass_fields__.items()
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.init and n not in values
+        )  # fmt: skip
+        what = f"unknown field(s): {', '.join(unknown)}" if unknown else f"missing field(s): {', '.join(missing)}"
+        raise SpecError(f"{what} (fields: {known})", source=source, field=field or None) from exc
 
 
 def pool_from_mapping(data: Mapping[str, object], *, source: str = "pool", field: str = "", tables: Tables | None = None) -> Pool:
-    """Validate one pool mapping and build the Pool."""
-    validate(dict(data), "pool.schema.json", source=source)
-    values = dict(data)
-    values["capabilities"] = tuple(cast(Sequence[str], values.get("capabilities", ())))
-    pool = Pool(**values)  # type: ignore[arg-type]
-    _check_pool_facts(pool, tables or load_tables(), source=source, field=field)
-    return pool
+    """Build and check one Pool from a mapping (command-line options or one entry of a file)."""
+    values = {k: v for k, v in data.items() if v is not None}
+    if isinstance(values.get("capabilities"), list):
+        values["capabilities"] = tuple(cast(list[str], values["capabilities"]))
+    pool = cast(Pool, _build(Pool, values, source, field))
+    return check_pool_facts(pool, tables or load_tables(), source=source, field=field)
 
 
 def pools_from_file(path: Path, tables: Tables | None = None) -> list[Pool]:
@@ -246,24 +306,18 @@ def pools_from_file(path: Path, tables: Tables | None = None) -> list[Pool]:
         if name in seen:
             raise SpecError(f"duplicate pool name {name!r}", source=str(path), field=f"{where}.name")
         seen.add(name)
-        values: dict[str, object] = dict(item)
-        values["capabilities"] = tuple(cast(list[str], values.get("capabilities", [])))
-        pool = Pool(**values)  # type: ignore[arg-type]
-        _check_pool_facts(pool, tables or load_tables(), source=str(path), field=where)
-        pools.append(pool)
+        pools.append(pool_from_mapping(item, source=str(path), field=where, tables=tables))
     return pools
 
 
 def workload_from_mapping(data: Mapping[str, object], *, source: str = "workload") -> Workload:
-    """Validate one workload mapping and build the Workload."""
+    """Build one Workload from a mapping; the dataclass checks every field."""
     values = {k: v for k, v in data.items() if v is not None}
-    validate(values, "workload.schema.json", source=source)
     if values.get("target") == "any":
         values.pop("target")
-    values["capabilities"] = tuple(cast(Sequence[str], values.get("capabilities", ())))
-    if "fraction" in values:
-        values["fraction"] = float(cast(float, values["fraction"]))
-    return Workload(**values)  # type: ignore[arg-type]
+    if isinstance(values.get("capabilities"), list):
+        values["capabilities"] = tuple(cast(list[str], values["capabilities"]))
+    return cast(Workload, _build(Workload, values, source))
 
 
 def workload_from_file(path: Path) -> Workload:
@@ -271,32 +325,3 @@ def workload_from_file(path: Path) -> Workload:
     data = read_yaml(path)
     validate(data, "workload-file.schema.json", source=str(path))
     return workload_from_mapping(cast(Mapping[str, object], cast(JSONObject, data)["workload"]), source=str(path))
-
-
-def check_workload(workload: Workload) -> Workload:
-    """Validate a Workload built in Python (the same rules as a file)."""
-    data: dict[str, object] = {
-        "name": workload.name,
-        "accelerator": workload.accelerator,
-        "capabilities": list(workload.capabilities),
-        "engine": workload.engine,
-        "fraction": workload.fraction,
-        "count": workload.count,
-        "residency": workload.residency,
-        "allow_burst": workload.allow_burst,
-    }
-    if workload.target is not None:
-        data["target"] = workload.target
-    validate(data, "workload.schema.json", source=f"workload {workload.name!r}")
-    return workload
-
-
-def check_pool(pool: Pool, tables: Tables | None = None) -> Pool:
-    """Validate a Pool built in Python (the same rules as a file)."""
-    data = {k: v for k, v in pool.__dict__.items() if v is not None}
-    data["capabilities"] = list(pool.capabilities)
-    if not pool.supports_fractions:
-        data.pop("supports_fractions")
-    validate(data, "pool.schema.json", source=f"pool {pool.name!r}")
-    _check_pool_facts(pool, tables or load_tables(), source=f"pool {pool.name!r}", field="")
-    return pool

@@ -76,9 +76,20 @@ class Tables:
     regions: JSONObject
     eu_member_states: tuple[str, ...]
     accounting: JSONObject
+    geometry: JSONObject
+    fallback: JSONObject
 
     def region_known(self, region: str) -> bool:
         return region in self.regions
+
+    def scheme_for(self, accelerator: str, model: str | None) -> JSONObject | None:
+        """The partitioning scheme of a device: by model where one is named, else by vendor."""
+        part = self.partitioning
+        by = cast(JSONObject, part["by_model"] if model is not None else part["by_vendor"])
+        name = by.get(model if model is not None else accelerator)
+        if name is None:
+            return None
+        return cast(JSONObject, cast(JSONObject, part["schemes"])[str(name)])
 
     def default_cost(self, accelerator: str) -> float:
         costs = cast(JSONObject, self.accounting["default_cost_per_hour"])
@@ -142,6 +153,8 @@ def load_tables(root: Path | None = None) -> Tables:
             regions=cast(JSONObject, merged["regions"]),
             eu_member_states=tuple(cast(list[str], merged["eu_member_states"])),
             accounting=cast(JSONObject, merged["accounting"]),
+            geometry=cast(JSONObject, merged["geometry"]),
+            fallback=cast(JSONObject, merged["fallback"]),
         )
     except KeyError as exc:
         raise PolicyError(f"{base}: table {exc} is missing") from exc

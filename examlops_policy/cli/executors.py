@@ -18,7 +18,7 @@ import yaml
 from rich.console import Console
 from rich.text import Text
 
-from examlops_policy import errors
+from examlops_policy.cli import exits
 from examlops_policy.discovery import Discovery, PlannedChange, plan
 from examlops_policy.errors import NotFoundError, SpecError
 from examlops_policy.hardware import Hardware
@@ -110,7 +110,7 @@ def _discover(args: argparse.Namespace, hw: Hardware, console: Console, found: D
         if usage:
             hw.store.record_scheduler_usage(usage, scheduler=found.source, source="exa-hardware")
     _show_discovery(args, console, found, changes, applied=bool(args.apply))
-    return errors.EXIT_OK
+    return exits.OK
 
 
 def cmd_discover_slurm(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
@@ -144,7 +144,7 @@ def cmd_submit(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
             render.dump_json(console, {"decision": record.id, "argv": request.argv(), "command": request.command_line(), "submitted": False})
         else:
             console.file.write(request.command_line() + "\n")
-        return errors.EXIT_OK
+        return exits.OK
     job_id = submit(request)
     updated = hw.store.set_job(record.id, job_id, scheduler=SCHEDULER, source=SOURCE)
     if args.json:
@@ -153,7 +153,7 @@ def cmd_submit(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     else:
         console.print(Text(f"✓ decision {record.id[:12]} submitted to Slurm as job {job_id} · partition {request.partition}"
                            + (f" · {request.gres}" if request.gres else ""), style="green"))  # fmt: skip
-    return errors.EXIT_OK
+    return exits.OK
 
 
 # -- manifest ---------------------------------------------------------------------------------
@@ -174,7 +174,7 @@ def cmd_manifest(args: argparse.Namespace, hw: Hardware, console: Console) -> in
         render.dump_json(console, manifest)
     else:
         console.file.write(yaml.safe_dump(manifest, sort_keys=False, default_flow_style=False))
-    return errors.EXIT_OK
+    return exits.OK
 
 
 # -- parser -----------------------------------------------------------------------------------

@@ -1,27 +1,28 @@
 """``exa``: the ExaMLOps command line for hardware placement, audit and finops.
 
-Exit codes (documented in the README):
-  0 success · 1 internal error · 2 bad input · 3 rejected · 4 burst blocked ·
-  5 policy engine unavailable or policy error · 6 state busy/conflict · 7 audit does not verify ·
-  8 not found · 9 scheduler (executor) error
+Exit codes: one table in ``examlops_policy.cli.exits`` (the README shows it). With ``--json`` an
+error is a JSON object on stderr: ``{"error": ..., "code": ..., "message": ...}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import cast
 
 from rich.console import Console
 
-from examlops_policy import audit, errors
+from examlops_policy import audit
 from examlops_policy.accounting import device_accounting
-from examlops_policy.cli import executors, render
+from examlops_policy.cli import executors, exits, render
 from examlops_policy.errors import ExaError, SpecError
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import ACCELERATORS, ENGINES, POOL_TARGETS, RESIDENCIES, WORKLOAD_TARGETS, Decision, Placement, Workload
@@ -63,8 +64,8 @@ def _capabilities(text: str) -> list[str]:
 
 def _outcome_code(decision: Decision) -> int:
     if isinstance(decision, Placement):
-        return errors.EXIT_OK
-    return errors.EXIT_BURST_BLOCKED if decision.burst_blocked else errors.EXIT_REJECTED
+        return exits.OK
+    return exits.BURST_BLOCKED if decision.burst_blocked else exits.REJECTED
 
 
 # -- hardware ---------------------------------------------------------------------------------
@@ -79,8 +80,9 @@ def cmd_add_pool(args: argparse.Namespace, hw: Hardware, console: Console) -> in
         "region": args.region,
         "supports_fractions": args.supports_fractions,
         "capabilities": _capabilities(args.capabilities),
+        "spot": args.spot,
     }
-    for option in ("cost_per_hour", "carbon_factor", "model", "power_w", "pue", "partition", "gres_type"):
+    for option in ("cost_per_hour", "carbon_factor", "model", "power_w", "pue", "partition", "gres_type", "fixed_profile"):
         value = getattr(args, option)
         if value is not None:
             values[option] = value
@@ -92,7 +94,7 @@ def cmd_add_pool(args: argparse.Namespace, hw: Hardware, console: Console) -> in
         render.dump_json(console, {"pool": pool.name, "action": change.action})
     else:
         console.print(f"✓ pool {pool.name} added · {pool.count} × {pool.accelerator} on {pool.target} in {pool.region}")
-    return errors.EXIT_OK
+    return exits.OK
 
 
 def cmd_apply(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
@@ -102,87 +104,141 @@ def cmd_apply(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     changes = hw.apply(pools)
     if args.json:
         render.dump_json(console, [{"pool": c.name, "action": c.action, "changed": list(c.changed_fields)} for c in changes])
-        return errors.EXIT_OK
+        return exits.OK
     for c in changes:
         detail = f" ({', '.join(c.changed_fields)})" if c.changed_fields else ""
         mark = {"added": "+", "updated": "~", "unchanged": "="}[c.action]
         console.print(f"{mark} {c.name} {c.action}{detail}")
     counts = {a: sum(1 for c in changes if c.action == a) for a in ("added", "updated", "unchanged")}
     console.print(f"{counts['added']} added, {counts['updated']} updated, {counts['unchanged']} unchanged")
-    return errors.EXIT_OK
+    return exits.OK
 
 
 def cmd_pools(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
-    states = hw.pools()
-    if args.json:
-        from examlops_policy.placement import effective_cost
+    from examlops_policy.packing import describe, layout_of
+    from examlops_policy.placement import carbon_per_hour, effective_cost
 
+    states = hw.pools()
+    layouts = {s.pool.name: layout_of(s.pool, hw.tables) for s in states}
+    if args.json:
         render.dump_json(
             console,
             [
-                {**{k: v for k, v in s.pool.__dict__.items()}, "capabilities": list(s.pool.capabilities), "free": s.free,
-                 "effective_cost_per_hour": effective_cost(s, hw.tables)}
+                {**s.pool.__dict__, "capabilities": list(s.pool.capabilities), "free": s.free,
+                 "capacity": {"empty_devices": s.capacity.whole, "placeable": dict(s.capacity.slices)},
+                 "placeable": describe(s.capacity, layouts[s.pool.name]) if layouts[s.pool.name].kind != "whole" else None,
+                 "effective_cost_per_hour": effective_cost(s.pool, hw.tables), "carbon_per_hour": carbon_per_hour(s.pool, hw.tables)}
                 for s in states
             ],
         )  # fmt: skip
     elif not states:
         console.print("No pools registered. Add one with 'exa hardware add-pool' or 'exa hardware apply -f pools.yaml'.")
     else:
-        render.print_pools(console, states, hw.tables)
-    return errors.EXIT_OK
+        render.print_pools(console, states, hw.tables, layouts)
+    return exits.OK
+
+
+def cmd_pool(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    from examlops_policy.packing import describe, device_layouts, layout_of
+
+    state, holdings = hw.pool(args.name)
+    layout = layout_of(state.pool, hw.tables)
+    if args.json:
+        render.dump_json(console, {
+            "pool": {**state.pool.__dict__, "capabilities": list(state.pool.capabilities)},
+            "free": state.free, "empty_devices": state.capacity.whole, "placeable": dict(state.capacity.slices),
+            "placeable_text": describe(state.capacity, layout) if layout.kind != "whole" else None, "packing": layout.kind,
+            "devices": [{"device": i, "layout": text} for i, text in enumerate(device_layouts(layout, holdings))],
+            "holdings": [h.__dict__ for h in holdings],
+        })  # fmt: skip
+    else:
+        render.print_pool(console, state, holdings, layout, hw.tables)
+    return exits.OK
+
+
+# Options a workload file gives; given on the command line beside -f they would conflict.
+_WORKLOAD_OPTIONS = ("accelerator", "engine", "target", "fraction", "count", "capabilities", "residency", "data_region")
+_WORKLOAD_FLAGS = ("allow_burst", "allow_cpu_fallback")
 
 
 def _workload(args: argparse.Namespace) -> Workload:
     from examlops_policy.specs import workload_from_file, workload_from_mapping
 
     if args.file:
-        workload = workload_from_file(Path(args.file))
-    else:
-        if not args.name or not args.accelerator:
-            raise SpecError("give a NAME and --accelerator, or -f workload.yaml", source="command line")
-        workload = workload_from_mapping(
-            {
-                "name": args.name,
-                "accelerator": args.accelerator,
-                "engine": args.engine,
-                "target": getattr(args, "target", None),
-                "fraction": args.fraction,
-                "count": args.count,
-                "capabilities": _capabilities(args.capabilities),
-                "residency": args.residency,
-                "allow_burst": args.allow_burst,
-            },
-            source="command line",
-        )
-    return workload
+        given = [f"--{o.replace('_', '-')}" for o in _WORKLOAD_OPTIONS if getattr(args, o, None) is not None]
+        given += [f"--{o.replace('_', '-')}" for o in _WORKLOAD_FLAGS if getattr(args, o, False)]
+        if args.name:
+            given.insert(0, f"NAME ({args.name})")
+        if given:
+            raise SpecError(
+                f"-f {args.file} says everything about the workload; {', '.join(given)} would conflict with it "
+                "(give either -f FILE, or NAME with options)",
+                source="command line",
+            )
+        return workload_from_file(Path(args.file))
+    if not args.name or not args.accelerator:
+        raise SpecError("give a NAME and --accelerator, or -f workload.yaml", source="command line")
+    return workload_from_mapping(
+        {
+            "name": args.name,
+            "accelerator": args.accelerator,
+            "engine": args.engine or "generic",
+            "target": getattr(args, "target", None),
+            "fraction": 1.0 if args.fraction is None else args.fraction,
+            "count": 1 if args.count is None else args.count,
+            "capabilities": _capabilities(args.capabilities or ""),
+            "residency": args.residency or "open",
+            "allow_burst": args.allow_burst,
+            "data_region": args.data_region,
+            "allow_cpu_fallback": args.allow_cpu_fallback,
+        },
+        source="command line",
+    )
 
 
-def _show(args: argparse.Namespace, hw: Hardware, console: Console, record_id: str | None, decision: Decision) -> int:
+def _show(args: argparse.Namespace, console: Console, record_id: str | None, decision: Decision, record: object = None) -> int:
+    from examlops_policy.store import DecisionRecord
+
     if args.json:
-        record = hw.decision(record_id) if record_id else None
-        render.dump_json(console, render.decision_json(record, decision))
+        render.dump_json(console, render.decision_json(record if isinstance(record, DecisionRecord) else None, decision))
     else:
         render.print_decision(console, decision)
         if getattr(args, "explain", False):
-            render.print_explanation(console, decision, hw.store.pool_states())
+            render.print_explanation(console, decision)
             if record_id:
                 console.print(f"decision {record_id}")
     return _outcome_code(decision)
 
 
+def _lease(text: str | None) -> timedelta | None:
+    if text is None:
+        return None
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*", text)
+    if not match:
+        raise SpecError(f"a lease is a number and a unit, e.g. 30m, 2h or 1d (got {text!r})", source="command line", field="--lease")
+    value, unit = float(match.group(1)), match.group(2)
+    unit_name = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[unit]
+    return timedelta(**{unit_name: value})
+
+
 def cmd_place(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     workload = _workload(args)
     if args.dry_run:
-        return _show(args, hw, console, None, hw.what_if(workload))
-    record = hw.place(workload)
-    return _show(args, hw, console, record.id, record.decision)
+        return _show(args, console, None, hw.what_if(workload))
+    record = hw.place(workload, request_id=args.request_id, lease=_lease(args.lease))
+    return _show(args, console, record.id, record.decision, record)
 
 
 def cmd_burst(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     if not args.allow_burst:
         raise SpecError("bursting to cloud is opt-in: add --allow-burst", source="exa hardware burst", field="--allow-burst")
-    record = hw.burst(_workload(args))
-    return _show(args, hw, console, record.id, record.decision)
+    workload = _workload(args)
+    if args.dry_run:
+        import dataclasses
+
+        return _show(args, console, None, hw.what_if(dataclasses.replace(workload, target="cloud", allow_burst=True)))
+    record = hw.burst(workload, request_id=args.request_id, lease=_lease(args.lease))
+    return _show(args, console, record.id, record.decision, record)
 
 
 def cmd_portable(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
@@ -195,40 +251,73 @@ def cmd_portable(args: argparse.Namespace, hw: Hardware, console: Console) -> in
         console.print(f"✓ Portable: engine '{args.engine}' can run on {args.accelerator} (backend {backend})", style="green")
     else:
         console.print(f"✗ Rejected: {reason.message}", style="red")
-    return errors.EXIT_OK if reason is None else errors.EXIT_REJECTED
+    return exits.OK if reason is None else exits.REJECTED
 
 
 def cmd_decisions(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
-    records = hw.decisions(args.limit)
+    before = None
+    if args.cursor:
+        created, _, ident = args.cursor.partition("/")
+        if not created or not ident:
+            raise SpecError("a cursor is CREATED_AT/ID, as the last page printed it", source="command line", field="--cursor")
+        before = (created, ident)
+    rows = hw.decision_summaries(limit=args.limit, since=args.since, until=args.until, before=before)
     if args.json:
-        render.dump_json(console, [render.decision_json(r, r.decision) for r in records])
-    elif not records:
+        render.stream_json(console, (render.summary_json(r) for r in rows))
+    elif not rows:
         console.print("No decisions yet.")
     else:
-        render.print_decisions(console, records)
-    return errors.EXIT_OK
+        render.print_decisions(console, rows)
+        if len(rows) == args.limit:
+            console.print(f"more: --cursor {rows[-1].created_at}/{rows[-1].id}")
+    return exits.OK
 
 
 def cmd_explain(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     record = hw.decision(args.id)
+    if args.replay:
+        replay = hw.replay(record.id)
+        if args.json:
+            render.dump_json(console, replay.__dict__)
+        else:
+            mark = "✓" if replay.same else "✗"
+            console.print(f"{mark} replay of {record.id[:12]} under policy {replay.policy_revision[:19]}: {replay.summary}")
+            for line in replay.differences:
+                console.print(f"  {line}")
+        return exits.OK if replay.same else exits.REJECTED
     if args.json:
         render.dump_json(console, render.decision_json(record, record.decision))
-        return errors.EXIT_OK
+        return exits.OK
     console.print(f"decision {record.id} · {record.created_at}" + (f" · released {record.released_at}" if record.released_at else ""))
     render.print_decision(console, record.decision)
     render.print_explanation(console, record.decision)
-    return errors.EXIT_OK
+    return exits.OK
 
 
 def cmd_release(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
-    record = hw.release(args.id)
+    result = hw.release(args.id)
+    record = result.record
     if args.json:
-        render.dump_json(console, {"id": record.id, "released_at": record.released_at})
+        render.dump_json(console, {"id": record.id, "decision_id": record.id, "released_at": record.released_at, "already_released": result.already})
+        return exits.OK
+    d = record.decision
+    assert isinstance(d, Placement)
+    if result.already:
+        console.print(f"decision {record.id[:12]} was already released at {record.released_at}; nothing changed")
     else:
-        d = record.decision
-        assert isinstance(d, Placement)
-        console.print(f"✓ released {d.grant.devices:g} {d.accelerator} device(s) on {d.pool} (decision {record.id[:12]})")
-    return errors.EXIT_OK
+        console.print(f"✓ released {render.grant_text(d.grant, d.accelerator)} on {d.pool} (decision {record.id[:12]})")
+    return exits.OK
+
+
+def cmd_renew(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    lease = _lease(args.lease)
+    assert lease is not None
+    record = hw.renew(args.id, lease)
+    if args.json:
+        render.dump_json(console, {"id": record.id, "decision_id": record.id, "lease_expires_at": record.lease_expires_at})
+    else:
+        console.print(f"✓ decision {record.id[:12]} leased until {record.lease_expires_at}")
+    return exits.OK
 
 
 def cmd_accounting(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
@@ -236,21 +325,21 @@ def cmd_accounting(args: argparse.Namespace, hw: Hardware, console: Console) -> 
     if not isinstance(record.decision, Placement):
         raise SpecError(f"decision {record.id[:12]} placed nothing, so it has no cost or carbon", field="ID")
     render.dump_json(console, device_accounting(record.decision, args.hours))
-    return errors.EXIT_OK
+    return exits.OK
 
 
 def cmd_burst_events(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
-    events = hw.store.burst_events(args.limit)
+    events = hw.burst_events(args.limit)
     if args.json:
         render.dump_json(console, [e.__dict__ for e in events])
-        return errors.EXIT_OK
+        return exits.OK
     if not events:
         console.print("No burst attempts yet.")
     for e in events:
         mark = {"allowed": "✓", "blocked": "⚠", "unavailable": "✗"}[e.verdict]
         console.print(f"{mark} {e.created_at[:19]} {e.workload} · {e.residency} → {e.pool or '-'} ({e.region or '-'}): {e.verdict}"
                       + (f" · {e.reason}" if e.reason else ""))  # fmt: skip
-    return errors.EXIT_OK
+    return exits.OK
 
 
 # -- audit ------------------------------------------------------------------------------------
@@ -267,17 +356,23 @@ def cmd_audit_verify(args: argparse.Namespace, hw: Hardware, console: Console) -
     checkpoint = audit.parse_checkpoint(_read_text(args.checkpoint, "checkpoint")) if args.checkpoint else None
     key = audit.VerifierKey.parse(_read_text(args.key, "verifier key").strip()) if args.key else None
     report = hw.verify_audit(checkpoint, key)
+    unchecked = checkpoint is not None and bool(checkpoint.signatures) and key is None
     if args.json:
         render.dump_json(console, {"ok": report.ok, "size": report.size, "head": report.head.hex(),
+                                   "signature_checked": key is not None if checkpoint is not None else None,
                                    "problems": [p.__dict__ for p in report.problems]})  # fmt: skip
     elif report.ok:
         extra = f", matches checkpoint at size {checkpoint.size}" if checkpoint else ""
-        console.print(f"✓ audit log verifies: {report.size} entries, head {report.head.hex()[:16]}{extra}", style="green")
+        entries = "1 entry" if report.size == 1 else f"{report.size} entries"
+        console.print(f"✓ audit log verifies: {entries}, head {report.head.hex()[:16]}{extra}", style="green")
+        if unchecked:
+            console.print("⚠ the checkpoint is signed, but its signature was not checked: give --key VKEY to check it", style="yellow")
     else:
-        console.print(f"✗ audit log does NOT verify ({len(report.problems)} problem(s)):", style="red")
+        count = len(report.problems)
+        console.print(f"✗ audit log does NOT verify ({count} problem{'' if count == 1 else 's'}):", style="red")
         for p in report.problems:
             console.print(f"  seq {p.seq}: {p.kind}: {p.message}")
-    return errors.EXIT_OK if report.ok else errors.EXIT_AUDIT
+    return exits.OK if report.ok else exits.AUDIT
 
 
 def cmd_audit_checkpoint(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
@@ -294,7 +389,7 @@ def cmd_audit_checkpoint(args: argparse.Namespace, hw: Hardware, console: Consol
         console.print(f"✓ checkpoint written to {args.out}: size {cp.size}, head {cp.head.hex()[:16]}")
     else:
         console.file.write(text)
-    return errors.EXIT_OK
+    return exits.OK
 
 
 def cmd_audit_keygen(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
@@ -308,7 +403,7 @@ def cmd_audit_keygen(args: argparse.Namespace, hw: Hardware, console: Console) -
     public = out / f"{args.name.replace('/', '_')}.vkey"
     public.write_text(vkey + "\n", encoding="utf-8")
     console.print(f"✓ signer key {secret} (keep it off the database host) · verifier key {public}")
-    return errors.EXIT_OK
+    return exits.OK
 
 
 # -- finops -----------------------------------------------------------------------------------
@@ -317,15 +412,17 @@ def cmd_audit_keygen(args: argparse.Namespace, hw: Hardware, console: Console) -
 def cmd_finops(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     rows = hw.finops(args.hours)
     if args.json:
-        render.dump_json(console, [r.__dict__ for r in rows])
-        return errors.EXIT_OK
+        totals = {"decisions": sum(r.decisions for r in rows), "device_hours": round(sum(r.device_hours for r in rows), 6),
+                  "cost": round(sum(r.cost for r in rows), 6), "carbon_g": round(sum(r.carbon_g for r in rows), 6)}  # fmt: skip
+        render.dump_json(console, {"rows": [r.__dict__ for r in rows], "totals": totals})
+        return exits.OK
     carbon = args.kind == "carbon"
     columns = ("device", "region", "decisions", "device-hours", "gCO2e" if carbon else "USD")
     cells = [[r.device, r.region, str(r.decisions), f"{r.device_hours:.2f}", f"{r.carbon_g:.1f}" if carbon else f"{r.cost:.2f}"] for r in rows]
     render.emit_table(console, f"{'Carbon' if carbon else 'Cost'} by device type and region", columns, cells, right=columns[2:])
     total = sum(r.carbon_g if carbon else r.cost for r in rows)
     console.print(f"total {total:.1f} gCO2e" if carbon else f"total ${total:.2f}")
-    return errors.EXIT_OK
+    return exits.OK
 
 
 # -- opa --------------------------------------------------------------------------------------
@@ -338,10 +435,10 @@ def cmd_opa(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
         stopped = stop_server(hw.home)
         if args.action == "stop":
             console.print("✓ OPA stopped" if stopped else "OPA was not running")
-            return errors.EXIT_OK
+            return exits.OK
     server = ensure_server(hw.home)
     console.print(f"✓ OPA at {server.url} (pid {server.pid}) · policy {server.revision[:19]}")
-    return errors.EXIT_OK
+    return exits.OK
 
 
 # -- parser -----------------------------------------------------------------------------------
@@ -373,32 +470,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pue", type=float, help="power usage effectiveness of the site")
     p.add_argument("--partition", help="Slurm partition serving this pool")
     p.add_argument("--gres-type", help="Slurm GRES type of the devices")
+    p.add_argument("--fixed-profile", help="each counted unit is one fixed slice of this profile, e.g. 1g.10gb")
+    p.add_argument("--spot", action="store_true", help="spot (preemptible) capacity")
     p.set_defaults(handler=cmd_add_pool)
 
     p = hardware.add_parser("apply", parents=[common], help="register or update pools from a reviewed YAML file")
     p.add_argument("-f", "--file", required=True)
     p.set_defaults(handler=cmd_apply)
 
-    p = hardware.add_parser("pools", parents=[common], help="list pools, cheapest first")
+    p = hardware.add_parser("pools", parents=[common], help="list pools, cheapest first, with what each can still place")
     p.set_defaults(handler=cmd_pools)
+
+    p = hardware.add_parser("pool", parents=[common], help="one pool, device by device")
+    p.add_argument("name")
+    p.set_defaults(handler=cmd_pool)
 
     def workload_args(p: argparse.ArgumentParser, *, target: bool) -> None:
         p.add_argument("name", nargs="?")
         p.add_argument("-f", "--file", help="a workload YAML file instead of the options")
         p.add_argument("--accelerator", choices=ACCELERATORS)
-        p.add_argument("--engine", choices=ENGINES, default="generic")
+        p.add_argument("--engine", choices=ENGINES, help="default generic")
         if target:
             p.add_argument("--target", choices=WORKLOAD_TARGETS)
-        p.add_argument("--fraction", type=float, default=1.0)
-        p.add_argument("--count", type=int, default=1)
-        p.add_argument("--capabilities", default="")
-        p.add_argument("--residency", choices=RESIDENCIES, default="open")
+        p.add_argument("--fraction", type=float, help="share of a device, in (0, 1] (default 1)")
+        p.add_argument("--count", type=int, help="devices (default 1)")
+        p.add_argument("--capabilities", help="comma-separated tags the pool must advertise, e.g. fp8")
+        p.add_argument("--residency", choices=RESIDENCIES, help="data residency class (default open)")
+        p.add_argument("--data-region", help="where the workload's data lives (a region of regions.yaml)")
         p.add_argument("--allow-burst", action="store_true", help="allow bursting from HPC to cloud")
+        p.add_argument("--allow-cpu-fallback", action="store_true", help="a CPU may stand in for the accelerator")
         p.add_argument("--explain", action="store_true", help="show every pool's verdict and why the winner won")
+        p.add_argument("--dry-run", action="store_true", help="decide without reserving or recording")
+        p.add_argument("--request-id", help="idempotency key: a retry with the same key returns the same decision")
+        p.add_argument("--lease", help="release the placement unless submitted or renewed within this time, e.g. 30m")
 
     p = hardware.add_parser("place", parents=[common], help="place a workload on the cheapest eligible pool")
     workload_args(p, target=True)
-    p.add_argument("--dry-run", action="store_true", help="decide without reserving or recording")
     p.set_defaults(handler=cmd_place)
 
     p = hardware.add_parser("burst", parents=[common], help="burst a workload to cloud, governed by residency")
@@ -410,17 +517,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accelerator", required=True, choices=ACCELERATORS)
     p.set_defaults(handler=cmd_portable)
 
-    p = hardware.add_parser("decisions", parents=[common], help="recent placement decisions")
+    p = hardware.add_parser("decisions", parents=[common], help="recent placement decisions, a page at a time")
     p.add_argument("--limit", type=_limit, default=20)
+    p.add_argument("--since", help="only decisions made at or after this time (ISO 8601, UTC)")
+    p.add_argument("--until", help="only decisions made before this time (ISO 8601, UTC)")
+    p.add_argument("--cursor", help="the next page: the cursor the last page printed")
     p.set_defaults(handler=cmd_decisions)
 
     p = hardware.add_parser("explain", parents=[common], help="explain a decision pool by pool")
     p.add_argument("id")
+    p.add_argument("--replay", action="store_true", help="ask the policy again with the recorded input: same answer?")
     p.set_defaults(handler=cmd_explain)
 
     p = hardware.add_parser("release", parents=[common], help="free the capacity a placement holds")
     p.add_argument("id")
     p.set_defaults(handler=cmd_release)
+
+    p = hardware.add_parser("renew", parents=[common], help="extend a placement's lease")
+    p.add_argument("id")
+    p.add_argument("--lease", required=True, help="from now, e.g. 30m, 2h")
+    p.set_defaults(handler=cmd_renew)
 
     p = hardware.add_parser("accounting", parents=[common], help="cost and carbon of a placement")
     p.add_argument("id")
@@ -468,13 +584,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler: Handler = args.handler
         return handler(args, hw, console)
     except ExaError as exc:
+        code = exits.code_for(exc)
         if args.debug:
             traceback.print_exc()
-        err = Console(stderr=True, highlight=False, soft_wrap=True)
-        err.print(f"{type(exc).__name__}: {exc}", style="red", markup=False)
-        return exc.exit_code
+        if getattr(args, "json", False):
+            sys.stderr.write(json.dumps({"error": type(exc).__name__, "code": code, "message": str(exc)}, ensure_ascii=False) + "\n")
+        else:
+            err = Console(stderr=True, highlight=False, soft_wrap=True)
+            err.print(f"{type(exc).__name__}: {exc}", style="red", markup=False)
+        return code
     except KeyboardInterrupt:
-        return 130
+        return exits.INTERRUPTED
     finally:
         hw.close()
 

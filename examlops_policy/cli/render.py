@@ -3,34 +3,18 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Iterable, Sequence
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from examlops_policy import codec
-from examlops_policy.model import Decision, Placement, PoolState, PoolVerdict, Rejection
-from examlops_policy.placement import effective_cost
-from examlops_policy.store import DecisionRecord
+from examlops_policy.model import Decision, Grant, Holding, Placement, PoolState, PoolVerdict, Rejection
+from examlops_policy.packing import PoolLayout, describe, device_layouts
+from examlops_policy.placement import carbon_per_hour, effective_cost
+from examlops_policy.store import DecisionRecord, DecisionSummary
 from examlops_policy.tables import Tables
-
-# Which policy check each reason code belongs to, for the clause-by-clause summary.
-CHECKS: Final = {
-    "backend_unsupported": "portability",
-    "burst_not_allowed": "target",
-    "target_mismatch": "target",
-    "capability_missing": "capabilities",
-    "residency_forbids": "residency",
-    "region_unknown": "residency",
-    "capacity_exhausted": "capacity",
-    "fallback_not_needed": "tier",
-    "burst_not_needed": "tier",
-    "request_rejected": "tier",
-}
-CHECK_ORDER: Final = ("portability", "target", "capabilities", "residency", "capacity", "tier")
-
 
 Cell = str | Text
 
@@ -59,11 +43,56 @@ def dump_json(console: Console, value: object) -> None:
     console.file.write(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
+def stream_json(console: Console, items: Iterable[object]) -> None:
+    """A JSON array written item by item: a long list never sits in memory as one document."""
+    first = True
+    console.file.write("[")
+    for item in items:
+        console.file.write(("\n  " if first else ",\n  ") + json.dumps(item, sort_keys=True, ensure_ascii=False))
+        first = False
+    console.file.write("\n]\n" if not first else "]\n")
+
+
 def decision_json(record: DecisionRecord | None, decision: Decision) -> dict[str, object]:
     body: dict[str, object] = dict(codec.to_json(decision))
     if record is not None:
-        body.update(id=record.id, created_at=record.created_at, released_at=record.released_at, job_id=record.job_id)
+        body.update(
+            id=record.id, decision_id=record.id, created_at=record.created_at, released_at=record.released_at, job_id=record.job_id,
+            request_id=record.request_id, lease_expires_at=record.lease_expires_at,
+        )  # fmt: skip
     return body
+
+
+def summary_json(s: DecisionSummary) -> dict[str, object]:
+    return {**s.__dict__, "decision_id": s.id}
+
+
+def number(value: float) -> str:
+    """A figure without float noise: at most three decimals, trailing zeros dropped."""
+    text = f"{value:.3f}".rstrip("0").rstrip(".")
+    return text if text != "-0" else "0"
+
+
+def article(word: str) -> str:
+    return f"an {word}" if word[:1].lower() in "aeiou" else f"a {word}"
+
+
+def devices_text(count: float, accelerator: str) -> str:
+    if count == 1:
+        return f"1 {accelerator} device"
+    return f"{number(count)} {accelerator} devices"
+
+
+def grant_text(grant: Grant, accelerator: str) -> str:
+    """What a grant holds, for people: ``2 amd devices``, ``a 4g.40gb slice (4/7 of an nvidia device)``."""
+    if grant.profile is None:
+        return devices_text(grant.units, accelerator)
+    share = f"{round(grant.share * (8 if grant.scheme == 'amd-compute-partition' else 7))}/{8 if grant.scheme == 'amd-compute-partition' else 7}"
+    slices = "a" if grant.units == 1 else str(grant.units)
+    plural = "" if grant.units == 1 else "s"
+    return f"{slices} {grant.profile} slice{plural} ({share} of {article(accelerator)} device each)" if grant.units > 1 else (
+        f"a {grant.profile} slice ({share} of {article(accelerator)} device)"
+    )
 
 
 def share_text(placement: Placement) -> str | None:
@@ -71,18 +100,20 @@ def share_text(placement: Placement) -> str | None:
     if grant.requested >= 1 or not grant.honored:
         return None
     scheme = {"mig": "MIG", "amd-compute-partition": "AMD compute partition"}.get(grant.scheme or "", grant.scheme or "")
-    return f"fraction {grant.requested:g} honored as {scheme} {grant.profile} ({grant.granted:.3g} of a device)"
+    where = ""
+    if placement.holdings:
+        h = placement.holdings[0]
+        where = f" on device {h.device}" + (f" at slice {h.start}" if h.start is not None and grant.scheme == "mig" else "")
+    return f"fraction {grant.requested:g} honored as {scheme} {grant.profile} ({grant.share:.3g} of a device){where}"
 
 
 def print_decision(console: Console, decision: Decision) -> None:
     """The E8 specification's lines: ✓ placed, ✗ rejected, ⚠ burst blocked."""
     if isinstance(decision, Placement):
-        flags = ""
-        if decision.burst.attempted and decision.burst.verdict == "allowed":
-            flags += " (burst)"
-        if decision.fallback:
-            flags += " (fallback)"
-        line = f"✓ {decision.workload.name} → pool {decision.pool} · {decision.accelerator} on {decision.target}{flags}"
+        flags = [f for f, on in (("burst", decision.burst.attempted and decision.burst.verdict == "allowed"), ("fallback", decision.fallback)) if on]
+        line = f"✓ {decision.workload.name} → pool {decision.pool} · {decision.accelerator} on {decision.target}"
+        if flags:
+            line += f" ({', '.join(flags)})"
         console.print(Text(line, style="green"))
         for part in (decision.note or "").split("; "):
             if part:
@@ -109,72 +140,100 @@ def _verdict_cell(v: PoolVerdict) -> Text:
     return Text("passed over", style="cyan")
 
 
-def print_explanation(console: Console, decision: Decision, states: Sequence[PoolState] | None = None) -> None:
+def _grant_cell(v: PoolVerdict) -> str:
+    g = v.grant
+    if g.profile is not None:
+        return g.profile if g.units == 1 else f"{g.units} x {g.profile}"
+    return f"{g.units} whole" if g.honored or g.requested >= 1 else f"{g.units} whole*"
+
+
+def print_explanation(console: Console, decision: Decision) -> None:
     """Every pool's verdict and reasons, a per-check count, and why the winner won."""
     verdicts = decision.verdicts
     if not verdicts:
         console.print("No pool verdicts: the workload itself was rejected before any pool was judged.")
         return
-    free = {s.pool.name: s for s in states or ()}
+    chosen = decision.pool if isinstance(decision, Placement) else None
     rows: list[list[Cell]] = []
     for v in verdicts:
-        state = free.get(v.pool)
-        reasons = "; ".join(f"{r.code}: {r.message}" for r in v.reasons) or ("chosen" if isinstance(decision, Placement) and decision.pool == v.pool else "")
+        reasons = "; ".join(f"{r.code}: {r.message}" for r in v.reasons) or ("chosen" if v.pool == chosen else "")
         rows.append([
-            v.pool,
-            state.pool.accelerator if state else "",
-            state.pool.target if state else "",
-            state.pool.region if state else "",
-            f"{v.cost_per_hour:.2f}",
-            _verdict_cell(v),
-            reasons,
+            v.pool, v.accelerator, v.target, v.region, f"{v.cost_per_hour:.2f}", _grant_cell(v), f"{v.grant_cost_per_hour:.2f}",
+            _verdict_cell(v), reasons,
         ])  # fmt: skip
-    columns = ("pool", "accel", "target", "region", "$/h", "verdict", "reasons")
-    emit_table(console, f"Pools for {decision.workload.name}", columns, rows, right=("$/h",))
+    columns = ("pool", "accel", "target", "region", "$/device-h", "grant", "grant $/h", "verdict", "reasons")
+    emit_table(console, f"Pools for {decision.workload.name}", columns, rows, right=("$/device-h", "grant $/h"))
     total = len(verdicts)
     console.print(f"Checks over {total} pool{'s' if total != 1 else ''}:")
-    for check in CHECK_ORDER:
-        failed = sum(1 for v in verdicts if any(CHECKS.get(r.code) == check for r in v.reasons))
-        console.print(f"  {check:<13} {total - failed:>5} pass  {failed:>5} fail")
+    for check in decision.checks:
+        codes = {c[0] for c in check.codes}
+        failed = sum(1 for v in verdicts if any(r.code in codes for r in v.reasons))
+        console.print(f"  {check.name:<13} {total - failed:>5} pass  {failed:>5} fail")
     eligible = [v for v in verdicts if v.eligible]
     console.print(f"  eligible      {len(eligible):>5}")
     if isinstance(decision, Placement):
-        others = sorted((v for v in eligible if v.pool != decision.pool), key=lambda v: (v.cost_per_hour, v.pool))
-        why = f"cheapest of {len(eligible)} eligible at ${decision.cost_per_hour:.2f}/h"
+        others = sorted((v for v in eligible if v.pool != decision.pool), key=lambda v: (v.grant_cost_per_hour, v.pool))
+        held = grant_text(decision.grant, decision.accelerator)
+        why = (
+            f"cheapest grant of {len(eligible)} eligible in tier {_tier_of(decision, verdicts)}: {held} at "
+            f"${decision.grant_cost_per_hour:.2f}/h (${decision.cost_per_hour:.2f} per device-hour)"
+        )
         if others:
-            why += f" (next: {others[0].pool} at ${others[0].cost_per_hour:.2f}/h)"
+            why += f"; next: {others[0].pool} at ${others[0].grant_cost_per_hour:.2f}/h"
         console.print(f"Chosen: {decision.pool}, {why}.")
     prov = decision.provenance
-    console.print(Text(f"policy {prov.policy_revision[:19]} · OPA {prov.opa_version} · input {prov.input_digest[:19]}", style="dim"))
+    console.print(
+        Text(
+            f"policy {prov.policy_revision[:19]} · OPA {prov.opa_version} · input {prov.input_digest[:19]} · verdicts {prov.verdicts}",
+            style="dim",
+        )
+    )
 
 
-def print_pools(console: Console, states: Sequence[PoolState], tables: Tables) -> None:
+def _tier_of(decision: Placement, verdicts: Sequence[PoolVerdict]) -> str:
+    names = {0: "0 (HPC, requested accelerator)", 1: "1 (HPC, stand-in)", 2: "2 (cloud, requested accelerator)", 3: "3 (cloud, stand-in)"}
+    tier = next((v.tier for v in verdicts if v.pool == decision.pool), None)
+    return names.get(tier, str(tier)) if tier is not None else "?"
+
+
+def print_pools(console: Console, states: Sequence[PoolState], tables: Tables, layouts: dict[str, PoolLayout]) -> None:
     rows: list[list[Cell]] = []
     for s in states:
         p = s.pool
-        cost = effective_cost(s, tables)
-        carbon = p.carbon_factor if p.carbon_factor is not None else tables.default_carbon_factor(p.region)
+        cost = effective_cost(p, tables)
+        carbon = carbon_per_hour(p, tables)
+        layout = layouts[p.name]
+        placeable = describe(s.capacity, layout) if layout.kind != "whole" else "-"
         rows.append([
-            p.name, p.target, p.accelerator, p.model or "-", p.region, f"{s.free:g}/{p.count}",
+            p.name, p.target, p.accelerator, p.model or "-", p.region, f"{number(s.free)}/{p.count}", placeable,
             f"{cost:.2f}" + ("" if p.cost_per_hour is not None else "*"),
-            f"{carbon:g}" + ("" if p.carbon_factor is not None else "*"),
-            "yes" if p.supports_fractions else "no", ",".join(p.capabilities) or "-",
+            f"{number(carbon)}" + ("" if p.carbon_factor is not None else "*"),
+            ",".join(p.capabilities) or "-",
         ])  # fmt: skip
-    columns = ("name", "target", "accelerator", "model", "region", "free/total", "$/h", "gCO2e/h", "fractions", "capabilities")
+    columns = ("name", "target", "accelerator", "model", "region", "free/total", "placeable", "$/h", "gCO2e/h", "capabilities")
     emit_table(console, "Pools (cheapest first)", columns, rows, right=("free/total", "$/h", "gCO2e/h"))
     if any(s.pool.cost_per_hour is None or s.pool.carbon_factor is None for s in states):
-        console.print(Text("* default from policies/examlops/tables/accounting.yaml", style="dim"))
+        console.print(Text("* from the reviewed tables (accounting.yaml defaults, or board power x PUE x grid intensity)", style="dim"))
 
 
-def print_decisions(console: Console, records: Sequence[DecisionRecord]) -> None:
+def print_pool(console: Console, state: PoolState, holdings: Sequence[Holding], layout: PoolLayout, tables: Tables) -> None:
+    p = state.pool
+    console.print(f"pool {p.name} · {p.count} × {p.accelerator}{' ' + p.model if p.model else ''} on {p.target} in {p.region}")
+    kinds = {"whole": "whole devices", "fixed": f"fixed {p.fixed_profile} slices", "mig": "MIG", "amd-compute-partition": "AMD compute partitions"}
+    console.print(f"  packing: {kinds[layout.kind]} · free {number(state.free)}/{p.count}"
+                  + (f" · placeable {describe(state.capacity, layout)}" if layout.kind != "whole" else "")
+                  + f" · empty devices {state.capacity.whole}")  # fmt: skip
+    rows = [[str(i), text] for i, text in enumerate(device_layouts(layout, holdings))]
+    emit_table(console, "Devices", ("device" if layout.kind != "fixed" else "slice", "layout"), rows)
+
+
+def print_decisions(console: Console, summaries: Sequence[DecisionSummary]) -> None:
     rows: list[list[Cell]] = []
-    for r in records:
-        d = r.decision
-        if isinstance(d, Placement):
-            flags = [f for f, on in (("fallback", d.fallback), ("whole-device", not d.fraction_honored), ("burst", d.burst.verdict == "allowed"), ("released", r.released_at is not None)) if on]
-            rows.append([r.id[:12], r.created_at[:19], d.workload.name, Text("placed", style="green"), d.pool, d.accelerator, d.region, ",".join(flags)])
+    for s in summaries:
+        if s.outcome == "placed":
+            flags = [f for f, on in (("fallback", s.fallback), ("whole-device", s.fraction_honored is False), ("released", s.released_at is not None)) if on]
+            rows.append([s.id[:12], s.created_at[:19], s.workload, Text("placed", style="green"), s.pool or "-", s.accelerator or "-", s.region or "-", ",".join(flags)])
         else:
-            assert isinstance(d, Rejection)
-            outcome = Text("blocked", style="yellow") if d.burst_blocked else Text("rejected", style="red")
-            rows.append([r.id[:12], r.created_at[:19], d.workload.name, outcome, "-", d.workload.accelerator, "-", d.code])
+            outcome = Text("blocked", style="yellow") if s.outcome == "blocked" else Text("rejected", style="red")
+            rows.append([s.id[:12], s.created_at[:19], s.workload, outcome, "-", "-", "-", ""])
     emit_table(console, "Recent placement decisions", ("id", "time", "workload", "outcome", "pool", "device", "region", "flags"), rows)

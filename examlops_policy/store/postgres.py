@@ -20,8 +20,9 @@ import psycopg
 from psycopg import errors, pq
 from psycopg.conninfo import conninfo_to_dict
 
-from examlops_policy.errors import SpecError
+from examlops_policy.errors import SpecError, StateCorrupt, StateError, StateFull, StateUnreachable
 from examlops_policy.store._sql import Cursor, Fault, SQLStore, utc_now
+from examlops_policy.tables import Tables
 
 LOCK_TIMEOUT_S: Final = 10.0
 ATTEMPTS: Final = 8
@@ -65,14 +66,16 @@ class PostgresStore(SQLStore):
         clock: Callable[[], str] = utc_now,
         lock_timeout_s: float = LOCK_TIMEOUT_S,
         attempts: int = ATTEMPTS,
+        tables: Tables | None = None,
     ) -> None:
-        super().__init__(clock=clock, attempts=attempts)
+        super().__init__(clock=clock, attempts=attempts, tables=tables)
         self.where = redacted(url)
         self._url = url
         self._lock_timeout_ms = max(1, int(lock_timeout_s * 1000))
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
         self._queries: dict[str, str] = {}
         self._migrate()
+        self._ensure_layout()
 
     def _connection(self) -> psycopg.Connection[tuple[Any, ...]]:
         if self._conn is None or self._conn.closed or self._conn.broken:
@@ -103,6 +106,9 @@ class PostgresStore(SQLStore):
         # First statement: every later read (capacity, audit head) sees the previous writer's commit.
         conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(COALESCE(current_schema(), '')))", (_LOCK_CLASS,))
 
+    def _begin_read(self) -> None:
+        self._connection().execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
     def _commit(self) -> None:
         self._connection().execute("COMMIT")
 
@@ -130,6 +136,16 @@ class PostgresStore(SQLStore):
 
     def _is_driver_error(self, exc: Exception) -> bool:
         return isinstance(exc, psycopg.Error)
+
+    def _classify(self, exc: Exception) -> type[StateError]:
+        state = getattr(exc, "sqlstate", None) or ""
+        if state.startswith("53"):  # insufficient resources: disk full, out of memory
+            return StateFull
+        if state in ("XX001", "XX002"):  # data corrupted, index corrupted
+            return StateCorrupt
+        if isinstance(exc, psycopg.OperationalError):
+            return StateUnreachable
+        return StateError
 
     def _run_script(self, sql: str) -> None:
         # No parameters: psycopg sends the script as is, several statements in one call.

@@ -13,14 +13,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-from examlops_policy.errors import StateError
+from examlops_policy.errors import StateCorrupt, StateError, StateFull
 from examlops_policy.store._sql import Cursor, Fault, SQLStore, utc_now
+from examlops_policy.tables import Tables
 
 LOCK_TIMEOUT_S: Final = 10.0
 LOCK_RETRIES: Final = 5
 # Primary result codes (the low byte of the extended code): the write lock is held elsewhere.
 _SQLITE_BUSY: Final = 5
 _SQLITE_LOCKED: Final = 6
+_SQLITE_CORRUPT: Final = 11
+_SQLITE_FULL: Final = 13
+_SQLITE_NOTADB: Final = 26
 
 
 class SQLiteStore(SQLStore):
@@ -39,8 +43,9 @@ class SQLiteStore(SQLStore):
         clock: Callable[[], str] = utc_now,
         lock_timeout_s: float = LOCK_TIMEOUT_S,
         attempts: int = LOCK_RETRIES,
+        tables: Tables | None = None,
     ) -> None:
-        super().__init__(clock=clock, attempts=attempts)
+        super().__init__(clock=clock, attempts=attempts, tables=tables)
         self.path = path
         self.where = str(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -52,8 +57,9 @@ class SQLiteStore(SQLStore):
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA foreign_keys=ON")
         except sqlite3.DatabaseError as exc:
-            raise StateError(f"{path}: cannot open the state database: {exc}") from exc
+            raise self._state_error(exc) from exc
         self._migrate()
+        self._ensure_layout()
 
     def _execute(self, sql: str, params: Sequence[object] = ()) -> Cursor:
         return self._db.execute(sql, params)
@@ -62,6 +68,10 @@ class SQLiteStore(SQLStore):
         # IMMEDIATE takes the write lock now: a deferred BEGIN that reads, then writes, gets
         # SQLITE_BUSY at once in WAL mode, ignoring busy_timeout.
         self._db.execute("BEGIN IMMEDIATE")
+
+    def _begin_read(self) -> None:
+        # A deferred transaction: its first read fixes one snapshot of the WAL for the rest.
+        self._db.execute("BEGIN")
 
     def _commit(self) -> None:
         self._db.execute("COMMIT")
@@ -81,6 +91,14 @@ class SQLiteStore(SQLStore):
 
     def _is_driver_error(self, exc: Exception) -> bool:
         return isinstance(exc, sqlite3.Error)
+
+    def _classify(self, exc: Exception) -> type[StateError]:
+        code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+        if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+            return StateCorrupt
+        if code == _SQLITE_FULL or "disk is full" in str(exc):
+            return StateFull
+        return StateError
 
     def _run_script(self, sql: str) -> None:
         for statement in _statements(sql):

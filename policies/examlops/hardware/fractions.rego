@@ -1,57 +1,103 @@
-# Fractions of a device. A fraction below 1.0 is honored only where the pool enables partitioning
-# (supports_fractions) and the device can really be cut into isolated shares
-# (data.examlops.tables.partitioning, by model where the pool names one, else by vendor). The share
-# granted is the smallest slice that covers the request. Elsewhere the workload gets whole devices
-# and the grant says so (honored = false) with the reason.
+# METADATA
+# title: Fractions
+# description: >-
+#   The grant: what a pool of a shape gives the workload. A fraction below 1.0 is honored only where
+#   the pool enables partitioning (supports_fractions) and the device can really be cut into isolated
+#   shares (data.examlops.tables.partitioning, by model where the pool names one, else by vendor):
+#   the smallest share that covers the request. A pool whose scheduler exposes fixed slices
+#   (fixed_profile, e.g. Slurm's gpu:1g.10gb) gives its slices as they are. Elsewhere the workload
+#   gets whole devices and the grant says so (honored = false) with the reason.
+# custom:
+#   reads:
+#     shape: [accelerator, model, supports_fractions, fixed_profile]
+#     workload: [fraction, count]
 package examlops.hardware.fractions
 
 import data.examlops.tables.partitioning
 
+# The annotations above, for the placement package.
+about := [e.annotations | some e in rego.metadata.chain(); e.annotations.scope == "package"][0]
+
 # A pool that names no model has the key absent or null.
-model(pool) := object.get(pool, "model", null)
+model(shape) := object.get(shape, "model", null)
 
-scheme_name(pool) := partitioning.by_model[model(pool)] if model(pool) != null
+fixed_profile(shape) := object.get(shape, "fixed_profile", null)
 
-scheme_name(pool) := partitioning.by_vendor[pool.accelerator] if model(pool) == null
+scheme_name(shape) := partitioning.by_model[model(shape)] if model(shape) != null
 
-grant(pool, w) := whole(w, true, null) if {
+scheme_name(shape) := partitioning.by_vendor[shape.accelerator] if model(shape) == null
+
+scheme(shape) := partitioning.schemes[scheme_name(shape)]
+
+# grant.units of grant.profile (null: whole devices) is what the pool's capacity must hold;
+# grant.devices is the share of devices held, which is what is priced and accounted.
+grant(shape, w) := fixed(shape, w) if {
+	fixed_profile(shape) != null
+} else := whole(w, true, null) if {
 	w.fraction >= 1
-} else := partial(pool, w) if {
-	pool.supports_fractions == true
-	scheme_name(pool)
-} else := whole(w, false, why_not(pool))
+} else := partial(shape, w) if {
+	shape.supports_fractions == true
+	scheme_name(shape)
+} else := whole(w, false, why_not(shape))
 
 whole(w, honored, why) := {
 	"requested": w.fraction,
 	"honored": honored,
-	"granted": 1,
+	"share": 1,
+	"units": w.count,
 	"devices": w.count,
 	"scheme": null,
+	"geometry": null,
 	"profile": null,
 	"why": why,
+	"note": unhonored_note(w, why),
 }
 
-partial(pool, w) := {
+# What a placement says when it gives a whole device for a fraction.
+unhonored_note(_, null) := null
+
+unhonored_note(w, why) := sprintf("fraction %v not honored (%s) — whole device allocated", [w.fraction, why]) if why != null
+
+partial(shape, w) := {
 	"requested": w.fraction,
 	"honored": true,
-	"granted": s.units / scheme.of,
-	"devices": (s.units / scheme.of) * w.count,
-	"scheme": scheme.kind,
+	"share": s.units / sc.of,
+	"units": 1,
+	"devices": s.units / sc.of,
+	"scheme": sc.kind,
+	"geometry": sc.geometry,
 	"profile": s.profile,
 	"why": null,
+	"note": null,
 } if {
-	scheme := partitioning.schemes[scheme_name(pool)]
-	covering := [slice |
-		some slice in scheme.slices
-		slice.units / scheme.of >= w.fraction
-	]
+	sc := scheme(shape)
+	covering := [s | some s in sc.slices; s.units / sc.of >= w.fraction]
 	s := covering[0]
 }
 
-why_not(pool) := sprintf("%s model '%s' has no isolated partitioning", [pool.accelerator, model(pool)]) if {
-	model(pool) != null
-	not partitioning.by_model[model(pool)]
-} else := sprintf("%s has no isolated partitioning", [pool.accelerator]) if {
-	model(pool) == null
-	not partitioning.by_vendor[pool.accelerator]
+# Fixed slices: each unit is one slice of the pool's profile. Undefined (and the partition check
+# denies the pool) when the profile is not in the pool's scheme.
+fixed(shape, w) := {
+	"requested": w.fraction,
+	"honored": true,
+	"share": s.units / sc.of,
+	"units": w.count,
+	"devices": (s.units / sc.of) * w.count,
+	"scheme": sc.kind,
+	"geometry": null,
+	"profile": s.profile,
+	"why": null,
+	"note": null,
+} if {
+	sc := scheme(shape)
+	some s in sc.slices
+	s.profile == fixed_profile(shape)
+}
+
+why_not(shape) := sprintf("%s model '%s' has no isolated partitioning", [shape.accelerator, model(shape)]) if {
+	model(shape) != null
+	not partitioning.by_model[model(shape)]
+} else := sprintf("%s has no isolated partitioning", [shape.accelerator]) if {
+	model(shape) == null
+	not partitioning.by_vendor[shape.accelerator]
 } else := "the pool does not enable partitioning (supports_fractions is off)"

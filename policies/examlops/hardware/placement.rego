@@ -1,32 +1,107 @@
-# The placement decision: one query judges every pool and returns the verdicts with all their
-# reasons, the tier that is eligible, and the burst verdict. Choosing the cheapest eligible pool is
-# left to the caller, which has the prices.
+# METADATA
+# title: Placement
+# description: >-
+#   Composes the checks under examlops.hardware.checks (one package per check, each with
+#   `deny contains reason if ...` over input.shape and input.workload and a METADATA block naming
+#   its reason codes and the shape and workload fields it reads) into per-shape verdicts, and the
+#   verdicts into a decision.
 #
-# Everything but free capacity depends only on a pool's shape (target, accelerator, model, region,
-# capabilities, supports_fractions), so each distinct shape is judged once and each pool adds only a
-# capacity comparison: cost grows with the number of shapes, and linearly with pools.
+#   A shape is everything the policy judges a pool by except its capacity and price; a pool's
+#   verdict depends only on its shape, the workload's signature fields and the policy revision, so
+#   the caller keeps verdicts per (revision, workload signature, shape key) and asks again only for
+#   shapes it has none for.
 #
-# input.workload: {name, accelerator, engine, capabilities, target, fraction, count, residency,
-#                  allow_burst}
-# input.shapes:   [{target, accelerator, model, region, capabilities, supports_fractions,
-#                   pools: [{name, count, free, cost_per_hour}]}]
-# Or input.pools: [{name, count, free, cost_per_hour, and the shape fields}], each its own shape.
-#
-# Two entry points with one meaning: `decision_by_shape` (what the orchestrator asks for: verdicts
-# per shape plus the pools short of capacity) and `decision` (the same, expanded pool by pool).
+#   Entry points:
+#     confirm    the loaded bundle revision and the OPA version: one cheap call per decision
+#     about      the revision, the signature (the shape and workload fields verdicts depend on) and
+#                the checks with their reason codes, from the checks' own metadata
+#     verdicts   compact per-shape verdicts (codes and small vectors) for input.keys, shapes from
+#                data.examlops_fleet.shapes (or input.shapes)
+#     decision   the complete reference decision over input.pools with their capacity and prices:
+#                the pool chosen, the burst verdict and every pool's verdict with its reasons
 package examlops.hardware.placement
 
-import data.examlops.hardware.eligibility
-import data.examlops.hardware.fallback
+import data.examlops.hardware.checks
+import data.examlops.hardware.checks.capacity
+import data.examlops.hardware.checks.portability
 import data.examlops.hardware.fractions
-import data.examlops.hardware.portability
-import data.examlops.hardware.reason
-import data.examlops.hardware.residency
+import data.examlops.hardware.tiers
 import data.examlops.hardware.workload
+
+# --- the checks, read from their own metadata -------------------------------------------------
+
+check_about := {name: a |
+	some name
+	a := checks[name].about
+}
+
+stage(a) := object.get(a, ["custom", "stage"], "shape")
+
+reads(a, kind) := object.get(a, ["custom", "reads", kind], [])
+
+# Per-shape checks, in their declared order (then by name).
+shape_checks := [name |
+	some [_, name] in sort([[a.custom.order, n] | some n, a in check_about; stage(a) == "shape"])
+]
+
+# Everything a shape verdict may depend on: the fields the checks, the grant and the tiers read.
+core_about := [fractions.about, tiers.about]
+
+signature := {
+	"shape": sort({f |
+		some a in array.concat([a | some a in check_about], core_about)
+		some f in reads(a, "shape")
+	}),
+	"workload": sort({f |
+		some a in array.concat([a | some a in check_about], array.concat(core_about, [workload.about]))
+		some f in reads(a, "workload")
+	}),
+}
+
+codes_of(a) := [{"code": code, "kind": c.kind, "meaning": c.meaning} |
+	some code, c in object.get(a, ["custom", "codes"], {})
+]
+
+# The checks for people (explanations, the README's reason-code table), in order.
+check_list := [{
+	"name": name,
+	"title": check_about[name].title,
+	"stage": stage(check_about[name]),
+	"order": check_about[name].custom.order,
+	"codes": codes_of(check_about[name]),
+} |
+	some [_, name] in sort([[a.custom.order, n] | some n, a in check_about])
+]
+
+# --- provenance ----------------------------------------------------------------------------------
+
+# The revision of the bundle that owns examlops (what was reviewed); null when the policy was not
+# loaded from a bundle, which the caller refuses.
+default revision := null
+
+revision := r if {
+	some b in data.system.bundles
+	"examlops" in b.manifest.roots
+	r := b.manifest.revision
+}
+
+confirm := {"revision": revision, "opa_version": opa.runtime().version}
+
+about := {
+	"revision": revision,
+	"opa_version": opa.runtime().version,
+	"signature": signature,
+	"checks": check_list,
+	"other_codes": array.concat(codes_of(workload.about), codes_of(tiers.about)),
+}
+
+# --- the workload --------------------------------------------------------------------------------
 
 w := workload.normalize(input.workload)
 
 errors := workload.errors(w)
+
+valid if count(errors) == 0
 
 # Why the workload as asked cannot be placed anywhere: invalid input, or an engine that cannot run
 # on the requested accelerator (never silently placed on another device).
@@ -34,214 +109,295 @@ rejection := errors[0] if {
 	count(errors) > 0
 } else := portability.check(w.engine, w.accelerator)
 
-valid if count(errors) == 0
+# How cloud pools come in: "cloud" (the workload targets cloud), "spill" (allow_burst: only when no
+# HPC pool can take it), or null (never).
+burst_mode := "cloud" if {
+	w.target == "cloud"
+} else := "spill" if {
+	w.allow_burst == true
+} else := null
 
-pool_fields := ["name", "count", "free", "cost_per_hour"]
+# --- shape verdicts ------------------------------------------------------------------------------
 
-shapes := input.shapes if {
+keys := {k | some k in input.keys} if {
+	input.keys
+} else := {k | some k, _ in input.shapes} if {
 	input.shapes
-} else := [object.union(object.remove(p, pool_fields), {"pools": [object.filter(p, pool_fields)]}) |
-	some p in input.pools
-]
+} else := {p.shape | some p in input.pools}
 
-# Keyed by shape index: a shape whose verdict were undefined would leave its pools without one,
-# which the caller refuses (never a silently shorter list).
-shape_verdicts := {i: v |
+shape_of(k) := s if {
+	s := input.shapes[k]
+} else := s if {
+	s := data.examlops_fleet.shapes[k]
+}
+
+judged := {k: s |
+	some k in keys
+	s := shape_of(k)
+}
+
+# Keys the caller asked about that have no shape here (the caller uploads them and asks again).
+missing := sort([k | some k in keys; not judged[k]])
+
+# Each check runs once per distinct projection of the shapes onto the fields it declares, and sees
+# only those fields (and the workload's fields it declares): a fleet repeats a few accelerators,
+# targets and regions, and a check cannot depend on a field its metadata does not name.
+shape_fields_of := {name: reads(check_about[name], "shape") | some name in shape_checks}
+
+# A shape's values for the fields a check reads, in the declared order.
+projection(s, fields) := [object.get(s, f, null) | some f in fields]
+
+# The shape a check sees: only the fields it declares.
+projected(p, fields) := {f: p[i] | some i, f in fields}
+
+# Each check runs once per distinct projection of the shapes onto the fields it declares, and sees
+# only those fields (and the workload's fields it declares): a fleet repeats a few accelerators,
+# targets and regions, and a check cannot depend on a field its metadata does not name.
+# check_results[name] lists [projection, denials] in a fixed order; check_index[name] finds a
+# projection's position in it.
+check_results := {name: results |
 	valid
-	some i, s in shapes
-	v := shape_verdict(s)
+	some name in shape_checks
+	fields := shape_fields_of[name]
+	wproj := object.filter(w, reads(check_about[name], "workload"))
+	results := [[p, ds] |
+		some p in sort({projection(s, fields) | some s in judged})
+		d := checks[name].deny with input as {"shape": projected(p, fields), "workload": wproj}
+		ds := sort([r | some r in d])
+	]
 }
 
-shape_verdict(s) := object.union(tiering[[s.target, s.accelerator]], {
-	"denials": [r |
-		some r in [
-			portable[s.accelerator],
-			on_target[s.target],
-			capable[[s.model, s.capabilities]],
-			resident[[s.region, s.target]],
-		]
-		r != null
-	],
-	"grant": grants[[s.accelerator, s.model, s.supports_fractions]],
-})
+check_index := {name: {p: i | some i, [p, _] in rows} | some name, rows in check_results}
 
-# Each check depends on only some of a shape's fields, and a fleet repeats them (a few
-# accelerators, targets and regions): each check runs once per distinct value it depends on.
-tiering := {k: {
-	"tier": t,
-	"fallback": fallback.is_fallback(t),
-	"burst": fallback.is_burst(t),
-	"note": fallback.note(pool, w, t),
-} |
-	some k in {[s.target, s.accelerator] | some s in shapes}
-	pool := {"target": k[0], "accelerator": k[1]}
-	t := fallback.tier(pool, w)
+# The tier and the grant depend on a few fields too: each is worked out once per distinct value.
+tier_fields := reads(tiers.about, "shape")
+
+grant_fields := reads(fractions.about, "shape")
+
+tier_results := {p: [t, tiers.note(sh, w, t)] |
+	valid
+	some p in {projection(s, tier_fields) | some s in judged}
+	sh := projected(p, tier_fields)
+	t := tiers.tier(sh, w)
 }
 
-portable := {a: portability.check(w.engine, a) | some a in {s.accelerator | some s in shapes}}
+note_list := sort({n | some [_, n] in tier_results; n != null})
 
-on_target := {t: eligibility.target({"target": t}, w) | some t in {s.target | some s in shapes}}
+note_index := {n: i | some i, n in note_list}
 
-capable := {k: eligibility.capability({"model": k[0], "capabilities": k[1]}, w) |
-	some k in {[s.model, s.capabilities] | some s in shapes}
-}
-
-resident := {k: residency.check({"region": k[0], "target": k[1]}, w.residency) |
-	some k in {[s.region, s.target] | some s in shapes}
-}
-
-grants := {k: fractions.grant({"accelerator": k[0], "model": k[1], "supports_fractions": k[2]}, w) |
-	some k in {[s.accelerator, s.model, s.supports_fractions] | some s in shapes}
-}
-
-# Per shape, once: [index, tier, no check denies it, the least free capacity its grant needs,
-# its pools]. Pools are then iterated under their shape, so the work per pool is one comparison.
-capacity_rows := [[i, v.tier, count(v.denials) == 0, v.grant.devices - 0.000001, s.pools] |
-	some i, s in shapes
-	v := shape_verdicts[i]
+grant_rows := [[p, g, capacity.shortfall(sh, g)] |
+	valid
+	some p in sort({projection(s, grant_fields) | some s in judged})
+	sh := projected(p, grant_fields)
+	g := fractions.grant(sh, w)
 ]
 
-# Names of the pools without the free capacity their shape's grant needs (a pool that does not
-# state its free capacity has none). The tolerance: MIG shares are sevenths, inexact in floats.
-short := {p.name |
-	some [_, _, _, least, ps] in capacity_rows
-	some p in ps
-	object.get(p, "free", 0) < least
-}
+grant_index := {p: i | some i, [p, _, _] in grant_rows}
 
-# [tier, name] of every pool that passes every check, computed once.
-admissible := [[t, p.name] |
-	some [_, t, clear, least, ps] in capacity_rows
-	clear
-	some p in ps
-	p.free >= least
+# [check name, projection index] of each check that denies the shape, in check order.
+denying(s) := [[name, i] |
+	some name in shape_checks
+	i := check_index[name][projection(s, shape_fields_of[name])]
+	check_results[name][i][1] != []
 ]
 
-selected_tier := min({t | some [t, _] in admissible}) if rejection == null
+# A cloud pool stopped only by data governance (residency): what a blocked burst names.
+blocks_burst(t, denied) if {
+	count(denied) > 0
+	tiers.is_burst(t)
+	every row in denied {
+		object.get(check_about[row[0]], ["custom", "blocks_burst"], false) == true
+	}
+}
 
-eligible := sort([name | some [t, name] in admissible; t == selected_tier])
+else := false
 
-# Why an admissible pool was passed over depends only on its tier: worded once per distinct tier.
-preferences := {t: preference({"tier": t}) | some t in {v.tier | some v in shape_verdicts}}
+# Per shape: [tier, note index or -1, [[check, projection index] of each denying check], grant
+# index, blocks_burst]. The tier says fallback (odd) and burst (2 or more).
+shape_rows := {k: [t, object.get(note_index, [note], -1), denied, grant_index[projection(s, grant_fields)], blocks_burst(t, denied)] |
+	valid
+	some k, s in judged
+	[t, note] := tier_results[projection(s, tier_fields)]
+	denied := denying(s)
+}
 
-# The shortfall reason depends only on what the grant takes: worded once per distinct need.
-shortfalls := {d: eligibility.shortfall(d) | some d in {v.grant.devices | some v in shape_verdicts}}
+# A pool of tier t passed over when tier sel won, or when the request itself is rejected.
+present_tiers := {row[0] | some row in shape_rows}
 
-# Why an admissible pool of tier v.tier was passed over (a better tier won, or the request itself
-# is rejected); null when that tier is the selected one.
-preference(v) := fallback.preference(w, v.tier, selected_tier) if {
-	selected_tier
-} else := reason.make(
-	"request_rejected",
-	"preference",
-	sprintf("the workload as asked is rejected: %s", [rejection.message]),
-	{"rejection": rejection.code},
-) if {
+request_rejected := tiers.rejected(rejection) if {
+	valid
 	rejection != null
 } else := null
 
-# Bursting: cloud pools are considered when the workload asks for cloud, or allows bursting and no
-# HPC pool can take it. Every such attempt is recorded, allowed or not.
+verdicts := {
+	"confirm": confirm,
+	# false for an invalid workload: it is judged against no pool at all.
+	"judged": count(errors) == 0,
+	"rejection": rejection,
+	"burst_mode": burst_mode,
+	"missing": missing,
+	"checks": {name: [ds | some [_, ds] in rows] | some name, rows in check_results},
+	"grants": [[g, sf] | some [_, g, sf] in grant_rows],
+	"notes": note_list,
+	"shapes": shape_rows,
+	"preferences": [[t, sel, tiers.preference(w, t, sel)] |
+		some t in present_tiers
+		some sel in present_tiers
+		t > sel
+	],
+	"request_rejected": request_rejected,
+}
+
+# --- the reference decision -----------------------------------------------------------------------
+
+note_text(-1) := null
+
+note_text(i) := note_list[i] if i >= 0
+
+# A shape's verdict in full, from the rows above.
+shape_verdict(k) := {
+	"tier": row[0],
+	"fallback": tiers.is_fallback(row[0]),
+	"burst": tiers.is_burst(row[0]),
+	"note": note_text(row[1]),
+	"denials": [r | some [name, i] in row[2]; some r in check_results[name][i][1]],
+	"grant": grant_rows[row[3]][1],
+	"shortfall": grant_rows[row[3]][2],
+	"blocks_burst": row[4],
+} if {
+	row := shape_rows[k]
+}
+
+pool_verdicts := {p.name: pv |
+	some p in input.pools
+	v := shape_verdict(p.shape)
+	fits := capacity.fits(v.grant, object.get(p, "capacity", {}))
+	pv := {
+		"pool": p.name,
+		"tier": v.tier,
+		"denials": array.concat(v.denials, [v.shortfall | not fits]),
+		"fits": fits,
+		"grant": v.grant,
+		"grant_cost_per_hour": p.cost_per_hour * v.grant.devices,
+		"cost_per_hour": p.cost_per_hour,
+		"fallback": v.fallback,
+		"burst": v.burst,
+		"note": v.note,
+		"blocks_burst": v.blocks_burst,
+	}
+}
+
+admissible := [[pv.tier, pv.grant_cost_per_hour, name] |
+	some name, pv in pool_verdicts
+	count(pv.denials) == 0
+]
+
+chosen := sort(admissible)[0] if {
+	rejection == null
+	count(admissible) > 0
+}
+
+default selected_tier := null
+
+selected_tier := chosen[0]
+
+eligible := sort([name | some [t, _, name] in admissible; t == selected_tier])
+
 hpc_admissible if {
-	some [t, _] in admissible
+	some [t, _, _] in admissible
 	t < 2
 }
 
 burst_attempted if {
 	rejection == null
-	w.target == "cloud"
+	burst_mode == "cloud"
 }
 
 burst_attempted if {
 	rejection == null
-	w.allow_burst
+	burst_mode == "spill"
 	not hpc_admissible
 }
 
-# Cloud pools stopped by residency alone, cheapest first: the one a blocked burst names.
-residency_blocked := [[p.cost_per_hour, p.name, i] |
-	some i, v in shape_verdicts
-	v.burst
-	count(v.denials) > 0
-	every d in v.denials {
-		d.code in {"residency_forbids", "region_unknown"}
-	}
-	some p in shapes[i].pools
-	not short[p.name]
-]
+# Cloud pools with room that residency alone stops, cheapest first: the one a blocked burst names.
+residency_blocked := sort([[pv.cost_per_hour, name] |
+	some name, pv in pool_verdicts
+	pv.blocks_burst
+	pv.fits
+])
 
 burst := {"attempted": false} if {
 	not burst_attempted
-} else := {
-	"attempted": true,
-	"verdict": "allowed",
-	"reason": null,
-} if {
+} else := {"attempted": true, "verdict": "allowed", "pool": null, "reason": null} if {
 	selected_tier >= 2
-} else := {
-	"attempted": true,
-	"verdict": "blocked",
-	"pool": blocked[1],
-	"reason": shape_verdicts[blocked[2]].denials[0],
-} if {
-	blocked := sort(residency_blocked)[0]
-} else := {
-	"attempted": true,
-	"verdict": "unavailable",
-	"reason": null,
+} else := {"attempted": true, "verdict": "blocked", "pool": name, "reason": pool_verdicts[name].denials[0]} if {
+	[_, name] := residency_blocked[0]
+} else := {"attempted": true, "verdict": "unavailable", "pool": null, "reason": null}
+
+default chosen_pool := null
+
+chosen_pool := chosen[2]
+
+preference_for(t) := null if {
+	t == selected_tier
+} else := tiers.preference(w, t, selected_tier) if {
+	selected_tier != null
+} else := request_rejected
+
+reasons_of(pv) := array.concat(pv.denials, [r | count(pv.denials) == 0; r := preference_for(pv.tier); r != null])
+
+outcome := "placed" if {
+	chosen
+} else := "blocked" if {
+	burst.verdict == "blocked"
+} else := "rejected"
+
+# Why nothing was placed, when the workload itself was fine: counts of each reason code over the
+# pools, worded as the caller words it.
+summary := {"code": "no_pools", "message": "no pools are registered"} if {
+	count(input.pools) == 0
+} else := {"code": code, "message": message} if {
+	[code, what] := shortfall_kind
+	counts := {c: n |
+		some c in {r.code | some pv in pool_verdicts; some r in pv.denials}
+		n := count([1 | some pv in pool_verdicts; some r in pv.denials; r.code == c])
+	}
+	parts := [sprintf("%s on %s", [c, plural(counts[c], "pool", "pools")]) | some c in sort(object.keys(counts))]
+	message := sprintf("no pool %s for %s (%d checked: %s)", [what, w.name, count(pool_verdicts), concat(", ", parts)])
 }
 
-default selected := null
+# Some pool is stopped by capacity alone: the workload could run once capacity frees.
+shortfall_kind := ["no_capacity", "has free capacity"] if {
+	some pv in pool_verdicts
+	count(pv.denials) > 0
+	every r in pv.denials {
+		r.kind == "not_now"
+	}
+} else := ["no_eligible_pool", "is eligible"]
 
-selected := selected_tier
+plural(1, one, _) := sprintf("1 %s", [one])
 
-common := {
+plural(n, _, many) := sprintf("%d %s", [n, many]) if n != 1
+
+result_reason := {"code": rejection.code, "message": rejection.message} if {
+	rejection != null
+} else := {"code": burst.reason.code, "message": burst.reason.message} if {
+	outcome == "blocked"
+} else := summary if {
+	outcome == "rejected"
+} else := null
+
+decision := {
 	"workload": w,
-	"rejection": rejection,
-	"selected_tier": selected,
+	"outcome": outcome,
+	"pool": chosen_pool,
+	"selected_tier": selected_tier,
 	"eligible": eligible,
 	"burst": burst,
-	"provenance": provenance,
-}
-
-decision_by_shape := object.union(common, {
-	"shapes": {i: object.union(v, {"preference": preferences[v.tier], "capacity": shortfalls[v.grant.devices]}) |
-		some i, v in shape_verdicts
+	"reason": result_reason,
+	"rejection": rejection,
+	"verdicts": {name: object.union(pv, {"reasons": reasons_of(pv), "admissible": count(pv.denials) == 0, "eligible": name in eligible}) |
+		some name, pv in pool_verdicts
 	},
-	"short": short,
-})
-
-# Pool by pool, for people and tests: the orchestrator expands decision_by_shape the same way.
-decision := object.union(common, {"verdicts": {p.name: pool_verdict(p, v, eligible_set) |
-	some i, v in shape_verdicts
-	some p in shapes[i].pools
-}})
-
-eligible_set := {name | some name in eligible}
-
-pool_verdict(p, v, eligible_names) := {
-	"pool": p.name,
-	"tier": v.tier,
-	"admissible": ok,
-	"eligible": p.name in eligible_names,
-	"denials": denials,
-	"reasons": array.concat(denials, [r | ok; r := preferences[v.tier]; r != null]),
-	"grant": v.grant,
-	"fallback": v.fallback,
-	"burst": v.burst,
-	"note": v.note,
-} if {
-	denials := array.concat(v.denials, [r | short[p.name]; r := eligibility.capacity(p, v.grant.devices)])
-	ok := count(denials) == 0
-}
-
-# Provenance: which OPA evaluated the decision, and which policy revision it had loaded (the
-# launcher loads data.examlops_runtime.revision beside the policies).
-default revision := null
-
-revision := data.examlops_runtime.revision
-
-provenance := {
-	"opa_version": opa.runtime().version,
-	"policy_revision": revision,
+	"confirm": confirm,
 }

@@ -1,14 +1,35 @@
-# Validation of the workload itself, against the reviewed tables. Python validates with JSON
-# Schema first; this package makes the policy fail closed on its own when given bad input.
+# METADATA
+# title: Workload
+# description: >-
+#   Validation of the workload itself, against the reviewed tables. Python validates with JSON
+#   Schema first; this package makes the policy fail closed on its own when given bad input.
+# custom:
+#   reads:
+#     workload: [accelerator, engine, capabilities, target, fraction, count, residency, allow_burst,
+#       data_region, allow_cpu_fallback]
+#   codes:
+#     accelerator_unknown: {kind: never, meaning: invalid workload (unknown accelerator)}
+#     engine_unknown: {kind: never, meaning: invalid workload (unknown engine)}
+#     target_unknown: {kind: never, meaning: invalid workload (unknown target)}
+#     residency_unknown: {kind: never, meaning: invalid workload (unknown residency class)}
+#     data_region_unknown: {kind: never, meaning: "the workload's data_region is not in the regions table"}
+#     fraction_invalid: {kind: never, meaning: "invalid workload (fraction outside (0, 1])"}
+#     count_invalid: {kind: never, meaning: invalid workload (count not a whole number of at least 1, or not 1 with a fraction)}
+#     field_invalid: {kind: never, meaning: invalid workload (a field of the wrong type)}
 package examlops.hardware.workload
 
 import data.examlops.hardware.reason
 import data.examlops.tables.accelerators
 import data.examlops.tables.engines
+import data.examlops.tables.regions
+
+# The annotations above, for the placement package.
+about := [e.annotations | some e in rego.metadata.chain(); e.annotations.scope == "package"][0]
 
 targets := {"hpc", "cloud", "any"}
 
-residencies := {"open", "eu-only", "no-egress", "restricted"}
+# Ordered, each at least as strict as the one before.
+residencies := ["open", "eu-only", "no-egress", "restricted"]
 
 defaults := {
 	"capabilities": [],
@@ -17,6 +38,8 @@ defaults := {
 	"count": 1,
 	"residency": "open",
 	"allow_burst": false,
+	"data_region": null,
+	"allow_cpu_fallback": false,
 }
 
 # The workload with defaults filled in for absent fields.
@@ -29,8 +52,12 @@ errors(w) := [e |
 		unknown("engine", object.get(w, "engine", null), object.keys(engines)),
 		unknown("target", w.target, targets),
 		unknown("residency", w.residency, residencies),
+		data_region_error(w.data_region),
 		fraction_error(w.fraction),
 		count_error(w.count, w.fraction),
+		type_error("capabilities", w.capabilities, is_tags(w.capabilities)),
+		type_error("allow_burst", w.allow_burst, is_boolean(w.allow_burst)),
+		type_error("allow_cpu_fallback", w.allow_cpu_fallback, is_boolean(w.allow_cpu_fallback)),
 	]
 	e != null
 ]
@@ -42,6 +69,18 @@ unknown(field, value, known) := null if {
 	"never",
 	sprintf("unknown %s '%v' (expected one of %v)", [field, value, sort(known)]),
 	{"field": field, "value": value},
+)
+
+data_region_error(r) := null if {
+	r == null
+} else := null if {
+	is_string(r)
+	regions[r]
+} else := reason.make(
+	"data_region_unknown",
+	"never",
+	sprintf("data_region '%v' is not in the regions table; its jurisdiction would be unknown", [r]),
+	{"field": "data_region", "value": r},
 )
 
 fraction_error(f) := null if {
@@ -76,3 +115,21 @@ fraction_fits_count(n, f) if {
 	f < 1
 	n == 1
 }
+
+is_tags(v) if {
+	is_array(v)
+	every t in v {
+		is_string(t)
+	}
+}
+
+else := false
+
+type_error(field, value, ok) := null if ok
+
+else := reason.make(
+	"field_invalid",
+	"never",
+	sprintf("%s has the wrong type (got %v)", [field, value]),
+	{"field": field, "value": value},
+)

@@ -1,0 +1,55 @@
+"""The command line's exit codes: one table, documented in the README (tests/test_cli.py holds the
+two equal). Errors carry no exit codes; this table maps each class, most specific first."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from examlops_policy import errors
+
+OK: Final = 0
+INTERNAL: Final = 1
+BAD_INPUT: Final = 2
+REJECTED: Final = 3
+BURST_BLOCKED: Final = 4
+POLICY: Final = 5
+STATE_BUSY: Final = 6
+AUDIT: Final = 7
+NOT_FOUND: Final = 8
+EXECUTOR: Final = 9
+STATE_CORRUPT: Final = 10
+STATE_FULL: Final = 11
+STATE_UNREACHABLE: Final = 12
+INTERRUPTED: Final = 130
+
+# (class, code, meaning): the README's table, in code order.
+TABLE: Final[tuple[tuple[type[errors.ExaError] | None, int, str], ...]] = (
+    (None, OK, "success (placed, portable, verified)"),
+    (errors.ExaError, INTERNAL, "internal error"),
+    (errors.SpecError, BAD_INPUT, "bad input: an unknown value, a field of the wrong type, a name that is too long or holds a "
+     "forbidden character, an unknown region or model, malformed YAML, a change that would move live work. Nothing is written."),
+    (None, REJECTED, "rejected: not portable, or no eligible pool"),
+    (None, BURST_BLOCKED, "burst blocked by data residency"),
+    (errors.PolicyUnavailable, POLICY, "policy engine unavailable, not the reviewed revision, or no usable policy decision (fail closed)"),
+    (errors.StateBusy, STATE_BUSY, "state store busy or conflicting after bounded retries"),
+    (errors.AuditIntegrityError, AUDIT, "audit log does not verify"),
+    (errors.NotFoundError, NOT_FOUND, "decision or pool not found"),
+    (errors.ExecutorError, EXECUTOR, "scheduler (Slurm, Kubernetes) refused, failed or could not be reached"),
+    (errors.StateCorrupt, STATE_CORRUPT, "state database damaged or not a database (the message names the file)"),
+    (errors.StateFull, STATE_FULL, "disk full: nothing was written"),
+    (errors.StateUnreachable, STATE_UNREACHABLE, "state database server unreachable after bounded retries"),
+)
+_EXTRA: Final[tuple[tuple[type[errors.ExaError], int], ...]] = (
+    (errors.PolicyError, POLICY),
+    (errors.StateError, STATE_BUSY),
+)
+
+
+def code_for(exc: errors.ExaError) -> int:
+    """The exit code of ``exc``: its own class's, else its nearest ancestor's."""
+    codes = {cls: code for cls, code, _ in TABLE if cls is not None}
+    codes.update(_EXTRA)
+    for cls in type(exc).__mro__:
+        if cls in codes:
+            return codes[cls]
+    return INTERNAL

@@ -1,0 +1,308 @@
+"""The engine: OPA's verdicts, kept per policy revision, and the decision core over them.
+
+A shape's verdict is a pure function of (policy revision, workload signature, shape key), so the
+engine keeps every verdict OPA gave and asks only for shapes it has none for. Fail closed stays
+absolute: every decision first confirms with OPA, in one cheap call, that the server is up and
+serves the revision the verdicts were keyed on, and that this revision is the reviewed one. A
+verdict is never reused across revisions (the tables are part of the revision).
+
+Everything per decision is then Python over precomputed lists (``placement.Judged``): the first pool
+in selection order with room for its grant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Final, Generic, TypeVar, cast
+
+from examlops_policy.errors import PolicyError
+from examlops_policy.model import Capacity, Decision, JSONObject, JSONValue, Pool, PoolState, Provenance, Workload, pool_spec
+from examlops_policy.placement import Fleet, FleetEntry, Judged, decide_over, effective_cost
+from examlops_policy.policy import PolicyEvaluator
+from examlops_policy.tables import Tables
+from examlops_policy.verdicts import (
+    About,
+    ShapeVerdict,
+    WorkloadVerdict,
+    canonical,
+    checks_json,
+    content_key,
+    shape_verdict_json,
+    workload_input,
+    workload_verdict_json,
+)
+
+MAX_VERDICTS: Final = 200_000
+MAX_JUDGED: Final = 64
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _Lru(Generic[K, V]):
+    """A bounded mapping that forgets the least recently used entries."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._items: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        value = self._items.get(key)
+        if value is not None:
+            self._items.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        self._items[key] = value
+        self._items.move_to_end(key)
+        while len(self._items) > self._limit:
+            self._items.popitem(last=False)
+
+
+def same_policy(served: str, reviewed: str) -> bool:
+    """Two revisions are the same policy when their content digests (before ``@git:``) are equal."""
+    return served.split("@", 1)[0] == reviewed.split("@", 1)[0]
+
+
+def fleet_document(pools: Sequence[Pool], tables: Tables) -> JSONObject:
+    """The fleet as decisions see it (every pool and its effective price), stored once per
+    revision for rebuilding and replaying decisions."""
+    return {"pools": [{"pool": pool_spec(p), "price": effective_cost(p, tables)} for p in sorted(pools, key=lambda p: p.name)]}
+
+
+def fleet_revision(pools: Sequence[Pool], tables: Tables) -> str:
+    """``fleet:`` + SHA-256 of the fleet document's canonical bytes."""
+    return "fleet:" + hashlib.sha256(canonical(fleet_document(pools, tables))).hexdigest()
+
+
+def pool_from_doc(doc: Mapping[str, object]) -> Pool:
+    values = dict(doc)
+    values["capabilities"] = tuple(values.get("capabilities", ()))  # type: ignore[arg-type]
+    return Pool(**values)  # type: ignore[arg-type]
+
+
+def capacity_json(capacity: Capacity) -> JSONValue:
+    """``whole`` alone, or ``[whole, {profile: n}]``: the compact form a record stores."""
+    if not capacity.slices:
+        return capacity.whole
+    return [capacity.whole, dict(sorted(capacity.slices.items()))]
+
+
+def capacity_from_json(raw: object) -> Capacity:
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return Capacity(raw)
+    if isinstance(raw, list) and len(raw) == 2 and isinstance(raw[0], int) and isinstance(raw[1], dict):
+        return Capacity(raw[0], {str(k): int(v) for k, v in raw[1].items()})
+    raise PolicyError(f"malformed capacity in a stored decision: {str(raw)[:80]}")
+
+
+@dataclass
+class Prepared:
+    """A workload judged over a fleet, ready for selection (possibly several times, as capacity
+    changes under a write lock): no OPA call is left to make."""
+
+    workload: Workload
+    judged: Judged
+    about: About
+    revision: str
+    opa_version: str
+    fresh: bool
+    signature_key: str
+    workload_signature: JSONObject = field(default_factory=dict)
+
+    @cached_property
+    def verdict_set(self) -> JSONObject:
+        """Every verdict this decision used, as stored once for all decisions that share it."""
+        return {
+            "revision": self.revision,
+            "signature": {"shape": list(self.about.signature.shape), "workload": list(self.about.signature.workload)},
+            "workload": self.workload_signature,
+            "judged": self.judged.judged,
+            "workload_verdict": workload_verdict_json(self.judged.workload),
+            "checks": checks_json(self.judged.checks),
+            "shapes": {k: shape_verdict_json(v) for k, v in sorted(self.judged.shapes.items())},
+        }
+
+    @cached_property
+    def verdict_set_key(self) -> str:
+        return "verdicts:" + hashlib.sha256(canonical(self.verdict_set)).hexdigest()
+
+    def decide(self, capacities: Sequence[Capacity], tables: Tables) -> Decision:
+        """Selection over ``capacities`` (aligned with the fleet): pure, no OPA."""
+        vector = [capacity_json(c) for c in capacities]
+        digest = "sha256:" + hashlib.sha256(
+            canonical({"workload": workload_input(self.workload), "fleet": self.judged.fleet.revision, "capacity": vector})
+        ).hexdigest()
+        provenance = Provenance(
+            input_digest=digest,
+            policy_revision=self.revision,
+            opa_version=self.opa_version,
+            verdicts="fresh" if self.fresh else "reused",
+            fleet_revision=self.judged.fleet.revision,
+        )
+        return decide_over(self.judged, self.workload, capacities, tables, provenance)
+
+
+class Engine:
+    """Decisions over a fleet, asking OPA only what it has not answered under the current revision.
+
+    ``reviewed`` is the revision the local policy files have (``None``: accept what the server
+    serves, for tests of other servers); a server serving anything else is refused.
+    """
+
+    def __init__(self, policy: PolicyEvaluator, tables: Tables, *, reviewed: str | None) -> None:
+        self.policy = policy
+        self.tables = tables
+        self.reviewed = reviewed
+        self._about: dict[str, About] = {}
+        self._fleets: dict[tuple[str, str], Fleet] = {}
+        self._verdicts: _Lru[tuple[str, str, str], ShapeVerdict] = _Lru(MAX_VERDICTS)
+        self._workload_verdicts: _Lru[tuple[str, str], tuple[WorkloadVerdict, bool]] = _Lru(MAX_JUDGED * 16)
+        self._judged: _Lru[tuple[str, str, str], Judged] = _Lru(MAX_JUDGED)
+        self.asked = 0  # verdict queries sent to OPA (for benchmarks and tests)
+
+    def confirm(self) -> tuple[str, str]:
+        """The revision OPA serves now and its version; PolicyError unless it is the reviewed one."""
+        confirmation = self.policy.confirm()
+        served = confirmation.revision
+        where = self.policy.describe()
+        if served is None:
+            raise PolicyError(
+                f"OPA at {where} does not report a policy bundle revision"
+                + (f" (expected {self.reviewed})" if self.reviewed else "")
+                + "; it must serve the reviewed policy as a bundle, so that what it evaluates is what was reviewed"
+            )
+        if self.reviewed is not None and not same_policy(served, self.reviewed):
+            raise PolicyError(
+                f"OPA at {where} serves policy revision {served}, but the reviewed policy is {self.reviewed}; "
+                "restart it on the reviewed bundle (exa opa restart, or deploy the bundle from exa policy build)"
+            )
+        return served, confirmation.opa_version
+
+    def about(self, revision: str) -> About:
+        about = self._about.get(revision)
+        if about is None:
+            about = self.policy.about()
+            if about.revision != revision:
+                raise PolicyError(f"OPA at {self.policy.describe()} changed policy revision while answering ({revision} -> {about.revision})")
+            self._about[revision] = about
+        return about
+
+    def fleet(self, pools: Sequence[Pool], revision: str, about: About, fleet_rev: str | None = None) -> Fleet:
+        """The fleet with each pool's shape key under this revision's signature."""
+        fleet_rev = fleet_rev or fleet_revision(pools, self.tables)
+        cached = self._fleets.get((fleet_rev, revision))
+        if cached is not None:
+            return cached
+        entries = []
+        for pool in sorted(pools, key=lambda p: p.name):
+            entries.append(FleetEntry(pool, content_key(about.signature.shape_of(pool)), effective_cost(pool, self.tables)))
+        fleet = Fleet(fleet_rev, tuple(entries))
+        if len(self._fleets) > 8:
+            self._fleets.clear()
+        self._fleets[(fleet_rev, revision)] = fleet
+        return fleet
+
+    def prepare(self, workload: Workload, pools: Sequence[Pool], *, fleet_rev: str | None = None) -> Prepared:
+        """Confirm the revision, then judge ``workload`` over ``pools``, asking OPA only for shapes
+        it has no verdict for under this revision."""
+        revision, opa_version = self.confirm()
+        about = self.about(revision)
+        fleet = self.fleet(pools, revision, about, fleet_rev)
+        wsig = about.signature.workload_of(workload)
+        wkey = content_key(wsig)
+        judged = self._judged.get((revision, wkey, fleet.revision))
+        fresh = False
+        if judged is None:
+            judged, fresh = self._judge(revision, about, wsig, wkey, fleet)
+            self._judged.put((revision, wkey, fleet.revision), judged)
+        return Prepared(workload, judged, about, revision, opa_version, fresh, wkey, wsig)
+
+    def _judge(self, revision: str, about: About, wsig: JSONObject, wkey: str, fleet: Fleet) -> tuple[Judged, bool]:
+        shapes: dict[str, ShapeVerdict] = {}
+        wanted: dict[str, JSONObject] = {}
+        for entry in fleet.entries:
+            if entry.key in shapes or entry.key in wanted:
+                continue
+            known = self._verdicts.get((revision, wkey, entry.key))
+            if known is None:
+                wanted[entry.key] = about.signature.shape_of(entry.pool)
+            else:
+                shapes[entry.key] = known
+        cached = self._workload_verdicts.get((revision, wkey))
+        fresh = bool(wanted) or cached is None
+        if fresh:
+            self.asked += 1
+            answer = self.policy.verdicts(wsig, sorted(wanted), wanted)
+            if answer.confirm_revision is not None and not same_policy(answer.confirm_revision, revision):
+                raise PolicyError(f"OPA at {self.policy.describe()} changed policy revision while answering ({revision} -> {answer.confirm_revision})")
+            cached = (answer.workload, answer.judged)
+            self._workload_verdicts.put((revision, wkey), cached)
+            if answer.judged:
+                for key, verdict in answer.shapes.items():
+                    self._verdicts.put((revision, wkey, key), verdict)
+                    shapes[key] = verdict
+                lacking = set(wanted) - set(answer.shapes)
+                if lacking:
+                    raise PolicyError(f"OPA at {self.policy.describe()} gave no verdict for {len(lacking)} shape(s); nothing was placed")
+        assert cached is not None
+        workload_verdict, judged = cached
+        return Judged(fleet, shapes if judged else {}, workload_verdict, judged=judged, checks=about.explained), fresh
+
+    def decide(self, workload: Workload, states: Sequence[PoolState], *, fleet_rev: str | None = None) -> Decision:
+        """A decision over ``states`` (their capacity as given), recording nothing."""
+        ordered = sorted(states, key=lambda s: s.pool.name)
+        prepared = self.prepare(workload, [s.pool for s in ordered], fleet_rev=fleet_rev)
+        return prepared.decide([s.capacity for s in ordered], self.tables)
+
+
+def reference_input(workload: Workload, fleet: Fleet, capacities: Sequence[Capacity], about: About) -> JSONObject:
+    """The input of the policy's complete reference rule (``decision``): the workload, every shape
+    inline, and every pool with its shape key, price and capacity."""
+    shapes: dict[str, JSONValue] = {}
+    pools: list[JSONValue] = []
+    for entry, capacity in zip(fleet.entries, capacities):
+        shapes[entry.key] = about.signature.shape_of(entry.pool)
+        pools.append(
+            {
+                "name": entry.pool.name,
+                "shape": entry.key,
+                "cost_per_hour": entry.price,
+                "capacity": {"whole": capacity.whole, "slices": dict(capacity.slices)},
+            }
+        )
+    return {"workload": workload_input(workload), "shapes": shapes, "pools": pools}
+
+
+def differences(decision: Decision, reference: Mapping[str, object]) -> list[str]:
+    """What the policy's reference decision says differently from ``decision``: the outcome, the
+    pool, the burst verdict, the reason of a rejection and every pool's reasons."""
+    from examlops_policy.records import outcome_of
+
+    out = []
+    ours = outcome_of(decision)
+    if reference.get("outcome") != ours:
+        out.append(f"outcome: {ours} here, {reference.get('outcome')} by the policy")
+    pool = getattr(decision, "pool", None)
+    if reference.get("pool") != pool:
+        out.append(f"pool: {pool} here, {reference.get('pool')} by the policy")
+    burst = cast(Mapping[str, object], reference.get("burst") or {})
+    if bool(burst.get("attempted")) != decision.burst.attempted or (
+        decision.burst.attempted and (burst.get("verdict") != decision.burst.verdict or burst.get("pool") != decision.burst.pool)
+    ):
+        out.append(f"burst: {decision.burst.verdict or 'not attempted'} here, {burst.get('verdict') or 'not attempted'} by the policy")
+    reason = cast("Mapping[str, object] | None", reference.get("reason"))
+    code = getattr(decision, "code", None)
+    if reason is not None and (reason.get("code") != code or reason.get("message") != getattr(decision, "reason", None)):
+        out.append(f"reason: {code} here, {reason.get('code')} by the policy ({reason.get('message')})")
+    pools = cast(Mapping[str, Mapping[str, object]], reference.get("verdicts") or {})
+    ours_by_pool = {v.pool: v for v in decision.verdicts}
+    for name in sorted(set(pools) | set(ours_by_pool)):
+        theirs = [cast(Mapping[str, object], r)["code"] for r in cast(list[object], pools.get(name, {}).get("reasons", []))]
+        mine = [r.code for r in ours_by_pool[name].reasons] if name in ours_by_pool else None
+        if mine != theirs:
+            out.append(f"pool {name}: reasons {mine} here, {theirs} by the policy")
+    return out
