@@ -51,6 +51,8 @@ def name_problem(value: object, *, pattern: re.Pattern[str] = _NAME_RE, limit: i
         return f"{what} is at most {limit} characters (got {len(value)})"
     if pattern.fullmatch(value):
         return None
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return f"{what} must not hold control characters (newline, tab, escape, ...)"
     if pattern is not _NAME_RE and any(c.isupper() for c in value):
         return f"{what} must be lower case (got {value!r})"
     if not value[0].isalnum() or not value[0].isascii():
@@ -58,6 +60,15 @@ def name_problem(value: object, *, pattern: re.Pattern[str] = _NAME_RE, limit: i
     bad = sorted({c for c in value if not (c.isascii() and (c.isalnum() or c in "._-"))})
     shown = ", ".join(repr(c) for c in bad[:5])
     return f"{what} may hold only letters, digits, '.', '_' and '-' (got {shown} in {value!r})"
+
+
+# Said as letters or with a vowel sound: "an nvidia device", "an amd device", "an intel-gaudi device".
+_AN: Final = frozenset({"nvidia", "amd", "intel-gaudi"})
+
+
+def article(word: str) -> str:
+    """``word`` with its indefinite article, as it is said: ``an nvidia``, ``a tpu``."""
+    return f"an {word}" if word.lower() in _AN or word[:1].lower() in "aeiou" else f"a {word}"
 
 
 def _bad(field_: str, message: str, owner: str) -> SpecError:
@@ -139,7 +150,8 @@ class Pool:
         _check_choice(owner, "target", self.target, POOL_TARGETS)
         _check_choice(owner, "accelerator", self.accelerator, ACCELERATORS)
         _check_number(owner, "count", self.count, low=1, high=MAX_COUNT["pool"], integer=True)
-        problem = name_problem(self.region, pattern=_REGION_RE, what="a region")
+        # "" while a discovery does not know it yet; registering such a pool is refused.
+        problem = None if self.region == "" else name_problem(self.region, pattern=_REGION_RE, what="a region")
         if problem:
             raise _bad("region", problem, owner)
         if self.cost_per_hour is not None:
@@ -205,12 +217,14 @@ class Capacity:
 
 @dataclass(frozen=True)
 class PoolState:
-    """A pool with what is still free on it: ``free`` devices (shares summed, for people) and
-    ``capacity`` (what can really be placed, device by device)."""
+    """A pool with what is still free on it: ``free`` devices (shares summed, for people),
+    ``capacity`` (what can really be placed, device by device) and the devices its scheduler
+    reports busy with work this layer did not place (``held_outside``)."""
 
     pool: Pool
     free: float
     capacity: Capacity = field(default_factory=lambda: Capacity(0))
+    held_outside: float = 0.0
 
     @classmethod
     def empty(cls, pool: Pool) -> PoolState:

@@ -75,9 +75,19 @@ class OpaPolicy:
     def describe(self) -> str:
         return self._transport.describe
 
+    def _request(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+        from examlops_policy.opa.transport import OpaUnreachable
+
+        try:
+            return self._transport.request(method, path, body)
+        except OpaUnreachable as exc:
+            raise exc.nothing_placed() from exc
+
     def _query(self, rule: str, policy_input: JSONObject) -> object:
         body = json.dumps({"input": policy_input}, separators=(",", ":"), allow_nan=False).encode("utf-8")
-        status, raw = self._transport.request("POST", f"{PACKAGE_PATH}/{rule}", body)
+        status, raw = self._request("POST", f"{PACKAGE_PATH}/{rule}", body)
+        if status in (401, 403):
+            raise PolicyUnavailable(f"{self._where} refused the query ({status}: {_message(raw)}): the token is missing or wrong; nothing was placed")
         if status != 200:
             raise PolicyError(f"{self._where} refused the query ({status}): {_message(raw)}")
         try:
@@ -112,10 +122,10 @@ class OpaPolicy:
             raise PolicyError(f"{self._where} asked for shapes this fleet does not have")
         patch = [{"op": "add", "path": f"/{key}", "value": shape} for key, shape in sorted(shapes.items())]
         body = json.dumps(patch, separators=(",", ":")).encode("utf-8")
-        status, raw = self._transport.request("PATCH", f"{FLEET_PATH}/shapes", body)
+        status, raw = self._request("PATCH", f"{FLEET_PATH}/shapes", body)
         if status == 404:
-            # No shapes yet (a fresh server): create the folder, keeping one a racing writer made.
-            status, raw = self._transport.request("PUT", FLEET_PATH, json.dumps({"shapes": dict(shapes)}).encode("utf-8"))
+            # No shapes yet (a fresh server): create them.
+            status, raw = self._request("PUT", FLEET_PATH, json.dumps({"shapes": dict(shapes)}).encode("utf-8"))
         if status not in (200, 204):
             raise PolicyError(f"{self._where} refused the fleet's shapes ({status}): {_message(raw)}")
 

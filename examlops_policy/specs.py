@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Final, cast
 import yaml
 
 from examlops_policy.errors import SpecError
-from examlops_policy.model import JSONObject, Pool, Workload
+from examlops_policy.model import JSONObject, Pool, Workload, article
 from examlops_policy.tables import Tables, load_tables, schema_dir
 
 if TYPE_CHECKING:  # jsonschema loads only when a spec file is read
@@ -228,9 +228,8 @@ def check_pool_facts(pool: Pool, tables: Tables, *, source: str | None = None, f
                 field=where("model"),
             )
         if entry.get("accelerator") != pool.accelerator:
-            article = "an" if str(entry.get("accelerator"))[:1] in "aeiou" else "a"
             raise SpecError(
-                f"model {pool.model!r} is {article} {entry.get('accelerator')} device, not {pool.accelerator}",
+                f"model {pool.model!r} is {article(str(entry.get('accelerator')))} device, not {pool.accelerator}",
                 source=source,
                 field=where("model"),
             )

@@ -46,10 +46,10 @@ def opa_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture()
 def hardware(tmp_path: Path, opa_home: Path) -> Iterator[Hardware]:
     """Fresh SQLite state in tmp_path; decisions from the session's OPA."""
-    from examlops_policy.hardware import ManagedOpaEvaluator
+    from examlops_policy.hardware import ManagedPolicy
     from examlops_policy.store.sqlite import SQLiteStore
 
-    hw = Hardware(tmp_path, store=SQLiteStore(tmp_path / "state.db"), evaluator=ManagedOpaEvaluator(opa_home))
+    hw = Hardware(tmp_path, store=SQLiteStore(tmp_path / "state.db"), policy=ManagedPolicy(opa_home))
     yield hw
     hw.close()
 

@@ -110,7 +110,7 @@ def test_explain_lists_every_pool_and_why_the_winner_won(exa_home: Path) -> None
     for pool in ("hpc-nvidia", "hpc-mi300", "cloud-a100"):
         assert pool in out
     assert "fallback_not_needed" in out and "burst_not_allowed" in out
-    assert "Chosen: hpc-nvidia, cheapest of 1 eligible" in out
+    assert "Chosen: hpc-nvidia, cheapest grant of 1 eligible in tier 0 (HPC, requested accelerator): a 4g slice (4/7 of an nvidia device) at $1.43/h ($2.50 per device-hour)." in out
     decision_id = out.strip().splitlines()[-1].split()[-1]
     explained = run_exa(exa_home, "hardware", "explain", decision_id[:10], check=True).stdout
     assert "Chosen: hpc-nvidia" in explained
@@ -145,7 +145,9 @@ def test_finops_groups_by_device_and_region(exa_home: Path) -> None:
     run_exa(exa_home, "hardware", "place", "a", "--accelerator", "amd", "--engine", "vllm", check=True)
     run_exa(exa_home, "hardware", "place", "b", "--accelerator", "nvidia", "--engine", "vllm", "--count", "2", check=True)
     run_exa(exa_home, "hardware", "burst", "c", "--accelerator", "nvidia", "--allow-burst", check=True)
-    rows = json.loads(run_exa(exa_home, "finops", "cost", "--hours", "10", "--json", check=True).stdout)
+    report = json.loads(run_exa(exa_home, "finops", "cost", "--hours", "10", "--json", check=True).stdout)
+    rows = report["rows"]
+    assert report["totals"] == {"decisions": 3, "device_hours": 40.0, "cost": 95.5, "carbon_g": 12900.0}
     assert [(r["device"], r["region"], r["cost"], r["carbon_g"]) for r in rows] == [
         ("amd", "eu", 18.0, 2500.0),
         ("nvidia", "eu", 50.0, 6000.0),
@@ -191,7 +193,7 @@ def test_policy_engine_unavailable_exits_5_and_places_nothing(exa_home: Path) ->
     before = state_snapshot(exa_home)
     result = run_exa(exa_home, "hardware", "place", "w", "--accelerator", "amd", "--engine", "vllm", env={"EXA_OPA_URL": "http://127.0.0.1:9"})
     assert result.returncode == 5
-    assert "PolicyUnavailable: OPA at http://127.0.0.1:9 is not reachable; nothing was placed" in result.stderr
+    assert "PolicyUnavailable: OPA at http://127.0.0.1:9 is not reachable; nothing was placed (Connection refused)" in result.stderr
     assert state_snapshot(exa_home) == before
 
 

@@ -91,7 +91,7 @@ def test_recorded_tool_outputs_become_pools(tmp_path: Path, case: str) -> None:
     found = discover_local(TABLES, region="eu", host=host(tmp_path, {t: recorded(f) for t, f in answers.items()}))
     assert pools(found) == expected
     for d in found.pools:
-        specs.check_pool(d.pool, TABLES)
+        specs.check_pool_facts(d.pool, TABLES)
         assert len(d.details) == d.pool.count  # one line per device, for the record
 
 

@@ -195,7 +195,7 @@ def test_what_gets_no_manifest(hardware: Hardware) -> None:
     with pytest.raises(SpecError, match="placed nothing"):
         manifest_for(rejected, pool, image="img")
     with pytest.raises(SpecError, match="was released"):
-        manifest_for(hardware.release(record.id), pool, image="img")
+        manifest_for(hardware.release(record.id).record, pool, image="img")
 
 
 def test_the_validator_is_not_a_rubber_stamp(hardware: Hardware) -> None:

@@ -45,7 +45,7 @@ def test_fraction_on_amd_takes_a_whole_device_and_says_so(hardware: Hardware) ->
     assert isinstance(decision, Placement)
     assert decision.pool == "hpc-mi300"
     assert decision.fraction_honored is False
-    assert decision.grant.devices == 1 and decision.grant.granted == 1
+    assert decision.grant.devices == 1 and decision.grant.share == 1 and decision.grant.units == 1
     assert decision.note is not None and "whole device" in decision.note
 
 
@@ -54,7 +54,7 @@ def test_fraction_on_nvidia_with_supports_fractions_is_honored_as_a_mig_slice(ha
     assert isinstance(decision, Placement)
     assert decision.pool == "hpc-nvidia" and decision.fraction_honored is True
     assert decision.grant.scheme == "mig" and decision.grant.profile == "4g"
-    assert decision.grant.granted == pytest.approx(4 / 7)
+    assert decision.grant.share == pytest.approx(4 / 7) and decision.grant.units == 1
 
 
 def test_fraction_on_a_named_model_gets_that_models_mig_profile(hardware: Hardware) -> None:
@@ -108,7 +108,10 @@ def test_residency_governs_cloud_bursts(hardware: Hardware, residency: str, regi
     assert decision.ok is placed
     if not placed:
         assert isinstance(decision, Rejection) and decision.burst_blocked
-        assert decision.reason == f"data-residency {residency} forbids egress to region '{region}'"
+        if residency == "eu-only":
+            assert decision.reason == f"data-residency {residency} forbids egress to region '{region}'"
+        else:
+            assert decision.reason.startswith(f"data-residency {residency} forbids egress to cloud region '{region}' (DE): only HPC pools")
 
 
 def test_eu_only_also_constrains_hpc_pools_outside_the_eu(hardware: Hardware) -> None:
@@ -171,7 +174,8 @@ def test_decisions_carry_their_provenance(hardware: Hardware) -> None:
     a = what_if(hardware, Workload("w", accelerator="amd", engine="vllm"))
     b = what_if(hardware, Workload("w", accelerator="amd", engine="vllm"))
     c = what_if(hardware, Workload("w", accelerator="amd", engine="generic"))
-    assert a.provenance == b.provenance
+    assert (a.provenance.input_digest, a.provenance.policy_revision) == (b.provenance.input_digest, b.provenance.policy_revision)
+    assert (a.provenance.verdicts, b.provenance.verdicts) == ("fresh", "reused")
     assert a.provenance.input_digest != c.provenance.input_digest
     assert a.provenance.policy_revision.startswith("sha256:") and a.provenance.opa_version == "1.22.3"
 
@@ -243,30 +247,18 @@ def test_library_imports_without_the_cli_stack() -> None:
     ],
     ids=lambda w: w.name,
 )
-def test_python_expands_shape_verdicts_exactly_as_the_policy_does_pool_by_pool(hardware: Hardware, workload: Workload) -> None:
-    """The orchestrator asks for decision_by_shape and expands it; the policy's own pool-by-pool
-    `decision` must say the same for every pool."""
-    import requests
-
-    from examlops_policy.hardware import ManagedOpaEvaluator
-    from examlops_policy.model import PoolState
-    from examlops_policy.placement import build_input, decide
+def test_python_selects_exactly_as_the_policys_reference_decision(hardware: Hardware, workload: Workload) -> None:
+    """Selection is the one piece of decision logic in Python; the policy's own complete
+    ``decision`` rule must say the same pool, burst verdict and reasons for every pool."""
+    from examlops_policy.engine import differences, reference_input
+    from examlops_policy.model import Capacity, PoolState
     from examlops_policy.specs import pools_from_file
-    from examlops_policy.tables import load_tables
 
     fleet = pools_from_file(Path(__file__).resolve().parent.parent / "examples" / "fleet.yaml")
-    states = [PoolState(p, float(p.count) if i % 3 else 0.0) for i, p in enumerate(fleet)]  # some pools full
-    tables = load_tables()
-    decision = decide(workload, states, hardware.evaluator, tables)
-    assert isinstance(hardware.evaluator, ManagedOpaEvaluator)
-    full = requests.post(
-        f"{hardware.evaluator.url}/v1/data/examlops/hardware/placement/decision",
-        json={"input": build_input(workload, states, tables)},
-        timeout=10,
-    ).json()["result"]
-    mine = {v.pool: (v.eligible, v.admissible, v.tier, [r.code for r in v.reasons], v.grant.devices, v.note) for v in decision.verdicts}
-    theirs = {
-        name: (v["eligible"], v["admissible"], v["tier"], [r["code"] for r in v["reasons"]], v["grant"]["devices"], v["note"])
-        for name, v in full["verdicts"].items()
-    }
-    assert mine == theirs
+    states = [PoolState(p, float(p.count), Capacity(p.count if i % 3 else 0)) for i, p in enumerate(fleet)]  # some pools full
+    engine = hardware.engine
+    prepared = engine.prepare(workload, [s.pool for s in states])
+    ordered = sorted(states, key=lambda s: s.pool.name)
+    decision = prepared.decide([s.capacity for s in ordered], hardware.tables)
+    reference = hardware.policy.decision(reference_input(workload, prepared.judged.fleet, [s.capacity for s in ordered], prepared.about))
+    assert differences(decision, reference) == []

@@ -11,36 +11,46 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import json
+
 import pytest
-import requests
 
 from examlops_policy import PolicyError, PolicyUnavailable, Pool, Workload
-from examlops_policy.hardware import Hardware, ManagedOpaEvaluator
-from examlops_policy.model import PoolState
+from examlops_policy.engine import Engine
+from examlops_policy.hardware import Hardware, ManagedPolicy
+from examlops_policy.model import Capacity, PoolState
+from examlops_policy.opa.transport import OpaTransport
 from examlops_policy.opa_server import _free_port, ensure_server, stop_server
-from examlops_policy.placement import decide
-from examlops_policy.policy import OpaEvaluator
+from examlops_policy.policy import OpaPolicy
 from examlops_policy.tables import load_tables, policy_dir, revision
 from tests.conftest import OPA_BIN
 
 WORKLOAD = Workload("w", accelerator="amd", engine="vllm")
-STATES = [PoolState(Pool("hpc-mi300", "hpc", "amd", 4, "eu"), 4.0)]
+STATES = [PoolState(Pool("hpc-mi300", "hpc", "amd", 4, "eu"), 4.0, Capacity(4))]
 
 
-def start_opa(*paths: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
+def start_opa(folder: Path, revision: str | None = "sha256:test") -> tuple[subprocess.Popen[bytes], str]:
+    """A real OPA serving ``folder`` (as a bundle with ``revision``, or as plain files) on a socket."""
+    args: list[str] = [str(folder)]
+    if revision is not None:
+        (folder / ".manifest").write_text(json.dumps({"roots": ["examlops"], "revision": revision}))
+        args = ["--bundle", str(folder)]
+    sock = folder.parent / f"{folder.name}.sock"
     proc = subprocess.Popen(
-        [str(OPA_BIN), "run", "--server", "--disable-telemetry", "--addr", f"127.0.0.1:{port}", *map(str, paths)],
+        [str(OPA_BIN), "run", "--server", "--disable-telemetry", "--addr", f"unix://{sock}", *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    url = f"http://127.0.0.1:{port}"
+    url = f"unix://{sock}"
     for _ in range(200):
+        transport = OpaTransport.from_url(url, timeout=0.5)
         try:
-            if requests.get(f"{url}/health", timeout=0.2).status_code == 200:
+            if transport.request("GET", "/health")[0] == 200:
                 return proc, url
-        except requests.RequestException:
+        except (PolicyError, PolicyUnavailable):
             time.sleep(0.05)
+        finally:
+            transport.close()
     proc.kill()
     raise AssertionError("test OPA did not start")
 
@@ -49,12 +59,12 @@ def start_opa(*paths: Path) -> tuple[subprocess.Popen[bytes], str]:
 def opa_with(tmp_path: Path) -> Iterator[object]:
     procs: list[subprocess.Popen[bytes]] = []
 
-    def run(rego: str | None) -> str:
+    def run(rego: str | None, revision: str | None = "sha256:test") -> str:
         folder = tmp_path / f"policy{len(procs)}"
         folder.mkdir()
         if rego is not None:
             (folder / "p.rego").write_text(rego)
-        proc, url = start_opa(folder)
+        proc, url = start_opa(folder, revision)
         procs.append(proc)
         return url
 
@@ -64,11 +74,25 @@ def opa_with(tmp_path: Path) -> Iterator[object]:
         proc.wait()
 
 
-def evaluate(url: str, timeout: float = 5.0) -> object:
-    return decide(WORKLOAD, STATES, OpaEvaluator(url, revision="sha256:x", timeout=timeout), load_tables())
+def evaluate(url: str, timeout: float = 5.0, reviewed: str | None = None) -> object:
+    engine = Engine(OpaPolicy(OpaTransport.from_url(url, timeout=timeout)), load_tables(), reviewed=reviewed)
+    return engine.decide(WORKLOAD, STATES)
 
 
-def test_unreachable_opa_is_policy_unavailable() -> None:
+# A placement package that confirms a revision and describes itself, so that the verdicts it gives
+# are what a test is about.
+FAKE_ABOUT = """package examlops.hardware.placement
+
+confirm := {"revision": "sha256:test", "opa_version": "1.22.3"}
+
+about := {"revision": "sha256:test", "opa_version": "1.22.3", "checks": [], "other_codes": [],
+    "signature": {"shape": ["accelerator"], "workload": ["accelerator"]}}
+"""
+
+
+def test_unreachable_opa_is_policy_unavailable(tmp_path: Path) -> None:
+    with pytest.raises(PolicyUnavailable, match="not reachable; nothing was placed"):
+        evaluate(f"unix://{tmp_path / 'nobody.sock'}")
     with pytest.raises(PolicyUnavailable, match="not reachable; nothing was placed"):
         evaluate(f"http://127.0.0.1:{_free_port()}")
 
@@ -82,26 +106,51 @@ def test_opa_that_never_answers_times_out() -> None:
             evaluate(f"http://127.0.0.1:{port}", timeout=0.5)
 
 
-def test_opa_without_the_placement_policy_is_an_undefined_decision(opa_with) -> None:  # type: ignore[no-untyped-def]
+def test_opa_without_the_placement_policy_is_refused(opa_with) -> None:  # type: ignore[no-untyped-def]
     url = opa_with(None)
-    with pytest.raises(PolicyError, match="no decision \\(undefined\\)"):
+    with pytest.raises(PolicyError, match="returned no confirm \\(undefined\\)"):
         evaluate(url)
 
 
-def test_malformed_decision_is_refused(opa_with) -> None:  # type: ignore[no-untyped-def]
-    url = opa_with('package examlops.hardware.placement\n\ndecision_by_shape := {"eligible": ["hpc-mi300"]}\n')
-    with pytest.raises(PolicyError, match="malformed decision"):
+def test_opa_serving_policies_without_a_bundle_revision_is_refused(tmp_path: Path) -> None:
+    """An edited copy of the policies served as plain files: nobody can say what was evaluated."""
+    folder = tmp_path / "edited"
+    shutil.copytree(policy_dir(), folder, ignore=shutil.ignore_patterns("*_test.rego"))
+    regions = folder / "examlops" / "tables" / "regions.yaml"
+    regions.write_text(regions.read_text().replace("us: {area: US", "us: {area: EU"))
+    proc, url = start_opa(folder, None)
+    try:
+        with pytest.raises(PolicyError, match="does not report a policy bundle revision \\(expected sha256:"):
+            evaluate(url, reviewed=revision(policy_dir()))
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_malformed_verdicts_are_refused(opa_with) -> None:  # type: ignore[no-untyped-def]
+    url = opa_with(FAKE_ABOUT + 'verdicts := {"judged": true, "shapes": 7}\n')
+    with pytest.raises(PolicyError, match="malformed answer at verdicts"):
         evaluate(url)
 
 
-def test_decision_missing_a_pool_verdict_is_refused(opa_with, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_verdicts_missing_a_shape_are_refused(opa_with) -> None:  # type: ignore[no-untyped-def]
     url = opa_with(
-        "package examlops.hardware.placement\n\n"
-        'decision_by_shape := {"rejection": null, "shapes": {}, "short": [], "eligible": [], "burst": {"attempted": false},'
-        ' "workload": {}, "provenance": {}, "selected_tier": null}\n'
+        FAKE_ABOUT
+        + 'verdicts := {"confirm": confirm, "judged": true, "rejection": null, "burst_mode": null, "missing": [], "checks": {},'
+        ' "grants": [], "notes": [], "shapes": {}, "preferences": [], "request_rejected": null}\n'
     )
-    with pytest.raises(PolicyError, match="did not return a verdict for every pool"):
+    with pytest.raises(PolicyError, match="expected an array, got null"):
         evaluate(url)
+
+
+def test_a_revision_other_than_the_reviewed_one_is_refused(tmp_path: Path) -> None:
+    server = ensure_server(tmp_path, policy_dir())
+    try:
+        engine = Engine(OpaPolicy(OpaTransport.from_url(server.url)), load_tables(), reviewed="sha256:what-was-reviewed")
+        with pytest.raises(PolicyError, match="serves policy revision sha256:[0-9a-f]+.*but the reviewed policy is sha256:what-was-reviewed"):
+            engine.decide(WORKLOAD, STATES)
+    finally:
+        stop_server(tmp_path)
 
 
 def test_policy_that_does_not_compile_stops_the_launcher(tmp_path: Path) -> None:
@@ -110,16 +159,6 @@ def test_policy_that_does_not_compile_stops_the_launcher(tmp_path: Path) -> None
     (broken / "examlops" / "hardware" / "broken.rego").write_text("package examlops.hardware.placement\n\ndecision_by_shape := {\n")
     with pytest.raises(PolicyError, match="does the policy compile"):
         ensure_server(tmp_path / "home", broken)
-
-
-def test_stale_policy_revision_is_refused(tmp_path: Path) -> None:
-    server = ensure_server(tmp_path, policy_dir())
-    try:
-        evaluator = OpaEvaluator(server.url, revision="sha256:not-what-opa-loaded")
-        with pytest.raises(PolicyError, match="restart OPA"):
-            decide(WORKLOAD, STATES, evaluator, load_tables())
-    finally:
-        stop_server(tmp_path)
 
 
 def test_changed_policy_restarts_the_managed_server(tmp_path: Path) -> None:
@@ -138,8 +177,7 @@ def test_changed_policy_restarts_the_managed_server(tmp_path: Path) -> None:
 
 
 def test_killed_opa_fails_closed_then_is_started_anew(tmp_path: Path) -> None:
-    evaluator = ManagedOpaEvaluator(tmp_path)
-    hw = Hardware(tmp_path, evaluator=evaluator)
+    hw = Hardware(tmp_path, policy=ManagedPolicy(tmp_path))
     try:
         hw.add_pool(Pool("hpc-mi300", "hpc", "amd", 4, "eu"))
         assert hw.place(WORKLOAD).decision.ok

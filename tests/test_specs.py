@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from examlops_policy import Pool, SpecError, Workload
-from examlops_policy.specs import check_pool, check_workload, pools_from_file, workload_from_file, workload_from_mapping
+from examlops_policy.specs import check_pool_facts, pools_from_file, workload_from_file, workload_from_mapping
+from examlops_policy.tables import load_tables
 
 
 def write(tmp_path: Path, text: str, name: str = "spec.yaml") -> Path:
@@ -83,10 +84,10 @@ def test_workload_errors_name_the_field(values: dict[str, object], field: str) -
 
 def test_python_objects_are_checked_like_files() -> None:
     with pytest.raises(SpecError, match="count"):
-        check_workload(Workload("w", accelerator="amd", count=0))
-    with pytest.raises(SpecError, match="is a amd device, not nvidia|is a nvidia device, not amd"):
-        check_pool(Pool("p", "hpc", "amd", 1, "eu", model="H100"))
-    assert check_pool(Pool("p", "hpc", "amd", 1, "eu", model="MI300X")).model == "mi300x"
+        Workload("w", accelerator="amd", count=0)
+    with pytest.raises(SpecError, match="is an nvidia device, not amd"):
+        check_pool_facts(Pool("p", "hpc", "amd", 1, "eu", model="H100"), load_tables())
+    assert check_pool_facts(Pool("p", "hpc", "amd", 1, "eu", model="MI300X"), load_tables()).model == "mi300x"
 
 
 def test_example_fleet_is_valid() -> None:

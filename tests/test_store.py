@@ -20,10 +20,9 @@ from psycopg.conninfo import make_conninfo
 
 from examlops_policy import audit
 from examlops_policy.errors import NotFoundError, PolicyUnavailable, SpecError, StateError
-from examlops_policy.hardware import Hardware, ManagedOpaEvaluator
-from examlops_policy.model import Pool, PoolState, Workload
-from examlops_policy.store import Store
-from examlops_policy.placement import decide
+from examlops_policy.hardware import Hardware, ManagedPolicy
+from examlops_policy.model import Capacity, Pool, PoolState, Workload
+from examlops_policy.store import Snapshot, Store
 from examlops_policy.store._sql import migrations, utc_now
 from examlops_policy.store.postgres import PostgresStore, redacted
 from reliability.backends import Backend, backend, fresh_backend  # noqa: F401  (backend: the fixture)
@@ -129,7 +128,7 @@ def test_pools_are_added_updated_and_left_alone_with_an_audit_entry_each_change(
             ("pool", "hpc-mi300", "updated"),
         ]  # fmt: skip
         assert [s.pool.name for s in store.pool_states()] == ["cloud-a100", "hpc-mi300", "hpc-nvidia"]
-        assert store.pool_states()[1] == PoolState(bigger, 6.0)
+        assert store.pool_states()[1] == PoolState(bigger, 6.0, Capacity(6))
     finally:
         store.close()
 
@@ -137,7 +136,7 @@ def test_pools_are_added_updated_and_left_alone_with_an_audit_entry_each_change(
 def test_a_pool_cannot_shrink_below_what_live_decisions_hold(hw: Hardware) -> None:
     for _ in range(3):
         assert hw.place(TRAIN_AMD).decision.ok
-    with pytest.raises(SpecError, match="count 2 is below the 3 device"):
+    with pytest.raises(SpecError, match=r"count 2 would drop device\(s\) 2 that live decisions hold"):
         hw.apply([Pool("hpc-mi300", "hpc", "amd", 2, "eu")])
     assert _free(hw)["hpc-mi300"] == 1.0
 
@@ -187,32 +186,45 @@ def test_full_pools_reject_for_capacity_then_accept_after_a_release(backend: Bac
     hw.place(Workload("fill", accelerator="nvidia", engine="vllm", target="hpc"))
     full = hw.place(TRAIN_AMD)
     assert not full.decision.ok and full.decision.code == "no_capacity"  # type: ignore[union-attr]
-    released = hw.release(held[0].id[:8])
+    released = hw.release(held[0].id[:8]).record
     assert released.released_at is not None
-    assert hw.release(held[0].id).released_at == released.released_at  # idempotent
+    again = hw.release(held[0].id)
+    assert again.already and again.record.released_at == released.released_at  # nothing written a second time
     assert hw.place(TRAIN_AMD).decision.ok
     assert [e["kind"] for e in _entries(hw.store)].count("release") == 1
     assert violations(backend) == []
 
 
-def test_a_failing_decision_rolls_back_and_frees_the_lock(backend: Backend, hw: Hardware) -> None:
+class _Unreachable:
+    """A policy engine that never answers (the Python around OPA, faked)."""
+
+    def describe(self) -> str:
+        return "nowhere"
+
+    def confirm(self) -> Any:
+        raise PolicyUnavailable("OPA at nowhere is not reachable; nothing was placed")
+
+
+def test_a_failing_policy_writes_nothing_and_holds_no_lock(backend: Backend, hw: Hardware) -> None:
     before = [backend.count(t) for t in ("decisions", "audit_log")]
-
-    def fail(states: object) -> Any:
-        raise PolicyUnavailable("OPA is not reachable; nothing was placed")
-
-    with pytest.raises(PolicyUnavailable):
-        hw.store.place(fail, source="exa-test")
+    failing = Hardware(hw.home, store=backend.open(), policy=_Unreachable())  # type: ignore[arg-type]
+    try:
+        with pytest.raises(PolicyUnavailable):
+            failing.place(TRAIN_AMD)
+    finally:
+        failing.close()
     assert [backend.count(t) for t in ("decisions", "audit_log")] == before
     assert hw.place(TRAIN_AMD).decision.ok
 
 
 def test_a_write_the_database_refuses_leaves_no_partial_rows(backend: Backend, hw: Hardware) -> None:
     """A placement on a pool the store does not know breaks a foreign key: nothing is kept."""
-    ghost = hw.what_if(TRAIN_AMD, [Pool("ghost", "hpc", "amd", 2, "eu")])
+    ghost = Pool("ghost", "hpc", "amd", 2, "eu")
+    prepared = hw.engine.prepare(TRAIN_AMD, [ghost])
+    snap = hw.store.snapshot()
     before = [backend.count(t) for t in ("decisions", "allocations", "audit_log")]
     with pytest.raises(StateError, match="nothing was written"):
-        hw.store.place(lambda states: ghost, source="exa-test")
+        hw.store.commit(prepared, Snapshot(snap.version, snap.fleet_version, (PoolState(ghost, 2.0, Capacity(2)),)), source="exa-test")
     assert [backend.count(t) for t in ("decisions", "allocations", "audit_log")] == before
     assert violations(backend) == []
 
@@ -327,7 +339,7 @@ def test_the_audit_log_is_append_only_and_refuses_a_fork(backend: Backend, hw: H
 
 
 def _pg(store: PostgresStore, opa_home: Path) -> Hardware:
-    return Hardware(opa_home, store=store, evaluator=ManagedOpaEvaluator(opa_home))
+    return Hardware(opa_home, store=store, policy=ManagedPolicy(opa_home))
 
 
 @pytest.mark.postgres
@@ -336,26 +348,25 @@ def test_postgres_a_racing_append_is_caught_by_unique_and_retried(tmp_path: Path
     lock): UNIQUE(seq) refuses the second, which retries from the new head."""
     with fresh_backend("postgres", tmp_path) as backend:
         raced: list[int] = []
-        ticks: list[str] = []
 
-        def clock() -> str:
-            # A placement reads the clock for its decision row, then again between reading the
-            # audit head and inserting its entry: race there, once.
-            ticks.append(utc_now())
-            if len(ticks) == 2:
-                with backend.raw() as db:
-                    head = db.execute("SELECT seq, prev_hash, entry_hash, entry FROM audit_log ORDER BY seq DESC LIMIT 1").fetchone()
-                    row = audit.next_row(audit.AuditRow(head[0], bytes(head[1]), bytes(head[2]), bytes(head[3])), {"kind": "racer"})
-                    db.execute(
-                        "INSERT INTO audit_log (seq, prev_hash, entry_hash, entry, source, kind, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                        (row.seq, row.prev_hash, row.entry_hash, row.canonical, "racer", "racer", utc_now()),
-                    )
-                raced.append(row.seq)
-            return ticks[-1]
+        class Racing(PostgresStore):
+            def _execute(self, sql: str, params: Any = ()) -> Any:
+                cursor = super()._execute(sql, params)
+                if sql.startswith("SELECT seq, prev_hash, entry_hash, entry FROM audit_log ORDER BY seq DESC") and not raced:
+                    # Right after this transaction read the audit head, another writer appends.
+                    with backend.raw() as db:
+                        head = db.execute("SELECT seq, prev_hash, entry_hash, entry FROM audit_log ORDER BY seq DESC LIMIT 1").fetchone()
+                        row = audit.next_row(audit.AuditRow(head[0], bytes(head[1]), bytes(head[2]), bytes(head[3])), {"kind": "racer"})
+                        db.execute(
+                            "INSERT INTO audit_log (seq, prev_hash, entry_hash, entry, source, kind, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                            (row.seq, row.prev_hash, row.entry_hash, row.canonical, "racer", "racer", utc_now()),
+                        )
+                    raced.append(row.seq)
+                return cursor
 
         store = PostgresStore(backend.target)
         store.apply_pools(FLEET, replace=True)
-        racing = PostgresStore(backend.target, clock=clock)
+        racing = Racing(backend.target)
         hw = _pg(racing, opa_home)
         record = hw.place(TRAIN_AMD)
         assert raced and racing.conflicts_retried == 1
@@ -370,21 +381,24 @@ def test_postgres_a_racing_append_is_caught_by_unique_and_retried(tmp_path: Path
 @pytest.mark.postgres
 def test_postgres_a_session_cut_mid_transaction_is_reconnected_and_rerun(tmp_path: Path, opa_home: Path) -> None:
     with fresh_backend("postgres", tmp_path) as backend:
-        store = PostgresStore(backend.target)
-        store.apply_pools(FLEET, replace=True)
-        hw = _pg(store, opa_home)
-        calls: list[int] = []
+        cut: list[int] = []
+        holder: list[PostgresStore] = []
 
-        def decide_after_the_cut(states: Any) -> Any:
-            calls.append(1)
-            if len(calls) == 1:
-                assert store._conn is not None
+        def clock() -> str:
+            # The clock is read inside the placement's transaction: cut the session there, once.
+            store = holder[0] if holder else None
+            if store is not None and store._conn is not None and store._conn.info.transaction_status != 0 and not cut:
+                cut.append(store._conn.info.backend_pid)
                 with backend.raw() as db:
-                    db.execute("SELECT pg_terminate_backend(%s)", (store._conn.info.backend_pid,))
-            return decide(TRAIN_AMD, states, hw.evaluator, hw.tables)
+                    db.execute("SELECT pg_terminate_backend(%s)", (cut[0],))
+            return utc_now()
 
-        record = store.place(decide_after_the_cut)
-        assert len(calls) == 2 and store.reconnects == 1
+        store = PostgresStore(backend.target, clock=clock)
+        store.apply_pools(FLEET, replace=True)
+        holder.append(store)
+        hw = _pg(store, opa_home)
+        record = hw.place(TRAIN_AMD)
+        assert cut and store.reconnects == 1
         assert [r.id for r in store.decisions()] == [record.id]
         assert violations(backend) == []
         store.close()

@@ -301,9 +301,22 @@ def test_every_tail_truncation_is_detected_against_the_checkpoint(log: Log, tmp_
 
 
 def test_a_truncated_tail_passes_the_chain_alone(log: Log, tmp_path: Path) -> None:
-    """Why checkpoints exist: without one, a shorter log is indistinguishable from an older one."""
+    """Why checkpoints exist: without one, a shorter log is indistinguishable from an older one,
+    unless decisions that lost their audit entries are still there to give it away; a truncation
+    that also removes those decisions passes."""
     home = tamper(log, tmp_path, ("DELETE FROM audit_log WHERE seq > ?", (log.size // 2,)))
-    assert verify(home).code == EXIT_OK
+    report = verify(home)
+    assert report.code == EXIT_AUDIT and {kind for _, kind in report.problems} == {"record"}
+    assert all(seq == 0 for seq, _ in report.problems)
+    cut = tamper(
+        log, tmp_path,
+        ("DELETE FROM audit_log WHERE seq > ?", (log.size // 2,)),
+        ("DELETE FROM burst_events WHERE decision_id NOT IN (SELECT json_extract(entry, '$.decision_id') FROM audit_log WHERE kind = 'decision')", ()),
+        ("DELETE FROM holdings WHERE decision_id NOT IN (SELECT json_extract(entry, '$.decision_id') FROM audit_log WHERE kind = 'decision')", ()),
+        ("DELETE FROM allocations WHERE decision_id NOT IN (SELECT json_extract(entry, '$.decision_id') FROM audit_log WHERE kind = 'decision')", ()),
+        ("DELETE FROM decisions WHERE id NOT IN (SELECT json_extract(entry, '$.decision_id') FROM audit_log WHERE kind = 'decision')", ()),
+    )  # fmt: skip
+    assert verify(cut).code == EXIT_OK
 
 
 def test_the_text_report_names_the_seq(log: Log, tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from examlops_policy import codec
-from examlops_policy.model import Decision, Grant, Holding, Placement, PoolState, PoolVerdict, Rejection
+from examlops_policy.model import Decision, Grant, Holding, Placement, PoolState, PoolVerdict, Rejection, article
 from examlops_policy.packing import PoolLayout, describe, device_layouts
 from examlops_policy.placement import carbon_per_hour, effective_cost
 from examlops_policy.store import DecisionRecord, DecisionSummary
@@ -71,10 +71,6 @@ def number(value: float) -> str:
     """A figure without float noise: at most three decimals, trailing zeros dropped."""
     text = f"{value:.3f}".rstrip("0").rstrip(".")
     return text if text != "-0" else "0"
-
-
-def article(word: str) -> str:
-    return f"an {word}" if word[:1].lower() in "aeiou" else f"a {word}"
 
 
 def devices_text(count: float, accelerator: str) -> str:

@@ -200,12 +200,12 @@ class SQLStore(ABC):
                     if found is not None:
                         return found
                     probe = None
-                if write:
-                    self._begin()
-                    opened = True
-                elif consistent:
-                    self._begin_read()
-                    opened = True
+                if write or consistent:
+                    opened = True  # a BEGIN that failed halfway (a lock wait timed out) is rolled back too
+                    if write:
+                        self._begin()
+                    else:
+                        self._begin_read()
                 result = work()
                 if opened:
                     committing = write
@@ -425,14 +425,9 @@ class SQLStore(ABC):
 
     def _states(self, since: int = -1) -> list[PoolState]:
         rows = self._execute(
-            "SELECT spec, free, capacity FROM pools WHERE version > ? ORDER BY name", (since,)
+            "SELECT spec, free, capacity, held_outside FROM pools WHERE version > ? ORDER BY name", (since,)
         ).fetchall()
-        out = []
-        for spec, free, capacity in rows:
-            pool = pool_from_json(spec)
-            cap = capacity_from_json(json.loads(capacity)) if capacity is not None else Capacity(0)
-            out.append(PoolState(pool, float(free if free is not None else 0.0), cap))
-        return out
+        return [_state(*row) for row in rows]
 
     def snapshot(self) -> Snapshot:
         """The pools with what they can place, and the state version they were read at.
@@ -464,11 +459,10 @@ class SQLStore(ABC):
         """One pool and the devices (and slices) its live grants hold."""
 
         def work() -> tuple[PoolState, list[Holding]]:
-            row = self._execute("SELECT spec, free, capacity FROM pools WHERE name = ?", (name,)).fetchone()
+            row = self._execute("SELECT spec, free, capacity, held_outside FROM pools WHERE name = ?", (name,)).fetchone()
             if row is None:
                 raise NotFoundError(f"no pool {name!r}")
-            cap = capacity_from_json(json.loads(row[2])) if row[2] is not None else Capacity(0)
-            return PoolState(pool_from_json(row[0]), float(row[1] or 0.0), cap), self._live_holdings(name)
+            return _state(*row), self._live_holdings(name)
 
         return self._run(work, consistent=True)
 
@@ -514,8 +508,8 @@ class SQLStore(ABC):
             holdings: tuple[Holding, ...] = ()
             if isinstance(decision, Placement):
                 state = snap.states[prepared.judged.fleet.index[decision.pool]]
-                outside = float(self._execute("SELECT held_outside FROM pools WHERE name = ?", (decision.pool,)).fetchone()[0])
-                chosen = packing.choose(self._layout(state.pool), self._live_holdings(decision.pool), decision.grant.profile, decision.grant.units, outside)
+                live = self._live_holdings(decision.pool)
+                chosen = packing.choose(self._layout(state.pool), live, decision.grant.profile, decision.grant.units, state.held_outside)
                 if chosen is None:
                     raise StateError(
                         f"pool {decision.pool!r}: its capacity summary says the grant fits but no device has room; "
@@ -526,9 +520,8 @@ class SQLStore(ABC):
             record = self._record(ident, decision, prepared, snap, capacities, source, request_id, lease_expires_at)
             if isinstance(decision, Placement):
                 version = self._bump()
-                pool = snap.states[prepared.judged.fleet.index[decision.pool]].pool
-                outside = float(self._execute("SELECT held_outside FROM pools WHERE name = ?", (pool.name,)).fetchone()[0])
-                self._refresh_pool(pool, outside, version)
+                state = snap.states[prepared.judged.fleet.index[decision.pool]]
+                self._refresh_pool(state.pool, state.held_outside, version)
                 after.append(self._merge(snap, version, fleet, self._states(version - 1)))
             else:
                 after.append(snap)
@@ -912,6 +905,11 @@ class SQLStore(ABC):
         else:
             decision = dataclasses.replace(codec.from_json(document), decision_id=ident)
         return DecisionRecord(ident, created, decision, released, job, request_id, lease)
+
+
+def _state(spec: str, free: float | None, capacity: str | None, held_outside: float) -> PoolState:
+    cap = capacity_from_json(json.loads(capacity)) if capacity is not None else Capacity(0)
+    return PoolState(pool_from_json(spec), float(free if free is not None else 0.0), cap, float(held_outside))
 
 
 def _layout_digest(tables: Tables) -> str:

@@ -30,7 +30,7 @@ from typing import Any
 
 from examlops_policy import audit
 from examlops_policy.errors import ExaError
-from examlops_policy.hardware import Hardware, ManagedOpaEvaluator
+from examlops_policy.hardware import Hardware, ManagedPolicy
 from examlops_policy.model import Pool, Workload
 from examlops_policy.opa_server import ensure_server
 
@@ -108,7 +108,7 @@ class LoadRun:
 def open_hardware(backend: Backend, opa_home: str | Path, **options: Any) -> Hardware:
     """The product's orchestrator on ``backend`` and the managed OPA of ``opa_home``."""
     home = Path(opa_home)
-    return Hardware(home, store=backend.open(**options), evaluator=ManagedOpaEvaluator(home))
+    return Hardware(home, store=backend.open(**options), policy=ManagedPolicy(home))
 
 
 def place_loop(job: PlacerJob, start: Barrier) -> None:

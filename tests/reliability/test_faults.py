@@ -85,27 +85,29 @@ def test_opa_killed_during_a_concurrent_run(backend: Backend, own_opa: Path, tmp
 
 
 @contextmanager
-def peer_holding_the_write_lock(backend: Backend) -> Iterator[threading.Event]:
-    """Another placer inside its transaction (deciding) until the returned event is set; it then
-    fails, so it writes nothing."""
+def peer_holding_the_write_lock(backend: Backend, opa_home: Path) -> Iterator[threading.Event]:
+    """Another placer inside its write transaction (writing its decision) until the returned event
+    is set; it then fails, so it writes nothing."""
     inside, leave = threading.Event(), threading.Event()
     errors: list[BaseException] = []
 
-    def decide_slowly(states: object) -> object:
+    def append_slowly(kind: str, body: Any, *, source: str) -> None:
         inside.set()
         leave.wait(30)
         raise RuntimeError("peer gives up")
 
     def peer() -> None:
-        store = backend.open()
+        peer_hw = open_hardware(backend, opa_home)  # in this thread: a SQLite connection stays in its own
+        store: Any = peer_hw.store
+        store._append_audit = append_slowly
         try:
-            store.place(decide_slowly)  # type: ignore[arg-type]
+            peer_hw.place(BURST)
         except RuntimeError:
             pass
         except BaseException as exc:  # noqa: BLE001 - reported to the test below
             errors.append(exc)
         finally:
-            store.close()
+            peer_hw.close()
 
     thread = threading.Thread(target=peer)
     thread.start()
@@ -119,7 +121,7 @@ def peer_holding_the_write_lock(backend: Backend) -> Iterator[threading.Event]:
 
 
 @contextmanager
-def outside_session_locking(backend: Backend) -> Iterator[threading.Event]:
+def outside_session_locking(backend: Backend, opa_home: Path) -> Iterator[threading.Event]:
     """A session outside exa holding locks on the tables (SQLite: the write lock)."""
     with backend.raw() as db:
         if backend.name == "sqlite":
@@ -142,7 +144,7 @@ def test_locked_database_bounded_retries_then_a_clear_error(backend: Backend, op
     try:
         hw.apply(FLEET)
         before = backend.count("decisions"), backend.count("audit_log")
-        with HOLDERS[holder](backend):
+        with HOLDERS[holder](backend, opa_home):
             began = time.monotonic()
             with pytest.raises(StateError, match=r"stayed locked.*gave up after 3 attempts, nothing was written"):
                 hw.place(BURST)
@@ -159,7 +161,7 @@ def test_a_lock_held_briefly_is_waited_out(backend: Backend, opa_home: Path) -> 
     hw = open_hardware(backend, opa_home, lock_timeout_s=0.1, attempts=8)
     try:
         hw.apply(FLEET)
-        with peer_holding_the_write_lock(backend) as leave:
+        with peer_holding_the_write_lock(backend, opa_home) as leave:
             threading.Timer(0.4, leave.set).start()
             record = hw.place(BURST)
         assert record.decision.ok

@@ -19,12 +19,17 @@
 #                data.examlops_fleet.shapes (or input.shapes)
 #     decision   the complete reference decision over input.pools with their capacity and prices:
 #                the pool chosen, the burst verdict and every pool's verdict with its reasons
+# custom:
+#   codes:
+#     shape_unknown: {kind: never, meaning: "(reference decision) a pool whose shape the policy was not given"}
+#     price_unknown: {kind: never, meaning: "(reference decision) a pool without a price per device-hour"}
 package examlops.hardware.placement
 
 import data.examlops.hardware.checks
 import data.examlops.hardware.checks.capacity
 import data.examlops.hardware.checks.portability
 import data.examlops.hardware.fractions
+import data.examlops.hardware.reason
 import data.examlops.hardware.tiers
 import data.examlops.hardware.workload
 
@@ -46,6 +51,9 @@ shape_checks := [name |
 
 # Everything a shape verdict may depend on: the fields the checks, the grant and the tiers read.
 core_about := [fractions.about, tiers.about]
+
+# This package's own annotations (the reference decision's codes).
+own_about := [e.annotations | some e in rego.metadata.chain(); e.annotations.scope == "package"][0]
 
 signature := {
 	"shape": sort({f |
@@ -92,7 +100,7 @@ about := {
 	"opa_version": opa.runtime().version,
 	"signature": signature,
 	"checks": check_list,
-	"other_codes": array.concat(codes_of(workload.about), codes_of(tiers.about)),
+	"other_codes": array.concat(array.concat(codes_of(workload.about), codes_of(tiers.about)), codes_of(own_about)),
 }
 
 # --- the workload --------------------------------------------------------------------------------
@@ -269,23 +277,56 @@ shape_verdict(k) := {
 }
 
 pool_verdicts := {p.name: pv |
+	valid
 	some p in input.pools
+	pv := pool_verdict(p)
+}
+
+# Every pool gets a verdict: one whose shape or price the policy was not given is denied for it.
+pool_verdict(p) := pv if {
 	v := shape_verdict(p.shape)
-	fits := capacity.fits(v.grant, object.get(p, "capacity", {}))
+	is_number(p.cost_per_hour)
+	fits := capacity.room(v.grant, object.get(p, "capacity", {}))
 	pv := {
 		"pool": p.name,
 		"tier": v.tier,
 		"denials": array.concat(v.denials, [v.shortfall | not fits]),
 		"fits": fits,
 		"grant": v.grant,
-		"grant_cost_per_hour": p.cost_per_hour * v.grant.devices,
+		"grant_cost_per_hour": round((p.cost_per_hour * v.grant.devices) * 1000000000) / 1000000000,
 		"cost_per_hour": p.cost_per_hour,
 		"fallback": v.fallback,
 		"burst": v.burst,
 		"note": v.note,
 		"blocks_burst": v.blocks_burst,
 	}
+} else := {
+	"pool": p.name,
+	"tier": 4,
+	"denials": [unknown_pool(p)],
+	"fits": false,
+	"grant": null,
+	"grant_cost_per_hour": 0,
+	"cost_per_hour": object.get(p, "cost_per_hour", 0),
+	"fallback": false,
+	"burst": false,
+	"note": null,
+	"blocks_burst": false,
 }
+
+unknown_pool(p) := reason.make(
+	"shape_unknown",
+	"never",
+	sprintf("pool '%s' names shape '%v', which the policy was not given", [p.name, object.get(p, "shape", null)]),
+	{"pool": p.name},
+) if {
+	not shape_verdict(object.get(p, "shape", null))
+} else := reason.make(
+	"price_unknown",
+	"never",
+	sprintf("pool '%s' has no price per device-hour", [p.name]),
+	{"pool": p.name},
+)
 
 admissible := [[pv.tier, pv.grant_cost_per_hour, name] |
 	some name, pv in pool_verdicts
@@ -363,7 +404,10 @@ summary := {"code": "no_pools", "message": "no pools are registered"} if {
 		n := count([1 | some pv in pool_verdicts; some r in pv.denials; r.code == c])
 	}
 	parts := [sprintf("%s on %s", [c, plural(counts[c], "pool", "pools")]) | some c in sort(object.keys(counts))]
-	message := sprintf("no pool %s for %s (%d checked: %s)", [what, w.name, count(pool_verdicts), concat(", ", parts)])
+	message := sprintf(
+		"no pool %s for %s (%d checked: %s)",
+		[what, object.get(w, "name", "the workload"), count(pool_verdicts), concat(", ", parts)],
+	)
 }
 
 # Some pool is stopped by capacity alone: the workload could run once capacity frees.

@@ -14,7 +14,7 @@
 #     residency_unknown: {kind: never, meaning: invalid workload (unknown residency class)}
 #     data_region_unknown: {kind: never, meaning: "the workload's data_region is not in the regions table"}
 #     fraction_invalid: {kind: never, meaning: "invalid workload (fraction outside (0, 1])"}
-#     count_invalid: {kind: never, meaning: invalid workload (count not a whole number of at least 1, or not 1 with a fraction)}
+#     count_invalid: {kind: never, meaning: "invalid workload (count not a whole number of at least 1, or not 1 with a fraction)"}
 #     field_invalid: {kind: never, meaning: invalid workload (a field of the wrong type)}
 package examlops.hardware.workload
 

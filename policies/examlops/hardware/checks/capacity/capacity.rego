@@ -25,6 +25,11 @@ about := [e.annotations | some e in rego.metadata.chain(); e.annotations.scope =
 # input: {shape, workload, grant, capacity: {"whole": empty devices, "slices": {profile: n}}}
 deny contains shortfall(input.shape, input.grant) if not fits(input.grant, input.capacity)
 
+# true when the grant fits, else false (never undefined: a pool short of room keeps its verdict).
+room(grant, capacity) if fits(grant, capacity)
+
+else := false
+
 # A pool that does not state its capacity has none: fail closed.
 fits(grant, capacity) if {
 	grant.profile == null

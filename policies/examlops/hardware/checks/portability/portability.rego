@@ -25,7 +25,8 @@ deny contains r if {
 	r != null
 }
 
-backend(accelerator) := accelerators[accelerator].backend
+# An accelerator the table does not know has no backend any engine supports: denied, never passed.
+backend(accelerator) := object.get(accelerators, [accelerator, "backend"], "unknown")
 
 portable(engine, accelerator) if backend(accelerator) in engines[engine].backends
 
@@ -33,7 +34,7 @@ portable(engine, accelerator) if backend(accelerator) in engines[engine].backend
 supports_text(engine) := sprintf("('%s',)", [bs[0]]) if {
 	bs := engines[engine].backends
 	count(bs) == 1
-} else := sprintf("('%s')", [concat("', '", engines[engine].backends)])
+} else := sprintf("('%s')", [concat("', '", object.get(engines, [engine, "backends"], []))])
 
 # null when the engine can run on the accelerator, else the reason it cannot. Also what rejects a
 # request outright (the placement package asks it about the requested accelerator).
@@ -50,6 +51,6 @@ check(engine, accelerator) := null if {
 		"engine": engine,
 		"accelerator": accelerator,
 		"needs": backend(accelerator),
-		"supports": engines[engine].backends,
+		"supports": object.get(engines, [engine, "backends"], []),
 	},
 )

@@ -62,7 +62,7 @@ forbids(shape, w) := denial(shape, w, "eu", "") if {
 	not in_eu(shape.region)
 } else := denial(shape, w, "hpc", "only HPC pools") if {
 	level[w.residency] >= 2
-	shape.target == "cloud"
+	shape.target != "hpc"
 } else := denial(shape, w, "jurisdiction", "outside the data's jurisdiction") if {
 	level[w.residency] >= 2
 	w.data_region != null
@@ -96,7 +96,7 @@ message(shape, w, why) := sprintf(
 	[w.residency, cloud_word(shape), shape.region, jurisdiction(shape.region), why, data_text(w.data_region)],
 ) if why != ""
 
-cloud_word(shape) := "cloud " if shape.target == "cloud"
+cloud_word(shape) := "cloud " if shape.target != "hpc"
 
 else := ""
 

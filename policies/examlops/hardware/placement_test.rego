@@ -1,0 +1,919 @@
+package examlops.hardware.placement_test
+
+import data.examlops.hardware.checks
+import data.examlops.hardware.fractions
+import data.examlops.hardware.placement
+import data.examlops.hardware.tiers
+import data.examlops.hardware.workload
+
+# --- fixtures -------------------------------------------------------------------------------------
+
+# A shape: everything the policy judges a pool by except its capacity and price.
+shape(overrides) := object.union(
+	{
+		"target": "hpc",
+		"accelerator": "nvidia",
+		"model": null,
+		"region": "eu",
+		"capabilities": [],
+		"supports_fractions": false,
+		"fixed_profile": null,
+	},
+	overrides,
+)
+
+# The shapes of every pool below, keyed as the caller keys them.
+shapes := {
+	# The E8 specification's pools.
+	"hpc-nvidia": shape({"supports_fractions": true}),
+	"hpc-mi300": shape({"accelerator": "amd"}),
+	"cloud-a100": shape({"target": "cloud", "region": "us"}),
+	# More.
+	"hpc-h100": shape({"model": "h100", "supports_fractions": true}),
+	"hpc-h100-1g": shape({"model": "h100", "fixed_profile": "1g.10gb"}),
+	"hpc-t4": shape({"model": "t4", "supports_fractions": true}),
+	"hpc-cpu": shape({"accelerator": "cpu"}),
+	"hpc-lugano": shape({"region": "ch-lugano"}),
+	"cloud-frankfurt": shape({"target": "cloud", "region": "eu-central-1"}),
+	"cloud-london": shape({"target": "cloud", "region": "eu-west-2"}),
+	"cloud-virginia": shape({"target": "cloud", "region": "us-east-1"}),
+	"cloud-mars": shape({"target": "cloud", "region": "mars-1"}),
+	"cloud-amd": shape({"target": "cloud", "accelerator": "amd", "region": "us"}),
+}
+
+pool(name, key, cost, whole) := {
+	"name": name,
+	"shape": key,
+	"cost_per_hour": cost,
+	"capacity": {"whole": whole, "slices": {}},
+}
+
+hpc_nvidia := pool("hpc-nvidia", "hpc-nvidia", 2.5, 8)
+
+hpc_mi300 := pool("hpc-mi300", "hpc-mi300", 1.8, 4)
+
+cloud_a100 := pool("cloud-a100", "cloud-a100", 2.75, 100)
+
+spec_pools := [hpc_nvidia, hpc_mi300, cloud_a100]
+
+full(p) := object.union(p, {"capacity": {"whole": 0, "slices": {}}})
+
+# HPC saturated: both HPC pools have no free device.
+hpc_full_pools := [full(hpc_nvidia), full(hpc_mi300), cloud_a100]
+
+train(overrides) := object.union({"name": "train", "accelerator": "nvidia", "engine": "generic"}, overrides)
+
+# The decision over pools, with the shapes they name (and only those) in input.shapes.
+decide(w, pools) := d if {
+	d := placement.decision with input as {
+		"workload": w,
+		"shapes": {p.shape: shapes[p.shape] | some p in pools},
+		"pools": pools,
+	}
+}
+
+codes(v) := [r.code | some r in v.reasons]
+
+# --- the checks, from their own metadata ------------------------------------------------------------
+
+test_check_list_order if {
+	[c.name | some c in placement.check_list] == [
+		"portability", "target", "capabilities", "residency", "fallback", "partition", "capacity",
+	]
+}
+
+test_check_list_orders_increase if {
+	orders := [c.order | some c in placement.check_list]
+	orders == sort(orders)
+	count(orders) == count({o | some o in orders})
+}
+
+test_check_list_entries[name] if {
+	some c in placement.check_list
+	name := c.name
+	a := checks[name].about
+	c.title == a.title
+	c.order == a.custom.order
+	c.stage == object.get(a, ["custom", "stage"], "shape")
+	{x.code | some x in c.codes} == object.keys(a.custom.codes)
+	every x in c.codes {
+		x.kind == a.custom.codes[x.code].kind
+		x.meaning == a.custom.codes[x.code].meaning
+	}
+}
+
+test_only_capacity_is_a_pool_stage_check if {
+	[c.name | some c in placement.check_list; c.stage == "pool"] == ["capacity"]
+	placement.shape_checks == ["portability", "target", "capabilities", "residency", "fallback", "partition"]
+}
+
+test_code_metadata_is_well_formed[code] if {
+	some c in placement.check_list
+	some x in c.codes
+	code := x.code
+	x.kind in {"never", "not_now"}
+	is_string(x.meaning)
+	count(object.keys(checks[c.name].about.custom.codes[code])) == 2
+}
+
+test_codes_are_unique_across_checks if {
+	all := [x.code | some c in placement.check_list; some x in c.codes]
+	count(all) == count({x | some x in all})
+}
+
+# Only residency stops a burst by itself (a blocked burst names it).
+test_blocks_burst_declared_by_residency_only if {
+	{name | some name, a in placement.check_about; object.get(a, ["custom", "blocks_burst"], false) == true} == {"residency"}
+}
+
+# signature: exactly the union of the fields the checks, the grant, the tiers and the workload read.
+declared(kind) := {f |
+	some a in array.concat(
+		# A lookup of each package's about (iterating the packages' values would evaluate every rule
+		# under checks, the checks' test packages included).
+		[a | some name; a := checks[name].about],
+		[fractions.about, tiers.about, workload.about],
+	)
+	some f in object.get(a, ["custom", "reads", kind], [])
+}
+
+test_signature_is_the_union_of_declared_reads if {
+	placement.signature.shape == sort(declared("shape"))
+	placement.signature.workload == sort(declared("workload"))
+}
+
+test_signature_fields if {
+	placement.signature == {
+		"shape": ["accelerator", "capabilities", "fixed_profile", "model", "region", "supports_fractions", "target"],
+		"workload": [
+			"accelerator", "allow_burst", "allow_cpu_fallback", "capabilities", "count", "data_region",
+			"engine", "fraction", "residency", "target",
+		],
+	}
+}
+
+# A check is a plugin: a new package under checks is discovered from its metadata.
+zone_check := {
+	"about": {
+		"title": "Zone",
+		"custom": {
+			"order": 45,
+			"reads": {"shape": ["zone"], "workload": ["priority"]},
+			"codes": {"zone_closed": {"kind": "never", "meaning": "the zone is closed"}},
+		},
+	},
+	"deny": [{"code": "zone_closed", "kind": "never", "message": "zone closed", "details": {}}],
+}
+
+test_a_new_check_is_discovered if {
+	names := [c.name | some c in placement.check_list] with checks.zone as zone_check
+	names == ["portability", "target", "capabilities", "residency", "zone", "fallback", "partition", "capacity"]
+	sig := placement.signature with checks.zone as zone_check
+	"zone" in sig.shape
+	"priority" in sig.workload
+}
+
+test_a_new_check_denies_in_its_place if {
+	d := decide(train({}), [hpc_nvidia]) with checks.zone as zone_check
+	codes(d.verdicts["hpc-nvidia"]) == ["zone_closed"]
+	d.outcome == "rejected"
+	d.reason.code == "no_eligible_pool"
+}
+
+test_about if {
+	a := placement.about
+	a.revision == null
+	a.opa_version == opa.runtime().version
+	a.signature == placement.signature
+	a.checks == placement.check_list
+	{c.code | some c in a.other_codes} == (object.keys(workload.about.custom.codes) | object.keys(tiers.about.custom.codes)) | object.keys(placement.own_about.custom.codes)
+}
+
+# --- provenance -------------------------------------------------------------------------------------
+
+bundle(roots, revision) := {"manifest": {"revision": revision, "roots": roots}}
+
+revision_cases := {
+	"bundle owning examlops": {"bundles": {"main": bundle(["examlops", "system/authz"], "sha256:abc")}, "revision": "sha256:abc"},
+	"another bundle beside it": {
+		"bundles": {"main": bundle(["examlops"], "r1"), "other": bundle(["other"], "r2")},
+		"revision": "r1",
+	},
+	"bundle of other roots only": {"bundles": {"other": bundle(["other"], "r2")}, "revision": null},
+	"a root under examlops is not examlops": {"bundles": {"main": bundle(["examlops/hardware"], "r1")}, "revision": null},
+	"no bundles": {"bundles": {}, "revision": null},
+	"manifest without roots": {"bundles": {"main": {"manifest": {"revision": "r1"}}}, "revision": null},
+}
+
+test_revision[name] if {
+	some name, tc in revision_cases
+	placement.revision == tc.revision with data.system.bundles as tc.bundles
+	placement.confirm == {"revision": tc.revision, "opa_version": opa.runtime().version} with data.system.bundles as tc.bundles
+}
+
+test_revision_null_without_bundles if {
+	placement.revision == null
+}
+
+test_decision_and_verdicts_carry_the_revision if {
+	bundles := {"main": bundle(["examlops"], "sha256:abc")}
+	d := decide(train({}), spec_pools) with data.system.bundles as bundles
+	d.confirm.revision == "sha256:abc"
+	v := placement.verdicts with input as {"workload": train({}), "keys": ["hpc-nvidia"], "shapes": shapes}
+		with data.system.bundles as bundles
+	v.confirm.revision == "sha256:abc"
+}
+
+# --- the workload -----------------------------------------------------------------------------------
+
+burst_mode_cases := {
+	"target cloud": {"w": train({"target": "cloud"}), "mode": "cloud"},
+	"target cloud with allow_burst": {"w": train({"target": "cloud", "allow_burst": true}), "mode": "cloud"},
+	"allow_burst": {"w": train({"allow_burst": true}), "mode": "spill"},
+	"hpc with allow_burst": {"w": train({"target": "hpc", "allow_burst": true}), "mode": "spill"},
+	"neither": {"w": train({}), "mode": null},
+	"hpc": {"w": train({"target": "hpc"}), "mode": null},
+}
+
+test_burst_mode[name] if {
+	some name, tc in burst_mode_cases
+	placement.burst_mode == tc.mode with input as {"workload": tc.w}
+}
+
+rejection_cases := {
+	"portable": {"w": train({}), "code": null},
+	"sglang on amd": {"w": train({"accelerator": "amd", "engine": "sglang"}), "code": "backend_unsupported"},
+	"vllm on tpu": {"w": train({"accelerator": "tpu", "engine": "vllm"}), "code": "backend_unsupported"},
+	"first error wins": {"w": train({"accelerator": "gpu", "residency": "eu"}), "code": "accelerator_unknown"},
+	"invalid before unportable": {"w": train({"accelerator": "amd", "engine": "sglang", "fraction": 0}), "code": "fraction_invalid"},
+}
+
+code_of(null) := null
+
+code_of(r) := r.code if r != null
+
+test_rejection[name] if {
+	some name, tc in rejection_cases
+	r := placement.rejection with input as {"workload": tc.w}
+	code_of(r) == tc.code
+}
+
+# --- verdicts: the compact per-shape answer --------------------------------------------------------
+
+e8_keys := ["hpc-nvidia", "hpc-mi300", "cloud-a100"]
+
+verdicts(w, keys) := v if {
+	v := placement.verdicts with input as {"workload": w, "keys": keys, "shapes": shapes}
+}
+
+test_verdicts_compact_layout if {
+	v := verdicts(train({"accelerator": "tpu", "target": "hpc"}), e8_keys)
+	v.judged == true
+	v.rejection == null
+	v.request_rejected == null
+	v.burst_mode == null
+	v.missing == []
+	v.notes == ["requested tpu unavailable — fell back to amd", "requested tpu unavailable — fell back to nvidia"]
+
+	# [tier, note index, [[check, projection index]], grant index, blocks_burst]
+	v.shapes == {
+		"hpc-mi300": [1, 0, [], 0, false],
+		"hpc-nvidia": [1, 1, [], 2, false],
+		"cloud-a100": [3, 1, [["target", 0]], 1, false],
+	}
+
+	# checks[name][i]: the denials of projection i (projections sorted: ["cloud"] before ["hpc"]).
+	[r.code | some r in v.checks.target[0]] == ["burst_not_allowed"]
+	v.checks.target[1] == []
+	count(v.checks.portability) == 2
+	count(v.checks.capabilities) == 1
+	object.keys(v.checks) == {"portability", "target", "capabilities", "residency", "fallback", "partition"}
+
+	# grants[i] = [grant, shortfall reason], projections sorted.
+	[g.devices | some [g, _] in v.grants] == [1, 1, 1]
+	[sf.message | some [_, sf] in v.grants] == [
+		"needs 1 whole amd device(s) with nothing on them, more than are free",
+		"needs 1 whole nvidia device(s) with nothing on them, more than are free",
+		"needs 1 whole nvidia device(s) with nothing on them, more than are free",
+	]
+
+	v.preferences == [[3, 1, {
+		"code": "burst_not_needed",
+		"kind": "preference",
+		"message": "an HPC pool can take this workload; bursting to cloud is not needed",
+		"details": {"tier": 3, "selected_tier": 1},
+	}]]
+	v.confirm == placement.confirm
+}
+
+test_verdicts_judge_every_key if {
+	keys := ["hpc-nvidia", "hpc-mi300", "cloud-a100", "hpc-h100", "cloud-frankfurt", "cloud-mars"]
+	v := verdicts(train({}), keys)
+	object.keys(v.shapes) == {k | some k in keys}
+	v.missing == []
+}
+
+test_verdicts_list_missing_keys_sorted if {
+	v := verdicts(train({}), ["zz-unknown", "hpc-nvidia", "aa-unknown"])
+	v.missing == ["aa-unknown", "zz-unknown"]
+	object.keys(v.shapes) == {"hpc-nvidia"}
+}
+
+test_verdicts_read_shapes_from_fleet_data if {
+	v := placement.verdicts with input as {"workload": train({}), "keys": ["hpc-nvidia", "cloud-a100", "nope"]}
+		with data.examlops_fleet.shapes as shapes
+	object.keys(v.shapes) == {"hpc-nvidia", "cloud-a100"}
+	v.missing == ["nope"]
+}
+
+test_input_shapes_win_over_fleet_data if {
+	v := placement.verdicts with input as {"workload": train({}), "keys": ["k"], "shapes": {"k": shapes["hpc-nvidia"]}}
+		with data.examlops_fleet.shapes as {"k": shapes["cloud-a100"]}
+	v.shapes.k[0] == 0
+}
+
+test_verdicts_without_keys_judge_every_input_shape if {
+	v := placement.verdicts with input as {"workload": train({}), "shapes": {"a": shapes["hpc-nvidia"], "b": shapes["hpc-mi300"]}}
+	object.keys(v.shapes) == {"a", "b"}
+}
+
+test_verdicts_of_no_keys if {
+	v := verdicts(train({}), [])
+	v.shapes == {}
+	v.grants == []
+	v.missing == []
+	every _, rows in v.checks {
+		rows == []
+	}
+}
+
+test_invalid_workload_is_not_judged if {
+	v := verdicts(train({"fraction": 0, "residency": "eu"}), e8_keys)
+	v.judged == false
+	v.rejection.code == "residency_unknown"
+	v.shapes == {}
+	v.checks == {}
+	v.grants == []
+	v.notes == []
+	v.preferences == []
+	v.request_rejected == null
+	v.missing == []
+}
+
+test_rejected_request_is_judged_and_says_so if {
+	v := verdicts(train({"accelerator": "amd", "engine": "sglang"}), e8_keys)
+	v.judged == true
+	v.rejection.code == "backend_unsupported"
+	v.request_rejected.code == "request_rejected"
+	v.request_rejected.message == "the workload as asked is rejected: engine 'sglang' cannot run on amd (needs backend rocm; supports ('cuda',))"
+	object.keys(v.shapes) == {"hpc-nvidia", "hpc-mi300", "cloud-a100"}
+}
+
+test_verdicts_blocks_burst_for_residency_alone if {
+	v := verdicts(train({"target": "cloud", "residency": "eu-only"}), ["cloud-a100", "cloud-frankfurt", "hpc-nvidia", "cloud-mars"])
+	v.burst_mode == "cloud"
+	v.shapes["cloud-a100"][4] == true
+	v.shapes["cloud-mars"][4] == true
+	v.shapes["cloud-frankfurt"][2] == []
+	v.shapes["cloud-frankfurt"][4] == false
+
+	# An HPC pool is no burst: its denial never blocks one.
+	v.shapes["hpc-nvidia"][4] == false
+	[c | some [c, _] in v.shapes["hpc-nvidia"][2]] == ["target"]
+}
+
+test_a_cloud_pool_denied_by_more_than_residency_blocks_no_burst if {
+	v := verdicts(train({"residency": "eu-only", "capabilities": ["fp8"], "target": "cloud"}), ["cloud-a100"])
+	[c | some [c, _] in v.shapes["cloud-a100"][2]] == ["capabilities", "residency"]
+	v.shapes["cloud-a100"][4] == false
+}
+
+# Each check runs once per distinct projection of the shapes onto the fields it declares.
+test_checks_run_once_per_distinct_projection if {
+	v := verdicts(train({}), ["hpc-nvidia", "hpc-h100", "hpc-t4", "hpc-h100-1g", "cloud-a100", "cloud-london"])
+	count(v.checks.portability) == 1 # all nvidia
+	count(v.checks.target) == 2 # hpc, cloud
+	count(v.checks.residency) == 3 # eu/hpc, us/cloud, eu-west-2/cloud
+	count(v.checks.capabilities) == 3 # models null, h100, t4
+	count(v.checks.partition) == 4 # [nvidia, null|h100|t4, null] and [nvidia, h100, 1g.10gb]
+	count(v.grants) == 5
+}
+
+# A check sees only the fields it declares: a field no check reads changes nothing.
+test_undeclared_shape_fields_change_nothing if {
+	w := train({"capabilities": ["fp8"]})
+	plain := placement.verdicts with input as {"workload": w, "keys": ["k"], "shapes": {"k": shapes["hpc-h100"]}}
+	extra := placement.verdicts with input as {
+		"workload": w, "keys": ["k"],
+		"shapes": {"k": object.union(shapes["hpc-h100"], {"label": "x", "zone": "b", "count": 99})},
+	}
+	plain == extra
+}
+
+test_preferences_over_present_tiers if {
+	v := verdicts(train({"allow_burst": true}), ["hpc-nvidia", "hpc-mi300", "cloud-a100", "cloud-amd"])
+	[[t, sel, r.code] | some [t, sel, r] in v.preferences] == [
+		[1, 0, "fallback_not_needed"],
+		[2, 0, "burst_not_needed"],
+		[2, 1, "burst_not_needed"],
+		[3, 0, "burst_not_needed"],
+		[3, 1, "burst_not_needed"],
+		[3, 2, "fallback_not_needed"],
+	]
+}
+
+# A note index of the compact answer: -1 for none.
+note_at(_, -1) := null
+
+note_at(notes, i) := notes[i] if i >= 0
+
+# The compact answer and the reference decision agree pool by pool.
+test_verdicts_agree_with_decision if {
+	w := train({"accelerator": "tpu", "allow_burst": true, "residency": "eu-only"})
+	pools := [hpc_nvidia, hpc_mi300, cloud_a100, pool("cloud-frankfurt", "cloud-frankfurt", 3, 1)]
+	d := decide(w, pools)
+	v := verdicts(w, [p.shape | some p in pools])
+	every p in pools {
+		row := v.shapes[p.shape]
+		pv := d.verdicts[p.name]
+		pv.tier == row[0]
+		pv.note == note_at(v.notes, row[1])
+		pv.grant == v.grants[row[3]][0]
+		pv.blocks_burst == row[4]
+		[r | some [name, i] in row[2]; some r in v.checks[name][i]] == pv.denials
+	}
+}
+
+# --- the reference decision: the E8 specification's scenarios -------------------------------------
+
+test_e8_amd_vllm_hpc_places_on_mi300_tier_0 if {
+	d := decide(train({"accelerator": "amd", "engine": "vllm", "target": "hpc"}), spec_pools)
+	d.outcome == "placed"
+	d.pool == "hpc-mi300"
+	d.rejection == null
+	d.reason == null
+	d.selected_tier == 0
+	d.eligible == ["hpc-mi300"]
+	d.burst == {"attempted": false}
+	v := d.verdicts["hpc-mi300"]
+	v.eligible == true
+	v.admissible == true
+	v.tier == 0
+	v.fallback == false
+	v.burst == false
+	v.note == null
+	v.reasons == []
+	v.grant_cost_per_hour == 1.8
+}
+
+test_e8_amd_vllm_hpc_other_pools_are_told_why if {
+	d := decide(train({"accelerator": "amd", "engine": "vllm", "target": "hpc"}), spec_pools)
+	d.verdicts["hpc-nvidia"].admissible == true
+	d.verdicts["hpc-nvidia"].eligible == false
+	codes(d.verdicts["hpc-nvidia"]) == ["fallback_not_needed"]
+	d.verdicts["hpc-nvidia"].reasons[0].message == "a pool of the requested accelerator amd is available"
+	d.verdicts["cloud-a100"].admissible == false
+	codes(d.verdicts["cloud-a100"]) == ["burst_not_allowed"]
+}
+
+sglang_on_amd := "engine 'sglang' cannot run on amd (needs backend rocm; supports ('cuda',))"
+
+test_e8_sglang_on_amd_is_rejected if {
+	d := decide(train({"accelerator": "amd", "engine": "sglang"}), spec_pools)
+	d.outcome == "rejected"
+	d.pool == null
+	d.rejection.code == "backend_unsupported"
+	d.rejection.message == sglang_on_amd
+	d.reason == {"code": "backend_unsupported", "message": sglang_on_amd}
+	d.eligible == []
+	d.selected_tier == null
+	d.burst == {"attempted": false}
+	object.keys(d.verdicts) == {"hpc-nvidia", "hpc-mi300", "cloud-a100"}
+	every _, v in d.verdicts {
+		v.eligible == false
+	}
+}
+
+# Every pool is told: what denies it, or, where it is admissible, that the request was rejected.
+test_e8_sglang_on_amd_every_pool_told if {
+	d := decide(train({"accelerator": "amd", "engine": "sglang"}), spec_pools)
+	codes(d.verdicts["hpc-mi300"]) == ["backend_unsupported"]
+	codes(d.verdicts["cloud-a100"]) == ["burst_not_allowed"]
+	d.verdicts["hpc-nvidia"].admissible == true
+	codes(d.verdicts["hpc-nvidia"]) == ["request_rejected"]
+	d.verdicts["hpc-nvidia"].reasons[0].message == sprintf("the workload as asked is rejected: %s", [sglang_on_amd])
+}
+
+test_e8_tpu_generic_hpc_falls_back_to_the_cheapest_grant if {
+	d := decide(train({"accelerator": "tpu", "target": "hpc"}), spec_pools)
+	d.outcome == "placed"
+	d.pool == "hpc-mi300"
+	d.selected_tier == 1
+	d.eligible == ["hpc-mi300", "hpc-nvidia"]
+	d.verdicts["hpc-mi300"].fallback == true
+	d.verdicts["hpc-mi300"].grant_cost_per_hour == 1.8
+	d.verdicts["hpc-nvidia"].grant_cost_per_hour == 2.5
+	d.verdicts["hpc-mi300"].note == "requested tpu unavailable — fell back to amd"
+	d.verdicts["hpc-nvidia"].note == "requested tpu unavailable — fell back to nvidia"
+	d.verdicts["hpc-nvidia"].reasons == []
+	d.verdicts["cloud-a100"].eligible == false
+	d.verdicts["cloud-a100"].tier == 3
+	d.burst == {"attempted": false}
+}
+
+eu_only_to_us := "data-residency eu-only forbids egress to region 'us'"
+
+test_e8_burst_eu_only_is_blocked if {
+	d := decide(train({"target": "cloud", "residency": "eu-only", "allow_burst": true}), spec_pools)
+	d.outcome == "blocked"
+	d.pool == null
+	d.rejection == null
+	d.eligible == []
+	d.selected_tier == null
+	d.burst.attempted == true
+	d.burst.verdict == "blocked"
+	d.burst.pool == "cloud-a100"
+	d.burst.reason.code == "residency_forbids"
+	d.burst.reason.message == eu_only_to_us
+	d.reason == {"code": "residency_forbids", "message": eu_only_to_us}
+	codes(d.verdicts["hpc-nvidia"]) == ["target_mismatch"]
+	codes(d.verdicts["cloud-a100"]) == ["residency_forbids"]
+	d.verdicts["cloud-a100"].blocks_burst == true
+}
+
+test_e8_open_burst_is_allowed if {
+	d := decide(train({"target": "cloud", "allow_burst": true}), spec_pools)
+	d.outcome == "placed"
+	d.pool == "cloud-a100"
+	d.burst == {"attempted": true, "verdict": "allowed", "pool": null, "reason": null}
+	d.selected_tier == 2
+	d.eligible == ["cloud-a100"]
+	d.verdicts["cloud-a100"].burst == true
+	d.verdicts["cloud-a100"].fallback == false
+	codes(d.verdicts["hpc-nvidia"]) == ["target_mismatch"]
+}
+
+test_e8_hpc_full_with_allow_burst_bursts if {
+	d := decide(train({"allow_burst": true}), hpc_full_pools)
+	d.outcome == "placed"
+	d.pool == "cloud-a100"
+	d.burst.attempted == true
+	d.burst.verdict == "allowed"
+	d.selected_tier == 2
+	codes(d.verdicts["hpc-nvidia"]) == ["capacity_exhausted"]
+	d.verdicts["hpc-nvidia"].reasons[0].kind == "not_now"
+	d.verdicts["hpc-nvidia"].fits == false
+	codes(d.verdicts["hpc-mi300"]) == ["capacity_exhausted"]
+}
+
+test_e8_hpc_target_full_with_allow_burst_spills_to_cloud if {
+	d := decide(train({"target": "hpc", "allow_burst": true}), hpc_full_pools)
+	d.burst.verdict == "allowed"
+	d.pool == "cloud-a100"
+}
+
+test_e8_hpc_full_with_allow_burst_eu_only_is_blocked if {
+	d := decide(train({"allow_burst": true, "residency": "eu-only"}), hpc_full_pools)
+	d.outcome == "blocked"
+	d.burst.verdict == "blocked"
+	d.burst.pool == "cloud-a100"
+	d.burst.reason.message == eu_only_to_us
+}
+
+test_e8_no_egress_with_hpc_full_is_blocked if {
+	d := decide(train({"allow_burst": true, "residency": "no-egress"}), hpc_full_pools)
+	d.outcome == "blocked"
+	d.burst.attempted == true
+	d.burst.verdict == "blocked"
+	d.burst.pool == "cloud-a100"
+	d.burst.reason.code == "residency_forbids"
+	d.burst.reason.message == "data-residency no-egress forbids egress to cloud region 'us' (US): outside the EU; no data_region given, so EU HPC pools only"
+}
+
+# no-egress never goes to cloud, even an EU one.
+test_no_egress_with_hpc_full_is_blocked_by_an_eu_cloud_too if {
+	d := decide(train({"allow_burst": true, "residency": "no-egress"}), [full(hpc_nvidia), pool("cloud-frankfurt", "cloud-frankfurt", 3, 10)])
+	d.burst.verdict == "blocked"
+	d.burst.pool == "cloud-frankfurt"
+	d.burst.reason.details.rule == "hpc"
+}
+
+test_e8_capacity_shortfall_is_no_capacity if {
+	d := decide(train({}), hpc_full_pools)
+	d.outcome == "rejected"
+	d.rejection == null
+	d.burst == {"attempted": false}
+	d.eligible == []
+	d.selected_tier == null
+	d.reason == {
+		"code": "no_capacity",
+		"message": "no pool has free capacity for train (3 checked: burst_not_allowed on 1 pool, capacity_exhausted on 2 pools)",
+	}
+	codes(d.verdicts["cloud-a100"]) == ["burst_not_allowed"]
+}
+
+# --- cheapest grant, ties ----------------------------------------------------------------------------
+
+# A 0.25 request: a 2g slice of an H100 at 2.0/h (2/7 x 2.0 = 0.571) beats a whole T4 at 1.50/h.
+test_cheapest_grant_wins_not_cheapest_pool if {
+	h100 := {"name": "hpc-h100", "shape": "hpc-h100", "cost_per_hour": 2.0, "capacity": {"whole": 0, "slices": {"2g.20gb": 1}}}
+	t4 := pool("hpc-t4", "hpc-t4", 1.5, 1)
+	d := decide(train({"fraction": 0.25}), [t4, h100])
+	d.pool == "hpc-h100"
+	d.eligible == ["hpc-h100", "hpc-t4"]
+	d.verdicts["hpc-h100"].grant.profile == "2g.20gb"
+	abs(d.verdicts["hpc-h100"].grant_cost_per_hour - ((2 / 7) * 2.0)) < 0.000000001
+	d.verdicts["hpc-h100"].grant_cost_per_hour < 0.572
+	d.verdicts["hpc-t4"].grant.honored == false
+	d.verdicts["hpc-t4"].grant.note == "fraction 0.25 not honored (nvidia model 't4' has no isolated partitioning) — whole device allocated"
+	d.verdicts["hpc-t4"].grant_cost_per_hour == 1.5
+}
+
+test_ties_broken_by_name if {
+	d := decide(train({}), [pool("b-pool", "hpc-nvidia", 2, 1), pool("a-pool", "hpc-nvidia", 2, 1), pool("c-pool", "hpc-nvidia", 2, 1)])
+	d.pool == "a-pool"
+	d.eligible == ["a-pool", "b-pool", "c-pool"]
+}
+
+test_better_tier_beats_cheaper_price if {
+	d := decide(train({"allow_burst": true}), [pool("hpc", "hpc-nvidia", 9, 1), pool("hpc-amd", "hpc-mi300", 1, 1), pool("cloud", "cloud-a100", 0.5, 1)])
+	d.pool == "hpc"
+	d.selected_tier == 0
+	codes(d.verdicts["hpc-amd"]) == ["fallback_not_needed"]
+	codes(d.verdicts.cloud) == ["burst_not_needed"]
+}
+
+# Two pools of one shape share its verdict and differ only in capacity and price.
+test_pools_of_one_shape_differ_in_capacity_only if {
+	d := decide(train({"accelerator": "amd", "engine": "vllm"}), [pool("mi300-a", "hpc-mi300", 1.8, 4), pool("mi300-b", "hpc-mi300", 1.0, 0)])
+	d.pool == "mi300-a"
+	codes(d.verdicts["mi300-b"]) == ["capacity_exhausted"]
+	d.verdicts["mi300-b"].tier == d.verdicts["mi300-a"].tier
+}
+
+# --- more decisions ------------------------------------------------------------------------------------
+
+test_eu_only_burst_to_an_eu_cloud_is_allowed if {
+	d := decide(train({"target": "cloud", "residency": "eu-only"}), [hpc_nvidia, cloud_a100, pool("cloud-frankfurt", "cloud-frankfurt", 3, 10)])
+	d.burst.verdict == "allowed"
+	d.pool == "cloud-frankfurt"
+	d.eligible == ["cloud-frankfurt"]
+	codes(d.verdicts["cloud-a100"]) == ["residency_forbids"]
+}
+
+test_blocked_burst_names_the_cheapest_blocked_cloud_pool if {
+	pools := [cloud_a100, pool("cloud-london", "cloud-london", 2, 10), pool("cloud-cheap", "cloud-virginia", 1, 10)]
+	d := decide(train({"target": "cloud", "residency": "eu-only"}), pools)
+	d.burst.verdict == "blocked"
+	d.burst.pool == "cloud-cheap"
+	d.burst.reason.message == "data-residency eu-only forbids egress to region 'us-east-1'"
+	codes(d.verdicts["cloud-london"]) == ["residency_forbids"]
+}
+
+# A cloud pool with no room does not block a burst: it could not have taken it anyway.
+test_burst_unavailable_when_the_blocked_cloud_is_full if {
+	d := decide(train({"target": "cloud", "residency": "eu-only"}), [hpc_nvidia, full(cloud_a100)])
+	d.burst == {"attempted": true, "verdict": "unavailable", "pool": null, "reason": null}
+	d.outcome == "rejected"
+	codes(d.verdicts["cloud-a100"]) == ["residency_forbids", "capacity_exhausted"]
+}
+
+test_burst_unavailable_when_cloud_is_full if {
+	d := decide(train({"target": "cloud"}), [hpc_nvidia, full(cloud_a100)])
+	d.burst == {"attempted": true, "verdict": "unavailable", "pool": null, "reason": null}
+	d.outcome == "rejected"
+	d.reason.code == "no_capacity"
+	d.reason.message == "no pool has free capacity for train (2 checked: capacity_exhausted on 1 pool, target_mismatch on 1 pool)"
+}
+
+test_blocked_burst_to_an_unknown_region if {
+	d := decide(train({"target": "cloud"}), [pool("cloud-mars", "cloud-mars", 1, 10)])
+	d.outcome == "blocked"
+	d.burst.verdict == "blocked"
+	d.burst.pool == "cloud-mars"
+	d.burst.reason.code == "region_unknown"
+	d.reason.message == "region 'mars-1' has no known jurisdiction (not in the regions table)"
+}
+
+test_hpc_full_without_allow_burst_does_not_burst if {
+	d := decide(train({}), hpc_full_pools)
+	d.burst == {"attempted": false}
+	codes(d.verdicts["cloud-a100"]) == ["burst_not_allowed"]
+}
+
+test_hpc_available_with_allow_burst_does_not_burst if {
+	d := decide(train({"allow_burst": true}), spec_pools)
+	d.burst == {"attempted": false}
+	d.pool == "hpc-nvidia"
+	codes(d.verdicts["hpc-mi300"]) == ["fallback_not_needed"]
+	d.verdicts["hpc-mi300"].reasons[0].message == "a pool of the requested accelerator nvidia is available"
+	codes(d.verdicts["cloud-a100"]) == ["burst_not_needed"]
+	d.verdicts["cloud-a100"].admissible == true
+	d.verdicts["cloud-a100"].eligible == false
+}
+
+# An HPC stand-in wins over the requested accelerator in cloud (HPC first).
+test_hpc_fallback_beats_cloud_of_the_requested_accelerator if {
+	d := decide(train({"accelerator": "amd", "engine": "vllm", "allow_burst": true}), [hpc_nvidia, pool("cloud-amd", "cloud-amd", 1, 10)])
+	d.pool == "hpc-nvidia"
+	d.selected_tier == 1
+	d.burst == {"attempted": false}
+	codes(d.verdicts["cloud-amd"]) == ["burst_not_needed"]
+}
+
+test_data_region_keeps_no_egress_in_its_country if {
+	w := train({"residency": "no-egress", "data_region": "it-bologna"})
+	d := decide(w, [pool("hpc-eu", "hpc-nvidia", 1, 1), pool("hpc-lugano", "hpc-lugano", 0.5, 1)])
+	d.outcome == "rejected"
+	d.reason.code == "no_eligible_pool"
+	d.reason.message == "no pool is eligible for train (2 checked: residency_forbids on 2 pools)"
+	d.verdicts["hpc-eu"].reasons[0].details.rule == "jurisdiction"
+	d.verdicts["hpc-lugano"].reasons[0].details.rule == "eu"
+}
+
+test_cpu_stands_in_only_when_allowed if {
+	pools := [pool("hpc-cpu", "hpc-cpu", 0.1, 10)]
+	d := decide(train({}), pools)
+	codes(d.verdicts["hpc-cpu"]) == ["fallback_not_allowed"]
+	d2 := decide(train({"allow_cpu_fallback": true}), pools)
+	d2.pool == "hpc-cpu"
+	d2.verdicts["hpc-cpu"].note == "requested nvidia unavailable — fell back to cpu"
+}
+
+test_invalid_workload_is_rejected_with_no_verdicts if {
+	d := decide(train({"fraction": 0}), spec_pools)
+	d.outcome == "rejected"
+	d.rejection.code == "fraction_invalid"
+	d.reason == {"code": "fraction_invalid", "message": "fraction 0 must be a number greater than 0 and at most 1"}
+	d.verdicts == {}
+	d.eligible == []
+	d.selected_tier == null
+	d.pool == null
+	d.burst == {"attempted": false}
+}
+
+test_first_error_is_the_rejection if {
+	d := decide(train({"accelerator": "gpu", "residency": "eu"}), spec_pools)
+	d.rejection.code == "accelerator_unknown"
+	errs := placement.errors with input as {"workload": train({"accelerator": "gpu", "residency": "eu"})}
+	[e.code | some e in errs] == ["accelerator_unknown", "residency_unknown"]
+}
+
+test_decision_carries_the_normalized_workload if {
+	d := decide(train({}), spec_pools)
+	d.workload == {
+		"name": "train",
+		"accelerator": "nvidia",
+		"engine": "generic",
+		"capabilities": [],
+		"target": "any",
+		"fraction": 1,
+		"count": 1,
+		"residency": "open",
+		"allow_burst": false,
+		"data_region": null,
+		"allow_cpu_fallback": false,
+	}
+}
+
+test_capability_from_model_selects_pool if {
+	d := decide(train({"capabilities": ["fp8"]}), [hpc_nvidia, pool("hpc-h100", "hpc-h100", 3, 1)])
+	d.pool == "hpc-h100"
+	codes(d.verdicts["hpc-nvidia"]) == ["capability_missing"]
+}
+
+# The grant is what capacity checks: a half of a vendor-level MIG pool is a 4g slice.
+test_fraction_grant_is_what_capacity_checks if {
+	half := train({"fraction": 0.5})
+	no_room := {"name": "hpc-nvidia", "shape": "hpc-nvidia", "cost_per_hour": 2.5, "capacity": {"whole": 8, "slices": {"4g": 0, "3g": 2}}}
+	d := decide(half, [no_room])
+	d.verdicts["hpc-nvidia"].grant.profile == "4g"
+	codes(d.verdicts["hpc-nvidia"]) == ["slice_unavailable"]
+	d.verdicts["hpc-nvidia"].reasons[0].message == "no nvidia in the pool has room for a 4g beside the slices it holds"
+	d.reason.code == "no_capacity"
+	room := object.union(no_room, {"capacity": {"whole": 0, "slices": {"4g": 1}}})
+	d2 := decide(half, [room])
+	d2.pool == "hpc-nvidia"
+	abs(d2.verdicts["hpc-nvidia"].grant_cost_per_hour - ((4 / 7) * 2.5)) < 0.000000001
+}
+
+test_fraction_not_honored_needs_a_whole_device if {
+	d := decide(train({"fraction": 0.5, "accelerator": "amd"}), [full(hpc_mi300)])
+	d.verdicts["hpc-mi300"].grant.honored == false
+	d.verdicts["hpc-mi300"].grant.why == "amd has no isolated partitioning"
+	codes(d.verdicts["hpc-mi300"]) == ["capacity_exhausted"]
+}
+
+test_fixed_slices_through_the_decision if {
+	slices := {"name": "hpc-h100-1g", "shape": "hpc-h100-1g", "cost_per_hour": 7, "capacity": {"slices": {"1g.10gb": 2}}}
+	d := decide(train({"fraction": 0.1}), [slices])
+	d.pool == "hpc-h100-1g"
+	d.verdicts["hpc-h100-1g"].grant.profile == "1g.10gb"
+	d.verdicts["hpc-h100-1g"].grant_cost_per_hour == 1
+	d2 := decide(train({"fraction": 0.1}), [object.union(slices, {"capacity": {"slices": {"1g.10gb": 0}}})])
+	[r.message | some r in d2.verdicts["hpc-h100-1g"].reasons] == ["needs 1 free 1g.10gb slice(s), more than are free"]
+	d3 := decide(train({"fraction": 0.5}), [slices])
+	codes(d3.verdicts["hpc-h100-1g"]) == ["slice_too_small"]
+}
+
+test_a_pool_without_capacity_has_none if {
+	d := decide(train({}), [object.remove(hpc_nvidia, ["capacity"])])
+	codes(d.verdicts["hpc-nvidia"]) == ["capacity_exhausted"]
+	d.verdicts["hpc-nvidia"].fits == false
+}
+
+test_all_denials_are_listed_in_check_order if {
+	bad := {"name": "bad", "shape": "cloud-amd", "cost_per_hour": 1, "capacity": {"whole": 0}}
+	d := decide(train({"engine": "sglang", "capabilities": ["fp8"], "residency": "eu-only"}), [bad])
+	codes(d.verdicts.bad) == ["backend_unsupported", "burst_not_allowed", "capability_missing", "residency_forbids", "capacity_exhausted"]
+	d.verdicts.bad.admissible == false
+	d.reason.code == "no_eligible_pool"
+}
+
+test_no_pools if {
+	d := decide(train({}), [])
+	d.outcome == "rejected"
+	d.rejection == null
+	d.verdicts == {}
+	d.eligible == []
+	d.selected_tier == null
+	d.reason == {"code": "no_pools", "message": "no pools are registered"}
+}
+
+test_no_eligible_pool_summary if {
+	d := decide(train({"capabilities": ["nvlink"]}), spec_pools)
+	d.reason == {
+		"code": "no_eligible_pool",
+		"message": "no pool is eligible for train (3 checked: burst_not_allowed on 1 pool, capability_missing on 3 pools)",
+	}
+}
+
+# Without input.shapes the decision reads the pools' shapes from the fleet's data.
+test_decision_reads_shapes_from_fleet_data if {
+	d := placement.decision with input as {"workload": train({"accelerator": "tpu"}), "pools": spec_pools}
+		with data.examlops_fleet.shapes as shapes
+	d.pool == "hpc-mi300"
+	object.keys(d.verdicts) == {"hpc-nvidia", "hpc-mi300", "cloud-a100"}
+	placement.keys == {"hpc-nvidia", "hpc-mi300", "cloud-a100"} with input as {"workload": train({}), "pools": spec_pools}
+}
+
+test_verdict_fields if {
+	d := decide(train({}), [hpc_nvidia])
+	object.keys(d.verdicts["hpc-nvidia"]) == {
+		"pool", "tier", "denials", "fits", "grant", "grant_cost_per_hour", "cost_per_hour", "fallback",
+		"burst", "note", "blocks_burst", "reasons", "admissible", "eligible",
+	}
+	object.keys(d) == {"workload", "outcome", "pool", "selected_tier", "eligible", "burst", "reason", "rejection", "verdicts", "confirm"}
+}
+
+# With overridden tables the same scenario changes: sglang learns ROCm, so AMD is no longer rejected.
+test_engine_table_override_lifts_the_rejection if {
+	d := decide(train({"accelerator": "amd", "engine": "sglang"}), spec_pools) with data.examlops.tables.engines.sglang as {"backends": ["cuda", "rocm"]}
+	d.rejection == null
+	d.pool == "hpc-mi300"
+}
+
+test_member_state_override_allows_burst_to_us if {
+	d := decide(train({"target": "cloud", "residency": "eu-only"}), spec_pools)
+		with data.examlops.tables.regions.us as {"country": "US"}
+		with data.examlops.tables.eu_member_states as ["US"]
+	d.burst.verdict == "allowed"
+	d.pool == "cloud-a100"
+}
+
+test_plural if {
+	placement.plural(1, "pool", "pools") == "1 pool"
+	placement.plural(0, "pool", "pools") == "0 pools"
+	placement.plural(3, "pool", "pools") == "3 pools"
+}
+
+# --- policy bugs found while writing these tests --------------------------------------------------
+
+# Regression (placement.rego, pool_verdicts / decision): a pool whose shape key has no shape (neither in
+# input.shapes nor in data.examlops_fleet.shapes) gets no verdict at all: it is dropped from
+# decision.verdicts and from the "N checked" count, silently, and the decision is made as if the
+# pool did not exist (the verdicts entry point reports such keys in `missing`; decision does not).
+# Input: pools [hpc-nvidia (shape known, 2.5/h), ghost (shape "no-such-shape", 0.1/h)].
+# Expected: every pool of input.pools has a verdict (e.g. denied as having no shape), or the
+# decision reports the missing shapes. It once dropped the pool.
+test_decision_gives_every_pool_a_verdict if {
+	ghost := pool("ghost", "no-such-shape", 0.1, 10)
+	d := placement.decision with input as {
+		"workload": train({}),
+		"shapes": {"hpc-nvidia": shapes["hpc-nvidia"]},
+		"pools": [hpc_nvidia, ghost],
+	}
+	object.keys(d.verdicts) == {"hpc-nvidia", "ghost"}
+}
+
+# Regression (placement.rego, summary / result_reason): the no-capacity / no-eligible-pool summary is
+# worded with w.name, but the workload package does not require a name. Without one, summary is
+# undefined and a rejected decision carries reason null.
+# Input: workload {"accelerator": "nvidia", "engine": "generic"} (no name), HPC pools full.
+# Expected: outcome "rejected" with reason {code: "no_capacity", ...} (or the workload rejected
+# for lacking a name). It once had reason null.
+test_rejected_decision_without_workload_name_has_a_reason if {
+	d := decide({"accelerator": "nvidia", "engine": "generic"}, hpc_full_pools)
+	d.outcome == "rejected"
+	d.reason != null
+}
