@@ -395,7 +395,7 @@ test_count_invalid_metadata_is_well_formed if {
 }
 
 test_other_codes_metadata_is_well_formed[code] if {
-	# count_invalid: see the BUG test above.
+	# count_invalid: see the regression test above.
 	some code, c in object.remove(workload.about.custom.codes, ["count_invalid"])
 	object.keys(c) == {"kind", "meaning"}
 	is_string(c.meaning)
