@@ -41,6 +41,8 @@ class Pool:
     pue: float | None = None
     partition: str | None = None
     gres_type: str | None = None
+    spot: bool = False
+    price_source: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "capabilities", tuple(sorted(set(self.capabilities))))
