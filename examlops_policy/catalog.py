@@ -16,7 +16,7 @@ Seeweb files have no ``AvailabilityZone``). Leading ``# key: value`` lines are s
 **Refused** (``SpecError`` naming the file, the line and what was expected; nothing is returned):
 a file over ``MAX_CATALOG_BYTES``, not UTF-8, without a required column or with a repeated one,
 a row with the wrong number of fields, a price or count that is not a finite number, a negative
-price, an accelerator count below 1.
+price, an accelerator count of 0 or less.
 
 **Skipped with a note** (real catalogs have them): rows without an accelerator (CPU instances,
 GCP host VMs), an empty on-demand or spot price, a zero price, a fractional accelerator count, a
@@ -312,9 +312,9 @@ class _Reader:
         if name:
             if count is None:
                 raise SpecError(f"AcceleratorCount is empty for accelerator {_shown(name)}", source=self.source, field=f"line {line}, AcceleratorCount")
-            if count < 1:
+            if count <= 0:
                 raise SpecError(
-                    f"AcceleratorCount must be at least 1 for accelerator {_shown(name)} (got {count:g})",
+                    f"AcceleratorCount must be more than 0 for accelerator {_shown(name)} (got {count:g})",
                     source=self.source,
                     field=f"line {line}, AcceleratorCount",
                 )
