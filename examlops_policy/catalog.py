@@ -574,7 +574,7 @@ class ImportOptions:
 
 
 @dataclass(frozen=True)
-class PoolChange:
+class ImportChange:
     """What the import does to one pool; ``after`` is what would be registered (None: nothing)."""
 
     kind: ChangeKind
@@ -596,7 +596,7 @@ class ImportPlan:
     catalog: Catalog
     options: ImportOptions
     offers: tuple[Offer, ...]  # after the filters
-    changes: tuple[PoolChange, ...]
+    changes: tuple[ImportChange, ...]
 
     def summary(self) -> dict[str, int]:
         """How many pools of each kind, every kind present (zero included), in a fixed order."""
@@ -738,10 +738,10 @@ def plan_import(
     return ImportPlan(catalog, options, offers, tuple(sorted(changes, key=lambda c: c.name)))
 
 
-def _change(name: str, offer: Offer, by_name: Mapping[str, Pool], source: str, options: ImportOptions) -> PoolChange:
+def _change(name: str, offer: Offer, by_name: Mapping[str, Pool], source: str, options: ImportOptions) -> ImportChange:
     price = offer.price_per_device_hour
     if not _POOL_NAME.match(name):
-        return PoolChange("skipped", name, offer, None, None, "the pool name would be longer than 63 characters")
+        return ImportChange("skipped", name, offer, None, None, "the pool name would be longer than 63 characters")
     before = by_name.get(name)
     if before is None:
         after = None
@@ -750,17 +750,17 @@ def _change(name: str, offer: Offer, by_name: Mapping[str, Pool], source: str, o
                 name, "cloud", offer.accelerator, options.count, offer.region,
                 cost_per_hour=price, model=offer.model, spot=offer.spot, price_source=source,
             )  # fmt: skip
-        return PoolChange("added", name, offer, None, after, None if after else "needs a count to be registered")
+        return ImportChange("added", name, offer, None, after, None if after else "needs a count to be registered")
     conflict = _shape_conflict(before, offer)
     if conflict:
-        return PoolChange("conflict", name, offer, before, None, conflict)
+        return ImportChange("conflict", name, offer, before, None, conflict)
     if before.price_source is None and not options.overwrite:
-        return PoolChange("kept", name, offer, before, None, "price set by hand; overwrite to replace it")
+        return ImportChange("kept", name, offer, before, None, "price set by hand; overwrite to replace it")
     if before.cost_per_hour == price and before.price_source == source:
-        return PoolChange("unchanged", name, offer, before, before)
+        return ImportChange("unchanged", name, offer, before, before)
     after = replace(before, cost_per_hour=price, price_source=source)
     kind: ChangeKind = "source_changed" if before.cost_per_hour == price else "price_changed"
-    return PoolChange(kind, name, offer, before, after)
+    return ImportChange(kind, name, offer, before, after)
 
 
 def apply_writes(registered: Iterable[Pool], writes: Iterable[Pool]) -> list[Pool]:

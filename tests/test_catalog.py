@@ -25,7 +25,8 @@ from examlops_policy.catalog import (
     read_catalog,
 )
 from examlops_policy.errors import PolicyError, SpecError
-from examlops_policy.model import Pool
+from examlops_policy.hardware import Hardware
+from examlops_policy.model import Placement, Pool, Workload
 from examlops_policy.specs import check_pool
 from examlops_policy.tables import Tables, load_tables
 
@@ -353,3 +354,27 @@ def test_parse_is_pure_and_names_its_source() -> None:
     text = f"# cloud: aws\n# read: 2025-01-31\n{AWS_HEADER}\n{P5},105.2024,,eu-north-1,a\n"
     catalog = parse_catalog(text, source="inline")
     assert (catalog.source, catalog.price_source) == ("inline", "skypilot:aws/vms.csv@2025-01-31")
+
+
+# --- with the real store and the real policy ---------------------------------------------------
+
+
+def test_importing_twice_through_the_sqlite_store_changes_nothing(tmp_path: Path) -> None:
+    from examlops_policy.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "state.db")
+    options = ImportOptions(count=8, spot=True)
+    first = plan_import(read_catalog(AWS), [s.pool for s in store.pool_states()], options)
+    assert {c.action for c in store.apply_pools(first.writes(), replace=True)} == {"added"}
+    again = plan_import(read_catalog(AWS), [s.pool for s in store.pool_states()], options)
+    assert again.writes() == () and again.summary()["unchanged"] == len(first.changes)
+    stored = {s.pool.name: s.pool for s in store.pool_states()}
+    assert stored["aws-h100-eu-north-1-spot"].spot and stored["aws-h100-eu-north-1-spot"].price_source == first.catalog.price_source
+
+
+def test_imported_pools_are_placed_on_by_the_policy(hardware: Hardware) -> None:
+    pools = plan_import(read_catalog(AWS), [], ImportOptions(count=8)).writes()
+    decision = hardware.what_if(Workload("train", accelerator="nvidia", capabilities=("fp8",), target="cloud", residency="eu-only"), pools)
+    assert isinstance(decision, Placement)
+    # fp8 needs H100 (models.yaml); London (eu-west-2) is not in the EU; Stockholm is.
+    assert (decision.pool, decision.cost_per_hour) == ("aws-h100-eu-north-1", 13.1503)
