@@ -53,6 +53,7 @@ import yaml
 
 from examlops_policy.errors import PolicyError, SpecError
 from examlops_policy.model import ACCELERATORS, JSONObject, JSONValue, Pool
+from examlops_policy.specs import read_text
 from examlops_policy.tables import Tables, load_tables, policy_dir
 
 # Real catalogs are far smaller (SkyPilot v7 aws/vms.csv: 2.5 MB, gcp/vms.csv: 1.6 MB); anything
@@ -537,17 +538,7 @@ def read_catalog(
 ) -> Catalog:
     """Read a catalog file (at most ``max_bytes``, UTF-8) and parse it with ``parse_catalog``."""
     source = str(path)
-    try:
-        with path.open("rb") as handle:  # never more than the limit into memory
-            raw = handle.read(max_bytes + 1)
-    except OSError as exc:
-        raise SpecError(f"cannot read file: {exc.strerror}", source=source) from exc
-    if len(raw) > max_bytes:
-        raise SpecError(f"file is larger than {max_bytes} bytes ({max_bytes // (1024 * 1024)} MiB); larger catalogs are refused", source=source)
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"not UTF-8 (byte {exc.start})", source=source) from exc
+    text = read_text(path, max_bytes).removeprefix("\ufeff")  # a spreadsheet's byte-order mark is not data
     if "\x00" in text:
         raise SpecError(f"NUL byte on line {text.count(chr(10), 0, text.index(chr(0))) + 1}: not a text catalog", source=source)
     return parse_catalog(text, source=source, cloud=cloud, snapshot=snapshot, tables=tables, mapping=mapping)
