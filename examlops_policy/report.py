@@ -25,6 +25,7 @@ from html import escape
 from typing import Final, Literal
 
 from examlops_policy.errors import SpecError
+from examlops_policy.finops import FinopsRow
 
 OUTCOMES: Final = ("placed", "rejected", "blocked")
 BURST_VERDICTS: Final = ("allowed", "blocked", "unavailable")
@@ -35,18 +36,6 @@ Outcome = Literal["placed", "rejected", "blocked"]
 
 
 # --- what the page shows -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CostCarbon:
-    """Placed work on one device type in one region."""
-
-    device: str
-    region: str
-    decisions: int
-    device_hours: float
-    cost: float
-    carbon_g: float
 
 
 @dataclass(frozen=True)
@@ -112,7 +101,7 @@ class ReportData:
     period_start: date
     period_end: date  # inclusive
     generated_at: datetime  # timezone-aware
-    cost_carbon: tuple[CostCarbon, ...]  # by device, then region
+    cost_carbon: tuple[FinopsRow, ...]  # by device, then region (as finops.totals gives them)
     days: tuple[DayOutcomes, ...]  # every day of the period, in order
     bursts: tuple[BurstCounts, ...]  # by residency
     top_workloads: tuple[WorkloadCost, ...]  # most expensive first
@@ -248,7 +237,7 @@ def report_from_rows(
         verdicts.setdefault(str(residency), dict.fromkeys(BURST_VERDICTS, 0))[str(verdict)] += 1
 
     cost_carbon = tuple(
-        CostCarbon(device, region, int(g[0]), round(g[1], 6), round(g[2], 6), round(g[3], 6)) for (device, region), g in sorted(groups.items())
+        FinopsRow(device, region, int(g[0]), round(g[1], 6), round(g[2], 6), round(g[3], 6)) for (device, region), g in sorted(groups.items())
     )
     ranked = sorted(workloads.items(), key=lambda item: (-item[1][1], -item[1][2], item[0]))
     return ReportData(
