@@ -400,6 +400,59 @@ def _region_problem(region: str, cloud: str, tables: Tables) -> str | None:
     return None
 
 
+def _read_rows(body: str, offset: int, source: str) -> tuple[_Reader, list[_Row]]:
+    """The header and the rows of the CSV ``body`` (which starts on line ``offset + 1``)."""
+    reader: _Reader | None = None
+    rows: list[_Row] = []
+    records = csv.reader(body.splitlines(keepends=True), strict=True)
+    try:
+        for record in records:
+            line = offset + records.line_num
+            if not record or all(not f.strip() for f in record):
+                continue
+            if reader is None:
+                reader = _Reader(source, record, line)
+                continue
+            rows.append(reader.row(record, line))
+    except csv.Error as exc:
+        raise SpecError(f"malformed CSV: {exc}", source=source, field=f"line {offset + records.line_num}") from exc
+    if reader is None:
+        raise SpecError(f"no header line; expected a SkyPilot vms.csv header naming {', '.join(REQUIRED_COLUMNS)}", source=source)
+    return reader, rows
+
+
+def _instance_prices(
+    row: _Row,
+    entry: DeviceEntry,
+    count: int,
+    cloud: str,
+    mapping: CatalogMapping,
+    hosts: Mapping[tuple[str, str, str | None], _Row],
+    notes: _Notes,
+) -> tuple[str, float | None, float | None] | None:
+    """The instance type, price and spot price an accelerator row stands for.
+
+    An accelerator-only row (no InstanceType, as GCP prices A2/A3/A4 GPUs) adds the price of the
+    host VM sold with that many accelerators in the same zone; None (noted) when there is none.
+    """
+    if row.instance_type:
+        return row.instance_type, row.price, row.spot
+    if entry.host_included:
+        return row.name, row.price, row.spot
+    types = mapping.host_types(cloud, row.name, count)
+    if not types:
+        notes.add("no_host_type", "accelerator-only price rows for which catalog_accelerators.yaml names no host VM are skipped", row.line)
+        return None
+    candidates = [hosts[k] for k in ((t, row.region, row.zone) for t in types) if k in hosts and hosts[k].price is not None]
+    if not candidates:
+        notes.add("no_host_price", "accelerator-only price rows whose host VM has no price in the same zone are skipped", row.line)
+        return None
+    host = min(candidates, key=lambda h: (cast(float, h.price), h.instance_type))
+    price = None if row.price is None else row.price + cast(float, host.price)
+    spot = None if row.spot is None or host.spot is None else row.spot + host.spot
+    return host.instance_type, price, spot
+
+
 def parse_catalog(
     text: str,
     *,
@@ -421,23 +474,7 @@ def parse_catalog(
     cloud = _cloud(cloud, metadata, source)
     price_source = _price_source(metadata, cloud, snapshot, hashlib.sha256(text.encode()).hexdigest(), source)
 
-    reader: _Reader | None = None
-    rows: list[_Row] = []
-    try:
-        records = csv.reader(body.splitlines(keepends=True), strict=True)
-        for record in records:
-            line = offset + records.line_num
-            if not record or all(not f.strip() for f in record):
-                continue
-            if reader is None:
-                reader = _Reader(source, record, line)
-                continue
-            rows.append(reader.row(record, line))
-    except csv.Error as exc:
-        raise SpecError(f"malformed CSV: {exc}", source=source, field=f"line {offset + records.line_num}") from exc
-    if reader is None:
-        raise SpecError(f"no header line; expected a SkyPilot vms.csv header naming {', '.join(REQUIRED_COLUMNS)}", source=source)
-
+    reader, rows = _read_rows(body, offset, source)
     notes, unknown_names, unknown_regions = _Notes(), _Tally(), _Tally()
     if reader.ignored:
         notes.add("columns_ignored", f"columns not read: {', '.join(reader.ignored)}", offset + 1)
@@ -470,34 +507,10 @@ def parse_catalog(
         if problem:
             unknown_regions.add(row.region, problem, row.line)
             continue
-        price, spot, instance = row.price, row.spot, row.instance_type
-        if not instance:
-            if entry.host_included:
-                instance = row.name
-            else:
-                types = mapping.host_types(cloud, row.name, int(count))
-                if not types:
-                    notes.add(
-                        "no_host_type",
-                        "accelerator-only price rows for which catalog_accelerators.yaml names no host VM are skipped",
-                        row.line,
-                    )
-                    continue
-                host = min(
-                    (hosts[k] for k in ((t, row.region, row.zone) for t in types) if k in hosts and hosts[k].price is not None),
-                    key=lambda h: (cast(float, h.price), h.instance_type),
-                    default=None,
-                )
-                if host is None:
-                    notes.add(
-                        "no_host_price",
-                        "accelerator-only price rows whose host VM has no price in the same zone are skipped",
-                        row.line,
-                    )
-                    continue
-                instance = host.instance_type
-                price = None if price is None else price + cast(float, host.price)
-                spot = None if spot is None or host.spot is None else spot + host.spot
+        priced = _instance_prices(row, entry, int(count), cloud, mapping, hosts, notes)
+        if priced is None:
+            continue
+        instance, price, spot = priced
         devices = int(count) * per_unit
         for is_spot, value in ((False, price), (True, spot)):
             kind = "spot" if is_spot else "on-demand"
