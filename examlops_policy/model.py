@@ -37,6 +37,7 @@ NAME_MAX: Final = 63
 _NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _TAG_RE: Final = re.compile(r"^[a-z0-9][a-z0-9._-]{0,31}$")
 _REGION_RE: Final = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+_SOURCE_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+=-]{0,199}$")
 MAX_TAGS: Final = 64
 MAX_COUNT: Final = {"workload": 100_000, "pool": 10_000_000}
 
@@ -169,8 +170,8 @@ class Pool:
         _optional_name(owner, "gres_type", self.gres_type, what="a GRES type")
         _optional_name(owner, "fixed_profile", self.fixed_profile, what="a slice profile")
         _check_bool(owner, "spot", self.spot)
-        if self.price_source is not None and (not isinstance(self.price_source, str) or not 0 < len(self.price_source) <= 200):
-            raise _bad("price_source", f"must be a short text (got {self.price_source!r})", owner)
+        if self.price_source is not None and not (isinstance(self.price_source, str) and _SOURCE_RE.fullmatch(self.price_source)):
+            raise _bad("price_source", f"must say where the price came from, e.g. skypilot:v7/aws/vms.csv@001367d22a00 (got {self.price_source!r})", owner)
         if self.model is not None:
             object.__setattr__(self, "model", self.model.lower())
 

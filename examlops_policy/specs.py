@@ -80,21 +80,27 @@ def _parse(text: str) -> object:
         loader.dispose()
 
 
-def read_yaml(path: Path) -> object:
-    """Parse one YAML document from ``path`` with the limits above."""
+def read_text(path: Path, max_bytes: int = MAX_FILE_BYTES) -> str:
+    """The UTF-8 text of ``path``; SpecError for a file over ``max_bytes``, unreadable or not UTF-8."""
     source = str(path)
     try:
         # Never more than the limit into memory: the path may be a huge file or a device that never ends.
         with path.open("rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)
+            raw = handle.read(max_bytes + 1)
     except OSError as exc:
         raise SpecError(f"cannot read file: {exc.strerror}", source=source) from exc
-    if len(raw) > MAX_FILE_BYTES:
-        raise SpecError(f"file is larger than {MAX_FILE_BYTES} bytes; at most {MAX_FILE_BYTES} are accepted", source=source)
+    if len(raw) > max_bytes:
+        raise SpecError(f"file is larger than {max_bytes} bytes; at most {max_bytes} are accepted", source=source)
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SpecError(f"not UTF-8 (byte {exc.start})", source=source) from exc
+
+
+def read_yaml(path: Path) -> object:
+    """Parse one YAML document from ``path`` with the limits above."""
+    source = str(path)
+    text = read_text(path)
     try:
         data = _parse(text)
     except SpecError as exc:
