@@ -41,6 +41,10 @@ class Pool:
     pue: float | None = None
     partition: str | None = None
     gres_type: str | None = None
+    # Each counted unit of this pool is one fixed slice of this MIG / partition profile
+    # (``1g.10gb``, ``cpx``): the partitions were made ahead of time, as Kubernetes device plugins
+    # and typed Slurm GRES expose them, so a unit is never split further.
+    fixed_profile: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "capabilities", tuple(sorted(set(self.capabilities))))
