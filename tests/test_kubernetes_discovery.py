@@ -7,6 +7,7 @@ imports without the Kubernetes client, and the client's input checks (kubeconfig
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from decimal import Decimal
@@ -193,3 +194,43 @@ def test_kubeconfig_is_found_in_order_and_a_missing_one_is_bad_input(tmp_path: P
         kubeconfig_path()
     with pytest.raises(SpecError, match="kubeconfig"):
         kubeconfig_path(tmp_path / "nope")
+
+
+def kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: k, cluster: {{server: '{server}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    return path
+
+
+def test_an_unknown_context_or_a_broken_kubeconfig_is_bad_input(tmp_path: Path) -> None:
+    pytest.importorskip("lightkube")
+    from examlops_policy.executors.kubernetes_api import KubernetesCluster
+
+    config = kubeconfig(tmp_path / "kubeconfig", "https://127.0.0.1:1")
+    with KubernetesCluster.connect(config) as cluster:  # reads the file only
+        assert (cluster.server, cluster.context, cluster.namespace) == ("https://127.0.0.1:1", "c", "default")
+    with pytest.raises(SpecError, match="Context 'nope' not found"):
+        KubernetesCluster.connect(config, context="nope")
+    config.write_text("clusters: 3\n")
+    with pytest.raises(SpecError, match="not a usable kubeconfig"):
+        KubernetesCluster.connect(config)
+
+
+def test_an_unreachable_server_is_a_clear_error(tmp_path: Path) -> None:
+    pytest.importorskip("lightkube")
+    from examlops_policy.executors.kubernetes_api import KubernetesCluster, KubernetesError
+
+    with socket.socket() as probe:  # a port nothing listens on once the probe is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = f"https://127.0.0.1:{port}"
+    with KubernetesCluster.connect(kubeconfig(tmp_path / "kubeconfig", server)) as gone:
+        with pytest.raises(KubernetesError, match=f"list nodes: cannot reach the API server at {server}") as refused:
+            gone.nodes()
+        assert refused.value.reason == "Unreachable" and refused.value.code is None
+        with pytest.raises(KubernetesError, match=f"read Job default/x: cannot reach the API server at {server}"):
+            gone.job_status("default", "x")  # never "missing": no answer is no answer

@@ -228,7 +228,7 @@ def pools_from_nodes(
         if group.topologies:
             details.append(f"TPU topology {', '.join(sorted(group.topologies))}")
         if group.ours:
-            details.append(f"{group.ours:g} held by examlops Jobs")
+            details.append(f"{float(group.ours):g} held by examlops Jobs")
         pool = Pool(
             name=name, target="cloud", accelerator=group.accelerator, count=count, region=group.region,
             supports_fractions=group.fixed_profile is not None, model=group.model, fixed_profile=group.fixed_profile,

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal, cast
 
 from examlops_policy.errors import ExecutorError, SpecError
 from examlops_policy.model import JSONValue
@@ -75,8 +75,10 @@ class JobStatus:
     """Where a Job stands, read from the Job and its pods.
 
     ``state``: ``pending`` (no pod running yet: not created, not scheduled, or waiting to start),
-    ``running``, ``complete``, ``failed`` or ``missing`` (no such Job: deleted outside this
-    layer, or never created). ``reason`` says why in a few words (a condition reason; for a pod the
+    ``running`` (also while the controller terminates the pods of a Job that has met its success
+    or failure criteria: they still hold their devices), ``complete`` / ``failed`` (the Job's
+    Complete / Failed condition: its pods are done), or ``missing`` (no such Job: deleted outside
+    this layer, or never created). ``reason`` says why in a few words (a condition reason; for a pod the
     scheduler could not place, ``Unschedulable:`` and the scheduler's summary, e.g.
     ``0/3 nodes are available: 3 Insufficient nvidia.com/gpu``); ``message`` is the server's full
     text. ``deleting`` is True while a foreground deletion waits for the Job's pods.
@@ -262,26 +264,28 @@ class KubernetesCluster:
             failed=(status.failed or 0) if status else 0,
             deleting=bool(meta and meta.deletionTimestamp),
         )
-        conditions = {c.type: c for c in (status.conditions or []) if c.status == "True"} if status else {}
-        # Complete / Failed are terminal; SuccessCriteriaMet / FailureTarget precede them while the
-        # controller finishes off pods (Kubernetes "Jobs": "Termination of Job pods").
-        terminal: tuple[tuple[str, JobState], ...] = (
-            ("Failed", "failed"), ("FailureTarget", "failed"), ("Complete", "complete"), ("SuccessCriteriaMet", "complete"), ("Suspended", "pending"),
-        )  # fmt: skip
-        for kind, state in terminal:
-            if kind in conditions:
-                condition = conditions[kind]
-                return dataclasses.replace(base, state=state, reason=condition.reason or kind, message=condition.message)
-
         selector = (job.spec.selector.matchLabels if job.spec and job.spec.selector else None) or {}
         pods: list[Pod] = []
         if selector:
             with self._calling(f"list the pods of Job {namespace}/{name}", namespace=namespace):
                 pods = list(self._client.list(Pod, namespace=namespace, labels=dict(selector)))
         pods.sort(key=lambda p: (str(p.metadata.creationTimestamp or ""), p.metadata.name or "") if p.metadata else ("", ""))
+        base = dataclasses.replace(base, nodes=tuple(sorted({p.spec.nodeName for p in pods if p.spec and p.spec.nodeName})))
+
+        conditions = {c.type: c for c in (status.conditions or []) if c.status == "True"} if status else {}
+        for kind, state in (("Failed", "failed"), ("Complete", "complete"), ("Suspended", "pending")):
+            if kind in conditions:
+                condition = conditions[kind]
+                return dataclasses.replace(base, state=cast(JobState, state), reason=condition.reason or kind, message=condition.message)
+        # SuccessCriteriaMet / FailureTarget come first, while the controller still terminates the
+        # Job's pods; Complete / Failed follow once they are gone (Kubernetes "Jobs", "Termination
+        # of Job pods"). Until then the devices are still held: running, with the outcome said.
+        for kind in ("FailureTarget", "SuccessCriteriaMet"):
+            if kind in conditions:
+                condition = conditions[kind]
+                return dataclasses.replace(base, state="running", reason=f"{kind}: {condition.reason or ''}".rstrip(": "), message=condition.message)
         state, reason, message = _state_from_pods(pods)
-        nodes = tuple(sorted({p.spec.nodeName for p in pods if p.spec and p.spec.nodeName}))
-        return dataclasses.replace(base, state=state, reason=reason, message=message, nodes=nodes)
+        return dataclasses.replace(base, state=state, reason=reason, message=message)
 
     def delete_job(self, namespace: str, name: str, *, wait_s: float = 0.0) -> bool:
         """Delete Job ``namespace/name`` with foreground propagation (its pods go first, then the
