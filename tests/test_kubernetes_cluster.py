@@ -91,6 +91,8 @@ NODES = {
     "mi300x": ("us-east-1", {"amd.com/gpu": "4"}, {"amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM"}),
     "unknown-product": ("us-east-1", {"nvidia.com/gpu": "2"}, {"nvidia.com/gpu.product": "NVIDIA-Imaginary-X"}),
     "unknown-region": ("mars-north-1", {"nvidia.com/gpu": "2"}, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
+    # The same model in another region: a us-east-1 pool's Job must never land here (residency).
+    "h100-eu": ("eu-central-1", {"nvidia.com/gpu": "8"}, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
 }
 
 
@@ -171,6 +173,7 @@ def test_discovery_finds_the_gpu_nodes_as_cloud_pools(cluster: KubernetesCluster
     assert {name: (d.pool.accelerator, d.pool.model, d.pool.region, d.pool.count, d.pool.fixed_profile, d.free, d.nodes)
             for name, d in pools.items()} == {  # fmt: skip
         "k8s-us-east-1-h100": ("nvidia", "h100", "us-east-1", 8, None, 8.0, (gpu_nodes["h100"],)),
+        "k8s-eu-central-1-h100": ("nvidia", "h100", "eu-central-1", 8, None, 8.0, (gpu_nodes["h100-eu"],)),
         "k8s-eu-central-1-a100-mig-1g.10gb": ("nvidia", "a100", "eu-central-1", 7, "1g.10gb", 7.0, (gpu_nodes["a100-mig"],)),
         "k8s-us-east-1-mi300x": ("amd", "mi300x", "us-east-1", 4, None, 4.0, (gpu_nodes["mi300x"],)),
     }
@@ -229,7 +232,9 @@ def test_a_placed_decisions_job_is_scheduled_and_completes(
     status = wait_until(cluster, ref, {"complete", "failed"})
     assert status.state == "complete", status
     key = {"nvidia": "h100", "nvidia-mig": "a100-mig", "amd": "mi300x"}[case]
-    assert status.nodes == (gpu_nodes[key],)  # bound by the real scheduler to the node of that model
+    # Bound by the real scheduler to the node of that model in the pool's region (H100 nodes of two
+    # other regions are candidates too, but for the Job's region selector).
+    assert status.nodes == (gpu_nodes[key],)
     assert status.decision_id == record.id and status.uid == ref.uid and status.succeeded == 1
     assert [r.name for r in cluster.jobs(decision_id=record.id)] == [ref.name]
 
@@ -251,6 +256,23 @@ def test_a_request_larger_than_any_node_stays_pending_with_the_schedulers_reason
     assert status.reason.startswith("Unschedulable: ") and "Insufficient nvidia.com/gpu" in status.reason
     assert status.message is not None and "Insufficient nvidia.com/gpu" in status.message
     assert status.nodes == ()
+
+
+def test_a_job_never_runs_outside_its_pools_region(
+    cluster: KubernetesCluster, gpu_nodes: dict[str, str], hardware: Hardware, jobs: list[JobRef]
+) -> None:
+    """H100 nodes with free GPUs exist in us-east-1 and eu-central-1, none in eu-west-1."""
+    pool = Pool("k8s-eu-west-1-h100", "cloud", "nvidia", 8, "eu-west-1", model="h100")
+    ref = cluster.create_job(job_manifest(placed(hardware, pool, burst("resident", "nvidia")), pool, image=IMAGE))
+    jobs.append(ref)
+    deadline = time.monotonic() + 60
+    status = cluster.job_status(ref.namespace, ref.name)
+    while status.reason is None or not status.reason.startswith("Unschedulable"):
+        assert time.monotonic() < deadline and status.state == "pending", status
+        time.sleep(0.25)
+        status = cluster.job_status(ref.namespace, ref.name)
+    assert status.state == "pending" and status.nodes == ()
+    assert "didn't match Pod's node affinity/selector" in (status.reason or "")
 
 
 def test_delete_removes_the_job_and_its_status_then_says_missing(

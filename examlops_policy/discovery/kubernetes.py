@@ -30,13 +30,12 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Final, Protocol
 
 from examlops_policy.discovery import DiscoveredPool, Discovery
-from examlops_policy.executors.kubernetes import PRODUCT_LABELS, PRODUCTS, RESOURCES
+from examlops_policy.executors.kubernetes import PRODUCT_LABELS, PRODUCTS, REGION_LABEL, RESOURCES
 from examlops_policy.model import Pool
 
 if TYPE_CHECKING:
     from examlops_policy.executors.kubernetes_api import NodeInfo, PodUsage
 
-REGION_LABEL: Final = "topology.kubernetes.io/region"
 TPU_TOPOLOGY_LABEL: Final = "cloud.google.com/gke-tpu-topology"
 NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 # Whole-device resources per vendor resource name (the inverse of executors.kubernetes.RESOURCES).
