@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import ssl
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -177,6 +176,8 @@ class KubernetesCluster:
         when the Kubernetes client (the ``kubernetes`` extra) is not installed.
         """
         try:
+            import ssl
+
             import httpx2
             from lightkube import Client, ConfigError, KubeConfig
         except ImportError as exc:  # pragma: no cover - depends on the installation
@@ -388,6 +389,7 @@ class KubernetesCluster:
     def _calling(self, action: str, *, namespace: str | None = None) -> Iterator[None]:
         """Turn what the client raises into KubernetesError naming ``action`` and the server."""
         import httpx2
+        import msgspec
         from lightkube import ApiError, ConfigError
 
         try:
@@ -408,8 +410,10 @@ class KubernetesCluster:
                         reason="TLS",
                     ) from exc
                 raise KubernetesError(f"{action}: cannot reach the API server at {self.server}: {exc}", reason="Unreachable") from exc
-            if isinstance(exc, ConfigError):
+            if isinstance(exc, ConfigError):  # e.g. an exec credential plugin that failed
                 raise SpecError(f"kubeconfig context {self.context}: {exc}", field="kubeconfig") from exc
+            if isinstance(exc, (msgspec.ValidationError, msgspec.DecodeError)):
+                raise KubernetesError(f"{action}: the answer of the API server at {self.server} could not be read: {exc}") from exc
             raise
 
     def _refusal(self, exc: ApiError, action: str, namespace: str | None) -> KubernetesError:
@@ -437,6 +441,8 @@ class KubernetesCluster:
 
 def _ssl_failure(exc: BaseException) -> str | None:
     """The TLS error behind a transport error, if there is one."""
+    import ssl
+
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
