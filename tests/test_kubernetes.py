@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from examlops_policy.errors import SpecError
-from examlops_policy.executors.kubernetes import job_manifest, job_name
+from examlops_policy.executors.kubernetes import REGION_LABEL, job_manifest, job_name
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Placement, Pool, Workload
 from examlops_policy.store import DecisionRecord
@@ -137,7 +137,9 @@ def test_job_for_each_vendor_is_valid_and_asks_the_device_plugin(hardware: Hardw
     assert container["resources"]["limits"] == limits
     assert container["command"] == ["python", "train.py"]
     got = product_values(manifest)
+    pinned = {**pinned, REGION_LABEL: pool.region}  # always pinned to the pool's region (residency)
     assert set(got) == set(pinned)
+    assert got[REGION_LABEL] == [pool.region]
     for label, value in pinned.items():
         assert value in got[label]
     decision = cast(Placement, record.decision)
@@ -170,7 +172,8 @@ def test_tpu_topology_selector(hardware: Hardware) -> None:
     validate(manifest)
     assert manifest["metadata"]["namespace"] == "ml"
     assert manifest["spec"]["template"]["spec"]["nodeSelector"] == {
-        "cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice", "cloud.google.com/gke-tpu-topology": "2x2x1"}  # fmt: skip
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice", "cloud.google.com/gke-tpu-topology": "2x2x1",
+        REGION_LABEL: "us-central1"}  # fmt: skip
     with pytest.raises(SpecError, match="--tpu-topology"):
         manifest_for(record, pool, image="img", tpu_topology="2x2;x")
 

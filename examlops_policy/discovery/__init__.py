@@ -1,4 +1,5 @@
-"""Finding device pools where they are: a running Slurm (``slurm``) or this machine (``local``).
+"""Finding device pools where they are: a running Slurm (``slurm``), a Kubernetes cluster
+(``kubernetes``) or this machine (``local``).
 
 A discovery yields pools plus what is free right now, and warnings for what it saw but would not
 turn into a pool (unknown GRES types, unusable names, ...): it never guesses. ``plan`` compares the

@@ -3,9 +3,12 @@
 The container asks the vendor's device plugin for whole devices (``nvidia.com/gpu``,
 ``amd.com/gpu``, ``habana.ai/gaudi``, ``google.com/tpu``) or, for an honored fraction, for the named
 partition resource (``nvidia.com/mig-<profile>``, ``amd.com/<compute>_<memory>``). Extended
-resources are whole numbers: a fraction is never written as ``0.5`` of a device. Where the pool
-names a model, the pod is pinned to nodes whose vendor product label shows that model. Labels carry
-the decision id and the policy revision the decision was made under.
+resources are whole numbers: a fraction is never written as ``0.5`` of a device. The pod is pinned
+to nodes labelled with the pool's region (``topology.kubernetes.io/region``, Kubernetes "Well-Known
+Labels"): the region is what data residency was decided on, so a cluster spanning regions must not
+run the Job elsewhere. Where the pool names a model, the pod is also pinned to nodes whose vendor
+product label shows that model. Labels carry the decision id and the policy revision the decision
+was made under.
 
 Sources: NVIDIA k8s-device-plugin and gpu-feature-discovery docs (resource names, MIG "mixed"
 strategy, ``nvidia.com/gpu.product`` = the NVML product name with spaces as '-'); ROCm
@@ -53,6 +56,7 @@ PRODUCTS: Final[dict[str, tuple[str, ...]]] = {
     "tpu-v6e": ("tpu-v6e-slice",),
 }
 AMD_MEMORY_PARTITIONS: Final = ("nps1", "nps2", "nps4")
+REGION_LABEL: Final = "topology.kubernetes.io/region"
 
 DNS_LABEL_RE: Final = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 IMAGE_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
@@ -97,8 +101,9 @@ def _whole(value: float, what: str) -> str:
 
 
 def _node_placement(pool: Pool, tpu_topology: str | None) -> tuple[dict[str, str], JSONObject | None, str | None]:
-    """(nodeSelector, affinity, note): pin to nodes whose product label shows the pool's model."""
-    selector: dict[str, str] = {}
+    """(nodeSelector, affinity, note): pin to nodes of the pool's region whose product label shows
+    the pool's model."""
+    selector: dict[str, str] = {REGION_LABEL: pool.region}
     label = PRODUCT_LABELS.get(pool.accelerator)
     values = PRODUCTS.get(pool.model or "", ())
     note = None
