@@ -53,7 +53,7 @@ import requests  # noqa: E402
 import fleet  # noqa: E402
 from examlops_policy.hardware import Hardware, ManagedOpaEvaluator  # noqa: E402
 from examlops_policy.model import JSONObject, PoolState, Provenance, Workload  # noqa: E402
-from examlops_policy.opa_server import OPA_VERSION, stop_server  # noqa: E402
+from examlops_policy.opa import OPA_VERSION, stop_server  # noqa: E402
 from examlops_policy.placement import build_input, decide, digest, interpret  # noqa: E402
 from examlops_policy.errors import PolicyError, PolicyUnavailable  # noqa: E402
 from examlops_policy.policy import DECISION_PACKAGE, DECISION_RULE, DEFAULT_TIMEOUT_S, check_decision  # noqa: E402

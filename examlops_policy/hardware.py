@@ -20,7 +20,7 @@ from examlops_policy.finops import FinopsRow, totals
 from examlops_policy.model import Decision, JSONObject, Pool, PoolState, Reason, Rejection, Workload
 from examlops_policy.placement import decide, effective_cost
 from examlops_policy.store import DecisionRecord, PoolChange, Store
-from examlops_policy.tables import Tables, load_tables, policy_dir, revision
+from examlops_policy.tables import Tables, load_tables
 
 if TYPE_CHECKING:  # the OPA client, HTTP and crypto stacks load only when a command needs them
     from examlops_policy import audit
@@ -39,33 +39,37 @@ def default_home() -> Path:
 
 
 class ManagedOpaEvaluator:
-    """An OpaEvaluator on the local OPA server, started on demand and restarted when it died."""
+    """An OpaEvaluator on the OPA ``examlops_policy.opa.connect`` finds: ``EXA_OPA_URL``'s, else
+    this home's local one, started on demand; reconnected (and restarted) after a failure."""
 
     def __init__(self, home: Path, root: Path | None = None) -> None:
         self._home = home
-        self._root = root or policy_dir()
-        self._revision = revision(self._root)
+        self._root = root
         self._inner: OpaEvaluator | None = None
 
     @property
     def revision(self) -> str:
-        return self._revision
+        """The revision OPA serves (proven to have the reviewed policy's content)."""
+        return self._connect().revision
 
     @property
     def url(self) -> str:
         return self._connect().url
 
     def ensure_started(self) -> None:
-        """Find or start the local OPA now (it may take seconds), not inside a transaction."""
+        """Find or start the OPA now (it may take seconds), not inside a transaction."""
         self._connect()
 
     def _connect(self) -> OpaEvaluator:
         if self._inner is None:
-            from examlops_policy.opa_server import ensure_server
+            from examlops_policy.opa import OpaUnreachable, connect
             from examlops_policy.policy import OpaEvaluator
 
-            server = ensure_server(self._home, self._root)
-            self._inner = OpaEvaluator(server.url, revision=self._revision)
+            try:
+                connection = connect(self._home, policy_root=self._root)
+            except OpaUnreachable as exc:
+                raise exc.nothing_placed() from exc
+            self._inner = OpaEvaluator(connection.transport, revision=connection.expected_revision)
         return self._inner
 
     def evaluate(self, policy_input: Mapping[str, object]) -> JSONObject:
@@ -74,17 +78,13 @@ class ManagedOpaEvaluator:
             return inner.evaluate(policy_input)
         except PolicyUnavailable:
             # Fail closed now; the next call finds (or starts) a live server.
+            inner.close()
             self._inner = None
             raise
 
 
 def default_evaluator(home: Path) -> PolicyEvaluator:
-    """``EXA_OPA_URL`` when set (an existing OPA server), else the managed local one."""
-    url = os.environ.get("EXA_OPA_URL")
-    if url:
-        from examlops_policy.policy import OpaEvaluator
-
-        return OpaEvaluator(url, revision=revision(policy_dir()))
+    """The OPA of ``EXA_OPA_URL`` when set, else this home's local one (see ``connect``)."""
     return ManagedOpaEvaluator(home)
 
 

@@ -1,22 +1,21 @@
 """The policy evaluator seam, and its OPA adapter.
 
 ``PolicyEvaluator`` is what the decision core needs: one call per decision, every pool's verdict
-back. ``OpaEvaluator`` asks a long-lived OPA server over its REST API (through opa-python-client).
+back. ``OpaEvaluator`` asks a long-lived OPA server over its REST API, through an
+``examlops_policy.opa.OpaTransport`` (a keep-alive connection over a Unix socket, TCP or HTTPS).
 Everything that goes wrong fails closed: no verdict, no placement.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Mapping
-from typing import Final, Protocol, cast
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Final, Protocol, cast
 
-import requests
-
-from examlops_policy.errors import PolicyError, PolicyUnavailable
+from examlops_policy.errors import PolicyError
 from examlops_policy.model import JSONObject
+
+if TYPE_CHECKING:
+    from examlops_policy.opa.transport import OpaTransport
 
 DECISION_PACKAGE: Final = "examlops.hardware.placement"
 DECISION_RULE: Final = "decision_by_shape"
@@ -40,22 +39,6 @@ class PolicyEvaluator(Protocol):
         ...
 
 
-def _sync_client_class() -> type:
-    """opa-python-client's synchronous ``OpaClient``, without its asyncio half.
-
-    The package's ``__init__`` also imports ``AsyncOpaClient`` and with it aiohttp, which costs a
-    command-line call about a fifth of a second and is never used here. Registering the package
-    module without running its ``__init__`` lets ``opa_client.opa`` import on its own.
-    """
-    if "opa_client" not in sys.modules:
-        spec = importlib.util.find_spec("opa_client")
-        if spec is not None and spec.loader is not None:
-            sys.modules["opa_client"] = importlib.util.module_from_spec(spec)
-    from opa_client.opa import OpaClient
-
-    return cast(type, OpaClient)
-
-
 _REQUIRED: Final = {"rejection", "shapes", "short", "eligible", "burst", "workload", "provenance", "selected_tier"}
 
 
@@ -74,41 +57,32 @@ def check_decision(answer: object, where: str) -> JSONObject:
 
 
 class OpaEvaluator:
-    """Queries ``data.examlops.hardware.placement.decision_by_shape`` on an OPA server."""
+    """Queries ``data.examlops.hardware.placement.decision_by_shape`` on an OPA server.
 
-    def __init__(self, url: str, *, revision: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in {"http", "https"} or not parts.hostname:
-            raise PolicyUnavailable(f"EXA_OPA_URL {url!r} is not an http(s) URL")
-        self.url = url.rstrip("/")
+    ``target`` is a transport (from ``examlops_policy.opa.connect``) or a URL for one without a
+    token (``http://`` to loopback, ``https://``, ``unix://``).
+    """
+
+    def __init__(self, target: str | OpaTransport, *, revision: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        from examlops_policy.opa.transport import OpaTransport
+
+        self._transport = target if isinstance(target, OpaTransport) else OpaTransport.from_url(target, timeout=timeout)
+        self.url = self._transport.describe
         self._revision = revision
-        self._client = _sync_client_class()(
-            host=parts.hostname,
-            port=parts.port or (443 if parts.scheme == "https" else 80),
-            ssl=parts.scheme == "https",
-            timeout=timeout,
-            retries=0,
-        )
-        # Loopback or a configured URL: no proxy lookup through the environment on every call.
-        self._client._session.trust_env = False
+        self._path = f"/v1/data/{DECISION_PACKAGE.replace('.', '/')}/{DECISION_RULE}"
 
     @property
     def revision(self) -> str:
         return self._revision
 
     def evaluate(self, policy_input: Mapping[str, object]) -> JSONObject:
+        from examlops_policy.opa.transport import OpaUnreachable
+
         try:
-            raw = self._client.query_rule(dict(policy_input), DECISION_PACKAGE, DECISION_RULE)
-        except requests.Timeout as exc:
-            raise PolicyUnavailable(f"OPA at {self.url} timed out; nothing was placed") from exc
-        except requests.ConnectionError as exc:
-            raise PolicyUnavailable(f"OPA at {self.url} is not reachable; nothing was placed") from exc
-        except requests.HTTPError as exc:
-            body = exc.response.text[:500] if exc.response is not None else ""
-            raise PolicyError(f"OPA at {self.url} refused the query: {body}") from exc
-        except (requests.RequestException, ValueError) as exc:
-            raise PolicyError(f"OPA at {self.url} gave an unreadable answer: {exc}") from exc
+            raw = self._transport.json("POST", self._path, {"input": dict(policy_input)})
+        except OpaUnreachable as exc:
+            raise exc.nothing_placed() from exc
         return check_decision(raw.get("result") if isinstance(raw, dict) else None, f"OPA at {self.url}")
 
     def close(self) -> None:
-        self._client.close_connection()
+        self._transport.close()

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Decision, Placement, Pool, PoolState, Rejection, Workload
-from examlops_policy.opa_server import stop_server
+from examlops_policy.opa import stop_server
 from examlops_policy.placement import decide
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -218,7 +218,7 @@ def test_module_level_place_records_on_the_default_state(tmp_path, monkeypatch, 
     store = SQLiteStore(tmp_path / "state.db")
     assert [s.free for s in store.pool_states()] == [3]
     store.close()
-    from examlops_policy.opa_server import stop_server
+    from examlops_policy.opa import stop_server
 
     stop_server(tmp_path)
 
@@ -243,12 +243,11 @@ def test_library_imports_without_the_cli_stack() -> None:
     ],
     ids=lambda w: w.name,
 )
-def test_python_expands_shape_verdicts_exactly_as_the_policy_does_pool_by_pool(hardware: Hardware, workload: Workload) -> None:
+def test_python_expands_shape_verdicts_exactly_as_the_policy_does_pool_by_pool(hardware: Hardware, opa_home: Path, workload: Workload) -> None:
     """The orchestrator asks for decision_by_shape and expands it; the policy's own pool-by-pool
     `decision` must say the same for every pool."""
-    import requests
-
     from examlops_policy.hardware import ManagedOpaEvaluator
+    from examlops_policy.opa import connect
     from examlops_policy.model import PoolState
     from examlops_policy.placement import build_input, decide
     from examlops_policy.specs import pools_from_file
@@ -259,11 +258,8 @@ def test_python_expands_shape_verdicts_exactly_as_the_policy_does_pool_by_pool(h
     tables = load_tables()
     decision = decide(workload, states, hardware.evaluator, tables)
     assert isinstance(hardware.evaluator, ManagedOpaEvaluator)
-    full = requests.post(
-        f"{hardware.evaluator.url}/v1/data/examlops/hardware/placement/decision",
-        json={"input": build_input(workload, states, tables)},
-        timeout=10,
-    ).json()["result"]
+    answer = connect(opa_home).transport.json("POST", "/v1/data/examlops/hardware/placement/decision", {"input": build_input(workload, states, tables)})
+    full = answer["result"]  # type: ignore[index]
     mine = {v.pool: (v.eligible, v.admissible, v.tier, [r.code for r in v.reasons], v.grant.devices, v.note) for v in decision.verdicts}
     theirs = {
         name: (v["eligible"], v["admissible"], v["tier"], [r["code"] for r in v["reasons"]], v["grant"]["devices"], v["note"])

@@ -17,11 +17,12 @@ import requests
 from examlops_policy import PolicyError, PolicyUnavailable, Pool, Workload
 from examlops_policy.hardware import Hardware, ManagedOpaEvaluator
 from examlops_policy.model import PoolState
-from examlops_policy.opa_server import _free_port, ensure_server, stop_server
+from examlops_policy.opa import connect, ensure_server, stop_server
 from examlops_policy.placement import decide
 from examlops_policy.policy import OpaEvaluator
 from examlops_policy.tables import load_tables, policy_dir, revision
 from tests.conftest import OPA_BIN
+from tests.conftest import free_port as _free_port
 
 WORKLOAD = Workload("w", accelerator="amd", engine="vllm")
 STATES = [PoolState(Pool("hpc-mi300", "hpc", "amd", 4, "eu"), 4.0)]
@@ -113,9 +114,9 @@ def test_policy_that_does_not_compile_stops_the_launcher(tmp_path: Path) -> None
 
 
 def test_stale_policy_revision_is_refused(tmp_path: Path) -> None:
-    server = ensure_server(tmp_path, policy_dir())
+    connection = connect(tmp_path, policy_root=policy_dir())
     try:
-        evaluator = OpaEvaluator(server.url, revision="sha256:not-what-opa-loaded")
+        evaluator = OpaEvaluator(connection.transport, revision="sha256:not-what-opa-loaded")
         with pytest.raises(PolicyError, match="restart OPA"):
             decide(WORKLOAD, STATES, evaluator, load_tables())
     finally:
@@ -143,7 +144,7 @@ def test_killed_opa_fails_closed_then_is_started_anew(tmp_path: Path) -> None:
     try:
         hw.add_pool(Pool("hpc-mi300", "hpc", "amd", 4, "eu"))
         assert hw.place(WORKLOAD).decision.ok
-        pid = int(__import__("json").loads((tmp_path / "opa" / "server.json").read_text())["pid"])
+        pid = int(__import__("json").loads((tmp_path / "opa" / "server.json").read_text())["opa"]["pid"])
         os.kill(pid, signal.SIGKILL)
         time.sleep(0.2)
         with pytest.raises(PolicyUnavailable):

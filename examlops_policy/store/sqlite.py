@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Final
 
 from examlops_policy.errors import StateError
+from examlops_policy.private import private_database
 from examlops_policy.store._sql import Cursor, Fault, SQLStore, utc_now
 
 LOCK_TIMEOUT_S: Final = 10.0
@@ -43,7 +44,7 @@ class SQLiteStore(SQLStore):
         super().__init__(clock=clock, attempts=attempts)
         self.path = path
         self.where = str(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_database(path)  # 0700 folder, 0600 file before SQLite opens it (its -wal/-shm follow)
         try:
             # isolation_level=None: this code issues BEGIN/COMMIT itself, so the head read is inside.
             self._db = sqlite3.connect(path, isolation_level=None, timeout=lock_timeout_s)

@@ -32,7 +32,7 @@ from examlops_policy import audit
 from examlops_policy.errors import ExaError
 from examlops_policy.hardware import Hardware, ManagedOpaEvaluator
 from examlops_policy.model import Pool, Workload
-from examlops_policy.opa_server import ensure_server
+from examlops_policy.opa import ensure_server
 
 from reliability.backends import Backend
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from examlops_policy.errors import PolicyUnavailable, StateError
-from examlops_policy.opa_server import stop_server
+from examlops_policy.opa import stop_server
 from reliability.backends import Backend, fresh_backend, managed_postgres, restart_postgres
 from reliability.harness import (
     FLEET,

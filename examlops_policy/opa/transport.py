@@ -1,0 +1,329 @@
+"""One keep-alive HTTP connection to an OPA server: over a Unix socket, plain TCP, or HTTPS.
+
+Standard library only (``http.client``, ``ssl``, ``socket``): a command-line call pays no import
+of an HTTP stack. Every request carries the bearer token when one is set.
+
+Errors (all fail closed; the CLI maps both to exit 5):
+
+    PolicyUnavailable
+    └── OpaUnreachable      no answer: connection refused, socket missing, timed out
+    PolicyError             TLS verification or handshake failed; an answer that is not HTTP;
+                            (``json``) a status other than 2xx, or a body that is not JSON
+    PolicyUnavailable       (``json``) 401/403: the token is missing or wrong, or the server's
+                            authorization policy refuses the request
+
+``request`` returns every HTTP answer as ``(status, body)``; ``json`` is the checked variant the
+decision path uses.
+"""
+
+from __future__ import annotations
+
+import copy
+import http.client
+import ipaddress
+import json
+import os
+import socket
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+from urllib.parse import urlsplit
+
+from examlops_policy.errors import PolicyError, PolicyUnavailable
+
+DEFAULT_TIMEOUT_S: Final = 5.0
+_SUN_PATH_MAX: Final = 108  # sizeof(sockaddr_un.sun_path) on Linux, the terminating NUL included
+# A reused connection the server closed while idle fails on the next request: those errors mean
+# "send it again on a fresh connection", once.
+_DROPPED: Final = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+
+
+class OpaUnreachable(PolicyUnavailable):
+    """No answer from OPA: ``where`` it was asked, ``what`` went wrong, and the OS's ``detail``."""
+
+    def __init__(self, where: str, what: str, detail: str) -> None:
+        self.where = where
+        self.what = what
+        self.detail = detail
+        super().__init__(f"OPA at {where} {what} ({detail})")
+
+    def nothing_placed(self) -> PolicyUnavailable:
+        """The same failure, worded for a placement that was therefore not made."""
+        return PolicyUnavailable(f"OPA at {self.where} {self.what}; nothing was placed ({self.detail})")
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """``http.client`` over a Unix stream socket (the Host header is a placeholder)."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._socket_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            if len(os.fsencode(self._socket_path)) < _SUN_PATH_MAX:
+                sock.connect(self._socket_path)
+            else:
+                # A socket address holds at most 107 bytes; reach a deeper socket through its folder.
+                folder = os.open(os.path.dirname(self._socket_path), os.O_PATH | os.O_CLOEXEC)
+                try:
+                    sock.connect(f"/proc/self/fd/{folder}/{os.path.basename(self._socket_path)}")
+                finally:
+                    os.close(folder)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where an OPA listens: ``scheme`` is ``unix``, ``http`` or ``https``."""
+
+    scheme: str
+    host: str = ""
+    port: int = 0
+    path: str = ""
+
+    def __str__(self) -> str:
+        if self.scheme == "unix":
+            return f"unix://{self.path}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback IP literals (no name lookup: a name could point anywhere)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_url(url: str, *, allow_insecure: bool = False) -> Endpoint:
+    """``unix:///path``, ``http://host:port`` or ``https://host:port`` as an Endpoint.
+
+    Plain HTTP is accepted only to a loopback address, unless ``allow_insecure``: elsewhere the
+    bearer token and every decision would cross the network in clear and could be altered.
+    Raises PolicyUnavailable for anything else.
+    """
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        if not parts.path.startswith("/") or parts.netloc:
+            raise PolicyUnavailable(f"OPA URL {url!r}: a Unix socket URL is unix:///absolute/path/opa.sock")
+        return Endpoint("unix", path=parts.path)
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise PolicyUnavailable(f"OPA URL {url!r} is not an http(s):// or unix:// URL")
+    if parts.path not in {"", "/"} or parts.query:
+        raise PolicyUnavailable(f"OPA URL {url!r}: give only scheme, host and port")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:
+        raise PolicyUnavailable(f"OPA URL {url!r}: {exc}") from exc
+    if parts.scheme == "http" and not is_loopback(parts.hostname) and not allow_insecure:
+        raise PolicyUnavailable(
+            f"OPA URL {url!r} is plain HTTP to a host that is not loopback: the token and the decisions would "
+            "cross the network in clear. Use https:// (with EXA_OPA_CA), or set EXA_OPA_ALLOW_INSECURE=1 to accept that"
+        )
+    return Endpoint(parts.scheme, host=parts.hostname, port=port)
+
+
+class OpaTransport:
+    """A persistent connection to one OPA server. Not thread-safe: one per thread.
+
+    ``request`` reuses the connection (HTTP/1.1 keep-alive) and, when a reused connection turns
+    out to have been closed by the server, reconnects and sends the request once more; a fresh
+    connection that fails is an error at once.
+    """
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        ca_file: Path | None = None,
+        describe: str | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.describe = describe or str(endpoint)
+        self.timeout = timeout
+        self._headers = {"Content-Type": "application/json"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+        self.has_token = bool(token)
+        self._ssl: ssl.SSLContext | None = None
+        if endpoint.scheme == "https":
+            try:
+                # Verifies the chain and the host name; the CA bundle replaces the system's when given.
+                self._ssl = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+            except (OSError, ssl.SSLError) as exc:
+                raise PolicyError(f"cannot load the CA bundle {ca_file} for OPA at {self.describe}: {exc}") from exc
+        self._conn: http.client.HTTPConnection | None = None
+        self._reused = False
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        token: str | None = None,
+        ca_file: Path | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        allow_insecure: bool = False,
+    ) -> OpaTransport:
+        """A transport for ``url`` (see ``parse_url`` for what is accepted)."""
+        return cls(parse_url(url, allow_insecure=allow_insecure), token=token, ca_file=ca_file, timeout=timeout, describe=url.rstrip("/"))
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            ep = self.endpoint
+            if ep.scheme == "unix":
+                self._conn = _UnixHTTPConnection(ep.path, self.timeout)
+            elif ep.scheme == "https":
+                self._conn = http.client.HTTPSConnection(ep.host, ep.port, timeout=self.timeout, context=self._ssl)
+            else:
+                self._conn = http.client.HTTPConnection(ep.host, ep.port, timeout=self.timeout)
+            self._reused = False
+        return self._conn
+
+    def _once(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
+        conn = self._connection()
+        conn.request(method, path, body=body, headers=self._headers)
+        response = conn.getresponse()
+        data = response.read()
+        if response.will_close:
+            self.close()
+        else:
+            self._reused = True
+        return response.status, data
+
+    def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+        """Send one request; return the HTTP status and body, whatever the status.
+
+        Raises OpaUnreachable (no answer) or PolicyError (TLS failure, an answer that is not HTTP).
+        """
+        try:
+            try:
+                return self._once(method, path, body)
+            except _DROPPED:
+                if not self._reused:
+                    raise
+                self.close()  # the server closed an idle keep-alive connection: once more, fresh
+                return self._once(method, path, body)
+        except ssl.SSLCertVerificationError as exc:
+            self.close()
+            raise PolicyError(
+                f"TLS verification of OPA at {self.describe} failed: {exc.verify_message or exc}; "
+                "give the CA that signed its certificate in EXA_OPA_CA"
+            ) from exc
+        except ssl.SSLError as exc:
+            self.close()
+            raise PolicyError(f"TLS with OPA at {self.describe} failed: {exc}") from exc
+        except (TimeoutError, socket.timeout) as exc:
+            self.close()
+            raise OpaUnreachable(self.describe, "timed out", f"no answer within {self.timeout:g} s") from exc
+        except OSError as exc:
+            self.close()
+            raise OpaUnreachable(self.describe, "is not reachable", exc.strerror or type(exc).__name__) from exc
+        except http.client.HTTPException as exc:
+            self.close()
+            raise PolicyError(f"OPA at {self.describe} gave an answer that is not HTTP: {exc!r}") from exc
+
+    def json(self, method: str, path: str, payload: Mapping[str, object] | None = None) -> object:
+        """Send ``payload`` as JSON; return the decoded answer of a 2xx response (``None`` if empty).
+
+        401/403 raise PolicyUnavailable naming the token; other statuses and bodies that are not
+        JSON raise PolicyError with OPA's own message.
+        """
+        body = None if payload is None else json.dumps(payload, separators=(",", ":")).encode()
+        status, raw = self.request(method, path, body)
+        if status in (401, 403):
+            sent = "a bearer token was sent" if self.has_token else "no token was sent (set EXA_OPA_TOKEN)"
+            raise PolicyUnavailable(
+                f"OPA at {self.describe} refused {method} {path} with {status} ({_opa_message(raw)}): {sent}; "
+                "the token is wrong or the server's authorization policy does not allow this request"
+            )
+        if not 200 <= status < 300:
+            raise PolicyError(f"OPA at {self.describe} answered {method} {path} with {status}: {_opa_message(raw)}")
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise PolicyError(f"OPA at {self.describe} gave an answer that is not JSON: {raw[:200]!r}") from exc
+
+    def without_token(self) -> OpaTransport:
+        """A new transport to the same server with the same TLS settings, sending no token."""
+        clone = copy.copy(self)
+        clone._headers = {k: v for k, v in self._headers.items() if k != "Authorization"}
+        clone.has_token = False
+        clone._conn = None
+        clone._reused = False
+        return clone
+
+    def close(self) -> None:
+        """Close the connection (the next request opens a new one)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        self._reused = False
+
+
+def _opa_message(raw: bytes) -> str:
+    """OPA's error body is ``{"code": ..., "message": ...}``; anything else is shown shortened."""
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return raw[:300].decode("utf-8", "replace") or "empty body"
+    if isinstance(doc, dict) and "message" in doc:
+        return f"{doc.get('code', 'error')}: {doc['message']}"
+    return raw[:300].decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class ServedBundle:
+    """The bundle an OPA serves the ``examlops`` tree from: its name, revision and roots."""
+
+    name: str
+    revision: str | None
+    roots: tuple[str, ...]
+
+
+def served_bundle(transport: OpaTransport) -> ServedBundle | None:
+    """The bundle serving the ``examlops`` tree, or None when none does.
+
+    Reads ``GET /v1/data/system/bundles`` (each loaded bundle's manifest). A bundle serves
+    ``examlops`` when one of its roots is ``examlops``, lies under it, or is ``""`` (a bundle
+    without roots owns everything). Two such bundles are a PolicyError: which one decides is
+    ambiguous. Transport errors propagate.
+    """
+    answer = transport.json("GET", "/v1/data/system/bundles")
+    bundles = answer.get("result") if isinstance(answer, dict) else None
+    if not isinstance(bundles, dict):
+        return None
+    serving: list[ServedBundle] = []
+    for name, info in bundles.items():
+        manifest = info.get("manifest") if isinstance(info, dict) else None
+        if not isinstance(manifest, dict):
+            continue
+        roots = manifest.get("roots", [""])
+        if isinstance(roots, list) and any(isinstance(r, str) and r.split("/")[0] in {"", "examlops"} for r in roots):
+            served = manifest.get("revision")
+            serving.append(ServedBundle(str(name), str(served) if served else None, tuple(str(r) for r in roots)))
+    if len(serving) > 1:
+        names = ", ".join(b.name for b in serving)
+        raise PolicyError(f"OPA at {transport.describe} loads {len(serving)} bundles for the examlops tree ({names}); expected one")
+    return serving[0] if serving else None
+
+
+def served_revision(transport: OpaTransport) -> str | None:
+    """The revision of the bundle serving ``examlops`` (see ``served_bundle``); None if none or unset."""
+    bundle = served_bundle(transport)
+    return None if bundle is None else bundle.revision
