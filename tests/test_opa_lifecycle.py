@@ -210,3 +210,31 @@ def test_a_full_disk_is_a_clear_error_with_nothing_left_running(full_disk: Path,
         assert not (full_disk / "opa" / "server.json").exists()
     (full_disk / "filler").unlink()
     assert local_exa(full_disk, "opa", "restart").returncode == 0  # with space again, it starts
+
+
+def test_a_long_lived_process_places_again_after_the_server_stopped_idle(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from examlops_policy import Pool, Workload
+    from examlops_policy.hardware import Hardware
+
+    monkeypatch.setenv("EXA_OPA_IDLE_TIMEOUT", "1")
+    hw = Hardware(home)
+    try:
+        hw.add_pool(Pool("hpc-mi300", "hpc", "amd", 4, "eu"))
+        assert hw.place(Workload("a", accelerator="amd", engine="vllm")).decision.ok
+        first = ensure_server(home)
+        wait_until(lambda: gone(first.pid), 30, "the idle server stops")
+        assert hw.place(Workload("b", accelerator="amd", engine="vllm")).decision.ok  # restarted outside the transaction
+        assert [s.free for s in hw.pools()] == [2.0]
+    finally:
+        hw.close()
+
+
+def test_a_hung_server_is_replaced_by_the_next_connection(home: Path) -> None:
+    from examlops_policy.opa import connect
+
+    hung = ensure_server(home)
+    os.kill(hung.pid, signal.SIGSTOP)
+    connection = connect(home, timeout=1.0)
+    assert connection.server is not None and connection.server.pid != hung.pid
+    assert gone(hung.pid) and opa_pids_for(home) == {connection.server.pid}
+    connection.transport.close()

@@ -25,8 +25,8 @@ from pathlib import Path
 from examlops_policy.errors import PolicyError
 from examlops_policy.model import JSONObject
 from examlops_policy.opa.bundle import content_digest
-from examlops_policy.opa.server import OpaServer, Record, ServerPaths, ensure_running, locked, read_record, read_token
-from examlops_policy.opa.transport import DEFAULT_TIMEOUT_S, Endpoint, OpaTransport, served_bundle
+from examlops_policy.opa.server import OpaServer, Record, ServerPaths, ensure_running, locked, read_record, read_token, stop_server
+from examlops_policy.opa.transport import DEFAULT_TIMEOUT_S, Endpoint, OpaTransport, OpaUnreachable, served_bundle
 from examlops_policy.tables import policy_dir, revision
 
 ENV_URL = "EXA_OPA_URL"
@@ -49,6 +49,19 @@ class OpaConnection:
     expected_revision: str
     describe: str
     server: OpaServer | None = None
+
+    def still_serving(self) -> bool:
+        """False once the local server this connection reached has stopped (idle, its state
+        folder deleted, ``exa opa stop``, killed); always True for an external OPA.
+
+        A record read and two process checks (about 0.1 ms), no request: cheap enough before
+        each transaction, so that a long-lived process reconnects (and restarts the server)
+        outside it instead of failing inside it.
+        """
+        if self.server is None:
+            return True
+        record, _ = read_record(ServerPaths(self.server.socket.parent.parent))
+        return record is not None and record.running() and record.opa is not None and record.opa.pid == self.server.pid
 
 
 def external_transport(env: Mapping[str, str] | None = None, *, timeout: float = DEFAULT_TIMEOUT_S) -> OpaTransport | None:
@@ -90,19 +103,29 @@ def _local_transport(paths: ServerPaths, server: OpaServer, timeout: float) -> O
 def connect(home: Path, *, policy_root: Path | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> OpaConnection:
     """The deciding OPA (external from the environment, else this home's, started on demand).
 
-    Raises PolicyUnavailable (no answer, token refused, cannot start), PolicyError (TLS failure,
+    A local server that is recorded and alive but does not answer within ``timeout`` is stopped
+    (SIGTERM, then SIGKILL) and started anew, once. Raises PolicyUnavailable (no answer, token refused, cannot start), PolicyError (TLS failure,
     no bundle or another policy revision served, policy does not build), SpecError (a bad
     ``EXA_OPA_IDLE_TIMEOUT``). One request (the served revision) when the server already runs.
     """
     root = policy_root or policy_dir()
     local = revision(root)
     transport = external_transport(timeout=timeout)
-    server = None
-    if transport is None:
-        paths = ServerPaths(home)
+    if transport is not None:
+        bundle = served_bundle(transport)
+        return OpaConnection(transport, check_revision(None if bundle is None else bundle.revision, local, transport.describe, root), transport.describe)
+    paths = ServerPaths(home)
+    server = ensure_running(paths, root, local)
+    transport = _local_transport(paths, server, timeout)
+    try:
+        bundle = served_bundle(transport)
+    except OpaUnreachable:
+        # Recorded and alive but not answering (hung, stopped): replace it, once.
+        transport.close()
+        stop_server(home)
         server = ensure_running(paths, root, local)
         transport = _local_transport(paths, server, timeout)
-    bundle = served_bundle(transport)
+        bundle = served_bundle(transport)
     served = check_revision(None if bundle is None else bundle.revision, local, transport.describe, root)
     return OpaConnection(transport, served, transport.describe, server)
 
