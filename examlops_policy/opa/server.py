@@ -27,7 +27,6 @@ SIGTERM, then SIGKILL after a grace period, and reports which it took.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import json
@@ -145,6 +144,33 @@ class Record:
     def running(self) -> bool:
         """Ready, and both recorded processes are alive and are who the record says."""
         return self.state == "ready" and self.opa is not None and self.opa.alive() and self.supervisor.alive()
+
+
+@dataclass(frozen=True)
+class StartPlan:
+    """What the supervisor needs to start OPA (sent as JSON on its stdin)."""
+
+    opa_argv: tuple[str, ...]
+    lock_fd: int  # the start lock, inherited; the supervisor closes it once the record is ready
+    idle_timeout_s: float
+    start_timeout_s: float
+    revision: str
+    started_at: str
+
+    def to_json(self) -> str:
+        return json.dumps({**self.__dict__, "opa_argv": list(self.opa_argv)})
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> StartPlan:
+        doc = json.loads(text)
+        return cls(
+            opa_argv=tuple(str(a) for a in doc["opa_argv"]),
+            lock_fd=int(doc["lock_fd"]),
+            idle_timeout_s=float(doc["idle_timeout_s"]),
+            start_timeout_s=float(doc["start_timeout_s"]),
+            revision=str(doc["revision"]),
+            started_at=str(doc["started_at"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -337,18 +363,12 @@ def _start(paths: ServerPaths, root: Path, binary: Path, idle_timeout: float, lo
         # The last argument is a path inside the home: a server whose home is gone is easy to spot.
         str(paths.dir / bundle.path.name), str(paths.runtime),
     ]  # fmt: skip
-    plan = {
-        "opa_argv": argv,
-        "lock_fd": lock_fd,
-        "idle_timeout_s": idle_timeout,
-        "revision": bundle.revision,
-        "start_timeout_s": START_TIMEOUT_S,
-        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
-    return _spawn_supervisor(paths, plan, lock_fd)
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    plan = StartPlan(tuple(argv), lock_fd, idle_timeout, START_TIMEOUT_S, bundle.revision, started_at)
+    return _spawn_supervisor(paths, plan)
 
 
-def _spawn_supervisor(paths: ServerPaths, plan: dict[str, object], lock_fd: int) -> Record:
+def _spawn_supervisor(paths: ServerPaths, plan: StartPlan) -> Record:
     """Start the supervisor (it records itself, then starts OPA) and wait for its one-line report."""
     log_fd = open_private_log(paths.supervisor_log, error=PolicyUnavailable)
     env = dict(os.environ)
@@ -358,7 +378,7 @@ def _spawn_supervisor(paths: ServerPaths, plan: dict[str, object], lock_fd: int)
         proc = subprocess.Popen(
             [sys.executable, "-m", SUPERVISOR_MODULE, str(paths.dir)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_fd,
-            cwd=paths.dir, env=env, pass_fds=(lock_fd,), start_new_session=True,
+            cwd=paths.dir, env=env, pass_fds=(plan.lock_fd,), start_new_session=True,
         )  # fmt: skip
     except OSError as exc:
         raise PolicyUnavailable(f"cannot start the OPA supervisor ({sys.executable}): {exc}") from exc
@@ -366,7 +386,7 @@ def _spawn_supervisor(paths: ServerPaths, plan: dict[str, object], lock_fd: int)
         os.close(log_fd)
     assert proc.stdin is not None and proc.stdout is not None
     with contextlib.suppress(BrokenPipeError):
-        proc.stdin.write(json.dumps(plan).encode())
+        proc.stdin.write(plan.to_json().encode())
     with contextlib.suppress(BrokenPipeError):
         proc.stdin.close()
     proc.wait()  # the first process forks the real supervisor and exits at once
@@ -374,7 +394,7 @@ def _spawn_supervisor(paths: ServerPaths, plan: dict[str, object], lock_fd: int)
     proc.stdout.close()
     if line is None:
         tail = _tail(paths.supervisor_log)
-        raise PolicyUnavailable(f"the OPA supervisor gave no report within {START_TIMEOUT_S + 10:.0f} s{tail}")
+        raise PolicyUnavailable(f"the OPA supervisor ended, or gave no report within {START_TIMEOUT_S + 10:.0f} s{tail}")
     try:
         report = json.loads(line)
         if report.get("ok"):
@@ -395,9 +415,7 @@ def _read_line(fd: int, timeout: float) -> str | None:
             return None
         try:
             chunk = os.read(fd, 65536)
-        except OSError as exc:
-            if exc.errno == errno.EINTR:
-                continue
+        except OSError:
             return None
         if not chunk:
             return None

@@ -43,7 +43,7 @@ from typing import Final
 
 from examlops_policy.errors import ExaError, PolicyError, PolicyUnavailable
 from examlops_policy.opa.procs import ProcessIdentity
-from examlops_policy.opa.server import STOP_GRACE_S, Record, ServerPaths, read_record, read_token, write_record
+from examlops_policy.opa.server import STOP_GRACE_S, Record, ServerPaths, StartPlan, read_record, read_token, write_record
 from examlops_policy.opa.transport import Endpoint, OpaTransport
 from examlops_policy.private import open_private_log, private_file
 
@@ -85,15 +85,15 @@ def _die_with_parent() -> Callable[[], None]:
 class Supervisor:
     """One OPA's start, watch and stop (see the module docstring)."""
 
-    def __init__(self, paths: ServerPaths, plan: dict[str, object]) -> None:
+    def __init__(self, paths: ServerPaths, plan: StartPlan) -> None:
         self.paths = paths
-        self.argv = [str(a) for a in plan["opa_argv"]]  # type: ignore[attr-defined]
-        self.lock_fd = int(plan["lock_fd"])  # type: ignore[call-overload]
-        self.idle_timeout = float(plan["idle_timeout_s"])  # type: ignore[arg-type]
-        self.start_timeout = float(plan["start_timeout_s"])  # type: ignore[arg-type]
+        self.argv = list(plan.opa_argv)
+        self.lock_fd = plan.lock_fd
+        self.idle_timeout = plan.idle_timeout_s
+        self.start_timeout = plan.start_timeout_s
         me = ProcessIdentity.of(os.getpid())
         assert me is not None
-        self.record = Record("starting", str(plan["revision"]), paths.socket, self.idle_timeout, me, None, str(plan["started_at"]))
+        self.record = Record("starting", plan.revision, paths.socket, self.idle_timeout, me, None, plan.started_at)
         self.folder = os.stat(paths.dir)
         self.stop_signal: int | None = None
         self.holds_lock = True  # the start lock, inherited from the caller, until the record is ready
@@ -278,7 +278,7 @@ def main(argv: list[str]) -> int:
     os.umask(0o077)
     if os.fork() > 0:
         os._exit(0)  # the caller waits for this first process only; the supervisor lives on
-    plan = json.loads(sys.stdin.buffer.read())
+    plan = StartPlan.from_json(sys.stdin.buffer.read())
     os.close(0)
     paths = ServerPaths(Path(argv[1]).parent)
     try:
