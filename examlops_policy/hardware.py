@@ -24,7 +24,6 @@ from examlops_policy.tables import Tables, load_tables
 
 if TYPE_CHECKING:  # the OPA client, HTTP and crypto stacks load only when a command needs them
     from examlops_policy import audit
-    from examlops_policy.opa import OpaConnection
     from examlops_policy.policy import OpaEvaluator, PolicyEvaluator
 
 DEFAULT_HOME: Final = Path("~/.local/share/examlops")
@@ -47,7 +46,6 @@ class ManagedOpaEvaluator:
         self._home = home
         self._root = root
         self._inner: OpaEvaluator | None = None
-        self._connection: OpaConnection | None = None
 
     @property
     def revision(self) -> str:
@@ -59,11 +57,7 @@ class ManagedOpaEvaluator:
         return self._connect().url
 
     def ensure_started(self) -> None:
-        """Find or start the OPA now (it may take seconds), not inside a transaction; a local
-        server that stopped since the last call (idle, killed) is found again or restarted."""
-        if self._inner is not None and self._connection is not None and not self._connection.still_serving():
-            self._inner.close()
-            self._inner = None
+        """Find or start the OPA now (it may take seconds), not inside a transaction."""
         self._connect()
 
     def _connect(self) -> OpaEvaluator:
@@ -72,10 +66,10 @@ class ManagedOpaEvaluator:
             from examlops_policy.policy import OpaEvaluator
 
             try:
-                self._connection = connect(self._home, policy_root=self._root)
+                connection = connect(self._home, policy_root=self._root)
             except OpaUnreachable as exc:
                 raise exc.nothing_placed() from exc
-            self._inner = OpaEvaluator(self._connection.transport, revision=self._connection.expected_revision)
+            self._inner = OpaEvaluator(connection.transport, revision=connection.expected_revision)
         return self._inner
 
     def evaluate(self, policy_input: Mapping[str, object]) -> JSONObject:

@@ -212,21 +212,18 @@ def test_a_full_disk_is_a_clear_error_with_nothing_left_running(full_disk: Path,
     assert local_exa(full_disk, "opa", "restart").returncode == 0  # with space again, it starts
 
 
-def test_a_long_lived_process_places_again_after_the_server_stopped_idle(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from examlops_policy import Pool, Workload
-    from examlops_policy.hardware import Hardware
+def test_a_connection_knows_when_its_local_server_stopped_and_connect_starts_it_anew(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from examlops_policy.opa import connect
 
     monkeypatch.setenv("EXA_OPA_IDLE_TIMEOUT", "1")
-    hw = Hardware(home)
-    try:
-        hw.add_pool(Pool("hpc-mi300", "hpc", "amd", 4, "eu"))
-        assert hw.place(Workload("a", accelerator="amd", engine="vllm")).decision.ok
-        first = ensure_server(home)
-        wait_until(lambda: gone(first.pid), 30, "the idle server stops")
-        assert hw.place(Workload("b", accelerator="amd", engine="vllm")).decision.ok  # restarted outside the transaction
-        assert [s.free for s in hw.pools()] == [2.0]
-    finally:
-        hw.close()
+    first = connect(home)
+    assert first.server is not None and first.still_serving()
+    wait_until(lambda: not first.still_serving(), 30, "the connection sees its idle server stop")
+    assert gone(first.server.pid)
+    again = connect(home)
+    assert again.server is not None and again.server.pid != first.server.pid and again.still_serving()
+    first.transport.close()
+    again.transport.close()
 
 
 def test_a_hung_server_is_replaced_by_the_next_connection(home: Path) -> None:
