@@ -144,3 +144,13 @@ def test_signed_bundle_verifies_with_the_public_key_and_a_tampered_one_does_not(
             member.size = len(data)
             dst.addfile(member, io.BytesIO(data))
     assert not verifies(tampered)
+
+
+def test_exa_opa_bundle_writes_the_reviewed_bundle(tmp_path: Path) -> None:
+    from tests.conftest import run_exa
+
+    out = tmp_path / "out"
+    result = run_exa(tmp_path / "home", "opa", "bundle", "--out", str(out), "--json", check=True)
+    doc = json.loads(result.stdout)
+    assert doc == {"path": str(out / "bundle.tar.gz"), "revision": reviewed_revision(policy_dir()), "roots": ["examlops", "system/authz"]}
+    assert json.loads(members(out / "bundle.tar.gz")[".manifest"])["revision"] == doc["revision"]

@@ -7,6 +7,7 @@ import contextlib
 import datetime
 import http.server
 import ipaddress
+import json
 import os
 import shutil
 import socketserver
@@ -82,9 +83,17 @@ def test_an_opa_serving_another_policy_revision_is_refused(exa_home: Path, tmp_p
     err = place_fails_closed(exa_home, {"EXA_OPA_URL": url, "EXA_OPA_TOKEN": token})
     assert f"PolicyError: OPA at {url} serves policy revision {revision(edited)}" in err
     assert f"but the reviewed policy files in {policy_dir()} are {revision(policy_dir())}" in err
+    status = run_exa(exa_home, "opa", "status", env={"EXA_OPA_URL": url, "EXA_OPA_TOKEN": token})
+    assert status.returncode == 5 and f"✗ policy {revision(edited)}, but the policy files are" in status.stdout
 
     url, token = policy_server(policy_dir(), "reviewed")  # the same server setup with the reviewed bundle places
     assert run_exa(exa_home, *PLACE, env={"EXA_OPA_URL": url, "EXA_OPA_TOKEN": token}).returncode == 0
+    status = run_exa(exa_home, "opa", "status", "--json", env={"EXA_OPA_URL": url, "EXA_OPA_TOKEN": token})
+    doc = json.loads(status.stdout)
+    assert status.returncode == 0 and doc["managed"] is False and doc["revision_matches"] is True
+    assert doc["protection"]["token_auth"] is True and doc["protection"]["bundle_roots"] == ["examlops", "system/authz"]
+    stop = run_exa(exa_home, "opa", "stop", env={"EXA_OPA_URL": url, "EXA_OPA_TOKEN": token})
+    assert stop.returncode == 2 and "is external (EXA_OPA_URL): exa neither starts nor stops it" in stop.stderr
 
 
 def test_an_opa_without_a_bundle_is_refused(exa_home: Path, tmp_path: Path) -> None:

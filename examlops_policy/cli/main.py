@@ -348,20 +348,26 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _print_opa_status(console: Console, st: OpaStatus) -> int:
+def _opa_status_code(st: OpaStatus) -> int:
+    """5 when an external OPA would refuse decisions (no bundle or another policy); the local one
+    restarts on its own when the policy files changed."""
+    return errors.EXIT_OK if st.managed or st.matches else errors.EXIT_POLICY_UNAVAILABLE
+
+
+def _print_opa_status(console: Console, st: OpaStatus) -> None:
     if not st.running:
         console.print("OPA is not running; the next command that needs a decision starts it")
         if st.note:
             console.print(f"  {st.note}")
-        return errors.EXIT_OK
+        return
     served = st.served_revision or "none"
     if st.managed:
         idle = f" · idle {_duration(st.idle_s)}" if st.idle_s is not None else ""
         limit = f" (stops after {_duration(st.idle_timeout_s)} idle)" if st.idle_timeout_s else ""
         console.print(f"✓ OPA running · pid {st.pid} (supervisor {st.supervisor_pid}){idle}{limit}")
-        listeners = ", ".join(st.listeners)
-        tcp = "" if all(a.startswith("unix://") for a in st.listeners) else " (TCP!)"
-        console.print(f"  reached at {st.reached_at} · listens on {listeners} only{tcp}, no TCP port")
+        only_unix = all(a.startswith("unix://") for a in st.listeners)
+        where = "only on its Unix socket (no TCP port)" if only_unix else f"on {', '.join(st.listeners)}"
+        console.print(f"  reached at {st.reached_at} · listens {where}")
     else:
         console.print(f"✓ OPA at {st.reached_at} (external: EXA_OPA_URL; exa neither starts nor stops it)")
     if st.matches:
@@ -376,7 +382,6 @@ def _print_opa_status(console: Console, st: OpaStatus) -> int:
     authz = "authorization policy system.authz · " if "system/authz" in st.bundle_roots else ""
     console.print(f"  protected: {guard} · {authz}bundle roots {roots} (OPA refuses writes there)",
                   style=None if st.refuses_anonymous else "red")  # fmt: skip
-    return errors.EXIT_OK if st.matches or st.managed else errors.EXIT_POLICY_UNAVAILABLE
 
 
 def cmd_opa(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
@@ -386,19 +391,21 @@ def cmd_opa(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
         st = opa.status(hw.home)
         if args.json:
             render.dump_json(console, st.to_json())
-            return errors.EXIT_OK if st.matches is not False or st.managed else errors.EXIT_POLICY_UNAVAILABLE
-        return _print_opa_status(console, st)
+        else:
+            _print_opa_status(console, st)
+        return _opa_status_code(st)
     if args.action == "bundle":
+        from examlops_policy.opa.bundle import BUNDLE_ROOTS
         from examlops_policy.tables import policy_dir
 
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         bundle = opa.build_bundle(policy_dir(), out, signing_key=Path(args.signing_key) if args.signing_key else None)
         if args.json:
-            render.dump_json(console, {"path": str(bundle.path), "revision": bundle.revision, "roots": list(opa.bundle.BUNDLE_ROOTS)})
+            render.dump_json(console, {"path": str(bundle.path), "revision": bundle.revision, "roots": list(BUNDLE_ROOTS)})
         else:
             signed = " (signed)" if args.signing_key else ""
-            console.print(f"✓ bundle {bundle.path}{signed} · revision {bundle.revision} · roots {', '.join(opa.bundle.BUNDLE_ROOTS)}")
+            console.print(f"✓ bundle {bundle.path}{signed} · revision {bundle.revision} · roots {', '.join(BUNDLE_ROOTS)}")
         return errors.EXIT_OK
     if os.environ.get("EXA_OPA_URL"):
         raise SpecError(f"OPA at {os.environ['EXA_OPA_URL']} is external (EXA_OPA_URL): exa neither starts nor stops it",
