@@ -6,7 +6,7 @@ import hashlib
 import json
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -77,9 +77,8 @@ def opa_pids_for(home: Path) -> set[int]:
     return {pid for pid, _ in opa_servers_under(home)}
 
 
-def wait_until(predicate: object, timeout: float, what: str) -> None:
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     """Poll ``predicate()`` until true; fail with ``what`` after ``timeout`` seconds."""
-    assert callable(predicate)
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting until {what}"

@@ -235,3 +235,11 @@ def test_a_hung_server_is_replaced_by_the_next_connection(home: Path) -> None:
     assert connection.server is not None and connection.server.pid != hung.pid
     assert gone(hung.pid) and opa_pids_for(home) == {connection.server.pid}
     connection.transport.close()
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-5", "inf"])
+def test_an_idle_timeout_that_is_not_a_positive_number_is_bad_input(home: Path, value: str) -> None:
+    result = local_exa(home, "opa", "restart", env={"EXA_OPA_IDLE_TIMEOUT": value})
+    assert result.returncode == 2
+    assert f"EXA_OPA_IDLE_TIMEOUT={value!r}: expected a number of seconds greater than 0" in result.stderr
+    assert opa_pids_for(home) == set()
