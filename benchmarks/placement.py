@@ -48,12 +48,11 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-import requests  # noqa: E402
 
 import fleet  # noqa: E402
 from examlops_policy.hardware import Hardware, ManagedOpaEvaluator  # noqa: E402
 from examlops_policy.model import JSONObject, PoolState, Provenance, Workload  # noqa: E402
-from examlops_policy.opa_server import OPA_VERSION, stop_server  # noqa: E402
+from examlops_policy.opa import OPA_VERSION, OpaUnreachable, connect, stop_server  # noqa: E402
 from examlops_policy.placement import build_input, decide, digest, interpret  # noqa: E402
 from examlops_policy.errors import PolicyError, PolicyUnavailable  # noqa: E402
 from examlops_policy.policy import DECISION_PACKAGE, DECISION_RULE, DEFAULT_TIMEOUT_S, check_decision  # noqa: E402
@@ -205,17 +204,17 @@ def run_latency(states: list[PoolState], hw: Hardware, prof: Profile) -> tuple[d
 
 
 def run_engine(
-    states: list[PoolState], hw: Hardware, url: str, captured: list[tuple[Workload, Any]], prof: Profile, *, timeout: float, reps: int | None = None
+    states: list[PoolState], hw: Hardware, home: Path, captured: list[tuple[Workload, Any]], prof: Profile, *, timeout: float, reps: int | None = None
 ) -> dict[str, Any]:
     """Replays the inputs decide() sent with ``?metrics=true`` for OPA's own figures, timing a
     stage-by-stage replica of decide() around them.
 
-    Stages: build_input, encode (the request body as requests builds it), http (POST round trip,
+    Stages: build_input, encode (the request body), http (POST round trip,
     bytes back), decode (JSON to dicts), check (check_decision), digest (the input digest),
     interpret (verdicts to a Placement/Rejection). The replica uses the product's functions; if
     they stop matching decide() the breakdown is left out and the engine figures remain.
     """
-    session = requests.Session()
+    transport = connect(home, timeout=timeout).transport
     stages = ("build_input", "encode", "http", "decode", "check", "digest", "interpret")
     times: dict[str, list[float]] = {s: [] for s in stages}
     engine: dict[str, list[float]] = {"eval": [], "handler": [], "input_parse": []}
@@ -240,11 +239,8 @@ def run_engine(
         body = json.dumps({"input": policy_input}, allow_nan=False).encode("utf-8")
         t.append(time.perf_counter())
         try:
-            resp = session.post(
-                url + DECISION_PATH + "?metrics=true", data=body, headers={"Content-Type": "application/json"}, timeout=timeout
-            )
-            raw = resp.content
-        except requests.Timeout:
+            raw = transport.request("POST", DECISION_PATH + "?metrics=true", body)[1]
+        except OpaUnreachable:
             status = "timeout"
             break
         t.append(time.perf_counter())
@@ -271,10 +267,10 @@ def run_engine(
             times["http"].append((t[3] - t[2]) * 1000 if len(t) > 3 else 0.0)
         sizes_seen.append((len(body), len(raw)))
         i += 1
-    session.close()
+    transport.close()
     breakdown: dict[str, float | None] = {s: round(pct(v, 50), 3) if v else None for s, v in times.items()}
     if engine["handler"] and times["http"]:
-        # The round trip minus OPA's handler time: OPA writing the answer out, HTTP, TCP, requests.
+        # The round trip minus OPA's handler time: OPA writing the answer out, HTTP over the socket, the transport.
         breakdown["http_outside_opa"] = round(pct([h - s for h, s in zip(times["http"], engine["handler"])], 50), 3)
     total = [sum(v[k] for v in times.values()) for k in range(len(times["build_input"]))]
     sizes = {  # medians over the replayed queries (they differ by workload)
@@ -393,7 +389,7 @@ def run_durable(
 
 
 def evaluator_root(evaluator: ManagedOpaEvaluator) -> Path:
-    return cast(Path, getattr(evaluator, "_root", policy_dir()))
+    return cast(Path, getattr(evaluator, "_root", None) or policy_dir())
 
 
 # -- cold start ----------------------------------------------------------------------------------
@@ -433,7 +429,7 @@ def run_cold(size: int, seed: int, base: Path, prof: Profile, started: list[Path
         hw.close()
     env = exa_env(home)
     started.append(home)
-    subprocess.run([exa, "opa", "status"], env=env, stdout=subprocess.DEVNULL, check=True, cwd=REPO)
+    subprocess.run([exa, "opa", "restart"], env=env, stdout=subprocess.DEVNULL, check=True, cwd=REPO)
     pools_cmd = [exa, "hardware", "pools"]
     place_cmd = [exa, "hardware", "place", "cold-train", "--accelerator", "nvidia", "--engine", "vllm", "--target", "hpc"]
     timed_run(pools_cmd, env, {0})  # page cache and bytecode cache warm; each timed process is still new
@@ -713,9 +709,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             entry.update(latency)
             log(f"[{time.perf_counter() - began:6.1f}s] {size:,} pools: engine metrics and stage breakdown")
             if entry["status"] == "timeout" and prof.long_engine_timeout_s:
-                eng = run_engine(states, hw, url, captured, prof, timeout=prof.long_engine_timeout_s, reps=1)
+                eng = run_engine(states, hw, main_home, captured, prof, timeout=prof.long_engine_timeout_s, reps=1)
             else:
-                eng = run_engine(states, hw, url, captured, prof, timeout=DEFAULT_TIMEOUT_S)
+                eng = run_engine(states, hw, main_home, captured, prof, timeout=DEFAULT_TIMEOUT_S)
             if eng["status"] == "timeout":
                 entry["engine_status"] = "timeout"
             entry.update({k: v for k, v in eng.items() if k != "status"})

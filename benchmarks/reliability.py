@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from examlops_policy.opa_server import stop_server  # noqa: E402
+from examlops_policy.opa import stop_server  # noqa: E402
 from reliability import backends  # noqa: E402
 from reliability.harness import LoadRun, kill_opa, run_load, violations, wait_for_decisions  # noqa: E402
 

@@ -37,6 +37,7 @@ from examlops_policy.verdicts import About, Answer, workload_input
 
 if TYPE_CHECKING:  # the crypto stack loads only when a command needs it
     from examlops_policy import audit
+    from examlops_policy.opa import OpaConnection
 
 DEFAULT_HOME: Final = Path("~/.local/share/examlops")
 SOURCE: Final = "exa-hardware"
@@ -54,21 +55,32 @@ def default_home() -> Path:
 
 
 class ManagedPolicy:
-    """The policy on the local OPA server of ``home``, started on demand and started again when it
-    died (the call that found it dead fails closed)."""
+    """The policy on the OPA ``examlops_policy.opa.connect`` finds: ``EXA_OPA_URL``'s, else this
+    home's local one, started on demand. A local server that stopped (idle, killed, restarted) is
+    found again before a decision asks it anything; one that fails while asked fails that decision
+    closed, and the next decision connects anew."""
 
-    def __init__(self, home: Path, root: Path | None = None) -> None:
+    def __init__(self, home: Path, root: Path | None = None, *, timeout: float | None = None) -> None:
         self._home = home
-        self._root = root or policy_dir()
+        self._root = root
+        self._timeout = timeout
         self._inner: OpaPolicy | None = None
+        self._connection: OpaConnection | None = None
 
     def _connect(self) -> OpaPolicy:
+        if self._inner is not None and self._connection is not None and not self._connection.still_serving():
+            self.close()
         if self._inner is None:
-            from examlops_policy.opa.transport import OpaTransport
-            from examlops_policy.opa_server import ensure_server
+            from examlops_policy.opa import OpaUnreachable, connect
 
-            server = ensure_server(self._home, self._root)
-            self._inner = OpaPolicy(OpaTransport.from_url(server.url))
+            try:
+                if self._timeout is None:
+                    self._connection = connect(self._home, policy_root=self._root)
+                else:
+                    self._connection = connect(self._home, policy_root=self._root, timeout=self._timeout)
+            except OpaUnreachable as exc:
+                raise exc.nothing_placed() from exc
+            self._inner = OpaPolicy(self._connection.transport)
         return self._inner
 
     def _call(self, fn: str, *args: object) -> object:
@@ -76,8 +88,7 @@ class ManagedPolicy:
         try:
             return getattr(inner, fn)(*args)
         except PolicyUnavailable:
-            inner.close()
-            self._inner = None  # the next call finds (or starts) a live server
+            self.close()  # the next call finds (or starts) a live server
             raise
 
     def describe(self) -> str:
@@ -98,23 +109,12 @@ class ManagedPolicy:
     def close(self) -> None:
         if self._inner is not None:
             self._inner.close()
-            self._inner = None
+        self._inner = None
+        self._connection = None
 
 
 def default_policy(home: Path) -> PolicyEvaluator:
-    """``EXA_OPA_URL`` when set (an existing OPA server), else the managed local one."""
-    url = os.environ.get("EXA_OPA_URL")
-    if url:
-        from examlops_policy.opa.transport import OpaTransport
-
-        ca = os.environ.get("EXA_OPA_CA")
-        transport = OpaTransport.from_url(
-            url,
-            token=os.environ.get("EXA_OPA_TOKEN") or None,
-            ca_file=Path(ca) if ca else None,
-            allow_insecure=os.environ.get("EXA_OPA_ALLOW_INSECURE") == "1",
-        )
-        return OpaPolicy(transport)
+    """The OPA of ``EXA_OPA_URL`` when set, else this home's local one (see ``opa.connect``)."""
     return ManagedPolicy(home)
 
 

@@ -4,17 +4,16 @@ audit chain never forks."""
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 from pathlib import Path
 
-from tests.conftest import EXA, run_exa
+from tests.conftest import EXA, run_exa, shared_opa_env
 
 
 def test_concurrent_cli_placements_never_exceed_a_pools_count(exa_home: Path) -> None:
     run_exa(exa_home, "hardware", "add-pool", "only", "--target", "hpc", "--accelerator", "amd", "--count", "6", "--region", "eu", check=True)
-    env = {"EXA_HOME": str(exa_home), "EXA_OPA_URL": os.environ["EXA_TEST_OPA_URL"], "PATH": "/usr/bin:/bin"}
+    env = {"EXA_HOME": str(exa_home), **shared_opa_env(), "PATH": "/usr/bin:/bin"}
     script = f"for i in 1 2 3; do {EXA} hardware place w$$-$i --accelerator amd --engine vllm --json; done"
     procs = [subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, text=True, env=env) for _ in range(4)]
     outputs = [p.communicate(timeout=120)[0] for p in procs]

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from examlops_policy.errors import SpecError
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Pool, Workload
-from examlops_policy.opa_server import stop_server
+from examlops_policy.opa import stop_server
 from examlops_policy.specs import (
     MAX_DEPTH,
     MAX_FILE_BYTES,

@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Decision, Placement, Pool, PoolState, Rejection, Workload
 from examlops_policy.model import Capacity, Holding
-from examlops_policy.opa_server import stop_server
+from examlops_policy.opa import stop_server
 
 ROOT = Path(__file__).resolve().parents[1]
 # The tables the product evaluates with (EXA_POLICY_DIR wins, as in examlops_policy.tables).

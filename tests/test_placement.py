@@ -222,7 +222,7 @@ def test_module_level_place_records_on_the_default_state(tmp_path, monkeypatch, 
     store = SQLiteStore(tmp_path / "state.db")
     assert [s.free for s in store.pool_states()] == [3]
     store.close()
-    from examlops_policy.opa_server import stop_server
+    from examlops_policy.opa import stop_server
 
     stop_server(tmp_path)
 

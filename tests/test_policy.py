@@ -19,11 +19,12 @@ from examlops_policy import PolicyError, PolicyUnavailable, Pool, Workload
 from examlops_policy.engine import Engine
 from examlops_policy.hardware import Hardware, ManagedPolicy
 from examlops_policy.model import Capacity, PoolState
+from examlops_policy.opa import connect, ensure_server, stop_server
 from examlops_policy.opa.transport import OpaTransport
-from examlops_policy.opa_server import _free_port, ensure_server, stop_server
 from examlops_policy.policy import OpaPolicy
 from examlops_policy.tables import load_tables, policy_dir, revision
 from tests.conftest import OPA_BIN
+from tests.conftest import free_port as _free_port
 
 WORKLOAD = Workload("w", accelerator="amd", engine="vllm")
 STATES = [PoolState(Pool("hpc-mi300", "hpc", "amd", 4, "eu"), 4.0, Capacity(4))]
@@ -144,9 +145,9 @@ def test_verdicts_missing_a_shape_are_refused(opa_with) -> None:  # type: ignore
 
 
 def test_a_revision_other_than_the_reviewed_one_is_refused(tmp_path: Path) -> None:
-    server = ensure_server(tmp_path, policy_dir())
+    connection = connect(tmp_path, policy_root=policy_dir())
     try:
-        engine = Engine(OpaPolicy(OpaTransport.from_url(server.url)), load_tables(), reviewed="sha256:what-was-reviewed")
+        engine = Engine(OpaPolicy(connection.transport), load_tables(), reviewed="sha256:what-was-reviewed")
         with pytest.raises(PolicyError, match="serves policy revision sha256:[0-9a-f]+.*but the reviewed policy is sha256:what-was-reviewed"):
             engine.decide(WORKLOAD, STATES)
     finally:
@@ -176,21 +177,53 @@ def test_changed_policy_restarts_the_managed_server(tmp_path: Path) -> None:
         stop_server(tmp_path / "home")
 
 
-def test_killed_opa_fails_closed_then_is_started_anew(tmp_path: Path) -> None:
+def _opa_pid(home: Path) -> int:
+    return int(json.loads((home / "opa" / "server.json").read_text())["opa"]["pid"])
+
+
+def test_a_killed_opa_is_found_dead_before_a_decision_and_started_anew(tmp_path: Path) -> None:
     hw = Hardware(tmp_path, policy=ManagedPolicy(tmp_path))
     try:
         hw.add_pool(Pool("hpc-mi300", "hpc", "amd", 4, "eu"))
         assert hw.place(WORKLOAD).decision.ok
-        pid = int(__import__("json").loads((tmp_path / "opa" / "server.json").read_text())["pid"])
+        pid = _opa_pid(tmp_path)
         os.kill(pid, signal.SIGKILL)
         time.sleep(0.2)
-        with pytest.raises(PolicyUnavailable):
-            hw.place(WORKLOAD)
-        assert [s.free for s in hw.pools()] == [3.0]  # the failed attempt reserved nothing
-        assert hw.place(WORKLOAD).decision.ok
+        record = hw.place(WORKLOAD)
+        assert record.decision.ok and record.decision.provenance.verdicts in ("fresh", "reused")
+        assert _opa_pid(tmp_path) != pid
         assert [s.free for s in hw.pools()] == [2.0]
     finally:
         hw.close()
+        stop_server(tmp_path)
+
+
+def test_a_hung_opa_fails_closed_and_never_blocks_other_writers(tmp_path: Path) -> None:
+    """A stopped (SIGSTOP) OPA: the placement that asks it times out with nothing reserved, and a
+    release by another process meanwhile is not held up: no write waits on OPA under the lock."""
+    hw = Hardware(tmp_path, policy=ManagedPolicy(tmp_path, timeout=1.0))
+    other = Hardware(tmp_path, policy=ManagedPolicy(tmp_path))
+    try:
+        hw.add_pool(Pool("hpc-mi300", "hpc", "amd", 4, "eu"))
+        first = hw.place(WORKLOAD)
+        assert first.decision.ok
+        pid = _opa_pid(tmp_path)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            began = time.monotonic()
+            with pytest.raises(PolicyUnavailable, match="timed out"):
+                hw.place(WORKLOAD)
+            assert time.monotonic() - began < 4
+            began = time.monotonic()
+            assert not other.release(first.id).already  # a writer while OPA hangs
+            assert time.monotonic() - began < 1.0
+            assert [s.free for s in hw.pools()] == [4.0]  # the timed-out placement reserved nothing
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert hw.place(WORKLOAD).decision.ok
+    finally:
+        hw.close()
+        other.close()
         stop_server(tmp_path)
 
 

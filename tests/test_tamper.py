@@ -31,7 +31,7 @@ import pytest
 
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Pool, Workload
-from examlops_policy.opa_server import stop_server
+from examlops_policy.opa import stop_server
 
 ROOT = Path(__file__).resolve().parents[1]
 OPA_BIN = Path(os.environ.get("EXA_OPA_BIN") or ROOT / ".tools" / "bin" / "opa")

@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from rich.console import Console
 
@@ -26,6 +26,9 @@ from examlops_policy.cli import executors, exits, render
 from examlops_policy.errors import ExaError, SpecError
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import ACCELERATORS, ENGINES, POOL_TARGETS, RESIDENCIES, WORKLOAD_TARGETS, Decision, Placement, Workload
+
+if TYPE_CHECKING:
+    from examlops_policy.opa import OpaStatus
 
 Handler = Callable[[argparse.Namespace, Hardware, Console], int]
 
@@ -397,11 +400,17 @@ def cmd_audit_keygen(args: argparse.Namespace, hw: Hardware, console: Console) -
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     secret = out / f"{args.name.replace('/', '_')}.skey"
-    fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(skey + "\n")
     public = out / f"{args.name.replace('/', '_')}.vkey"
-    public.write_text(vkey + "\n", encoding="utf-8")
+    for path, text in ((secret, skey), (public, vkey)):
+        # 0600 whatever the umask: the signer key is secret, and a verifier key others could
+        # rewrite would let them vouch for a forged checkpoint.
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            raise SpecError(f"{path} already exists; choose another name or --out-dir", source="exa audit keygen") from None
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            os.fchmod(handle.fileno(), 0o600)
+            handle.write(text + "\n")
     console.print(f"✓ signer key {secret} (keep it off the database host) · verifier key {public}")
     return exits.OK
 
@@ -428,16 +437,90 @@ def cmd_finops(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
 # -- opa --------------------------------------------------------------------------------------
 
 
-def cmd_opa(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
-    from examlops_policy.opa_server import ensure_server, stop_server
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
-    if args.action in {"stop", "restart"}:
-        stopped = stop_server(hw.home)
-        if args.action == "stop":
-            console.print("✓ OPA stopped" if stopped else "OPA was not running")
-            return exits.OK
-    server = ensure_server(hw.home)
-    console.print(f"✓ OPA at {server.url} (pid {server.pid}) · policy {server.revision[:19]}")
+
+def _opa_status_code(st: OpaStatus) -> int:
+    """5 when an external OPA would refuse decisions (no bundle or another policy); the local one
+    restarts on its own when the policy files changed."""
+    return exits.OK if st.managed or st.matches else exits.POLICY
+
+
+def _print_opa_status(console: Console, st: OpaStatus) -> None:
+    if not st.running:
+        console.print("OPA is not running; the next command that needs a decision starts it")
+        if st.note:
+            console.print(f"  {st.note}")
+        return
+    served = st.served_revision or "none"
+    if st.managed:
+        idle = f" · idle {_duration(st.idle_s)}" if st.idle_s is not None else ""
+        limit = f" (stops after {_duration(st.idle_timeout_s)} idle)" if st.idle_timeout_s else ""
+        console.print(f"✓ OPA running · pid {st.pid} (supervisor {st.supervisor_pid}){idle}{limit}")
+        only_unix = all(a.startswith("unix://") for a in st.listeners)
+        where = "only on its Unix socket (no TCP port)" if only_unix else f"on {', '.join(st.listeners)}"
+        console.print(f"  reached at {st.reached_at} · listens {where}")
+    else:
+        console.print(f"✓ OPA at {st.reached_at} (external: EXA_OPA_URL; exa neither starts nor stops it)")
+    if st.matches:
+        console.print(f"  policy {served} · matches the policy files")
+    elif st.managed:
+        console.print(f"  policy {served} · the policy files are now {st.policy_revision}: it restarts on the next decision")
+    else:
+        console.print(f"  ✗ policy {served}, but the policy files are {st.policy_revision}: decisions are refused", style="red")
+    token = f"requests without the token are refused (401){f', token in {st.token_file} (0600)' if st.token_file else ''}"
+    guard = token if st.refuses_anonymous else "NOT PROTECTED: it answers requests without a token"
+    roots = ", ".join(st.bundle_roots) or "none"
+    authz = "authorization policy system.authz · " if "system/authz" in st.bundle_roots else ""
+    console.print(f"  protected: {guard} · {authz}bundle roots {roots} (OPA refuses writes there)",
+                  style=None if st.refuses_anonymous else "red")  # fmt: skip
+
+
+def cmd_opa(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    from examlops_policy import opa
+
+    if args.action == "status":
+        st = opa.status(hw.home)
+        if args.json:
+            render.dump_json(console, st.to_json())
+        else:
+            _print_opa_status(console, st)
+        return _opa_status_code(st)
+    if args.action == "bundle":
+        from examlops_policy.opa.bundle import BUNDLE_ROOTS
+        from examlops_policy.tables import policy_dir
+
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        bundle = opa.build_bundle(policy_dir(), out, signing_key=Path(args.signing_key) if args.signing_key else None)
+        if args.json:
+            render.dump_json(console, {"path": str(bundle.path), "revision": bundle.revision, "roots": list(BUNDLE_ROOTS)})
+        else:
+            signed = " (signed)" if args.signing_key else ""
+            console.print(f"✓ bundle {bundle.path}{signed} · revision {bundle.revision} · roots {', '.join(BUNDLE_ROOTS)}")
+        return exits.OK
+    if os.environ.get("EXA_OPA_URL"):
+        raise SpecError(f"OPA at {os.environ['EXA_OPA_URL']} is external (EXA_OPA_URL): exa neither starts nor stops it",
+                        source=f"exa opa {args.action}")  # fmt: skip
+    report = opa.stop_server(hw.home)
+    if args.action == "stop" or not report.stopped:
+        if args.json:
+            render.dump_json(console, {"was_running": report.was_running, "stopped": report.stopped, "report": report.lines()})
+        else:
+            for line in report.lines():
+                console.print(("✓ " if report.stopped and report.was_running else "") + line)
+        return exits.OK if report.stopped else exits.INTERNAL
+    connection = opa.connect(hw.home)
+    assert connection.server is not None
+    if args.json:
+        render.dump_json(console, {"pid": connection.server.pid, "revision": connection.expected_revision, "reached_at": connection.describe})
+    else:
+        console.print(f"✓ OPA restarted · pid {connection.server.pid} · {connection.describe} · policy {connection.expected_revision}")
     return exits.OK
 
 
@@ -570,8 +653,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--hours", type=_hours, help="hours per decision (default: time held until release or now)")
         p.set_defaults(handler=cmd_finops)
 
-    p = groups.add_parser("opa", parents=[common], help="the local OPA server")
-    p.add_argument("action", choices=["status", "restart", "stop"])
+    p = groups.add_parser("opa", parents=[common], help="the OPA that decides: status, stop, restart; build a bundle")
+    p.add_argument("action", choices=["status", "restart", "stop", "bundle"])
+    p.add_argument("--out", default=".", help="bundle: folder to write bundle.tar.gz into")
+    p.add_argument("--signing-key", help="bundle: sign with this key (PEM RSA/EC private key, or an HMAC secret)")
     p.set_defaults(handler=cmd_opa)
     return parser
 

@@ -8,12 +8,15 @@ shared with the PostgreSQL store (``examlops_policy.store._sql``).
 
 from __future__ import annotations
 
+import random
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
 from examlops_policy.errors import StateCorrupt, StateError, StateFull
+from examlops_policy.private import private_database
 from examlops_policy.store._sql import Cursor, Fault, SQLStore, utc_now
 from examlops_policy.tables import Tables
 
@@ -48,18 +51,31 @@ class SQLiteStore(SQLStore):
         super().__init__(clock=clock, attempts=attempts, tables=tables)
         self.path = path
         self.where = str(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_database(path)  # 0700 folder, 0600 file before SQLite opens it (its -wal/-shm follow)
         try:
             # isolation_level=None: this code issues BEGIN/COMMIT itself, so the head read is inside.
             self._db = sqlite3.connect(path, isolation_level=None, timeout=lock_timeout_s)
             self._db.execute(f"PRAGMA busy_timeout={int(lock_timeout_s * 1000)}")
-            self._db.execute("PRAGMA journal_mode=WAL")
+            self._wal(lock_timeout_s)
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA foreign_keys=ON")
         except sqlite3.DatabaseError as exc:
             raise self._state_error(exc) from exc
         self._migrate()
         self._ensure_layout()
+
+    def _wal(self, lock_timeout_s: float) -> None:
+        """Switch to WAL. On a new file several first opens race for it, and SQLite answers BUSY at
+        once there, without its busy handler: wait it out within the lock timeout."""
+        deadline = time.monotonic() + lock_timeout_s
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if self._fault(exc) != "conflict" or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01 + random.random() * 0.02)
 
     def _execute(self, sql: str, params: Sequence[object] = ()) -> Cursor:
         return self._db.execute(sql, params)

@@ -32,7 +32,7 @@ from examlops_policy import audit
 from examlops_policy.errors import ExaError
 from examlops_policy.hardware import Hardware, ManagedPolicy
 from examlops_policy.model import Pool, Workload
-from examlops_policy.opa_server import ensure_server
+from examlops_policy.opa import ensure_server
 
 from reliability.backends import Backend
 
@@ -207,7 +207,7 @@ def wait_for_decisions(backend: Backend, at_least: int, timeout_s: float = 120) 
 
 def opa_pid(opa_home: Path) -> int:
     """The pid recorded for the managed OPA server of ``opa_home``."""
-    return int(json.loads((opa_home / "opa" / "server.json").read_text(encoding="utf-8"))["pid"])
+    return int(json.loads((opa_home / "opa" / "server.json").read_text(encoding="utf-8"))["opa"]["pid"])
 
 
 def kill_opa(opa_home: Path, sig: int = signal.SIGKILL) -> int:

@@ -229,8 +229,9 @@ shape_rows := {k: [t, object.get(note_index, [note], -1), denied, grant_index[pr
 	denied := denying(s)
 }
 
-# A pool of tier t passed over when tier sel won, or when the request itself is rejected.
-present_tiers := {row[0] | some row in shape_rows}
+# Why a pool of tier t is passed over when tier sel won: for every pair, so that the answer does not
+# depend on which shapes a query happened to judge (the caller keeps it for later queries).
+all_tiers := [0, 1, 2, 3]
 
 request_rejected := tiers.rejected(rejection) if {
 	valid
@@ -249,8 +250,9 @@ verdicts := {
 	"notes": note_list,
 	"shapes": shape_rows,
 	"preferences": [[t, sel, tiers.preference(w, t, sel)] |
-		some t in present_tiers
-		some sel in present_tiers
+		valid
+		some t in all_tiers
+		some sel in all_tiers
 		t > sel
 	],
 	"request_rejected": request_rejected,

@@ -1,0 +1,245 @@
+"""The local OPA's life: recorded before it serves, never a stranger signalled, stopped when idle,
+orphaned or asked, honestly reported, and nothing left running on a full disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from examlops_policy.opa import ensure_server, stop_server
+from examlops_policy.opa.procs import ProcessIdentity
+from examlops_policy.opa.server import Record, ServerPaths, read_record, write_record
+from examlops_policy.opa.transport import Endpoint, OpaTransport
+from tests.conftest import EXA, run_exa
+from tests.opa_support import opa_pids_for, wait_until
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (needs root)")
+
+
+@pytest.fixture()
+def home(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "home"
+    yield path
+    stop_server(path)
+
+
+def local_exa(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``exa`` on this home's own OPA (not the session's shared one)."""
+    return run_exa(home, *args, env=env, shared_opa=False)
+
+
+def gone(pid: int) -> bool:
+    return ProcessIdentity.of(pid) is None
+
+
+@pytest.fixture()
+def stranger() -> Iterator[subprocess.Popen[bytes]]:
+    """A process this project did not start as OPA: a plain ``sleep``."""
+    proc = subprocess.Popen(["sleep", "600"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.parametrize("forged", ["pid only", "pid and start time"])
+def test_a_stale_record_naming_another_process_is_removed_and_never_signalled(
+    home: Path, stranger: subprocess.Popen[bytes], forged: str
+) -> None:
+    server = ensure_server(home)
+    paths = ServerPaths(home)
+    record, _ = read_record(paths)
+    assert record is not None and record.opa is not None
+    stop_server(home)
+    who = ProcessIdentity.of(stranger.pid)
+    assert who is not None
+    # The old OPA's command line, now with the sleep's PID (and, worse, its real start time).
+    ticks = who.start_ticks if forged == "pid and start time" else record.opa.start_ticks
+    opa = ProcessIdentity(stranger.pid, ticks, record.opa.argv)
+    supervisor = ProcessIdentity(stranger.pid, ticks, record.supervisor.argv)
+    os.makedirs(paths.dir, exist_ok=True)
+    write_record(paths, Record("ready", record.revision, server.socket, 900.0, supervisor, opa, record.started_at))
+
+    status = local_exa(home, "opa", "status")
+    assert status.returncode == 0 and "OPA is not running" in status.stdout
+    assert f"removed a stale record: pid {stranger.pid} is not the OPA it recorded" in status.stdout
+    assert "nothing was signalled" in status.stdout
+    write_record(paths, Record("ready", record.revision, server.socket, 900.0, supervisor, opa, record.started_at))
+    stopped = local_exa(home, "opa", "stop")
+    assert stopped.returncode == 0 and "nothing was signalled" in stopped.stdout
+    assert not paths.record.exists()
+    write_record(paths, Record("ready", record.revision, server.socket, 900.0, supervisor, opa, record.started_at))
+    assert local_exa(home, "hardware", "portable", "--engine", "vllm", "--accelerator", "amd").returncode == 0  # starts a real one
+    assert stranger.poll() is None  # never signalled, through any of the three paths
+    assert opa_pids_for(home) == {ensure_server(home).pid}
+
+
+def test_status_json_names_pid_revision_idle_time_socket_and_protection(home: Path) -> None:
+    server = ensure_server(home)
+    doc = json.loads(local_exa(home, "opa", "status", "--json").stdout)
+    assert doc["running"] is True and doc["managed"] is True
+    assert doc["pid"] == server.pid and doc["supervisor_pid"] == server.supervisor_pid
+    assert doc["served_revision"] == server.revision and doc["revision_matches"] is True
+    assert doc["reached_at"] == f"unix://{home}/opa/opa.sock" and doc["listeners"] == ["unix://opa.sock"]
+    assert doc["protection"] == {
+        "token_auth": True, "token_file": str(home / "opa" / "token"),
+        "authorization_policy": "system.authz", "bundle_roots": ["examlops", "system/authz"],
+    }  # fmt: skip
+    assert doc["idle_timeout_s"] == 900.0 and 0 <= doc["idle_s"] < 900
+
+
+def test_an_idle_server_stops_by_itself_and_a_used_one_does_not(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXA_OPA_IDLE_TIMEOUT", "3")
+    server = ensure_server(home)
+    token = (home / "opa" / "token").read_text().strip()
+    opa = OpaTransport(Endpoint("unix", path=str(server.socket)), token=token)
+    busy_until = time.monotonic() + 9  # three idle timeouts of steady use
+    while time.monotonic() < busy_until:
+        assert opa.request("POST", "/v1/data/examlops/tables/regions/eu", b'{"input": {}}')[0] == 200
+        time.sleep(0.2)
+    assert not gone(server.pid), "stopped although it was in use"
+    opa.close()
+    wait_until(lambda: gone(server.pid) and gone(server.supervisor_pid), 30, "the idle OPA and its supervisor exit")
+    assert not (home / "opa" / "server.json").exists()
+    assert "no request for 3 s" in (home / "opa" / "supervisor.log").read_text()
+
+
+def test_deleting_the_home_stops_its_server(home: Path) -> None:
+    import shutil
+
+    server = ensure_server(home)
+    shutil.rmtree(home)
+    wait_until(lambda: gone(server.pid) and gone(server.supervisor_pid), 15, "OPA stops after its home is deleted")
+    assert opa_pids_for(home) == set()
+
+
+def test_a_sigstopped_opa_is_really_stopped_and_the_report_says_how(home: Path) -> None:
+    server = ensure_server(home)
+    os.kill(server.pid, signal.SIGSTOP)
+    result = local_exa(home, "opa", "stop")
+    assert result.returncode == 0, result.stderr
+    assert f"OPA (pid {server.pid}) did not exit on SIGTERM (it was stopped, state T); killed with SIGKILL" in result.stdout
+    assert gone(server.pid) and gone(server.supervisor_pid)
+    assert not (home / "opa" / "server.json").exists()
+    assert local_exa(home, "opa", "stop").stdout.strip() == "OPA was not running"
+
+
+def test_a_sigstopped_supervisor_is_stopped_too(home: Path) -> None:
+    server = ensure_server(home)
+    os.kill(server.supervisor_pid, signal.SIGSTOP)
+    result = local_exa(home, "opa", "stop")
+    assert result.returncode == 0, result.stderr
+    assert f"OPA (pid {server.pid}) stopped on SIGTERM" in result.stdout
+    assert f"the OPA supervisor (pid {server.supervisor_pid}) did not exit on SIGTERM (it was stopped, state T); killed" in result.stdout
+    assert gone(server.pid) and gone(server.supervisor_pid)
+
+
+def test_a_caller_killed_while_starting_leaves_only_recorded_servers(home: Path) -> None:
+    for delay in (0.05, 0.2, 0.4, 0.8):
+        starting = subprocess.Popen([str(EXA), "opa", "restart"], env={**os.environ, "EXA_HOME": str(home)},
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        time.sleep(delay)
+        starting.kill()
+        starting.wait()
+        server = ensure_server(home)  # waits for a start in progress, then reuses or starts one
+        assert opa_pids_for(home) == {server.pid}, f"killed after {delay} s"
+    report = stop_server(home)
+    assert report.stopped and opa_pids_for(home) == set()
+
+
+def test_a_changed_policy_restarts_the_server_on_the_new_bundle(home: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from examlops_policy.tables import policy_dir, revision
+
+    policies = tmp_path / "policies"
+    shutil.copytree(policy_dir(), policies)
+    first = ensure_server(home, policies)
+    table = policies / "examlops" / "tables" / "accounting.yaml"
+    table.write_text(table.read_text() + "\n# reviewed change\n")
+    second = ensure_server(home, policies)
+    assert second.revision == revision(policies) != first.revision
+    assert gone(first.pid) and opa_pids_for(home) == {second.pid}
+
+
+@pytest.fixture()
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A home on a 1 MiB tmpfs that is then filled to the last byte."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mount)], check=True)
+    try:
+        home = mount / "home"
+        home.mkdir(mode=0o700)
+        yield home
+    finally:
+        stop_server(home)
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+def fill(folder: Path) -> None:
+    """Write until the file system refuses: ENOSPC."""
+    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError as exc:
+        assert exc.errno == 28  # ENOSPC
+    finally:
+        os.close(fd)
+
+
+@needs_root
+@pytest.mark.parametrize("when", ["before the first start", "after a start"])
+def test_a_full_disk_is_a_clear_error_with_nothing_left_running(full_disk: Path, when: str) -> None:
+    if when == "after a start":
+        ensure_server(full_disk)
+        stop_server(full_disk)
+    fill(full_disk)
+    for _ in range(3):  # never one more OPA per call
+        result = local_exa(full_disk, "opa", "restart")
+        assert result.returncode == 5, (result.stdout, result.stderr)
+        assert "the disk is full" in result.stderr and "Traceback" not in result.stderr
+        assert opa_pids_for(full_disk) == set()
+        assert not (full_disk / "opa" / "server.json").exists()
+    (full_disk / "filler").unlink()
+    assert local_exa(full_disk, "opa", "restart").returncode == 0  # with space again, it starts
+
+
+def test_a_connection_knows_when_its_local_server_stopped_and_connect_starts_it_anew(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from examlops_policy.opa import connect
+
+    monkeypatch.setenv("EXA_OPA_IDLE_TIMEOUT", "1")
+    first = connect(home)
+    assert first.server is not None and first.still_serving()
+    wait_until(lambda: not first.still_serving(), 30, "the connection sees its idle server stop")
+    assert gone(first.server.pid)
+    again = connect(home)
+    assert again.server is not None and again.server.pid != first.server.pid and again.still_serving()
+    first.transport.close()
+    again.transport.close()
+
+
+def test_a_hung_server_is_replaced_by_the_next_connection(home: Path) -> None:
+    from examlops_policy.opa import connect
+
+    hung = ensure_server(home)
+    os.kill(hung.pid, signal.SIGSTOP)
+    connection = connect(home, timeout=1.0)
+    assert connection.server is not None and connection.server.pid != hung.pid
+    assert gone(hung.pid) and opa_pids_for(home) == {connection.server.pid}
+    connection.transport.close()
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-5", "inf"])
+def test_an_idle_timeout_that_is_not_a_positive_number_is_bad_input(home: Path, value: str) -> None:
+    result = local_exa(home, "opa", "restart", env={"EXA_OPA_IDLE_TIMEOUT": value})
+    assert result.returncode == 2
+    assert f"EXA_OPA_IDLE_TIMEOUT={value!r}: expected a number of seconds greater than 0" in result.stderr
+    assert opa_pids_for(home) == set()
