@@ -30,16 +30,22 @@ COLUMNS = ("backend", "run", "placers", "placements", "placed", "refused", "rele
            "seconds", "placements/s", "conflicts retried", "reconnects", "violations")  # fmt: skip
 
 
-Fault = Callable[[backends.Backend, Path], None]
+Fault = Callable[[backends.Backend, Path, int], None]
 
 
-def _opa_killed(backend: backends.Backend, opa_home: Path) -> None:
-    wait_for_decisions(backend, 30)
+def midway(total: int) -> int:
+    """How many decisions are stored before a fault strikes: 30, or a third of a smaller run (a
+    fixed 30 would never come in a run of fewer placements, and the fault would wait forever)."""
+    return max(1, min(30, total // 3))
+
+
+def _opa_killed(backend: backends.Backend, opa_home: Path, total: int) -> None:
+    wait_for_decisions(backend, midway(total))
     kill_opa(opa_home)
 
 
-def _pg_restarted(backend: backends.Backend, opa_home: Path) -> None:
-    wait_for_decisions(backend, 30)
+def _pg_restarted(backend: backends.Backend, opa_home: Path, total: int) -> None:
+    wait_for_decisions(backend, midway(total))
     backends.restart_postgres()
 
 
@@ -93,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                     try:
                         run = run_load(backend, opa_home, work, procs=args.procs, per_proc=args.per_proc,
                                        release_ratio=args.release_ratio,
-                                       during=fault and (lambda: fault(backend, opa_home)))  # fmt: skip
+                                       during=fault and (lambda: fault(backend, opa_home, args.procs * args.per_proc)))  # fmt: skip
                         found = violations(backend, run.reports)
                     finally:
                         stop_server(opa_home)

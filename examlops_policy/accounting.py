@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from examlops_policy.errors import SpecError
-from examlops_policy.model import Placement
+from examlops_policy.model import Placement, Rejection
 
 
 def device_accounting(placement: Placement, hours: float) -> dict[str, object]:
@@ -20,7 +20,10 @@ def device_accounting(placement: Placement, hours: float) -> dict[str, object]:
     ``{"device": "amd", "region": "eu", "hours": 10, "cost": 18.0, "carbon_g": 2500.0}``, plus
     ``carbon_g_grounded`` where the pool's power, PUE and grid intensity are known.
     """
-    if not math.isfinite(hours) or hours < 0:
+    if not isinstance(placement, Placement):
+        what = "a rejection (nothing was placed)" if isinstance(placement, Rejection) else type(placement).__name__
+        raise SpecError(f"device_accounting needs a Placement; got {what}, which holds no devices", field="placement")
+    if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not math.isfinite(hours) or hours < 0:
         raise SpecError(f"hours must be a finite number of at least 0 (got {hours!r})", field="hours")
     devices = placement.grant.devices
     result: dict[str, object] = {

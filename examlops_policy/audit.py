@@ -39,6 +39,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, TypeVar
 
 
@@ -468,6 +469,35 @@ def generate_key(name: str) -> tuple[str, str]:
 
     key = SigningKey(name, Ed25519PrivateKey.generate().private_bytes_raw())
     return key.encode(), key.verifier_key().encode()
+
+
+def write_key_pair(name: str, out_dir: Path) -> tuple[Path, Path]:
+    """Create a key pair for ``name`` in ``out_dir`` as ``<name>.skey`` and ``<name>.vkey``, both
+    0600 whatever the umask: the signer key is secret, and a verifier key others could rewrite
+    would let them vouch for a forged checkpoint. SpecError if either file exists (nothing is
+    overwritten; a half-written pair is removed)."""
+    import os
+
+    skey, vkey = generate_key(name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = name.replace("/", "_")
+    secret, public = out_dir / f"{stem}.skey", out_dir / f"{stem}.vkey"
+    written: list[Path] = []
+    try:
+        for path, text in ((secret, skey), (public, vkey)):
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                raise SpecError(f"{path} already exists; choose another name or folder", source="key pair") from None
+            written.append(path)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                os.fchmod(handle.fileno(), 0o600)
+                handle.write(text + "\n")
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
+    return secret, public
 
 
 def _check_note_text(text: str, source: str) -> None:

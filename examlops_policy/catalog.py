@@ -773,3 +773,12 @@ def apply_writes(registered: Iterable[Pool], writes: Iterable[Pool]) -> list[Poo
     for pool in writes:
         result[pool.name] = pool
     return sorted(result.values(), key=lambda p: p.name)
+
+
+@dataclass(frozen=True)
+class CatalogImport:
+    """An import as ``Hardware.import_catalog`` did it: the plan, and what applying it changed
+    (``applied`` None: nothing was registered)."""
+
+    plan: ImportPlan
+    applied: tuple[str, ...] | None = None  # "<pool> <added|updated|unchanged>" per pool written

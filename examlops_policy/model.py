@@ -29,6 +29,8 @@ POOL_TARGETS: Final = ("hpc", "cloud")
 WORKLOAD_TARGETS: Final = ("hpc", "cloud", "any")
 # Ordered: each class at least as strict as the one before.
 RESIDENCIES: Final = ("open", "eu-only", "no-egress", "restricted")
+# What selection minimises among the admissible pools of the best tier.
+OBJECTIVES: Final = ("cost", "carbon", "balanced")
 
 JSONValue = Union[None, bool, int, float, str, list["JSONValue"], dict[str, "JSONValue"]]
 JSONObject = dict[str, JSONValue]
@@ -239,6 +241,10 @@ class Workload:
 
     ``data_region`` says where the workload's data lives (a region of the regions table), for the
     stricter residency classes; ``allow_cpu_fallback`` lets a CPU stand in for the accelerator.
+    ``optimize`` is what selection minimises among the best tier's admissible pools: the grant's
+    cost, its carbon (then cost), or ``balanced`` (both normalised, carbon weighted by
+    ``carbon_weight``). ``max_cost_per_hour`` / ``max_carbon_per_hour`` cap what the grant may
+    cost and emit per hour, as do the caps of the ``project`` (budgets.yaml).
     """
 
     name: str
@@ -252,6 +258,11 @@ class Workload:
     allow_burst: bool = False
     data_region: str | None = None
     allow_cpu_fallback: bool = False
+    optimize: str = "cost"
+    carbon_weight: float = 0.5
+    max_cost_per_hour: float | None = None
+    max_carbon_per_hour: float | None = None
+    project: str | None = None
 
     def __post_init__(self) -> None:
         owner = f"workload {self.name!r}" if isinstance(self.name, str) else "workload"
@@ -271,7 +282,15 @@ class Workload:
         _check_bool(owner, "allow_burst", self.allow_burst)
         _optional_name(owner, "data_region", self.data_region, pattern=_REGION_RE, what="a region")
         _check_bool(owner, "allow_cpu_fallback", self.allow_cpu_fallback)
+        _check_choice(owner, "optimize", self.optimize, OBJECTIVES)
+        _check_number(owner, "carbon_weight", self.carbon_weight, low=0, high=1)
+        if self.max_cost_per_hour is not None:
+            _check_number(owner, "max_cost_per_hour", self.max_cost_per_hour, low=0, high=1_000_000)
+        if self.max_carbon_per_hour is not None:
+            _check_number(owner, "max_carbon_per_hour", self.max_carbon_per_hour, low=0, high=1_000_000_000)
+        _optional_name(owner, "project", self.project, what="a project")
         object.__setattr__(self, "fraction", float(self.fraction))
+        object.__setattr__(self, "carbon_weight", float(self.carbon_weight))
 
     @property
     def effective_target(self) -> str:
@@ -339,6 +358,8 @@ class PoolVerdict:
     accelerator: str = ""
     target: str = ""
     region: str = ""
+    grant_carbon_per_hour: float = 0.0
+    spot: bool = False  # spot (preemptible) capacity: the provider may reclaim it
 
 
 @dataclass(frozen=True)

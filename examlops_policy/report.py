@@ -25,7 +25,7 @@ from html import escape
 from typing import Final, Literal
 
 from examlops_policy.errors import SpecError
-from examlops_policy.finops import FinopsRow
+from examlops_policy.views import FinopsRow
 
 OUTCOMES: Final = ("placed", "rejected", "blocked")
 BURST_VERDICTS: Final = ("allowed", "blocked", "unavailable")

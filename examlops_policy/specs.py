@@ -92,9 +92,14 @@ def read_text(path: Path, max_bytes: int = MAX_FILE_BYTES) -> str:
     if len(raw) > max_bytes:
         raise SpecError(f"file is larger than {max_bytes} bytes; at most {max_bytes} are accepted", source=source)
     try:
-        return raw.decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SpecError(f"not UTF-8 (byte {exc.start})", source=source) from exc
+    # A byte-order mark belongs at the start; inside, YAML readers disagree on what it means.
+    inner = text.find("\ufeff", 1)
+    if inner != -1:
+        raise SpecError(f"a byte-order mark (U+FEFF) inside the file, at character {inner}", source=source)
+    return text
 
 
 def read_yaml(path: Path) -> object:

@@ -64,6 +64,8 @@ BY_MODEL: dict[str, str] = T["partitioning"]["by_model"]
 SCHEMES: dict[str, dict[str, Any]] = T["partitioning"]["schemes"]
 DEFAULT_COST: dict[str, float] = T["accounting"]["default_cost_per_hour"]
 STAND_INS: dict[str, list[str]] = T["fallback"]["stand_ins"]
+PROJECTS: dict[str, dict[str, float]] = T["budgets"]["projects"]
+DEFAULT_CARBON: dict[str, float] = T["accounting"]["default_carbon_factor"]
 RESIDENCY_LEVEL = {"open": 0, "eu-only": 1, "no-egress": 2, "restricted": 3}
 
 ACCELERATORS = sorted(BACKEND)
@@ -175,6 +177,8 @@ def expect(pool: Pool, capacity: Capacity | None, w: Workload) -> Expected:
         codes.add("residency_forbids")
     if not may_stand_in(w.accelerator, pool.accelerator, w.allow_cpu_fallback):
         codes.add("fallback_not_allowed")
+    if pool.region in REGIONS and over_budget(pool, w, devices):
+        codes.add("budget_exceeded")
     if not room(pool, capacity, profile, units):
         codes.add("capacity_exhausted" if profile is None else "slice_unavailable")
     tier = 2 * (pool.target == "cloud") + (pool.accelerator != w.accelerator)
@@ -183,6 +187,61 @@ def expect(pool: Pool, capacity: Capacity | None, w: Workload) -> Expected:
 
 def cost(pool: Pool) -> float:
     return pool.cost_per_hour if pool.cost_per_hour is not None else DEFAULT_COST[pool.accelerator]
+
+
+def carbon(pool: Pool) -> float:
+    """gCO2e per device-hour as the README states it: the pool's factor, else board power x PUE x
+    grid intensity where the power is known, else the region's reviewed default."""
+    if pool.carbon_factor is not None:
+        return pool.carbon_factor
+    power = pool.power_w if pool.power_w is not None else (MODELS[pool.model].get("power_w") if pool.model else None)
+    region = REGIONS[pool.region]
+    pue = pool.pue if pool.pue is not None else region.get("pue")
+    grid = region.get("grid_gco2_per_kwh")
+    if power is not None and pue is not None and grid is not None:
+        return round(power / 1000.0 * pue * grid, 3)
+    if pool.region in DEFAULT_CARBON:
+        return float(DEFAULT_CARBON[pool.region])
+    if grid is None:
+        return float(T["accounting"]["fallback_carbon_factor"])
+    return round(T["accounting"]["reference_power_w"] / 1000.0 * T["accounting"]["reference_pue"] * grid, 1)
+
+
+def caps(w: Workload) -> tuple[float | None, float | None]:
+    """The lower of the workload's and its project's caps on cost and carbon per hour."""
+    project = PROJECTS.get(w.project or "", {}) if w.project else {}
+    out = []
+    for mine, theirs in ((w.max_cost_per_hour, project.get("max_cost_per_hour")), (w.max_carbon_per_hour, project.get("max_carbon_per_hour"))):
+        given = [c for c in (mine, theirs) if c is not None]
+        out.append(min(given) if given else None)
+    return out[0], out[1]
+
+
+def over_budget(pool: Pool, w: Workload, devices: float) -> bool:
+    max_cost, max_carbon = caps(w)
+    return (max_cost is not None and cost(pool) > max_cost / devices + 1e-9) or (
+        max_carbon is not None and carbon(pool) > max_carbon / devices + 1e-9
+    )
+
+
+def choose(w: Workload, eligible: frozenset[str], by_name: dict[str, Pool], per_pool: dict[str, Expected]) -> str | None:
+    """The workload's objective over the eligible pools: cost, carbon (then cost) or balanced."""
+    if not eligible:
+        return None
+    money = {n: round(cost(by_name[n]) * per_pool[n].devices, 9) for n in eligible}
+    grams = {n: round(carbon(by_name[n]) * per_pool[n].devices, 9) for n in eligible}
+    if w.optimize == "cost":
+        return min(eligible, key=lambda n: (money[n], n))
+    if w.optimize == "carbon":
+        return min(eligible, key=lambda n: (grams[n], money[n], n))
+    top_money, top_grams = max(money.values()), max(grams.values())
+
+    def score(n: str) -> float:
+        a = money[n] / top_money if top_money else 0.0
+        b = grams[n] / top_grams if top_grams else 0.0
+        return round((1 - w.carbon_weight) * a + w.carbon_weight * b, 9)
+
+    return min(eligible, key=lambda n: (score(n), money[n], n))
 
 
 @dataclass(frozen=True)
@@ -203,7 +262,7 @@ def oracle(w: Workload, pools: Sequence[Pool], capacities: dict[str, Capacity | 
         best = min(e.tier for e in admissible.values())
         eligible = frozenset(n for n, e in admissible.items() if e.tier == best)
     by_name = {p.name: p for p in pools}
-    chosen = min(eligible, key=lambda n: (round(cost(by_name[n]) * per_pool[n].devices, 9), n)) if eligible else None
+    chosen = choose(w, eligible, by_name, per_pool)
     hpc_admissible = any(e.tier < 2 for e in admissible.values())
     target = w.target or "any"
     attempted = ok and (target == "cloud" or (w.allow_burst and not hpc_admissible))
@@ -255,10 +314,14 @@ def check(decision: Decision, w: Workload, pools: Sequence[Pool], capacities: di
     assert isinstance(decision, Placement), f"rejected ({decision}); oracle places on {want.chosen}"
     pool = by_name[decision.pool]
     target = w.target or "any"
-    # The chosen pool holds the cheapest grant of the eligible pools.
+    # The chosen pool is the objective's best of the eligible pools (cheapest grant by default).
     assert decision.pool == want.chosen
-    grant_costs = [round(cost(by_name[n]) * want.per_pool[n].devices, 9) for n in want.eligible]
-    assert round(decision.grant_cost_per_hour, 9) == min(grant_costs)
+    if w.optimize == "cost":
+        grant_costs = [round(cost(by_name[n]) * want.per_pool[n].devices, 9) for n in want.eligible]
+        assert round(decision.grant_cost_per_hour, 9) == min(grant_costs)
+    max_cost, max_carbon = caps(w)
+    assert max_cost is None or decision.grant_cost_per_hour <= max_cost + 1e-6
+    assert max_carbon is None or decision.carbon_factor * decision.grant.devices <= max_carbon + 1e-6
     # Portability, residency, capabilities, capacity: never violated.
     assert portable(w.engine, decision.accelerator)
     assert pool.region in REGIONS
@@ -359,6 +422,11 @@ def workloads(draw: st.DrawFn) -> Workload:
         allow_burst=draw(st.booleans()),
         data_region=draw(st.sampled_from([None, None, "eu", "de-juelich", "fi-kajaani", "eu-central-1", "us-east-1"])),
         allow_cpu_fallback=draw(st.booleans()),
+        optimize=draw(st.sampled_from(["cost", "cost", "carbon", "balanced"])),
+        carbon_weight=draw(st.sampled_from([0.0, 0.5, 0.8, 1.0])),
+        max_cost_per_hour=draw(st.sampled_from([None, None, None, 1.0, 2.5, 8.0])),
+        max_carbon_per_hour=draw(st.sampled_from([None, None, None, 150.0, 500.0])),
+        project=draw(st.sampled_from([None, None, *sorted(PROJECTS)])),
     )
 
 
@@ -378,7 +446,7 @@ def capacities_for(draw: st.DrawFn, pools: list[Pool]) -> dict[str, Capacity | N
 
 
 def states_of(pools: Sequence[Pool], capacities: dict[str, Capacity | None], tables: Any) -> list[PoolState]:
-    from examlops_policy.packing import layout_of, summarize
+    from examlops_policy._packing import layout_of, summarize
 
     states = []
     for p in pools:
@@ -444,7 +512,7 @@ def test_decision_over_partly_used_pools_respects_capacity(hw: Hardware, pools: 
 def test_python_selection_equals_the_policys_reference_decision(hw: Hardware, pools: list[Pool], w: Workload, data: st.DataObject) -> None:
     """Selection is the one piece of decision logic in Python: the policy's complete reference rule
     gives the same pool or rejection, burst verdict and reasons, over random fleets and capacity."""
-    from examlops_policy.engine import differences, reference_input
+    from examlops_policy._engine import differences, reference_input
 
     capacities = data.draw(capacities_for(pools))
     states = sorted(states_of(pools, capacities, hw.tables), key=lambda s: s.pool.name)
@@ -471,7 +539,8 @@ def test_recorded_placements_never_oversubscribe(
             record = store_hw.place(w)
             check(record.decision, w, pools, dict(before))
             for p in pools:
-                state, holdings = store_hw.pool(p.name)
+                detail = store_hw.pool(p.name)
+                state, holdings = detail.view.state, detail.holdings
                 assert_devices_sound(state.pool, holdings)
         assert store_hw.verify_audit().ok
     finally:
@@ -544,7 +613,7 @@ def test_random_slice_requests_and_releases_never_overlap_or_mix_modes(
     """Random slice requests and releases on a MIG or MI300X pool: no device ever holds overlapping
     slices or mixed modes, the store's summary is what the devices say, a request is refused only
     when nothing fits, and a release frees exactly its slice."""
-    from examlops_policy.packing import choose, layout_of, summarize
+    from examlops_policy._packing import choose, layout_of, summarize
 
     pool, steps = case
     home = tmp_path_factory.mktemp("slices")
@@ -554,14 +623,15 @@ def test_random_slice_requests_and_releases_never_overlap_or_mix_modes(
     try:
         store_hw.apply([pool])
         for action, value in steps:
-            state, before = store_hw.pool("p")
+            before_detail = store_hw.pool("p")
+            state, before = before_detail.view.state, before_detail.holdings
             if action == "place":
                 w = Workload("s", accelerator=pool.accelerator, engine="generic", fraction=value, target="hpc")
                 record = store_hw.place(w)
                 if isinstance(record.decision, Placement):
                     live.append(record.id)
                     mine = set(record.decision.holdings)
-                    _, after = store_hw.pool("p")
+                    after = store_hw.pool("p").holdings
                     assert sorted(map(repr, after)) == sorted(map(repr, [*before, *mine])), "a placement moved other slices"
                 else:
                     # Refused only when the grant really fits on no device.
@@ -572,11 +642,12 @@ def test_random_slice_requests_and_releases_never_overlap_or_mix_modes(
                 released = store_hw.decision(ident).decision
                 assert isinstance(released, Placement)
                 store_hw.release(ident)
-                _, after = store_hw.pool("p")
+                after = store_hw.pool("p").holdings
                 assert sorted(map(repr, after)) == sorted(map(repr, [h for h in before if h not in released.holdings])) or (
                     len(before) - len(after) == len(released.holdings)
                 ), "a release freed other slices"
-            state, holdings = store_hw.pool("p")
+            final = store_hw.pool("p")
+            state, holdings = final.view.state, final.holdings
             assert_devices_sound(pool, holdings)
             assert state.capacity == summarize(layout, holdings), "the stored summary is not what the devices hold"
             for profile, n in state.capacity.slices.items():

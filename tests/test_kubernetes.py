@@ -20,7 +20,8 @@ from examlops_policy.errors import SpecError
 from examlops_policy.executors.kubernetes import REGION_LABEL, job_manifest, job_name
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Placement, Pool, Workload
-from examlops_policy.store import DecisionRecord
+from examlops_policy.views import DecisionRecord
+
 from tests.conftest import run_exa
 
 K8S_VERSION = kubernetes_validate.latest_version()

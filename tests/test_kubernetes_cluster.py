@@ -29,8 +29,9 @@ from examlops_policy.executors.kubernetes import job_manifest
 from examlops_policy.executors.kubernetes_api import JobRef, JobStatus, KubernetesCluster, KubernetesError
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Placement, Pool, Workload
-from examlops_policy.store import DecisionRecord
+
 from examlops_policy.tables import load_tables
+from examlops_policy.views import DecisionRecord
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.kubernetes

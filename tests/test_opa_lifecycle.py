@@ -19,6 +19,7 @@ from examlops_policy.opa.server import Record, ServerPaths, read_record, write_r
 from examlops_policy.opa.transport import Endpoint, OpaTransport
 from tests.conftest import EXA, run_exa
 from tests.opa_support import opa_pids_for, wait_until
+from tests.disk_support import fill, small_tmpfs
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (needs root)")
 
@@ -171,28 +172,13 @@ def test_a_changed_policy_restarts_the_server_on_the_new_bundle(home: Path, tmp_
 @pytest.fixture()
 def full_disk(tmp_path: Path) -> Iterator[Path]:
     """A home on a 1 MiB tmpfs that is then filled to the last byte."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mount)], check=True)
-    try:
+    with small_tmpfs(tmp_path) as mount:
         home = mount / "home"
         home.mkdir(mode=0o700)
-        yield home
-    finally:
-        stop_server(home)
-        subprocess.run(["umount", str(mount)], check=False)
-
-
-def fill(folder: Path) -> None:
-    """Write until the file system refuses: ENOSPC."""
-    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        while True:
-            os.write(fd, b"\0" * 4096)
-    except OSError as exc:
-        assert exc.errno == 28  # ENOSPC
-    finally:
-        os.close(fd)
+        try:
+            yield home
+        finally:
+            stop_server(home)
 
 
 @needs_root

@@ -16,12 +16,12 @@ import json
 import pytest
 
 from examlops_policy import PolicyError, PolicyUnavailable, Pool, Workload
-from examlops_policy.engine import Engine
+from examlops_policy._engine import Engine
 from examlops_policy.hardware import Hardware, ManagedPolicy
 from examlops_policy.model import Capacity, PoolState
 from examlops_policy.opa import connect, ensure_server, stop_server
 from examlops_policy.opa.transport import OpaTransport
-from examlops_policy.policy import OpaPolicy
+from examlops_policy._policy import OpaPolicy
 from examlops_policy.tables import load_tables, policy_dir, revision
 from tests.conftest import OPA_BIN
 from tests.conftest import free_port as _free_port

@@ -12,7 +12,7 @@ import pytest
 
 from examlops_policy.errors import StateError
 from examlops_policy.opa import stop_server
-from examlops_policy.private import ensure_private_dir, private_database, write_private_file
+from examlops_policy._private import ensure_private_dir, private_database, write_private_file
 from examlops_policy.store.sqlite import SQLiteStore
 from tests.conftest import EXA
 

@@ -42,6 +42,9 @@ JURISDICTION = {
     "swedencentral": ("country", "SE", "azure"), "italynorth": ("country", "IT", "azure"), "polandcentral": ("country", "PL", "azure"),
     "spaincentral": ("country", "ES", "azure"), "austriaeast": ("country", "AT", "azure"), "belgiumcentral": ("country", "BE", "azure"),
     "norwayeast": ("country", "NO", "azure"), "uksouth": ("country", "GB", "azure"), "switzerlandnorth": ("country", "CH", "azure"),
+    "eu-north1": ("country", "FI", "nebius"), "eu-west1": ("country", "FR", "nebius"),
+    "it-fr2": ("country", "IT", "seeweb"), "it-mi2": ("country", "IT", "seeweb"), "bg-sof1": ("country", "BG", "seeweb"),
+    "ch-lug1": ("country", "CH", "seeweb"),
 }  # fmt: skip
 
 

@@ -6,11 +6,8 @@ EXA_REQUIRE_SERVICES=1, then it fails).
 from __future__ import annotations
 
 import math
-import os
 import re
-import shutil
 import struct
-import subprocess
 import sys
 import zlib
 from datetime import date, datetime, timezone
@@ -21,6 +18,7 @@ import pytest
 
 from examlops_policy.errors import SpecError
 from examlops_policy.report import ReportData, render_html, report_from_rows
+from tests.chromium_support import run_chromium
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from finops_report import example_report  # noqa: E402 - the shipped example, generated from a seed
@@ -187,29 +185,6 @@ def test_the_same_data_draws_the_same_page_and_an_empty_period_still_renders() -
 
 
 # --- in a real browser -------------------------------------------------------------------------
-
-FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
-
-
-def chromium() -> str:
-    found = os.environ.get("EXA_CHROMIUM") or shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
-    if found is None:
-        if os.environ.get("EXA_REQUIRE_SERVICES"):
-            pytest.fail("chromium is not installed (scripts/chromium-up) and EXA_REQUIRE_SERVICES is set")
-        pytest.skip("chromium is not installed (scripts/chromium-up)")
-    return found
-
-
-def run_chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    profile = tmp_path / "profile"
-    profile.mkdir(exist_ok=True)
-    return subprocess.run(
-        [chromium(), *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True, timeout=180, check=True, cwd=tmp_path
-    )
-
 
 def png_facts(path: Path) -> tuple[int, int, int]:
     """(width, height, distinct byte values in the decompressed image data) of a PNG file."""

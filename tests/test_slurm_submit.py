@@ -22,7 +22,8 @@ from examlops_policy.executors.gres import load_gres_table
 from examlops_policy.executors.slurm import job, safe_name, slurm_request, submit
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Pool, Workload
-from examlops_policy.store import DecisionRecord
+from examlops_policy.views import DecisionRecord
+
 from tests.conftest import run_exa
 
 GRES = load_gres_table()

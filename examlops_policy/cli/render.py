@@ -9,12 +9,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from examlops_policy import codec
-from examlops_policy.model import Decision, Grant, Holding, Placement, PoolState, PoolVerdict, Rejection, article
-from examlops_policy.packing import PoolLayout, describe, device_layouts
-from examlops_policy.placement import carbon_per_hour, effective_cost
-from examlops_policy.store import DecisionRecord, DecisionSummary
-from examlops_policy.tables import Tables
+from examlops_policy.model import Decision, Grant, Placement, PoolVerdict, Rejection, article
+from examlops_policy.views import DecisionSummary, Explanation, PoolDetail, PoolView, Standing, explain
 
 Cell = str | Text
 
@@ -53,16 +49,6 @@ def stream_json(console: Console, items: Iterable[object]) -> None:
     console.file.write("\n]\n" if not first else "]\n")
 
 
-def decision_json(record: DecisionRecord | None, decision: Decision) -> dict[str, object]:
-    body: dict[str, object] = dict(codec.to_json(decision))
-    if record is not None:
-        body.update(
-            id=record.id, decision_id=record.id, created_at=record.created_at, released_at=record.released_at, job_id=record.job_id,
-            request_id=record.request_id, lease_expires_at=record.lease_expires_at,
-        )  # fmt: skip
-    return body
-
-
 def summary_json(s: DecisionSummary) -> dict[str, object]:
     return {**s.__dict__, "decision_id": s.id}
 
@@ -99,7 +85,10 @@ def share_text(placement: Placement) -> str | None:
     where = ""
     if placement.holdings:
         h = placement.holdings[0]
-        where = f" on device {h.device}" + (f" at slice {h.start}" if h.start is not None and grant.scheme == "mig" else "")
+        if grant.geometry is None:  # a pool of fixed slices: its units are the slices
+            where = f" as slice {h.device} of the pool"
+        else:
+            where = f" on device {h.device}" + (f" at slice {h.start}" if h.start is not None and grant.scheme == "mig" else "")
     return f"fraction {grant.requested:g} honored as {scheme} {grant.profile} ({grant.share:.3g} of a device){where}"
 
 
@@ -143,8 +132,12 @@ def _grant_cell(v: PoolVerdict) -> str:
     return f"{g.units} whole" if g.honored or g.requested >= 1 else f"{g.units} whole*"
 
 
+TIERS = {0: "0 (HPC, requested accelerator)", 1: "1 (HPC, stand-in)", 2: "2 (cloud, requested accelerator)", 3: "3 (cloud, stand-in)"}
+
+
 def print_explanation(console: Console, decision: Decision) -> None:
-    """Every pool's verdict and reasons, a per-check count, and why the winner won."""
+    """Every pool's verdict and reasons, with what its grant would cost and emit per hour, a
+    per-check count, and why the winner won under the workload's objective."""
     verdicts = decision.verdicts
     if not verdicts:
         console.print("No pool verdicts: the workload itself was rejected before any pool was judged.")
@@ -153,30 +146,27 @@ def print_explanation(console: Console, decision: Decision) -> None:
     rows: list[list[Cell]] = []
     for v in verdicts:
         reasons = "; ".join(f"{r.code}: {r.message}" for r in v.reasons) or ("chosen" if v.pool == chosen else "")
+        if v.spot:
+            reasons = "; ".join(part for part in (reasons, "spot (preemptible)") if part)
         rows.append([
             v.pool, v.accelerator, v.target, v.region, f"{v.cost_per_hour:.2f}", _grant_cell(v), f"{v.grant_cost_per_hour:.2f}",
-            _verdict_cell(v), reasons,
+            number(v.grant_carbon_per_hour), _verdict_cell(v), reasons,
         ])  # fmt: skip
-    columns = ("pool", "accel", "target", "region", "$/device-h", "grant", "grant $/h", "verdict", "reasons")
-    emit_table(console, f"Pools for {decision.workload.name}", columns, rows, right=("$/device-h", "grant $/h"))
+    columns = ("pool", "accel", "target", "region", "$/device-h", "grant", "grant $/h", "grant gCO2e/h", "verdict", "reasons")
+    emit_table(console, f"Pools for {decision.workload.name}", columns, rows, right=("$/device-h", "grant $/h", "grant gCO2e/h"))
     total = len(verdicts)
     console.print(f"Checks over {total} pool{'s' if total != 1 else ''}:")
+    width = max([len("eligible"), *(len(c.name) for c in decision.checks)])
     for check in decision.checks:
         codes = {c[0] for c in check.codes}
         failed = sum(1 for v in verdicts if any(r.code in codes for r in v.reasons))
-        console.print(f"  {check.name:<13} {total - failed:>5} pass  {failed:>5} fail")
-    eligible = [v for v in verdicts if v.eligible]
-    console.print(f"  eligible      {len(eligible):>5}")
+        console.print(f"  {check.name:<{width}} {total - failed:>5} pass  {failed:>5} fail")
+    eligible = sum(1 for v in verdicts if v.eligible)
+    console.print(f"  {'eligible':<{width}} {eligible:>5}")
     if isinstance(decision, Placement):
-        others = sorted((v for v in eligible if v.pool != decision.pool), key=lambda v: (v.grant_cost_per_hour, v.pool))
-        held = grant_text(decision.grant, decision.accelerator)
-        why = (
-            f"cheapest grant of {len(eligible)} eligible in tier {_tier_of(decision, verdicts)}: {held} at "
-            f"${decision.grant_cost_per_hour:.2f}/h (${decision.cost_per_hour:.2f} per device-hour)"
-        )
-        if others:
-            why += f"; next: {others[0].pool} at ${others[0].grant_cost_per_hour:.2f}/h"
-        console.print(f"Chosen: {decision.pool}, {why}.")
+        console.print(f"Chosen: {decision.pool}, {why_chosen(decision, explain(decision), eligible)}.")
+        if any(v.spot for v in verdicts if v.pool == decision.pool):
+            console.print(Text("  spot capacity: cheaper, but the provider may reclaim it at short notice (checkpoint, or use an on-demand pool)", style="yellow"))
     prov = decision.provenance
     console.print(
         Text(
@@ -186,41 +176,64 @@ def print_explanation(console: Console, decision: Decision) -> None:
     )
 
 
-def _tier_of(decision: Placement, verdicts: Sequence[PoolVerdict]) -> str:
-    names = {0: "0 (HPC, requested accelerator)", 1: "1 (HPC, stand-in)", 2: "2 (cloud, requested accelerator)", 3: "3 (cloud, stand-in)"}
-    tier = next((v.tier for v in verdicts if v.pool == decision.pool), None)
-    return names.get(tier, str(tier)) if tier is not None else "?"
+def _figures(s: Standing, objective: str) -> str:
+    if objective == "cost":
+        return f"${s.cost_per_hour:.2f}/h"
+    if objective == "carbon":
+        return f"{number(s.carbon_per_hour)} gCO2e/h (${s.cost_per_hour:.2f}/h)"
+    return f"score {s.score:.3f} (${s.cost_per_hour:.2f}/h, {number(s.carbon_per_hour)} gCO2e/h)"
 
 
-def print_pools(console: Console, states: Sequence[PoolState], tables: Tables, layouts: dict[str, PoolLayout]) -> None:
+def why_chosen(decision: Placement, ex: Explanation, eligible: int) -> str:
+    """Why the winner won, in the objective's terms, and the runner-up."""
+    tier = TIERS.get(ex.tier, str(ex.tier)) if ex.tier is not None else "?"
+    held = grant_text(decision.grant, decision.accelerator)
+    if ex.objective == "carbon":
+        how = "lowest-carbon grant"
+    elif ex.objective == "balanced":
+        how = f"best balanced score (carbon weight {ex.carbon_weight:g}; cost and carbon each divided by the highest in the tier)"
+    else:
+        how = "cheapest grant"
+    top = ex.standings[0] if ex.standings else None
+    figures = _figures(top, ex.objective) if top is not None else f"${decision.grant_cost_per_hour:.2f}/h"
+    if ex.objective == "cost":
+        figures += f" (${decision.cost_per_hour:.2f} per device-hour)"
+    why = f"{how} of {eligible} eligible in tier {tier}: {held} at {figures}"
+    if len(ex.standings) > 1:
+        runner = ex.standings[1]
+        why += f"; next: {runner.pool} at {_figures(runner, ex.objective)}"
+    return why
+
+
+def print_pools(console: Console, views: Sequence[PoolView]) -> None:
     rows: list[list[Cell]] = []
-    for s in states:
-        p = s.pool
-        cost = effective_cost(p, tables)
-        carbon = carbon_per_hour(p, tables)
-        layout = layouts[p.name]
-        placeable = describe(s.capacity, layout) if layout.kind != "whole" else "-"
+    for v in views:
+        p, s = v.pool, v.state
         rows.append([
-            p.name, p.target, p.accelerator, p.model or "-", p.region, f"{number(s.free)}/{p.count}", placeable,
-            f"{cost:.2f}" + ("" if p.cost_per_hour is not None else "*"),
-            f"{number(carbon)}" + ("" if p.carbon_factor is not None else "*"),
+            p.name, p.target, p.accelerator, p.model or "-", p.region, f"{number(s.free)}/{p.count}", v.placeable or "-",
+            f"{v.cost_per_hour:.2f}" + ("*" if v.cost_default else ""),
+            f"{number(v.carbon_per_hour)}" + ("*" if v.carbon_default else ""),
             ",".join(p.capabilities) or "-",
         ])  # fmt: skip
     columns = ("name", "target", "accelerator", "model", "region", "free/total", "placeable", "$/h", "gCO2e/h", "capabilities")
     emit_table(console, "Pools (cheapest first)", columns, rows, right=("free/total", "$/h", "gCO2e/h"))
-    if any(s.pool.cost_per_hour is None or s.pool.carbon_factor is None for s in states):
+    if any(v.cost_default or v.carbon_default for v in views):
         console.print(Text("* from the reviewed tables (accounting.yaml defaults, or board power x PUE x grid intensity)", style="dim"))
 
 
-def print_pool(console: Console, state: PoolState, holdings: Sequence[Holding], layout: PoolLayout, tables: Tables) -> None:
-    p = state.pool
+PACKING = {"whole": "whole devices", "mig": "MIG", "amd-compute-partition": "AMD compute partitions"}
+
+
+def print_pool(console: Console, detail: PoolDetail) -> None:
+    view = detail.view
+    p, state = view.pool, view.state
     console.print(f"pool {p.name} · {p.count} × {p.accelerator}{' ' + p.model if p.model else ''} on {p.target} in {p.region}")
-    kinds = {"whole": "whole devices", "fixed": f"fixed {p.fixed_profile} slices", "mig": "MIG", "amd-compute-partition": "AMD compute partitions"}
-    console.print(f"  packing: {kinds[layout.kind]} · free {number(state.free)}/{p.count}"
-                  + (f" · placeable {describe(state.capacity, layout)}" if layout.kind != "whole" else "")
+    packing = f"fixed {p.fixed_profile} slices" if view.packing == "fixed" else PACKING[view.packing]
+    console.print(f"  packing: {packing} · free {number(state.free)}/{p.count}"
+                  + (f" · placeable {view.placeable}" if view.placeable is not None else "")
                   + f" · empty devices {state.capacity.whole}")  # fmt: skip
-    rows = [[str(i), text] for i, text in enumerate(device_layouts(layout, holdings))]
-    emit_table(console, "Devices", ("device" if layout.kind != "fixed" else "slice", "layout"), rows)
+    rows = [[str(i), text] for i, text in enumerate(detail.devices)]
+    emit_table(console, "Devices", ("device" if view.packing != "fixed" else "slice", "layout"), rows)
 
 
 def print_decisions(console: Console, summaries: Sequence[DecisionSummary]) -> None:

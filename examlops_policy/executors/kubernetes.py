@@ -27,7 +27,8 @@ from typing import Final
 from examlops_policy.executors.placed import live_placement
 from examlops_policy.errors import SpecError
 from examlops_policy.model import JSONObject, JSONValue, Placement, Pool
-from examlops_policy.store import DecisionRecord
+from examlops_policy.views import DecisionRecord
+
 
 LABEL_PREFIX: Final = "examlops.io"
 RESOURCES: Final = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "intel-gaudi": "habana.ai/gaudi", "tpu": "google.com/tpu"}
@@ -78,7 +79,7 @@ def resource_limits(placement: Placement, pool: Pool, *, amd_memory_partition: s
     if pool.accelerator == "cpu":
         return {"cpu": _whole(grant.devices, "CPUs")}
     base = RESOURCES[pool.accelerator]
-    if grant.honored and grant.profile is not None and grant.requested < 1:
+    if grant.honored and grant.profile is not None and (grant.requested < 1 or pool.fixed_profile is not None):
         profile = grant.profile
         if pool.accelerator == "nvidia" and MIG_PROFILE_RE.fullmatch(profile):
             return {f"nvidia.com/mig-{profile}": str(count)}

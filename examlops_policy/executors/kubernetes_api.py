@@ -288,13 +288,27 @@ class KubernetesCluster:
         state, reason, message = _state_from_pods(pods)
         return dataclasses.replace(base, state=state, reason=reason, message=message)
 
-    def delete_job(self, namespace: str, name: str, *, wait_s: float = 0.0) -> bool:
+    def delete_job(self, namespace: str, name: str, *, uid: str | None = None, wait_s: float = 0.0) -> bool:
         """Delete Job ``namespace/name`` with foreground propagation (its pods go first, then the
-        Job). True when a Job was deleted, False when there was none. With ``wait_s`` > 0, waits
-        until the Job is gone; KubernetesError (``Timeout``) if it is still there then."""
+        Job). True when a Job was deleted, False when there was none. With ``uid``, only the Job
+        of that uid: a Job of the same name with another uid (another cluster, or created anew)
+        is left alone, KubernetesError (``Conflict``). With ``wait_s`` > 0, waits until the Job is
+        gone; KubernetesError (``Timeout``) if it is still there then."""
         from lightkube import ApiError
         from lightkube.resources.batch_v1 import Job
         from lightkube.types import CascadeType
+
+        if uid is not None:
+            found = self.job_status(namespace, name)
+            if found.state == "missing":
+                return False
+            if found.uid != uid:
+                raise KubernetesError(
+                    f"Job {namespace}/{name} on {self.server} has uid {found.uid}, not {uid}, the Job this layer submitted: "
+                    "left alone (give the --kubeconfig/--context it was submitted with)",
+                    code=409,
+                    reason="Conflict",
+                )
 
         with self._calling(f"delete Job {namespace}/{name}", namespace=namespace):
             try:

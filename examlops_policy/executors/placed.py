@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from examlops_policy.errors import SpecError
 from examlops_policy.model import Placement, Pool
-from examlops_policy.store import DecisionRecord
+from examlops_policy.views import DecisionRecord
+
 
 
 def live_placement(record: DecisionRecord, pool: Pool, *, nothing: str) -> Placement:

@@ -20,7 +20,8 @@ from examlops_policy.errors import ExecutorError, SpecError
 from examlops_policy.executors.command import Runner, run_command
 from examlops_policy.executors.gres import GresTable
 from examlops_policy.model import Pool
-from examlops_policy.store import DecisionRecord
+from examlops_policy.views import DecisionRecord
+
 
 TIMEOUT_S: Final = 60.0
 SCHEDULER: Final = "slurm"
@@ -103,6 +104,9 @@ def slurm_request(record: DecisionRecord, pool: Pool, script: Path, gres: GresTa
         return _replace(request, cpus_per_task=max(1, int(decision.grant.devices)), constraint=constraint)
     gres_type = safe_name(pool.gres_type, "gres type")
     grant = decision.grant
+    if pool.fixed_profile is not None:
+        # Fixed slices are their own GRES type: one unit per slice granted.
+        return _replace(request, gres=f"gpu:{gres_type}:{grant.units}", constraint=constraint)
     if grant.honored and grant.profile is not None and grant.requested < 1:
         slice_type = safe_name(gres.slice_type(grant.scheme or "", gres_type, grant.profile), "slice gres type")
         return _replace(request, gres=f"gpu:{slice_type}:{workload.count}", constraint=constraint)

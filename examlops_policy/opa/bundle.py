@@ -33,7 +33,7 @@ from typing import Final
 
 
 from examlops_policy.errors import PolicyError, PolicyUnavailable
-from examlops_policy.private import FILE_MODE, describe_os_error
+from examlops_policy._private import FILE_MODE, describe_os_error
 from examlops_policy.tables import policy_files
 
 OPA_VERSION: Final = "1.22.3"
@@ -47,10 +47,12 @@ _GIT_TIMEOUT_S: Final = 10.0
 
 @dataclass(frozen=True)
 class Bundle:
-    """A built bundle: the ``.tar.gz`` file and the revision written into its manifest."""
+    """A built bundle: the ``.tar.gz`` file, the revision written into its manifest and the roots
+    it owns (OPA refuses writes under them)."""
 
     path: Path
     revision: str
+    roots: tuple[str, ...] = BUNDLE_ROOTS
 
 
 def opa_binary() -> Path:
@@ -211,6 +213,7 @@ def build_bundle(policy_root: Path, out_dir: Path, *, signing_key: Path | None =
     binary = opa or opa_binary()
     files = _read_policy(policy_root)
     revision = _revision(policy_root, files)
+    out_dir = out_dir.resolve()  # OPA runs elsewhere: a relative folder would be read from there
     target = out_dir / BUNDLE_NAME
     try:
         scratch = Path(tempfile.mkdtemp(prefix=".bundle-", dir=out_dir))

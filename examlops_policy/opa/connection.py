@@ -85,12 +85,12 @@ def check_revision(served: str | None, local: str, where: str, root: Path) -> st
     if served is None:
         raise PolicyError(
             f"OPA at {where} serves no policy bundle for examlops (GET /v1/data/system/bundles names none); "
-            f"expected revision {local}: load the bundle 'exa opa bundle' builds from the reviewed policy"
+            f"expected revision {local}: load the bundle 'exa policy build' builds from the reviewed policy"
         )
     if content_digest(served) != local:
         raise PolicyError(
             f"OPA at {where} serves policy revision {served}, but the reviewed policy files in {root} are {local}; "
-            "restart OPA on the new bundle (exa opa restart; an external OPA loads the bundle 'exa opa bundle' builds)"
+            "restart OPA on the new bundle (exa opa restart; an external OPA loads the bundle 'exa policy build' builds)"
         )
     return served
 

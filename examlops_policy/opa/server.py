@@ -46,7 +46,7 @@ from examlops_policy.errors import PolicyError, PolicyUnavailable, SpecError
 from examlops_policy.opa import procs
 from examlops_policy.opa.bundle import build_bundle, content_digest, opa_binary
 from examlops_policy.opa.procs import ProcessIdentity, StopOutcome
-from examlops_policy.private import describe_os_error, ensure_private_dir, open_private_log, write_private_file
+from examlops_policy._private import describe_os_error, ensure_private_dir, open_private_log, write_private_file
 from examlops_policy.tables import policy_dir, revision
 
 START_TIMEOUT_S: Final = 15.0

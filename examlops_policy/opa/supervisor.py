@@ -45,7 +45,7 @@ from examlops_policy.errors import ExaError, PolicyError, PolicyUnavailable
 from examlops_policy.opa.procs import ProcessIdentity
 from examlops_policy.opa.server import STOP_GRACE_S, Record, ServerPaths, StartPlan, read_record, read_token, write_record
 from examlops_policy.opa.transport import Endpoint, OpaTransport
-from examlops_policy.private import open_private_log, private_file
+from examlops_policy._private import open_private_log, private_file
 
 _PR_SET_PDEATHSIG: Final = 1
 _IGNORED_HANDLERS: Final = frozenset({"authz", "health", "metrics"})

@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from examlops_policy.audit import AuditRow
-from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Pool, PoolState
+from examlops_policy.model import Capacity, Holding, JSONObject, Pool, PoolState
+from examlops_policy.views import BurstEvent, DecisionRecord, DecisionSummary, FinopsRow, PoolChange, WorkloadCost
 
 if TYPE_CHECKING:
-    from examlops_policy.engine import Prepared
+    from examlops_policy._engine import Prepared
 
 
 class StaleFleet(Exception):
@@ -49,46 +50,6 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
-class DecisionRecord:
-    """A decision as stored: its id, when it was made, whether it was released, its job, the
-    caller's idempotency key and when its lease ends."""
-
-    id: str
-    created_at: str
-    decision: Decision
-    released_at: str | None = None
-    job_id: str | None = None
-    request_id: str | None = None
-    lease_expires_at: str | None = None
-
-
-@dataclass(frozen=True)
-class DecisionSummary:
-    """A decision as its columns give it, for lists and reports (no document is read)."""
-
-    id: str
-    created_at: str
-    workload: str
-    outcome: str
-    pool: str | None
-    accelerator: str | None
-    model: str | None
-    region: str | None
-    fallback: bool | None
-    fraction_honored: bool | None
-    devices: float | None
-    cost_per_hour: float | None
-    carbon_factor: float | None
-    note: str | None
-    released_at: str | None
-    job_id: str | None
-    residency: str | None
-    policy_revision: str
-    verdicts: str | None
-    lease_expires_at: str | None
-
-
-@dataclass(frozen=True)
 class DecisionInputs:
     """What a compact decision was made on: its fleet and verdict set documents, and the capacity
     every pool had."""
@@ -105,43 +66,6 @@ class Release:
 
     record: DecisionRecord
     already: bool
-
-
-@dataclass(frozen=True)
-class FinopsRow:
-    """Totals for one device type in one region."""
-
-    device: str
-    region: str
-    decisions: int
-    device_hours: float
-    cost: float
-    carbon_g: float
-
-
-@dataclass(frozen=True)
-class BurstEvent:
-    """One burst attempt, allowed or blocked."""
-
-    id: int
-    created_at: str
-    decision_id: str
-    workload: str
-    residency: str
-    pool: str | None
-    region: str | None
-    verdict: str
-    reason_code: str | None
-    reason: str | None
-
-
-@dataclass(frozen=True)
-class PoolChange:
-    """What applying a pool did: ``added``, ``updated`` or ``unchanged``."""
-
-    name: str
-    action: str
-    changed_fields: tuple[str, ...] = ()
 
 
 class Store(Protocol):
@@ -206,8 +130,12 @@ class Store(Protocol):
         """Move a live placement's lease end."""
         ...
 
-    def set_job(self, ident: str, job_id: str, *, scheduler: str, source: str) -> DecisionRecord:
-        """Record the scheduler's job id on a placed decision, with an audit entry."""
+    def set_job(self, ident: str, job_id: str, *, scheduler: str, uid: str | None = None, source: str) -> DecisionRecord:
+        """Record the scheduler's job id (and its uid) on a placed decision, with an audit entry."""
+        ...
+
+    def mark_job(self, ident: str, state: str, *, source: str) -> DecisionRecord:
+        """Record a changed job state (e.g. ``missing``), audited."""
         ...
 
     def record_scheduler_usage(self, usage: Mapping[str, float], *, scheduler: str, source: str) -> dict[str, float]:
@@ -221,6 +149,14 @@ class Store(Protocol):
 
     def finops(self, *, hours: float | None = None, since: str | None = None, until: str | None = None, now: str | None = None) -> list[FinopsRow]:
         """Cost and carbon of placements by device type and region, summed by the database."""
+        ...
+
+    def cost_by_workload(self, *, hours: float | None = None, since: str | None = None, until: str | None = None, now: str | None = None) -> list[WorkloadCost]:
+        """Cost and carbon per workload name, summed by the database."""
+        ...
+
+    def report_rows(self, *, hours: float | None = None, since: str | None = None, until: str | None = None, now: str | None = None) -> tuple[list[JSONObject], list[JSONObject]]:
+        """Decision and burst rows, from columns, for the FinOps report."""
         ...
 
     def burst_events(self, limit: int = 50) -> list[BurstEvent]:

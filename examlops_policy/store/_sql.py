@@ -32,24 +32,22 @@ from datetime import datetime, timezone
 from importlib import resources
 from typing import Any, Final, Literal, Protocol, TypeVar, cast
 
-from examlops_policy import audit, codec, packing, records
-from examlops_policy.engine import Prepared, capacity_from_json, capacity_json, fleet_document, fleet_revision
-from examlops_policy.errors import NotFoundError, SpecError, StateBusy, StateCorrupt, StateError, StateFull, StateUnreachable
-from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Placement, Pool, PoolState, pool_spec
-from examlops_policy.placement import Judged
-from examlops_policy.store import (
+from examlops_policy import audit, _codec as codec, _packing as packing, _records as records
+from examlops_policy._engine import Prepared, capacity_from_json, capacity_json, fleet_document, fleet_revision
+from examlops_policy.views import (
     BurstEvent,
-    DecisionInputs,
     DecisionRecord,
     DecisionSummary,
     FinopsRow,
     PoolChange,
-    Release,
-    Snapshot,
-    StaleFleet,
+    WorkloadCost,
 )
+from examlops_policy.errors import NotFoundError, SpecError, StateBusy, StateCorrupt, StateError, StateFull, StateUnreachable
+from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Placement, Pool, PoolState, pool_spec
+from examlops_policy._placement import Judged
+from examlops_policy.store import DecisionInputs, Release, Snapshot, StaleFleet
 from examlops_policy.tables import Tables, load_tables
-from examlops_policy.verdicts import canonical
+from examlops_policy._verdicts import canonical
 
 SOURCE: Final = "exa-hardware"
 BACKOFF_S: Final = 0.05
@@ -61,7 +59,7 @@ violation) or ``disconnected`` (the connection was lost; reconnect first)."""
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
-_DECISION_COLUMNS: Final = "id, created_at, document, released_at, job_id, request_id, lease_expires_at"
+_DECISION_COLUMNS: Final = "id, created_at, document, released_at, job_id, request_id, lease_expires_at, scheduler, job_uid, job_state"
 # A pool's accelerator, model, target, region or partitioning decides what its live grants are:
 # none of them may change while decisions hold its devices.
 FROZEN_WHILE_HELD: Final = ("accelerator", "model", "target", "region", "supports_fractions", "fixed_profile")
@@ -242,26 +240,57 @@ class SQLStore(ABC):
         return cls(f"{self.where}: {problem}; gave up after {self._attempts} attempts, nothing was written")
 
     def _migrate(self) -> None:
+        """Apply pending migrations; with none pending, only read (no DDL, no write lock), so a
+        role that may only read and write rows (docs/postgres-least-privilege.sql) opens the state."""
         known = migrations(self.dialect)
 
-        def work() -> None:
-            self._execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
-            )
-            done = {row[0] for row in self._execute("SELECT version FROM schema_migrations").fetchall()}
+        def pending(done: set[int]) -> list[tuple[int, str]]:
             unknown = done - {version for version, _ in known}
             if unknown:
                 raise StateError(
                     f"{self.where}: the state has schema version {max(unknown)}, newer than this exa "
                     "knows; upgrade examlops-policy"
                 )
-            for version, sql in known:
-                if version not in done:
-                    self._run_script(sql)
-                    self._execute("INSERT INTO schema_migrations VALUES (?, ?)", (version, self._clock()))
+            return [(version, sql) for version, sql in known if version not in done]
+
+        def applied() -> set[int] | None:
+            """The versions applied, or None when schema_migrations cannot be read (fresh state):
+            the write below then creates it, or raises what is really wrong."""
+            try:
+                return {int(row[0]) for row in self._execute("SELECT version FROM schema_migrations").fetchall()}
+            except Exception as exc:
+                if self._is_driver_error(exc) and self._fault(exc) is None:
+                    return None
+                raise
+
+        done = self._run(applied)
+        if done is not None and not pending(done):
+            return
+
+        def work() -> None:
+            self._execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
+            )
+            for version, sql in pending({row[0] for row in self._execute("SELECT version FROM schema_migrations").fetchall()}):
+                self._run_script(sql)
+                self._execute("INSERT INTO schema_migrations VALUES (?, ?)", (version, self._clock()))
 
         # Idempotent: a retry after a lost COMMIT sees what landed and applies only the rest.
-        self._run(work, landed=lambda: None)
+        try:
+            self._run(work, landed=lambda: None)
+        except StateError as exc:
+            cause = exc.__cause__
+            if cause is None or getattr(cause, "sqlstate", None) != "42501":  # insufficient privilege
+                raise
+            what = (
+                "the state has no schema yet (or this role cannot read schema_migrations)" if done is None
+                else f"schema migration(s) {', '.join(str(v) for v, _ in pending(done))} are pending"
+            )
+            raise StateError(
+                f"{self.where}: {what}, and this database role may not migrate the state ({_first_line(cause)}); "
+                "run any exa command once with EXA_DB_URL set to the URL of the role that owns the schema "
+                "(see docs/postgres-least-privilege.sql), then retry; nothing was written"
+            ) from cause
 
     def _append_audit(self, kind: str, body: JSONObject, *, source: str) -> None:
         row = self._execute("SELECT seq, prev_hash, entry_hash, entry FROM audit_log ORDER BY seq DESC LIMIT 1").fetchone()
@@ -297,10 +326,13 @@ class SQLStore(ABC):
 
     def _refresh_pool(self, pool: Pool, held_outside: float, version: int) -> None:
         """Work out what ``pool`` can still place from the devices it holds, and store it."""
-        capacity = packing.summarize(self._layout(pool), self._live_holdings(pool.name), held_outside)
+        layout = self._layout(pool)
+        capacity = packing.summarize(layout, self._live_holdings(pool.name), held_outside)
+        # A pool of fixed slices counts slices: each holding is one of its units, whatever share
+        # of a device the slice is.
+        used = "COUNT(*)" if layout.kind == "fixed" else "COALESCE(SUM(h.share), 0)"
         held = self._execute(
-            "SELECT COALESCE(SUM(h.share), 0) FROM holdings h JOIN allocations a ON a.decision_id = h.decision_id "
-            "WHERE h.pool = ? AND a.released_at IS NULL",
+            f"SELECT {used} FROM holdings h JOIN allocations a ON a.decision_id = h.decision_id WHERE h.pool = ? AND a.released_at IS NULL",
             (pool.name,),
         ).fetchone()[0]
         free = max(0.0, round(pool.count - held_outside - float(held), 9))
@@ -573,8 +605,8 @@ class SQLStore(ABC):
         self._execute(
             "INSERT INTO decisions (id, created_at, workload, outcome, pool, accelerator, model, target, region, fallback, "
             "fraction_honored, devices, cost_per_hour, carbon_factor, note, input_digest, policy_revision, opa_version, document, "
-            "record_digest, fleet_revision, verdict_set, request_id, lease_expires_at, created_ts, residency, verdicts) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "record_digest, fleet_revision, verdict_set, request_id, lease_expires_at, created_ts, residency, verdicts, fraction) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 ident, now, decision.workload.name, outcome,
                 placed.pool if placed else None, placed.accelerator if placed else None,
@@ -587,6 +619,7 @@ class SQLStore(ABC):
                 prov.input_digest, prov.policy_revision, prov.opa_version, document.decode("utf-8"),
                 record_digest, fleet_rev, prepared.verdict_set_key, request_id,
                 lease_expires_at if placed else None, epoch(now), decision.workload.residency, prov.verdicts,
+                decision.workload.fraction,
             ),
         )  # fmt: skip
         if placed:
@@ -641,6 +674,10 @@ class SQLStore(ABC):
         self._append_audit("decision", summary, source=source)
         return DecisionRecord(ident, now, dataclasses.replace(decision, decision_id=ident), None, None, request_id, lease_expires_at if placed else None)
 
+    def _reread(self, ident: str) -> DecisionRecord:
+        row = self._execute(f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE id = ?", (ident,)).fetchone()
+        return self._row_to_record(tuple(row))
+
     def decisions(self, limit: int = 20) -> list[DecisionRecord]:
         rows = self._run(
             lambda: self._execute(
@@ -667,7 +704,8 @@ class SQLStore(ABC):
             params += [before[0], before[0], before[1]]
         sql = (
             "SELECT id, created_at, workload, outcome, pool, accelerator, model, region, fallback, fraction_honored, devices, "
-            "cost_per_hour, carbon_factor, note, released_at, job_id, residency, policy_revision, verdicts, lease_expires_at "
+            "cost_per_hour, carbon_factor, note, released_at, job_id, residency, policy_revision, verdicts, lease_expires_at, "
+            "scheduler, job_state "
             f"FROM decisions WHERE {' AND '.join(where)} ORDER BY created_at DESC, id LIMIT ?"
         )
         rows = self._run(lambda: self._execute(sql, (*params, limit)).fetchall())
@@ -676,7 +714,7 @@ class SQLStore(ABC):
                 id=r[0], created_at=r[1], workload=r[2], outcome=r[3], pool=r[4], accelerator=r[5], model=r[6], region=r[7],
                 fallback=None if r[8] is None else bool(r[8]), fraction_honored=None if r[9] is None else bool(r[9]),
                 devices=r[10], cost_per_hour=r[11], carbon_factor=r[12], note=r[13], released_at=r[14], job_id=r[15],
-                residency=r[16], policy_revision=r[17], verdicts=r[18], lease_expires_at=r[19],
+                residency=r[16], policy_revision=r[17], verdicts=r[18], lease_expires_at=r[19], scheduler=r[20], job_state=r[21],
             )  # fmt: skip
             for r in rows
         ]
@@ -766,26 +804,49 @@ class SQLStore(ABC):
 
         return self._run(work, landed=lambda: None)
 
-    def set_job(self, ident: str, job_id: str, *, scheduler: str, source: str = SOURCE) -> DecisionRecord:
+    def set_job(
+        self, ident: str, job_id: str, *, scheduler: str, uid: str | None = None, source: str = SOURCE
+    ) -> DecisionRecord:
         def work() -> DecisionRecord:
             self._expire_leases(source)
             row = self._find(ident)
             # One job per placement: checked and set in one statement, so two concurrent submits
             # cannot both record theirs.
             updated = self._execute(
-                "UPDATE decisions SET job_id = ? WHERE id = ? AND job_id IS NULL AND outcome = 'placed' AND released_at IS NULL",
-                (job_id, row[0]),
+                "UPDATE decisions SET job_id = ?, scheduler = ?, job_uid = ?, job_state = NULL "
+                "WHERE id = ? AND job_id IS NULL AND outcome = 'placed' AND released_at IS NULL",
+                (job_id, scheduler, uid, row[0]),
             )
             if updated.rowcount == 0:
                 raise SpecError(f"decision {row[0][:12]} is not a live placement without a job; nothing was recorded")
-            self._append_audit("submit", {"decision_id": row[0], "scheduler": scheduler, "job_id": job_id}, source=source)
-            return self._row_to_record((row[0], row[1], row[2], row[3], job_id, *row[5:]))
+            entry: JSONObject = {"decision_id": row[0], "scheduler": scheduler, "job_id": job_id}
+            if uid is not None:
+                entry["job_uid"] = uid
+            self._append_audit("submit", entry, source=source)
+            return self._reread(row[0])
 
         def landed() -> DecisionRecord | None:
             record = self._row_to_record(self._find(ident))
             return record if record.job_id == job_id else None
 
         return self._run(work, landed=landed)
+
+    def mark_job(self, ident: str, state: str, *, source: str = SOURCE) -> DecisionRecord:
+        """Record what a scheduler says of a decision's job when it changed (e.g. ``missing``: the
+        job was deleted outside this layer), with an audit entry; nothing when it is unchanged."""
+
+        def work() -> DecisionRecord:
+            row = self._find(ident)
+            if row[4] is None:
+                raise SpecError(f"decision {row[0][:12]} has no job", field="ID")
+            updated = self._execute(
+                "UPDATE decisions SET job_state = ? WHERE id = ? AND (job_state IS NULL OR job_state <> ?)", (state, row[0], state)
+            )
+            if updated.rowcount:
+                self._append_audit("job", {"decision_id": row[0], "job_id": row[4], "scheduler": row[7], "state": state}, source=source)
+            return self._reread(row[0])
+
+        return self._run(work, landed=lambda: None)
 
     def record_scheduler_usage(self, usage: Mapping[str, float], *, scheduler: str, source: str = SOURCE) -> dict[str, float]:
         def work() -> dict[str, float]:
@@ -821,26 +882,64 @@ class SQLStore(ABC):
         Hours are ``hours`` per placement when given, else the time it held its devices (until its
         release, or ``now``).
         """
-        where, params = ["outcome = 'placed'"], []
-        if since is not None:
-            where.append("created_at >= ?")
-            params.append(since)
-        if until is not None:
-            where.append("created_at < ?")
-            params.append(until)
-        if hours is not None:
-            span, span_params = "?", [hours]
-        else:
-            span = "(CASE WHEN COALESCE(released_ts, ?) > created_ts THEN COALESCE(released_ts, ?) - created_ts ELSE 0 END) / 3600.0"
-            end = epoch(now or self._clock())
-            span_params = [end, end]
+        rows = self._placed_sums(("accelerator", "region"), "accelerator, region", hours=hours, since=since, until=until, now=now)
+        return [FinopsRow(str(r[0]), str(r[1]), *r[2:]) for r in rows]  # type: ignore[arg-type]
+
+    def _placed_sums(
+        self, keys: tuple[str, ...], order: str, *, hours: float | None, since: str | None, until: str | None, now: str | None
+    ) -> list[tuple[object, ...]]:
+        """Per ``keys`` of the placed decisions: the keys, then decisions, device-hours, cost and
+        carbon (rounded to 6 places), summed in SQL over the hours each counts."""
+        where, params = _period(since, until)
+        span, span_params = self._span(hours, now)
+        columns = ", ".join(keys)
         sql = (
-            "SELECT accelerator, region, COUNT(*), SUM(devices * h), SUM(cost_per_hour * devices * h), SUM(carbon_factor * devices * h) "
-            f"FROM (SELECT accelerator, region, devices, cost_per_hour, carbon_factor, {span} AS h FROM decisions "
-            f"WHERE {' AND '.join(where)}) placed GROUP BY accelerator, region ORDER BY accelerator, region"
+            f"SELECT {columns}, COUNT(*), SUM(devices * h), SUM(cost_per_hour * devices * h), SUM(carbon_factor * devices * h) "
+            f"FROM (SELECT {columns}, devices, cost_per_hour, carbon_factor, {span} AS h FROM decisions "
+            f"WHERE outcome = 'placed'{where}) placed GROUP BY {columns} ORDER BY {order}"
         )
         rows = self._run(lambda: self._execute(sql, (*span_params, *params)).fetchall())
-        return [FinopsRow(r[0], r[1], int(r[2]), round(float(r[3]), 6), round(float(r[4]), 6), round(float(r[5]), 6)) for r in rows]
+        n = len(keys)
+        return [(*r[:n], int(r[n]), *(round(float(v), 6) for v in r[n + 1 :])) for r in rows]
+
+    def _span(self, hours: float | None, now: str | None) -> tuple[str, list[object]]:
+        """The SQL for the hours a placement counts (``hours``, else held until release or now)."""
+        if hours is not None:
+            return "?", [hours]
+        end = epoch(now or self._clock())
+        return "(CASE WHEN COALESCE(released_ts, ?) > created_ts THEN COALESCE(released_ts, ?) - created_ts ELSE 0 END) / 3600.0", [end, end]
+
+    def cost_by_workload(self, *, hours: float | None = None, since: str | None = None, until: str | None = None, now: str | None = None) -> list[WorkloadCost]:
+        """Cost and carbon of placements per workload name, summed in SQL, most expensive first."""
+        rows = self._placed_sums(("workload",), "4 DESC, workload", hours=hours, since=since, until=until, now=now)
+        return [WorkloadCost(str(r[0]), *r[1:]) for r in rows]  # type: ignore[arg-type]
+
+    def report_rows(self, *, hours: float | None = None, since: str | None = None, until: str | None = None, now: str | None = None) -> tuple[list[JSONObject], list[JSONObject]]:
+        """Decision and burst rows (columns only) for the FinOps report over a period."""
+        where, params = _period(since, until)
+        span, span_params = self._span(hours, now)
+        sql = (
+            "SELECT workload, created_at, outcome, accelerator, region, devices * h, cost_per_hour * devices * h, "
+            f"carbon_factor * devices * h, fallback, fraction, fraction_honored FROM (SELECT *, {span} AS h FROM decisions "
+            f"WHERE 1 = 1{where}) d ORDER BY created_at"
+        )
+
+        def work() -> tuple[list[JSONObject], list[JSONObject]]:
+            decisions: list[JSONObject] = []
+            for r in self._execute(sql, (*span_params, *params)).fetchall():
+                row: JSONObject = {"workload": r[0], "created_at": r[1], "outcome": r[2]}
+                if r[2] == "placed":
+                    row.update(device=r[3], region=r[4], device_hours=float(r[5] or 0), cost=float(r[6] or 0), carbon_g=float(r[7] or 0),
+                               fallback=bool(r[8]), fraction=float(r[9]) if r[9] is not None else 1.0, fraction_honored=bool(r[10]))  # fmt: skip
+                decisions.append(row)
+            burst_where = where.replace("created_at", "b.created_at")
+            bursts = [
+                {"residency": r[0], "verdict": r[1]}
+                for r in self._execute(f"SELECT b.residency, b.verdict FROM burst_events b WHERE 1 = 1{burst_where}", params).fetchall()
+            ]
+            return decisions, bursts
+
+        return self._run(work, consistent=True)
 
     def burst_events(self, limit: int = 50) -> list[BurstEvent]:
         rows = self._run(
@@ -891,7 +990,7 @@ class SQLStore(ABC):
         return doc
 
     def _row_to_record(self, row: Row) -> DecisionRecord:
-        ident, created, raw, released, job, request_id, lease = row
+        ident, created, raw, released, job, request_id, lease, scheduler, job_uid, job_state = row
         document = records.document_of(raw)
         if records.is_compact(document):
             decision = records.rebuild(
@@ -904,7 +1003,19 @@ class SQLStore(ABC):
             )
         else:
             decision = dataclasses.replace(codec.from_json(document), decision_id=ident)
-        return DecisionRecord(ident, created, decision, released, job, request_id, lease)
+        return DecisionRecord(ident, created, decision, released, job, request_id, lease, scheduler, job_uid, job_state)
+
+
+def _period(since: str | None, until: str | None) -> tuple[str, list[object]]:
+    """`` AND created_at >= ? AND created_at < ?`` for the bounds given, and their values."""
+    where, params = "", list[object]()
+    if since is not None:
+        where += " AND created_at >= ?"
+        params.append(since)
+    if until is not None:
+        where += " AND created_at < ?"
+        params.append(until)
+    return where, params
 
 
 def _state(spec: str, free: float | None, capacity: str | None, held_outside: float) -> PoolState:

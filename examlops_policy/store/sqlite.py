@@ -8,6 +8,7 @@ shared with the PostgreSQL store (``examlops_policy.store._sql``).
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Final
 
 from examlops_policy.errors import StateCorrupt, StateError, StateFull
-from examlops_policy.private import private_database
+from examlops_policy._private import private_database
 from examlops_policy.store._sql import Cursor, Fault, SQLStore, utc_now
 from examlops_policy.tables import Tables
 
@@ -25,9 +26,14 @@ LOCK_RETRIES: Final = 5
 # Primary result codes (the low byte of the extended code): the write lock is held elsewhere.
 _SQLITE_BUSY: Final = 5
 _SQLITE_LOCKED: Final = 6
+_SQLITE_IOERR: Final = 10
 _SQLITE_CORRUPT: Final = 11
 _SQLITE_FULL: Final = 13
 _SQLITE_NOTADB: Final = 26
+# Below this much free space, an I/O error is the disk being full: SQLite reports ENOSPC as
+# SQLITE_FULL only on some paths (growing the -shm file of a fresh connection gives
+# SQLITE_IOERR_SHMSIZE), and sqlite3 does not expose the errno.
+_FULL_BELOW_BYTES: Final = 64 * 1024
 
 
 class SQLiteStore(SQLStore):
@@ -114,6 +120,8 @@ class SQLiteStore(SQLStore):
             return StateCorrupt
         if code == _SQLITE_FULL or "disk is full" in str(exc):
             return StateFull
+        if code == _SQLITE_IOERR and _disk_full(self.path.parent):
+            return StateFull
         return StateError
 
     def _run_script(self, sql: str) -> None:
@@ -122,6 +130,15 @@ class SQLiteStore(SQLStore):
 
     def close(self) -> None:
         self._db.close()
+
+
+def _disk_full(folder: Path) -> bool:
+    """Whether the file system holding ``folder`` has (next to) no space left for this user."""
+    try:
+        found = os.statvfs(folder)
+    except OSError:
+        return False
+    return found.f_bavail * found.f_frsize < _FULL_BELOW_BYTES
 
 
 def _statements(sql: str) -> list[str]:

@@ -12,6 +12,10 @@
 # itself is never in OPA's data.
 package system.authz
 
+# METADATA
+# title: allow
+# description: Whether OPA serves a REST request (OPA asks it for every request).
+# entrypoint: true
 default allow := false
 
 allow if {

@@ -54,7 +54,7 @@ def test_opa_killed_placement_fails_closed_then_a_new_opa_serves(backend: Backen
     finds the server dead before it decides and starts a new one."""
     from examlops_policy.hardware import Hardware
     from examlops_policy.opa.transport import OpaTransport
-    from examlops_policy.policy import OpaPolicy
+    from examlops_policy._policy import OpaPolicy
 
     hw = open_hardware(backend, own_opa)
     try:

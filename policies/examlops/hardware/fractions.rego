@@ -56,7 +56,12 @@ whole(w, honored, why) := {
 # What a placement says when it gives a whole device for a fraction.
 unhonored_note(_, null) := null
 
-unhonored_note(w, why) := sprintf("fraction %v not honored (%s) — whole device allocated", [w.fraction, why]) if why != null
+unhonored_note(w, why) := sprintf(
+	"fraction %v not honored (%s) — whole device allocated",
+	[w.fraction, why],
+) if {
+	why != null
+}
 
 partial(shape, w) := {
 	"requested": w.fraction,

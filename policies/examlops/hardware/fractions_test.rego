@@ -290,9 +290,9 @@ test_every_partitioned_model_is_known[model] if {
 
 test_slices_smallest_first_and_end_whole[name] if {
 	some name, scheme in partitioning.schemes
-	units := [s.units | some s in scheme.slices]
-	units == sort(units)
-	units[count(units) - 1] == scheme.of
+	slice_units := [s.units | some s in scheme.slices]
+	slice_units == sort(slice_units)
+	slice_units[count(slice_units) - 1] == scheme.of
 }
 
 test_every_slice_packs_in_its_geometry[name] if {

@@ -45,6 +45,7 @@ pool(name, key, cost, whole) := {
 	"name": name,
 	"shape": key,
 	"cost_per_hour": cost,
+	"carbon_per_hour": 250,
 	"capacity": {"whole": whole, "slices": {}},
 }
 
@@ -76,10 +77,36 @@ codes(v) := [r.code | some r in v.reasons]
 
 # --- the checks, from their own metadata ------------------------------------------------------------
 
+# The checks the scenarios of this file are written for, in their declared order. A plugin added
+# under checks changes none of the composition tests below: they run on exactly these packages
+# (with checks as core_checks), and on the real tree they only require the
+# core to be there, in this order.
+core_names := ["portability", "target", "capabilities", "residency", "fallback", "partition", "budget", "capacity"]
+
+core_checks := {name: {"about": checks[name].about} | some name in core_names}
+
+# Every package under checks that declares itself a check (has an about).
+# (A lookup of each package's about, not object.keys or iterating the values: that would evaluate
+# every rule under checks, the checks' test packages included.)
+# regal ignore:use-object-keys
+check_packages := {name | some name; checks[name].about}
+
+listed := [c.name | some c in placement.check_list]
+
 test_check_list_order if {
-	[c.name | some c in placement.check_list] == [
-		"portability", "target", "capabilities", "residency", "fallback", "partition", "capacity",
-	]
+	names := listed with checks as core_checks
+	names == core_names
+}
+
+test_check_list_is_every_check_package_in_declared_order if {
+	{n | some n in listed} == check_packages
+	count(listed) == count(check_packages)
+	ordered := [name | some [_, name] in sort([[checks[n].about.custom.order, n] | some n in check_packages])]
+	listed == ordered
+}
+
+test_core_checks_are_listed_in_their_order if {
+	[n | some n in listed; n in core_names] == core_names
 }
 
 test_check_list_orders_increase if {
@@ -88,13 +115,18 @@ test_check_list_orders_increase if {
 	count(orders) == count({o | some o in orders})
 }
 
+# A check's stage: "shape" unless it declares another.
+declared_stage(a) := a.custom.stage
+
+declared_stage(a) := "shape" if not a.custom.stage
+
 test_check_list_entries[name] if {
 	some c in placement.check_list
 	name := c.name
 	a := checks[name].about
 	c.title == a.title
 	c.order == a.custom.order
-	c.stage == object.get(a, ["custom", "stage"], "shape")
+	c.stage == declared_stage(a)
 	{x.code | some x in c.codes} == object.keys(a.custom.codes)
 	every x in c.codes {
 		x.kind == a.custom.codes[x.code].kind
@@ -102,9 +134,19 @@ test_check_list_entries[name] if {
 	}
 }
 
-test_only_capacity_is_a_pool_stage_check if {
-	[c.name | some c in placement.check_list; c.stage == "pool"] == ["capacity"]
-	placement.shape_checks == ["portability", "target", "capabilities", "residency", "fallback", "partition"]
+test_budget_and_capacity_are_the_pool_stage_checks if {
+	pool_stage := [c.name | some c in placement.check_list; c.stage == "pool"] with checks as core_checks
+	pool_stage == ["budget", "capacity"]
+	shape_checks := placement.shape_checks with checks as core_checks
+	shape_checks == ["portability", "target", "capabilities", "residency", "fallback", "partition"]
+}
+
+# Every shape-stage check on the real tree runs per shape; pool-stage checks do not.
+test_shape_checks_are_the_listed_shape_stage_checks if {
+	placement.shape_checks == [c.name | some c in placement.check_list; c.stage == "shape"]
+	every c in placement.check_list {
+		c.stage in {"shape", "pool"}
+	}
 }
 
 test_code_metadata_is_well_formed[code] if {
@@ -117,13 +159,23 @@ test_code_metadata_is_well_formed[code] if {
 }
 
 test_codes_are_unique_across_checks if {
-	all := [x.code | some c in placement.check_list; some x in c.codes]
-	count(all) == count({x | some x in all})
+	all_codes := [x.code | some c in placement.check_list; some x in c.codes]
+	count(all_codes) == count({x | some x in all_codes})
 }
 
-# Only residency stops a burst by itself (a blocked burst names it).
+blocks_burst_checks := {name | some name, a in placement.check_about; a.custom.blocks_burst == true}
+
+# Of the core, only residency stops a burst by itself (a blocked burst names it).
 test_blocks_burst_declared_by_residency_only if {
-	{name | some name, a in placement.check_about; object.get(a, ["custom", "blocks_burst"], false) == true} == {"residency"}
+	names := blocks_burst_checks with checks as core_checks
+	names == {"residency"}
+}
+
+# A burst is blocked by what a shape is denied for: a pool-stage check cannot declare it.
+test_blocks_burst_only_on_shape_checks if {
+	every name in blocks_burst_checks {
+		name in placement.shape_checks
+	}
 }
 
 # signature: exactly the union of the fields the checks, the grant, the tiers and the workload read.
@@ -143,12 +195,24 @@ test_signature_is_the_union_of_declared_reads if {
 }
 
 test_signature_fields if {
-	placement.signature == {
+	sig := placement.signature with checks as core_checks
+	sig == {
 		"shape": ["accelerator", "capabilities", "fixed_profile", "model", "region", "supports_fractions", "target"],
 		"workload": [
-			"accelerator", "allow_burst", "allow_cpu_fallback", "capabilities", "count", "data_region",
-			"engine", "fraction", "residency", "target",
+			"accelerator", "allow_burst", "allow_cpu_fallback", "capabilities", "carbon_weight", "count",
+			"data_region", "engine", "fraction", "max_carbon_per_hour", "max_cost_per_hour", "optimize",
+			"project", "residency", "target",
 		],
+	}
+}
+
+# The core's fields are in the signature whatever plugins add to it.
+test_signature_holds_the_core_fields if {
+	core := placement.signature with checks as core_checks
+	every kind, fields in core {
+		every f in fields {
+			f in placement.signature[kind]
+		}
 	}
 }
 
@@ -166,11 +230,12 @@ zone_check := {
 }
 
 test_a_new_check_is_discovered if {
-	names := [c.name | some c in placement.check_list] with checks.zone as zone_check
-	names == ["portability", "target", "capabilities", "residency", "zone", "fallback", "partition", "capacity"]
+	names := listed with checks as object.union(core_checks, {"zone": zone_check})
+	names == ["portability", "target", "capabilities", "residency", "zone", "fallback", "partition", "budget", "capacity"]
 	sig := placement.signature with checks.zone as zone_check
 	"zone" in sig.shape
 	"priority" in sig.workload
+	"zone" in placement.shape_checks with checks.zone as zone_check
 }
 
 test_a_new_check_denies_in_its_place if {
@@ -266,6 +331,9 @@ verdicts(w, keys) := v if {
 	v := placement.verdicts with input as {"workload": w, "keys": keys, "shapes": shapes}
 }
 
+# The budget's limits for a workload without caps.
+no_limits := {"cost_per_hour": null, "carbon_per_hour": null, "reasons": {"cost_per_hour": null, "carbon_per_hour": null}}
+
 test_verdicts_compact_layout if {
 	v := verdicts(train({"accelerator": "tpu", "target": "hpc"}), e8_keys)
 	v.judged == true
@@ -273,13 +341,18 @@ test_verdicts_compact_layout if {
 	v.request_rejected == null
 	v.burst_mode == null
 	v.missing == []
-	v.notes == ["requested tpu unavailable — fell back to amd", "requested tpu unavailable — fell back to nvidia"]
+	v.notes == [
+		"requested tpu pools are full — fell back to amd",
+		"requested tpu pools are full — fell back to nvidia",
+		"requested tpu unavailable — fell back to amd",
+		"requested tpu unavailable — fell back to nvidia",
+	]
 
-	# [tier, note index, [[check, projection index]], grant index, blocks_burst]
+	# [tier, note index, index of the note when full, [[check, projection index]], grant index, blocks_burst]
 	v.shapes == {
-		"hpc-mi300": [1, 0, [], 0, false],
-		"hpc-nvidia": [1, 1, [], 2, false],
-		"cloud-a100": [3, 1, [["target", 0]], 1, false],
+		"hpc-mi300": [1, 2, 0, [], 0, false],
+		"hpc-nvidia": [1, 3, 1, [], 2, false],
+		"cloud-a100": [3, 3, 1, [["target", 0]], 1, false],
 	}
 
 	# checks[name][i]: the denials of projection i (projections sorted: ["cloud"] before ["hpc"]).
@@ -287,11 +360,15 @@ test_verdicts_compact_layout if {
 	v.checks.target[1] == []
 	count(v.checks.portability) == 2
 	count(v.checks.capabilities) == 1
-	object.keys(v.checks) == {"portability", "target", "capabilities", "residency", "fallback", "partition"}
+	object.keys(v.checks) == {n | some n in placement.shape_checks}
+	every n in ["portability", "target", "capabilities", "residency", "fallback", "partition"] {
+		n in object.keys(v.checks)
+	}
 
-	# grants[i] = [grant, shortfall reason], projections sorted.
-	[g.devices | some [g, _] in v.grants] == [1, 1, 1]
-	[sf.message | some [_, sf] in v.grants] == [
+	# grants[i] = [grant, shortfall reason, budget limits], projections sorted.
+	[g.devices | some [g, _, _] in v.grants] == [1, 1, 1]
+	[lim | some [_, _, lim] in v.grants] == [no_limits, no_limits, no_limits]
+	[sf.message | some [_, sf, _] in v.grants] == [
 		"needs 1 whole amd device(s) with nothing on them, more than are free",
 		"needs 1 whole nvidia device(s) with nothing on them, more than are free",
 		"needs 1 whole nvidia device(s) with nothing on them, more than are free",
@@ -374,20 +451,20 @@ test_rejected_request_is_judged_and_says_so if {
 test_verdicts_blocks_burst_for_residency_alone if {
 	v := verdicts(train({"target": "cloud", "residency": "eu-only"}), ["cloud-a100", "cloud-frankfurt", "hpc-nvidia", "cloud-mars"])
 	v.burst_mode == "cloud"
-	v.shapes["cloud-a100"][4] == true
-	v.shapes["cloud-mars"][4] == true
-	v.shapes["cloud-frankfurt"][2] == []
-	v.shapes["cloud-frankfurt"][4] == false
+	v.shapes["cloud-a100"][5] == true
+	v.shapes["cloud-mars"][5] == true
+	v.shapes["cloud-frankfurt"][3] == []
+	v.shapes["cloud-frankfurt"][5] == false
 
 	# An HPC pool is no burst: its denial never blocks one.
-	v.shapes["hpc-nvidia"][4] == false
-	[c | some [c, _] in v.shapes["hpc-nvidia"][2]] == ["target"]
+	v.shapes["hpc-nvidia"][5] == false
+	[c | some [c, _] in v.shapes["hpc-nvidia"][3]] == ["target"]
 }
 
 test_a_cloud_pool_denied_by_more_than_residency_blocks_no_burst if {
 	v := verdicts(train({"residency": "eu-only", "capabilities": ["fp8"], "target": "cloud"}), ["cloud-a100"])
-	[c | some [c, _] in v.shapes["cloud-a100"][2]] == ["capabilities", "residency"]
-	v.shapes["cloud-a100"][4] == false
+	[c | some [c, _] in v.shapes["cloud-a100"][3]] == ["capabilities", "residency"]
+	v.shapes["cloud-a100"][5] == false
 }
 
 # Each check runs once per distinct projection of the shapes onto the fields it declares.
@@ -440,9 +517,10 @@ test_verdicts_agree_with_decision if {
 		pv := d.verdicts[p.name]
 		pv.tier == row[0]
 		pv.note == note_at(v.notes, row[1])
-		pv.grant == v.grants[row[3]][0]
-		pv.blocks_burst == row[4]
-		[r | some [name, i] in row[2]; some r in v.checks[name][i]] == pv.denials
+		pv.note_full == note_at(v.notes, row[2])
+		pv.grant == v.grants[row[4]][0]
+		pv.blocks_burst == row[5]
+		[r | some [name, i] in row[3]; some r in v.checks[name][i]] == pv.denials
 	}
 }
 
@@ -618,7 +696,7 @@ test_e8_capacity_shortfall_is_no_capacity if {
 
 # A 0.25 request: a 2g slice of an H100 at 2.0/h (2/7 x 2.0 = 0.571) beats a whole T4 at 1.50/h.
 test_cheapest_grant_wins_not_cheapest_pool if {
-	h100 := {"name": "hpc-h100", "shape": "hpc-h100", "cost_per_hour": 2.0, "capacity": {"whole": 0, "slices": {"2g.20gb": 1}}}
+	h100 := {"name": "hpc-h100", "shape": "hpc-h100", "cost_per_hour": 2.0, "carbon_per_hour": 250, "capacity": {"whole": 0, "slices": {"2g.20gb": 1}}}
 	t4 := pool("hpc-t4", "hpc-t4", 1.5, 1)
 	d := decide(train({"fraction": 0.25}), [t4, h100])
 	d.pool == "hpc-h100"
@@ -775,6 +853,11 @@ test_decision_carries_the_normalized_workload if {
 		"allow_burst": false,
 		"data_region": null,
 		"allow_cpu_fallback": false,
+		"optimize": "cost",
+		"carbon_weight": 0.5,
+		"max_cost_per_hour": null,
+		"max_carbon_per_hour": null,
+		"project": null,
 	}
 }
 
@@ -787,7 +870,7 @@ test_capability_from_model_selects_pool if {
 # The grant is what capacity checks: a half of a vendor-level MIG pool is a 4g slice.
 test_fraction_grant_is_what_capacity_checks if {
 	half := train({"fraction": 0.5})
-	no_room := {"name": "hpc-nvidia", "shape": "hpc-nvidia", "cost_per_hour": 2.5, "capacity": {"whole": 8, "slices": {"4g": 0, "3g": 2}}}
+	no_room := {"name": "hpc-nvidia", "shape": "hpc-nvidia", "cost_per_hour": 2.5, "carbon_per_hour": 250, "capacity": {"whole": 8, "slices": {"4g": 0, "3g": 2}}}
 	d := decide(half, [no_room])
 	d.verdicts["hpc-nvidia"].grant.profile == "4g"
 	codes(d.verdicts["hpc-nvidia"]) == ["slice_unavailable"]
@@ -807,7 +890,7 @@ test_fraction_not_honored_needs_a_whole_device if {
 }
 
 test_fixed_slices_through_the_decision if {
-	slices := {"name": "hpc-h100-1g", "shape": "hpc-h100-1g", "cost_per_hour": 7, "capacity": {"slices": {"1g.10gb": 2}}}
+	slices := {"name": "hpc-h100-1g", "shape": "hpc-h100-1g", "cost_per_hour": 7, "carbon_per_hour": 250, "capacity": {"slices": {"1g.10gb": 2}}}
 	d := decide(train({"fraction": 0.1}), [slices])
 	d.pool == "hpc-h100-1g"
 	d.verdicts["hpc-h100-1g"].grant.profile == "1g.10gb"
@@ -825,7 +908,7 @@ test_a_pool_without_capacity_has_none if {
 }
 
 test_all_denials_are_listed_in_check_order if {
-	bad := {"name": "bad", "shape": "cloud-amd", "cost_per_hour": 1, "capacity": {"whole": 0}}
+	bad := {"name": "bad", "shape": "cloud-amd", "cost_per_hour": 1, "carbon_per_hour": 250, "capacity": {"whole": 0}}
 	d := decide(train({"engine": "sglang", "capabilities": ["fp8"], "residency": "eu-only"}), [bad])
 	codes(d.verdicts.bad) == ["backend_unsupported", "burst_not_allowed", "capability_missing", "residency_forbids", "capacity_exhausted"]
 	d.verdicts.bad.admissible == false
@@ -862,10 +945,14 @@ test_decision_reads_shapes_from_fleet_data if {
 test_verdict_fields if {
 	d := decide(train({}), [hpc_nvidia])
 	object.keys(d.verdicts["hpc-nvidia"]) == {
-		"pool", "tier", "denials", "fits", "grant", "grant_cost_per_hour", "cost_per_hour", "fallback",
-		"burst", "note", "blocks_burst", "reasons", "admissible", "eligible",
+		"pool", "tier", "denials", "shape_denied", "fits", "grant", "grant_cost_per_hour", "grant_carbon_per_hour",
+		"cost_per_hour", "fallback", "burst", "note", "note_full", "requested", "blocks_burst", "reasons",
+		"admissible", "eligible",
 	}
-	object.keys(d) == {"workload", "outcome", "pool", "selected_tier", "eligible", "burst", "reason", "rejection", "verdicts", "confirm"}
+	object.keys(d) == {
+		"workload", "outcome", "pool", "note", "selected_tier", "eligible", "burst", "reason", "rejection",
+		"verdicts", "confirm",
+	}
 }
 
 # With overridden tables the same scenario changes: sglang learns ROCm, so AMD is no longer rejected.
@@ -918,4 +1005,324 @@ test_rejected_decision_without_workload_name_has_a_reason if {
 	d := decide({"accelerator": "nvidia", "engine": "generic"}, hpc_full_pools)
 	d.outcome == "rejected"
 	d.reason != null
+}
+
+# --- objectives: what selection minimises within the best tier ---------------------------------------
+
+# A pool with its carbon per device-hour (gCO2e).
+green(name, key, cost, carbon) := object.union(pool(name, key, cost, 10), {"carbon_per_hour": carbon})
+
+# Three HPC nvidia pools: cheap and dirty, middling, dear and clean.
+trio := [
+	green("cheap", "hpc-nvidia", 1, 300),
+	green("middle", "hpc-nvidia", 2, 100),
+	green("clean", "hpc-nvidia", 3, 50),
+]
+
+objective_cases := {
+	"cost by default": {"w": train({}), "pool": "cheap"},
+	"cost": {"w": train({"optimize": "cost"}), "pool": "cheap"},
+	"carbon": {"w": train({"optimize": "carbon"}), "pool": "clean"},
+	# cheap: 0.5 x 1/3 + 0.5 x 300/300 = 0.667; middle: 0.5 x 2/3 + 0.5 x 100/300 = 0.5;
+	# clean: 0.5 x 3/3 + 0.5 x 50/300 = 0.583.
+	"balanced at the default weight": {"w": train({"optimize": "balanced"}), "pool": "middle"},
+	"balanced, weight 0 is cost": {"w": train({"optimize": "balanced", "carbon_weight": 0}), "pool": "cheap"},
+	"balanced, weight 1 is carbon": {"w": train({"optimize": "balanced", "carbon_weight": 1}), "pool": "clean"},
+	# cheap: 0.1 x 1/3 + 0.9 x 1 = 0.933; middle: 0.1 x 2/3 + 0.9 x 1/3 = 0.367; clean: 0.1 + 0.15 = 0.25.
+	"balanced, weight 0.9": {"w": train({"optimize": "balanced", "carbon_weight": 0.9}), "pool": "clean"},
+}
+
+test_objective_selects[name] if {
+	some name, tc in objective_cases
+	d := decide(tc.w, trio)
+	d.pool == tc.pool
+	d.eligible == ["cheap", "clean", "middle"]
+	d.selected_tier == 0
+}
+
+test_grant_carbon_is_carbon_per_device_hour_times_devices if {
+	d := decide(train({"count": 3}), trio)
+	d.verdicts.middle.grant_carbon_per_hour == 300
+	d.verdicts.middle.grant_cost_per_hour == 6
+	d.verdicts.middle.cost_per_hour == 2
+}
+
+# The carbon of the grant, not of the pool: a 2g slice of a dirtier H100 beats a whole cleaner T4.
+test_carbon_objective_compares_grants if {
+	h100 := {"name": "hpc-h100", "shape": "hpc-h100", "cost_per_hour": 2.0, "carbon_per_hour": 350, "capacity": {"whole": 0, "slices": {"2g.20gb": 1}}}
+	t4 := green("hpc-t4", "hpc-t4", 1.5, 150)
+	d := decide(train({"fraction": 0.25, "optimize": "carbon"}), [t4, h100])
+	d.pool == "hpc-h100"
+	d.verdicts["hpc-h100"].grant_carbon_per_hour == 100
+	d.verdicts["hpc-t4"].grant_carbon_per_hour == 150
+}
+
+tie_cases := {
+	"carbon ties: the cheaper": {
+		"w": train({"optimize": "carbon"}),
+		"pools": [green("b", "hpc-nvidia", 2, 100), green("a", "hpc-nvidia", 3, 100)],
+		"pool": "b",
+	},
+	"carbon and cost tie: the name": {
+		"w": train({"optimize": "carbon"}),
+		"pools": [green("b", "hpc-nvidia", 2, 100), green("a", "hpc-nvidia", 2, 100)],
+		"pool": "a",
+	},
+	# a: 0.5 x 1/2 + 0.5 x 2/2 = 0.75; b: 0.5 x 2/2 + 0.5 x 1/2 = 0.75: the cheaper.
+	"balanced ties: the cheaper": {
+		"w": train({"optimize": "balanced"}),
+		"pools": [green("a", "hpc-nvidia", 2, 100), green("b", "hpc-nvidia", 1, 200)],
+		"pool": "b",
+	},
+	# Scores equal at nine decimals (0.1 + 0.2 against 0.3 in floating point) are equal.
+	"balanced: nine decimals": {
+		"w": train({"optimize": "balanced", "carbon_weight": 0.3}),
+		"pools": [green("a", "hpc-nvidia", 1, 1), green("b", "hpc-nvidia", 1, 1)],
+		"pool": "a",
+	},
+	"balanced with no carbon anywhere is by cost": {
+		"w": train({"optimize": "balanced", "carbon_weight": 0.9}),
+		"pools": [green("a", "hpc-nvidia", 3, 0), green("b", "hpc-nvidia", 2, 0)],
+		"pool": "b",
+	},
+	"balanced with nothing priced is by name": {
+		"w": train({"optimize": "balanced"}),
+		"pools": [green("b", "hpc-nvidia", 0, 0), green("a", "hpc-nvidia", 0, 0)],
+		"pool": "a",
+	},
+}
+
+test_objective_ties[name] if {
+	some name, tc in tie_cases
+	decide(tc.w, tc.pools).pool == tc.pool
+}
+
+test_balanced_score_is_rounded_to_nine_decimals if {
+	placement.nine(0.1 + 0.2) == 0.3
+	placement.nine(2 / 3) == 0.666666667
+}
+
+# An objective chooses within the best tier: a greener stand-in or cloud pool does not win.
+test_objective_never_crosses_tiers if {
+	pools := [green("hpc", "hpc-nvidia", 2, 400), green("amd", "hpc-mi300", 1, 10), green("cloud", "cloud-a100", 1, 5)]
+	d := decide(train({"optimize": "carbon", "allow_burst": true}), pools)
+	d.pool == "hpc"
+	d.selected_tier == 0
+	codes(d.verdicts.amd) == ["fallback_not_needed"]
+	codes(d.verdicts.cloud) == ["burst_not_needed"]
+}
+
+# The normalisation is over the eligible pools only: a dearer pool of a worse tier changes nothing.
+test_balanced_normalises_over_the_eligible_only if {
+	pools := [green("a", "hpc-nvidia", 2, 100), green("b", "hpc-nvidia", 1, 200), green("cloud", "cloud-a100", 100, 10000)]
+	w := train({"optimize": "balanced", "carbon_weight": 0.6, "allow_burst": true})
+	placement.max_cost == 2 with input as {"workload": w, "shapes": shapes, "pools": pools}
+	placement.max_carbon == 200 with input as {"workload": w, "shapes": shapes, "pools": pools}
+
+	# a: 0.4 x 1 + 0.6 x 0.5 = 0.7; b: 0.4 x 0.5 + 0.6 x 1 = 0.8.
+	decide(w, pools).pool == "a"
+}
+
+# --- the decision's note: full or unavailable, and the grant's --------------------------------------
+
+note_cases := {
+	"not a fallback": {"w": train({}), "pools": [hpc_nvidia, hpc_mi300], "note": null},
+	"requested pools full": {
+		"w": train({}), "pools": [full(hpc_nvidia), hpc_mi300],
+		"note": "requested nvidia pools are full — fell back to amd",
+	},
+	"no pool of the requested accelerator": {
+		"w": train({"accelerator": "tpu"}), "pools": [hpc_nvidia, hpc_mi300],
+		"note": "requested tpu unavailable — fell back to amd",
+	},
+	"requested pool denied by a check, and full": {
+		"w": train({"residency": "eu-only"}),
+		"pools": [full(pool("hpc-lugano", "hpc-lugano", 1, 8)), hpc_mi300],
+		"note": "requested nvidia unavailable — fell back to amd",
+	},
+	"requested pool over budget": {
+		"w": train({"max_cost_per_hour": 2.25}), "pools": [hpc_nvidia, hpc_mi300],
+		"note": "requested nvidia unavailable — fell back to amd",
+	},
+	"requested pool full and another denied: full": {
+		"w": train({"allow_burst": true, "residency": "eu-only"}),
+		"pools": [full(hpc_nvidia), hpc_mi300, cloud_a100],
+		"note": "requested nvidia pools are full — fell back to amd",
+	},
+	"a fraction not honored on the stand-in": {
+		"w": train({"fraction": 0.5}), "pools": [full(hpc_nvidia), hpc_mi300],
+		"note": "requested nvidia pools are full — fell back to amd; fraction 0.5 not honored (amd has no isolated partitioning) — whole device allocated",
+	},
+	"a fraction not honored alone": {
+		"w": train({"fraction": 0.5}), "pools": [pool("hpc-t4", "hpc-t4", 1, 1)],
+		"note": "fraction 0.5 not honored (nvidia model 't4' has no isolated partitioning) — whole device allocated",
+	},
+	"nothing placed": {"w": train({}), "pools": [full(hpc_nvidia)], "note": null},
+}
+
+test_decision_note[name] if {
+	some name, tc in note_cases
+	decide(tc.w, tc.pools).note == tc.note
+}
+
+# Every pool's verdict carries both notes; the decision picks one.
+test_verdicts_carry_both_notes if {
+	d := decide(train({}), [full(hpc_nvidia), hpc_mi300])
+	d.verdicts["hpc-mi300"].note == "requested nvidia unavailable — fell back to amd"
+	d.verdicts["hpc-mi300"].note_full == "requested nvidia pools are full — fell back to amd"
+	d.verdicts["hpc-nvidia"].note == null
+	d.verdicts["hpc-nvidia"].note_full == null
+	d.verdicts["hpc-nvidia"].requested == true
+	d.verdicts["hpc-nvidia"].shape_denied == false
+	d.verdicts["hpc-mi300"].requested == false
+}
+
+# --- budgets in the reference decision ----------------------------------------------------------------
+
+test_a_pool_over_budget_is_denied if {
+	d := decide(train({"max_cost_per_hour": 2.25}), [hpc_nvidia, pool("hpc-nvidia-2", "hpc-nvidia", 2, 8)])
+	d.pool == "hpc-nvidia-2"
+	codes(d.verdicts["hpc-nvidia"]) == ["budget_exceeded"]
+	d.verdicts["hpc-nvidia"].shape_denied == true
+	d.verdicts["hpc-nvidia"].admissible == false
+	d.verdicts["hpc-nvidia"].reasons[0].message == "the grant would cost more than max_cost_per_hour $2.25/h: at most $2.25 per device-hour for 1 device(s)"
+}
+
+# Budget reasons come after the shape's and before capacity's.
+test_budget_denials_in_check_order if {
+	d := decide(train({"capabilities": ["nvlink"], "max_cost_per_hour": 1.25}), [full(hpc_nvidia)])
+	codes(d.verdicts["hpc-nvidia"]) == ["capability_missing", "budget_exceeded", "capacity_exhausted"]
+}
+
+test_carbon_cap_denies_by_the_pools_carbon if {
+	pools := [green("dirty", "hpc-nvidia", 1, 500), green("clean", "hpc-nvidia", 2, 100)]
+	d := decide(train({"max_carbon_per_hour": 250.5}), pools)
+	d.pool == "clean"
+	codes(d.verdicts.dirty) == ["budget_exceeded"]
+	d.verdicts.dirty.reasons[0].details.cap == "max_carbon_per_hour"
+}
+
+test_project_cap_in_the_decision if {
+	pools := [green("dear", "hpc-nvidia", 7, 100), green("ok", "hpc-nvidia", 5.5, 100)]
+	d := decide(train({"project": "inference-eu"}), pools)
+	d.pool == "ok"
+	[r.details | some r in d.verdicts.dear.reasons] == [{
+		"cap": "max_cost_per_hour", "limit": 6, "unit": "USD", "devices": 1,
+		"per_device_hour": 6, "project": "inference-eu",
+	}]
+}
+
+# A 2g share is 2/7 of a device: a pool at 3.5/h fits a cap of 1/h; a whole device there does not.
+test_budget_of_a_slice if {
+	h100 := {"name": "hpc-h100", "shape": "hpc-h100", "cost_per_hour": 3.5, "carbon_per_hour": 250, "capacity": {"whole": 1, "slices": {"2g.20gb": 1}}}
+	d := decide(train({"fraction": 0.25, "max_cost_per_hour": 1}), [h100])
+	d.pool == "hpc-h100"
+	d.verdicts["hpc-h100"].grant.profile == "2g.20gb"
+	d2 := decide(train({"max_cost_per_hour": 1}), [h100])
+	codes(d2.verdicts["hpc-h100"]) == ["budget_exceeded"]
+}
+
+test_every_pool_over_budget_is_no_eligible_pool if {
+	d := decide(train({"max_cost_per_hour": 0.5}), spec_pools)
+	d.outcome == "rejected"
+	d.reason == {
+		"code": "no_eligible_pool",
+		"message": "no pool is eligible for train (3 checked: budget_exceeded on 3 pools, burst_not_allowed on 1 pool)",
+	}
+}
+
+# Over budget is not "not now": a full pool also over budget does not make the summary no_capacity.
+test_full_and_over_budget_is_not_no_capacity if {
+	d := decide(train({"max_cost_per_hour": 0.5}), [full(hpc_nvidia)])
+	d.reason.code == "no_eligible_pool"
+}
+
+# A cloud pool stopped by residency and by its budget does not block a burst: the budget would stop it anyway.
+test_over_budget_cloud_pool_blocks_no_burst if {
+	d := decide(train({"target": "cloud", "residency": "eu-only", "max_cost_per_hour": 1}), [cloud_a100])
+	d.verdicts["cloud-a100"].blocks_burst == false
+	codes(d.verdicts["cloud-a100"]) == ["residency_forbids", "budget_exceeded"]
+	d.burst == {"attempted": true, "verdict": "unavailable", "pool": null, "reason": null}
+	d.outcome == "rejected"
+	d2 := decide(train({"target": "cloud", "residency": "eu-only", "max_cost_per_hour": 3.5}), [cloud_a100])
+	d2.burst.verdict == "blocked"
+	d2.verdicts["cloud-a100"].blocks_burst == true
+}
+
+# Every compact grant carries the budget's limits the decision applies.
+test_verdicts_carry_the_limits if {
+	w := train({"max_cost_per_hour": 2.25, "project": "green-research"})
+	v := verdicts(w, ["hpc-nvidia"])
+	[[_, _, lim]] := v.grants
+	lim.cost_per_hour == 2.25
+	lim.carbon_per_hour == 400
+	lim.reasons.cost_per_hour.code == "budget_exceeded"
+	d := decide(w, [hpc_nvidia])
+	d.verdicts["hpc-nvidia"].denials == [lim.reasons.cost_per_hour]
+}
+
+test_unknown_pool_verdict_fields if {
+	d := placement.decision with input as {
+		"workload": train({}),
+		"shapes": {},
+		"pools": [pool("ghost", "no-such-shape", 1, 1)],
+	}
+	v := d.verdicts.ghost
+	v.tier == 4
+	v.shape_denied == true
+	v.requested == false
+	v.grant_carbon_per_hour == 0
+	v.note_full == null
+	codes(v) == ["shape_unknown"]
+}
+
+# A pool without a carbon figure is denied for it, never counted as 0 g (which would pass every
+# carbon cap and win the carbon objective).
+test_a_pool_without_carbon_is_denied if {
+	d := decide(train({"max_carbon_per_hour": 100.5}), [object.remove(hpc_nvidia, ["carbon_per_hour"])])
+	codes(d.verdicts["hpc-nvidia"]) == ["carbon_unknown"]
+	d.verdicts["hpc-nvidia"].admissible == false
+	d.pool == null
+}
+
+# A check declaring a pool stage the composer does not run (it runs capacity and budget, whose
+# comparisons the caller repeats) is never silently skipped: the policy says it cannot run it and
+# places nothing (fail closed).
+quota_check := {
+	"about": {
+		"title": "Quota",
+		"custom": {
+			"order": 85,
+			"stage": "pool",
+			"reads": {"shape": [], "workload": []},
+			"codes": {"quota_reached": {"kind": "not_now", "meaning": "the project's quota is used up"}},
+		},
+	},
+	"deny": [{"code": "quota_reached", "kind": "not_now", "message": "quota used up", "details": {}}],
+}
+
+test_a_pool_stage_plugin_the_composer_cannot_run_places_nothing if {
+	"quota" in listed with checks.quota as quota_check
+	placement.about.unsupported_checks == ["quota"] with checks.quota as quota_check
+	d := decide(train({}), [hpc_nvidia]) with checks.quota as quota_check
+	d.rejection.code == "check_unsupported"
+	d.pool == null
+	placement.about.unsupported_checks == []
+}
+
+# A pool without a price is denied for it, never priced at 0.
+test_a_pool_without_a_price_is_denied if {
+	d := decide(train({}), [object.remove(hpc_nvidia, ["cost_per_hour"]), object.union(hpc_mi300, {"name": "nan", "cost_per_hour": "2.5"})])
+	codes(d.verdicts["hpc-nvidia"]) == ["price_unknown"]
+	d.verdicts["hpc-nvidia"].reasons[0].message == "pool 'hpc-nvidia' has no price per device-hour"
+	d.verdicts["hpc-nvidia"].cost_per_hour == 0
+	codes(d.verdicts.nan) == ["price_unknown"]
+	d.outcome == "rejected"
+}
+
+# A carbon figure that is not a number denies the pool (fail closed).
+test_a_pool_with_a_malformed_carbon_figure_is_denied if {
+	d := decide(train({}), [object.union(hpc_nvidia, {"carbon_per_hour": "lots"})])
+	d.verdicts["hpc-nvidia"].admissible == false
+	d.pool == null
 }

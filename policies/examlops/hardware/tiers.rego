@@ -24,7 +24,9 @@ tier(shape, w) := (2 * to_number(shape.target == "cloud")) + to_number(shape.acc
 
 is_fallback(t) := t in {1, 3}
 
-is_burst(t) := t >= 2
+is_burst(t) if t >= 2
+
+else := false
 
 # null when the pool's tier is the selected one, else why a better tier won.
 preference(w, t, selected) := null if {
@@ -52,6 +54,17 @@ rejected(rejection) := reason.make(
 	{"rejection": rejection.code},
 )
 
-note(shape, w, t) := sprintf("requested %s unavailable — fell back to %s", [w.accelerator, shape.accelerator]) if {
+note(shape, w, t) := sprintf(
+	"requested %s unavailable — fell back to %s",
+	[w.accelerator, shape.accelerator],
+) if {
+	is_fallback(t)
+} else := null
+
+# The note when pools of the requested accelerator pass every check but are full right now.
+note_full(shape, w, t) := sprintf(
+	"requested %s pools are full — fell back to %s",
+	[w.accelerator, shape.accelerator],
+) if {
 	is_fallback(t)
 } else := null

@@ -6,7 +6,8 @@
 # custom:
 #   reads:
 #     workload: [accelerator, engine, capabilities, target, fraction, count, residency, allow_burst,
-#       data_region, allow_cpu_fallback]
+#       data_region, allow_cpu_fallback, optimize, carbon_weight, max_cost_per_hour, max_carbon_per_hour,
+#       project]
 #   codes:
 #     accelerator_unknown: {kind: never, meaning: invalid workload (unknown accelerator)}
 #     engine_unknown: {kind: never, meaning: invalid workload (unknown engine)}
@@ -14,22 +15,32 @@
 #     residency_unknown: {kind: never, meaning: invalid workload (unknown residency class)}
 #     data_region_unknown: {kind: never, meaning: "the workload's data_region is not in the regions table"}
 #     fraction_invalid: {kind: never, meaning: "invalid workload (fraction outside (0, 1])"}
-#     count_invalid: {kind: never, meaning: "invalid workload (count not a whole number of at least 1, or not 1 with a fraction)"}
+#     count_invalid:
+#       kind: never
+#       meaning: "invalid workload (count not a whole number of at least 1, or not 1 with a fraction)"
 #     field_invalid: {kind: never, meaning: invalid workload (a field of the wrong type)}
+#     optimize_unknown: {kind: never, meaning: "invalid workload (optimize is not cost, carbon or balanced)"}
+#     project_unknown: {kind: never, meaning: the workload's project is not in the budgets table}
 package examlops.hardware.workload
 
 import data.examlops.hardware.reason
 import data.examlops.tables.accelerators
+import data.examlops.tables.budgets
 import data.examlops.tables.engines
 import data.examlops.tables.regions
+import data.examlops.tables.vocabulary
 
 # The annotations above, for the placement package.
 about := [e.annotations | some e in rego.metadata.chain(); e.annotations.scope == "package"][0]
 
-targets := {"hpc", "cloud", "any"}
+# The vocabulary comes from the reviewed tables (vocabulary.yaml), never from literals here.
+targets := {t | some t in vocabulary.workload_targets}
+
+# What selection minimises among the admissible pools of the best tier.
+objectives := {o | some o in vocabulary.objectives}
 
 # Ordered, each at least as strict as the one before.
-residencies := ["open", "eu-only", "no-egress", "restricted"]
+residencies := vocabulary.residencies
 
 defaults := {
 	"capabilities": [],
@@ -40,24 +51,43 @@ defaults := {
 	"allow_burst": false,
 	"data_region": null,
 	"allow_cpu_fallback": false,
+	"optimize": "cost",
+	"carbon_weight": 0.5,
+	"max_cost_per_hour": null,
+	"max_carbon_per_hour": null,
+	"project": null,
 }
 
 # The workload with defaults filled in for absent fields.
 normalize(w) := object.union(defaults, w)
 
+# The values each enumerated field may take, from the reviewed tables.
+known := {
+	"accelerator": object.keys(accelerators),
+	"engine": object.keys(engines),
+	"target": targets,
+	"residency": residencies,
+	"optimize": objectives,
+}
+
 errors(w) := [e |
 	some e in [
 		# Required fields without a default: an absent one is invalid, not silently skipped.
-		unknown("accelerator", object.get(w, "accelerator", null), object.keys(accelerators)),
-		unknown("engine", object.get(w, "engine", null), object.keys(engines)),
-		unknown("target", w.target, targets),
-		unknown("residency", w.residency, residencies),
+		unknown("accelerator", object.get(w, "accelerator", null), known.accelerator),
+		unknown("engine", object.get(w, "engine", null), known.engine),
+		unknown("target", w.target, known.target),
+		unknown("residency", w.residency, known.residency),
 		data_region_error(w.data_region),
 		fraction_error(w.fraction),
 		count_error(w.count, w.fraction),
 		type_error("capabilities", w.capabilities, is_tags(w.capabilities)),
 		type_error("allow_burst", w.allow_burst, is_boolean(w.allow_burst)),
 		type_error("allow_cpu_fallback", w.allow_cpu_fallback, is_boolean(w.allow_cpu_fallback)),
+		unknown("optimize", w.optimize, known.optimize),
+		type_error("carbon_weight", w.carbon_weight, is_share(w.carbon_weight)),
+		type_error("max_cost_per_hour", w.max_cost_per_hour, is_cap(w.max_cost_per_hour)),
+		type_error("max_carbon_per_hour", w.max_carbon_per_hour, is_cap(w.max_carbon_per_hour)),
+		project_error(w.project),
 	]
 	e != null
 ]
@@ -106,7 +136,7 @@ count_error(n, f) := null if {
 	{"field": "count", "value": n},
 )
 
-fraction_fits_count(_, f) if f == 1
+fraction_fits_count(_, 1)
 
 # An invalid fraction is reported once, as fraction_invalid, not again as a count error.
 fraction_fits_count(_, f) if fraction_error(f) != null
@@ -125,9 +155,40 @@ is_tags(v) if {
 
 else := false
 
-type_error(field, value, ok) := null if ok
+# A weight from 0 to 1.
+is_share(v) if {
+	is_number(v)
+	v >= 0
+	v <= 1
+}
 
-else := reason.make(
+else := false
+
+# A cap: absent, or a number of at least 0.
+is_cap(v) if {
+	v == null
+} else if {
+	is_number(v)
+	v >= 0
+} else := false
+
+project_error(null) := null
+
+project_error(p) := null if {
+	is_string(p)
+	budgets.projects[p]
+} else := reason.make(
+	"project_unknown",
+	"never",
+	sprintf("project '%v' is not in the budgets table (policies/examlops/tables/budgets.yaml)", [p]),
+	{"field": "project", "value": p},
+) if {
+	p != null
+}
+
+type_error(_, _, true) := null
+
+type_error(field, value, false) := reason.make(
 	"field_invalid",
 	"never",
 	sprintf("%s has the wrong type (got %v)", [field, value]),

@@ -24,6 +24,11 @@ test_normalize_fills_every_default if {
 		"allow_burst": false,
 		"data_region": null,
 		"allow_cpu_fallback": false,
+		"optimize": "cost",
+		"carbon_weight": 0.5,
+		"max_cost_per_hour": null,
+		"max_carbon_per_hour": null,
+		"project": null,
 	}
 }
 
@@ -37,6 +42,11 @@ test_normalize_keeps_given_values[name] if {
 		"allow_burst": true,
 		"data_region": "de-juelich",
 		"allow_cpu_fallback": true,
+		"optimize": "carbon",
+		"carbon_weight": 0.8,
+		"max_cost_per_hour": 12.5,
+		"max_carbon_per_hour": 900,
+		"project": "inference-eu",
 	}
 	workload.normalize(train({name: value}))[name] == value
 }
@@ -68,6 +78,15 @@ valid_cases := {
 	"empty capabilities": train({"capabilities": []}),
 	"allow_burst true": train({"allow_burst": true}),
 	"allow_cpu_fallback true": train({"allow_cpu_fallback": true}),
+	"optimize balanced with a weight": train({"optimize": "balanced", "carbon_weight": 0.3}),
+	"carbon_weight 0": train({"carbon_weight": 0}),
+	"carbon_weight 1": train({"carbon_weight": 1}),
+	"caps of 0": train({"max_cost_per_hour": 0, "max_carbon_per_hour": 0}),
+	"caps null": train({"max_cost_per_hour": null, "max_carbon_per_hour": null}),
+	"fractional caps": train({"max_cost_per_hour": 2.75, "max_carbon_per_hour": 0.5}),
+	"project null": train({"project": null}),
+	"project from the table": train({"project": "llm-pretraining"}),
+	"project without caps": train({"project": "default"}),
 }
 
 test_valid_workload_has_no_errors[name] if {
@@ -89,15 +108,35 @@ known_value_cases[sprintf("engine %s", [e])] := train({"engine": e}) if {
 }
 
 known_value_cases[sprintf("target %s", [t])] := train({"target": t}) if {
-	some t in ["hpc", "cloud", "any"]
+	some t in data.examlops.tables.vocabulary.workload_targets
 }
 
 known_value_cases[sprintf("residency %s", [r])] := train({"residency": r}) if {
-	some r in ["open", "eu-only", "no-egress", "restricted"]
+	some r in data.examlops.tables.vocabulary.residencies
+}
+
+known_value_cases[sprintf("optimize %s", [o])] := train({"optimize": o}) if {
+	some o in data.examlops.tables.vocabulary.objectives
+}
+
+known_value_cases[sprintf("project %s", [p])] := train({"project": p}) if {
+	some p, _ in data.examlops.tables.budgets.projects
 }
 
 known_value_cases[sprintf("data_region %s", [r])] := train({"data_region": r}) if {
 	some r, _ in data.examlops.tables.regions
+}
+
+# The reviewed vocabulary, as the tables state it.
+test_vocabulary_table if {
+	data.examlops.tables.vocabulary == {
+		"pool_targets": ["hpc", "cloud"],
+		"workload_targets": ["hpc", "cloud", "any"],
+		"residencies": ["open", "eu-only", "no-egress", "restricted"],
+		"objectives": ["cost", "carbon", "balanced"],
+	}
+	workload.targets == {"hpc", "cloud", "any"}
+	workload.objectives == {"cost", "carbon", "balanced"}
 }
 
 # --- invalid workloads: each case the one error it gives -----------------------------------------
@@ -283,6 +322,87 @@ invalid_cases := {
 		"code": "field_invalid",
 		"details": {"field": "allow_cpu_fallback", "value": null},
 	},
+	"unknown optimize": {
+		"w": train({"optimize": "speed"}),
+		"code": "optimize_unknown",
+		"message": `unknown optimize 'speed' (expected one of ["balanced", "carbon", "cost"])`,
+		"details": {"field": "optimize", "value": "speed"},
+	},
+	"optimize null": {
+		"w": train({"optimize": null}),
+		"code": "optimize_unknown",
+		"details": {"field": "optimize", "value": null},
+	},
+	"optimize in upper case": {
+		"w": train({"optimize": "COST"}),
+		"code": "optimize_unknown",
+		"details": {"field": "optimize", "value": "COST"},
+	},
+	"carbon_weight above 1": {
+		"w": train({"carbon_weight": 1.5}),
+		"code": "field_invalid",
+		"message": "carbon_weight has the wrong type (got 1.5)",
+		"details": {"field": "carbon_weight", "value": 1.5},
+	},
+	"carbon_weight negative": {
+		"w": train({"carbon_weight": -0.1}),
+		"code": "field_invalid",
+		"details": {"field": "carbon_weight", "value": -0.1},
+	},
+	"carbon_weight a string": {
+		"w": train({"carbon_weight": "high"}),
+		"code": "field_invalid",
+		"details": {"field": "carbon_weight", "value": "high"},
+	},
+	"carbon_weight null": {
+		"w": train({"carbon_weight": null}),
+		"code": "field_invalid",
+		"details": {"field": "carbon_weight", "value": null},
+	},
+	"max_cost_per_hour negative": {
+		"w": train({"max_cost_per_hour": -1}),
+		"code": "field_invalid",
+		"message": "max_cost_per_hour has the wrong type (got -1)",
+		"details": {"field": "max_cost_per_hour", "value": -1},
+	},
+	"max_cost_per_hour a boolean": {
+		"w": train({"max_cost_per_hour": true}),
+		"code": "field_invalid",
+		"details": {"field": "max_cost_per_hour", "value": true},
+	},
+	"max_carbon_per_hour a string": {
+		"w": train({"max_carbon_per_hour": "x"}),
+		"code": "field_invalid",
+		"message": "max_carbon_per_hour has the wrong type (got x)",
+		"details": {"field": "max_carbon_per_hour", "value": "x"},
+	},
+	"max_carbon_per_hour negative": {
+		"w": train({"max_carbon_per_hour": -0.5}),
+		"code": "field_invalid",
+		"details": {"field": "max_carbon_per_hour", "value": -0.5},
+	},
+	"unknown project": {
+		"w": train({"project": "nope"}),
+		"code": "project_unknown",
+		"message": "project 'nope' is not in the budgets table (policies/examlops/tables/budgets.yaml)",
+		"details": {"field": "project", "value": "nope"},
+	},
+	"project empty": {
+		"w": train({"project": ""}),
+		"code": "project_unknown",
+		"details": {"field": "project", "value": ""},
+	},
+	"project not a string": {
+		"w": train({"project": 5}),
+		"code": "project_unknown",
+		"message": "project '5' is not in the budgets table (policies/examlops/tables/budgets.yaml)",
+		"details": {"field": "project", "value": 5},
+	},
+	"project a table key's inner name": {
+		"w": train({"project": "projects"}),
+		"code": "project_unknown",
+		"details": {"field": "project", "value": "projects"},
+	},
 }
 
 test_invalid_workload_gives_one_error[name] if {
@@ -321,11 +441,22 @@ test_all_errors_are_reported_in_field_order if {
 		"capabilities": "fp8",
 		"allow_burst": "yes",
 		"allow_cpu_fallback": "no",
+		"optimize": "speed",
+		"carbon_weight": 2,
+		"max_cost_per_hour": -1,
+		"max_carbon_per_hour": "lots",
+		"project": "nope",
 	}) == [
 		"accelerator_unknown", "engine_unknown", "target_unknown", "residency_unknown",
 		"data_region_unknown", "fraction_invalid", "count_invalid",
 		"field_invalid", "field_invalid", "field_invalid",
+		"optimize_unknown", "field_invalid", "field_invalid", "field_invalid", "project_unknown",
 	]
+}
+
+test_field_invalid_order_of_the_budget_fields if {
+	errs := errors_of(train({"carbon_weight": 2, "max_cost_per_hour": -1, "max_carbon_per_hour": "lots"}))
+	[e.details.field | some e in errs] == ["carbon_weight", "max_cost_per_hour", "max_carbon_per_hour"]
 }
 
 first_error_cases := {
@@ -359,6 +490,17 @@ test_table_override_removes_an_engine if {
 	codes(train({"engine": "sglang"})) == ["engine_unknown"] with data.examlops.tables.engines as {"vllm": {"backends": ["cuda"]}}
 }
 
+test_table_override_adds_a_target_and_an_objective if {
+	vocabulary := object.union(data.examlops.tables.vocabulary, {"workload_targets": ["edge"], "objectives": ["speed"]})
+	codes(train({"target": "edge", "optimize": "speed"})) == [] with data.examlops.tables.vocabulary as vocabulary
+	codes(train({})) == ["target_unknown", "optimize_unknown"] with data.examlops.tables.vocabulary as vocabulary
+}
+
+test_table_override_removes_a_residency if {
+	vocabulary := object.union(data.examlops.tables.vocabulary, {"residencies": ["open"]})
+	codes(train({"residency": "eu-only"})) == ["residency_unknown"] with data.examlops.tables.vocabulary as vocabulary
+}
+
 test_table_override_adds_a_region if {
 	codes(train({"data_region": "mars-1"})) == [] with data.examlops.tables.regions as {"mars-1": {"country": "MA"}}
 }
@@ -369,7 +511,8 @@ test_about_reads_every_workload_field if {
 	workload.about.title == "Workload"
 	workload.about.custom.reads.workload == [
 		"accelerator", "engine", "capabilities", "target", "fraction", "count", "residency", "allow_burst",
-		"data_region", "allow_cpu_fallback",
+		"data_region", "allow_cpu_fallback", "optimize", "carbon_weight", "max_cost_per_hour", "max_carbon_per_hour",
+		"project",
 	]
 }
 

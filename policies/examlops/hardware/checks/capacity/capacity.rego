@@ -14,7 +14,9 @@
 #     workload: []
 #   codes:
 #     capacity_exhausted: {kind: not_now, meaning: too few free devices (or fixed slices) right now}
-#     slice_unavailable: {kind: not_now, meaning: no device of the pool has room for the granted slice beside the slices it holds}
+#     slice_unavailable:
+#       kind: not_now
+#       meaning: no device of the pool has room for the granted slice beside the slices it holds
 package examlops.hardware.checks.capacity
 
 import data.examlops.hardware.reason

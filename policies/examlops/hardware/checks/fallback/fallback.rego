@@ -44,6 +44,9 @@ message("cpu", w) := sprintf(
 	[w.accelerator],
 )
 
-message(accelerator, w) := sprintf("%s may not stand in for %s (not in the fallback table)", [accelerator, w.accelerator]) if {
+message(accelerator, w) := sprintf(
+	"%s may not stand in for %s (not in the fallback table)",
+	[accelerator, w.accelerator],
+) if {
 	accelerator != "cpu"
 }

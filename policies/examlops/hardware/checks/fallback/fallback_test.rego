@@ -11,7 +11,9 @@ deny(pool, requested, allow_cpu) := d if {
 }
 
 # true or false, never undefined.
-allowed(pool, requested, allow_cpu) := count(deny(pool, requested, allow_cpu)) == 0
+allowed(pool, requested, allow_cpu) if count(deny(pool, requested, allow_cpu)) == 0
+
+else := false
 
 accelerators := ["nvidia", "amd", "intel-gaudi", "tpu", "cpu"]
 
@@ -33,9 +35,9 @@ test_stand_in_table[name] if {
 }
 
 # The pool's own accelerator, or one the table lists for the requested one.
-expected(pool, pool) := true
+expected(accelerator, requested) if accelerator == requested
 
-expected(pool, requested) := pool in stand_ins[requested] if pool != requested
+expected(accelerator, requested) := accelerator in stand_ins[requested] if accelerator != requested
 
 test_the_requested_accelerator_is_never_a_fallback[a] if {
 	some a in accelerators

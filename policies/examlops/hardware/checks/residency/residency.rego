@@ -14,19 +14,23 @@
 #     shape: [region, target]
 #     workload: [residency, data_region]
 #   codes:
-#     residency_forbids: {kind: never, meaning: "the workload's data residency forbids the pool's region (or a cloud pool)"}
+#     residency_forbids:
+#       kind: never
+#       meaning: "the workload's data residency forbids the pool's region (or a cloud pool)"
 #     region_unknown: {kind: never, meaning: the pool's region is not in the regions table}
 package examlops.hardware.checks.residency
 
 import data.examlops.hardware.reason
 import data.examlops.tables.eu_member_states
 import data.examlops.tables.regions
+import data.examlops.tables.vocabulary
 
 # The annotations above, for the placement package.
 about := [e.annotations | some e in rego.metadata.chain(); e.annotations.scope == "package"][0]
 
-# How strict each class is: a class applies every rule of the classes before it.
-level := {"open": 0, "eu-only": 1, "no-egress": 2, "restricted": 3}
+# How strict each class is: a class applies every rule of the classes before it (the reviewed
+# vocabulary lists them laxest first).
+level := {r: i | some i, r in vocabulary.residencies}
 
 deny contains reason.make(
 	"region_unknown",
@@ -94,7 +98,9 @@ message(shape, w, "") := sprintf("data-residency %s forbids egress to region '%s
 message(shape, w, why) := sprintf(
 	"data-residency %s forbids egress to %sregion '%s' (%s): %s; %s",
 	[w.residency, cloud_word(shape), shape.region, jurisdiction(shape.region), why, data_text(w.data_region)],
-) if why != ""
+) if {
+	why != ""
+}
 
 cloud_word(shape) := "cloud " if shape.target != "hpc"
 

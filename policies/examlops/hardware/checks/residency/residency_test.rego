@@ -354,7 +354,8 @@ test_order_with_data_outside_the_eu if {
 }
 
 test_class_levels_follow_the_workload_order if {
-	[residency.level[c] | some c in data.examlops.hardware.workload.residencies] == [0, 1, 2, 3]
+	[l | some c in data.examlops.hardware.workload.residencies; l := residency.level[c]] == [0, 1, 2, 3]
+	residency.level == {"open": 0, "eu-only": 1, "no-egress": 2, "restricted": 3}
 }
 
 # --- helpers --------------------------------------------------------------------------------------

@@ -10,7 +10,9 @@
 #     shape: [target]
 #     workload: [target, allow_burst]
 #   codes:
-#     burst_not_allowed: {kind: never, meaning: "a cloud pool, and the workload neither targets cloud nor allows bursting"}
+#     burst_not_allowed:
+#       kind: never
+#       meaning: "a cloud pool, and the workload neither targets cloud nor allows bursting"
 #     target_mismatch: {kind: never, meaning: the pool is HPC and the workload targets cloud (or the reverse)}
 package examlops.hardware.checks.target
 

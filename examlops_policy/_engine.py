@@ -21,10 +21,10 @@ from typing import Final, Generic, TypeVar, cast
 
 from examlops_policy.errors import PolicyError
 from examlops_policy.model import Capacity, Decision, JSONObject, JSONValue, Pool, PoolState, Provenance, Workload, pool_spec
-from examlops_policy.placement import Fleet, FleetEntry, Judged, decide_over, effective_cost
-from examlops_policy.policy import PolicyEvaluator
+from examlops_policy._placement import Fleet, FleetEntry, Judged, carbon_per_hour, decide_over, effective_cost
+from examlops_policy._policy import PolicyEvaluator
 from examlops_policy.tables import Tables
-from examlops_policy.verdicts import (
+from examlops_policy._verdicts import (
     About,
     ShapeVerdict,
     WorkloadVerdict,
@@ -68,9 +68,14 @@ def same_policy(served: str, reviewed: str) -> bool:
 
 
 def fleet_document(pools: Sequence[Pool], tables: Tables) -> JSONObject:
-    """The fleet as decisions see it (every pool and its effective price), stored once per
+    """The fleet as decisions see it (every pool, its effective price and carbon), stored once per
     revision for rebuilding and replaying decisions."""
-    return {"pools": [{"pool": pool_spec(p), "price": effective_cost(p, tables)} for p in sorted(pools, key=lambda p: p.name)]}
+    return {
+        "pools": [
+            {"pool": pool_spec(p), "price": effective_cost(p, tables), "carbon": carbon_per_hour(p, tables)}
+            for p in sorted(pools, key=lambda p: p.name)
+        ]
+    }
 
 
 def fleet_revision(pools: Sequence[Pool], tables: Tables) -> str:
@@ -199,7 +204,9 @@ class Engine:
             return cached
         entries = []
         for pool in sorted(pools, key=lambda p: p.name):
-            entries.append(FleetEntry(pool, content_key(about.signature.shape_of(pool)), effective_cost(pool, self.tables)))
+            entries.append(
+                FleetEntry(pool, content_key(about.signature.shape_of(pool)), effective_cost(pool, self.tables), carbon_per_hour(pool, self.tables))
+            )
         fleet = Fleet(fleet_rev, tuple(entries))
         if len(self._fleets) > 8:
             self._fleets.clear()
@@ -250,7 +257,13 @@ class Engine:
                     raise PolicyError(f"OPA at {self.policy.describe()} gave no verdict for {len(lacking)} shape(s); nothing was placed")
         assert cached is not None
         workload_verdict, judged = cached
-        return Judged(fleet, shapes if judged else {}, workload_verdict, judged=judged, checks=about.explained), fresh
+        return (
+            Judged(
+                fleet, shapes if judged else {}, workload_verdict, judged=judged, checks=about.explained,
+                objective=str(wsig.get("optimize", "cost")), carbon_weight=float(wsig.get("carbon_weight", 0.5)),  # type: ignore[arg-type]
+            ),
+            fresh,
+        )  # fmt: skip
 
     def decide(self, workload: Workload, states: Sequence[PoolState], *, fleet_rev: str | None = None) -> Decision:
         """A decision over ``states`` (their capacity as given), recording nothing."""
@@ -271,6 +284,7 @@ def reference_input(workload: Workload, fleet: Fleet, capacities: Sequence[Capac
                 "name": entry.pool.name,
                 "shape": entry.key,
                 "cost_per_hour": entry.price,
+                "carbon_per_hour": entry.carbon,
                 "capacity": {"whole": capacity.whole, "slices": dict(capacity.slices)},
             }
         )
@@ -280,7 +294,7 @@ def reference_input(workload: Workload, fleet: Fleet, capacities: Sequence[Capac
 def differences(decision: Decision, reference: Mapping[str, object]) -> list[str]:
     """What the policy's reference decision says differently from ``decision``: the outcome, the
     pool, the burst verdict, the reason of a rejection and every pool's reasons."""
-    from examlops_policy.records import outcome_of
+    from examlops_policy._records import outcome_of
 
     out = []
     ours = outcome_of(decision)
@@ -289,6 +303,9 @@ def differences(decision: Decision, reference: Mapping[str, object]) -> list[str
     pool = getattr(decision, "pool", None)
     if reference.get("pool") != pool:
         out.append(f"pool: {pool} here, {reference.get('pool')} by the policy")
+    note = getattr(decision, "note", None)
+    if pool is not None and reference.get("note") != note:
+        out.append(f"note: {note!r} here, {reference.get('note')!r} by the policy")
     burst = cast(Mapping[str, object], reference.get("burst") or {})
     if bool(burst.get("attempted")) != decision.burst.attempted or (
         decision.burst.attempted and (burst.get("verdict") != decision.burst.verdict or burst.get("pool") != decision.burst.pool)

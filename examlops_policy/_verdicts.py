@@ -72,8 +72,32 @@ class About:
 
 
 @dataclass(frozen=True)
+class Limits:
+    """What a pool may cost and emit per device-hour for a grant (None: no cap), and the reasons a
+    pool over them gets."""
+
+    cost_per_hour: float | None = None
+    carbon_per_hour: float | None = None
+    cost_reason: Reason | None = None
+    carbon_reason: Reason | None = None
+
+    def over(self, price: float, carbon: float) -> tuple[Reason, ...]:
+        """The budget reasons of a pool with this price and carbon per device-hour (the policy's
+        budget check, checks/budget)."""
+        out = []
+        if self.cost_per_hour is not None and price > self.cost_per_hour + 1e-9 and self.cost_reason is not None:
+            out.append(self.cost_reason)
+        if self.carbon_per_hour is not None and carbon > self.carbon_per_hour + 1e-9 and self.carbon_reason is not None:
+            out.append(self.carbon_reason)
+        return tuple(out)
+
+
+@dataclass(frozen=True)
 class ShapeVerdict:
-    """The verdict for every pool of one shape: its tier, what denies it, what it would grant."""
+    """The verdict for every pool of one shape: its tier, what denies it, what it would grant.
+
+    ``note_full`` replaces ``note`` when the requested accelerator's pools pass every check but are
+    full; ``limits`` are the budget's per device-hour for this grant."""
 
     tier: int
     note: str | None
@@ -81,6 +105,8 @@ class ShapeVerdict:
     grant: Grant
     shortfall: Reason
     blocks_burst: bool
+    note_full: str | None = None
+    limits: Limits = Limits()
 
     @property
     def fallback(self) -> bool:
@@ -116,6 +142,11 @@ def workload_input(workload: Workload) -> JSONObject:
         "allow_burst": workload.allow_burst,
         "data_region": workload.data_region,
         "allow_cpu_fallback": workload.allow_cpu_fallback,
+        "optimize": workload.optimize,
+        "carbon_weight": workload.carbon_weight,
+        "max_cost_per_hour": workload.max_cost_per_hour,
+        "max_carbon_per_hour": workload.max_carbon_per_hour,
+        "project": workload.project,
     }
 
 
@@ -183,6 +214,19 @@ class _Decoder:
     def opt_reason(self, value: object, path: str) -> Reason | None:
         return None if value is None else self.reason(value, path)
 
+    def opt_number(self, value: object, path: str) -> float | None:
+        return None if value is None else self.number(value, path)
+
+    def limits(self, value: object, path: str) -> Limits:
+        raw = self.obj(value, path)
+        reasons = self.obj(self.field(raw, "reasons", path), f"{path}.reasons")
+        return Limits(
+            cost_per_hour=self.opt_number(self.field(raw, "cost_per_hour", path), f"{path}.cost_per_hour"),
+            carbon_per_hour=self.opt_number(self.field(raw, "carbon_per_hour", path), f"{path}.carbon_per_hour"),
+            cost_reason=self.opt_reason(reasons.get("cost_per_hour"), f"{path}.reasons.cost_per_hour"),
+            carbon_reason=self.opt_reason(reasons.get("carbon_per_hour"), f"{path}.reasons.carbon_per_hour"),
+        )
+
     def grant(self, value: object, path: str) -> Grant:
         raw = self.obj(value, path)
 
@@ -228,6 +272,12 @@ def decode_about(raw: object, where: str) -> About:
             d.text(f, "about.signature.workload[]") for f in d.arr(d.field(sig, "workload", "about.signature"), "about.signature.workload")
         ),
     )
+    unsupported = [d.text(n, "about.unsupported_checks[]") for n in d.arr(top.get("unsupported_checks", []), "about.unsupported_checks")]
+    if unsupported:
+        raise PolicyError(
+            f"{where}: the policy declares check(s) {', '.join(unsupported)} at a stage this engine cannot run "
+            "(pool-stage checks are capacity and budget); nothing is placed until the check is a shape-stage check"
+        )
     for name in signature.shape:
         if name not in Pool.__dataclass_fields__:
             raise PolicyError(f"{where}: the policy reads a pool field this library does not know: {name!r}")
@@ -319,9 +369,15 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
     grants = []
     for i, row in enumerate(d.arr(d.field(top, "grants", "verdicts"), "verdicts.grants")):
         cells = d.arr(row, f"verdicts.grants[{i}]")
-        if len(cells) != 2:
-            raise d.fail(f"verdicts.grants[{i}]", "[grant, shortfall]", row)
-        grants.append((d.grant(cells[0], f"verdicts.grants[{i}][0]"), d.reason(cells[1], f"verdicts.grants[{i}][1]")))
+        if len(cells) != 3:
+            raise d.fail(f"verdicts.grants[{i}]", "[grant, shortfall, limits]", row)
+        grants.append(
+            (
+                d.grant(cells[0], f"verdicts.grants[{i}][0]"),
+                d.reason(cells[1], f"verdicts.grants[{i}][1]"),
+                d.limits(cells[2], f"verdicts.grants[{i}][2]"),
+            )
+        )
     notes = [d.text(n, "verdicts.notes[]") for n in d.arr(d.field(top, "notes", "verdicts"), "verdicts.notes")]
     rows = d.obj(d.field(top, "shapes", "verdicts"), "verdicts.shapes")
     shapes: dict[str, ShapeVerdict] = {}
@@ -329,32 +385,34 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
     for key in wanted:
         path = f"verdicts.shapes[{key}]"
         cells = d.arr(rows.get(key), path)
-        if len(cells) != 5:
-            raise d.fail(path, "[tier, note, denials, grant, blocks_burst]", cells)
+        if len(cells) != 6:
+            raise d.fail(path, "[tier, note, note when full, denials, grant, blocks_burst]", cells)
         tier = d.integer(cells[0], f"{path}[0]")
         if not 0 <= tier <= 3:
             raise d.fail(f"{path}[0]", "a tier from 0 to 3", tier)
-        note_index = d.integer(cells[1], f"{path}[1]")
+        note_index, full_index = d.integer(cells[1], f"{path}[1]"), d.integer(cells[2], f"{path}[2]")
         denials: list[Reason] = []
-        for j, ref in enumerate(d.arr(cells[2], f"{path}[2]")):
-            pair = d.arr(ref, f"{path}[2][{j}]")
+        for j, ref in enumerate(d.arr(cells[3], f"{path}[3]")):
+            pair = d.arr(ref, f"{path}[3][{j}]")
             if len(pair) != 2 or not isinstance(pair[0], str) or pair[0] not in checks:
-                raise d.fail(f"{path}[2][{j}]", "[check name, projection index]", ref)
-            index = d.integer(pair[1], f"{path}[2][{j}][1]")
+                raise d.fail(f"{path}[3][{j}]", "[check name, projection index]", ref)
+            index = d.integer(pair[1], f"{path}[3][{j}][1]")
             if not 0 <= index < len(checks[pair[0]]):
-                raise d.fail(f"{path}[2][{j}][1]", f"an index below {len(checks[pair[0]])}", index)
+                raise d.fail(f"{path}[3][{j}][1]", f"an index below {len(checks[pair[0]])}", index)
             denials.extend(checks[pair[0]][index])
-        grant_index = d.integer(cells[3], f"{path}[3]")
-        if not 0 <= grant_index < len(grants) or not -1 <= note_index < len(notes):
+        grant_index = d.integer(cells[4], f"{path}[4]")
+        if not 0 <= grant_index < len(grants) or not -1 <= note_index < len(notes) or not -1 <= full_index < len(notes):
             raise d.fail(path, "grant and note indexes within the answer", cells)
-        grant, shortfall = grants[grant_index]
+        grant, shortfall, limits = grants[grant_index]
         shapes[key] = ShapeVerdict(
             tier=tier,
             note=notes[note_index] if note_index >= 0 else None,
             denials=tuple(denials),
             grant=grant,
             shortfall=shortfall,
-            blocks_burst=d.boolean(cells[4], f"{path}[4]"),
+            blocks_burst=d.boolean(cells[5], f"{path}[5]"),
+            note_full=notes[full_index] if full_index >= 0 else None,
+            limits=limits,
         )
     return Answer(cast("str | None", revision), workload, shapes, missing)
 
@@ -373,13 +431,23 @@ def grant_json(g: Grant) -> JSONObject:
     }  # fmt: skip
 
 
+def _opt_reason_json(r: Reason | None) -> JSONValue:
+    return None if r is None else reason_json(r)
+
+
 def shape_verdict_json(v: ShapeVerdict) -> JSONObject:
     return {
         "tier": v.tier,
         "note": v.note,
+        "note_full": v.note_full,
         "denials": [reason_json(r) for r in v.denials],
         "grant": grant_json(v.grant),
         "shortfall": reason_json(v.shortfall),
+        "limits": {
+            "cost_per_hour": v.limits.cost_per_hour,
+            "carbon_per_hour": v.limits.carbon_per_hour,
+            "reasons": {"cost_per_hour": _opt_reason_json(v.limits.cost_reason), "carbon_per_hour": _opt_reason_json(v.limits.carbon_reason)},
+        },
         "blocks_burst": v.blocks_burst,
     }
 
@@ -415,6 +483,8 @@ def shape_verdict_from_json(raw: object, where: str) -> ShapeVerdict:
         grant=d.grant(d.field(top, "grant", "verdict"), "verdict.grant"),
         shortfall=d.reason(d.field(top, "shortfall", "verdict"), "verdict.shortfall"),
         blocks_burst=d.boolean(d.field(top, "blocks_burst", "verdict"), "verdict.blocks_burst"),
+        note_full=d.opt_text(top.get("note_full"), "verdict.note_full"),
+        limits=d.limits(top["limits"], "verdict.limits") if "limits" in top else Limits(),
     )
 
 

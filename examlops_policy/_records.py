@@ -17,7 +17,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final, cast
 
-from examlops_policy.engine import capacity_from_json, capacity_json, pool_from_doc
+from examlops_policy._engine import capacity_from_json, capacity_json, pool_from_doc
 from examlops_policy.errors import StateError
 from examlops_policy.model import (
     BurstVerdict,
@@ -32,9 +32,9 @@ from examlops_policy.model import (
     Rejection,
     Workload,
 )
-from examlops_policy.placement import Fleet, FleetEntry, Judged, decide_over
+from examlops_policy._placement import Fleet, FleetEntry, Judged, decide_over
 from examlops_policy.tables import Tables
-from examlops_policy.verdicts import (
+from examlops_policy._verdicts import (
     Signature,
     canonical,
     checks_from_json,
@@ -126,14 +126,18 @@ def judged_from(fleet_doc: Mapping[str, object], verdict_doc: Mapping[str, objec
     entries = []
     for row in cast(list[Mapping[str, object]], fleet_doc["pools"]):
         pool = pool_from_doc(cast(Mapping[str, object], row["pool"]))
-        entries.append(FleetEntry(pool, content_key(signature.shape_of(pool)), float(cast(float, row["price"]))))
+        entries.append(FleetEntry(pool, content_key(signature.shape_of(pool)), float(cast(float, row["price"])), float(cast(float, row.get("carbon", 0.0)))))
     shapes = {k: shape_verdict_from_json(v, where) for k, v in cast(Mapping[str, object], verdict_doc["shapes"]).items()}
     judged = bool(verdict_doc.get("judged", True))
     if judged and any(e.key not in shapes for e in entries):
         raise StateError(f"stored {where} lacks verdicts for some of its pools; the record cannot be rebuilt")
     wv = workload_verdict_from_json(verdict_doc["workload_verdict"], where)
     checks = checks_from_json(verdict_doc.get("checks"))
-    return Judged(Fleet(fleet_revision, tuple(entries)), shapes, wv, judged=judged, checks=checks)
+    wsig = cast(Mapping[str, object], verdict_doc.get("workload") or {})
+    return Judged(
+        Fleet(fleet_revision, tuple(entries)), shapes, wv, judged=judged, checks=checks,
+        objective=str(wsig.get("optimize", "cost")), carbon_weight=float(cast(float, wsig.get("carbon_weight", 0.5))),
+    )  # fmt: skip
 
 
 def rebuild(

@@ -7,8 +7,9 @@ piece of decision logic outside Rego, kept equal to the policy's own reference r
 
 1. pools whose shape the policy denies are out; so are pools without room for the grant now;
 2. the lowest admissible tier wins (HPC before cloud, the requested accelerator before a stand-in);
-3. within it, the cheapest grant: price per device-hour x devices granted (a slice counts as its
-   share), then the pool's name.
+3. within it, what the workload optimises: the cheapest grant (price per device-hour x devices
+   granted, a slice counting as its share), or the lowest carbon of the grant (then cost), or a
+   balanced score of both; then the pool's name.
 
 The burst verdict and a rejection's summary follow from the same filter. Per-pool verdicts (for
 explanations) are built only when someone looks at them.
@@ -36,7 +37,7 @@ from examlops_policy.model import (
     Workload,
 )
 from examlops_policy.tables import Tables
-from examlops_policy.verdicts import ShapeVerdict, WorkloadVerdict
+from examlops_policy._verdicts import ShapeVerdict, WorkloadVerdict
 
 COST_DIGITS: Final = 9  # grant costs compare at this precision (Rego computes them in decimals)
 
@@ -79,11 +80,13 @@ def grant_cost(price: float, grant: Grant) -> float:
 
 @dataclass(frozen=True)
 class FleetEntry:
-    """One pool of a fleet: the pool, its shape key under the policy's signature, its price."""
+    """One pool of a fleet: the pool, its shape key under the policy's signature, its price and
+    carbon per device-hour."""
 
     pool: Pool
     key: str
     price: float
+    carbon: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,9 @@ class Fleet:
 
 class Judged:
     """A fleet judged for one workload signature under one policy revision: the pools in the order
-    selection tries them, computed once and reused while the fleet and the revision hold."""
+    selection tries them, computed once and reused while the fleet and the revision hold.
+
+    ``objective`` and ``carbon_weight`` are the workload's (part of its signature)."""
 
     def __init__(
         self,
@@ -110,22 +115,37 @@ class Judged:
         *,
         judged: bool = True,
         checks: tuple[CheckInfo, ...] = (),
+        objective: str = "cost",
+        carbon_weight: float = 0.5,
     ) -> None:
         self.fleet = fleet
         self.shapes = shapes
         self.workload = workload
         self.judged = judged
         self.checks = checks
-        ranked: list[tuple[int, float, str, int]] = []
+        self.objective = objective
+        self.carbon_weight = carbon_weight
+        # Per pool: its shape's denials and what the budget says of its price and carbon.
+        self.denials: list[tuple[Reason, ...]] = []
+        ranked: list[tuple[object, ...]] = []
         blocked: list[tuple[float, str, int]] = []
+        requested_ok: set[int] = set()
         for i, entry in enumerate(fleet.entries if judged else ()):
             v = shapes[entry.key]
-            if not v.denials:
-                ranked.append((v.tier, grant_cost(entry.price, v.grant), entry.pool.name, i))
-            elif v.blocks_burst:
+            denials = (*v.denials, *v.limits.over(entry.price, entry.carbon))
+            self.denials.append(denials)
+            if not denials:
+                cost, carbon = grant_cost(entry.price, v.grant), grant_cost(entry.carbon, v.grant)
+                key: tuple[object, ...] = (v.tier, carbon, cost, entry.pool.name) if objective == "carbon" else (v.tier, cost, entry.pool.name)
+                ranked.append((*key, i))
+                if v.tier % 2 == 0:
+                    requested_ok.add(v.tier)
+            elif v.blocks_burst and not v.limits.over(entry.price, entry.carbon):
                 blocked.append((entry.price, entry.pool.name, i))
-        self.ranked = sorted(ranked)
+        self.ranked = sorted(ranked, key=lambda row: row[:-1])
         self.blocked = sorted(blocked)
+        # Tiers where a pool of the requested accelerator passes every check (it can only be full).
+        self.requested_ok_tiers = frozenset(requested_ok)
 
     def verdict(self, index: int) -> ShapeVerdict:
         return self.shapes[self.fleet.entries[index].key]
@@ -180,19 +200,24 @@ class Outcome:
 
 
 def select(judged: Judged, capacities: Sequence[Capacity]) -> Outcome:
-    """Lowest admissible tier, then cheapest grant, then name; and what that means for bursting.
+    """Lowest admissible tier, then the objective (cheapest grant; or lowest carbon, then cost; or
+    the balanced score), then name; and what that means for bursting.
 
     ``capacities`` are aligned with ``judged.fleet.entries``.
     """
     wv = judged.workload
     if wv.rejection is not None:
         return Outcome(None, None, BurstVerdict(attempted=False))
-    chosen: tuple[int, float, str, int] | None = None
-    for row in judged.ranked:
-        if fits(judged.verdict(row[3]).grant, capacities[row[3]]):
-            chosen = row
-            break
-    tier = None if chosen is None else chosen[0]
+    chosen: int | None = None
+    tier: int | None = None
+    if judged.objective == "balanced":
+        chosen, tier = _balanced(judged, capacities)
+    else:
+        for row in judged.ranked:
+            index = int(row[-1])  # type: ignore[call-overload]
+            if fits(judged.verdict(index).grant, capacities[index]):
+                chosen, tier = index, int(row[0])  # type: ignore[call-overload]
+                break
     attempted = wv.burst_mode == "cloud" or (wv.burst_mode == "spill" and (tier is None or tier >= 2))
     if not attempted:
         burst = BurstVerdict(attempted=False)
@@ -204,9 +229,41 @@ def select(judged: Judged, capacities: Sequence[Capacity]) -> Outcome:
             if fits(v.grant, capacities[i]):
                 pool = judged.fleet.entries[i].pool
                 burst = BurstVerdict(True, "blocked", name, pool.region, v.denials[0])
-                return Outcome(None if chosen is None else chosen[3], tier, burst, i)
+                return Outcome(chosen, tier, burst, i)
         burst = BurstVerdict(attempted=True, verdict="unavailable")
-    return Outcome(None if chosen is None else chosen[3], tier, burst)
+    return Outcome(chosen, tier, burst)
+
+
+def _balanced(judged: Judged, capacities: Sequence[Capacity]) -> tuple[int | None, int | None]:
+    """The best tier's pools with room, scored by cost and carbon, each divided by the highest
+    among them, carbon weighted by ``carbon_weight``; then cost, then name."""
+    tier: int | None = None
+    rows: list[tuple[float, float, str, int]] = []
+    for row in judged.ranked:
+        t, index = int(row[0]), int(row[-1])  # type: ignore[call-overload]
+        if tier is not None and t != tier:
+            break
+        entry, v = judged.fleet.entries[index], judged.verdict(index)
+        if fits(v.grant, capacities[index]):
+            tier = t
+            rows.append((grant_cost(entry.price, v.grant), grant_cost(entry.carbon, v.grant), entry.pool.name, index))
+    if not rows:
+        return None, None
+    scores = balanced_scores([(r[0], r[1]) for r in rows], judged.carbon_weight)
+    best = min(zip(scores, rows), key=lambda sr: (sr[0], sr[1][0], sr[1][2]))
+    return best[1][3], tier
+
+
+def balanced_scores(rows: Sequence[tuple[float, float]], carbon_weight: float) -> list[float]:
+    """Each candidate's balanced score from its (cost, carbon) per hour: each divided by the
+    highest among the candidates, carbon weighted by ``carbon_weight``; lower is better."""
+    top_cost = max((r[0] for r in rows), default=0.0)
+    top_carbon = max((r[1] for r in rows), default=0.0)
+    w = carbon_weight
+    return [
+        round((1 - w) * (cost / top_cost if top_cost else 0.0) + w * (carbon / top_carbon if top_carbon else 0.0), COST_DIGITS)
+        for cost, carbon in rows
+    ]
 
 
 def pool_verdicts(judged: Judged, capacities: Sequence[Capacity], tier: int | None) -> tuple[PoolVerdict, ...]:
@@ -219,7 +276,7 @@ def pool_verdicts(judged: Judged, capacities: Sequence[Capacity], tier: int | No
     for i, entry in enumerate(judged.fleet.entries):
         v = judged.shapes[entry.key]
         room = fits(v.grant, capacities[i])
-        denials = v.denials if room else (*v.denials, v.shortfall)
+        denials = judged.denials[i] if room else (*judged.denials[i], v.shortfall)
         admissible = not denials
         reasons: tuple[Reason, ...] = denials
         if admissible:
@@ -232,7 +289,7 @@ def pool_verdicts(judged: Judged, capacities: Sequence[Capacity], tier: int | No
         out.append(
             PoolVerdict(
                 pool.name, eligible, admissible, v.tier, v.fallback, v.burst, reasons, v.grant, entry.price, v.note, cost,
-                pool.accelerator, pool.target, pool.region,
+                pool.accelerator, pool.target, pool.region, grant_cost(entry.carbon, v.grant), pool.spot,
             )
         )  # fmt: skip
     return tuple(sorted(out, key=lambda p: (not p.eligible, p.tier, p.grant_cost_per_hour, p.pool)))
@@ -286,7 +343,8 @@ def decide_over(
     entry = judged.fleet.entries[outcome.chosen]
     v = judged.verdict(outcome.chosen)
     pool = entry.pool
-    notes = [n for n in (v.note, v.grant.note) if n]
+    full = v.tier % 2 == 1 and any(t < v.tier for t in judged.requested_ok_tiers)
+    notes = [n for n in ((v.note_full if full else v.note), v.grant.note) if n]
     return Placement(
         workload=workload,
         pool=pool.name,

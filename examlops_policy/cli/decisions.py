@@ -1,0 +1,258 @@
+"""``exa hardware place|burst|portable|decisions|explain|release|renew|accounting|burst-events``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from rich.console import Console
+
+from examlops_policy import specs
+from examlops_policy.cli import args as types
+from examlops_policy.cli.args import Commands
+from examlops_policy.cli import exits, render
+from examlops_policy.errors import SpecError
+from examlops_policy.hardware import Hardware, as_burst
+from examlops_policy.model import ACCELERATORS, ENGINES, OBJECTIVES, RESIDENCIES, WORKLOAD_TARGETS, Decision, Placement, Workload
+from examlops_policy.views import DecisionRecord, decision_json
+
+# What a workload file says; given on the command line beside -f they would conflict.
+WORKLOAD_OPTIONS = (
+    "accelerator", "engine", "target", "fraction", "count", "capabilities", "residency", "data_region",
+    "optimize", "carbon_weight", "max_cost_per_hour", "max_carbon_per_hour", "project",
+)  # fmt: skip
+WORKLOAD_FLAGS = ("allow_burst", "allow_cpu_fallback")
+
+
+def outcome_code(decision: Decision) -> int:
+    if isinstance(decision, Placement):
+        return exits.OK
+    return exits.BURST_BLOCKED if decision.burst_blocked else exits.REJECTED
+
+
+def workload(args: argparse.Namespace) -> Workload:
+    """The workload of ``-f FILE``, or of NAME and the options; both at once is an error."""
+    if args.file:
+        given = [f"--{o.replace('_', '-')}" for o in WORKLOAD_OPTIONS if getattr(args, o, None) is not None]
+        given += [f"--{o.replace('_', '-')}" for o in WORKLOAD_FLAGS if getattr(args, o, False)]
+        if args.name:
+            given.insert(0, f"NAME ({args.name})")
+        if given:
+            raise SpecError(
+                f"-f {args.file} says everything about the workload; {', '.join(given)} would conflict with it "
+                "(give either -f FILE, or NAME with options)",
+                source="command line",
+            )
+        return specs.workload_from_file(Path(args.file))
+    if not args.name or not args.accelerator:
+        raise SpecError("give a NAME and --accelerator, or -f workload.yaml", source="command line")
+    values: dict[str, object] = {
+        "name": args.name, "accelerator": args.accelerator, "capabilities": types.names(args.capabilities or ""),
+        "allow_burst": args.allow_burst, "allow_cpu_fallback": args.allow_cpu_fallback,
+    }  # fmt: skip
+    for option in WORKLOAD_OPTIONS[1:]:
+        if option != "capabilities" and getattr(args, option, None) is not None:
+            values[option] = getattr(args, option)
+    return specs.workload_from_mapping(values, source="command line")
+
+
+def show(args: argparse.Namespace, console: Console, decision: Decision, record: DecisionRecord | None = None) -> int:
+    if args.json:
+        render.dump_json(console, decision_json(decision, record))
+    else:
+        render.print_decision(console, decision)
+        if getattr(args, "explain", False):
+            render.print_explanation(console, decision)
+            if record is not None:
+                console.print(f"decision {record.id}")
+            else:
+                console.print("dry run: nothing was reserved or recorded")
+    return outcome_code(decision)
+
+
+def cmd_place(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    w = workload(args)
+    if args.dry_run:
+        return show(args, console, hw.what_if(w))
+    record = hw.place(w, request_id=args.request_id, lease=args.lease)
+    return show(args, console, record.decision, record)
+
+
+def cmd_burst(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    if not args.allow_burst:
+        raise SpecError("bursting to cloud is opt-in: add --allow-burst", source="exa hardware burst", field="--allow-burst")
+    w = workload(args)
+    if args.dry_run:
+        return show(args, console, hw.what_if(as_burst(w)))
+    record = hw.burst(w, request_id=args.request_id, lease=args.lease)
+    return show(args, console, record.decision, record)
+
+
+def cmd_portable(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    found = hw.portable(args.engine, args.accelerator)
+    reason = found.reason
+    if args.json:
+        render.dump_json(console, {"engine": found.engine, "accelerator": found.accelerator, "backend": found.backend, "portable": found.portable,
+                                   "reason": None if reason is None else {"code": reason.code, "message": reason.message}})  # fmt: skip
+    elif reason is None:
+        console.print(f"✓ Portable: engine '{found.engine}' can run on {found.accelerator} (backend {found.backend})", style="green")
+    else:
+        console.print(f"✗ Rejected: {reason.message}", style="red")
+    return exits.OK if found.portable else exits.REJECTED
+
+
+def cmd_decisions(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    page = hw.decision_page(limit=args.limit, since=args.since, until=args.until, cursor=args.cursor)
+    if args.json:
+        render.stream_json(console, (render.summary_json(r) for r in page.decisions))
+    elif not page.decisions:
+        console.print("No decisions yet." if not (args.since or args.until or args.cursor) else "No decisions in that range.")
+    else:
+        render.print_decisions(console, page.decisions)
+        if page.cursor:
+            console.print(f"more: --cursor {page.cursor}")
+    return exits.OK
+
+
+def cmd_explain(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    if args.replay:
+        replay = hw.replay(args.id)
+        if args.json:
+            render.dump_json(console, dataclasses.asdict(replay))
+        else:
+            mark = "✓" if replay.same else "✗"
+            console.print(f"{mark} replay of {replay.decision_id[:12]} under policy {replay.policy_revision[:19]}: {replay.summary}")
+            for line in replay.differences:
+                console.print(f"  {line}")
+        return exits.OK if replay.same else exits.REJECTED
+    record = hw.decision(args.id)
+    if args.json:
+        render.dump_json(console, decision_json(record.decision, record))
+        return exits.OK
+    console.print(f"decision {record.id} · {record.created_at}" + (f" · released {record.released_at}" if record.released_at else ""))
+    render.print_decision(console, record.decision)
+    render.print_explanation(console, record.decision)
+    return exits.OK
+
+
+def cmd_release(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    result = hw.release(args.id, kubeconfig=args.kubeconfig, context=args.context)
+    record = result.record
+    if args.json:
+        render.dump_json(console, {"id": record.id, "decision_id": record.id, "released_at": record.released_at,
+                                   "already_released": result.already, "job_deleted": result.job_deleted})  # fmt: skip
+        return exits.OK
+    d = record.decision
+    assert isinstance(d, Placement)
+    if result.already:
+        console.print(f"decision {record.id[:12]} was already released at {record.released_at}; nothing changed")
+        return exits.OK
+    console.print(f"✓ released {render.grant_text(d.grant, d.accelerator)} on {d.pool} (decision {record.id[:12]})")
+    if result.job_deleted is not None:
+        gone = "deleted" if result.job_deleted else "already gone"
+        console.print(f"  Kubernetes Job {record.job_id}: {gone}")
+    return exits.OK
+
+
+def cmd_renew(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    record = hw.renew(args.id, args.lease)
+    if args.json:
+        render.dump_json(console, {"id": record.id, "decision_id": record.id, "lease_expires_at": record.lease_expires_at})
+    else:
+        console.print(f"✓ decision {record.id[:12]} leased until {record.lease_expires_at}")
+    return exits.OK
+
+
+def cmd_accounting(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    render.dump_json(console, hw.accounting(args.id, args.hours))
+    return exits.OK
+
+
+def cmd_burst_events(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    events = hw.burst_events(args.limit)
+    if args.json:
+        render.dump_json(console, [dataclasses.asdict(e) for e in events])
+        return exits.OK
+    if not events:
+        console.print("No burst attempts yet.")
+    for e in events:
+        mark = {"allowed": "✓", "blocked": "⚠", "unavailable": "✗"}[e.verdict]
+        console.print(f"{mark} {e.created_at[:19]} {e.workload} · {e.residency} → {e.pool or '-'} ({e.region or '-'}): {e.verdict}"
+                      + (f" · {e.reason}" if e.reason else ""))  # fmt: skip
+    return exits.OK
+
+
+# -- parser -----------------------------------------------------------------------------------
+
+
+def _workload_args(p: argparse.ArgumentParser, *, target: bool) -> None:
+    p.add_argument("name", nargs="?")
+    p.add_argument("-f", "--file", help="a workload YAML file instead of the options")
+    p.add_argument("--accelerator", choices=ACCELERATORS)
+    p.add_argument("--engine", choices=ENGINES, help="default generic")
+    if target:
+        p.add_argument("--target", choices=WORKLOAD_TARGETS)
+    p.add_argument("--fraction", type=float, help="share of a device, in (0, 1] (default 1)")
+    p.add_argument("--count", type=int, help="devices (default 1)")
+    p.add_argument("--capabilities", help="comma-separated tags the pool must advertise, e.g. fp8")
+    p.add_argument("--residency", choices=RESIDENCIES, help="data residency class (default open)")
+    p.add_argument("--data-region", help="where the workload's data lives (a region of regions.yaml)")
+    p.add_argument("--allow-burst", action="store_true", help="allow bursting from HPC to cloud")
+    p.add_argument("--allow-cpu-fallback", action="store_true", help="a CPU may stand in for the accelerator")
+    p.add_argument("--optimize", choices=OBJECTIVES, help="what to minimise among admissible pools (default cost)")
+    p.add_argument("--carbon-weight", type=float, help="balanced: the weight of carbon against cost, 0 to 1 (default 0.5)")
+    p.add_argument("--max-cost-per-hour", type=float, help="cap on what the grant may cost per hour (USD)")
+    p.add_argument("--max-carbon-per-hour", type=float, help="cap on what the grant may emit per hour (gCO2e)")
+    p.add_argument("--project", help="the project whose caps apply (budgets.yaml)")
+    p.add_argument("--explain", action="store_true", help="show every pool's verdict and why the winner won")
+    p.add_argument("--dry-run", action="store_true", help="decide without reserving or recording")
+    p.add_argument("--request-id", help="idempotency key: a retry with the same key returns the same decision")
+    p.add_argument("--lease", type=types.lease, help="release the placement unless submitted or renewed within this time, e.g. 30m")
+
+
+def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
+    p = hardware.add_parser("place", parents=[common], help="place a workload on the cheapest eligible pool")
+    _workload_args(p, target=True)
+    p.set_defaults(handler=cmd_place)
+
+    p = hardware.add_parser("burst", parents=[common], help="burst a workload to cloud, governed by residency")
+    _workload_args(p, target=False)
+    p.set_defaults(handler=cmd_burst)
+
+    p = hardware.add_parser("portable", parents=[common], help="can an engine run on an accelerator?")
+    p.add_argument("--engine", required=True, choices=ENGINES)
+    p.add_argument("--accelerator", required=True, choices=ACCELERATORS)
+    p.set_defaults(handler=cmd_portable)
+
+    p = hardware.add_parser("decisions", parents=[common], help="recent placement decisions, a page at a time")
+    p.add_argument("--limit", type=types.limit, default=20)
+    p.add_argument("--since", help="only decisions made at or after this time (ISO 8601, UTC)")
+    p.add_argument("--until", help="only decisions made before this time (ISO 8601, UTC)")
+    p.add_argument("--cursor", help="the next page: the cursor the last page printed")
+    p.set_defaults(handler=cmd_decisions)
+
+    p = hardware.add_parser("explain", parents=[common], help="explain a decision pool by pool")
+    p.add_argument("id")
+    p.add_argument("--replay", action="store_true", help="ask the policy again with the recorded input: same answer?")
+    p.set_defaults(handler=cmd_explain)
+
+    p = hardware.add_parser("release", parents=[common], help="free the capacity a placement holds (and delete its Kubernetes Job)")
+    p.add_argument("id")
+    p.add_argument("--context", help="Kubernetes: the kubeconfig context the Job was submitted through")
+    p.add_argument("--kubeconfig", help="Kubernetes: the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
+    p.set_defaults(handler=cmd_release)
+
+    p = hardware.add_parser("renew", parents=[common], help="extend a placement's lease")
+    p.add_argument("id")
+    p.add_argument("--lease", type=types.lease, required=True, help="from now, e.g. 30m, 2h")
+    p.set_defaults(handler=cmd_renew)
+
+    p = hardware.add_parser("accounting", parents=[common], help="cost and carbon of a placement")
+    p.add_argument("id")
+    p.add_argument("--hours", type=types.hours, required=True)
+    p.set_defaults(handler=cmd_accounting)
+
+    p = hardware.add_parser("burst-events", parents=[common], help="every burst attempt, allowed or blocked")
+    p.add_argument("--limit", type=types.limit, default=50)
+    p.set_defaults(handler=cmd_burst_events)

@@ -1,0 +1,174 @@
+"""``exa audit verify|checkpoint|keygen``, ``exa finops cost|carbon|report``, ``exa models cost``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from pathlib import Path
+
+from rich.console import Console
+
+from examlops_policy.cli import args as types
+from examlops_policy.cli.args import Commands
+from examlops_policy.cli import exits, render
+from examlops_policy.errors import SpecError
+from examlops_policy.hardware import Hardware
+
+
+def _read_text(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read {what}: {exc}", source=path) from exc
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """All of ``text`` at ``path`` or nothing: a temporary file beside it, renamed over it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise SpecError(f"cannot write {path}: {exc.strerror or exc}", source=str(path)) from exc
+
+
+# -- audit ------------------------------------------------------------------------------------
+
+
+def cmd_audit_verify(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    from examlops_policy import audit
+
+    checkpoint = audit.parse_checkpoint(_read_text(args.checkpoint, "checkpoint")) if args.checkpoint else None
+    key = audit.VerifierKey.parse(_read_text(args.key, "verifier key").strip()) if args.key else None
+    found = hw.verify_audit(checkpoint, key)
+    unchecked = checkpoint is not None and bool(checkpoint.signatures) and key is None
+    if args.json:
+        render.dump_json(console, {"ok": found.ok, "size": found.size, "head": found.head.hex(),
+                                   "signature_checked": key is not None if checkpoint is not None else None,
+                                   "problems": [dataclasses.asdict(p) for p in found.problems]})  # fmt: skip
+    elif found.ok:
+        extra = f", matches checkpoint at size {checkpoint.size}" if checkpoint else ""
+        entries = "1 entry" if found.size == 1 else f"{found.size} entries"
+        console.print(f"✓ audit log verifies: {entries}, head {found.head.hex()[:16]}{extra}", style="green")
+        if unchecked:
+            console.print("⚠ the checkpoint is signed, but its signature was not checked: give --key VKEY to check it", style="yellow")
+    else:
+        count = len(found.problems)
+        console.print(f"✗ audit log does NOT verify ({count} problem{'' if count == 1 else 's'}):", style="red")
+        for p in found.problems:
+            console.print(f"  seq {p.seq}: {p.kind}: {p.message}")
+    return exits.OK if found.ok else exits.AUDIT
+
+
+def cmd_audit_checkpoint(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    from examlops_policy import audit
+
+    key = audit.SigningKey.parse(_read_text(args.key, "signer key").strip()) if args.key else None
+    cp = hw.checkpoint(origin=args.origin, key=key)
+    text = audit.format_checkpoint(cp)
+    if args.out:
+        _write_atomically(Path(args.out), text)
+        console.print(f"✓ checkpoint written to {args.out}: size {cp.size}, head {cp.head.hex()[:16]}")
+    else:
+        console.file.write(text)
+    return exits.OK
+
+
+def cmd_audit_keygen(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    from examlops_policy import audit
+
+    secret, public = audit.write_key_pair(args.name, Path(args.out_dir))
+    console.print(f"✓ signer key {secret} (keep it off the database host) · verifier key {public}")
+    return exits.OK
+
+
+# -- finops -----------------------------------------------------------------------------------
+
+
+def cmd_finops(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    found = hw.finops(args.hours)
+    if args.json:
+        totals = {"decisions": found.decisions, "device_hours": found.device_hours, "cost": found.cost, "carbon_g": found.carbon_g}
+        render.dump_json(console, {"rows": [dataclasses.asdict(r) for r in found.rows], "totals": totals})
+        return exits.OK
+    carbon = args.kind == "carbon"
+    columns = ("device", "region", "decisions", "device-hours", "gCO2e" if carbon else "USD")
+    cells = [[r.device, r.region, str(r.decisions), f"{r.device_hours:.2f}", f"{r.carbon_g:.1f}" if carbon else f"{r.cost:.2f}"] for r in found.rows]
+    render.emit_table(console, f"{'Carbon' if carbon else 'Cost'} by device type and region", columns, cells, right=columns[2:])
+    console.print(f"total {found.carbon_g:.1f} gCO2e" if carbon else f"total ${found.cost:.2f}")
+    return exits.OK
+
+
+def cmd_finops_report(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    from examlops_policy import report
+
+    data = hw.finops_report(since=args.since, until=args.until, title=args.title)
+    page = report.render_html(data)
+    if args.html:
+        _write_atomically(Path(args.html), page)
+    t = data.totals
+    if args.json:
+        render.dump_json(console, {
+            "html": args.html, "period_start": data.period_start.isoformat(), "period_end": data.period_end.isoformat(),
+            "totals": {"decisions": t.decisions, "cost": t.cost, "carbon_g": t.carbon_g}, "currency": data.currency,
+        })  # fmt: skip
+    elif args.html:
+        console.print(f"✓ report {args.html} · {data.period_start} to {data.period_end} · {t.decisions} decisions · "
+                      f"${t.cost:.2f} · {t.carbon_g:.1f} gCO2e")  # fmt: skip
+    else:
+        console.file.write(page)
+    return exits.OK
+
+
+def cmd_models_cost(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    found = hw.models_cost(args.hours)
+    if args.json:
+        render.dump_json(console, {"rows": [dataclasses.asdict(r) for r in found.rows], "totals": {"cost": found.cost, "carbon_g": found.carbon_g}})
+        return exits.OK
+    if not found.rows:
+        console.print("No placements yet.")
+        return exits.OK
+    columns = ("workload", "decisions", "device-hours", "USD", "gCO2e")
+    cells = [[r.workload, str(r.decisions), f"{r.device_hours:.2f}", f"{r.cost:.2f}", f"{r.carbon_g:.1f}"] for r in found.rows]
+    render.emit_table(console, "Cost and carbon by workload (most expensive first)", columns, cells, right=columns[1:])
+    console.print(f"total ${found.cost:.2f} · {found.carbon_g:.1f} gCO2e")
+    return exits.OK
+
+
+# -- parser -----------------------------------------------------------------------------------
+
+
+def register(groups: Commands, common: argparse.ArgumentParser) -> None:
+    audit_cmds = groups.add_parser("audit", help="the tamper-evident audit log").add_subparsers(dest="command", required=True)
+    p = audit_cmds.add_parser("verify", parents=[common], help="verify the hash chain (and a checkpoint)")
+    p.add_argument("--checkpoint", help="a checkpoint file exported earlier")
+    p.add_argument("--key", help="verifier key file for the checkpoint's signature")
+    p.set_defaults(handler=cmd_audit_verify)
+    p = audit_cmds.add_parser("checkpoint", parents=[common], help="export a checkpoint (size + head), signed with --key")
+    p.add_argument("--key", help="signer key file (Ed25519)")
+    p.add_argument("--out", help="write to this file instead of stdout")
+    p.add_argument("--origin", help="the log's origin line (default: the layer's own)")
+    p.set_defaults(handler=cmd_audit_checkpoint)
+    p = audit_cmds.add_parser("keygen", parents=[common], help="create an Ed25519 signer/verifier key pair")
+    p.add_argument("name")
+    p.add_argument("--out-dir", default=".")
+    p.set_defaults(handler=cmd_audit_keygen)
+
+    finops = groups.add_parser("finops", help="cost and carbon by device type and region").add_subparsers(dest="kind", required=True)
+    for kind in ("cost", "carbon"):
+        p = finops.add_parser(kind, parents=[common], help=f"{kind} by device type and region, with the total")
+        p.add_argument("--hours", type=types.hours, help="hours per decision (default: time held until release or now)")
+        p.set_defaults(handler=cmd_finops)
+    p = finops.add_parser("report", parents=[common], help="one self-contained HTML page: cost, carbon, outcomes, bursts, honesty")
+    p.add_argument("--html", help="write the page to this file (default: stdout)")
+    p.add_argument("--since", help="first day (ISO 8601, UTC; default: the first decision's)")
+    p.add_argument("--until", help="end, exclusive (ISO 8601, UTC; default: now)")
+    p.add_argument("--title", default="FinOps report")
+    p.set_defaults(handler=cmd_finops_report)
+
+    models = groups.add_parser("models", help="what each workload (model) cost and emitted").add_subparsers(dest="command", required=True)
+    p = models.add_parser("cost", parents=[common], help="cost and carbon per workload name")
+    p.add_argument("--hours", type=types.hours, help="hours per decision (default: time held until release or now)")
+    p.set_defaults(handler=cmd_models_cost)

@@ -1,0 +1,241 @@
+"""``exa hardware add-pool|apply|pools|pool|discover|import-catalog``: the fleet."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from rich.console import Console
+from rich.text import Text
+
+from examlops_policy import specs
+from examlops_policy.cli import args as types
+from examlops_policy.cli.args import Commands
+from examlops_policy.cli import exits, render
+from examlops_policy.hardware import Hardware
+from examlops_policy.model import ACCELERATORS, POOL_TARGETS, Pool
+from examlops_policy.views import DiscoveryResult, PoolView
+
+MARKS = {"add": "+", "update": "~", "unchanged": "=", "stale": "?"}
+
+
+def pool_json(pool: Pool) -> dict[str, object]:
+    body: dict[str, object] = {f.name: getattr(pool, f.name) for f in dataclasses.fields(Pool)}
+    body["capabilities"] = list(pool.capabilities)
+    return body
+
+
+def view_json(v: PoolView) -> dict[str, object]:
+    s = v.state
+    return {
+        **pool_json(v.pool), "free": s.free,
+        "capacity": {"empty_devices": s.capacity.whole, "placeable": dict(s.capacity.slices)},
+        "packing": v.packing, "placeable": v.placeable,
+        "effective_cost_per_hour": v.cost_per_hour, "carbon_per_hour": v.carbon_per_hour,
+        "cost_from_tables": v.cost_default, "carbon_from_tables": v.carbon_default,
+    }  # fmt: skip
+
+
+def cmd_add_pool(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    values: dict[str, object] = {
+        "name": args.name, "target": args.target, "accelerator": args.accelerator, "count": args.count, "region": args.region,
+        "supports_fractions": args.supports_fractions, "capabilities": types.names(args.capabilities), "spot": args.spot,
+    }  # fmt: skip
+    for option in ("cost_per_hour", "carbon_factor", "model", "power_w", "pue", "partition", "gres_type", "fixed_profile"):
+        if getattr(args, option) is not None:
+            values[option] = getattr(args, option)
+    pool = specs.pool_from_mapping(values, source="exa hardware add-pool")
+    change = hw.add_pool(pool)
+    if args.json:
+        render.dump_json(console, {"pool": pool.name, "action": change.action})
+    else:
+        console.print(f"✓ pool {pool.name} added · {pool.count} × {pool.accelerator} on {pool.target} in {pool.region}")
+    return exits.OK
+
+
+def cmd_apply(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    changes = hw.apply_file(Path(args.file))
+    if args.json:
+        render.dump_json(console, [{"pool": c.name, "action": c.action, "changed": list(c.changed_fields)} for c in changes])
+        return exits.OK
+    for c in changes:
+        detail = f" ({', '.join(c.changed_fields)})" if c.changed_fields else ""
+        mark = {"added": "+", "updated": "~", "unchanged": "="}[c.action]
+        console.print(f"{mark} {c.name} {c.action}{detail}")
+    counts = {a: sum(1 for c in changes if c.action == a) for a in ("added", "updated", "unchanged")}
+    console.print(f"{counts['added']} added, {counts['updated']} updated, {counts['unchanged']} unchanged")
+    return exits.OK
+
+
+def cmd_pools(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    views = hw.pool_views()
+    if args.json:
+        render.dump_json(console, [view_json(v) for v in views])
+    elif not views:
+        console.print("No pools registered. Add one with 'exa hardware add-pool' or 'exa hardware apply -f pools.yaml'.")
+    else:
+        render.print_pools(console, views)
+    return exits.OK
+
+
+def cmd_pool(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    detail = hw.pool(args.name)
+    if args.json:
+        render.dump_json(console, {
+            **view_json(detail.view),
+            "devices": [{"device": i, "layout": text} for i, text in enumerate(detail.devices)],
+            "holdings": [dataclasses.asdict(h) for h in detail.holdings],
+        })  # fmt: skip
+    else:
+        render.print_pool(console, detail)
+    return exits.OK
+
+
+# -- discover ---------------------------------------------------------------------------------
+
+
+def _show_discovery(args: argparse.Namespace, console: Console, found: DiscoveryResult) -> None:
+    if args.json:
+        rows = [{**pool_json(c.pool), "region": c.pool.region or None, "action": c.action, "changed": list(c.changed_fields),
+                 "free": c.free, "nodes": list(c.nodes), "details": list(c.details)} for c in found.changes]  # fmt: skip
+        render.dump_json(console, {"source": found.source, "pools": rows, "warnings": list(found.warnings), "applied": found.applied,
+                                   "held_outside": found.held_outside})  # fmt: skip
+        return
+    counts = {a: sum(1 for c in found.changes if c.action == a) for a in MARKS}
+    discovered = len(found.changes) - counts["stale"]
+    console.print(f"{found.source}: {discovered} pool(s) · {counts['add']} to add, {counts['update']} to update, "
+                  f"{counts['unchanged']} unchanged" + (f", {counts['stale']} stale" if counts["stale"] else ""))  # fmt: skip
+    for c in found.changes:
+        p = c.pool
+        if c.action == "stale":
+            console.print(Text(f"? {p.name}: registered but not found any more (left as it is)", style="yellow"))
+            continue
+        free = "" if c.free is None else f" (free {c.free:g})"
+        where = " · ".join(
+            part for part in (
+                f"partition {p.partition}" if p.partition else "",
+                f"gres {p.gres_type}" if p.gres_type else "",
+                f"region {p.region}" if p.region else "region -",
+                f"capabilities {','.join(p.capabilities)}" if p.capabilities else "",
+                "fractions" if p.supports_fractions else "",
+            ) if part
+        )  # fmt: skip
+        changed = f" [{', '.join(c.changed_fields)}]" if c.changed_fields else ""
+        console.print(f"{MARKS[c.action]} {p.name}: {p.count} × {p.accelerator}{' ' + p.model if p.model else ''}{free} · {where}{changed}")
+        for line in c.details:
+            console.print(Text(f"    {line}", style="dim"))
+    for warning in found.warnings:
+        console.print(Text(f"⚠ {warning}", style="yellow"))
+    if found.applied:
+        console.print(Text(f"✓ applied: {counts['add']} added, {counts['update']} updated, {counts['unchanged']} unchanged", style="green"))
+        for name, held in sorted(found.held_outside.items()):
+            if held:
+                console.print(f"  {name}: {render.number(held)} device(s) busy with work this layer did not place (held outside)")
+    else:
+        console.print("Nothing registered: add --apply to register these pools.")
+
+
+def cmd_discover(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    options = {k: getattr(args, k) for k in ("target", "context", "kubeconfig") if getattr(args, k, None) is not None}
+    found = hw.discover(args.source, region=args.region, prefix=args.prefix, apply=args.apply, **options)
+    _show_discovery(args, console, found)
+    return exits.OK
+
+
+# -- import-catalog ---------------------------------------------------------------------------
+
+
+def cmd_import_catalog(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    result = hw.import_catalog(
+        Path(args.file), apply=args.apply, cloud=args.cloud, count=args.count, overwrite=args.overwrite, spot=args.spot,
+        regions=tuple(types.names(args.regions or "")), accelerators=tuple(types.names(args.accelerators or "")),
+    )  # fmt: skip
+    plan = result.plan
+    if args.json:
+        render.dump_json(console, {**plan.to_json(), "applied": list(result.applied) if result.applied is not None else None})
+        return exits.OK
+    catalog = plan.catalog
+    console.print(f"catalog {catalog.source} · cloud {catalog.cloud} · {catalog.rows} rows · {len(plan.offers)} offers selected")
+    columns = ("pool", "change", "model", "region", "$/device-h", "instance", "reason")
+    render.emit_table(console, "Pools from the catalog", columns, plan.rows(), right=("$/device-h",))
+    console.print(", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in plan.summary().items()))
+    for unknown in catalog.unknown_accelerators:
+        console.print(Text(f"? accelerator {unknown.value}: {unknown.reason} ({unknown.rows} row{'s' if unknown.rows != 1 else ''}, first line {unknown.first_line})", style="yellow"))
+    for unknown in catalog.unknown_regions:
+        console.print(Text(f"? region {unknown.value}: {unknown.reason} ({unknown.rows} row{'s' if unknown.rows != 1 else ''}, first line {unknown.first_line})", style="yellow"))
+    for note in catalog.notes:
+        console.print(Text(f"  {note.code}: {note.message} ({note.rows} row{'s' if note.rows != 1 else ''})", style="dim"))
+    if result.applied is None:
+        console.print("Nothing registered: add --apply (and --count N for new pools) to register these pools.")
+    else:
+        console.print(Text(f"✓ applied: {len(result.applied)} pool(s) written", style="green"))
+    return exits.OK
+
+
+# -- parser -----------------------------------------------------------------------------------
+
+
+def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
+    p = hardware.add_parser("add-pool", parents=[common], help="register a device pool")
+    p.add_argument("name")
+    p.add_argument("--target", required=True, choices=POOL_TARGETS)
+    p.add_argument("--accelerator", required=True, choices=ACCELERATORS)
+    p.add_argument("--count", required=True, type=int)
+    p.add_argument("--region", required=True)
+    p.add_argument("--cost-per-hour", type=float, help="USD per device-hour (default: the accelerator's)")
+    p.add_argument("--carbon-factor", type=float, help="gCO2e per device-hour (default: the region's)")
+    p.add_argument("--supports-fractions", action="store_true", help="partitioning (e.g. MIG) is enabled")
+    p.add_argument("--capabilities", default="", help="comma-separated tags, e.g. fp8,hbm3")
+    p.add_argument("--model", help="device model, e.g. H100, MI300X")
+    p.add_argument("--power-w", type=float, help="board power per device in watts")
+    p.add_argument("--pue", type=float, help="power usage effectiveness of the site")
+    p.add_argument("--partition", help="Slurm partition serving this pool")
+    p.add_argument("--gres-type", help="Slurm GRES type of the devices")
+    p.add_argument("--fixed-profile", help="each counted unit is one fixed slice of this profile, e.g. 1g.10gb")
+    p.add_argument("--spot", action="store_true", help="spot (preemptible) capacity")
+    p.set_defaults(handler=cmd_add_pool)
+
+    p = hardware.add_parser("apply", parents=[common], help="register or update pools from a reviewed YAML file")
+    p.add_argument("-f", "--file", required=True)
+    p.set_defaults(handler=cmd_apply)
+
+    p = hardware.add_parser("pools", parents=[common], help="list pools, cheapest first, with what each can still place")
+    p.set_defaults(handler=cmd_pools)
+
+    p = hardware.add_parser("pool", parents=[common], help="one pool, device by device")
+    p.add_argument("name")
+    p.set_defaults(handler=cmd_pool)
+
+    discover = hardware.add_parser("discover", help="find pools in a running Slurm or Kubernetes, or on this machine")
+    sources = discover.add_subparsers(dest="source", required=True)
+    p = sources.add_parser("slurm", parents=[common], help="one pool per Slurm partition x GPU GRES type")
+    p.add_argument("--region", help="region of the cluster (a key of regions.yaml); kept from registered pools when absent")
+    p.add_argument("--prefix", help="prefix for pool names (default: none, '<partition>-<gres type>')")
+    p.add_argument("--apply", action="store_true", help="register the pools (idempotent)")
+    p.set_defaults(handler=cmd_discover)
+    p = sources.add_parser("local", parents=[common], help="the devices of this machine (else a cpu pool)")
+    p.add_argument("--region", help="region of this machine (a key of regions.yaml)")
+    p.add_argument("--target", choices=POOL_TARGETS, default="hpc")
+    p.add_argument("--prefix", help="prefix for pool names (default: local-)")
+    p.add_argument("--apply", action="store_true", help="register the pools (idempotent)")
+    p.set_defaults(handler=cmd_discover)
+    p = sources.add_parser("kubernetes", parents=[common], help="nodes' allocatable GPUs, slices, Gaudis and TPUs, by region")
+    p.add_argument("--context", help="kubeconfig context (default: the current one)")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
+    p.add_argument("--region", help=argparse.SUPPRESS)
+    p.add_argument("--prefix", help="prefix for pool names (default: k8s-)")
+    p.add_argument("--apply", action="store_true", help="register the pools (idempotent)")
+    p.set_defaults(handler=cmd_discover)
+
+    p = hardware.add_parser("import-catalog", parents=[common], help="pools and prices from a public cloud catalog (SkyPilot format)")
+    p.add_argument("file", help="a SkyPilot catalog CSV (vms.csv)")
+    p.add_argument("--format", choices=["skypilot"], default="skypilot")
+    p.add_argument("--cloud", help="the cloud the catalog is for (default: from its header or file path)")
+    p.add_argument("--regions", help="comma-separated regions to import (default: every known region in the catalog)")
+    p.add_argument("--accelerators", help="comma-separated accelerator families, models or catalog names")
+    p.add_argument("--spot", action="store_true", help="also import spot prices, as separate pools flagged spot")
+    p.add_argument("--count", type=int, help="devices per new pool (catalogs carry no capacity; required for new pools)")
+    p.add_argument("--apply", action="store_true", help="register the pools (idempotent)")
+    p.add_argument("--overwrite", action="store_true", help="replace prices an operator set by hand")
+    p.set_defaults(handler=cmd_import_catalog)

@@ -1,0 +1,311 @@
+"""What the façade's workflows return: plain values a service or the CLI renders as it likes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from examlops_policy.model import Decision, Holding, JSONObject, Pool, PoolState, PoolVerdict, Reason
+
+if TYPE_CHECKING:  # for annotations only: the OPA stack loads when a command needs it
+    from examlops_policy.opa import OpaStatus as OpaStatus
+
+
+@dataclass(frozen=True)
+class PoolChange:
+    """What applying a pool did: ``added``, ``updated`` or ``unchanged``."""
+
+    name: str
+    action: str
+    changed_fields: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """A decision as stored: its id, when it was made, whether it was released, its job, the
+    caller's idempotency key and when its lease ends."""
+
+    id: str
+    created_at: str
+    decision: Decision
+    released_at: str | None = None
+    job_id: str | None = None
+    request_id: str | None = None
+    lease_expires_at: str | None = None
+    scheduler: str | None = None
+    job_uid: str | None = None
+    job_state: str | None = None
+
+
+@dataclass(frozen=True)
+class DecisionSummary:
+    """A decision as its columns give it, for lists and reports (no document is read)."""
+
+    id: str
+    created_at: str
+    workload: str
+    outcome: str
+    pool: str | None
+    accelerator: str | None
+    model: str | None
+    region: str | None
+    fallback: bool | None
+    fraction_honored: bool | None
+    devices: float | None
+    cost_per_hour: float | None
+    carbon_factor: float | None
+    note: str | None
+    released_at: str | None
+    job_id: str | None
+    residency: str | None
+    policy_revision: str
+    verdicts: str | None
+    lease_expires_at: str | None
+    scheduler: str | None = None
+    job_state: str | None = None
+
+
+@dataclass(frozen=True)
+class BurstEvent:
+    """One burst attempt, allowed or blocked."""
+
+    id: int
+    created_at: str
+    decision_id: str
+    workload: str
+    residency: str
+    pool: str | None
+    region: str | None
+    verdict: str
+    reason_code: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class FinopsRow:
+    """Totals for one device type in one region."""
+
+    device: str
+    region: str
+    decisions: int
+    device_hours: float
+    cost: float
+    carbon_g: float
+
+
+@dataclass(frozen=True)
+class WorkloadCost:
+    """What the placements of one workload name cost and emitted."""
+
+    workload: str
+    decisions: int
+    device_hours: float
+    cost: float
+    carbon_g: float
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """A pool as people look at it: what is free and placeable, its price and carbon per
+    device-hour (``*_default``: taken from the reviewed tables, not set on the pool)."""
+
+    state: PoolState
+    packing: str  # whole, fixed, mig, amd-compute-partition
+    placeable: str | None  # e.g. "1g x5, 3g x1"; None for whole devices
+    cost_per_hour: float
+    cost_default: bool
+    carbon_per_hour: float
+    carbon_default: bool
+
+    @property
+    def pool(self) -> Pool:
+        return self.state.pool
+
+
+@dataclass(frozen=True)
+class PoolDetail:
+    """One pool device by device: what each device holds."""
+
+    view: PoolView
+    holdings: tuple[Holding, ...]
+    devices: tuple[str, ...]  # each device's layout, in device order
+
+
+@dataclass(frozen=True)
+class DecisionPage:
+    """One page of decisions, newest first; ``cursor`` asks for the next page (None: the last)."""
+
+    decisions: tuple[DecisionSummary, ...]
+    cursor: str | None
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A recorded decision asked again: ``same`` when the policy gives the same answer."""
+
+    decision_id: str
+    same: bool
+    policy_revision: str
+    recorded_revision: str
+    summary: str
+    differences: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class FinopsReport:
+    """Cost and carbon by device type and region, with totals."""
+
+    rows: tuple[FinopsRow, ...]
+    decisions: int
+    device_hours: float
+    cost: float
+    carbon_g: float
+
+
+@dataclass(frozen=True)
+class ModelsCost:
+    """Cost and carbon per workload name (``exa models cost``), with totals."""
+
+    rows: tuple[WorkloadCost, ...]
+    cost: float
+    carbon_g: float
+
+
+@dataclass(frozen=True)
+class DiscoveredChange:
+    """One pool a discovery found and what applying it does (add, update, unchanged, stale)."""
+
+    pool: Pool
+    action: str
+    changed_fields: tuple[str, ...] = ()
+    free: float | None = None
+    nodes: tuple[str, ...] = ()
+    details: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DiscoveryResult:
+    """What a discovery found, what applying it changes, and whether it was applied."""
+
+    source: str
+    changes: tuple[DiscoveredChange, ...]
+    warnings: tuple[str, ...]
+    applied: bool
+    held_outside: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A placed decision handed to a scheduler (or, ``submitted`` False, what would be sent)."""
+
+    decision_id: str
+    scheduler: str
+    submitted: bool
+    job_id: str | None = None
+    job_uid: str | None = None
+    namespace: str | None = None
+    command: str | None = None  # the exact sbatch command line (Slurm)
+    argv: tuple[str, ...] = ()
+    manifest: JSONObject | None = None  # the Job sent (Kubernetes)
+    partition: str | None = None
+    gres: str | None = None
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """A decision's job as its scheduler reports it: pending (with why), running, complete,
+    failed, or missing (deleted outside this layer)."""
+
+    decision_id: str
+    scheduler: str
+    job_id: str
+    state: str
+    reason: str | None = None
+    message: str | None = None
+    native_state: str | None = None  # the scheduler's own word (e.g. Slurm's PENDING)
+
+
+@dataclass(frozen=True)
+class ReleaseReport:
+    """A release: the record after it, whether it had been released before, and the scheduler job
+    deleted with it (Kubernetes)."""
+
+    record: DecisionRecord
+    already: bool
+    job_deleted: bool | None = None
+
+
+@dataclass(frozen=True)
+class Portability:
+    """Whether an engine can run on an accelerator family: its backend, and the policy's reason
+    when it cannot."""
+
+    engine: str
+    accelerator: str
+    backend: str
+    reason: Reason | None
+
+    @property
+    def portable(self) -> bool:
+        return self.reason is None
+
+
+@dataclass(frozen=True)
+class Standing:
+    """An admissible pool as the objective sees it: what its grant costs and emits per hour, and
+    (balanced) its score, cost and carbon each divided by the highest among the candidates."""
+
+    pool: str
+    cost_per_hour: float
+    carbon_per_hour: float
+    score: float | None = None
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why a placement went where it did: the tier it was placed in, the objective, and the
+    admissible pools of that tier ranked as the objective ranks them (the winner first)."""
+
+    tier: int | None
+    objective: str
+    carbon_weight: float
+    standings: tuple[Standing, ...]
+
+
+def explain(decision: Decision) -> Explanation:
+    """The ranking behind ``decision``: the eligible pools of the winner's tier under its objective.
+    (Rejections have no winner: an empty ranking.)"""
+    from examlops_policy._placement import balanced_scores
+
+    w = decision.workload
+    chosen = getattr(decision, "pool", None)
+    tier = next((v.tier for v in decision.verdicts if v.pool == chosen), None)
+    pool_rows = [v for v in decision.verdicts if v.eligible and v.tier == tier] if chosen else []
+    if w.optimize == "balanced":
+        scores = balanced_scores([(v.grant_cost_per_hour, v.grant_carbon_per_hour) for v in pool_rows], w.carbon_weight)
+        ranked = sorted(zip(pool_rows, scores), key=lambda r: (r[1], r[0].grant_cost_per_hour, r[0].pool))
+        standings = [Standing(v.pool, v.grant_cost_per_hour, v.grant_carbon_per_hour, s) for v, s in ranked]
+    else:
+        carbon = w.optimize == "carbon"
+
+        def order(v: PoolVerdict) -> tuple[float, ...]:
+            return (v.grant_carbon_per_hour, v.grant_cost_per_hour) if carbon else (v.grant_cost_per_hour,)
+
+        standings = [Standing(v.pool, v.grant_cost_per_hour, v.grant_carbon_per_hour) for v in sorted(pool_rows, key=lambda v: (*order(v), v.pool))]
+    # The winner first even where room, not rank, decided (a cheaper pool full at commit time).
+    standings.sort(key=lambda s: s.pool != chosen)
+    return Explanation(tier, w.optimize, w.carbon_weight, tuple(standings))
+
+
+def decision_json(decision: Decision, record: DecisionRecord | None = None) -> dict[str, object]:
+    """A decision as ``--json`` prints it; with its record, the record's id, times, job and lease."""
+    from examlops_policy import _codec as codec
+
+    body: dict[str, object] = dict(codec.to_json(decision))
+    if record is not None:
+        body.update(
+            id=record.id, decision_id=record.id, created_at=record.created_at, released_at=record.released_at, job_id=record.job_id,
+            request_id=record.request_id, lease_expires_at=record.lease_expires_at, scheduler=record.scheduler, job_uid=record.job_uid,
+            job_state=record.job_state,
+        )  # fmt: skip
+    return body

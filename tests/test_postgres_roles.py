@@ -1,0 +1,327 @@
+"""PostgreSQL with least privilege: docs/postgres-least-privilege.sql, applied as shipped.
+
+Each setup is a fresh database and two fresh roles with random names and passwords, made by the
+cluster's superuser running the reviewed SQL file through psql (its psql variables set on the
+command line), and dropped afterwards. The owner role migrates (through the product); the app role
+then runs the real CLI with DML only, and is refused everything else with SQLSTATE 42501.
+
+Needs the PostgreSQL that scripts/pg-up started (its superuser is reached over the cluster's Unix
+socket, as the cluster's OS user): skipped otherwise, failed under EXA_REQUIRE_SERVICES=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import secrets
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+from examlops_policy import audit
+from examlops_policy.errors import StateError
+from examlops_policy.store import _sql
+from examlops_policy.store.postgres import PostgresStore
+from reliability.backends import PG_DIR, managed_postgres, pg_base_url
+from tests.conftest import ROOT, run_exa
+
+pytestmark = pytest.mark.postgres
+
+SQL_FILE = ROOT / "docs" / "postgres-least-privilege.sql"
+SCHEMA = "exa"  # the file's default, left unset on purpose
+OWNER_HINT = "run any exa command once with EXA_DB_URL set to the URL of the role that owns the schema"
+STATE_TABLES = ("allocations", "decisions", "holdings", "pools", "state")
+RECORD_TABLES = ("audit_log", "burst_events", "fleets", "verdict_sets")
+# The reviewed grants: a table a later migration adds fails this until it is classified in the SQL.
+EXPECTED_GRANTS = {
+    **{table: "DELETE, INSERT, SELECT, UPDATE" for table in STATE_TABLES},
+    **{table: "INSERT, SELECT" for table in RECORD_TABLES},
+    "schema_migrations": "SELECT",
+}
+REFUSED = [
+    "UPDATE audit_log SET kind = 'x'",
+    "DELETE FROM audit_log",
+    "TRUNCATE audit_log",
+    "DROP TABLE decisions",
+    "CREATE TABLE x (id integer)",
+    "ALTER TABLE audit_log DISABLE TRIGGER ALL",
+    "ALTER TABLE decisions ADD COLUMN x integer",
+    "TRUNCATE pools CASCADE",
+    "UPDATE fleets SET document = '{}'",
+    "DELETE FROM burst_events",
+    "INSERT INTO schema_migrations VALUES (9999, 'later')",
+    "CREATE TEMP TABLE x (id integer)",
+    "CREATE SCHEMA x",
+    "SET session_replication_role = replica",
+]
+
+
+def _unavailable(why: str) -> None:
+    if os.environ.get("EXA_REQUIRE_SERVICES"):
+        pytest.fail(f"{why} (EXA_REQUIRE_SERVICES is set)")
+    pytest.skip(why)
+
+
+@dataclass(frozen=True)
+class Superuser:
+    """psql as the cluster's superuser (peer authentication on its Unix socket)."""
+
+    command: tuple[str, ...]
+    host: str  # where the roles connect over TCP (the test server's URL)
+    port: str
+
+    def psql(self, database: str, *args: str, stdin: str = "") -> str:
+        result = subprocess.run(
+            [*self.command, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", database, *args],
+            input=stdin, capture_output=True, text=True, timeout=120, cwd="/",
+        )  # fmt: skip
+        if result.returncode != 0:
+            raise AssertionError(f"psql exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+        return result.stdout
+
+
+def superuser() -> Superuser:
+    base = pg_base_url()  # skips (or fails) when no server answers
+    if not managed_postgres():
+        _unavailable("the role tests need the PostgreSQL that scripts/pg-up started (its superuser)")
+    env = dict(line.split("=", 1) for line in (PG_DIR / "env").read_text(encoding="utf-8").split())
+    conf = (Path(env["PG_DATA"]) / "exa.conf").read_text(encoding="utf-8")
+    found = re.search(r"^unix_socket_directories = '([^']+)'", conf, re.MULTILINE)
+    assert found, "exa.conf names no unix_socket_directories"
+    command: tuple[str, ...] = (f"{env['PG_BIN']}/psql", "-h", found.group(1).split(",")[0], "-p", env["PG_PORT"])
+    if env["PG_OWNER"] != pwd.getpwuid(os.geteuid()).pw_name:
+        if os.geteuid() != 0:
+            _unavailable(f"the cluster's superuser is the OS user {env['PG_OWNER']}; becoming it needs root")
+        command = ("runuser", "-u", env["PG_OWNER"], "--", *command)
+    info = conninfo_to_dict(base)
+    return Superuser(command, str(info.get("host") or "127.0.0.1"), str(info.get("port") or "5432"))
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One database and its two roles, made by docs/postgres-least-privilege.sql."""
+
+    su: Superuser
+    dbname: str
+    owner: str
+    app: str
+    owner_password: str
+    app_password: str
+
+    def url(self, role: str) -> str:
+        password = self.owner_password if role == self.owner else self.app_password
+        return f"postgresql://{role}:{password}@{self.su.host}:{self.su.port}/{self.dbname}"
+
+    @property
+    def owner_url(self) -> str:
+        return self.url(self.owner)
+
+    @property
+    def app_url(self) -> str:
+        return self.url(self.app)
+
+    def apply_sql(self) -> str:
+        """Run the SQL file exactly as shipped, its variables set with ``psql -v``."""
+        return self.su.psql(
+            "postgres",
+            "-v", f"owner={self.owner}", "-v", f"app={self.app}", "-v", f"dbname={self.dbname}",
+            "-v", f"owner_password={self.owner_password}", "-v", f"app_password={self.app_password}",
+            stdin=SQL_FILE.read_text(encoding="utf-8"),
+        )  # fmt: skip
+
+    def migrate_as_owner(self, home: Path) -> None:
+        """What the SQL's step 2 says: any exa command, once, with the owner's URL."""
+        run_exa(home, "hardware", "pools", check=True, env={"EXA_DB_URL": self.owner_url})
+
+    def connect_app(self) -> psycopg.Connection[tuple[Any, ...]]:
+        return psycopg.connect(self.app_url, autocommit=True)
+
+    def tables(self) -> list[str]:
+        with psycopg.connect(self.owner_url, autocommit=True) as conn:
+            rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY 1", (SCHEMA,)).fetchall()
+        return [r[0] for r in rows]
+
+
+@contextmanager
+def least_privilege_setup() -> Iterator[Setup]:
+    su = superuser()
+    tag = secrets.token_hex(5)
+    setup = Setup(su, f"exa_roles_{tag}", f"exa_owner_{tag}", f"exa_app_{tag}", secrets.token_hex(16), secrets.token_hex(16))
+    try:
+        setup.apply_sql()
+        yield setup
+    finally:
+        su.psql(
+            "postgres",
+            "-c", f'DROP DATABASE IF EXISTS "{setup.dbname}" WITH (FORCE)',
+            "-c", f'DROP ROLE IF EXISTS "{setup.app}"',
+            "-c", f'DROP ROLE IF EXISTS "{setup.owner}"',
+        )  # fmt: skip
+
+
+def app_grants(conn: psycopg.Connection[tuple[Any, ...]]) -> dict[str, str]:
+    """Table -> the privileges the connected role holds on it (every kind PostgreSQL has)."""
+    rows = conn.execute(
+        "SELECT c.relname, string_agg(p, ', ' ORDER BY p) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "CROSS JOIN unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']) AS p "
+        "WHERE n.nspname = %s AND c.relkind = 'r' AND has_table_privilege(c.oid, p) GROUP BY c.relname",
+        (SCHEMA,),
+    ).fetchall()
+    return {r[0]: r[1] for r in rows}
+
+
+def chain(setup: Setup) -> list[audit.AuditRow]:
+    store = PostgresStore(setup.app_url)
+    try:
+        rows = store.audit_rows()
+    finally:
+        store.close()
+    assert audit.verify_chain(rows).ok
+    return rows
+
+
+@pytest.fixture(scope="module")
+def migrated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    """Roles and database made, migrated by the owner, grants set again; one pool added by the app."""
+    home = tmp_path_factory.mktemp("roles") / "exa-home"
+    with least_privilege_setup() as setup:
+        try:
+            setup.migrate_as_owner(home)
+            setup.apply_sql()
+            run_exa(home, "hardware", "add-pool", "seed", "--target", "hpc", "--accelerator", "intel-gaudi",
+                    "--count", "2", "--region", "eu", check=True, env={"EXA_DB_URL": setup.app_url})  # fmt: skip
+            yield setup
+        finally:
+            run_exa(home, "opa", "stop", env={"EXA_DB_URL": setup.owner_url})
+
+
+def test_the_app_role_owns_nothing_and_holds_exactly_the_reviewed_grants(migrated: Setup) -> None:
+    with migrated.connect_app() as conn:
+        assert app_grants(conn) == EXPECTED_GRANTS
+        owned = conn.execute(
+            "SELECT (SELECT count(*) FROM pg_class WHERE relowner = r.oid) + (SELECT count(*) FROM pg_namespace WHERE nspowner = r.oid)"
+            " + (SELECT count(*) FROM pg_database WHERE datdba = r.oid) + (SELECT count(*) FROM pg_proc WHERE proowner = r.oid)"
+            " FROM pg_roles r WHERE r.rolname = current_user"
+        ).fetchone()
+        assert owned == (0,)
+        assert conn.execute(
+            "SELECT has_schema_privilege(%s, 'USAGE'), has_schema_privilege(%s, 'CREATE'), has_schema_privilege('public', 'CREATE'),"
+            " has_database_privilege(current_database(), 'CREATE'), has_database_privilege(current_database(), 'TEMP'),"
+            " current_schema(), (SELECT rolsuper OR rolcreatedb OR rolcreaterole OR rolbypassrls FROM pg_roles WHERE rolname = current_user)",
+            (SCHEMA, SCHEMA),
+        ).fetchone() == (True, False, False, False, False, SCHEMA, False)
+    # The owner migrated and owns it all; its search_path is the same schema (the same write lock).
+    with psycopg.connect(migrated.owner_url, autocommit=True) as conn:
+        assert conn.execute("SELECT current_schema()").fetchone() == (SCHEMA,)
+        owners = conn.execute("SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = %s", (SCHEMA,)).fetchall()
+        assert owners == [(migrated.owner,)]
+    # Idempotent: a second and third run change nothing, and a grant made by hand is taken back.
+    with psycopg.connect(migrated.owner_url, autocommit=True) as conn:
+        conn.execute(f'GRANT UPDATE ON fleets TO "{migrated.app}"')
+    report = migrated.apply_sql()
+    assert "audit_log         | INSERT, SELECT" in report
+    migrated.apply_sql()
+    with migrated.connect_app() as conn:
+        assert app_grants(conn) == EXPECTED_GRANTS
+
+
+def test_the_app_role_places_releases_and_verifies_through_the_cli(migrated: Setup, tmp_path: Path) -> None:
+    home, env = tmp_path / "exa-home", {"EXA_DB_URL": migrated.app_url}
+    try:
+        run_exa(home, "hardware", "add-pool", "hpc-mi300", "--target", "hpc", "--accelerator", "amd",
+                "--count", "1", "--region", "eu", check=True, env=env)  # fmt: skip
+        run_exa(home, "hardware", "add-pool", "cloud-a100", "--target", "cloud", "--accelerator", "nvidia",
+                "--count", "8", "--region", "us", check=True, env=env)  # fmt: skip
+        first = json.loads(run_exa(home, "hardware", "place", "a", "--accelerator", "amd", "--engine", "vllm", "--json", env=env).stdout)
+        assert first["outcome"] == "placed"
+        run_exa(home, "hardware", "release", first["id"], check=True, env=env)
+        again = run_exa(home, "hardware", "place", "b", "--accelerator", "amd", "--engine", "vllm", check=True, env=env)
+        assert "hpc-mi300" in again.stdout
+        burst = run_exa(home, "hardware", "burst", "c", "--accelerator", "nvidia", "--residency", "open", "--allow-burst", env=env)
+        assert burst.returncode == 0, burst.stdout + burst.stderr
+        events = json.loads(run_exa(home, "hardware", "burst-events", "--json", check=True, env=env).stdout)
+        assert [e["verdict"] for e in events] == ["allowed"]
+        verified = run_exa(home, "audit", "verify", check=True, env=env)
+        assert "✓ audit log verifies" in verified.stdout
+        assert not (home / "state.db").exists()
+    finally:
+        run_exa(home, "opa", "stop", env=env)
+    kinds = [json.loads(row.canonical)["kind"] for row in chain(migrated)]
+    assert (kinds.count("decision"), kinds.count("release"), kinds.count("burst")) == (3, 1, 1)
+
+
+@pytest.mark.parametrize("statement", REFUSED)
+def test_the_app_role_is_refused_what_dml_does_not_cover(migrated: Setup, statement: str) -> None:
+    before = chain(migrated)
+    assert before, "the fixture's pool left an audit entry"
+    with migrated.connect_app() as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege) as refused:
+            conn.execute(statement)
+        assert refused.value.sqlstate == "42501"
+    assert chain(migrated) == before
+    assert migrated.tables() == sorted([*EXPECTED_GRANTS])
+
+
+def test_before_migrating_the_app_role_is_told_to_run_exa_once_as_the_owner(tmp_path: Path) -> None:
+    home = tmp_path / "exa-home"
+    with least_privilege_setup() as setup:
+        try:
+            with pytest.raises(StateError, match="no schema yet") as info:
+                PostgresStore(setup.app_url, attempts=2)
+            assert OWNER_HINT in str(info.value) and "nothing was written" in str(info.value)
+            assert setup.app_password not in str(info.value)
+            cli = run_exa(home, "hardware", "pools", env={"EXA_DB_URL": setup.app_url})
+            assert cli.returncode != 0 and OWNER_HINT in cli.stderr
+            assert setup.tables() == []
+
+            setup.migrate_as_owner(home)
+            # Until the grants run again, the default privileges let the app role read and append only.
+            with setup.connect_app() as conn:
+                assert set(app_grants(conn).values()) == {"INSERT, SELECT"}
+            setup.apply_sql()
+            run_exa(home, "hardware", "add-pool", "one", "--target", "hpc", "--accelerator", "amd",
+                    "--count", "1", "--region", "eu", check=True, env={"EXA_DB_URL": setup.app_url})  # fmt: skip
+            assert "one" in run_exa(home, "hardware", "pools", check=True, env={"EXA_DB_URL": setup.app_url}).stdout
+        finally:
+            run_exa(home, "opa", "stop", env={"EXA_DB_URL": setup.owner_url})
+
+
+def test_a_pending_migration_needs_the_owner_and_the_app_role_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "exa-home"
+    with least_privilege_setup() as setup:
+        try:
+            setup.migrate_as_owner(home)
+            setup.apply_sql()
+            PostgresStore(setup.app_url).close()  # all applied: the app role opens the state, DML only
+        finally:
+            run_exa(home, "opa", "stop", env={"EXA_DB_URL": setup.owner_url})
+        shipped = _sql.migrations("postgres")
+        later = shipped[-1][0] + 1
+        extra = "CREATE TABLE later_records (id INTEGER PRIMARY KEY, note TEXT); INSERT INTO later_records VALUES (1, 'migrated');"
+        monkeypatch.setattr(_sql, "migrations", lambda dialect: [*shipped, (later, extra)])
+
+        with pytest.raises(StateError, match=f"schema migration\\(s\\) {later} are pending") as info:
+            PostgresStore(setup.app_url, attempts=2)
+        assert OWNER_HINT in str(info.value)
+        with setup.connect_app() as conn:
+            versions = [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY 1").fetchall()]
+        assert versions == [v for v, _ in shipped]
+        assert "later_records" not in setup.tables()
+
+        PostgresStore(setup.owner_url).close()  # the owner applies it
+        PostgresStore(setup.app_url).close()
+        with setup.connect_app() as conn:
+            # A table a later migration adds: read and append at once (default privileges), no more.
+            conn.execute("INSERT INTO later_records VALUES (2, 'app')")
+            assert conn.execute("SELECT count(*) FROM later_records").fetchone() == (2,)
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("UPDATE later_records SET note = 'changed'")

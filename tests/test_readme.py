@@ -1,0 +1,332 @@
+"""Every code block of the README runs, and shows what really happens.
+
+* ``console`` blocks are transcripts: each ``$ command`` runs in bash (``exa`` on PATH, the
+  block's state folder in ``EXA_HOME``, a scratch working directory where ``examples/`` and
+  ``docs/`` of the checkout are at hand) and its output must be the lines shown, in order. ``...``
+  stands for any number of lines, and a line ending in `` ...`` for any line that begins so;
+  ``[exit N]`` is the exit status (0 otherwise). Decision ids,
+  digests, uids, times, ports and process ids differ from run to run: they are compared as their
+  kind, and an id shown in one output and typed in a later command is replaced by the id this run
+  made.
+* ``python`` blocks run in a fresh interpreter against the state of the console blocks before them.
+* ``yaml`` blocks parse; a fleet or workload file is checked as ``exa`` would check it.
+* ``text`` blocks are prose (synopses, layouts), not run.
+
+A comment right before a block sets where it runs: ``<!-- readme: home=NAME needs=SERVICE,... -->``
+(blocks of one home share state, in README order; the default home is ``main``). ``needs``:
+``kubernetes`` (the local control plane and kubectl), ``slurm``, ``chromium``. A block whose
+service is missing is skipped, or fails under ``EXA_REQUIRE_SERVICES=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from examlops_policy.cli import exits
+from examlops_policy.opa import stop_server
+from tests.conftest import ROOT
+
+README = ROOT / "README.md"
+FENCE = re.compile(r"^```(\w*)\s*$")
+MARK = re.compile(r"^<!--\s*readme:\s*(.*?)\s*-->\s*$")
+LANGUAGES = {"console", "python", "yaml", "text", "json"}
+
+
+@dataclass
+class Block:
+    line: int
+    language: str
+    body: list[str]
+    home: str = "main"
+    needs: tuple[str, ...] = ()
+
+
+def blocks(text: str) -> list[Block]:
+    found: list[Block] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        start, language = i, m.group(1)
+        body: list[str] = []
+        i += 1
+        while i < len(lines) and lines[i] != "```":
+            body.append(lines[i])
+            i += 1
+        block = Block(start + 1, language, body)
+        mark = MARK.match(lines[start - 1]) if start > 0 else None
+        if mark:
+            for part in mark.group(1).split():
+                key, _, value = part.partition("=")
+                if key == "home":
+                    block.home = value
+                elif key == "needs":
+                    block.needs = tuple(v for v in value.split(",") if v)
+                else:
+                    raise AssertionError(f"README line {start}: unknown readme option {key!r}")
+        found.append(block)
+        i += 1
+    return found
+
+
+ALL = blocks(README.read_text(encoding="utf-8"))
+
+
+# -- comparing transcripts ----------------------------------------------------------------------
+
+VOLATILE = [
+    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<uuid>"),
+    (re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?\b"), "<time>"),
+    (re.compile(r"\b\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\b"), "<time>"),
+    (re.compile(r"\b\d{4}-\d\d-\d\d\b"), "<date>"),
+    (re.compile(r"sha256:[0-9a-f]{6,64}(?:@git:[0-9a-f]{6,40})?"), "<revision>"),
+    (re.compile(r"\b[0-9a-f]{12,64}\b"), "<hex>"),  # decision ids and prefixes, digests, heads
+    (re.compile(r"(?<=-)[0-9a-f]{8}\b"), "<hex>"),  # a Job's name: workload-<decision id prefix>
+    (re.compile(r"127\.0\.0\.1:\d+"), "127.0.0.1:<port>"),
+    (re.compile(r"\b(pid|supervisor) \d+"), r"\1 <n>"),
+    (re.compile(r"\bidle \d+(?:\.\d+)? (s|min|h)\b"), "idle <t>"),
+    (re.compile(r"(?:unix://)?/\S*?/opa/(opa\.sock|token)\b"), r"<home>/opa/\1"),  # the state folder's OPA
+    (re.compile(r"/tmp/\S+"), "<tmp>"),
+]
+HEX = re.compile(r"\b[0-9a-f]{12,64}\b")
+
+
+def normal(line: str) -> str:
+    line = line.replace(f"{ROOT}/", "")  # paths in the checkout read as relative ones
+    for pattern, replacement in VOLATILE:
+        line = pattern.sub(replacement, line)
+    return line.rstrip()
+
+
+def matches(expected: list[str], actual: list[str]) -> list[tuple[str, str]] | None:
+    """The (expected, actual) line pairs when ``actual`` is ``expected`` with each ``...`` standing
+    for any run of lines; None otherwise."""
+    want = [normal(e) for e in expected]
+
+    def walk(i: int, j: int) -> list[tuple[int, int]] | None:
+        if i == len(want):
+            return [] if j == len(actual) else None
+        if want[i] == "...":
+            for k in range(j, len(actual) + 1):
+                rest = walk(i + 1, k)
+                if rest is not None:
+                    return rest
+            return None
+        if j < len(actual) and (normal(actual[j]) == want[i] or (want[i].endswith(" ...") and normal(actual[j]).startswith(want[i][:-3]))):
+            rest = walk(i + 1, j + 1)
+            return None if rest is None else [(i, j), *rest]
+        return None
+
+    pairs = walk(0, 0)
+    return None if pairs is None else [(expected[i], actual[j]) for i, j in pairs]
+
+
+@dataclass
+class Session:
+    """A state folder the blocks of one home share, and the ids the README showed -> this run's."""
+
+    home: Path
+    work: Path
+    ids: dict[str, str] = field(default_factory=dict)
+
+    def env(self) -> dict[str, str]:
+        # Each home starts its own OPA on demand, as a user's does (what `exa opa status` shows).
+        venv = Path(sys.executable).parent
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("EXA_OPA_URL", "EXA_OPA_TOKEN", "EXA_HOME", "EXA_DB_URL"))}
+        return {**env, "EXA_HOME": str(self.home), "PATH": f"{venv}:{os.environ['PATH']}", "COLUMNS": "200"}
+
+    def learn(self, pairs: list[tuple[str, str]]) -> None:
+        for want, got in pairs:
+            for shown, real in zip(HEX.findall(want), HEX.findall(got)):
+                self.ids[shown] = real
+
+    def typed(self, command: str) -> str:
+        """``command`` with each id the README showed replaced by the one this run made (a prefix
+        of a shown id by the same prefix)."""
+
+        def swap(m: re.Match[str]) -> str:
+            token = m.group(0)
+            for shown, real in self.ids.items():
+                if shown.startswith(token) or token.startswith(shown):
+                    return real[: len(token)]
+            return token
+
+        return HEX.sub(swap, command)
+
+
+def transcript(body: list[str]) -> Iterator[tuple[str, list[str], int]]:
+    """(command, expected output lines, expected exit status) of a console block."""
+    command: str | None = None
+    output: list[str] = []
+    i = 0
+    while i < len(body):
+        line = body[i]
+        if line.startswith("$ "):
+            if command is not None:
+                yield from _step(command, output)
+            command, output = line[2:], []
+            while command.endswith("\\") and i + 1 < len(body):
+                i += 1
+                command = command[:-1].rstrip() + " " + body[i].strip()
+        else:
+            assert command is not None, f"output before any command: {line!r}"
+            output.append(line)
+        i += 1
+    if command is not None:
+        yield from _step(command, output)
+
+
+def _step(command: str, output: list[str]) -> Iterator[tuple[str, list[str], int]]:
+    status = 0
+    if output and re.fullmatch(r"\[exit \d+\]", output[-1].strip()):
+        status = int(output[-1].strip()[6:-1])
+        output = output[:-1]
+    yield command, output, status
+
+
+# -- services -----------------------------------------------------------------------------------
+
+
+def _available(service: str) -> str | None:
+    """None when ``service`` can be used, else why not."""
+    if service == "kubernetes":
+        if not (ROOT / ".exa-services" / "k8s" / "kubeconfig").is_file():
+            return "no local Kubernetes control plane (scripts/k8s-up)"
+        if shutil.which("kubectl") is None:
+            return "kubectl is not installed"
+        return None
+    if service == "slurm":
+        return None if (ROOT / ".exa-services" / "slurm" / "env").is_file() else "no local Slurm (scripts/slurm-up)"
+    if service == "chromium":
+        return None if shutil.which("chromium") or shutil.which("chromium-browser") else "no chromium"
+    raise AssertionError(f"unknown service {service!r}")
+
+
+def _service_env(needs: tuple[str, ...]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for service in needs:
+        for name in ("k8s",) if service == "kubernetes" else ("slurm",) if service == "slurm" else ():
+            for line in (ROOT / ".exa-services" / name / "env").read_text(encoding="utf-8").splitlines():
+                m = re.fullmatch(r"(?:export )?([A-Z_][A-Z0-9_]*)=(.*)", line.strip())
+                if m:
+                    env[m.group(1)] = m.group(2).strip("'\"")
+    return env
+
+
+@pytest.fixture(scope="module")
+def sessions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Session]]:
+    made: dict[str, Session] = {}
+    yield made
+    for session in made.values():
+        stop_server(session.home)
+
+
+def session_for(sessions: dict[str, Session], name: str, tmp_path_factory: pytest.TempPathFactory) -> Session:
+    if name not in sessions:
+        base = tmp_path_factory.mktemp(f"readme-{name}")
+        work = base / "work"
+        work.mkdir()
+        for folder in ("examples", "docs"):
+            (work / folder).symlink_to(ROOT / folder)
+        sessions[name] = Session(base / "home", work)
+    return sessions[name]
+
+
+# -- the tests ----------------------------------------------------------------------------------
+
+
+def test_every_block_has_a_known_language() -> None:
+    unknown = [f"line {b.line}: ```{b.language}" for b in ALL if b.language not in LANGUAGES]
+    assert not unknown, "README blocks without a known language (console, python, yaml, text, json): " + ", ".join(unknown)
+    assert sum(b.language == "console" for b in ALL) >= 5 and any(b.language == "python" for b in ALL)
+
+
+@pytest.mark.parametrize("block", [b for b in ALL if b.language in ("console", "python")], ids=lambda b: f"line-{b.line}-{b.language}")
+def test_the_block_runs_as_shown(block: Block, sessions: dict[str, Session], tmp_path_factory: pytest.TempPathFactory) -> None:
+    for service in block.needs:
+        why = _available(service)
+        if why is not None:
+            if os.environ.get("EXA_REQUIRE_SERVICES"):
+                pytest.fail(f"README line {block.line} needs {service}: {why}")
+            pytest.skip(f"needs {service}: {why}")
+    # Blocks of one home run in README order: run the earlier ones first if this test runs alone.
+    session = session_for(sessions, block.home, tmp_path_factory)
+    for earlier in ALL:
+        if earlier.line >= block.line:
+            break
+        if earlier.home == block.home and earlier.language in ("console", "python") and earlier.line not in _done:
+            _run(earlier, session)
+    if block.line not in _done:
+        _run(block, session)
+
+
+_done: set[int] = set()
+
+
+def _run(block: Block, session: Session) -> None:
+    _done.add(block.line)
+    env = {**session.env(), **_service_env(block.needs)}
+    if block.language == "python":
+        result = subprocess.run([sys.executable, "-c", "\n".join(block.body)], capture_output=True, text=True, env=env, cwd=session.work, timeout=120)
+        assert result.returncode == 0, f"README line {block.line}: the Python block failed:\n{result.stderr}"
+        return
+    for command, expected, status in transcript(block.body):
+        typed = session.typed(command)
+        result = subprocess.run(["bash", "-c", typed], capture_output=True, text=True, env=env, cwd=session.work, timeout=300)
+        actual = (result.stdout + result.stderr).splitlines()
+        assert result.returncode == status, (
+            f"README line {block.line}: `{typed}` exited {result.returncode}, the README says {status}\n" + "\n".join(actual)
+        )
+        pairs = matches(expected, actual)
+        assert pairs is not None, (
+            f"README line {block.line}: `{typed}` printed\n" + "\n".join(actual) + "\n--- the README shows\n" + "\n".join(expected)
+        )
+        session.learn(pairs)
+
+
+@pytest.mark.parametrize("block", [b for b in ALL if b.language in ("yaml", "json")], ids=lambda b: f"line-{b.line}-{b.language}")
+def test_the_data_block_parses(block: Block, tmp_path: Path) -> None:
+    text = "\n".join(block.body) + "\n"
+    document = yaml.safe_load(text)
+    if isinstance(document, dict) and "pools" in document:
+        from examlops_policy.specs import pools_from_file
+
+        path = tmp_path / "pools.yaml"
+        path.write_text(text, encoding="utf-8")
+        assert pools_from_file(path)
+    elif isinstance(document, dict) and {"name", "accelerator"} <= set(document):
+        from examlops_policy.specs import workload_from_file
+
+        path = tmp_path / "workload.yaml"
+        path.write_text(text, encoding="utf-8")
+        workload_from_file(path)
+
+
+def test_the_exit_code_table_is_the_clis() -> None:
+    text = README.read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (\d+) \| (.+?) \|$", text.split("### Exit codes", 1)[1].split("\n\n#", 1)[0], re.M)
+    shown = {int(code): meaning for code, meaning in rows}
+    table = {code: meaning for _, code, meaning in exits.TABLE}
+    table[exits.INTERRUPTED] = "interrupted (Ctrl-C)"
+    assert shown == table
+
+
+def test_the_comparison_sees_a_difference() -> None:
+    assert matches(["✓ a", "...", "✓ c"], ["✓ a", "b", "✓ c"]) is not None
+    assert matches(["✓ a", "✓ c"], ["✓ a", "b", "✓ c"]) is None
+    assert matches(["decision 3f2a9c1b2d4e"], ["decision 9a8b7c6d5e4f"]) is not None
+    assert matches(["cost 18.0"], ["cost 18.5"]) is None
+    assert matches(["total ..."], ["total $0.04"]) is not None and matches(["total ..."], ["sum $0.04"]) is None

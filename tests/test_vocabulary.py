@@ -1,0 +1,126 @@
+"""One vocabulary: the reviewed tables are the source of the words a workload and a pool are
+written in (accelerators, engines, targets, residencies, objectives). The Python model's
+constants, the JSON Schemas' enums, the CLI's choices and the Kubernetes executor's resources are
+held equal to them here; the Rego reads them from the tables (workload_test.rego proves it)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from examlops_policy import model
+from examlops_policy.cli.main import build_parser
+from examlops_policy.executors import kubernetes
+
+ROOT = Path(__file__).resolve().parent.parent
+TABLES = ROOT / "policies" / "examlops" / "tables"
+SCHEMAS = ROOT / "schemas"
+
+
+def table(name: str) -> dict[str, object]:
+    data = yaml.safe_load((TABLES / f"{name}.yaml").read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+# The tables, in their written order.
+ACCELERATORS = tuple(table("accelerators")["accelerators"])  # type: ignore[arg-type]
+ENGINES = tuple(table("engines")["engines"])  # type: ignore[arg-type]
+VOCABULARY: dict[str, list[str]] = table("vocabulary")["vocabulary"]  # type: ignore[assignment]
+
+
+def test_the_tables_hold_the_vocabulary() -> None:
+    assert ACCELERATORS == ("nvidia", "amd", "intel-gaudi", "tpu", "cpu")
+    assert ENGINES == ("vllm", "sglang", "ipex", "cpu", "generic")
+    assert set(VOCABULARY) == {"pool_targets", "workload_targets", "residencies", "objectives"}
+
+
+@pytest.mark.parametrize(
+    ("constant", "expected"),
+    [
+        ("ACCELERATORS", ACCELERATORS),
+        ("ENGINES", ENGINES),
+        ("POOL_TARGETS", tuple(VOCABULARY["pool_targets"])),
+        ("WORKLOAD_TARGETS", tuple(VOCABULARY["workload_targets"])),
+        ("RESIDENCIES", tuple(VOCABULARY["residencies"])),
+        ("OBJECTIVES", tuple(VOCABULARY["objectives"])),
+    ],
+)
+def test_model_constants_are_the_tables(constant: str, expected: tuple[str, ...]) -> None:
+    assert getattr(model, constant) == expected
+
+
+def schema_enum(schema: str, prop: str) -> tuple[object, ...]:
+    doc = json.loads((SCHEMAS / schema).read_text(encoding="utf-8"))
+    return tuple(doc["properties"][prop]["enum"])
+
+
+@pytest.mark.parametrize(
+    ("schema", "prop", "expected"),
+    [
+        ("workload.schema.json", "accelerator", ACCELERATORS),
+        ("workload.schema.json", "engine", ENGINES),
+        # null: the field given explicitly empty (the model reads it as "any").
+        ("workload.schema.json", "target", (*VOCABULARY["workload_targets"], None)),
+        ("workload.schema.json", "residency", tuple(VOCABULARY["residencies"])),
+        ("workload.schema.json", "optimize", tuple(VOCABULARY["objectives"])),
+        ("pool.schema.json", "accelerator", ACCELERATORS),
+        ("pool.schema.json", "target", tuple(VOCABULARY["pool_targets"])),
+    ],
+)
+def test_schema_enums_are_the_tables(schema: str, prop: str, expected: tuple[object, ...]) -> None:
+    assert schema_enum(schema, prop) == expected
+
+
+def choices(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[tuple[str, str, tuple[str, ...]]]:
+    """Every option with choices in the CLI: (command, option, choices)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from choices(sub, (*path, name))
+        elif action.choices and action.option_strings:
+            yield " ".join(path), action.option_strings[-1], tuple(action.choices)
+
+
+# Which table each CLI option's choices come from; --target depends on whether a pool or a
+# workload is described.
+POOL_COMMANDS = {"hardware add-pool", "hardware discover local"}
+
+
+def expected_choices(command: str, option: str) -> tuple[str, ...] | None:
+    if option == "--accelerator":
+        return ACCELERATORS
+    if option == "--engine":
+        return ENGINES
+    if option == "--residency":
+        return tuple(VOCABULARY["residencies"])
+    if option == "--optimize":
+        return tuple(VOCABULARY["objectives"])
+    if option == "--target":
+        return tuple(VOCABULARY["pool_targets" if command in POOL_COMMANDS else "workload_targets"])
+    return None
+
+
+def test_cli_choices_are_the_tables() -> None:
+    found = list(choices(build_parser()))
+    checked = [(c, o) for c, o, _ in found if expected_choices(c, o) is not None]
+    # The vocabulary options exist where people describe pools and workloads.
+    assert {("hardware add-pool", "--accelerator"), ("hardware add-pool", "--target"), ("hardware place", "--engine"),
+            ("hardware place", "--target"), ("hardware place", "--residency")} <= set(checked)  # fmt: skip
+    for command, option, values in found:
+        expected = expected_choices(command, option)
+        if expected is not None:
+            assert values == expected, f"exa {command} {option}"
+
+
+def test_kubernetes_resources_name_every_device_accelerator() -> None:
+    """Every accelerator but the CPU (whose backend is cpu: no device plugin) has a resource."""
+    accelerators = table("accelerators")["accelerators"]
+    assert isinstance(accelerators, dict)
+    devices = tuple(a for a in ACCELERATORS if accelerators[a]["backend"] != "cpu")
+    assert tuple(kubernetes.RESOURCES) == devices
