@@ -117,6 +117,9 @@ class Prepared:
     fresh: bool
     signature_key: str
     workload_signature: JSONObject = field(default_factory=dict)
+    # Shared by every Prepared of the same judgement (revision, workload signature, fleet): the
+    # verdict set's bytes and key are built once, not per placement.
+    memo: dict[str, object] = field(default_factory=dict)
 
     @cached_property
     def verdict_set(self) -> JSONObject:
@@ -131,9 +134,20 @@ class Prepared:
             "shapes": {k: shape_verdict_json(v) for k, v in sorted(self.judged.shapes.items())},
         }
 
-    @cached_property
+    @property
+    def verdict_set_bytes(self) -> bytes:
+        """The verdict set's canonical bytes, as stored."""
+        found = self.memo.get("bytes")
+        if not isinstance(found, bytes):
+            found = self.memo["bytes"] = canonical(self.verdict_set)
+        return found
+
+    @property
     def verdict_set_key(self) -> str:
-        return "verdicts:" + hashlib.sha256(canonical(self.verdict_set)).hexdigest()
+        found = self.memo.get("key")
+        if not isinstance(found, str):
+            found = self.memo["key"] = "verdicts:" + hashlib.sha256(self.verdict_set_bytes).hexdigest()
+        return found
 
     def decide(self, capacities: Sequence[Capacity], tables: Tables) -> Decision:
         """Selection over ``capacities`` (aligned with the fleet): pure, no OPA."""
@@ -166,23 +180,22 @@ class Engine:
         self._fleets: dict[tuple[str, str], Fleet] = {}
         self._verdicts: _Lru[tuple[str, str, str], ShapeVerdict] = _Lru(MAX_VERDICTS)
         self._workload_verdicts: _Lru[tuple[str, str], tuple[WorkloadVerdict, bool]] = _Lru(MAX_JUDGED * 16)
-        self._judged: _Lru[tuple[str, str, str], Judged] = _Lru(MAX_JUDGED)
+        self._judged: _Lru[tuple[str, str, str], tuple[Judged, dict[str, object]]] = _Lru(MAX_JUDGED)
         self.asked = 0  # verdict queries sent to OPA (for benchmarks and tests)
 
     def confirm(self) -> tuple[str, str]:
         """The revision OPA serves now and its version; PolicyError unless it is the reviewed one."""
         confirmation = self.policy.confirm()
         served = confirmation.revision
-        where = self.policy.describe()
         if served is None:
             raise PolicyError(
-                f"OPA at {where} does not report a policy bundle revision"
+                f"OPA at {self.policy.describe()} does not report a policy bundle revision"
                 + (f" (expected {self.reviewed})" if self.reviewed else "")
                 + "; it must serve the reviewed policy as a bundle, so that what it evaluates is what was reviewed"
             )
         if self.reviewed is not None and not same_policy(served, self.reviewed):
             raise PolicyError(
-                f"OPA at {where} serves policy revision {served}, but the reviewed policy is {self.reviewed}; "
+                f"OPA at {self.policy.describe()} serves policy revision {served}, but the reviewed policy is {self.reviewed}; "
                 "restart it on the reviewed bundle (exa opa restart, or deploy the bundle from exa policy build)"
             )
         return served, confirmation.opa_version
@@ -221,12 +234,13 @@ class Engine:
         fleet = self.fleet(pools, revision, about, fleet_rev)
         wsig = about.signature.workload_of(workload)
         wkey = content_key(wsig)
-        judged = self._judged.get((revision, wkey, fleet.revision))
+        found = self._judged.get((revision, wkey, fleet.revision))
         fresh = False
-        if judged is None:
+        if found is None:
             judged, fresh = self._judge(revision, about, wsig, wkey, fleet)
-            self._judged.put((revision, wkey, fleet.revision), judged)
-        return Prepared(workload, judged, about, revision, opa_version, fresh, wkey, wsig)
+            found = (judged, {})
+            self._judged.put((revision, wkey, fleet.revision), found)
+        return Prepared(workload, found[0], about, revision, opa_version, fresh, wkey, wsig, found[1])
 
     def _judge(self, revision: str, about: About, wsig: JSONObject, wkey: str, fleet: Fleet) -> tuple[Judged, bool]:
         shapes: dict[str, ShapeVerdict] = {}

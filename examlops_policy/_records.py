@@ -84,7 +84,7 @@ def encode(
         "workload": workload_input(decision.workload),
         "fleet": prov.fleet_revision,
         "verdicts": verdict_set,
-        "capacity": [capacity_json(c) for c in capacities],
+        "capacity": capacity_vector(capacities),
         "burst": _burst_json(decision.burst),
         "provenance": {
             "input_digest": prov.input_digest,
@@ -104,6 +104,36 @@ def encode(
     else:
         doc.update(code=decision.code, reason=decision.reason)
     return canonical(doc)
+
+
+def capacity_vector(capacities: Sequence[Capacity]) -> JSONValue:
+    """What every pool could still place, in fleet order, as a record stores it: the distinct
+    values once and an index per pool (most pools of a large fleet share a few values)."""
+    values: list[JSONValue] = []
+    seen: dict[str, int] = {}
+    at: list[JSONValue] = []
+    for capacity in capacities:
+        value = capacity_json(capacity)
+        key = json.dumps(value, sort_keys=True)
+        if key not in seen:
+            seen[key] = len(values)
+            values.append(value)
+        at.append(seen[key])
+    return {"values": values, "at": at}
+
+
+def capacities_of(raw: object) -> list[Capacity]:
+    """The capacity vector of a record: ``capacity_vector``'s form, or the plain list of records
+    written before it. StateError for anything else (an altered record)."""
+    if isinstance(raw, list):
+        return [capacity_from_json(c) for c in raw]
+    if isinstance(raw, Mapping):
+        values, at = raw.get("values"), raw.get("at")
+        if isinstance(values, list) and isinstance(at, list):
+            if all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(values) for i in at):
+                decoded = [capacity_from_json(v) for v in values]
+                return [decoded[i] for i in at]
+    raise StateError(f"malformed capacity vector in a stored decision: {str(raw)[:80]}")
 
 
 def is_compact(document: Mapping[str, object]) -> bool:
@@ -163,7 +193,7 @@ def rebuild(
             if len(judged_cache) > 32:
                 judged_cache.clear()
             judged_cache[cache_key] = judged
-    capacities = [capacity_from_json(c) for c in cast(list[object], document["capacity"])]
+    capacities = capacities_of(document["capacity"])
     if len(capacities) != len(judged.fleet.entries):
         raise StateError(f"decision {ident[:12]}: its capacity vector does not match its fleet; the record was altered")
     prov = cast(Mapping[str, str], document["provenance"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import time
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -54,6 +55,8 @@ DEFAULT_HOME: Final = Path("~/.local/share/examlops")
 SOURCE: Final = "exa-hardware"
 # Pools changing under a placement send it back for verdicts; after this many rounds, give up.
 FLEET_ROUNDS: Final = 5
+# A local OPA that answered this recently is not checked again before the next query.
+RECHECK_AFTER_S: Final = 1.0
 
 
 def default_home() -> Path:
@@ -77,9 +80,13 @@ class ManagedPolicy:
         self._timeout = timeout
         self._inner: OpaPolicy | None = None
         self._connection: OpaConnection | None = None
+        self._answered = float("-inf")  # when the server last answered (monotonic seconds)
 
     def _connect(self) -> OpaPolicy:
-        if self._inner is not None and self._connection is not None and not self._connection.still_serving():
+        # A server that answered within the last second is taken to be serving still (the check
+        # reads its record and two processes); a call that then fails finds out (see _call).
+        recent = time.monotonic() - self._answered < RECHECK_AFTER_S
+        if self._inner is not None and self._connection is not None and not recent and not self._connection.still_serving():
             self.close()
         if self._inner is None:
             from examlops_policy.opa import OpaUnreachable, connect
@@ -95,12 +102,21 @@ class ManagedPolicy:
         return self._inner
 
     def _call(self, fn: str, *args: object) -> object:
-        inner = self._connect()
-        try:
-            return getattr(inner, fn)(*args)
-        except PolicyUnavailable:
-            self.close()  # the next call finds (or starts) a live server
-            raise
+        """One query (every query is a read, so a retry is safe): a server found stopped when the
+        query fails is found (or started) again, and asked once more."""
+        for attempt in (1, 2):
+            inner = self._connect()
+            try:
+                answer = getattr(inner, fn)(*args)
+            except PolicyUnavailable:
+                stopped = self._connection is not None and not self._connection.still_serving()
+                self.close()  # the next call finds (or starts) a live server
+                if attempt == 2 or not stopped:
+                    raise
+                continue
+            self._answered = time.monotonic()
+            return answer
+        raise AssertionError("unreachable")
 
     def describe(self) -> str:
         return self._connect().describe()
@@ -122,6 +138,7 @@ class ManagedPolicy:
             self._inner.close()
         self._inner = None
         self._connection = None
+        self._answered = float("-inf")
 
 
 def default_policy(home: Path) -> PolicyEvaluator:

@@ -152,5 +152,7 @@ def test_exa_opa_bundle_writes_the_reviewed_bundle(tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = run_exa(tmp_path / "home", "opa", "bundle", "--out", str(out), "--json", check=True)
     doc = json.loads(result.stdout)
-    assert doc == {"path": str(out / "bundle.tar.gz"), "revision": reviewed_revision(policy_dir()), "roots": ["examlops", "system/authz"]}
+    assert doc == {
+        "path": str(out / "bundle.tar.gz"), "revision": reviewed_revision(policy_dir()), "roots": ["examlops", "system/authz"], "signed": False,
+    }  # fmt: skip
     assert json.loads(members(out / "bundle.tar.gz")[".manifest"])["revision"] == doc["revision"]

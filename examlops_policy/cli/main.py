@@ -15,7 +15,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Final, NoReturn
 
 from rich.console import Console
 
@@ -50,26 +50,37 @@ class _Parser(argparse.ArgumentParser):
         super().error(message)
 
 
-def build_parser() -> argparse.ArgumentParser:
+GROUPS: Final = ("hardware", "audit", "finops", "models", "opa", "policy")
+
+
+def build_parser(group: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or (``group``) only that group's commands: a command builds the
+    parser it needs, not every one."""
     common = _Parser(add_help=False)
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument("--home", help="state directory (default $EXA_HOME or ~/.local/share/examlops)")
     common.add_argument("--debug", action="store_true", help="show tracebacks")
 
     parser = _Parser(prog="exa", description="ExaMLOps: heterogeneous hardware placement by policy.")
-    groups = parser.add_subparsers(dest="group", required=True, metavar="{hardware,audit,finops,models,opa,policy}")
-    hardware = groups.add_parser("hardware", help="device pools and placements").add_subparsers(dest="command", required=True)
-    pools.register(hardware, common)
-    decisions.register(hardware, common)
-    jobs.register(hardware, common)
-    ledger.register(groups, common)
-    opa_cmds.register(groups, common)
-    policy.register(groups, common)
+    groups = parser.add_subparsers(dest="group", required=True, metavar="{" + ",".join(GROUPS) + "}")
+    if group in (None, "hardware"):
+        hardware = groups.add_parser("hardware", help="device pools and placements").add_subparsers(dest="command", required=True)
+        pools.register(hardware, common)
+        decisions.register(hardware, common)
+        jobs.register(hardware, common)
+    if group in (None, "audit", "finops", "models"):
+        ledger.register(groups, common)
+    if group in (None, "opa"):
+        opa_cmds.register(groups, common)
+    if group in (None, "policy"):
+        policy.register(groups, common)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    first = next((a for a in given if not a.startswith("-")), None)
+    args = build_parser(first if first in GROUPS else None).parse_args(given)
     console = _console()
     hw = Hardware(Path(args.home).expanduser() if args.home else None)
     try:

@@ -129,9 +129,9 @@ class SQLStore(ABC):
         self.conflicts_retried = 0
         self.reconnects = 0
         self._snapshot: Snapshot | None = None
-        self._stored: set[str] = set()  # fleet and verdict-set keys known to be stored
+        self._stored: set[str] = set()  # fleet and verdict-set keys known to be committed
+        self._storing: set[str] = set()  # ... written by the open transaction (committed with it, or forgotten)
         self._documents: dict[str, JSONObject] = {}  # stored fleet and verdict-set documents read back
-        self._fleet_docs: dict[str, bytes] = {}
         self._judged: dict[tuple[str, str], Judged] = {}
         self._layouts: dict[str, packing.PoolLayout] = {}
 
@@ -204,12 +204,15 @@ class SQLStore(ABC):
                         self._begin()
                     else:
                         self._begin_read()
+                self._storing = set()
                 result = work()
                 if opened:
                     committing = write
                     self._commit()
+                self._stored |= self._storing
                 return result
             except BaseException as exc:
+                self._storing = set()
                 if opened:
                     self._rollback()
                 fault = self._fault(exc) if isinstance(exc, Exception) else None
@@ -568,15 +571,17 @@ class SQLStore(ABC):
             self._snapshot = after[-1]
         return record
 
-    def _store_document(self, table: str, key: str, document: bytes) -> None:
-        if key in self._stored:
+    def _store_document(self, table: str, key: str, document: Callable[[], bytes]) -> None:
+        """Store a content-addressed document once; ``document`` is only built when it is not
+        known to be stored already (a key is known once the transaction that wrote it committed)."""
+        if key in self._stored or key in self._storing:
             return
         column = "revision" if table == "fleets" else "key"
         self._execute(
             f"INSERT INTO {table} ({column}, document, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-            (key, document.decode("utf-8"), self._clock()),
+            (key, document().decode("utf-8"), self._clock()),
         )
-        self._stored.add(key)
+        self._storing.add(key)
 
     def _record(
         self,
@@ -591,11 +596,8 @@ class SQLStore(ABC):
     ) -> DecisionRecord:
         now = self._clock()
         fleet_rev = prepared.judged.fleet.revision
-        fleet_doc = self._fleet_docs.get(fleet_rev)
-        if fleet_doc is None:
-            fleet_doc = self._fleet_docs[fleet_rev] = canonical(fleet_document([s.pool for s in snap.states], self.tables))
-        self._store_document("fleets", fleet_rev, fleet_doc)
-        self._store_document("verdict_sets", prepared.verdict_set_key, canonical(prepared.verdict_set))
+        self._store_document("fleets", fleet_rev, lambda: canonical(fleet_document([s.pool for s in snap.states], self.tables)))
+        self._store_document("verdict_sets", prepared.verdict_set_key, lambda: prepared.verdict_set_bytes)
         holdings = decision.holdings if isinstance(decision, Placement) else ()
         document = records.encode(decision, verdict_set=prepared.verdict_set_key, capacities=capacities, holdings=holdings)
         record_digest = records.digest(document)
@@ -741,7 +743,7 @@ class SQLStore(ABC):
             return DecisionInputs(
                 self._document("fleets", str(doc["fleet"])),
                 self._document("verdict_sets", str(doc["verdicts"])),
-                tuple(capacity_from_json(c) for c in cast(list[object], doc["capacity"])),
+                tuple(records.capacities_of(doc["capacity"])),
             )
 
         return self._run(work, consistent=True)

@@ -49,10 +49,6 @@ ALTER TABLE decisions ADD COLUMN created_ts DOUBLE PRECISION;
 ALTER TABLE decisions ADD COLUMN released_ts DOUBLE PRECISION;
 ALTER TABLE decisions ADD COLUMN residency TEXT;
 ALTER TABLE decisions ADD COLUMN verdicts TEXT;
-ALTER TABLE decisions ADD COLUMN fraction DOUBLE PRECISION;
-ALTER TABLE decisions ADD COLUMN scheduler TEXT;
-ALTER TABLE decisions ADD COLUMN job_uid TEXT;
-ALTER TABLE decisions ADD COLUMN job_state TEXT;
 UPDATE decisions SET created_ts = EXTRACT(EPOCH FROM created_at::timestamptz),
                      released_ts = EXTRACT(EPOCH FROM released_at::timestamptz);
 CREATE UNIQUE INDEX decisions_request ON decisions(request_id) WHERE request_id IS NOT NULL;

@@ -48,10 +48,6 @@ ALTER TABLE decisions ADD COLUMN created_ts REAL;         -- epoch seconds, for 
 ALTER TABLE decisions ADD COLUMN released_ts REAL;
 ALTER TABLE decisions ADD COLUMN residency TEXT;
 ALTER TABLE decisions ADD COLUMN verdicts TEXT;           -- "fresh" or "reused"
-ALTER TABLE decisions ADD COLUMN fraction REAL;           -- the share of a device asked for
-ALTER TABLE decisions ADD COLUMN scheduler TEXT;          -- where job_id runs: slurm, kubernetes
-ALTER TABLE decisions ADD COLUMN job_uid TEXT;            -- the scheduler's own id of the job (a Kubernetes uid)
-ALTER TABLE decisions ADD COLUMN job_state TEXT;          -- the last state read back (e.g. missing: deleted outside this layer)
 UPDATE decisions SET created_ts = (julianday(created_at) - 2440587.5) * 86400.0,
                      released_ts = CASE WHEN released_at IS NULL THEN NULL
                                         ELSE (julianday(released_at) - 2440587.5) * 86400.0 END;
