@@ -59,7 +59,7 @@ sys.path.insert(0, str(HERE))
 import fleet  # noqa: E402
 import examlops_policy  # noqa: E402
 from examlops_policy import _records as records, specs  # noqa: E402
-from examlops_policy._engine import capacity_json, fleet_revision  # noqa: E402
+from examlops_policy._engine import capacity_digest, fleet_revision  # noqa: E402
 from examlops_policy.errors import PolicyError, PolicyUnavailable  # noqa: E402
 from examlops_policy.hardware import Hardware, ManagedPolicy  # noqa: E402
 from examlops_policy.model import ACCELERATORS, Decision, JSONObject, PoolState, Workload  # noqa: E402
@@ -304,9 +304,10 @@ def run_mix(hw: Hardware, prof: Profile) -> dict[str, Any]:
 
 
 def input_digest(workload: Workload, fleet_rev: str, states: Sequence[PoolState]) -> str:
-    """The decision's input digest, computed as ``Prepared.decide`` does (replica, for timing)."""
-    vector = [capacity_json(s.capacity) for s in states]
-    return "sha256:" + hashlib.sha256(canonical({"workload": workload_input(workload), "fleet": fleet_rev, "capacity": vector})).hexdigest()
+    """The decision's input digest, computed as ``Prepared.decide`` does on a state it has not
+    seen (replica, for timing; ``what_if`` works the capacity part out once per state version)."""
+    capacity = capacity_digest([s.capacity for s in states])
+    return "sha256:" + hashlib.sha256(canonical({"workload": workload_input(workload), "fleet": fleet_rev, "capacity": capacity})).hexdigest()
 
 
 def run_breakdown(hw: Hardware, policy: TimedPolicy, prof: Profile) -> dict[str, Any]:
@@ -317,6 +318,7 @@ def run_breakdown(hw: Hardware, policy: TimedPolicy, prof: Profile) -> dict[str,
     stages = ("check", "snapshot", "lists", "confirm", "describe", "prepare_other", "select")
     times: dict[str, list[float]] = {s: [] for s in (*stages, "input_digest", "total")}
     fleet_revs: dict[int, str] = {}
+    cap_digests: dict[int, str] = {}
     error = None
     start = time.perf_counter()
     i = 0
@@ -336,7 +338,9 @@ def run_breakdown(hw: Hardware, policy: TimedPolicy, prof: Profile) -> dict[str,
         t3 = time.perf_counter()
         prepared = engine.prepare(workload, pools, fleet_rev=fleet_revs[snap.fleet_version])
         t4 = time.perf_counter()
-        decision = prepared.decide(capacities, tables)
+        if snap.version not in cap_digests:  # once per state version, as Hardware.what_if does
+            cap_digests = {snap.version: capacity_digest(capacities)}
+        decision = prepared.decide(capacities, tables, capacities_digest=cap_digests[snap.version])
         t5 = time.perf_counter()
         digest = input_digest(workload, fleet_revs[snap.fleet_version], snap.states)
         t6 = time.perf_counter()

@@ -104,6 +104,12 @@ def capacity_from_json(raw: object) -> Capacity:
     raise PolicyError(f"malformed capacity in a stored decision: {str(raw)[:80]}")
 
 
+def capacity_digest(capacities: Sequence[Capacity]) -> str:
+    """SHA-256 of what every pool could still place, in fleet order (part of a decision's input
+    digest; the same for every decision made on one state)."""
+    return hashlib.sha256(canonical([capacity_json(c) for c in capacities])).hexdigest()
+
+
 @dataclass
 class Prepared:
     """A workload judged over a fleet, ready for selection (possibly several times, as capacity
@@ -149,12 +155,15 @@ class Prepared:
             found = self.memo["key"] = "verdicts:" + hashlib.sha256(self.verdict_set_bytes).hexdigest()
         return found
 
-    def decide(self, capacities: Sequence[Capacity], tables: Tables) -> Decision:
-        """Selection over ``capacities`` (aligned with the fleet): pure, no OPA."""
-        vector = [capacity_json(c) for c in capacities]
+    def decide(self, capacities: Sequence[Capacity], tables: Tables, *, capacities_digest: str | None = None) -> Decision:
+        """Selection over ``capacities`` (aligned with the fleet): pure, no OPA.
+        ``capacities_digest``: their ``capacity_digest``, when the caller has it already."""
         digest = "sha256:" + hashlib.sha256(
-            canonical({"workload": workload_input(self.workload), "fleet": self.judged.fleet.revision, "capacity": vector})
-        ).hexdigest()
+            canonical({
+                "workload": workload_input(self.workload), "fleet": self.judged.fleet.revision,
+                "capacity": capacities_digest or capacity_digest(capacities),
+            })
+        ).hexdigest()  # fmt: skip
         provenance = Provenance(
             input_digest=digest,
             policy_revision=self.revision,

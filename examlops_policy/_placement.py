@@ -303,21 +303,25 @@ def _preference(wv: WorkloadVerdict, t: int, selected: int | None) -> Reason | N
     return wv.request_rejected
 
 
-def summary(workload: Workload, verdicts: Sequence[PoolVerdict]) -> tuple[str, str]:
-    """(code, message) when no pool is eligible: how many pools each reason stopped."""
-    if not verdicts:
+def summary(judged: Judged, capacities: Sequence[Capacity], workload: Workload) -> tuple[str, str]:
+    """(code, message) when no pool is eligible: how many pools each reason stopped. Counted from
+    the denials per pool, as ``pool_verdicts`` words them, without building every verdict."""
+    entries = judged.fleet.entries
+    if not entries or not judged.judged:
         return "no_pools", "no pools are registered"
     counts: dict[str, int] = {}
     capacity_only = False
-    for v in verdicts:
-        if v.admissible:
+    for i, entry in enumerate(entries):
+        v = judged.shapes[entry.key]
+        denials = judged.denials[i] if fits(v.grant, capacities[i]) else (*judged.denials[i], v.shortfall)
+        if not denials:
             continue
-        for r in v.reasons:
+        for r in denials:
             counts[r.code] = counts.get(r.code, 0) + 1
-        capacity_only = capacity_only or all(r.kind == "not_now" for r in v.reasons)
+        capacity_only = capacity_only or all(r.kind == "not_now" for r in denials)
     code, what = ("no_capacity", "has free capacity") if capacity_only else ("no_eligible_pool", "is eligible")
     parts = ", ".join(f"{c} on {n} pool{'' if n == 1 else 's'}" for c, n in sorted(counts.items()))
-    return code, f"no pool {what} for {workload.name} ({len(verdicts)} checked: {parts})"
+    return code, f"no pool {what} for {workload.name} ({len(entries)} checked: {parts})"
 
 
 def decide_over(
@@ -338,7 +342,7 @@ def decide_over(
         reason = outcome.burst.reason
         if outcome.burst.verdict == "blocked" and reason is not None:
             return Rejection(workload, reason.message, reason.code, verdicts, outcome.burst, provenance, checks=checks)
-        code, message = summary(workload, verdicts)
+        code, message = summary(judged, capacities, workload)
         return Rejection(workload, message, code, verdicts, outcome.burst, provenance, checks=checks)
     entry = judged.fleet.entries[outcome.chosen]
     v = judged.verdict(outcome.chosen)

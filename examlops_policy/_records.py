@@ -12,8 +12,10 @@ entry, so an edited cost or pool is caught by ``exa audit verify``.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final, cast
 
@@ -84,7 +86,7 @@ def encode(
         "workload": workload_input(decision.workload),
         "fleet": prov.fleet_revision,
         "verdicts": verdict_set,
-        "capacity": capacity_vector(capacities),
+        "capacity": packed_vector(capacities),
         "burst": _burst_json(decision.burst),
         "provenance": {
             "input_digest": prov.input_digest,
@@ -110,21 +112,41 @@ def capacity_vector(capacities: Sequence[Capacity]) -> JSONValue:
     """What every pool could still place, in fleet order, as a record stores it: the distinct
     values once and an index per pool (most pools of a large fleet share a few values)."""
     values: list[JSONValue] = []
-    seen: dict[str, int] = {}
+    seen: dict[tuple[int, tuple[tuple[str, int], ...]], int] = {}
     at: list[JSONValue] = []
     for capacity in capacities:
-        value = capacity_json(capacity)
-        key = json.dumps(value, sort_keys=True)
-        if key not in seen:
-            seen[key] = len(values)
-            values.append(value)
-        at.append(seen[key])
+        key = (capacity.whole, tuple(sorted(capacity.slices.items())))
+        index = seen.get(key)
+        if index is None:
+            index = seen[key] = len(values)
+            values.append(capacity_json(capacity))
+        at.append(index)
     return {"values": values, "at": at}
 
 
+# A packed capacity vector never unpacks to more than this (an altered record cannot exhaust memory).
+MAX_VECTOR_BYTES: Final = 64 * 1024 * 1024
+
+
+def packed_vector(capacities: Sequence[Capacity]) -> JSONValue:
+    """``capacity_vector``, deflated and base64-encoded: profile names repeat pool after pool, so a
+    large fleet's vector shrinks to a fraction (a record stays small at thousands of pools)."""
+    raw = canonical(capacity_vector(capacities))
+    return {"deflate": base64.b64encode(zlib.compress(raw, 6)).decode("ascii")}
+
+
 def capacities_of(raw: object) -> list[Capacity]:
-    """The capacity vector of a record: ``capacity_vector``'s form, or the plain list of records
-    written before it. StateError for anything else (an altered record)."""
+    """The capacity vector of a record: ``packed_vector``'s or ``capacity_vector``'s form, or the
+    plain list of records written before them. StateError for anything else (an altered record)."""
+    if isinstance(raw, Mapping) and isinstance(raw.get("deflate"), str):
+        try:
+            inflater = zlib.decompressobj()
+            data = inflater.decompress(base64.b64decode(str(raw["deflate"]), validate=True), MAX_VECTOR_BYTES)
+            if inflater.unconsumed_tail:
+                raise StateError("a stored decision's capacity vector is larger than any fleet's; the record was altered")
+            raw = json.loads(data)
+        except (ValueError, zlib.error) as exc:
+            raise StateError(f"malformed capacity vector in a stored decision: {exc}") from exc
     if isinstance(raw, list):
         return [capacity_from_json(c) for c in raw]
     if isinstance(raw, Mapping):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
 
 from examlops_policy._policy_review import PolicyReview
-from examlops_policy._engine import Engine, Prepared, differences, fleet_revision, reference_input, same_policy
+from examlops_policy._engine import Engine, Prepared, capacity_digest, differences, fleet_revision, reference_input, same_policy
 from examlops_policy.errors import NotFoundError, PolicyUnavailable, SpecError, StateError
 from examlops_policy.model import Decision, JSONObject, Placement, Pool, PoolState, Reason, Workload
 from examlops_policy._packing import describe, device_layouts, layout_of, summarize
@@ -182,6 +182,7 @@ class Hardware(PolicyReview):
         self.tables = tables or load_tables()
         self._engine: Engine | None = None
         self._fleet_revs: dict[int, str] = {}
+        self._capacities_at: tuple[tuple[int, int] | None, str] = (None, "")
 
     @property
     def store(self) -> Store:
@@ -320,7 +321,11 @@ class Hardware(PolicyReview):
         specs.check_workload_facts(workload, self.tables)
         if pools is None:
             snap = self.store.snapshot()
-            return self._prepare(workload, snap).decide([s.capacity for s in snap.states], self.tables)
+            capacities = [s.capacity for s in snap.states]
+            # What-ifs on one state share its capacity digest: worked out once per state version.
+            if self._capacities_at[0] != (snap.version, snap.fleet_version):
+                self._capacities_at = ((snap.version, snap.fleet_version), capacity_digest(capacities))
+            return self._prepare(workload, snap).decide(capacities, self.tables, capacities_digest=self._capacities_at[1])
         states = []
         for pool in pools:
             specs.check_pool_facts(pool, self.tables)

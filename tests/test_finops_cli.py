@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-import struct
 import time
-import zlib
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import run_exa
-from tests.chromium_support import chromium, run_chromium
+from tests.chromium_support import chromium, png_facts, run_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAPSHOTS = ROOT / "examples" / "catalogs"
@@ -448,20 +446,6 @@ class Page(HTMLParser):
 
     def attr(self, ident: str, name: str) -> str:
         return str(next(attrs for _, attrs in self.tags if attrs.get("id") == ident)[name])
-
-
-def png_facts(path: Path) -> tuple[int, int, int]:
-    """(width, height, distinct byte values of the decompressed image data) of a PNG file."""
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", data[16:24])
-    idat, at = b"", 8
-    while at < len(data):
-        (length,) = struct.unpack(">I", data[at : at + 4])
-        if data[at + 4 : at + 8] == b"IDAT":
-            idat += data[at + 8 : at + 8 + length]
-        at += 12 + length
-    return width, height, len(set(zlib.decompress(idat)))
 
 
 def assert_self_contained(html: str) -> None:

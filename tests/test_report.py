@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-import struct
 import sys
-import zlib
 from datetime import date, datetime, timezone
 from html.parser import HTMLParser
 from pathlib import Path
@@ -18,7 +16,7 @@ import pytest
 
 from examlops_policy.errors import SpecError
 from examlops_policy.report import ReportData, render_html, report_from_rows
-from tests.chromium_support import run_chromium
+from tests.chromium_support import png_facts, run_chromium
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from finops_report import example_report  # noqa: E402 - the shipped example, generated from a seed
@@ -185,21 +183,6 @@ def test_the_same_data_draws_the_same_page_and_an_empty_period_still_renders() -
 
 
 # --- in a real browser -------------------------------------------------------------------------
-
-def png_facts(path: Path) -> tuple[int, int, int]:
-    """(width, height, distinct byte values in the decompressed image data) of a PNG file."""
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", data[16:24])
-    idat, at = b"", 8
-    while at < len(data):
-        (length,) = struct.unpack(">I", data[at : at + 4])
-        kind = data[at + 4 : at + 8]
-        if kind == b"IDAT":
-            idat += data[at + 8 : at + 8 + length]
-        at += 12 + length
-    return width, height, len(set(zlib.decompress(idat)))
-
 
 @pytest.mark.chromium
 def test_chromium_reads_back_the_totals_and_draws_the_page(tmp_path: Path) -> None:
