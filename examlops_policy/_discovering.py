@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from examlops_policy.discovery import Discovery, plan
+from examlops_policy.hardware import SOURCE
 from examlops_policy.errors import SpecError
 from examlops_policy.model import Pool
 from examlops_policy.views import DiscoveredChange, DiscoveryResult
@@ -73,7 +74,7 @@ def discover(hw: Hardware, source: str, *, region: str | None, prefix: str | Non
         # What the scheduler reports busy, beyond this layer's own submitted placements, is not free.
         usage = {d.pool.name: d.pool.count - d.free for d in found.pools if d.free is not None}
         if usage:
-            held = hw.store.record_scheduler_usage(usage, scheduler=found.source, source="exa-hardware")
+            held = hw.store.record_scheduler_usage(usage, scheduler=found.source, source=SOURCE)
     out = []
     for c in changes:
         assert c.pool is not None

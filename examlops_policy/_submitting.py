@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, cast
 
 from examlops_policy.errors import ExaError, ExecutorError, SpecError
 from examlops_policy.executors.placed import live_placement
+from examlops_policy.hardware import SOURCE
 from examlops_policy.model import JSONObject, Pool
 
 from examlops_policy.views import DecisionRecord, JobReport, Submission
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
     from examlops_policy.executors.kubernetes_api import KubernetesCluster
     from examlops_policy.hardware import Hardware
 
-SOURCE = "exa-hardware"
 SCHEDULERS = ("slurm", "kubernetes")
 # Slurm job states (squeue/scontrol/sacct) by what they mean here.
 _SLURM: dict[str, str] = {
