@@ -264,6 +264,8 @@ class NodeCapacity:
         self.up: BoolArray = np.array([nd.state == "up" for nd in self.nodes], dtype=np.bool_)
         self.version: IntArray = np.zeros(n, dtype=np.int64)
         self.shared_values: IntArray = np.full((n, 1), -1, dtype=np.int64)
+        self.shared_max: IntArray = np.full(n, -1, dtype=np.int64)
+        self._model_luts: dict[frozenset[str], BoolArray] = {}
         self.affinity_counts: dict[str, IntArray] = {}
         self.affinity_kinds: IntArray = np.zeros(n, dtype=np.int64)  # distinct kinds held, by node
         self._devices = [_Devices(nd.devices) for nd in self.nodes]
@@ -288,15 +290,20 @@ class NodeCapacity:
             if request.kind == "whole":
                 ok &= self.whole_free >= request.devices
             else:
-                ok &= (self.whole_free > 0) | (self.shared_values.max(axis=1) >= request.share_milli)
+                ok &= (self.whole_free > 0) | (self.shared_max >= request.share_milli)
         return np.flatnonzero(ok)
 
     def model_mask(self, models: frozenset[str]) -> BoolArray:
-        lut = np.zeros(len(self.models) + 1, dtype=np.bool_)  # last entry: nodes without a model
-        for m in models:
-            if m in self._model_ids:
-                lut[self._model_ids[m]] = True
-        return lut[self.model_id]
+        """Which nodes have one of ``models``."""
+        lut = self._model_luts.get(models)
+        if lut is None:
+            lut = np.zeros(len(self.models) + 1, dtype=np.bool_)  # last entry (-1): nodes without a model
+            for m in models:
+                if m in self._model_ids:
+                    lut[self._model_ids[m]] = True
+            self._model_luts[models] = lut
+        out: BoolArray = lut[self.model_id]
+        return out
 
     def ever_fits(self, request: NodeRequest) -> bool:
         """Whether ``request.nodes`` nodes could take the request were they empty and up (else it is never placeable)."""
@@ -358,6 +365,9 @@ class NodeCapacity:
     def choose(self, request: NodeRequest, packer: Packer, among: BoolArray | None = None) -> tuple[NodeGrant, ...] | None:
         """Where ``request`` would go (one grant per node of the gang), or None: nothing changes.
 
+        ``among``: only these nodes (a mask by position), e.g. the nodes of the pools the policy
+        admitted; None: all nodes.
+
         A gang is chosen node by node, each with the packer's best node given the ones before it
         (tentatively held, then given back).
         """
@@ -368,7 +378,11 @@ class NodeCapacity:
         return grants
 
     def place(self, request: NodeRequest, packer: Packer, among: BoolArray | None = None) -> tuple[NodeGrant, ...] | None:
-        """Choose and hold: one grant per node of the gang, all or nothing (None: nothing held)."""
+        """Choose and hold: one grant per node of the gang, all or nothing (None: nothing held).
+
+        Feasible nodes (``feasible``) are scored by ``packer``; the best wins, the earliest in node
+        order on ties; a single feasible node is taken without scoring (as kube-scheduler does).
+        """
         grants: list[NodeGrant] = []
         used = np.zeros(len(self.nodes), dtype=np.bool_) if request.nodes > 1 else None
         for _ in range(request.nodes):
@@ -515,6 +529,7 @@ class NodeCapacity:
         row = self.shared_values[i]
         row[:] = -1
         row[: len(values)] = values
+        self.shared_max[i] = values[-1] if values else -1
 
 
 def order_nodes(nodes: Sequence[Node], order: Sequence[int]) -> list[Node]:

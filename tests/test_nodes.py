@@ -13,6 +13,7 @@ from examlops_policy._node_packers import (
     PACKERS,
     BestFitPacker,
     DotProductPacker,
+    ExaPacker,
     ExpectedWorkload,
     FragmentationPacker,
     GpuClusteringPacker,
@@ -306,6 +307,31 @@ def test_fgd_keeps_cpu_for_the_devices_it_serves() -> None:
     assert only(cap.place(whole(0, cpu=8000), FragmentationPacker(expected))).node == "full"
 
 
+def test_exa_sends_cpu_where_it_does_not_strand_devices_and_fgd_does_not_see_it() -> None:
+    # Expected: one device with 8 cores (rho = 8 CPU milli per device milli). "poor": 2 devices,
+    # 24 cores; "rich": 2 devices, 64 cores. 10 cores of CPU-only work leave both able to take one
+    # expected request (FGD: no change anywhere, a tie, the first node wins), but on "poor" only
+    # 14 cores remain for 2000 device milli: 2000 - 14000 / 8 = 250 milli stranded
+    # (exa: trunc(100 * sigmoid(-0.25)) = 43 against 50 on "rich").
+    expected = ExpectedWorkload(((whole(1, cpu=8000), 1.0),))
+    request = whole(0, cpu=10000)
+    fgd_cap = gpu_nodes(("poor", 2, 24000), ("rich", 2, 64000))
+    assert only(fgd_cap.place(request, FragmentationPacker(expected))).node == "poor"
+    cap = gpu_nodes(("poor", 2, 24000), ("rich", 2, 64000))
+    assert ExaPacker(expected).scores(cap, request, cap.feasible(request)).tolist() == [43, 50]
+    assert only(cap.place(request, ExaPacker(expected))).node == "rich"
+
+
+def test_exa_without_an_expected_workload_keeps_whole_blocks() -> None:
+    # No history and no table: whole blocks of 1, 2, 4 devices, equally likely. One device goes
+    # to the node already broken up, so the other keeps its 4 devices together.
+    cap = gpu_nodes(("a", 4, 64000), ("b", 4, 64000))
+    cap.allocate(NodeGrant("b", (0,), 0, 0, 0))
+    packer = packer_named("exa")
+    assert only(cap.place(whole(1), packer)).node == "b"
+    assert only(cap.place(whole(4), packer)).node == "a"
+
+
 @pytest.mark.parametrize("name", PACKERS)
 def test_every_packer_is_deterministic_for_a_seed(name: str) -> None:
     expected = ExpectedWorkload(((share(300), 0.4), (whole(1, cpu=4000), 0.4), (whole(4), 0.2)))
@@ -331,3 +357,16 @@ def test_expected_workload_takes_the_most_frequent_shapes_up_to_the_coverage() -
     expected = ExpectedWorkload.from_requests(requests, coverage=0.9)
     assert [(s, round(f, 4)) for s, f in expected.shapes] == [(whole(1), round(6 / 9, 4)), (share(500), round(3 / 9, 4))]
     assert MILLI == 1000
+
+
+def test_expected_workload_from_a_reviewed_table_normalises_and_names_bad_rows() -> None:
+    table = [{"devices": 1, "cpu_milli": 8000, "frequency": 3}, {"share_milli": 250, "models": ["t4"], "frequency": 1}]
+    expected = ExpectedWorkload.from_table(table, source="tables/expected.yaml")
+    assert expected.shapes == ((whole(1, cpu=8000), 0.75), (NodeRequest(share_milli=250, models=frozenset({"t4"})), 0.25))
+    with pytest.raises(SpecError) as info:
+        ExpectedWorkload.from_table([{"devices": 1, "frequency": 1}, {"share_milli": 1500, "frequency": 1}], source="t.yaml")
+    assert str(info.value).startswith("t.yaml row 2: share_milli:")
+    with pytest.raises(SpecError, match="row 1: frequency"):
+        ExpectedWorkload.from_table([{"devices": 1, "frequency": 0}])
+    with pytest.raises(SpecError, match="row 1: gpus: unknown field"):
+        ExpectedWorkload.from_table([{"gpus": 1, "frequency": 1}])
