@@ -146,6 +146,13 @@ class NodeGrant:
     def device_milli(self) -> int:
         return self.share_milli if self.share_milli else MILLI * len(self.devices)
 
+    @property
+    def affinity(self) -> str | None:
+        """The kind of grant: ``share``, ``1``, ``2``, ... devices, None for CPU only (as ``NodeRequest.affinity``)."""
+        if self.share_milli:
+            return "share"
+        return str(len(self.devices)) if self.devices else None
+
 
 def _check_count(value: object, source: str, what: str) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -167,6 +174,22 @@ class _FreeRanges:
     def contains(self, index: int) -> bool:
         i = bisect.bisect_right(self.starts, index) - 1
         return i >= 0 and index < self.ends[i]
+
+    def remove(self, index: int) -> None:
+        """Take ``index`` (it must be free), splitting its range."""
+        i = bisect.bisect_right(self.starts, index) - 1
+        start, end = self.starts[i], self.ends[i]
+        if start == index and end == index + 1:
+            del self.starts[i]
+            del self.ends[i]
+        elif start == index:
+            self.starts[i] = index + 1
+        elif end == index + 1:
+            self.ends[i] = index
+        else:
+            self.ends[i] = index
+            self.starts.insert(i + 1, index + 1)
+            self.ends.insert(i + 1, end)
 
     def add(self, index: int) -> None:
         """Give ``index`` back (it must not be free), merging with its neighbours."""
@@ -400,7 +423,7 @@ class NodeCapacity:
                 scores = packer.scores(self, request, feasible)
                 best = int(feasible[int(np.argmax(scores))])
             grant = NodeGrant(self.nodes[best].name, packer.devices(self, best, request), request.share_milli, request.cpu_milli, request.memory_mib)
-            self.allocate(grant, affinity=request.affinity)
+            self.allocate(grant)
             grants.append(grant)
             if used is not None:
                 used[best] = True
@@ -408,7 +431,7 @@ class NodeCapacity:
 
     # -- changing -------------------------------------------------------------------------------
 
-    def allocate(self, grant: NodeGrant, *, affinity: str | None = None) -> None:
+    def allocate(self, grant: NodeGrant) -> None:
         """Hold ``grant`` on its node (it must fit: checked, a mismatch raises and changes nothing)."""
         i = self._position(grant.node)
         d = self._devices[i]
@@ -427,23 +450,24 @@ class NodeCapacity:
             else:
                 if not (0 <= dev < d.count) or not d.free.contains(dev):
                     raise CapacityError(f"device {dev} of node {grant.node} is not free")
-                self._take_free(d, [dev])
+                d.free.remove(dev)
                 self.whole_free[i] -= 1
                 d._set_shared(dev, MILLI - grant.share_milli)
         else:
             if len(set(grant.devices)) != len(grant.devices) or any(not (0 <= dv < d.count) or not d.free.contains(dv) for dv in grant.devices):
                 raise CapacityError(f"devices {list(grant.devices)} of node {grant.node} are not all free")
-            self._take_free(d, list(grant.devices))
+            for dv in grant.devices:
+                d.free.remove(dv)
             self.whole_free[i] -= len(grant.devices)
         self.cpu_free[i] -= grant.cpu_milli if self.cpu_tracked[i] else 0
         self.memory_free[i] -= grant.memory_mib if self.memory_total[i] != UNTRACKED else 0
         self.free_milli[i] -= grant.device_milli
         self.allocated_milli += grant.device_milli
-        if affinity is not None:
-            self._count_affinity(i, affinity, +1)
+        if grant.affinity is not None:
+            self._count_affinity(i, grant.affinity, +1)
         self._changed(i)
 
-    def release(self, grant: NodeGrant, *, affinity: str | None = None) -> None:
+    def release(self, grant: NodeGrant) -> None:
         """Give ``grant`` back (it must be held: a grant this capacity does not hold raises, nothing changes)."""
         i = self._position(grant.node)
         d = self._devices[i]
@@ -470,8 +494,8 @@ class NodeCapacity:
             self.memory_free[i] = min(self.memory_free[i] + grant.memory_mib, self.memory_total[i])
         self.free_milli[i] += grant.device_milli
         self.allocated_milli -= grant.device_milli
-        if affinity is not None:
-            self._count_affinity(i, affinity, -1)
+        if grant.affinity is not None:
+            self._count_affinity(i, grant.affinity, -1)
         self._changed(i)
 
     def set_state(self, name: str, state: NodeState) -> None:
@@ -487,24 +511,6 @@ class NodeCapacity:
             return self.index[name]
         except KeyError:
             raise CapacityError(f"no node named {name!r}") from None
-
-    @staticmethod
-    def _take_free(d: _Devices, devices: list[int]) -> None:
-        ranges = d.free
-        for dev in sorted(devices):
-            i = bisect.bisect_right(ranges.starts, dev) - 1
-            start, end = ranges.starts[i], ranges.ends[i]
-            if start == dev and end == dev + 1:
-                del ranges.starts[i]
-                del ranges.ends[i]
-            elif start == dev:
-                ranges.starts[i] = dev + 1
-            elif end == dev + 1:
-                ranges.ends[i] = dev
-            else:
-                ranges.ends[i] = dev
-                ranges.starts.insert(i + 1, dev + 1)
-                ranges.ends.insert(i + 1, end)
 
     def _count_affinity(self, i: int, kind: str, step: int) -> None:
         counts = self.affinity_counts.get(kind)

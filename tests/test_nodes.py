@@ -253,9 +253,9 @@ def test_gpu_packing_fills_shared_devices_then_used_nodes_then_empty_ones() -> N
 def test_gpu_clustering_groups_grants_of_the_same_kind() -> None:
     cap = gpu_nodes(("mixed", 4, 64000), ("shares", 4, 64000), ("empty", 4, 64000))
     packer = GpuClusteringPacker()
-    cap.allocate(NodeGrant("mixed", (0,), 200, 0, 0), affinity="share")
-    cap.allocate(NodeGrant("mixed", (1,), 0, 0, 0), affinity="1")
-    cap.allocate(NodeGrant("shares", (0,), 200, 0, 0), affinity="share")
+    cap.allocate(NodeGrant("mixed", (0,), 200, 0, 0))
+    cap.allocate(NodeGrant("mixed", (1,), 0, 0, 0))
+    cap.allocate(NodeGrant("shares", (0,), 200, 0, 0))
     # Fuller term: 25 * (8000 - free) / 8000 with free 2800, 3800, 4000 -> 16, 13, 12 (here the
     # largest node has 4 devices: 25 * (4000 - free) / 4000 -> 7, 1, 0).
     scores = packer.scores(cap, share(100), cap.feasible(share(100))).tolist()
@@ -263,6 +263,17 @@ def test_gpu_clustering_groups_grants_of_the_same_kind() -> None:
     assert only(cap.place(share(100), packer)).node == "shares"
     assert only(cap.place(whole(1), packer)).node == "mixed"  # holds a 1-device grant
     assert only(cap.place(whole(2), packer)).node == "empty"
+
+
+def test_grant_kinds_are_counted_on_allocation_and_release() -> None:
+    cap = gpu_nodes(("a", 4, 64000))
+    grants = [NodeGrant("a", (0,), 200, 0, 0), NodeGrant("a", (0,), 300, 0, 0), NodeGrant("a", (1, 2), 0, 0, 0)]
+    for g in grants:
+        cap.allocate(g)
+    assert (int(cap.affinity_counts["share"][0]), int(cap.affinity_counts["2"][0]), int(cap.affinity_kinds[0])) == (2, 1, 2)
+    for g in grants[1:]:
+        cap.release(g)
+    assert (int(cap.affinity_counts["share"][0]), int(cap.affinity_counts["2"][0]), int(cap.affinity_kinds[0])) == (1, 0, 1)
 
 
 def test_random_is_reproducible_for_a_seed_and_varies_across_seeds() -> None:
