@@ -305,6 +305,7 @@ class _FragModel:
             if shape.models is None:
                 weights[self.n_models, first_bucket:, j] += freq
         self.weights = weights.reshape((self.n_models + 1) * buckets, len(columns))
+        self._taken: dict[int, IntArray] = {}  # share milli -> Q drop by a device's free milli (0..1000) and column
 
     def rows(self, model_id: IntArray, cpu_free: IntArray) -> IntArray:
         bucket = np.searchsorted(self.cpu_steps, cpu_free, side="right")
@@ -318,14 +319,21 @@ class _FragModel:
         return q
 
     def share_taken(self, value: IntArray, share: int) -> IntArray:
-        """How much each column's Q drops when ``share`` milli are taken from a device with ``value`` free (..., columns)."""
-        mu = self.col_milli
-        v = value[..., None]
-        return np.where(mu <= v - share, share, np.where(mu <= v, v, 0))
+        """How much each column's Q drops when ``share`` milli are taken from a device with ``value`` free (n, columns)."""
+        table = self._taken.get(share)
+        if table is None:
+            if len(self._taken) >= 256:
+                self._taken.clear()
+            v = np.arange(MILLI + 1, dtype=np.int64)[:, None]
+            mu = self.col_milli
+            table = self._taken[share] = np.where(mu <= v - share, share, np.where(mu <= v, v, 0))
+        out: IntArray = table[value]
+        return out
 
     def frag(self, q: IntArray, total: IntArray, rows: IntArray) -> FloatArray:
         """Fragmentation of rows ``q`` (n, columns) with free ``total`` (n) and weight rows ``rows`` (n)."""
-        out: FloatArray = total - (self.weights[rows] * np.where(q >= self.col_need, q, 0)).sum(axis=1)
+        usable = np.where(q >= self.col_need, q, 0).astype(np.float64)
+        out: FloatArray = total - np.einsum("ij,ij->i", self.weights[rows], usable)
         return out
 
 
@@ -401,7 +409,7 @@ class FragmentationPacker:
             fresh = np.flatnonzero(capacity.whole_free[nodes] > 0)
             who = np.concatenate([fresh, at])
             value = np.concatenate([np.full(fresh.size, MILLI, dtype=np.int64), values[at, slot]])
-            frag = model.frag(self._q[nodes][who] - model.share_taken(value, s), total[who], rows[who])
+            frag = model.frag(self._q[nodes[who]] - model.share_taken(value, s), total[who], rows[who])
             after = np.full(nodes.size, np.inf)
             np.minimum.at(after, who, frag)
         extra = self._extra(capacity, total, cpu, nodes)
