@@ -176,10 +176,12 @@ class RandomPacker:
         if request.kind != "share":
             return capacity.best_fit_devices(node, request)
         whole = int(capacity.whole_free[node])
-        fitting = sorted(d for v, ds in capacity.shared_by_free(node).items() if v >= request.share_milli for d in ds)
-        pick = self.rng.randrange(whole + len(fitting))
-        if pick < len(fitting):
-            return (fitting[pick],)
+        groups = sorted((v, ds) for v, ds in capacity.shared_by_free(node).items() if v >= request.share_milli)
+        pick = self.rng.randrange(whole + sum(len(ds) for _, ds in groups))
+        for _, ds in groups:
+            if pick < len(ds):
+                return (ds[pick],)
+            pick -= len(ds)
         low = capacity.lowest_free_device(node)
         assert low is not None
         return (low,)
@@ -311,7 +313,7 @@ class _FragModel:
         bucket = np.searchsorted(self.cpu_steps, cpu_free, side="right")
         return (model_id % (self.n_models + 1)) * self.buckets + bucket
 
-    def q_row(self, whole_free: int, by_free: Mapping[int, set[int]]) -> IntArray:
+    def q_row(self, whole_free: int, by_free: Mapping[int, Sequence[int]]) -> IntArray:
         q = np.full(self.col_milli.size, whole_free * MILLI, dtype=np.int64)
         for v, devices in by_free.items():
             if v > 0:
@@ -427,7 +429,7 @@ class FragmentationPacker:
             return capacity.best_fit_devices(node, request)
         model = self._refresh(capacity)
         s = request.share_milli
-        candidates: list[tuple[int, int]] = [(min(ds), v) for v, ds in capacity.shared_by_free(node).items() if v >= s]
+        candidates: list[tuple[int, int]] = [(ds[0], v) for v, ds in capacity.shared_by_free(node).items() if v >= s]
         low = capacity.lowest_free_device(node)
         if capacity.whole_free[node] > 0 and low is not None:
             candidates.append((low, MILLI))

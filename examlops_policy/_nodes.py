@@ -218,20 +218,20 @@ class _Devices:
         self.count = count
         self.free = _FreeRanges(count)
         self.shared: dict[int, int] = {}  # device -> free milli (0..999)
-        self.by_free: dict[int, set[int]] = {}  # free milli -> devices holding shares with that much free
+        self.by_free: dict[int, list[int]] = {}  # free milli -> devices holding shares with that much free, sorted
 
     def _set_shared(self, device: int, free: int | None) -> None:
         old = self.shared.get(device)
         if old is not None:
             group = self.by_free[old]
-            group.discard(device)
+            del group[bisect.bisect_left(group, device)]
             if not group:
                 del self.by_free[old]
         if free is None:
             self.shared.pop(device, None)
         else:
             self.shared[device] = free
-            self.by_free.setdefault(free, set()).add(device)
+            bisect.insort(self.by_free.setdefault(free, []), device)
 
 
 class Packer(Protocol):
@@ -341,8 +341,8 @@ class NodeCapacity:
         """Devices of ``node`` that hold shares, with their free milli."""
         return self._devices[node].shared
 
-    def shared_by_free(self, node: int) -> Mapping[int, set[int]]:
-        """Devices of ``node`` that hold shares, grouped by free milli."""
+    def shared_by_free(self, node: int) -> Mapping[int, Sequence[int]]:
+        """Devices of ``node`` that hold shares, grouped by free milli (each group in index order)."""
         return self._devices[node].by_free
 
     def free_ranges(self, node: int) -> list[tuple[int, int]]:
@@ -358,7 +358,7 @@ class NodeCapacity:
         """The device holding shares with the least free milli that still covers ``milli`` (lowest index on ties)."""
         by_free = self._devices[node].by_free
         fits = [v for v in by_free if v >= milli]
-        return min(by_free[min(fits)]) if fits else None
+        return by_free[min(fits)][0] if fits else None
 
     def best_fit_devices(self, node: int, request: NodeRequest) -> tuple[int, ...]:
         """Whole devices: the lowest free indices. A share: the tightest device holding shares, else the lowest free one."""
