@@ -226,3 +226,13 @@ def test_one_seed_of_gpu_packing_on_openb_default_lands_near_the_published_mean(
     result = replay(pods, nodes, packer_placer("gpu-packing", None), seed=42)
     assert abs(result.alloc_pct[130] - 92.00) < 1.5, result.alloc_pct[130]
     assert 10_500 < result.pods < 11_000
+
+
+def test_the_allocation_plot_has_axes_a_legend_and_one_line_per_curve() -> None:
+    from examlops_policy._sim.plot import Line, allocation_svg
+
+    svg = allocation_svg([Line("exa", {0: 0.0, 50: 50.0, 130: 95.9}), Line("fgd <published>", {0: 0.0, 130: 95.4}, dashed=True)], title="openb default")
+    assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
+    assert svg.count("<polyline") == 2 and svg.count('stroke-dasharray="6 4"') == 2  # the dashed line and its legend key
+    assert "arrived demand (% of device capacity)" in svg and "allocation (% of device capacity)" in svg
+    assert "fgd &lt;published&gt;" in svg and ">130<" in svg and ">100<" in svg

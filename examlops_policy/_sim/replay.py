@@ -16,8 +16,14 @@ The figure: the allocation ratio (allocated / capacity, %) at each whole percent
 (arrived / capacity), each the mean of the events whose arrived percent rounds to it (or, where
 none does, those within one percent), rounded as the published files are.
 
-Where a pod goes is behind one small interface, ``Placer``: here ``PackerPlacer`` (a packer over
-the nodes directly); the same harness drives any other placement path given the same nodes.
+Where a pod goes is behind one small interface, ``Placer`` (``place(request) -> grants | None``
+and the ``capacity`` it places into), built per replay by a ``PlacerFactory`` from the nodes in
+tie-break order and the seed. ``PackerPlacer`` is a packer over the nodes directly. The product's
+placement path plugs in the same way: a placer that turns the request into a workload (its
+``models`` for the policy's models rule; CPU-only requests may use any node's CPU and memory), asks
+the policy for its verdicts on the pools holding those nodes, keeps the pools the selection admits
+(best tier first), and calls ``NodeCapacity.place(request, packer, among=<their nodes>)`` with the
+same packer ``place`` uses, so the replay and ``place`` cannot disagree on a node or a device.
 """
 
 from __future__ import annotations
