@@ -1,0 +1,548 @@
+"""Nodes of a pool, what each still has free, and the choice of node(s) and device(s) for a request.
+
+A real scheduler allocates per node: ``--gres=gpu:4`` and a pod's ``nvidia.com/gpu: 4`` must fit on
+ONE node, beside the job's CPU and memory. This module holds a pool's nodes as a scheduler sees
+them and answers "where does this request go", node by node:
+
+* a ``Node``: name, device count and model, CPU (milli) and memory (MiB) when tracked, state
+  (only ``up`` takes new grants), labels (topology, later);
+* a ``NodeRequest`` per node: whole devices, or a share of ONE device in milli (time-slicing, MPS,
+  Slurm shards), CPU and memory; a gang is ``nodes`` nodes with the same request, all or nothing;
+* a ``NodeCapacity``: the free CPU, memory and devices of every node, changed incrementally by
+  ``allocate`` and ``release`` (the cost of what changed), and ``choose``/``place``, which ask a
+  packer (``examlops_policy._node_packers``) to score the feasible nodes.
+
+Feasibility is exact and the same for every packer: free CPU and free memory cover the request
+(memory is checked, never scored), the node's model is one the request accepts, a share needs ONE
+device with at least that much free milli, whole devices must be completely free.
+
+Compact at any size: a node's empty devices are a count plus a list of free index ranges, and only
+devices holding shares are kept one by one (with a count per free value). A pool without node
+information is one node holding all its devices; a node of 1,000,000 devices costs the same per
+operation as one of 8. Scoring is vectorised over nodes (numpy): one request against 1,213 nodes
+is a few dozen array operations, not a Python loop over nodes.
+
+Ties: among equally scored nodes the earliest in the capacity's node order wins. The order is the
+order of the nodes given (production: a fixed order such as by name; the openb replay: a random
+permutation fixed once per seed, as the published simulator does). Pure: no I/O, no clock; a random
+packer brings its own seeded generator.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from examlops_policy.errors import SpecError
+
+MILLI: Final = 1000
+"""A whole device in milli; a share is 1..999 milli of one device."""
+
+UNTRACKED: Final = 1 << 62
+"""Free CPU or memory of a node that does not track it: more than any request."""
+
+NodeState = Literal["up", "drained", "down"]
+NODE_STATES: Final = ("up", "drained", "down")
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node of a pool: its devices (count and model), CPU and memory, state and labels.
+
+    ``cpu_milli`` / ``memory_mib`` None: not tracked (never a limit). ``model`` None: no devices or
+    an unnamed model (a request naming models never goes there).
+    """
+
+    name: str
+    devices: int = 0
+    model: str | None = None
+    cpu_milli: int | None = None
+    memory_mib: int | None = None
+    state: NodeState = "up"
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise SpecError("a node needs a non-empty name", field="name")
+        _check_count(self.devices, f"node {self.name}", "devices")
+        for what, value in (("cpu_milli", self.cpu_milli), ("memory_mib", self.memory_mib)):
+            if value is not None:
+                _check_count(value, f"node {self.name}", what)
+        if self.state not in NODE_STATES:
+            raise SpecError(f"state must be one of {', '.join(NODE_STATES)} (got {self.state!r})", source=f"node {self.name}", field="state")
+
+
+@dataclass(frozen=True)
+class NodeRequest:
+    """What a workload asks of each node it runs on.
+
+    ``devices``: whole devices (completely free ones) on the node; ``share_milli``: instead, a share
+    of ONE device (1..999 milli, time-slicing / MPS / shards); ``cpu_milli``, ``memory_mib``: host
+    CPU and memory on the node (0 devices: a CPU-only request). ``models``: the device models the
+    request accepts (None: any; only checked when it asks for devices). ``nodes``: a gang of that
+    many nodes, each with this request, all or nothing.
+    """
+
+    devices: int = 0
+    share_milli: int = 0
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    models: frozenset[str] | None = None
+    nodes: int = 1
+
+    def __post_init__(self) -> None:
+        _check_count(self.devices, "request", "devices")
+        _check_count(self.cpu_milli, "request", "cpu_milli")
+        _check_count(self.memory_mib, "request", "memory_mib")
+        if not isinstance(self.share_milli, int) or isinstance(self.share_milli, bool) or not 0 <= self.share_milli < MILLI:
+            raise SpecError(f"a share is 1..{MILLI - 1} milli of one device (got {self.share_milli!r})", source="request", field="share_milli")
+        if self.share_milli and self.devices:
+            raise SpecError("ask for whole devices or for a share of one device, not both", source="request", field="share_milli")
+        if not isinstance(self.nodes, int) or isinstance(self.nodes, bool) or self.nodes < 1:
+            raise SpecError(f"a gang is at least 1 node (got {self.nodes!r})", source="request", field="nodes")
+        if self.models is not None and not self.models:
+            raise SpecError("models, when given, names at least one model", source="request", field="models")
+
+    @property
+    def kind(self) -> Literal["cpu", "share", "whole"]:
+        """``cpu`` (no devices), ``share`` (part of one device) or ``whole`` (whole devices)."""
+        if self.share_milli:
+            return "share"
+        return "whole" if self.devices else "cpu"
+
+    @property
+    def device_milli(self) -> int:
+        """Device milli asked per node (a share counts its milli, a whole device 1000)."""
+        return self.share_milli or self.devices * MILLI
+
+    @property
+    def affinity(self) -> str | None:
+        """The kind of grant as the GPU-clustering baseline groups them: ``share``, ``1``, ``2``, ... devices."""
+        if self.share_milli:
+            return "share"
+        return str(self.devices) if self.devices else None
+
+
+@dataclass(frozen=True)
+class NodeGrant:
+    """What one node gives a request: device indices (a share: one device and its milli), CPU, memory."""
+
+    node: str
+    devices: tuple[int, ...]
+    share_milli: int
+    cpu_milli: int
+    memory_mib: int
+
+    @property
+    def device_milli(self) -> int:
+        return self.share_milli if self.share_milli else MILLI * len(self.devices)
+
+    @property
+    def affinity(self) -> str | None:
+        """The kind of grant: ``share``, ``1``, ``2``, ... devices, None for CPU only (as ``NodeRequest.affinity``)."""
+        if self.share_milli:
+            return "share"
+        return str(len(self.devices)) if self.devices else None
+
+
+def _check_count(value: object, source: str, what: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise SpecError(f"{what} must be a whole number >= 0 (got {value!r})", source=source, field=what)
+
+
+class _FreeRanges:
+    """Free device indices of one node as sorted disjoint ranges [start, end): compact at any size."""
+
+    __slots__ = ("starts", "ends")
+
+    def __init__(self, count: int) -> None:
+        self.starts: list[int] = [0] if count else []
+        self.ends: list[int] = [count] if count else []
+
+    def lowest(self) -> int:
+        return self.starts[0]
+
+    def contains(self, index: int) -> bool:
+        i = bisect.bisect_right(self.starts, index) - 1
+        return i >= 0 and index < self.ends[i]
+
+    def remove(self, index: int) -> None:
+        """Take ``index`` (it must be free), splitting its range."""
+        i = bisect.bisect_right(self.starts, index) - 1
+        start, end = self.starts[i], self.ends[i]
+        if start == index and end == index + 1:
+            del self.starts[i]
+            del self.ends[i]
+        elif start == index:
+            self.starts[i] = index + 1
+        elif end == index + 1:
+            self.ends[i] = index
+        else:
+            self.ends[i] = index
+            self.starts.insert(i + 1, index + 1)
+            self.ends.insert(i + 1, end)
+
+    def add(self, index: int) -> None:
+        """Give ``index`` back (it must not be free), merging with its neighbours."""
+        i = bisect.bisect_right(self.starts, index)
+        joins_left = i > 0 and self.ends[i - 1] == index
+        joins_right = i < len(self.starts) and self.starts[i] == index + 1
+        if joins_left and joins_right:
+            self.ends[i - 1] = self.ends[i]
+            del self.starts[i]
+            del self.ends[i]
+        elif joins_left:
+            self.ends[i - 1] = index + 1
+        elif joins_right:
+            self.starts[i] = index
+        else:
+            self.starts.insert(i, index)
+            self.ends.insert(i, index + 1)
+
+
+class _Devices:
+    """One node's devices: free ranges, and the devices holding shares (free milli, and devices by free milli)."""
+
+    __slots__ = ("count", "free", "shared", "by_free")
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.free = _FreeRanges(count)
+        self.shared: dict[int, int] = {}  # device -> free milli (0..999)
+        self.by_free: dict[int, list[int]] = {}  # free milli -> devices holding shares with that much free, sorted
+
+    def _set_shared(self, device: int, free: int | None) -> None:
+        old = self.shared.get(device)
+        if old is not None:
+            group = self.by_free[old]
+            del group[bisect.bisect_left(group, device)]
+            if not group:
+                del self.by_free[old]
+        if free is None:
+            self.shared.pop(device, None)
+        else:
+            self.shared[device] = free
+            bisect.insort(self.by_free.setdefault(free, []), device)
+
+
+class Packer(Protocol):
+    """How a request's node (and devices on it) are chosen among the feasible ones.
+
+    ``scores`` ranks the feasible nodes (higher is better; ties go to the earlier node in the
+    capacity's order); ``devices`` picks the devices on the chosen node. Both only read the
+    capacity. A packer may keep derived per-node state and refresh the rows whose
+    ``NodeCapacity.version`` changed.
+    """
+
+    name: str
+
+    def scores(self, capacity: NodeCapacity, request: NodeRequest, feasible: IntArray) -> npt.NDArray[np.float64] | IntArray: ...
+
+    def devices(self, capacity: NodeCapacity, node: int, request: NodeRequest) -> tuple[int, ...]: ...
+
+
+class CapacityError(SpecError):
+    """A grant given back that this capacity does not hold (never silently accepted)."""
+
+
+class NodeCapacity:
+    """The free CPU, memory and devices of a pool's nodes, and the choice of where a request goes.
+
+    Nodes keep the order they are given in: that order breaks ties between equally scored nodes.
+    Arrays (index = node position) are read by packers: ``cpu_free``, ``memory_free`` (``UNTRACKED``
+    when not tracked), ``devices``, ``whole_free`` (completely free devices), ``free_milli`` (free
+    milli over all devices), ``model_id`` (into ``models``; -1 none), ``up``, ``shared_values``
+    (each node's distinct free milli values of devices holding shares, -1 padded), ``version``
+    (bumped when a node changes) and ``affinity_counts`` (live grants per kind, by node).
+    """
+
+    def __init__(self, nodes: Iterable[Node]) -> None:
+        self.nodes: tuple[Node, ...] = tuple(nodes)
+        self.index: dict[str, int] = {}
+        for i, node in enumerate(self.nodes):
+            if node.name in self.index:
+                raise SpecError(f"node {node.name!r} is listed twice", field="nodes")
+            self.index[node.name] = i
+        n = len(self.nodes)
+        self.models: tuple[str, ...] = tuple(sorted({nd.model for nd in self.nodes if nd.model is not None}))
+        self._model_ids = {m: i for i, m in enumerate(self.models)}
+        self.model_id: npt.NDArray[np.int64] = np.array([self._model_ids.get(nd.model, -1) if nd.model else -1 for nd in self.nodes], dtype=np.int64)
+        self.cpu_total: IntArray = np.array([UNTRACKED if nd.cpu_milli is None else nd.cpu_milli for nd in self.nodes], dtype=np.int64)
+        self.memory_total: IntArray = np.array([UNTRACKED if nd.memory_mib is None else nd.memory_mib for nd in self.nodes], dtype=np.int64)
+        self.cpu_tracked: BoolArray = np.array([nd.cpu_milli is not None for nd in self.nodes], dtype=np.bool_)
+        self.cpu_free: IntArray = self.cpu_total.copy()
+        self.memory_free: IntArray = self.memory_total.copy()
+        self.devices: IntArray = np.array([nd.devices for nd in self.nodes], dtype=np.int64)
+        self.whole_free: IntArray = self.devices.copy()
+        self.free_milli: IntArray = self.devices * MILLI
+        self.up: BoolArray = np.array([nd.state == "up" for nd in self.nodes], dtype=np.bool_)
+        self.version: IntArray = np.zeros(n, dtype=np.int64)
+        self.shared_values: IntArray = np.full((n, 1), -1, dtype=np.int64)
+        self.shared_max: IntArray = np.full(n, -1, dtype=np.int64)
+        self._model_luts: dict[frozenset[str], BoolArray] = {}
+        self.affinity_counts: dict[str, IntArray] = {}
+        self.affinity_kinds: IntArray = np.zeros(n, dtype=np.int64)  # distinct kinds held, by node
+        self._devices = [_Devices(nd.devices) for nd in self.nodes]
+        tracked_cpu = [nd.cpu_milli for nd in self.nodes if nd.cpu_milli is not None]
+        self.max_cpu_milli: int = max(tracked_cpu, default=0)
+        self.max_device_milli: int = int(self.devices.max(initial=0)) * MILLI
+        self.allocated_milli: int = 0
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def feasible(self, request: NodeRequest, among: BoolArray | None = None) -> IntArray:
+        """Positions of the nodes that can take ``request`` now (state, CPU, memory, model, devices)."""
+        ok = self.up & (self.cpu_free >= request.cpu_milli) & (self.memory_free >= request.memory_mib)
+        if among is not None:
+            ok &= among
+        if request.kind != "cpu":
+            if request.models is not None:
+                ok &= self.model_mask(request.models)
+            if request.kind == "whole":
+                ok &= self.whole_free >= request.devices
+            else:
+                ok &= (self.whole_free > 0) | (self.shared_max >= request.share_milli)
+        return np.flatnonzero(ok)
+
+    def model_mask(self, models: frozenset[str]) -> BoolArray:
+        """Which nodes have one of ``models``."""
+        lut = self._model_luts.get(models)
+        if lut is None:
+            lut = np.zeros(len(self.models) + 1, dtype=np.bool_)  # last entry (-1): nodes without a model
+            for m in models:
+                if m in self._model_ids:
+                    lut[self._model_ids[m]] = True
+            self._model_luts[models] = lut
+        out: BoolArray = lut[self.model_id]
+        return out
+
+    def ever_fits(self, request: NodeRequest) -> bool:
+        """Whether ``request.nodes`` nodes could take the request were they empty and up (else it is never placeable)."""
+        ok = (self.cpu_total >= request.cpu_milli) & (self.memory_total >= request.memory_mib)
+        if request.kind != "cpu":
+            if request.models is not None:
+                ok &= self.model_mask(request.models)
+            ok &= self.devices >= max(request.devices, 1)
+        return int(ok.sum()) >= request.nodes
+
+    def shared_free(self, node: int) -> Mapping[int, int]:
+        """Devices of ``node`` that hold shares, with their free milli."""
+        return self._devices[node].shared
+
+    def shared_by_free(self, node: int) -> Mapping[int, Sequence[int]]:
+        """Devices of ``node`` that hold shares, grouped by free milli (each group in index order)."""
+        return self._devices[node].by_free
+
+    def free_ranges(self, node: int) -> list[tuple[int, int]]:
+        """Completely free devices of ``node`` as index ranges [start, end)."""
+        d = self._devices[node].free
+        return list(zip(d.starts, d.ends))
+
+    def lowest_free_device(self, node: int) -> int | None:
+        d = self._devices[node]
+        return d.free.lowest() if d.free.starts else None
+
+    def tightest_shared(self, node: int, milli: int) -> int | None:
+        """The device holding shares with the least free milli that still covers ``milli`` (lowest index on ties)."""
+        by_free = self._devices[node].by_free
+        fits = [v for v in by_free if v >= milli]
+        return by_free[min(fits)][0] if fits else None
+
+    def best_fit_devices(self, node: int, request: NodeRequest) -> tuple[int, ...]:
+        """Whole devices: the lowest free indices. A share: the tightest device holding shares, else the lowest free one."""
+        if request.kind == "whole":
+            return tuple(self.lowest_free_indices(node, request.devices))
+        if request.kind == "cpu":
+            return ()
+        tight = self.tightest_shared(node, request.share_milli)
+        if tight is not None:
+            return (tight,)
+        low = self.lowest_free_device(node)
+        assert low is not None, "feasible share without a device"
+        return (low,)
+
+    def lowest_free_indices(self, node: int, k: int) -> list[int]:
+        ranges = self._devices[node].free
+        out: list[int] = []
+        for start, end in zip(ranges.starts, ranges.ends):
+            take = min(k - len(out), end - start)
+            out.extend(range(start, start + take))
+            if len(out) == k:
+                break
+        return out
+
+    # -- choosing -------------------------------------------------------------------------------
+
+    def choose(self, request: NodeRequest, packer: Packer, among: BoolArray | None = None) -> tuple[NodeGrant, ...] | None:
+        """Where ``request`` would go (one grant per node of the gang), or None: nothing changes.
+
+        ``among``: only these nodes (a mask by position), e.g. the nodes of the pools the policy
+        admitted; None: all nodes.
+
+        A gang is chosen node by node, each with the packer's best node given the ones before it
+        (tentatively held, then given back).
+        """
+        grants = self.place(request, packer, among)
+        if grants is not None:
+            for grant in grants:
+                self.release(grant)
+        return grants
+
+    def place(self, request: NodeRequest, packer: Packer, among: BoolArray | None = None) -> tuple[NodeGrant, ...] | None:
+        """Choose and hold: one grant per node of the gang, all or nothing (None: nothing held).
+
+        Feasible nodes (``feasible``) are scored by ``packer``; the best wins, the earliest in node
+        order on ties; a single feasible node is taken without scoring (as kube-scheduler does).
+        """
+        grants: list[NodeGrant] = []
+        used = np.zeros(len(self.nodes), dtype=np.bool_) if request.nodes > 1 else None
+        for _ in range(request.nodes):
+            mask = among
+            if used is not None:
+                mask = ~used if among is None else (among & ~used)
+            feasible = self.feasible(request, mask)
+            if feasible.size == 0:
+                for grant in grants:
+                    self.release(grant)
+                return None
+            if feasible.size == 1:
+                best = int(feasible[0])
+            else:
+                scores = packer.scores(self, request, feasible)
+                best = int(feasible[int(np.argmax(scores))])
+            grant = NodeGrant(self.nodes[best].name, packer.devices(self, best, request), request.share_milli, request.cpu_milli, request.memory_mib)
+            self.allocate(grant)
+            grants.append(grant)
+            if used is not None:
+                used[best] = True
+        return tuple(grants)
+
+    # -- changing -------------------------------------------------------------------------------
+
+    def allocate(self, grant: NodeGrant) -> None:
+        """Hold ``grant`` on its node (it must fit: checked, a mismatch raises and changes nothing)."""
+        i = self._position(grant.node)
+        d = self._devices[i]
+        if self.cpu_tracked[i] and self.cpu_free[i] < grant.cpu_milli:
+            raise CapacityError(f"node {grant.node} has {self.cpu_free[i]} CPU milli free, not {grant.cpu_milli}")
+        if self.memory_free[i] < grant.memory_mib:
+            raise CapacityError(f"node {grant.node} has {self.memory_free[i]} MiB free, not {grant.memory_mib}")
+        if grant.share_milli:
+            if len(grant.devices) != 1:
+                raise CapacityError("a share is on exactly one device")
+            dev = grant.devices[0]
+            if dev in d.shared:
+                if d.shared[dev] < grant.share_milli:
+                    raise CapacityError(f"device {dev} of node {grant.node} has {d.shared[dev]} milli free, not {grant.share_milli}")
+                d._set_shared(dev, d.shared[dev] - grant.share_milli)
+            else:
+                if not (0 <= dev < d.count) or not d.free.contains(dev):
+                    raise CapacityError(f"device {dev} of node {grant.node} is not free")
+                d.free.remove(dev)
+                self.whole_free[i] -= 1
+                d._set_shared(dev, MILLI - grant.share_milli)
+        else:
+            if len(set(grant.devices)) != len(grant.devices) or any(not (0 <= dv < d.count) or not d.free.contains(dv) for dv in grant.devices):
+                raise CapacityError(f"devices {list(grant.devices)} of node {grant.node} are not all free")
+            for dv in grant.devices:
+                d.free.remove(dv)
+            self.whole_free[i] -= len(grant.devices)
+        self.cpu_free[i] -= grant.cpu_milli if self.cpu_tracked[i] else 0
+        self.memory_free[i] -= grant.memory_mib if self.memory_total[i] != UNTRACKED else 0
+        self.free_milli[i] -= grant.device_milli
+        self.allocated_milli += grant.device_milli
+        if grant.affinity is not None:
+            self._count_affinity(i, grant.affinity, +1)
+        self._changed(i)
+
+    def release(self, grant: NodeGrant) -> None:
+        """Give ``grant`` back (it must be held: a grant this capacity does not hold raises, nothing changes)."""
+        i = self._position(grant.node)
+        d = self._devices[i]
+        if grant.share_milli:
+            if len(grant.devices) != 1 or grant.devices[0] not in d.shared or d.shared[grant.devices[0]] + grant.share_milli > MILLI:
+                raise CapacityError(f"node {grant.node} holds no share of {grant.share_milli} milli on device {list(grant.devices)}")
+            dev = grant.devices[0]
+            left = d.shared[dev] + grant.share_milli
+            if left == MILLI:
+                d._set_shared(dev, None)
+                d.free.add(dev)
+                self.whole_free[i] += 1
+            else:
+                d._set_shared(dev, left)
+        else:
+            if any(not (0 <= dv < d.count) or d.free.contains(dv) or dv in d.shared for dv in grant.devices):
+                raise CapacityError(f"node {grant.node} does not hold devices {list(grant.devices)} whole")
+            for dv in grant.devices:
+                d.free.add(dv)
+            self.whole_free[i] += len(grant.devices)
+        if self.cpu_tracked[i]:
+            self.cpu_free[i] = min(self.cpu_free[i] + grant.cpu_milli, self.cpu_total[i])
+        if self.memory_total[i] != UNTRACKED:
+            self.memory_free[i] = min(self.memory_free[i] + grant.memory_mib, self.memory_total[i])
+        self.free_milli[i] += grant.device_milli
+        self.allocated_milli -= grant.device_milli
+        if grant.affinity is not None:
+            self._count_affinity(i, grant.affinity, -1)
+        self._changed(i)
+
+    def set_state(self, name: str, state: NodeState) -> None:
+        """Drain, take down or bring up a node: only ``up`` nodes take new grants; live ones stay."""
+        if state not in NODE_STATES:
+            raise SpecError(f"state must be one of {', '.join(NODE_STATES)} (got {state!r})", field="state")
+        i = self._position(name)
+        self.up[i] = state == "up"
+        self._changed(i)
+
+    def _position(self, name: str) -> int:
+        try:
+            return self.index[name]
+        except KeyError:
+            raise CapacityError(f"no node named {name!r}") from None
+
+    def _count_affinity(self, i: int, kind: str, step: int) -> None:
+        counts = self.affinity_counts.get(kind)
+        if counts is None:
+            counts = self.affinity_counts[kind] = np.zeros(len(self.nodes), dtype=np.int64)
+        before = counts[i]
+        counts[i] = max(before + step, 0)
+        if before == 0 and counts[i] > 0:
+            self.affinity_kinds[i] += 1
+        elif before > 0 and counts[i] == 0:
+            self.affinity_kinds[i] -= 1
+
+    def _changed(self, i: int) -> None:
+        self.version[i] += 1
+        values = sorted(v for v in self._devices[i].by_free if v > 0)
+        width = self.shared_values.shape[1]
+        if len(values) > width:
+            grown = np.full((len(self.nodes), len(values)), -1, dtype=np.int64)
+            grown[:, :width] = self.shared_values
+            self.shared_values = grown
+            width = len(values)
+        row = self.shared_values[i]
+        row[:] = -1
+        row[: len(values)] = values
+        self.shared_max[i] = values[-1] if values else -1
+
+
+def order_nodes(nodes: Sequence[Node], order: Sequence[int]) -> list[Node]:
+    """``nodes`` rearranged so that ``nodes[i]`` takes position ``order[i]`` (a permutation)."""
+    if sorted(order) != list(range(len(nodes))):
+        raise SpecError("a node order is a permutation of the node positions", field="order")
+    out: list[Node | None] = [None] * len(nodes)
+    for node, pos in zip(nodes, order):
+        out[pos] = node
+    return [n for n in out if n is not None]
