@@ -14,7 +14,7 @@ from examlops_policy.cli import args as types
 from examlops_policy.cli.args import Commands
 from examlops_policy.cli import exits, render
 from examlops_policy.hardware import Hardware
-from examlops_policy.model import ACCELERATORS, POOL_TARGETS, Pool
+from examlops_policy.model import ACCELERATORS, POOL_TARGETS, SHARING, Pool, node_spec
 from examlops_policy.views import DiscoveryResult, PoolView
 
 MARKS = {"add": "+", "update": "~", "unchanged": "=", "stale": "?"}
@@ -23,6 +23,8 @@ MARKS = {"add": "+", "update": "~", "unchanged": "=", "stale": "?"}
 def pool_json(pool: Pool) -> dict[str, object]:
     body: dict[str, object] = {f.name: getattr(pool, f.name) for f in dataclasses.fields(Pool)}
     body["capabilities"] = list(pool.capabilities)
+    if isinstance(pool.nodes, tuple):
+        body["nodes"] = [node_spec(n) for n in pool.nodes]
     return body
 
 
@@ -42,7 +44,8 @@ def cmd_add_pool(args: argparse.Namespace, hw: Hardware, console: Console) -> in
         "name": args.name, "target": args.target, "accelerator": args.accelerator, "count": args.count, "region": args.region,
         "supports_fractions": args.supports_fractions, "capabilities": types.names(args.capabilities), "spot": args.spot,
     }  # fmt: skip
-    for option in ("cost_per_hour", "carbon_factor", "model", "power_w", "pue", "partition", "gres_type", "fixed_profile"):
+    for option in ("cost_per_hour", "carbon_factor", "model", "power_w", "pue", "partition", "gres_type", "fixed_profile",
+                   "nodes", "cpu_per_node", "memory_per_node", "sharing", "shares_per_device"):  # fmt: skip
         if getattr(args, option) is not None:
             values[option] = getattr(args, option)
     pool = specs.pool_from_mapping(values, source="exa hardware add-pool")
@@ -194,6 +197,11 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
     p.add_argument("--gres-type", help="Slurm GRES type of the devices")
     p.add_argument("--fixed-profile", help="each counted unit is one fixed slice of this profile, e.g. 1g.10gb")
     p.add_argument("--spot", action="store_true", help="spot (preemptible) capacity")
+    p.add_argument("--nodes", type=int, help="the pool's nodes: --count devices split evenly over N nodes")
+    p.add_argument("--cpu-per-node", metavar="CORES", help="CPU of each node: cores (64, 0.5) or millicores (500m); needs --nodes")
+    p.add_argument("--memory-per-node", metavar="SIZE", help="memory of each node: 512Gi, 64Gi, 512Mi or MiB; needs --nodes")
+    p.add_argument("--sharing", choices=SHARING, help="devices shared without partitioning (time-slicing, MPS, Slurm shards)")
+    p.add_argument("--shares-per-device", type=int, metavar="N", help="with --sharing: shares each device is split into (1000: thousandths)")
     p.set_defaults(handler=cmd_add_pool)
 
     p = hardware.add_parser("apply", parents=[common], help="register or update pools from a reviewed YAML file")
