@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from examlops_policy import specs
+from examlops_policy import quantities, specs
 from examlops_policy.cli import args as types
 from examlops_policy.cli.args import Commands
 from examlops_policy.cli import exits, render
@@ -26,6 +26,33 @@ def pool_json(pool: Pool) -> dict[str, object]:
     if isinstance(pool.nodes, tuple):
         body["nodes"] = [node_spec(n) for n in pool.nodes]
     return body
+
+
+NODES_SHOWN = 8
+
+
+def node_lines(pool: Pool) -> list[str]:
+    """A line per listed node (at most NODES_SHOWN, then how many more): devices, CPUs, memory,
+    network place and state."""
+    if not isinstance(pool.nodes, tuple):
+        return []
+    kind = pool.gres_type or pool.model or pool.accelerator
+    lines = []
+    for node in pool.nodes[:NODES_SHOWN]:
+        parts = [f"{node.devices} × {kind}" if pool.accelerator != "cpu" else f"{node.devices} CPUs"]
+        if node.cpu is not None and pool.accelerator != "cpu":
+            parts.append(f"{render.number(float(node.cpu))} CPUs")
+        if node.memory is not None:
+            parts.append(quantities.memory_text(node.memory))
+        parts += [f"{level} {value}" for level, value in (("block", node.block), ("switch", node.switch)) if value]
+        if node.state != "up":
+            parts.append(node.state)
+        lines.append(f"node {node.name}: {' · '.join(parts)}")
+    if len(pool.nodes) > NODES_SHOWN:
+        lines.append(f"... and {len(pool.nodes) - NODES_SHOWN} more node(s)")
+    if pool.sharing:
+        lines.append(f"shared: {pool.sharing}, {pool.shares_per_device} shares per device")
+    return lines
 
 
 def view_json(v: PoolView) -> dict[str, object]:
@@ -101,7 +128,8 @@ def cmd_pool(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
 def _show_discovery(args: argparse.Namespace, console: Console, found: DiscoveryResult) -> None:
     if args.json:
         rows = [{**pool_json(c.pool), "region": c.pool.region or None, "action": c.action, "changed": list(c.changed_fields),
-                 "free": c.free, "nodes": list(c.nodes), "details": list(c.details)} for c in found.changes]  # fmt: skip
+                 "free": c.free, "node_names": list(c.nodes), "details": list(c.details),
+                 "usage": [dataclasses.asdict(u) for u in c.usage]} for c in found.changes]  # fmt: skip
         render.dump_json(console, {"source": found.source, "pools": rows, "warnings": list(found.warnings), "applied": found.applied,
                                    "held_outside": found.held_outside})  # fmt: skip
         return
@@ -128,6 +156,8 @@ def _show_discovery(args: argparse.Namespace, console: Console, found: Discovery
         console.print(f"{MARKS[c.action]} {p.name}: {p.count} × {p.accelerator}{' ' + p.model if p.model else ''}{free} · {where}{changed}")
         for line in c.details:
             console.print(Text(f"    {line}", style="dim"))
+        for line in node_lines(p):
+            console.print(Text(f"    {line}", style="dim"))
     for warning in found.warnings:
         console.print(Text(f"⚠ {warning}", style="yellow"))
     if found.applied:
@@ -140,7 +170,7 @@ def _show_discovery(args: argparse.Namespace, console: Console, found: Discovery
 
 
 def cmd_discover(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
-    options = {k: getattr(args, k) for k in ("target", "context", "kubeconfig") if getattr(args, k, None) is not None}
+    options = {k: getattr(args, k) for k in ("target", "context", "kubeconfig", "block_label", "switch_label") if getattr(args, k, None) is not None}
     found = hw.discover(args.source, region=args.region, prefix=args.prefix, apply=args.apply, **options)
     _show_discovery(args, console, found)
     return exits.OK
@@ -233,6 +263,8 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
     p.add_argument("--region", help=argparse.SUPPRESS)
     p.add_argument("--prefix", help="prefix for pool names (default: k8s-)")
+    p.add_argument("--block-label", metavar="KEY", help="the node label that names a node's block, e.g. cloud.google.com/gce-topology-block")
+    p.add_argument("--switch-label", metavar="KEY", help="the node label that names a node's switch or rack")
     p.add_argument("--apply", action="store_true", help="register the pools (idempotent)")
     p.set_defaults(handler=cmd_discover)
 
