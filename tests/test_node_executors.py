@@ -133,8 +133,8 @@ def test_a_pod_is_pinned_to_its_node_and_requests_cpu_and_memory(hardware: Hardw
     job = manifest(record, CLOUD)
     pod = job["spec"]["template"]["spec"]
     assert pod["containers"][0]["resources"] == {
-        "limits": {"nvidia.com/gpu": "4", "memory": "16384Mi"},
-        "requests": {"cpu": "2500m", "memory": "16384Mi"},
+        "limits": {"nvidia.com/gpu": "4", "memory": "16Gi"},
+        "requests": {"cpu": "2500m", "memory": "16Gi"},
     }
     assert [t["matchFields"] for t in terms(job)] == [[{"key": "metadata.name", "operator": "In", "values": ["kw-gpu-b"]}]]
     assert "completionMode" not in job["spec"] and "podAntiAffinity" not in pod["affinity"]
@@ -164,7 +164,7 @@ def test_a_time_sliced_share_asks_for_replicas_and_takes_either_product_label(ha
     record = granted(hardware, CLOUD_T4, Workload("infer", "nvidia", target="cloud"),
                      NodeAllocation("kw-t4", share=DeviceShare(3, 1), cpu_milli=500, memory_mib=2048))  # fmt: skip
     job = manifest(record, CLOUD_T4)
-    assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1", "memory": "2048Mi"}
+    assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1", "memory": "2Gi"}
     (term,) = terms(job)
     assert term["matchExpressions"] == [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["Tesla-T4", "Tesla-T4-SHARED"]}]
 

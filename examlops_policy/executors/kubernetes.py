@@ -141,7 +141,7 @@ def node_resources(placement: Placement, pool: Pool, allocation: NodeAllocation,
         if allocation.cpu_milli:
             requests["cpu"] = quantities.cpu_text(allocation.cpu_milli)
     if allocation.memory_mib:
-        requests["memory"] = f"{allocation.memory_mib}Mi"
+        requests["memory"] = quantities.memory_text(allocation.memory_mib)
         limits["memory"] = requests["memory"]
     return limits, requests
 
