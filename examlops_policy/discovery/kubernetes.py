@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Final, Protocol
 
+from examlops_policy import quantities
 from examlops_policy.discovery import DiscoveredPool, Discovery, NodeUsage
 from examlops_policy.errors import SpecError
 from examlops_policy.executors.kubernetes import PRODUCT_LABELS, PRODUCTS, REGION_LABEL, RESOURCES, SHARED_SUFFIX
-from examlops_policy import quantities
 from examlops_policy.model import Node, Pool, name_problem
 
 if TYPE_CHECKING:
