@@ -204,6 +204,16 @@ class Node:
         return None if self.cpu is None else round(self.cpu * 1000)
 
     @property
+    def memory_mib(self) -> int | None:
+        """The node's memory in MiB (None: not tracked)."""
+        return self.memory
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The node's topology labels by level (``block``, ``switch``), those it has."""
+        return {level: value for level, value in (("block", self.block), ("switch", self.switch)) if value is not None}
+
+    @property
     def usable(self) -> bool:
         """True when the node takes new work."""
         return self.state == "up"

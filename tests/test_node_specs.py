@@ -90,6 +90,9 @@ def test_listed_nodes_are_named_and_round_trip_through_the_stored_spec() -> None
     assert again == pool and hash(again) == hash(pool)
     assert [n.usable for n in pool.node_list()] == [True, False]
     assert pool.node_list()[1].cpu_milli == 500
+    first = pool.node_list()[0]
+    assert (first.cpu_milli, first.memory_mib, first.labels) == (64000, 524288, {"block": "b1", "switch": "s1"})
+    assert pool.node_list()[1].labels == {}
 
 
 @pytest.mark.parametrize(
