@@ -244,17 +244,17 @@ def _nodes(owner: str, value: object) -> tuple[Node, ...]:
         if isinstance(item, Node):
             node = item
         elif isinstance(item, Mapping):
-            fields = Node.__dataclass_fields__
-            unknown = sorted(str(k) for k in item if k not in fields)
-            if unknown:
-                raise _bad(where, f"unknown field(s): {', '.join(unknown)} (fields: {', '.join(fields)})", owner)
-            missing = [k for k in ("name", "devices") if k not in item]
-            if missing:
-                raise _bad(where, f"missing field(s): {', '.join(missing)}", owner)
             try:
-                node = Node(**{str(k): v for k, v in item.items()})
+                node = Node(**item)
             except SpecError as exc:
                 raise _bad(f"{where}.{exc.field}" if exc.field else where, exc.detail, owner) from exc
+            except TypeError as exc:  # a field Node does not have, or one it needs
+                fields = Node.__dataclass_fields__
+                unknown = sorted(str(k) for k in item if k not in fields)
+                if unknown:
+                    raise _bad(where, f"unknown field(s): {', '.join(unknown)} (fields: {', '.join(fields)})", owner) from exc
+                missing = [k for k in ("name", "devices") if k not in item]
+                raise _bad(where, f"missing field(s): {', '.join(missing)}", owner) from exc
         else:
             raise _bad(where, f"must be a node such as {{name: gpu-01, devices: 4}} (got {item!r:.80})", owner)
         if node.name in seen:

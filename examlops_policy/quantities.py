@@ -35,6 +35,8 @@ def cpu_milli(value: object) -> int:
     """Whole millicores of ``value`` (cores as int/float/text, or ``"<n>m"``); at least 1m."""
     if isinstance(value, bool):
         raise ValueError(f"expected {CPU_EXPECTED} (got {value!r})")
+    if type(value) is int and 0 < value <= MAX_CPU_CORES:
+        return value * 1000  # whole cores, as a stored spec says them: no arithmetic to check
     if isinstance(value, int):
         number = Decimal(value)
     elif isinstance(value, float):
@@ -62,6 +64,8 @@ def memory_mib(value: object) -> int:
     """Whole MiB of ``value`` (MiB as a whole number, or text with a binary suffix); at least 1 MiB."""
     if isinstance(value, bool):
         raise ValueError(f"expected {MEMORY_EXPECTED} (got {value!r})")
+    if type(value) is int and 0 < value <= MAX_MEMORY_MIB:
+        return value  # whole MiB, as a stored spec says them
     if isinstance(value, int):
         mib = Decimal(value)
     elif isinstance(value, float):
