@@ -55,7 +55,9 @@ def _found(hw: Hardware, source: str, region: str | None, prefix: str | None, op
 
         k8s_prefix = prefix or "k8s-"
         with KubernetesCluster.connect(cast("str | None", options.get("kubeconfig")), cast("str | None", options.get("context"))) as cluster:
-            found = discover_kubernetes(cluster, hw.tables.regions, prefix=k8s_prefix, models=hw.tables.models)
+            found = discover_kubernetes(cluster, hw.tables.regions, prefix=k8s_prefix, models=hw.tables.models,
+                                        block_label=cast("str | None", options.get("block_label")),
+                                        switch_label=cast("str | None", options.get("switch_label")))  # fmt: skip
         return found, lambda p: from_kubernetes(p, prefix=k8s_prefix)
     raise SpecError(f"expected one of {', '.join(SOURCES)} (got {source!r})", field="source")
 
@@ -83,6 +85,7 @@ def discover(hw: Hardware, source: str, *, region: str | None, prefix: str | Non
             DiscoveredChange(
                 c.pool, c.action, c.changed_fields,
                 extra.free if extra else None, extra.nodes if extra else (), extra.details if extra else (),
+                extra.usage if extra else (),
             )
         )  # fmt: skip
     return DiscoveryResult(found.source, tuple(out), found.warnings, apply, held)

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Union
 
+from examlops_policy import quantities
 from examlops_policy.errors import SpecError
 
 # The vocabulary. The reviewed tables (accelerators.yaml, engines.yaml, vocabulary.yaml) are the
@@ -31,6 +32,15 @@ WORKLOAD_TARGETS: Final = ("hpc", "cloud", "any")
 RESIDENCIES: Final = ("open", "eu-only", "no-egress", "restricted")
 # What selection minimises among the admissible pools of the best tier.
 OBJECTIVES: Final = ("cost", "carbon", "balanced")
+# How a pool shares whole devices between workloads (NVIDIA time-slicing or MPS, Slurm shards).
+SHARING: Final = ("time-slice", "mps")
+# Whether a workload's fraction must be an isolated slice (``required``) or may be a shared device.
+ISOLATIONS: Final = ("required", "any")
+# Where the nodes of a gang must be, and how firmly.
+TOPOLOGIES: Final = ("same-block", "same-switch")
+TOPOLOGY_MODES: Final = ("required", "preferred")
+# A node takes new work only when ``up``; ``drained`` (cordoned) finishes what runs; ``down`` is gone.
+NODE_STATES: Final = ("up", "drained", "down")
 
 JSONValue = Union[None, bool, int, float, str, list["JSONValue"], dict[str, "JSONValue"]]
 JSONObject = dict[str, JSONValue]
@@ -42,6 +52,13 @@ _REGION_RE: Final = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _SOURCE_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+=-]{0,199}$")
 MAX_TAGS: Final = 64
 MAX_COUNT: Final = {"workload": 100_000, "pool": 10_000_000}
+MAX_NODES: Final = 100_000  # nodes of one pool
+MAX_GANG: Final = 10_000  # nodes of one workload
+MAX_SHARES_PER_DEVICE: Final = 1000  # 1000: milli granularity
+MAX_MODELS: Final = 64
+# Kubernetes node names are DNS subdomains (up to 253 characters); Slurm node names are plainer.
+# Nothing here that a Slurm hostlist or a shell would read as syntax (',', '[', ':', spaces).
+_NODE_NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
 
 def name_problem(value: object, *, pattern: re.Pattern[str] = _NAME_RE, limit: int = NAME_MAX, what: str = "a name") -> str | None:
@@ -112,11 +129,139 @@ def _tags(owner: str, name: str, value: object) -> tuple[str, ...]:
     return tuple(sorted(set(value)))
 
 
+def _models(owner: str, value: object) -> tuple[str, ...]:
+    """Acceptable device models: a list of names (never a bare string), lower case, sorted."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, set, frozenset)):
+        raise _bad("models", f"must be a list of models such as ['v100', 't4'] (got {value!r:.80})", owner)
+    if len(value) > MAX_MODELS:
+        raise _bad("models", f"at most {MAX_MODELS} models (got {len(value)})", owner)
+    for model in value:
+        problem = name_problem(model, what="a model")
+        if problem:
+            raise _bad("models", problem, owner)
+    return tuple(sorted({str(m).lower() for m in value}))
+
+
 def _optional_name(owner: str, name: str, value: object, *, pattern: re.Pattern[str] = _NAME_RE, what: str = "a name") -> None:
     if value is not None:
         problem = name_problem(value, pattern=pattern, what=what)
         if problem:
             raise _bad(name, problem, owner)
+
+
+def _cpu(owner: str, name: str, value: object) -> int | float:
+    """``value`` as cores (whole millicores), the number a spec stores."""
+    try:
+        return quantities.cores(quantities.cpu_milli(value))
+    except ValueError as exc:
+        raise _bad(name, str(exc), owner) from exc
+
+
+def _memory(owner: str, name: str, value: object) -> int:
+    """``value`` as whole MiB."""
+    try:
+        return quantities.memory_mib(value)
+    except ValueError as exc:
+        raise _bad(name, str(exc), owner) from exc
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node of a pool: its ``devices`` of the pool's accelerator and model (slices for a pool
+    of fixed slices, CPUs for a ``cpu`` pool), its ``cpu`` in cores and ``memory`` in MiB (None:
+    not tracked), its ``state`` (only ``up`` takes new work) and where it sits in the network
+    (``block``, ``switch``: topology labels, None when unknown).
+
+    ``cpu`` and ``memory`` may be given as text (``"500m"``, ``"64Gi"``); they are held as the
+    numbers a spec stores (cores, MiB).
+    """
+
+    name: str
+    devices: int
+    cpu: int | float | None = None
+    memory: int | None = None
+    state: str = "up"
+    block: str | None = None
+    switch: str | None = None
+
+    def __post_init__(self) -> None:
+        owner = f"node {self.name!r}" if isinstance(self.name, str) else "node"
+        problem = name_problem(self.name, pattern=_NODE_NAME_RE, limit=253, what="a node name")
+        if problem:
+            raise _bad("name", problem, owner)
+        _check_number(owner, "devices", self.devices, low=1, high=MAX_COUNT["pool"], integer=True)
+        if self.cpu is not None:
+            object.__setattr__(self, "cpu", _cpu(owner, "cpu", self.cpu))
+        if self.memory is not None:
+            object.__setattr__(self, "memory", _memory(owner, "memory", self.memory))
+        _check_choice(owner, "state", self.state, NODE_STATES)
+        _optional_name(owner, "block", self.block, what="a block label")
+        _optional_name(owner, "switch", self.switch, what="a switch label")
+
+    @property
+    def cpu_milli(self) -> int | None:
+        """The node's CPU in millicores (None: not tracked)."""
+        return None if self.cpu is None else round(self.cpu * 1000)
+
+    @property
+    def memory_mib(self) -> int | None:
+        """The node's memory in MiB (None: not tracked)."""
+        return self.memory
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The node's topology labels by level (``block``, ``switch``), those it has."""
+        return {level: value for level, value in (("block", self.block), ("switch", self.switch)) if value is not None}
+
+    @property
+    def usable(self) -> bool:
+        """True when the node takes new work."""
+        return self.state == "up"
+
+
+def node_spec(node: Node) -> JSONObject:
+    """A node as a pool's spec stores it: name and devices, then what is set (state when not up)."""
+    spec: JSONObject = {"name": node.name, "devices": node.devices}
+    for key in ("cpu", "memory", "block", "switch"):
+        value = getattr(node, key)
+        if value is not None:
+            spec[key] = value
+    if node.state != "up":
+        spec["state"] = node.state
+    return spec
+
+
+def _nodes(owner: str, value: object) -> tuple[Node, ...]:
+    """A pool's list of nodes (Node objects or mappings, as a spec file or the store gives them)."""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
+        raise _bad("nodes", f"must be a number of nodes or a list of nodes (got {value!r:.80})", owner)
+    if not 1 <= len(value) <= MAX_NODES:
+        raise _bad("nodes", f"must list 1 to {MAX_NODES} nodes (got {len(value)})", owner)
+    nodes: list[Node] = []
+    seen: set[str] = set()
+    for index, item in enumerate(value):
+        where = f"nodes[{index}]"
+        if isinstance(item, Node):
+            node = item
+        elif isinstance(item, Mapping):
+            try:
+                node = Node(**item)
+            except SpecError as exc:
+                raise _bad(f"{where}.{exc.field}" if exc.field else where, exc.detail, owner) from exc
+            except TypeError as exc:  # a field Node does not have, or one it needs
+                fields = Node.__dataclass_fields__
+                unknown = sorted(str(k) for k in item if k not in fields)
+                if unknown:
+                    raise _bad(where, f"unknown field(s): {', '.join(unknown)} (fields: {', '.join(fields)})", owner) from exc
+                missing = [k for k in ("name", "devices") if k not in item]
+                raise _bad(where, f"missing field(s): {', '.join(missing)}", owner) from exc
+        else:
+            raise _bad(where, f"must be a node such as {{name: gpu-01, devices: 4}} (got {item!r:.80})", owner)
+        if node.name in seen:
+            raise _bad(f"{where}.name", f"duplicate node name {node.name!r}", owner)
+        seen.add(node.name)
+        nodes.append(node)
+    return tuple(nodes)
 
 
 @dataclass(frozen=True)
@@ -125,6 +270,18 @@ class Pool:
 
     ``count`` counts devices, or slices for a pool of fixed slices (``fixed_profile``: a
     scheduler that exposes e.g. MIG ``1g.10gb`` instances as their own resource).
+
+    Nodes: a pool with no node information (``nodes`` None) is one node holding ``count``
+    devices, as before nodes existed. ``nodes`` may be a number N of identical nodes (``count``
+    split evenly, ``devices_per_node`` each, optionally ``cpu_per_node`` cores and
+    ``memory_per_node`` MiB), or the nodes themselves (``Node``, each with its name, devices, CPU,
+    memory, state and topology labels; ``count`` is then their devices summed). Only listed nodes
+    have real names a scheduler knows (``nodes_named``).
+
+    Sharing: ``sharing`` (``time-slice`` or ``mps``) says the pool's devices are shared between
+    workloads without partitioning, each split into ``shares_per_device`` shares (1000: a
+    granularity of one thousandth). A share gives no memory isolation under time-slicing and no
+    fault isolation under either.
     """
 
     name: str
@@ -144,6 +301,12 @@ class Pool:
     fixed_profile: str | None = None
     spot: bool = False
     price_source: str | None = None
+    nodes: int | tuple[Node, ...] | None = None
+    devices_per_node: int | None = None
+    cpu_per_node: int | float | None = None
+    memory_per_node: int | None = None
+    sharing: str | None = None
+    shares_per_device: int | None = None
 
     def __post_init__(self) -> None:
         owner = f"pool {self.name!r}" if isinstance(self.name, str) else "pool"
@@ -176,6 +339,73 @@ class Pool:
             raise _bad("price_source", f"must say where the price came from, e.g. skypilot:v7/aws/vms.csv@001367d22a00 (got {self.price_source!r})", owner)
         if self.model is not None:
             object.__setattr__(self, "model", self.model.lower())
+        self._check_nodes(owner)
+        self._check_sharing(owner)
+
+    def _check_nodes(self, owner: str) -> None:
+        per_node = [f for f in ("devices_per_node", "cpu_per_node", "memory_per_node") if getattr(self, f) is not None]
+        if self.nodes is None:
+            if per_node:
+                raise _bad(per_node[0], "needs nodes: how many nodes the pool has (nodes: 1 for one node)", owner)
+            return
+        if isinstance(self.nodes, int) and not isinstance(self.nodes, bool):
+            _check_number(owner, "nodes", self.nodes, low=1, high=min(MAX_NODES, self.count), integer=True)
+            if self.count % self.nodes:
+                raise _bad(
+                    "nodes",
+                    f"{self.count} devices do not split evenly over {self.nodes} nodes "
+                    f"({self.count} / {self.nodes} is not a whole number): give a count that is a multiple of the nodes, "
+                    "or list the nodes",
+                    owner,
+                )
+            each = self.count // self.nodes
+            if self.devices_per_node is not None:
+                _check_number(owner, "devices_per_node", self.devices_per_node, low=1, high=MAX_COUNT["pool"], integer=True)
+                if self.devices_per_node != each:
+                    raise _bad("devices_per_node", f"must be count / nodes = {self.count} / {self.nodes} = {each} (got {self.devices_per_node})", owner)
+            object.__setattr__(self, "devices_per_node", each)
+            if self.cpu_per_node is not None:
+                object.__setattr__(self, "cpu_per_node", _cpu(owner, "cpu_per_node", self.cpu_per_node))
+            if self.memory_per_node is not None:
+                object.__setattr__(self, "memory_per_node", _memory(owner, "memory_per_node", self.memory_per_node))
+            return
+        nodes = _nodes(owner, self.nodes)
+        object.__setattr__(self, "nodes", nodes)
+        if per_node:
+            raise _bad(per_node[0], "listed nodes each say their own devices, cpu and memory; leave it out", owner)
+        total = sum(n.devices for n in nodes)
+        if total != self.count:
+            raise _bad("count", f"must be the devices of the listed nodes summed ({total}; got {self.count})", owner)
+
+    def _check_sharing(self, owner: str) -> None:
+        if self.sharing is None:
+            if self.shares_per_device is not None:
+                raise _bad("shares_per_device", f"needs sharing ({' or '.join(SHARING)})", owner)
+            return
+        _check_choice(owner, "sharing", self.sharing, SHARING)
+        if self.shares_per_device is None:
+            raise _bad("shares_per_device", "must be given with sharing: how many shares each device is split into (e.g. 4; 1000 for thousandths)", owner)
+        _check_number(owner, "shares_per_device", self.shares_per_device, low=2, high=MAX_SHARES_PER_DEVICE, integer=True)
+        if self.accelerator == "cpu":
+            raise _bad("sharing", "a cpu pool has no devices to share", owner)
+        if self.fixed_profile is not None:
+            raise _bad("sharing", "a pool of fixed slices hands out its slices whole; it is not shared", owner)
+
+    @property
+    def nodes_named(self) -> bool:
+        """True when the pool lists its nodes by the names its scheduler knows them by."""
+        return isinstance(self.nodes, tuple)
+
+    def node_list(self) -> tuple[Node, ...]:
+        """The pool's nodes, each said in full: the listed ones; N identical nodes named
+        ``<pool>-<i>``; or, with no node information, one node named like the pool that holds
+        ``count`` devices (CPU and memory not tracked)."""
+        if isinstance(self.nodes, tuple):
+            return self.nodes
+        if self.nodes is None:
+            return (Node(self.name, self.count),)
+        each = self.count // self.nodes
+        return tuple(Node(f"{self.name}-{i}", each, self.cpu_per_node, self.memory_per_node) for i in range(self.nodes))
 
 
 # Fields that joined Pool later: left out of a pool's stored spec while they have their default,
@@ -190,7 +420,10 @@ def pool_spec(pool: Pool) -> JSONObject:
         value = getattr(pool, name)
         if value is None or value == () or _LATER_DEFAULTS.get(name, ...) == value:
             continue
-        spec[name] = list(value) if isinstance(value, tuple) else value
+        if name == "nodes" and isinstance(value, tuple):
+            spec[name] = [node_spec(n) for n in value]
+        else:
+            spec[name] = list(value) if isinstance(value, tuple) else value
     spec["capabilities"] = list(pool.capabilities)
     return spec
 
@@ -207,6 +440,33 @@ class Holding:
     profile: str | None = None
     start: int | None = None
     units: int | None = None
+
+
+@dataclass(frozen=True)
+class DeviceShare:
+    """A share of one device of a shared pool (``Pool.sharing``): ``shares`` of its
+    ``shares_per_device``, on the device with index ``device`` on its node."""
+
+    device: int
+    shares: int
+
+
+@dataclass(frozen=True)
+class NodeAllocation:
+    """What a grant holds on one node: whole devices and slices (``holdings``, ``device`` being
+    the index on this node), or a ``share`` of one device, and ``cpu_milli`` millicores and
+    ``memory_mib`` MiB of the node's own (0: none asked for). A gang holds one per node, alike."""
+
+    node: str
+    holdings: tuple[Holding, ...] = ()
+    share: DeviceShare | None = None
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+    @property
+    def devices(self) -> int:
+        """Whole devices and slices held on this node (a share counts none)."""
+        return len(self.holdings)
 
 
 @dataclass(frozen=True)
@@ -245,6 +505,12 @@ class Workload:
     cost, its carbon (then cost), or ``balanced`` (both normalised, carbon weighted by
     ``carbon_weight``). ``max_cost_per_hour`` / ``max_carbon_per_hour`` cap what the grant may
     cost and emit per hour, as do the caps of the ``project`` (budgets.yaml).
+
+    Per node: ``count`` devices, ``cpu`` cores and ``memory`` MiB (None: not asked for) on each of
+    ``nodes`` nodes (a gang: all or nothing, within one pool), optionally all in one network
+    ``topology`` (``same-block``, ``same-switch``; ``topology_mode`` ``required`` unless
+    ``preferred``). ``models`` names the device models that will do (any of them; empty: any).
+    ``isolation`` ``required``: a fraction must be an isolated slice, never a shared device.
     """
 
     name: str
@@ -263,6 +529,13 @@ class Workload:
     max_cost_per_hour: float | None = None
     max_carbon_per_hour: float | None = None
     project: str | None = None
+    cpu: int | float | None = None
+    memory: int | None = None
+    nodes: int = 1
+    topology: str | None = None
+    topology_mode: str | None = None
+    models: tuple[str, ...] = ()
+    isolation: str = "any"
 
     def __post_init__(self) -> None:
         owner = f"workload {self.name!r}" if isinstance(self.name, str) else "workload"
@@ -291,6 +564,33 @@ class Workload:
         _optional_name(owner, "project", self.project, what="a project")
         object.__setattr__(self, "fraction", float(self.fraction))
         object.__setattr__(self, "carbon_weight", float(self.carbon_weight))
+        self._check_nodes(owner)
+
+    def _check_nodes(self, owner: str) -> None:
+        if self.cpu is not None:
+            object.__setattr__(self, "cpu", _cpu(owner, "cpu", self.cpu))
+        if self.memory is not None:
+            object.__setattr__(self, "memory", _memory(owner, "memory", self.memory))
+        _check_number(owner, "nodes", self.nodes, low=1, high=MAX_GANG, integer=True)
+        if self.fraction < 1 and self.nodes != 1:
+            raise _bad("nodes", f"must be 1 when a fraction below 1 is requested (got {self.nodes})", owner)
+        if self.count * self.nodes > MAX_COUNT["workload"]:
+            raise _bad("nodes", f"count x nodes is at most {MAX_COUNT['workload']} devices (got {self.count} x {self.nodes})", owner)
+        if self.topology is None:
+            if self.topology_mode is not None:
+                raise _bad("topology_mode", f"needs topology ({' or '.join(TOPOLOGIES)})", owner)
+        else:
+            _check_choice(owner, "topology", self.topology, TOPOLOGIES)
+            if self.topology_mode is None:
+                object.__setattr__(self, "topology_mode", "required")
+            _check_choice(owner, "topology_mode", self.topology_mode, TOPOLOGY_MODES)
+        object.__setattr__(self, "models", _models(owner, self.models))
+        _check_choice(owner, "isolation", self.isolation, ISOLATIONS)
+
+    @property
+    def cpu_milli(self) -> int | None:
+        """CPU asked for per node, in millicores (None: not asked for)."""
+        return None if self.cpu is None else round(self.cpu * 1000)
 
     @property
     def effective_target(self) -> str:
@@ -391,7 +691,8 @@ class Provenance:
 
 @dataclass(frozen=True)
 class Placement:
-    """A workload placed on a pool; ``holdings`` are the devices (and slices) it holds."""
+    """A workload placed on a pool; ``holdings`` are the devices (and slices) it holds, and
+    ``allocations`` what it holds node by node (empty where the grant names no node)."""
 
     workload: Workload
     pool: str
@@ -412,6 +713,7 @@ class Placement:
     decision_id: str | None = None
     holdings: tuple[Holding, ...] = ()
     checks: tuple[CheckInfo, ...] = ()
+    allocations: tuple[NodeAllocation, ...] = ()
 
     ok: bool = field(default=True, init=False)
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Final, cast
 
 import yaml
 
+from examlops_policy import quantities
 from examlops_policy.errors import SpecError
 from examlops_policy.model import JSONObject, Pool, Workload, article
 from examlops_policy.tables import Tables, load_tables, schema_dir
@@ -149,6 +150,14 @@ def _shown(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
+_QUANTITIES: Final[dict[str, Callable[[object], int]]] = {
+    "cpu": quantities.cpu_milli,
+    "cpu_per_node": quantities.cpu_milli,
+    "memory": quantities.memory_mib,
+    "memory_per_node": quantities.memory_mib,
+}
+
+
 def _explain(error: ValidationError) -> str:
     validator = error.validator
     if validator == "additionalProperties":
@@ -156,8 +165,15 @@ def _explain(error: ValidationError) -> str:
     if validator == "enum":
         allowed = ", ".join("null" if v is None else str(v) for v in cast(list[object], error.validator_value))
         return f"expected one of {allowed} (got {_shown(error.instance)})"
-    if validator == "const" and list(error.absolute_path)[-1:] == ["count"]:
-        return f"count must be {error.validator_value!r} when a fraction below 1 is requested (got {_shown(error.instance)})"
+    last = list(error.absolute_path)[-1:]
+    if validator == "const" and last in (["count"], ["nodes"]):
+        return f"{last[0]} must be {error.validator_value!r} when a fraction below 1 is requested (got {_shown(error.instance)})"
+    if validator == "pattern" and last and last[0] in _QUANTITIES:
+        # The one reader of sizes says what is wrong with this one (e.g. 64G: ambiguous).
+        try:
+            _QUANTITIES[str(last[0])](error.instance)
+        except ValueError as exc:
+            return str(exc)
     if validator == "pattern":
         return (
             f"got {_shown(error.instance)}: use letters, digits, '.', '_' and '-' only, starting with a letter or "
@@ -258,7 +274,8 @@ def check_pool_facts(pool: Pool, tables: Tables, *, source: str | None = None, f
 
 
 def check_workload_facts(workload: Workload, tables: Tables) -> Workload:
-    """What the reviewed tables say of a workload: its data region must be a known region."""
+    """What the reviewed tables say of a workload: its data region must be a known region, and
+    each model it would take a known model of its accelerator."""
     if workload.data_region is not None and not tables.region_known(workload.data_region):
         raise SpecError(
             f"data_region {workload.data_region!r} is not in the reviewed regions table "
@@ -266,6 +283,20 @@ def check_workload_facts(workload: Workload, tables: Tables) -> Workload:
             source=f"workload {workload.name!r}",
             field="data_region",
         )
+    for model in workload.models:
+        entry = tables.models.get(model)
+        if not isinstance(entry, dict):
+            raise SpecError(
+                f"unknown model {model!r} (known: {', '.join(sorted(tables.models))}; add it to policies/examlops/tables/models.yaml)",
+                source=f"workload {workload.name!r}",
+                field="models",
+            )
+        if entry.get("accelerator") != workload.accelerator:
+            raise SpecError(
+                f"model {model!r} is {article(str(entry.get('accelerator')))} device, not {workload.accelerator}",
+                source=f"workload {workload.name!r}",
+                field="models",
+            )
     return workload
 
 
@@ -294,11 +325,26 @@ def _build(cls: type[Pool] | type[Workload], values: dict[str, object], source: 
         raise SpecError(f"{what} (fields: {known})", source=source, field=field or None) from exc
 
 
+def _count_from_nodes(values: Mapping[str, object], source: str, field: str) -> dict[str, object]:
+    """``count`` where the nodes say it: N nodes x devices_per_node, or the listed nodes summed."""
+    nodes, each = values.get("nodes"), values.get("devices_per_node")
+    where = f"{field}.count" if field else "count"
+    if isinstance(nodes, int) and not isinstance(nodes, bool) and isinstance(each, int) and not isinstance(each, bool):
+        return {"count": nodes * each}
+    if isinstance(nodes, (list, tuple)) and all(isinstance(n, Mapping) and isinstance(n.get("devices"), int) for n in nodes):
+        return {"count": sum(cast(int, cast(Mapping[str, object], n)["devices"]) for n in nodes)}
+    if isinstance(nodes, int) and not isinstance(nodes, bool):
+        raise SpecError("missing: give count (split evenly over the nodes) or devices_per_node", source=source, field=where)
+    return {}
+
+
 def pool_from_mapping(data: Mapping[str, object], *, source: str = "pool", field: str = "", tables: Tables | None = None) -> Pool:
     """Build and check one Pool from a mapping (command-line options or one entry of a file)."""
     values = {k: v for k, v in data.items() if v is not None}
     if isinstance(values.get("capabilities"), list):
         values["capabilities"] = tuple(cast(list[str], values["capabilities"]))
+    if "count" not in values:
+        values.update(_count_from_nodes(values, source, field))
     pool = cast(Pool, _build(Pool, values, source, field))
     return check_pool_facts(pool, tables or load_tables(), source=source, field=field)
 

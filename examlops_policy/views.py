@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from examlops_policy.model import Decision, Holding, JSONObject, Pool, PoolState, PoolVerdict, Reason
 
 if TYPE_CHECKING:  # for annotations only: the OPA stack loads when a command needs it
+    from examlops_policy.discovery import NodeUsage as NodeUsage
     from examlops_policy.opa import OpaStatus as OpaStatus
 
 
@@ -181,6 +182,7 @@ class DiscoveredChange:
     free: float | None = None
     nodes: tuple[str, ...] = ()
     details: tuple[str, ...] = ()
+    usage: tuple[NodeUsage, ...] = ()  # what each node has busy, as the scheduler reported it
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import examlops_policy.cli
 ALLOWED = {
     "examlops_policy.hardware", "examlops_policy.model", "examlops_policy.views", "examlops_policy.errors",
     "examlops_policy.specs", "examlops_policy.audit", "examlops_policy.report",
+    "examlops_policy.quantities",  # values: CPU and memory sizes, written the one way they are read
 }  # fmt: skip
 CLI = Path(examlops_policy.cli.__file__).parent
 

@@ -190,7 +190,7 @@ def test_discover_shows_the_diff_then_applies_cloud_pools_idempotently(nodes: di
     applied = ok_json(exa_home, "hardware", "discover", "kubernetes", "--apply")
     assert applied["applied"] is True and applied["source"].startswith("kubernetes https://127.0.0.1:")
     rows = ours(applied)
-    assert {n: (p["action"], p["target"], p["accelerator"], p["model"], p["count"], p["fixed_profile"], p["free"], p["nodes"])
+    assert {n: (p["action"], p["target"], p["accelerator"], p["model"], p["count"], p["fixed_profile"], p["free"], p["node_names"])
             for n, p in rows.items()} == {  # fmt: skip
         H100: ("add", "cloud", "nvidia", "h100", 16, None, 16.0, sorted([nodes["h100-a"], nodes["h100-b"]])),
         MIG: ("add", "cloud", "nvidia", "a100", 7, "1g.10gb", 7.0, [nodes["a100-mig"]]),
@@ -223,7 +223,8 @@ def test_discover_text_says_which_fields_an_update_changes(nodes: dict[str, str]
     shown = exa(exa_home, "hardware", "discover", "kubernetes")
     assert shown.returncode == 0, shown.stderr
     [line] = [x for x in shown.stdout.splitlines() if x.startswith(f"~ {MI300X}:")]
-    assert line.rstrip().endswith("[count]"), line
+    # The registered pool said no nodes; the discovered one lists its node.
+    assert line.rstrip().endswith("[count, nodes]"), line
 
 
 # -- burst, submit, status -----------------------------------------------------------------------

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from examlops_policy import specs
-from examlops_policy.discovery import DiscoveredPool, Discovery, plan
+from examlops_policy.discovery import DiscoveredPool, Discovery, NodeUsage, plan
 from examlops_policy.discovery.slurm import (
     Gres,
     SlurmCluster,
@@ -31,7 +31,7 @@ from examlops_policy.discovery.slurm import (
 from examlops_policy.errors import ExecutorError
 from examlops_policy.executors.command import DEFAULT_TIMEOUT_S, CommandResult
 from examlops_policy.executors.gres import load_gres_table
-from examlops_policy.model import ACCELERATORS, Pool, PoolState
+from examlops_policy.model import ACCELERATORS, Node, Pool, PoolState
 from examlops_policy.tables import load_tables
 from tests.conftest import run_exa
 
@@ -83,7 +83,10 @@ def test_recorded_slurm_2205_makes_one_pool_per_partition_and_gpu_type() -> None
     pools = by_name(found)
     assert sorted(pools) == ["debug-h100", "debug-mi300x", "gpu-h100", "gpu-mi300x"]
     h100 = pools["gpu-h100"]
-    assert h100.pool == Pool("gpu-h100", "hpc", "nvidia", 4, "eu", capabilities=("fp8", "hbm3"), model="h100", partition="gpu", gres_type="h100")
+    assert h100.pool == Pool("gpu-h100", "hpc", "nvidia", 4, "eu", capabilities=("fp8", "hbm3"), model="h100", partition="gpu", gres_type="h100",
+                             nodes=(Node("vm", 4, cpu=2, memory=12052),))  # fmt: skip
+    # What the node has busy: 3 GPUs by index, its CPUs and memory in use.
+    assert h100.usage == (NodeUsage("vm", 3, (0, 1, 2), 0, 1000, 0),)
     assert h100.free == 1.0  # the recorded job held 3 of 4
     assert pools["gpu-mi300x"].pool.accelerator == "amd" and pools["gpu-mi300x"].pool.model == "mi300x"
     assert pools["gpu-mi300x"].free == 4.0
@@ -173,7 +176,7 @@ def test_read_cluster_runs_sinfo_and_scontrol_as_argument_lists() -> None:
     runner = Recorded({"sinfo": ok("sinfo", (FIXTURES / "sinfo-22.05.json").read_text()),
                        "scontrol": ok("scontrol", (FIXTURES / "partitions-22.05.txt").read_text())})  # fmt: skip
     c = read_cluster(runner)
-    assert runner.calls == [("sinfo", "-N", "--json"), ("scontrol", "-o", "show", "partitions")]
+    assert runner.calls == [("sinfo", "-N", "--json"), ("scontrol", "-o", "show", "partitions"), ("scontrol", "show", "topology")]
     assert [n.name for n in c.nodes] == ["vm"]
 
 
@@ -198,7 +201,8 @@ def test_plan_says_what_applying_would_change_and_keeps_operator_facts() -> None
     registered = [
         PoolState(Pool("gpu-h100", "hpc", "nvidia", 2, "eu", cost_per_hour=3.1, model="h100", partition="gpu", gres_type="h100",
                        capabilities=("fp8", "hbm3")), 2.0),
-        PoolState(Pool("gpu-mi300x", "hpc", "amd", 4, "eu", capabilities=("fp8", "hbm3"), model="mi300x", partition="gpu", gres_type="mi300x"), 4.0),
+        PoolState(Pool("gpu-mi300x", "hpc", "amd", 4, "eu", capabilities=("fp8", "hbm3"), model="mi300x", partition="gpu", gres_type="mi300x",
+                       nodes=(Node("vm", 4, cpu=2, memory=12052),)), 4.0),
         PoolState(Pool("gone-h100", "hpc", "nvidia", 4, "eu", partition="gone", gres_type="h100"), 4.0),
         PoolState(Pool("hand-made", "hpc", "amd", 4, "eu"), 4.0),
     ]  # fmt: skip
@@ -206,7 +210,7 @@ def test_plan_says_what_applying_would_change_and_keeps_operator_facts() -> None
     assert {n: c.action for n, c in changes.items()} == {
         "debug-h100": "add", "debug-mi300x": "add", "gpu-h100": "update", "gpu-mi300x": "unchanged", "gone-h100": "stale",
     }  # fmt: skip
-    assert changes["gpu-h100"].changed_fields == ("count",)
+    assert changes["gpu-h100"].changed_fields == ("count", "nodes")  # registered before nodes: the node is new
     assert changes["gpu-h100"].pool is not None and changes["gpu-h100"].pool.cost_per_hour == 3.1
 
 

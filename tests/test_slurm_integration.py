@@ -1,8 +1,10 @@
 """Against a real Slurm (scripts/slurm-up): discover the pools, place, submit, wait, check the GRES.
 
 Skipped only when no Slurm answers AND ``EXA_REQUIRE_SERVICES`` is unset; with
-``EXA_REQUIRE_SERVICES=1`` a missing Slurm fails. The Slurm of scripts/slurm-up is one node with
-``gpu:h100:4,gpu:mi300x:4`` (fake device nodes), features ``fp8,hbm3``, partitions gpu and debug.
+``EXA_REQUIRE_SERVICES=1`` a missing Slurm fails. The Slurm of scripts/slurm-up has this host as a
+node with ``gpu:h100:4,gpu:mi300x:4`` (fake device nodes), features ``fp8,hbm3``, partitions gpu and
+debug (the tests here use those), and three more nodes in partitions nodes and short
+(tests/test_slurm_nodes.py).
 """
 
 from __future__ import annotations

@@ -37,7 +37,10 @@ VOCABULARY: dict[str, list[str]] = table("vocabulary")["vocabulary"]  # type: ig
 def test_the_tables_hold_the_vocabulary() -> None:
     assert ACCELERATORS == ("nvidia", "amd", "intel-gaudi", "tpu", "cpu")
     assert ENGINES == ("vllm", "sglang", "ipex", "cpu", "generic")
-    assert set(VOCABULARY) == {"pool_targets", "workload_targets", "residencies", "objectives"}
+    assert set(VOCABULARY) == {
+        "pool_targets", "workload_targets", "residencies", "objectives", "sharing", "isolations", "topologies", "topology_modes",
+        "node_states",
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -49,6 +52,11 @@ def test_the_tables_hold_the_vocabulary() -> None:
         ("WORKLOAD_TARGETS", tuple(VOCABULARY["workload_targets"])),
         ("RESIDENCIES", tuple(VOCABULARY["residencies"])),
         ("OBJECTIVES", tuple(VOCABULARY["objectives"])),
+        ("SHARING", tuple(VOCABULARY["sharing"])),
+        ("ISOLATIONS", tuple(VOCABULARY["isolations"])),
+        ("TOPOLOGIES", tuple(VOCABULARY["topologies"])),
+        ("TOPOLOGY_MODES", tuple(VOCABULARY["topology_modes"])),
+        ("NODE_STATES", tuple(VOCABULARY["node_states"])),
     ],
 )
 def test_model_constants_are_the_tables(constant: str, expected: tuple[str, ...]) -> None:
@@ -71,10 +79,19 @@ def schema_enum(schema: str, prop: str) -> tuple[object, ...]:
         ("workload.schema.json", "optimize", tuple(VOCABULARY["objectives"])),
         ("pool.schema.json", "accelerator", ACCELERATORS),
         ("pool.schema.json", "target", tuple(VOCABULARY["pool_targets"])),
+        ("pool.schema.json", "sharing", tuple(VOCABULARY["sharing"])),
+        ("workload.schema.json", "isolation", tuple(VOCABULARY["isolations"])),
+        ("workload.schema.json", "topology", tuple(VOCABULARY["topologies"])),
+        ("workload.schema.json", "topology_mode", tuple(VOCABULARY["topology_modes"])),
     ],
 )
 def test_schema_enums_are_the_tables(schema: str, prop: str, expected: tuple[object, ...]) -> None:
     assert schema_enum(schema, prop) == expected
+
+
+def test_the_node_schema_states_are_the_tables() -> None:
+    doc = json.loads((SCHEMAS / "pool.schema.json").read_text(encoding="utf-8"))
+    assert tuple(doc["$defs"]["node"]["properties"]["state"]["enum"]) == tuple(VOCABULARY["node_states"])
 
 
 def choices(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[tuple[str, str, tuple[str, ...]]]:
@@ -103,6 +120,14 @@ def expected_choices(command: str, option: str) -> tuple[str, ...] | None:
         return tuple(VOCABULARY["objectives"])
     if option == "--target":
         return tuple(VOCABULARY["pool_targets" if command in POOL_COMMANDS else "workload_targets"])
+    if option == "--sharing":
+        return tuple(VOCABULARY["sharing"])
+    if option == "--isolation":
+        return tuple(VOCABULARY["isolations"])
+    if option == "--topology":
+        return tuple(VOCABULARY["topologies"])
+    if option == "--topology-mode":
+        return tuple(VOCABULARY["topology_modes"])
     return None
 
 
@@ -111,7 +136,8 @@ def test_cli_choices_are_the_tables() -> None:
     checked = [(c, o) for c, o, _ in found if expected_choices(c, o) is not None]
     # The vocabulary options exist where people describe pools and workloads.
     assert {("hardware add-pool", "--accelerator"), ("hardware add-pool", "--target"), ("hardware place", "--engine"),
-            ("hardware place", "--target"), ("hardware place", "--residency")} <= set(checked)  # fmt: skip
+            ("hardware place", "--target"), ("hardware place", "--residency"), ("hardware add-pool", "--sharing"),
+            ("hardware place", "--isolation"), ("hardware place", "--topology")} <= set(checked)  # fmt: skip
     for command, option, values in found:
         expected = expected_choices(command, option)
         if expected is not None:

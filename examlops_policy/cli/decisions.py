@@ -14,14 +14,20 @@ from examlops_policy.cli.args import Commands
 from examlops_policy.cli import exits, render
 from examlops_policy.errors import SpecError
 from examlops_policy.hardware import Hardware, as_burst
-from examlops_policy.model import ACCELERATORS, ENGINES, OBJECTIVES, RESIDENCIES, WORKLOAD_TARGETS, Decision, Placement, Workload
+from examlops_policy.model import (
+    ACCELERATORS, ENGINES, ISOLATIONS, OBJECTIVES, RESIDENCIES, TOPOLOGIES, TOPOLOGY_MODES, WORKLOAD_TARGETS, Decision, Placement,
+    Workload,
+)  # fmt: skip
 from examlops_policy.views import DecisionRecord, decision_json
 
 # What a workload file says; given on the command line beside -f they would conflict.
 WORKLOAD_OPTIONS = (
     "accelerator", "engine", "target", "fraction", "count", "capabilities", "residency", "data_region",
     "optimize", "carbon_weight", "max_cost_per_hour", "max_carbon_per_hour", "project",
+    "nodes", "cpu", "memory", "topology", "topology_mode", "models", "isolation",
 )  # fmt: skip
+# Options that are lists, comma-separated on the command line.
+LIST_OPTIONS = ("capabilities", "models")
 WORKLOAD_FLAGS = ("allow_burst", "allow_cpu_fallback")
 
 
@@ -52,8 +58,10 @@ def workload(args: argparse.Namespace) -> Workload:
         "allow_burst": args.allow_burst, "allow_cpu_fallback": args.allow_cpu_fallback,
     }  # fmt: skip
     for option in WORKLOAD_OPTIONS[1:]:
-        if option != "capabilities" and getattr(args, option, None) is not None:
+        if option not in LIST_OPTIONS and getattr(args, option, None) is not None:
             values[option] = getattr(args, option)
+    if args.models is not None:
+        values["models"] = types.names(args.models)
     return specs.workload_from_mapping(values, source="command line")
 
 
@@ -194,7 +202,14 @@ def _workload_args(p: argparse.ArgumentParser, *, target: bool) -> None:
     if target:
         p.add_argument("--target", choices=WORKLOAD_TARGETS)
     p.add_argument("--fraction", type=float, help="share of a device, in (0, 1] (default 1)")
-    p.add_argument("--count", type=int, help="devices (default 1)")
+    p.add_argument("--count", type=int, help="devices on each node (default 1)")
+    p.add_argument("--nodes", type=int, help="a gang of N nodes, --count devices on each, all or nothing (default 1)")
+    p.add_argument("--cpu", metavar="CORES", help="CPU per node: cores (8, 0.5) or millicores (500m)")
+    p.add_argument("--memory", metavar="SIZE", help="memory per node: 64Gi, 512Mi or MiB")
+    p.add_argument("--topology", choices=TOPOLOGIES, help="a gang's nodes all in one block, or under one switch")
+    p.add_argument("--topology-mode", choices=TOPOLOGY_MODES, help="whether --topology must hold (default required) or is preferred")
+    p.add_argument("--models", help="comma-separated device models that will do (any of them), e.g. v100,t4")
+    p.add_argument("--isolation", choices=ISOLATIONS, help="required: a fraction must be an isolated slice, never a shared device (default any)")
     p.add_argument("--capabilities", help="comma-separated tags the pool must advertise, e.g. fp8")
     p.add_argument("--residency", choices=RESIDENCIES, help="data residency class (default open)")
     p.add_argument("--data-region", help="where the workload's data lives (a region of regions.yaml)")

@@ -9,12 +9,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from examlops_policy import specs
+from examlops_policy import quantities, specs
 from examlops_policy.cli import args as types
 from examlops_policy.cli.args import Commands
 from examlops_policy.cli import exits, render
 from examlops_policy.hardware import Hardware
-from examlops_policy.model import ACCELERATORS, POOL_TARGETS, Pool
+from examlops_policy.model import ACCELERATORS, POOL_TARGETS, SHARING, Pool, node_spec
 from examlops_policy.views import DiscoveryResult, PoolView
 
 MARKS = {"add": "+", "update": "~", "unchanged": "=", "stale": "?"}
@@ -23,7 +23,36 @@ MARKS = {"add": "+", "update": "~", "unchanged": "=", "stale": "?"}
 def pool_json(pool: Pool) -> dict[str, object]:
     body: dict[str, object] = {f.name: getattr(pool, f.name) for f in dataclasses.fields(Pool)}
     body["capabilities"] = list(pool.capabilities)
+    if isinstance(pool.nodes, tuple):
+        body["nodes"] = [node_spec(n) for n in pool.nodes]
     return body
+
+
+NODES_SHOWN = 8
+
+
+def node_lines(pool: Pool) -> list[str]:
+    """A line per listed node (at most NODES_SHOWN, then how many more): devices, CPUs, memory,
+    network place and state."""
+    if not isinstance(pool.nodes, tuple):
+        return []
+    kind = pool.gres_type or pool.model or pool.accelerator
+    lines = []
+    for node in pool.nodes[:NODES_SHOWN]:
+        parts = [f"{node.devices} × {kind}" if pool.accelerator != "cpu" else f"{node.devices} CPUs"]
+        if node.cpu is not None and pool.accelerator != "cpu":
+            parts.append(f"{render.number(float(node.cpu))} CPUs")
+        if node.memory is not None:
+            parts.append(quantities.memory_text(node.memory))
+        parts += [f"{level} {value}" for level, value in (("block", node.block), ("switch", node.switch)) if value]
+        if node.state != "up":
+            parts.append(node.state)
+        lines.append(f"node {node.name}: {' · '.join(parts)}")
+    if len(pool.nodes) > NODES_SHOWN:
+        lines.append(f"... and {len(pool.nodes) - NODES_SHOWN} more node(s)")
+    if pool.sharing:
+        lines.append(f"shared: {pool.sharing}, {pool.shares_per_device} shares per device")
+    return lines
 
 
 def view_json(v: PoolView) -> dict[str, object]:
@@ -42,7 +71,8 @@ def cmd_add_pool(args: argparse.Namespace, hw: Hardware, console: Console) -> in
         "name": args.name, "target": args.target, "accelerator": args.accelerator, "count": args.count, "region": args.region,
         "supports_fractions": args.supports_fractions, "capabilities": types.names(args.capabilities), "spot": args.spot,
     }  # fmt: skip
-    for option in ("cost_per_hour", "carbon_factor", "model", "power_w", "pue", "partition", "gres_type", "fixed_profile"):
+    for option in ("cost_per_hour", "carbon_factor", "model", "power_w", "pue", "partition", "gres_type", "fixed_profile",
+                   "nodes", "cpu_per_node", "memory_per_node", "sharing", "shares_per_device"):  # fmt: skip
         if getattr(args, option) is not None:
             values[option] = getattr(args, option)
     pool = specs.pool_from_mapping(values, source="exa hardware add-pool")
@@ -98,7 +128,8 @@ def cmd_pool(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
 def _show_discovery(args: argparse.Namespace, console: Console, found: DiscoveryResult) -> None:
     if args.json:
         rows = [{**pool_json(c.pool), "region": c.pool.region or None, "action": c.action, "changed": list(c.changed_fields),
-                 "free": c.free, "nodes": list(c.nodes), "details": list(c.details)} for c in found.changes]  # fmt: skip
+                 "free": c.free, "node_names": list(c.nodes), "details": list(c.details),
+                 "usage": [dataclasses.asdict(u) for u in c.usage]} for c in found.changes]  # fmt: skip
         render.dump_json(console, {"source": found.source, "pools": rows, "warnings": list(found.warnings), "applied": found.applied,
                                    "held_outside": found.held_outside})  # fmt: skip
         return
@@ -125,6 +156,8 @@ def _show_discovery(args: argparse.Namespace, console: Console, found: Discovery
         console.print(f"{MARKS[c.action]} {p.name}: {p.count} × {p.accelerator}{' ' + p.model if p.model else ''}{free} · {where}{changed}")
         for line in c.details:
             console.print(Text(f"    {line}", style="dim"))
+        for line in node_lines(p):
+            console.print(Text(f"    {line}", style="dim"))
     for warning in found.warnings:
         console.print(Text(f"⚠ {warning}", style="yellow"))
     if found.applied:
@@ -137,7 +170,7 @@ def _show_discovery(args: argparse.Namespace, console: Console, found: Discovery
 
 
 def cmd_discover(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
-    options = {k: getattr(args, k) for k in ("target", "context", "kubeconfig") if getattr(args, k, None) is not None}
+    options = {k: getattr(args, k) for k in ("target", "context", "kubeconfig", "block_label", "switch_label") if getattr(args, k, None) is not None}
     found = hw.discover(args.source, region=args.region, prefix=args.prefix, apply=args.apply, **options)
     _show_discovery(args, console, found)
     return exits.OK
@@ -194,6 +227,11 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
     p.add_argument("--gres-type", help="Slurm GRES type of the devices")
     p.add_argument("--fixed-profile", help="each counted unit is one fixed slice of this profile, e.g. 1g.10gb")
     p.add_argument("--spot", action="store_true", help="spot (preemptible) capacity")
+    p.add_argument("--nodes", type=int, help="the pool's nodes: --count devices split evenly over N nodes")
+    p.add_argument("--cpu-per-node", metavar="CORES", help="CPU of each node: cores (64, 0.5) or millicores (500m); needs --nodes")
+    p.add_argument("--memory-per-node", metavar="SIZE", help="memory of each node: 512Gi, 64Gi, 512Mi or MiB; needs --nodes")
+    p.add_argument("--sharing", choices=SHARING, help="devices shared without partitioning (time-slicing, MPS, Slurm shards)")
+    p.add_argument("--shares-per-device", type=int, metavar="N", help="with --sharing: shares each device is split into (1000: thousandths)")
     p.set_defaults(handler=cmd_add_pool)
 
     p = hardware.add_parser("apply", parents=[common], help="register or update pools from a reviewed YAML file")
@@ -225,6 +263,8 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
     p.add_argument("--region", help=argparse.SUPPRESS)
     p.add_argument("--prefix", help="prefix for pool names (default: k8s-)")
+    p.add_argument("--block-label", metavar="KEY", help="the node label that names a node's block, e.g. cloud.google.com/gce-topology-block")
+    p.add_argument("--switch-label", metavar="KEY", help="the node label that names a node's switch or rack")
     p.add_argument("--apply", action="store_true", help="register the pools (idempotent)")
     p.set_defaults(handler=cmd_discover)
 

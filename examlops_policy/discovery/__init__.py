@@ -24,13 +24,31 @@ Action = Literal["add", "update", "unchanged", "stale"]
 
 
 @dataclass(frozen=True)
+class NodeUsage:
+    """What a scheduler reports busy on one node of a pool at discovery time: ``devices`` of the
+    pool's kind (``indices`` where the scheduler names them), ``shares`` of shared devices (Slurm
+    shards or MPS, replicas of a time-sliced GPU), and the node's ``cpu_milli`` and ``memory_mib``
+    in use (None: not reported). Busy devices of a node in several pools (overlapping partitions)
+    are reported for each of them: the node's capacity is one."""
+
+    node: str
+    devices: int = 0
+    indices: tuple[int, ...] = ()
+    shares: int = 0
+    cpu_milli: int | None = None
+    memory_mib: int | None = None
+
+
+@dataclass(frozen=True)
 class DiscoveredPool:
-    """A pool as discovered, with the devices free at discovery time (None when unknown)."""
+    """A pool as discovered, with the devices free at discovery time (None when unknown), the
+    names of its nodes and, node by node, what is busy there (``usage``)."""
 
     pool: Pool
     free: float | None = None
     nodes: tuple[str, ...] = ()
     details: tuple[str, ...] = ()
+    usage: tuple[NodeUsage, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,4 +106,4 @@ def plan(discovery: Discovery, registered: Sequence[PoolState], *, owned: Callab
     return changes
 
 
-__all__ = ["DiscoveredPool", "Discovery", "PlannedChange", "merged", "plan"]
+__all__ = ["DiscoveredPool", "Discovery", "NodeUsage", "PlannedChange", "merged", "plan"]

@@ -5,12 +5,20 @@ the partition, ``--gres=gpu:<type>:<n>`` (or the GRES type of the granted slice 
 fraction, from ``gres.yaml``), ``--constraint`` from the requested capabilities that are node
 features of the pool, a job name from the workload and a comment naming the decision. Every name
 that reaches Slurm is checked first; arguments go to ``sbatch`` as a list, never through a shell.
+
+A placement that names its nodes (``Placement.allocations``) is asked for exactly as granted, per
+node (sbatch(1)): ``--nodes=N`` (a gang: N nodes, all or nothing), ``--nodelist`` (the granted
+nodes, where the pool lists nodes by name), one task per node with ``--cpus-per-task`` (whole
+CPUs: Slurm allocates no less), ``--mem`` in MiB per node, and per node ``--gres`` of the granted
+devices, slices or shards (``shard:<type>:<k>``, Slurm's shared GPU GRES). Slurm picks the device
+indices itself: no sbatch option names them, so a grant's indices are the layer's own account.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -19,7 +27,7 @@ from examlops_policy.executors.placed import live_placement
 from examlops_policy.errors import ExecutorError, SpecError
 from examlops_policy.executors.command import Runner, run_command
 from examlops_policy.executors.gres import GresTable
-from examlops_policy.model import Pool
+from examlops_policy.model import NodeAllocation, Placement, Pool
 from examlops_policy.views import DecisionRecord
 
 
@@ -53,14 +61,30 @@ class SlurmRequest:
     gres: str | None = None
     constraint: str | None = None
     cpus_per_task: int | None = None
+    nodes: int | None = None
+    nodelist: tuple[str, ...] = ()
+    mem_mib: int | None = None
 
     def argv(self) -> list[str]:
         """The exact argument list given to ``sbatch``."""
         args = ["sbatch", "--parsable", f"--partition={self.partition}", f"--job-name={self.job_name}"]
-        if self.gres:
-            args.append(f"--gres={self.gres}")
-        if self.cpus_per_task:
-            args += ["--ntasks=1", f"--cpus-per-task={self.cpus_per_task}"]
+        if self.nodes is not None:
+            # Per node, as the grant holds it: one task on each node carrying the node's CPUs.
+            args.append(f"--nodes={self.nodes}")
+            if self.nodelist:
+                args.append(f"--nodelist={','.join(self.nodelist)}")
+            args.append("--ntasks-per-node=1")
+            if self.cpus_per_task:
+                args.append(f"--cpus-per-task={self.cpus_per_task}")
+            if self.mem_mib:
+                args.append(f"--mem={self.mem_mib}M")
+            if self.gres:
+                args.append(f"--gres={self.gres}")
+        else:
+            if self.gres:
+                args.append(f"--gres={self.gres}")
+            if self.cpus_per_task:
+                args += ["--ntasks=1", f"--cpus-per-task={self.cpus_per_task}"]
         if self.constraint:
             args.append(f"--constraint={self.constraint}")
         args += [f"--comment=examlops-decision={self.decision_id}", str(self.script)]
@@ -100,6 +124,9 @@ def slurm_request(record: DecisionRecord, pool: Pool, script: Path, gres: GresTa
     # guarantees (models.yaml) are already implied by the GRES type.
     features = [safe_name(c, "capability") for c in workload.capabilities if c in pool.capabilities]
     constraint = "&".join(features) or None
+    if decision.allocations:
+        return _replace(node_request(decision, pool, gres), decision_id=request.decision_id, partition=request.partition,
+                        job_name=request.job_name, script=request.script, constraint=constraint)  # fmt: skip
     if pool.accelerator == "cpu":
         return _replace(request, cpus_per_task=max(1, int(decision.grant.devices)), constraint=constraint)
     gres_type = safe_name(pool.gres_type, "gres type")
@@ -114,6 +141,81 @@ def slurm_request(record: DecisionRecord, pool: Pool, script: Path, gres: GresTa
     if devices != int(devices) or devices < 1:
         raise SpecError(f"decision {short} holds {devices:g} devices; Slurm GRES counts are whole numbers")
     return _replace(request, gres=f"gpu:{gres_type}:{int(devices)}", constraint=constraint)
+
+
+NODE_NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+
+
+def _same_on_every_node(allocations: Sequence[NodeAllocation]) -> NodeAllocation:
+    """The first allocation, when every node holds the same (a job asks the same of each node)."""
+
+    def shape(a: NodeAllocation) -> tuple[object, ...]:
+        return (sorted(h.profile or "" for h in a.holdings), a.share.shares if a.share else 0, a.cpu_milli, a.memory_mib)
+
+    first = allocations[0]
+    for other in allocations[1:]:
+        if shape(other) != shape(first):
+            raise SpecError(
+                f"node {other.node} holds other devices, CPU or memory than node {first.node}: "
+                "one Slurm job asks the same of every node it runs on",
+                field="allocations",
+            )
+    return first
+
+
+def node_request(decision: Placement, pool: Pool, gres: GresTable, *, script: Path | None = None) -> SlurmRequest:
+    """The per-node part of the ``sbatch`` request for a placement that names its nodes: node
+    count, node list (where the pool's nodes have names Slurm knows), CPUs, memory and GRES per
+    node. SpecError for a grant Slurm cannot be asked for exactly (nodes holding different
+    amounts, a fraction of a CPU, a node the pool does not have)."""
+    allocations = decision.allocations
+    if not allocations:
+        raise SpecError("the placement names no node", field="allocations")
+    names = [a.node for a in allocations]
+    if len(set(names)) != len(names):
+        raise SpecError(f"a node is granted twice in one placement: {', '.join(names)}", field="allocations")
+    known = {n.name for n in pool.node_list()} if pool.nodes_named else None
+    for name in names:
+        if not NODE_NAME_RE.fullmatch(name):
+            raise SpecError(f"node name {name!r} is not safe for Slurm", field="allocations")
+        if known is not None and name not in known:
+            raise SpecError(f"node {name} is not a node of pool {pool.name}", field="allocations")
+    each = _same_on_every_node(allocations)
+    if each.cpu_milli % 1000:
+        raise SpecError(
+            f"the grant holds {each.cpu_milli / 1000:g} CPUs per node; Slurm allocates whole CPUs", field="allocations"
+        )
+    cpus = each.cpu_milli // 1000 or None
+    gres_text: str | None = None
+    if pool.accelerator == "cpu":
+        # The devices of a cpu pool are its CPUs.
+        cpus = max(cpus or 0, each.devices) or None
+    elif each.share is not None:
+        if pool.sharing is None:
+            raise SpecError(f"pool {pool.name} is not shared, yet the grant holds a share of a device", field="allocations")
+        gres_text = f"shard:{safe_name(pool.gres_type, 'gres type')}:{each.share.shares}"
+    elif each.holdings:
+        profiles = {h.profile for h in each.holdings}
+        if len(profiles) != 1:
+            raise SpecError("one node holds slices of several profiles; a job asks for one GRES type per node", field="allocations")
+        profile = profiles.pop()
+        gres_type = safe_name(pool.gres_type, "gres type")
+        if profile is None or pool.fixed_profile is not None:
+            gres_text = f"gpu:{gres_type}:{len(each.holdings)}"
+        else:
+            slice_type = safe_name(gres.slice_type(decision.grant.scheme or "", gres_type, profile), "slice gres type")
+            gres_text = f"gpu:{slice_type}:{len(each.holdings)}"
+    return SlurmRequest(
+        decision_id=decision.decision_id or "",
+        partition=safe_name(pool.partition, "partition"),
+        job_name=safe_name(decision.workload.name, "job name"),
+        script=script or Path(),
+        gres=gres_text,
+        cpus_per_task=cpus,
+        nodes=len(allocations),
+        nodelist=tuple(names) if pool.nodes_named else (),
+        mem_mib=each.memory_mib or None,
+    )
 
 
 def _replace(request: SlurmRequest, **changes: object) -> SlurmRequest:

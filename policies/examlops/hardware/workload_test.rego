@@ -134,6 +134,11 @@ test_vocabulary_table if {
 		"workload_targets": ["hpc", "cloud", "any"],
 		"residencies": ["open", "eu-only", "no-egress", "restricted"],
 		"objectives": ["cost", "carbon", "balanced"],
+		"sharing": ["time-slice", "mps"],
+		"isolations": ["required", "any"],
+		"topologies": ["same-block", "same-switch"],
+		"topology_modes": ["required", "preferred"],
+		"node_states": ["up", "drained", "down"],
 	}
 	workload.targets == {"hpc", "cloud", "any"}
 	workload.objectives == {"cost", "carbon", "balanced"}
