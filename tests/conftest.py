@@ -28,10 +28,12 @@ SEED_POOLS = (
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _opa_binary() -> None:
+def _opa_binary(tmp_path_factory: pytest.TempPathFactory) -> None:
     if not OPA_BIN.is_file():
         pytest.exit(f"OPA binary missing at {OPA_BIN}: run scripts/setup", returncode=2)
     os.environ["EXA_OPA_BIN"] = str(OPA_BIN)
+    # The compiled tables of this session (and of the exa processes it starts), not the user's.
+    os.environ["EXA_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
     for var in ("EXA_OPA_URL", "EXA_OPA_TOKEN", "EXA_OPA_CA", "EXA_OPA_ALLOW_INSECURE", "EXA_OPA_IDLE_TIMEOUT", "EXA_DB_URL"):
         os.environ.pop(var, None)
 
