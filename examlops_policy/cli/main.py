@@ -9,35 +9,35 @@ library. Exit codes: one table in ``examlops_policy.cli.exits`` (the README show
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Final, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn
 
-from rich.console import Console
-
-from examlops_policy.cli import decisions, exits, jobs, ledger, opa_cmds, policy, pools
+from examlops_policy.cli import exits
+from examlops_policy.cli.console import Console, on_broken_pipe
 from examlops_policy.errors import ExaError
-from examlops_policy.hardware import Hardware
 
-Handler = Callable[[argparse.Namespace, Hardware, Console], int]
+if TYPE_CHECKING:
+    from examlops_policy.hardware import Hardware
+
+Handler = Callable[[argparse.Namespace, "Hardware", Console], int]
 
 
 def _console() -> Console:
     # Piped output keeps whole table columns instead of rich's 80-column default.
     width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "160"))
-    # No markup: names, reasons and messages print as they are ("[count]" is text, not a style).
-    return Console(highlight=False, markup=False, soft_wrap=True, emoji=False, width=width)
+    return Console(width=width)
 
 
 def _error(name: str, code: int, message: str, *, as_json: bool) -> None:
     if as_json:
+        import json
+
         sys.stderr.write(json.dumps({"error": name, "code": code, "message": message}, ensure_ascii=False) + "\n")
     else:
-        Console(stderr=True, highlight=False, soft_wrap=True).print(f"{name}: {message}", style="red", markup=False)
+        Console(stderr=True, emoji=True).print(f"{name}: {message}", style="red")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,16 +63,25 @@ def build_parser(group: str | None = None) -> argparse.ArgumentParser:
 
     parser = _Parser(prog="exa", description="ExaMLOps: heterogeneous hardware placement by policy.")
     groups = parser.add_subparsers(dest="group", required=True, metavar="{" + ",".join(GROUPS) + "}")
+    # A group's command modules are imported only when that group is built.
     if group in (None, "hardware"):
+        from examlops_policy.cli import decisions, jobs, pools
+
         hardware = groups.add_parser("hardware", help="device pools and placements").add_subparsers(dest="command", required=True)
         pools.register(hardware, common)
         decisions.register(hardware, common)
         jobs.register(hardware, common)
     if group in (None, "audit", "finops", "models"):
+        from examlops_policy.cli import ledger
+
         ledger.register(groups, common)
     if group in (None, "opa"):
+        from examlops_policy.cli import opa_cmds
+
         opa_cmds.register(groups, common)
     if group in (None, "policy"):
+        from examlops_policy.cli import policy
+
         policy.register(groups, common)
     return parser
 
@@ -82,18 +91,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     first = next((a for a in given if not a.startswith("-")), None)
     args = build_parser(first if first in GROUPS else None).parse_args(given)
     console = _console()
+    from examlops_policy.hardware import Hardware
+
     hw = Hardware(Path(args.home).expanduser() if args.home else None)
     try:
         handler: Handler = args.handler
         return handler(args, hw, console)
     except ExaError as exc:
         if args.debug:
+            import traceback
+
             traceback.print_exc()
         code = exits.code_for(exc)
         _error(type(exc).__name__, code, str(exc), as_json=getattr(args, "json", False))
         return code
     except KeyboardInterrupt:
         return exits.INTERRUPTED
+    except BrokenPipeError:  # the reader of stdout went away (exa ... | head)
+        on_broken_pipe()
+        raise  # not reached: on_broken_pipe exits
     finally:
         hw.close()
 
