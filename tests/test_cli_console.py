@@ -115,8 +115,9 @@ def test_a_piped_command_imports_neither_rich_nor_the_other_groups(exa_home: Pat
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly(exa_home: Path) -> None:
-    for i in range(40):
-        run_exa(exa_home, "hardware", "add-pool", f"pool-{i:02d}", "--target", "hpc", "--accelerator", "amd", "--count", "4", "--region", "eu", check=True)
+    pools = exa_home.parent / "pools.yaml"
+    pools.write_text("pools:\n" + "".join(f"  - {{name: pool-{i:02d}, target: hpc, accelerator: amd, count: 4, region: eu}}\n" for i in range(40)), encoding="utf-8")
+    run_exa(exa_home, "hardware", "apply", "-f", str(pools), check=True)
     env = {**os.environ, "EXA_HOME": str(exa_home)}
     exa = Path(sys.executable).parent / "exa"
     # The reader closes the pipe before exa writes: every write fails (EPIPE).
