@@ -13,16 +13,20 @@ is offered, so a test that reaches OPA without saying so fails and names the mar
 Parallel runs (``pytest -n auto --dist loadgroup``, as scripts/test does): each worker has its own
 temporary folder, OPA home and tables cache; a file's tests run on one worker (their module
 fixtures are built once), and every test of a singleton service (Slurm, PostgreSQL, Kubernetes,
-Chromium) on one worker, one at a time, as in a serial run.
+Chromium) on one worker, one at a time, as in a serial run (``group_of``; the scheduler is this
+suite's, see below).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -63,18 +67,75 @@ def needs_services(item: pytest.Item) -> bool:
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    grouped = config.pluginmanager.hasplugin("xdist")
     for item in items:
         if needs_services(item):
             item.add_marker(pytest.mark.services)
-        if grouped:  # used by --dist loadgroup
-            singleton = next((name for name in SINGLETON_SERVICES if item.get_closest_marker(name)), None)
-            item.add_marker(pytest.mark.xdist_group("services" if singleton else item.nodeid.split("::")[0]))
+
+
+# -- parallel runs (pytest-xdist, --dist loadgroup) ------------------------------------------------
+#
+# xdist's own loadgroup reads xdist_group marks through a node id suffix that pytest 9.2 no longer
+# keeps (pytest-xdist issue 1386): tests of one group would silently spread over workers. So the
+# scheduler is this suite's: each worker writes the group of every test it collected to a folder
+# the controller made, and the controller schedules a group as one unit (as loadfile does a file).
+
+_GROUPS = pytest.StashKey[Path]()
+
+
+def group_of(item: pytest.Item) -> str:
+    """The tests that run on one worker, in order: a file's, or all tests of the singleton services."""
+    if any(item.get_closest_marker(name) for name in SINGLETON_SERVICES):
+        return "services"
+    return item.nodeid.split("::", 1)[0]
+
+
+def _groups_dir(config: pytest.Config) -> Path:
+    if _GROUPS not in config.stash:
+        config.stash[_GROUPS] = Path(tempfile.mkdtemp(prefix="exa-test-groups-"))
+    return config.stash[_GROUPS]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:  # controller: tell each worker where to write
+    node.workerinput["exa_test_groups"] = str(_groups_dir(node.config))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    folder = _groups_dir(config)
+
+    class SuiteGroups(LoadScopeScheduling):  # type: ignore[misc]
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            # Called once every worker has reported its collection, so every map is written.
+            if self.groups is None:
+                self.groups = {}
+                for path in sorted(folder.glob("*.json")):
+                    self.groups.update(json.loads(path.read_text(encoding="utf-8")))
+            return self.groups.get(nodeid) or nodeid.split("::", 1)[0]
+
+    return SuiteGroups(config, log)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _GROUPS in config.stash:
+        shutil.rmtree(config.stash[_GROUPS], ignore_errors=True)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     # A run without any services test gets no OPA: a test that still reaches one fails, saying why.
     session.config.stash[_WITHOUT_SERVICES] = bool(session.items) and not any(i.get_closest_marker("services") for i in session.items)
+    where = getattr(session.config, "workerinput", {}).get("exa_test_groups")
+    if where:  # an xdist worker: the group of each test, for the controller's scheduler
+        target = Path(where) / f"{session.config.workerinput['workerid']}.json"
+        partial = target.with_suffix(".tmp")
+        partial.write_text(json.dumps({item.nodeid: group_of(item) for item in session.items}), encoding="utf-8")
+        partial.replace(target)
 
 
 _WITHOUT_SERVICES = pytest.StashKey[bool]()

@@ -98,3 +98,47 @@ def test_the_services_marker_covers_the_service_markers_and_the_opa_fixtures() -
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
     ).stdout  # fmt: skip
     assert "tests/test_audit.py::" in collected and "tests/test_cli.py::" not in collected
+
+
+GROUPED_TESTS = """
+import os
+
+import pytest
+
+
+def record(name: str) -> None:
+    with open(os.environ["RECORD"], "a", encoding="utf-8") as out:
+        out.write(f"{__name__} {name} {os.environ['PYTEST_XDIST_WORKER']}\\n")
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_plain(i: int) -> None:
+    record("plain")
+
+
+@pytest.mark.{marker}
+@pytest.mark.parametrize("i", range(4))
+def test_service(i: int) -> None:
+    record("service")
+"""
+
+
+def test_parallel_runs_keep_a_files_tests_and_all_singleton_service_tests_on_one_worker(tmp_path: Path) -> None:
+    folder = tmp_path / "grouped"
+    folder.mkdir()
+    (folder / "conftest.py").write_text(INNER_CONFTEST, encoding="utf-8")
+    for name, marker in (("test_one", "slurm"), ("test_two", "kubernetes"), ("test_three", "postgres")):
+        (folder / f"{name}.py").write_text(GROUPED_TESTS.replace("{marker}", marker), encoding="utf-8")
+    record = tmp_path / "record.txt"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, "RECORD": str(record)}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "3", "--dist", "loadgroup"],
+        cwd=folder, capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    workers: dict[tuple[str, str], set[str]] = {}
+    for line in record.read_text(encoding="utf-8").splitlines():
+        module, kind, worker = line.split()
+        workers.setdefault(("services", "") if kind == "service" else (module, kind), set()).add(worker)
+    assert len(workers) == 4 and sum(1 for _ in record.read_text(encoding="utf-8").splitlines()) == 24
+    assert all(len(on) == 1 for on in workers.values()), workers
