@@ -10,6 +10,7 @@ plain output equal to rich's.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
 
 # What rich drops from printed text (bell, backspace, vertical tab, form feed, carriage return).
 _STRIPPED = dict.fromkeys((7, 8, 11, 12, 13))
+# Something rich might read as an emoji code (``:smile:``), where emoji codes are on.
+_EMOJI_LIKE = re.compile(r":\S+?:")
 
 
 class Text:
@@ -92,7 +95,7 @@ class Console:
     def print(self, *objects: Any, style: str | None = None, markup: bool | None = None, highlight: bool | None = None) -> None:
         del markup, highlight  # never markup, never highlighting: the same on both paths
         text = " ".join(o.plain if isinstance(o, Text) else o if isinstance(o, str) else "\0" for o in objects)
-        if self.is_terminal or "\0" in text or "\t" in text or (self._emoji and ":" in text):
+        if self.is_terminal or "\0" in text or "\t" in text or (self._emoji and _EMOJI_LIKE.search(text)):
             # A terminal; or something only rich renders (a table, tab stops, :emoji: codes).
             self._print_rich(objects, style)
             return
