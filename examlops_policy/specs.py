@@ -15,14 +15,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
 
-import yaml
-
 from examlops_policy import quantities
 from examlops_policy.errors import SpecError
 from examlops_policy.model import JSONObject, Pool, Workload, article
 from examlops_policy.tables import Tables, load_tables, schema_dir
 
-if TYPE_CHECKING:  # jsonschema loads only when a spec file is read
+if TYPE_CHECKING:  # PyYAML and jsonschema load only when a spec file is read
+    import yaml
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import ValidationError
 
@@ -32,13 +31,10 @@ MAX_DEPTH: Final = 32
 
 MAX_NODES: Final = 2_000_000
 
-# libyaml's C parser and composer when present (ten times faster on a large fleet file); the
-# checks below run on the composed node graph, before any Python object is built.
-_LOADER: Final = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 def _check_graph(root: yaml.Node) -> None:
     """Refuse aliases, non-scalar or duplicate keys, deep nesting and huge documents."""
+    import yaml
+
     seen: set[int] = set()
     stack: list[tuple[yaml.Node, int]] = [(root, 1)]
     while stack:
@@ -70,7 +66,11 @@ def _check_graph(root: yaml.Node) -> None:
 
 
 def _parse(text: str) -> object:
-    loader = _LOADER(text)
+    import yaml
+
+    # libyaml's C parser and composer when present (ten times faster on a large fleet file); the
+    # checks below run on the composed node graph, before any Python object is built.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
     try:
         node = loader.get_single_node()
         if node is None:
@@ -105,6 +105,8 @@ def read_text(path: Path, max_bytes: int = MAX_FILE_BYTES) -> str:
 
 def read_yaml(path: Path) -> object:
     """Parse one YAML document from ``path`` with the limits above."""
+    import yaml
+
     source = str(path)
     text = read_text(path)
     try:

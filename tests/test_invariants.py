@@ -37,11 +37,11 @@ from examlops_policy.hardware import Hardware
 from examlops_policy.model import Decision, Placement, Pool, PoolState, Rejection, Workload
 from examlops_policy.model import Capacity, Holding
 from examlops_policy.opa import stop_server
+from tests.conftest import open_hardware
 
 ROOT = Path(__file__).resolve().parents[1]
 # The tables the product evaluates with (EXA_POLICY_DIR wins, as in examlops_policy.tables).
 TABLE_DIR = Path(os.environ.get("EXA_POLICY_DIR") or ROOT / "policies") / "examlops" / "tables"
-OPA_BIN = ROOT / ".tools" / "bin" / "opa"
 
 # --- the reviewed tables, read independently of examlops_policy.tables ------------------------
 
@@ -459,14 +459,13 @@ def states_of(pools: Sequence[Pool], capacities: dict[str, Capacity | None], tab
 
 
 @pytest.fixture(scope="module")
-def hw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hardware]:
-    """A Hardware whose policy engine starts the real OPA on demand (once for the module)."""
+def hw(tmp_path_factory: pytest.TempPathFactory, opa_home: Path) -> Iterator[Hardware]:
+    """A Hardware deciding with the session's real OPA (``opa_home``, started on demand)."""
     for var in ("EXA_OPA_URL", "EXA_DB_URL"):
         if os.environ.get(var):
             pytest.skip(f"{var} is set; these tests run against the local OPA and policies")
-    os.environ.setdefault("EXA_OPA_BIN", str(OPA_BIN))
     home = tmp_path_factory.mktemp("invariants")
-    hardware = Hardware(home=home)
+    hardware = open_hardware(home)
     try:
         yield hardware
     finally:

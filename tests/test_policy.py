@@ -26,6 +26,8 @@ from examlops_policy.tables import load_tables, policy_dir, revision
 from tests.conftest import OPA_BIN
 from tests.conftest import free_port as _free_port
 
+pytestmark = pytest.mark.opa  # the policy adapter against real OPA servers, some started here
+
 WORKLOAD = Workload("w", accelerator="amd", engine="vllm")
 STATES = [PoolState(Pool("hpc-mi300", "hpc", "amd", 4, "eu"), 4.0, Capacity(4))]
 

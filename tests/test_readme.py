@@ -254,7 +254,13 @@ def test_every_block_has_a_known_language() -> None:
     assert sum(b.language == "console" for b in ALL) >= 5 and any(b.language == "python" for b in ALL)
 
 
-@pytest.mark.parametrize("block", [b for b in ALL if b.language in ("console", "python")], ids=lambda b: f"line-{b.line}-{b.language}")
+# Every block runs exa on a real OPA; a block that needs a service carries that service's marker.
+@pytest.mark.opa
+@pytest.mark.parametrize(
+    "block",
+    [pytest.param(b, marks=[getattr(pytest.mark, s) for s in b.needs]) for b in ALL if b.language in ("console", "python")],
+    ids=lambda b: f"line-{b.line}-{b.language}",
+)
 def test_the_block_runs_as_shown(block: Block, sessions: dict[str, Session], tmp_path_factory: pytest.TempPathFactory) -> None:
     for service in block.needs:
         why = _available(service)

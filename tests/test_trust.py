@@ -280,6 +280,7 @@ def full_home(tmp_path: Path) -> Iterator[Path]:
         yield home
 
 
+@pytest.mark.opa
 def test_a_full_disk_is_exit_11_and_nothing_is_written(full_home: Path) -> None:
     """Issue item 7: with the state's disk full, a placement and a pool change are exit 11
     (StateFull); with space again, the state is as it was."""

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from rich.console import Console
+from examlops_policy.cli.console import Console
 
 from examlops_policy import specs
 from examlops_policy.cli import args as types

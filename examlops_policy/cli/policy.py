@@ -24,7 +24,7 @@ import math
 from pathlib import Path
 from typing import Final
 
-from rich.console import Console
+from examlops_policy.cli.console import Console
 
 from examlops_policy.cli import exits, render
 from examlops_policy.cli.args import Commands, limit

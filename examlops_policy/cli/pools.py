@@ -6,8 +6,8 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from rich.console import Console
-from rich.text import Text
+from examlops_policy.cli.console import Console
+from examlops_policy.cli.console import Text
 
 from examlops_policy import quantities, specs
 from examlops_policy.cli import args as types

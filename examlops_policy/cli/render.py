@@ -1,13 +1,11 @@
-"""How decisions, pools and reports look to people (rich) and to scripts (JSON)."""
+"""How decisions, pools and reports look to people (rich on a terminal, plain text piped) and to scripts (JSON)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from examlops_policy.cli.console import Console, Text
 
 from examlops_policy.model import Decision, Grant, Placement, PoolVerdict, Rejection, article
 from examlops_policy.views import DecisionSummary, Explanation, PoolDetail, PoolView, Standing, explain
@@ -19,11 +17,14 @@ def emit_table(console: Console, title: str, columns: Sequence[str], rows: Seque
     """A rich table on a terminal; plain aligned columns when piped (greppable, and rendering a
     rich table costs a listing of a hundred pools more than a tenth of a second)."""
     if console.is_terminal:
+        from rich.table import Table
+        from rich.text import Text as RichText
+
         table = Table(title=title, title_justify="left")
         for column in columns:
             table.add_column(column, justify="right" if column in right else "left", overflow="fold")
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*(RichText(c.plain, style=c.style) if isinstance(c, Text) else c for c in row))
         console.print(table)
         return
     plain = [[c.plain if isinstance(c, Text) else c for c in row] for row in rows]
