@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from examlops_policy.hardware import Hardware
@@ -653,6 +653,68 @@ def test_random_slice_requests_and_releases_never_overlap_or_mix_modes(
             for profile, n in state.capacity.slices.items():
                 assert (n > 0) == (choose(layout, holdings, profile, 1) is not None), f"summary and packer disagree on {profile}"
         assert store_hw.verify_audit().ok
+    finally:
+        store_hw.close()
+
+
+@st.composite
+def fitting_mig_sequences(draw: st.DrawFn) -> tuple[str, list[str]]:
+    """Slice requests, in arrival order, that one MIG device can hold together: a layout drawn by
+    the geometry table alone (independently of the packer), then its slices either in any order,
+    when they are 1g, 2g and 3g slices and no 1g sits at start 6 (where only a 1g fits: such a
+    layout keeps the device's 3g start 4 or its 2g starts), or largest first, of any profile."""
+    model = draw(st.sampled_from(["h100", "a100-40gb", "h200"]))
+    scheme = SCHEMES[BY_MODEL[model]]
+    geometry = GEOMETRY[scheme["geometry"]]
+    largest_first = draw(st.booleans())
+    # A 7g is a whole device (a fraction of 1 is not a slice).
+    profiles = [s for s in scheme["slices"] if s["units"] < 7 and (largest_first or s["units"] < 4)]
+    memory: set[int] = set()
+    compute = 0
+    layout: list[dict[str, Any]] = []
+    for slice_ in draw(st.lists(st.sampled_from(profiles), min_size=1, max_size=12)):
+        share = geometry["shares"][str(slice_["units"])]
+        starts = [
+            s for s in share["starts"]
+            if not memory & set(range(s, s + share["memory"])) and (largest_first or slice_["units"] != 1 or s != 6)
+        ]  # fmt: skip
+        if not starts or compute + share["compute"] > geometry["compute_slices"]:
+            continue
+        start = draw(st.sampled_from(starts))
+        memory |= set(range(start, start + share["memory"]))
+        compute += share["compute"]
+        layout.append(slice_)
+    order = sorted(layout, key=lambda s: -s["units"]) if largest_first else draw(st.permutations(layout))
+    return model, [s["profile"] for s in order]
+
+
+@settings(SETTINGS, max_examples=max(10, SETTINGS.max_examples // 4))
+@given(case=fitting_mig_sequences())
+@example(case=("h100", ["2g.20gb", "2g.20gb", "3g.40gb"]))
+@example(case=("h100", ["2g.20gb", "3g.40gb", "2g.20gb"]))
+@example(case=("h100", ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]))
+def test_slices_that_fit_one_device_together_are_all_placed(
+    hw: Hardware, tmp_path_factory: pytest.TempPathFactory, case: tuple[str, list[str]]
+) -> None:
+    """A sequence of MIG slice requests that one device can hold together (see the strategy) is
+    placed in full on a pool of that one device: the packer's starts never strand the capacity a
+    later request of the sequence needs (2g, 2g, 3g on one H100 ends 2g@0, 2g@2, 3g@4)."""
+    model, profiles = case
+    scheme = SCHEMES[BY_MODEL[model]]
+    of = scheme["of"]
+    units = {s["profile"]: s["units"] for s in scheme["slices"]}
+    pool = Pool("p", "hpc", MODELS[model]["accelerator"], 1, "eu", model=model, supports_fractions=True)
+    store_hw = Hardware(home=tmp_path_factory.mktemp("fitting"), policy=hw.policy, tables=hw.tables)
+    try:
+        store_hw.apply([pool])
+        for i, profile in enumerate(profiles):
+            w = Workload(f"s{i}", accelerator=pool.accelerator, engine="generic", fraction=units[profile] / of, target="hpc")
+            decision = store_hw.place(w).decision
+            assert isinstance(decision, Placement), (
+                f"{profile} ({i + 1} of {profiles}) refused on one {model} holding {store_hw.pool('p').devices[0]}: {decision.reason}"
+            )
+            assert decision.grant.profile == profile
+        assert_devices_sound(pool, store_hw.pool("p").holdings)
     finally:
         store_hw.close()
 
