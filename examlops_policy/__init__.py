@@ -27,6 +27,7 @@ from examlops_policy.errors import (
     StateError,
     StateFull,
     StateUnreachable,
+    StateUnusable,
 )
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import (
@@ -127,6 +128,7 @@ __all__ = [
     "StateError",
     "StateFull",
     "StateUnreachable",
+    "StateUnusable",
     "Submission",
     "Workload",
     "__version__",

@@ -183,15 +183,22 @@ class Hardware(PolicyReview):
         self._engine: Engine | None = None
         self._fleet_revs: dict[int, str] = {}
         self._capacities_at: tuple[tuple[int, int] | None, str] = (None, "")
+        self._closed = False
+
+    def _open(self) -> None:
+        if self._closed:
+            raise StateError(f"this Hardware (state in {self.home}) was closed; make a new Hardware() to go on")
 
     @property
     def store(self) -> Store:
+        self._open()
         if self._store is None:
             self._store = open_store(self.home, self.tables)
         return self._store
 
     @property
     def policy(self) -> PolicyEvaluator:
+        self._open()
         if self._policy is None:
             self._policy = default_policy(self.home)
         return self._policy
@@ -203,6 +210,9 @@ class Hardware(PolicyReview):
         return self._engine
 
     def close(self) -> None:
+        """Close the store and the policy connection; using this Hardware afterwards raises
+        StateError. Closing twice is harmless."""
+        self._closed = True
         if self._store is not None:
             self._store.close()
         close = getattr(self._policy, "close", None)
@@ -338,7 +348,10 @@ class Hardware(PolicyReview):
 
     def decision_page(self, *, limit: int = 20, since: str | None = None, until: str | None = None, cursor: str | None = None) -> DecisionPage:
         """A page of decisions from their columns, newest first (``since``/``until``: ISO 8601 UTC
-        bounds on when they were made; ``cursor``: the previous page's)."""
+        bounds on when they were made; ``cursor``: the previous page's). SpecError for a ``limit``
+        that is not a whole number of at least 1, as ``exa hardware decisions --limit``."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise SpecError(f"must be a whole number of at least 1 (got {limit!r})", field="limit")
         before = None
         if cursor is not None:
             created, _, ident = cursor.partition("/")

@@ -62,6 +62,9 @@ def show(args: argparse.Namespace, console: Console, decision: Decision, record:
         render.dump_json(console, decision_json(decision, record))
     else:
         render.print_decision(console, decision)
+        if record is not None and record.released_at is not None and isinstance(decision, Placement):
+            # Only a retry (--request-id) returns a decision made earlier, and it may be over.
+            render.print_released_retry(console, record)
         if getattr(args, "explain", False):
             render.print_explanation(console, decision)
             if record is not None:

@@ -26,11 +26,19 @@ from examlops_policy.hardware import Hardware
 Handler = Callable[[argparse.Namespace, Hardware, Console], int]
 
 
+class _Console(Console):
+    """rich's console, but a closed pipe is left to ``main`` (rich would exit with status 1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def _console() -> Console:
     # Piped output keeps whole table columns instead of rich's 80-column default.
     width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "160"))
     # No markup: names, reasons and messages print as they are ("[count]" is text, not a style).
-    return Console(highlight=False, markup=False, soft_wrap=True, emoji=False, width=width)
+    return _Console(highlight=False, markup=False, soft_wrap=True, emoji=False, width=width)
 
 
 def _error(name: str, code: int, message: str, *, as_json: bool) -> None:
@@ -53,15 +61,23 @@ class _Parser(argparse.ArgumentParser):
 GROUPS: Final = ("hardware", "audit", "finops", "models", "opa", "policy")
 
 
+def _common_options(parser: argparse.ArgumentParser, *, prefix: str = "") -> None:
+    """``--json``, ``--home`` and ``--debug``: after the command, or before the group (``prefix``
+    keeps the root's values apart: a subcommand's defaults would overwrite them)."""
+    parser.add_argument("--json", action="store_true", dest=f"{prefix}json", help="machine-readable output")
+    parser.add_argument("--home", dest=f"{prefix}home", help="state directory (default $EXA_HOME or ~/.local/share/examlops)")
+    parser.add_argument("--debug", action="store_true", dest=f"{prefix}debug", help="show tracebacks")
+
+
 def build_parser(group: str | None = None) -> argparse.ArgumentParser:
     """The whole command line, or (``group``) only that group's commands: a command builds the
-    parser it needs, not every one."""
+    parser it needs, not every one. ``--json``, ``--home`` and ``--debug`` go before the group or
+    after the command (``exa --home X hardware pools`` or ``exa hardware pools --home X``)."""
     common = _Parser(add_help=False)
-    common.add_argument("--json", action="store_true", help="machine-readable output")
-    common.add_argument("--home", help="state directory (default $EXA_HOME or ~/.local/share/examlops)")
-    common.add_argument("--debug", action="store_true", help="show tracebacks")
+    _common_options(common)
 
     parser = _Parser(prog="exa", description="ExaMLOps: heterogeneous hardware placement by policy.")
+    _common_options(parser, prefix="root_")
     groups = parser.add_subparsers(dest="group", required=True, metavar="{" + ",".join(GROUPS) + "}")
     if group in (None, "hardware"):
         hardware = groups.add_parser("hardware", help="device pools and placements").add_subparsers(dest="command", required=True)
@@ -77,20 +93,54 @@ def build_parser(group: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _group(given: Sequence[str]) -> str | None:
+    """The command group named on the command line (the first word that is no option or the
+    value of ``--home``)."""
+    words = iter(given)
+    for word in words:
+        if word == "--home":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def _merge_root_options(args: argparse.Namespace) -> None:
+    """The options given before the group count as if given after the command."""
+    args.json = bool(getattr(args, "json", False) or args.root_json)
+    args.debug = bool(getattr(args, "debug", False) or args.root_debug)
+    if getattr(args, "home", None) is None:
+        args.home = args.root_home
+
+
+def _pipe_closed() -> int:
+    """The reader of standard output went away (``exa ... | head``): stop quietly, as a Unix tool
+    does; the rest of the output goes nowhere instead of raising again at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return exits.PIPE_CLOSED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
-    first = next((a for a in given if not a.startswith("-")), None)
+    first = _group(given)
     args = build_parser(first if first in GROUPS else None).parse_args(given)
+    _merge_root_options(args)
     console = _console()
     hw = Hardware(Path(args.home).expanduser() if args.home else None)
     try:
         handler: Handler = args.handler
-        return handler(args, hw, console)
+        code = handler(args, hw, console)
+        sys.stdout.flush()  # a closed pipe shows here, not as a traceback at exit
+        return code
+    except BrokenPipeError:
+        return _pipe_closed()
     except ExaError as exc:
         if args.debug:
             traceback.print_exc()
         code = exits.code_for(exc)
-        _error(type(exc).__name__, code, str(exc), as_json=getattr(args, "json", False))
+        _error(type(exc).__name__, code, str(exc), as_json=args.json)
         return code
     except KeyboardInterrupt:
         return exits.INTERRUPTED

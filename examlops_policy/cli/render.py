@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from examlops_policy.model import Decision, Grant, Placement, PoolVerdict, Rejection, article
-from examlops_policy.views import DecisionSummary, Explanation, PoolDetail, PoolView, Standing, explain
+from examlops_policy.views import DecisionRecord, DecisionSummary, Explanation, PoolDetail, PoolView, Standing, explain
 
 Cell = str | Text
 
@@ -112,6 +112,15 @@ def print_decision(console: Console, decision: Decision) -> None:
         console.print(Text(f"⚠ Burst blocked: {decision.reason}", style="yellow"))
     else:
         console.print(Text(f"✗ Rejected: {decision.reason}", style="red"))
+
+
+def print_released_retry(console: Console, record: DecisionRecord) -> None:
+    """A retry of a request whose placement was released since: it holds nothing now."""
+    console.print(Text(
+        f"  released {record.released_at}: request id {record.request_id!r} was placed by decision {record.id[:12]} "
+        "and holds nothing now (nothing was placed again; use a new request id to place it again)",
+        style="yellow",
+    ))  # fmt: skip
 
 
 def _verdict_cell(v: PoolVerdict) -> Text:

@@ -728,7 +728,7 @@ class SQLStore(ABC):
         if not rows:
             raise NotFoundError(f"no decision {ident!r}")
         if len(rows) > 1:
-            raise NotFoundError(f"decision id prefix {ident!r} is ambiguous; give more characters")
+            raise SpecError(f"decision id prefix {ident!r} is ambiguous: more than one decision begins so; give more characters", field="ID")
         return tuple(rows[0])
 
     def get_decision(self, ident: str) -> DecisionRecord:
