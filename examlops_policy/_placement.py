@@ -36,6 +36,7 @@ from examlops_policy.model import (
     Rejection,
     Workload,
 )
+from examlops_policy.accounting import carbon_basis
 from examlops_policy.tables import Tables
 from examlops_policy._verdicts import ShapeVerdict, WorkloadVerdict
 
@@ -49,21 +50,12 @@ def effective_cost(pool: Pool, tables: Tables) -> float:
 
 def grounded_carbon(pool: Pool, tables: Tables) -> float | None:
     """gCO2e per device-hour from board power x PUE x grid intensity, where all three are known."""
-    power = pool.power_w if pool.power_w is not None else tables.model_power(pool.model)
-    pue = pool.pue if pool.pue is not None else tables.region_pue(pool.region)
-    intensity = tables.grid_intensity(pool.region)
-    if power is None or pue is None or intensity is None:
-        return None
-    return round(power / 1000.0 * pue * intensity, 3)
+    return carbon_basis(pool, tables).grounded
 
 
 def carbon_per_hour(pool: Pool, tables: Tables) -> float:
-    """The headline gCO2e per device-hour: the pool's own carbon factor, else the grounded figure
-    where the pool's power (its own or its model's) is known, else the region's reviewed default."""
-    if pool.carbon_factor is not None:
-        return pool.carbon_factor
-    grounded = grounded_carbon(pool, tables)
-    return grounded if grounded is not None else tables.default_carbon_factor(pool.region)
+    """The headline gCO2e per device-hour (``accounting.carbon_basis`` says how it is found)."""
+    return carbon_basis(pool, tables).per_hour
 
 
 def fits(grant: Grant, capacity: Capacity) -> bool:

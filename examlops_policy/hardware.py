@@ -252,16 +252,20 @@ class Hardware(PolicyReview):
         return [self._view(s) for s in self.pools()]
 
     def _view(self, state: PoolState) -> PoolView:
+        from examlops_policy.accounting import carbon_basis
+
         pool = state.pool
         layout = layout_of(pool, self.tables)
+        carbon = carbon_basis(pool, self.tables)
         return PoolView(
             state=state,
             packing=layout.kind,
             placeable=None if layout.kind == "whole" else describe(state.capacity, layout),
             cost_per_hour=effective_cost(pool, self.tables),
             cost_default=pool.cost_per_hour is None,
-            carbon_per_hour=carbon_per_hour(pool, self.tables),
+            carbon_per_hour=carbon.per_hour,
             carbon_default=pool.carbon_factor is None,
+            carbon_method=carbon.method,
         )
 
     def pool(self, name: str) -> PoolDetail:
@@ -358,7 +362,8 @@ class Hardware(PolicyReview):
             if not created or not ident:
                 raise SpecError("a cursor is CREATED_AT/ID, as the previous page gave it", field="cursor")
             before = (created, ident)
-        rows = self.store.decision_summaries(limit=limit, since=_instant(since, "since"), until=_instant(until, "until"), before=before)
+        start, end = _period(since, until)
+        rows = self.store.decision_summaries(limit=limit, since=start, until=end, before=before)
         more = f"{rows[-1].created_at}/{rows[-1].id}" if len(rows) == limit and rows else None
         return DecisionPage(tuple(rows), more)
 
@@ -449,7 +454,7 @@ class Hardware(PolicyReview):
         from examlops_policy.report import report_from_rows
 
         now = now or datetime.now(timezone.utc)
-        since, until = _instant(since, "since"), _instant(until, "until")
+        since, until = _period(since, until)
         decisions, bursts = self.store.report_rows(since=since, until=until)
         start = _day(since) if since else min((_day(str(d["created_at"])) for d in decisions), default=now.date())
         end = (_day(until) - timedelta(days=1)) if until else now.date()
@@ -592,6 +597,14 @@ def _instant(text: str | None, field: str) -> str | None:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return moment.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _period(since: str | None, until: str | None) -> tuple[str | None, str | None]:
+    """``since`` and ``until`` as stored times; SpecError when the period ends before it starts."""
+    start, end = _instant(since, "since"), _instant(until, "until")
+    if start is not None and end is not None and end < start:
+        raise SpecError(f"the period ends ({until}) before it starts ({since}): --since must not be after --until", field="since")
+    return start, end
 
 
 def _not_external(action: str) -> None:

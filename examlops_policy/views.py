@@ -107,7 +107,8 @@ class WorkloadCost:
 @dataclass(frozen=True)
 class PoolView:
     """A pool as people look at it: what is free and placeable, its price and carbon per
-    device-hour (``*_default``: taken from the reviewed tables, not set on the pool)."""
+    device-hour (``*_default``: taken from the reviewed tables, not set on the pool;
+    ``carbon_method``: how the carbon figure was found, a key of ``accounting.CARBON_METHODS``)."""
 
     state: PoolState
     packing: str  # whole, fixed, mig, amd-compute-partition
@@ -116,6 +117,7 @@ class PoolView:
     cost_default: bool
     carbon_per_hour: float
     carbon_default: bool
+    carbon_method: str = "pool"
 
     @property
     def pool(self) -> Pool:

@@ -155,3 +155,15 @@ def test_a_retry_of_a_released_request_says_it_was_released_and_when(exa_home: P
     )
     assert decision_ids(exa_home) == [ident]  # the retry placed nothing
     assert json.loads(run_exa(exa_home, "hardware", "pools", "--json", check=True).stdout)[0]["free"] == 2
+
+
+# -- a period that ends before it starts ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["finops", "report", "--html", "r.html"], ["hardware", "decisions"]], ids=["report", "decisions"])
+def test_since_after_until_is_bad_input(exa_home: Path, command: list[str]) -> None:
+    seed(exa_home)
+    result = run_exa(exa_home, *command, "--since", "2026-12-02", "--until", "2026-12-01")
+    assert result.returncode == exits.BAD_INPUT, result.stdout + result.stderr
+    assert "the period ends (2026-12-01) before it starts (2026-12-02)" in result.stderr
+    assert not (exa_home.parent / "r.html").exists()

@@ -9,7 +9,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from examlops_policy.accounting import CARBON_METHODS, carbon_method_text
 from examlops_policy.model import Decision, Grant, Placement, PoolVerdict, Rejection, article
+from examlops_policy.tables import Tables
 from examlops_policy.views import DecisionRecord, DecisionSummary, Explanation, PoolDetail, PoolView, Standing, explain
 
 Cell = str | Text
@@ -214,20 +216,24 @@ def why_chosen(decision: Placement, ex: Explanation, eligible: int) -> str:
     return why
 
 
-def print_pools(console: Console, views: Sequence[PoolView]) -> None:
+def print_pools(console: Console, views: Sequence[PoolView], tables: Tables | None = None) -> None:
+    """The pools, cheapest first; each carbon figure says how it was found (``carbon from``), and
+    a legend explains the methods shown."""
     rows: list[list[Cell]] = []
     for v in views:
         p, s = v.pool, v.state
         rows.append([
             p.name, p.target, p.accelerator, p.model or "-", p.region, f"{number(s.free)}/{p.count}", v.placeable or "-",
             f"{v.cost_per_hour:.2f}" + ("*" if v.cost_default else ""),
-            f"{number(v.carbon_per_hour)}" + ("*" if v.carbon_default else ""),
-            ",".join(p.capabilities) or "-",
+            number(v.carbon_per_hour), v.carbon_method, ",".join(p.capabilities) or "-",
         ])  # fmt: skip
-    columns = ("name", "target", "accelerator", "model", "region", "free/total", "placeable", "$/h", "gCO2e/h", "capabilities")
+    columns = ("name", "target", "accelerator", "model", "region", "free/total", "placeable", "$/h", "gCO2e/h", "carbon from", "capabilities")
     emit_table(console, "Pools (cheapest first)", columns, rows, right=("free/total", "$/h", "gCO2e/h"))
-    if any(v.cost_default or v.carbon_default for v in views):
-        console.print(Text("* from the reviewed tables (accounting.yaml defaults, or board power x PUE x grid intensity)", style="dim"))
+    if any(v.cost_default for v in views):
+        console.print(Text("* the accelerator's default price (accounting.yaml)", style="dim"))
+    for method in [m for m in CARBON_METHODS if any(v.carbon_method == m for v in views)]:
+        text = carbon_method_text(method, tables) if tables is not None else CARBON_METHODS[method]
+        console.print(Text(f"{method}: {text}", style="dim"))
 
 
 PACKING = {"whole": "whole devices", "mig": "MIG", "amd-compute-partition": "AMD compute partitions"}
