@@ -31,6 +31,8 @@ WORKLOAD_TARGETS: Final = ("hpc", "cloud", "any")
 RESIDENCIES: Final = ("open", "eu-only", "no-egress", "restricted")
 # What selection minimises among the admissible pools of the best tier.
 OBJECTIVES: Final = ("cost", "carbon", "balanced")
+# Whether a workload takes spot (preemptible) capacity: never (the default), allow, or require.
+SPOT: Final = ("never", "allow", "require")
 
 JSONValue = Union[None, bool, int, float, str, list["JSONValue"], dict[str, "JSONValue"]]
 JSONObject = dict[str, JSONValue]
@@ -245,6 +247,9 @@ class Workload:
     cost, its carbon (then cost), or ``balanced`` (both normalised, carbon weighted by
     ``carbon_weight``). ``max_cost_per_hour`` / ``max_carbon_per_hour`` cap what the grant may
     cost and emit per hour, as do the caps of the ``project`` (budgets.yaml).
+    ``spot``: whether spot (preemptible) capacity may be used (never, allow, require).
+    ``allow_budget_fallback``: whether a stand-in accelerator may be used when the requested
+    accelerator's pools are over the budget (the placement's note says so either way).
     """
 
     name: str
@@ -263,6 +268,8 @@ class Workload:
     max_cost_per_hour: float | None = None
     max_carbon_per_hour: float | None = None
     project: str | None = None
+    spot: str = "never"
+    allow_budget_fallback: bool = True
 
     def __post_init__(self) -> None:
         owner = f"workload {self.name!r}" if isinstance(self.name, str) else "workload"
@@ -289,6 +296,8 @@ class Workload:
         if self.max_carbon_per_hour is not None:
             _check_number(owner, "max_carbon_per_hour", self.max_carbon_per_hour, low=0, high=1_000_000_000)
         _optional_name(owner, "project", self.project, what="a project")
+        _check_choice(owner, "spot", self.spot, SPOT)
+        _check_bool(owner, "allow_budget_fallback", self.allow_budget_fallback)
         object.__setattr__(self, "fraction", float(self.fraction))
         object.__setattr__(self, "carbon_weight", float(self.carbon_weight))
 

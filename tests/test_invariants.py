@@ -21,6 +21,7 @@ against a small reference oracle written here from the reviewed tables
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -177,6 +178,10 @@ def expect(pool: Pool, capacity: Capacity | None, w: Workload) -> Expected:
         codes.add("residency_forbids")
     if not may_stand_in(w.accelerator, pool.accelerator, w.allow_cpu_fallback):
         codes.add("fallback_not_allowed")
+    if pool.spot and w.spot == "never":
+        codes.add("spot_not_accepted")
+    elif not pool.spot and w.spot == "require":
+        codes.add("spot_required")
     if pool.region in REGIONS and over_budget(pool, w, devices):
         codes.add("budget_exceeded")
     if not room(pool, capacity, profile, units):
@@ -191,7 +196,8 @@ def cost(pool: Pool) -> float:
 
 def carbon(pool: Pool) -> float:
     """gCO2e per device-hour as the README states it: the pool's factor, else board power x PUE x
-    grid intensity where the power is known, else the region's reviewed default."""
+    grid intensity where the power is known, else its family's reference power (a CPU socket's,
+    or the reference accelerator's: the region's reviewed default) x PUE x grid intensity."""
     if pool.carbon_factor is not None:
         return pool.carbon_factor
     power = pool.power_w if pool.power_w is not None else (MODELS[pool.model].get("power_w") if pool.model else None)
@@ -200,11 +206,13 @@ def carbon(pool: Pool) -> float:
     grid = region.get("grid_gco2_per_kwh")
     if power is not None and pue is not None and grid is not None:
         return round(power / 1000.0 * pue * grid, 3)
-    if pool.region in DEFAULT_CARBON:
+    reference = T["accounting"]["reference_power_w"]
+    watts = T["accounting"].get("reference_power_w_by_accelerator", {}).get(pool.accelerator, reference)
+    if pool.region in DEFAULT_CARBON and watts == reference:
         return float(DEFAULT_CARBON[pool.region])
     if grid is None:
-        return float(T["accounting"]["fallback_carbon_factor"])
-    return round(T["accounting"]["reference_power_w"] / 1000.0 * T["accounting"]["reference_pue"] * grid, 1)
+        return round(float(T["accounting"]["fallback_carbon_factor"]) * watts / reference, 1)
+    return round(watts / 1000.0 * T["accounting"]["reference_pue"] * grid, 1)
 
 
 def caps(w: Workload) -> tuple[float | None, float | None]:
@@ -253,8 +261,28 @@ class Oracle:
     burst_attempted: bool
 
 
+NOT_NOW = frozenset({"capacity_exhausted", "slice_unavailable"})
+
+
+def refuse_budget_fallbacks(per_pool: dict[str, Expected], w: Workload) -> dict[str, Expected]:
+    """A workload that does not fall back for budget: a stand-in is refused where a better tier
+    holds a pool of the requested accelerator stopped by the budget alone and none that only lacks
+    room (the README's rule, from the codes above)."""
+    if w.allow_budget_fallback or caps(w) == (None, None):
+        return per_pool
+    requested = [e for e in per_pool.values() if e.tier % 2 == 0]
+    out = {}
+    for name, e in per_pool.items():
+        better = [r for r in requested if r.tier < e.tier]
+        full = any(not (r.codes - NOT_NOW) for r in better)
+        over = any(r.codes - NOT_NOW == {"budget_exceeded"} for r in better)
+        refused = e.tier % 2 == 1 and over and not full
+        out[name] = dataclasses.replace(e, codes=e.codes | {"budget_fallback_forbidden"}) if refused else e
+    return out
+
+
 def oracle(w: Workload, pools: Sequence[Pool], capacities: dict[str, Capacity | None]) -> Oracle:
-    per_pool = {p.name: expect(p, capacities.get(p.name, EMPTY), w) for p in pools}
+    per_pool = refuse_budget_fallbacks({p.name: expect(p, capacities.get(p.name, EMPTY), w) for p in pools}, w)
     ok = portable(w.engine, w.accelerator)
     admissible = {n: e for n, e in per_pool.items() if e.admissible} if ok else {}
     eligible: frozenset[str] = frozenset()
@@ -391,6 +419,7 @@ def pools_strategy(draw: st.DrawFn, min_size: int = 0, max_size: int = 7) -> lis
                 supports_fractions=draw(st.booleans()),
                 capabilities=tuple(draw(st.lists(st.sampled_from(TAGS), max_size=2, unique=True))),
                 model=model,
+                spot=draw(st.sampled_from([False, False, False, True])),
             )
         )
     return pools
@@ -427,6 +456,8 @@ def workloads(draw: st.DrawFn) -> Workload:
         max_cost_per_hour=draw(st.sampled_from([None, None, None, 1.0, 2.5, 8.0])),
         max_carbon_per_hour=draw(st.sampled_from([None, None, None, 150.0, 500.0])),
         project=draw(st.sampled_from([None, None, *sorted(PROJECTS)])),
+        spot=draw(st.sampled_from(["never", "never", "allow", "require"])),
+        allow_budget_fallback=draw(st.sampled_from([True, True, False])),
     )
 
 

@@ -37,7 +37,7 @@ VOCABULARY: dict[str, list[str]] = table("vocabulary")["vocabulary"]  # type: ig
 def test_the_tables_hold_the_vocabulary() -> None:
     assert ACCELERATORS == ("nvidia", "amd", "intel-gaudi", "tpu", "cpu")
     assert ENGINES == ("vllm", "sglang", "ipex", "cpu", "generic")
-    assert set(VOCABULARY) == {"pool_targets", "workload_targets", "residencies", "objectives"}
+    assert set(VOCABULARY) == {"pool_targets", "workload_targets", "residencies", "objectives", "spot"}
 
 
 @pytest.mark.parametrize(
@@ -49,6 +49,7 @@ def test_the_tables_hold_the_vocabulary() -> None:
         ("WORKLOAD_TARGETS", tuple(VOCABULARY["workload_targets"])),
         ("RESIDENCIES", tuple(VOCABULARY["residencies"])),
         ("OBJECTIVES", tuple(VOCABULARY["objectives"])),
+        ("SPOT", tuple(VOCABULARY["spot"])),
     ],
 )
 def test_model_constants_are_the_tables(constant: str, expected: tuple[str, ...]) -> None:
@@ -69,6 +70,7 @@ def schema_enum(schema: str, prop: str) -> tuple[object, ...]:
         ("workload.schema.json", "target", (*VOCABULARY["workload_targets"], None)),
         ("workload.schema.json", "residency", tuple(VOCABULARY["residencies"])),
         ("workload.schema.json", "optimize", tuple(VOCABULARY["objectives"])),
+        ("workload.schema.json", "spot", tuple(VOCABULARY["spot"])),
         ("pool.schema.json", "accelerator", ACCELERATORS),
         ("pool.schema.json", "target", tuple(VOCABULARY["pool_targets"])),
     ],
@@ -101,6 +103,8 @@ def expected_choices(command: str, option: str) -> tuple[str, ...] | None:
         return tuple(VOCABULARY["residencies"])
     if option == "--optimize":
         return tuple(VOCABULARY["objectives"])
+    if option == "--spot":
+        return tuple(VOCABULARY["spot"])
     if option == "--target":
         return tuple(VOCABULARY["pool_targets" if command in POOL_COMMANDS else "workload_targets"])
     return None

@@ -176,8 +176,6 @@ def print_explanation(console: Console, decision: Decision) -> None:
     console.print(f"  {'eligible':<{width}} {eligible:>5}")
     if isinstance(decision, Placement):
         console.print(f"Chosen: {decision.pool}, {why_chosen(decision, explain(decision), eligible)}.")
-        if any(v.spot for v in verdicts if v.pool == decision.pool):
-            console.print(Text("  spot capacity: cheaper, but the provider may reclaim it at short notice (checkpoint, or use an on-demand pool)", style="yellow"))
     prov = decision.provenance
     console.print(
         Text(
