@@ -149,6 +149,13 @@ def _shown(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
+# JSON Schema's type names, as a person writing YAML reads them.
+_TYPE_WORDS: Final = {
+    "object": "a mapping", "array": "a list", "string": "a string", "number": "a number",
+    "integer": "a whole number", "boolean": "true or false", "null": "nothing (null)",
+}  # fmt: skip
+
+
 def _explain(error: ValidationError) -> str:
     validator = error.validator
     if validator == "additionalProperties":
@@ -158,6 +165,13 @@ def _explain(error: ValidationError) -> str:
         return f"expected one of {allowed} (got {_shown(error.instance)})"
     if validator == "const" and list(error.absolute_path)[-1:] == ["count"]:
         return f"count must be {error.validator_value!r} when a fraction below 1 is requested (got {_shown(error.instance)})"
+    if validator == "type":
+        wanted = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        words = " or ".join(_TYPE_WORDS.get(str(t), str(t)) for t in cast(list[object], wanted))
+        if error.instance is None and not list(error.absolute_path):
+            title = str(error.schema.get("title") or "file").lower()
+            return f"the file is empty (a {title} is {words})"
+        return f"expected {words} (got {_shown(error.instance)})"
     if validator == "pattern":
         return (
             f"got {_shown(error.instance)}: use letters, digits, '.', '_' and '-' only, starting with a letter or "

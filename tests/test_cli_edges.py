@@ -167,3 +167,49 @@ def test_since_after_until_is_bad_input(exa_home: Path, command: list[str]) -> N
     assert result.returncode == exits.BAD_INPUT, result.stdout + result.stderr
     assert "the period ends (2026-12-01) before it starts (2026-12-02)" in result.stderr
     assert not (exa_home.parent / "r.html").exists()
+
+
+# -- messages ---------------------------------------------------------------------------------------
+
+
+def test_a_pools_denial_names_backends_in_words_and_the_specifications_rejection_keeps_its_tuple(exa_home: Path) -> None:
+    """The E8 specification's rejection line stays byte for byte (a Python tuple); every pool's
+    denial names the engine's backends in words."""
+    seed(exa_home)
+    rejected = run_exa(exa_home, "hardware", "place", "train", "--accelerator", "amd", "--engine", "sglang")
+    assert rejected.stdout.splitlines() == ["✗ Rejected: engine 'sglang' cannot run on amd (needs backend rocm; supports ('cuda',))"]
+    explained = run_exa(exa_home, "hardware", "place", "w", "--accelerator", "nvidia", "--engine", "ipex", "--allow-cpu-fallback",
+                        "--explain", "--dry-run").stdout  # fmt: skip
+    assert "backend_unsupported: engine 'ipex' cannot run on amd (needs backend rocm; supports ipex and cpu)" in explained
+    assert "('" not in explained.split("\n", 1)[1]  # no tuple below the first line
+
+
+@pytest.mark.parametrize(("command", "what"), [(["hardware", "apply", "-f"], "pools file"), (["hardware", "place", "-f"], "workload file")])
+def test_an_empty_yaml_file_says_it_is_empty(exa_home: Path, tmp_path: Path, command: list[str], what: str) -> None:
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("", encoding="utf-8")
+    result = run_exa(exa_home, *command, str(empty))
+    assert result.returncode == exits.BAD_INPUT
+    assert result.stderr.strip() == f"SpecError: {empty}: (top level): the file is empty (a {what} is a mapping)"
+    assert "None is not of type" not in result.stderr
+
+
+def test_a_whole_device_for_a_fraction_has_a_legend(exa_home: Path) -> None:
+    seed(exa_home)
+    out = run_exa(exa_home, "hardware", "place", "w", "--accelerator", "amd", "--fraction", "0.5", "--explain", "--dry-run", check=True).stdout
+    assert "1 whole*" in out
+    assert "* a whole device for the fraction asked: the pool cannot cut its devices into that share" in out.splitlines()
+
+
+def test_a_kubeconfig_that_is_a_device_is_not_said_to_be_missing(exa_home: Path) -> None:
+    result = run_exa(exa_home, "hardware", "discover", "kubernetes", env={"KUBECONFIG": "/dev/null"})
+    assert result.returncode == exits.BAD_INPUT
+    assert "KUBECONFIG /dev/null is not a kubeconfig file (a device or other special file)" in result.stderr
+    assert "does not exist" not in result.stderr
+
+
+def test_an_unknown_option_shows_the_commands_usage_not_the_roots(exa_home: Path) -> None:
+    result = run_exa(exa_home, "hardware", "place", "w", "--accelerator", "amd", "--bogus")
+    assert result.returncode == exits.BAD_INPUT
+    assert result.stderr.startswith("usage: exa hardware place ") and "--spot {never,allow,require}" in result.stderr
+    assert result.stderr.strip().endswith("exa hardware place: error: unrecognized arguments: --bogus")

@@ -65,7 +65,7 @@ def _common_options(parser: argparse.ArgumentParser, *, prefix: str = "") -> Non
     """``--json``, ``--home`` and ``--debug``: after the command, or before the group (``prefix``
     keeps the root's values apart: a subcommand's defaults would overwrite them)."""
     parser.add_argument("--json", action="store_true", dest=f"{prefix}json", help="machine-readable output")
-    parser.add_argument("--home", dest=f"{prefix}home", help="state directory (default $EXA_HOME or ~/.local/share/examlops)")
+    parser.add_argument("--home", dest=f"{prefix}home", metavar="DIR", help="state directory (default $EXA_HOME or ~/.local/share/examlops)")
     parser.add_argument("--debug", action="store_true", dest=f"{prefix}debug", help="show tracebacks")
 
 
@@ -105,6 +105,17 @@ def _group(given: Sequence[str]) -> str | None:
     return None
 
 
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the command ``args`` chose (the deepest subcommand), else ``parser``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = getattr(args, action.dest, None)
+            sub = action.choices.get(chosen) if isinstance(chosen, str) else None
+            if sub is not None:
+                return _command_parser(sub, args)
+    return parser
+
+
 def _merge_root_options(args: argparse.Namespace) -> None:
     """The options given before the group count as if given after the command."""
     args.json = bool(getattr(args, "json", False) or args.root_json)
@@ -125,7 +136,11 @@ def _pipe_closed() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
     first = _group(given)
-    args = build_parser(first if first in GROUPS else None).parse_args(given)
+    parser = build_parser(first if first in GROUPS else None)
+    args, extra = parser.parse_known_args(given)
+    if extra:
+        # An option the command does not know: the command's own usage says which it takes.
+        _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     _merge_root_options(args)
     console = _console()
     hw = Hardware(Path(args.home).expanduser() if args.home else None)

@@ -165,6 +165,8 @@ def print_explanation(console: Console, decision: Decision) -> None:
         ])  # fmt: skip
     columns = ("pool", "accel", "target", "region", "$/device-h", "grant", "grant $/h", "grant gCO2e/h", "verdict", "reasons")
     emit_table(console, f"Pools for {decision.workload.name}", columns, rows, right=("$/device-h", "grant $/h", "grant gCO2e/h"))
+    if any(_grant_cell(v).endswith("*") for v in verdicts):
+        console.print(Text("* a whole device for the fraction asked: the pool cannot cut its devices into that share", style="dim"))
     total = len(verdicts)
     console.print(f"Checks over {total} pool{'s' if total != 1 else ''}:")
     width = max([len("eligible"), *(len(c.name) for c in decision.checks)])

@@ -159,7 +159,7 @@ rejection := reason.make(
 	count(unsupported_checks) > 0
 } else := errors[0] if {
 	count(errors) > 0
-} else := portability.check(w.engine, w.accelerator)
+} else := portability.rejection(w.engine, w.accelerator)
 
 # How cloud pools come in: "cloud" (the workload targets cloud), "spill" (allow_burst: only when no
 # HPC pool can take it), or null (never).
