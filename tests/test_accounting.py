@@ -54,8 +54,8 @@ def test_the_pools_list_shows_each_figures_method_and_a_legend(exa_home: Path) -
     assert out[1].split()[-4:] == ["gCO2e/h", "carbon", "from", "capabilities"]
     rows = {line.split()[0]: line.split() for line in out[2:4]}
     assert rows["lumi-c"][-3:] == ["31.6", "reference", "-"] and rows["lumi-g"][-3:] == ["31.559", "power", "-"]
-    assert "power: board power x PUE x grid intensity" in out
-    assert "reference: a reference device's power (no power known: 750 W accelerator, 280 W CPU socket) x PUE x grid intensity" in out
+    assert "carbon from power: board power x PUE x grid intensity" in out
+    assert "carbon from reference: a reference device's power (no power known: 750 W accelerator, 280 W CPU socket) x PUE x grid intensity" in out
     views = json.loads(run_exa(exa_home, "hardware", "pools", "--json", check=True).stdout)
     assert {v["name"]: v["carbon_method"] for v in views} == {"lumi-c": "reference", "lumi-g": "power"}
 

@@ -9,7 +9,8 @@
   kind, and an id shown in one output and typed in a later command is replaced by the id this run
   made. A policy revision's content digest (``policy sha256:6a95cdd850fd``) does not differ: it is
   the digest of the policy files, so it is compared as it is, and a block showing another policy
-  than the files' fails (only the ``@git:`` commit part differs from checkout to checkout).
+  than the files' fails (the ``@git:`` commit part, which differs from checkout to checkout, is
+  left out of the comparison).
 * ``python`` blocks run in a fresh interpreter against the state of the console blocks before them.
 * ``yaml`` blocks parse; a fleet or workload file is checked as ``exa`` would check it.
 * ``text`` blocks are prose (synopses, layouts), not run.
@@ -110,10 +111,11 @@ DIGEST = re.compile(r"(input )?sha256:([0-9a-f]{6,64})(@git:[0-9a-f]{6,40})?")
 
 def _digest(m: re.Match[str]) -> str:
     """An input digest is volatile; a policy revision's content digest is compared as it is (upper
-    case, so that no volatile pattern below takes it), only its git commit is volatile."""
+    case, so that no volatile pattern below takes it). Its ``@git:`` commit is dropped: present
+    only where the policy folder is a clean checkout, and a different commit in every one."""
     if m.group(1):
         return "input <digest>"
-    return "sha256:" + m.group(2).upper() + ("@git:<commit>" if m.group(3) else "")
+    return "sha256:" + m.group(2).upper()
 
 
 def normal(line: str) -> str:

@@ -233,7 +233,7 @@ def print_pools(console: Console, views: Sequence[PoolView], tables: Tables | No
         console.print(Text("* the accelerator's default price (accounting.yaml)", style="dim"))
     for method in [m for m in CARBON_METHODS if any(v.carbon_method == m for v in views)]:
         text = carbon_method_text(method, tables) if tables is not None else CARBON_METHODS[method]
-        console.print(Text(f"{method}: {text}", style="dim"))
+        console.print(Text(f"carbon from {method}: {text}", style="dim"))
 
 
 PACKING = {"whole": "whole devices", "mig": "MIG", "amd-compute-partition": "AMD compute partitions"}
