@@ -417,7 +417,9 @@ class Hardware(PolicyReview):
         return Replay(record.id, not diffs, revision_now, recorded, summary, tuple(diffs))
 
     def accounting(self, ident: str, hours: float) -> dict[str, object]:
-        """``device_accounting`` of a recorded placement held for ``hours``."""
+        """``device_accounting`` of a recorded placement held for ``hours`` (the same dictionary:
+        ``carbon_g_grounded`` exactly where the pool's power is known). SpecError for a decision
+        that placed nothing."""
         from examlops_policy.accounting import device_accounting
 
         record = self.decision(ident)
