@@ -252,7 +252,7 @@ class Hardware(PolicyReview):
         return [self._view(s) for s in self.pools()]
 
     def _view(self, state: PoolState) -> PoolView:
-        from examlops_policy.accounting import carbon_basis
+        from examlops_policy.accounting import carbon_basis, carbon_method_text
 
         pool = state.pool
         layout = layout_of(pool, self.tables)
@@ -266,6 +266,7 @@ class Hardware(PolicyReview):
             carbon_per_hour=carbon.per_hour,
             carbon_default=pool.carbon_factor is None,
             carbon_method=carbon.method,
+            carbon_method_text=carbon_method_text(carbon.method, self.tables),
         )
 
     def pool(self, name: str) -> PoolDetail:

@@ -169,7 +169,8 @@ def _explain(error: ValidationError) -> str:
         wanted = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
         words = " or ".join(_TYPE_WORDS.get(str(t), str(t)) for t in cast(list[object], wanted))
         if error.instance is None and not list(error.absolute_path):
-            title = str(error.schema.get("title") or "file").lower()
+            schema = error.schema if isinstance(error.schema, Mapping) else {}
+            title = str(schema.get("title") or "file").lower()
             return f"the file is empty (a {title} is {words})"
         return f"expected {words} (got {_shown(error.instance)})"
     if validator == "pattern":

@@ -119,12 +119,13 @@ class Tables:
         by_family = cast(JSONObject, acc.get("reference_power_w_by_accelerator") or {})
         return float(cast(float, by_family.get(accelerator, acc["reference_power_w"])))
 
-    def default_carbon_factor(self, region: str, accelerator: str) -> float:
+    def default_carbon_factor(self, region: str, accelerator: str | None = None) -> float:
         """gCO2e per device-hour for a pool that states no carbon factor and no power: the
-        reference power of its family x the reference PUE x the region's grid intensity (the
-        reviewed per-region figures for the reference accelerator; see accounting.yaml)."""
+        reference power of its family (None: the reference accelerator's) x the reference PUE x
+        the region's grid intensity (the reviewed per-region figures for the reference
+        accelerator; see accounting.yaml)."""
         acc = self.accounting
-        watts = self.reference_power(accelerator)
+        watts = self.reference_power(accelerator or "")
         reference = float(cast(float, acc["reference_power_w"]))
         by_region = cast(JSONObject, acc["default_carbon_factor"])
         if region in by_region and watts == reference:

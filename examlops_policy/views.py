@@ -118,6 +118,7 @@ class PoolView:
     carbon_per_hour: float
     carbon_default: bool
     carbon_method: str = "pool"
+    carbon_method_text: str = ""  # what the method means, with the reviewed figures it uses
 
     @property
     def pool(self) -> Pool:

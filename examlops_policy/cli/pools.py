@@ -75,7 +75,7 @@ def cmd_pools(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     elif not views:
         console.print("No pools registered. Add one with 'exa hardware add-pool' or 'exa hardware apply -f pools.yaml'.")
     else:
-        render.print_pools(console, views, hw.tables)
+        render.print_pools(console, views)
     return exits.OK
 
 

@@ -9,9 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from examlops_policy.accounting import CARBON_METHODS, carbon_method_text
 from examlops_policy.model import Decision, Grant, Placement, PoolVerdict, Rejection, article
-from examlops_policy.tables import Tables
 from examlops_policy.views import DecisionRecord, DecisionSummary, Explanation, PoolDetail, PoolView, Standing, explain
 
 Cell = str | Text
@@ -216,7 +214,7 @@ def why_chosen(decision: Placement, ex: Explanation, eligible: int) -> str:
     return why
 
 
-def print_pools(console: Console, views: Sequence[PoolView], tables: Tables | None = None) -> None:
+def print_pools(console: Console, views: Sequence[PoolView]) -> None:
     """The pools, cheapest first; each carbon figure says how it was found (``carbon from``), and
     a legend explains the methods shown."""
     rows: list[list[Cell]] = []
@@ -231,8 +229,8 @@ def print_pools(console: Console, views: Sequence[PoolView], tables: Tables | No
     emit_table(console, "Pools (cheapest first)", columns, rows, right=("free/total", "$/h", "gCO2e/h"))
     if any(v.cost_default for v in views):
         console.print(Text("* the accelerator's default price (accounting.yaml)", style="dim"))
-    for method in [m for m in CARBON_METHODS if any(v.carbon_method == m for v in views)]:
-        text = carbon_method_text(method, tables) if tables is not None else CARBON_METHODS[method]
+    legend = {v.carbon_method: v.carbon_method_text for v in views}
+    for method, text in sorted(legend.items()):
         console.print(Text(f"carbon from {method}: {text}", style="dim"))
 
 
