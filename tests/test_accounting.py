@@ -11,6 +11,8 @@ import pytest
 from examlops_policy import Hardware, Placement, Pool, Workload
 from examlops_policy.accounting import CARBON_METHODS, carbon_basis
 from examlops_policy.tables import load_tables
+from reliability.backends import Backend, backend  # noqa: F401  (backend: the fixture)
+from reliability.harness import open_hardware
 from tests.conftest import run_exa
 
 TABLES = load_tables()
@@ -60,7 +62,16 @@ def test_the_pools_list_shows_each_figures_method_and_a_legend(exa_home: Path) -
     assert {v["name"]: v["carbon_method"] for v in views} == {"lumi-c": "reference", "lumi-g": "power"}
 
 
-def test_the_reports_carbon_says_the_methods_of_the_placements_it_sums(hardware: Hardware) -> None:
+def test_the_reports_carbon_says_the_methods_of_the_placements_it_sums(backend: Backend, opa_home: Path) -> None:
+    """On SQLite and PostgreSQL: each placement's method from the fleet it was decided on."""
+    hardware = open_hardware(backend, opa_home)
+    try:
+        _report_methods(hardware)
+    finally:
+        hardware.close()
+
+
+def _report_methods(hardware: Hardware) -> None:
     hardware.add_pool(Pool("lumi-c", "hpc", "cpu", 8, "fi-kajaani"))
     hardware.add_pool(Pool("lumi-g", "hpc", "amd", 8, "fi-kajaani", model="mi250x"))
     for accelerator in ("cpu", "amd", "amd"):
