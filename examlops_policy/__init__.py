@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         StateError,
         StateFull,
         StateUnreachable,
+        StateUnusable,
     )
     from examlops_policy.hardware import Hardware
     from examlops_policy.model import (
@@ -75,7 +76,7 @@ _HOMES: Final = {
     "examlops_policy.accounting": ("device_accounting",),
     "examlops_policy.errors": (
         "AuditIntegrityError", "ExaError", "ExecutorError", "NotFoundError", "PolicyError", "PolicyUnavailable", "SpecError",
-        "StateBusy", "StateCorrupt", "StateError", "StateFull", "StateUnreachable",
+        "StateBusy", "StateCorrupt", "StateError", "StateFull", "StateUnreachable", "StateUnusable",
     ),
     "examlops_policy.hardware": ("Hardware",),
     "examlops_policy.model": (
@@ -166,6 +167,7 @@ __all__ = [
     "StateError",
     "StateFull",
     "StateUnreachable",
+    "StateUnusable",
     "Submission",
     "Workload",
     "__version__",

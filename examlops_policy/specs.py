@@ -158,6 +158,11 @@ _QUANTITIES: Final[dict[str, Callable[[object], int]]] = {
     "memory": quantities.memory_mib,
     "memory_per_node": quantities.memory_mib,
 }
+# JSON Schema's type names, as a person writing YAML reads them.
+_TYPE_WORDS: Final = {
+    "object": "a mapping", "array": "a list", "string": "a string", "number": "a number",
+    "integer": "a whole number", "boolean": "true or false", "null": "nothing (null)",
+}  # fmt: skip
 
 
 def _explain(error: ValidationError) -> str:
@@ -176,6 +181,14 @@ def _explain(error: ValidationError) -> str:
             _QUANTITIES[str(last[0])](error.instance)
         except ValueError as exc:
             return str(exc)
+    if validator == "type":
+        wanted = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        words = " or ".join(_TYPE_WORDS.get(str(t), str(t)) for t in cast(list[object], wanted))
+        if error.instance is None and not list(error.absolute_path):
+            schema = error.schema if isinstance(error.schema, Mapping) else {}
+            title = str(schema.get("title") or "file").lower()
+            return f"the file is empty (a {title} is {words})"
+        return f"expected {words} (got {_shown(error.instance)})"
     if validator == "pattern":
         return (
             f"got {_shown(error.instance)}: use letters, digits, '.', '_' and '-' only, starting with a letter or "

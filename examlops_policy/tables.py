@@ -120,17 +120,28 @@ class Tables:
         value = entry.get("power_w")
         return None if value is None else float(cast(float, value))
 
-    def default_carbon_factor(self, region: str) -> float:
-        """gCO2e per device-hour for a pool that states no carbon factor (see accounting.yaml)."""
+    def reference_power(self, accelerator: str) -> float:
+        """Watts of one device of ``accelerator`` whose pool names no power (accounting.yaml: the
+        family's own reference, else the reference accelerator's)."""
         acc = self.accounting
+        by_family = cast("JSONObject", acc.get("reference_power_w_by_accelerator") or {})
+        return float(cast(float, by_family.get(accelerator, acc["reference_power_w"])))
+
+    def default_carbon_factor(self, region: str, accelerator: str | None = None) -> float:
+        """gCO2e per device-hour for a pool that states no carbon factor and no power: the
+        reference power of its family (None: the reference accelerator's) x the reference PUE x
+        the region's grid intensity (the reviewed per-region figures for the reference
+        accelerator; see accounting.yaml)."""
+        acc = self.accounting
+        watts = self.reference_power(accelerator or "")
+        reference = float(cast(float, acc["reference_power_w"]))
         by_region = cast("JSONObject", acc["default_carbon_factor"])
-        if region in by_region:
+        if region in by_region and watts == reference:
             return float(cast(float, by_region[region]))
         intensity = self.grid_intensity(region)
         if intensity is None:
-            return float(cast(float, acc["fallback_carbon_factor"]))
-        kw = float(cast(float, acc["reference_power_w"])) / 1000.0
-        return round(kw * float(cast(float, acc["reference_pue"])) * intensity, 1)
+            return round(float(cast(float, acc["fallback_carbon_factor"])) * watts / reference, 1)
+        return round(watts / 1000.0 * float(cast(float, acc["reference_pue"])) * intensity, 1)
 
 
 def _parse_yaml(path: Path, raw: bytes) -> JSONObject:

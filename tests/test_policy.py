@@ -140,7 +140,7 @@ def test_verdicts_missing_a_shape_are_refused(opa_with) -> None:  # type: ignore
     url = opa_with(
         FAKE_ABOUT
         + 'verdicts := {"confirm": confirm, "judged": true, "rejection": null, "burst_mode": null, "missing": [], "checks": {},'
-        ' "grants": [], "notes": [], "shapes": {}, "preferences": [], "request_rejected": null}\n'
+        ' "grants": [], "notes": [], "shapes": {}, "preferences": [], "request_rejected": null, "budget_fallback": null}\n'
     )
     with pytest.raises(PolicyError, match="expected an array, got null"):
         evaluate(url)

@@ -53,14 +53,6 @@ def is_terminal(stream: TextIO) -> bool:
         return False
 
 
-def on_broken_pipe() -> None:
-    """The reader went away (``exa ... | head``): what rich does, quietly exit 1 with stdout
-    pointed at /dev/null, so the interpreter's final flush does not fail again."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    raise SystemExit(1)
-
-
 class Console:
     """The subset of ``rich.console.Console`` the commands use: ``print``, ``file``, ``is_terminal``."""
 
@@ -86,8 +78,15 @@ class Console:
         if self._rich is None:
             from rich.console import Console as RichConsole
 
+            class _Quiet(RichConsole):
+                """rich would exit with status 1 on a closed pipe; ``cli.main`` decides instead."""
+
+                def on_broken_pipe(self) -> None:
+                    self.quiet = True
+                    raise BrokenPipeError
+
             # No markup: names, reasons and messages print as they are ("[count]" is text, not a style).
-            self._rich = RichConsole(
+            self._rich = _Quiet(
                 file=self._file, stderr=self._stderr, highlight=False, markup=False, soft_wrap=True, emoji=self._emoji, width=self._width
             )
         return self._rich
@@ -99,11 +98,9 @@ class Console:
             # A terminal; or something only rich renders (a table, tab stops, :emoji: codes).
             self._print_rich(objects, style)
             return
-        try:
-            self.file.write(text.translate(_STRIPPED) + "\n")
-            self.file.flush()
-        except BrokenPipeError:
-            on_broken_pipe()
+        # A closed pipe (``exa ... | head``) raises BrokenPipeError to ``cli.main``, which stops quietly.
+        self.file.write(text.translate(_STRIPPED) + "\n")
+        self.file.flush()
 
     def _print_rich(self, objects: tuple[Any, ...], style: str | None) -> None:
         from rich.text import Text as RichText

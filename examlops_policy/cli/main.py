@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from examlops_policy.cli import exits
-from examlops_policy.cli.console import Console, on_broken_pipe
+from examlops_policy.cli.console import Console
 from examlops_policy.errors import ExaError
 
 if TYPE_CHECKING:
@@ -104,16 +104,24 @@ class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
 GROUPS: Final = ("hardware", "audit", "finops", "models", "opa", "policy")
 
 
+def _common_options(parser: argparse.ArgumentParser, *, prefix: str = "") -> None:
+    """``--json``, ``--home`` and ``--debug``: after the command, or before the group (``prefix``
+    keeps the root's values apart: a subcommand's defaults would overwrite them)."""
+    parser.add_argument("--json", action="store_true", dest=f"{prefix}json", help="machine-readable output")
+    parser.add_argument("--home", dest=f"{prefix}home", metavar="DIR", help="state directory (default $EXA_HOME or ~/.local/share/examlops)")
+    parser.add_argument("--debug", action="store_true", dest=f"{prefix}debug", help="show tracebacks")
+
+
 def build_parser(group: str | None = None, *, wanted: frozenset[str] | None = None) -> argparse.ArgumentParser:
     """The whole command line, or (``group``) only that group's commands, or (``wanted``, the
     words of a command line) only the commands it names: a command builds the parser it needs,
-    not every one."""
+    not every one. ``--json``, ``--home`` and ``--debug`` go before the group or after the command
+    (``exa --home X hardware pools`` or ``exa hardware pools --home X``)."""
     common = _Parser(add_help=False)
-    common.add_argument("--json", action="store_true", help="machine-readable output")
-    common.add_argument("--home", help="state directory (default $EXA_HOME or ~/.local/share/examlops)")
-    common.add_argument("--debug", action="store_true", help="show tracebacks")
+    _common_options(common)
 
     parser = _Parser(prog="exa", description="ExaMLOps: heterogeneous hardware placement by policy.", wanted=wanted)
+    _common_options(parser, prefix="root_")
     groups = parser.add_subparsers(dest="group", required=True, metavar="{" + ",".join(GROUPS) + "}")
     # A group's command modules are imported only when that group is built.
     if group in (None, "hardware"):
@@ -138,34 +146,81 @@ def build_parser(group: str | None = None, *, wanted: frozenset[str] | None = No
     return parser
 
 
+def _group(given: Sequence[str]) -> str | None:
+    """The command group named on the command line (the first word that is no option or the
+    value of ``--home``)."""
+    words = iter(given)
+    for word in words:
+        if word == "--home":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the command ``args`` chose (the deepest subcommand), else ``parser``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = getattr(args, action.dest, None)
+            sub = action.choices.get(chosen) if isinstance(chosen, str) else None
+            if sub is not None:
+                return _command_parser(sub, args)
+    return parser
+
+
+def _merge_root_options(args: argparse.Namespace) -> None:
+    """The options given before the group count as if given after the command."""
+    args.json = bool(getattr(args, "json", False) or args.root_json)
+    args.debug = bool(getattr(args, "debug", False) or args.root_debug)
+    if getattr(args, "home", None) is None:
+        args.home = args.root_home
+
+
+def _pipe_closed() -> int:
+    """The reader of standard output went away (``exa ... | head``): stop quietly, as a Unix tool
+    does; the rest of the output goes nowhere instead of raising again at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return exits.PIPE_CLOSED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
-    first = next((a for a in given if not a.startswith("-")), None)
+    first = _group(given)
     group = first if first in GROUPS else None
     try:
-        args = build_parser(group, wanted=frozenset(a for a in given if not a.startswith("-"))).parse_args(given)
+        parser = build_parser(group, wanted=frozenset(a for a in given if not a.startswith("-")))
+        args, extra = parser.parse_known_args(given)
     except _NotBuilt:  # not expected (argparse picks a subcommand by a word of the line); built in full then
-        args = build_parser(group).parse_args(given)
+        parser = build_parser(group)
+        args, extra = parser.parse_known_args(given)
+    if extra:
+        # An option the command does not know: the command's own usage says which it takes.
+        _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
+    _merge_root_options(args)
     console = _console()
     from examlops_policy.hardware import Hardware
 
     hw = Hardware(Path(args.home).expanduser() if args.home else None)
     try:
         handler: Handler = args.handler
-        return handler(args, hw, console)
+        code = handler(args, hw, console)
+        sys.stdout.flush()  # a closed pipe shows here, not as a traceback at exit
+        return code
+    except BrokenPipeError:
+        return _pipe_closed()
     except ExaError as exc:
         if args.debug:
             import traceback
 
             traceback.print_exc()
         code = exits.code_for(exc)
-        _error(type(exc).__name__, code, str(exc), as_json=getattr(args, "json", False))
+        _error(type(exc).__name__, code, str(exc), as_json=args.json)
         return code
     except KeyboardInterrupt:
         return exits.INTERRUPTED
-    except BrokenPipeError:  # the reader of stdout went away (exa ... | head)
-        on_broken_pipe()
-        raise  # not reached: on_broken_pipe exits
     finally:
         hw.close()
 
