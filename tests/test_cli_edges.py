@@ -87,6 +87,7 @@ def test_an_opa_binary_that_is_not_opa_is_named_with_what_it_did(exa_home: Path)
 # -- exit codes that say what happened --------------------------------------------------------------
 
 
+@pytest.mark.opa
 def test_a_home_others_can_write_to_is_an_unusable_state_folder_not_a_busy_store(tmp_path: Path) -> None:
     home = tmp_path / "shared"
     home.mkdir()
@@ -97,6 +98,7 @@ def test_a_home_others_can_write_to_is_an_unusable_state_folder_not_a_busy_store
     assert list(home.iterdir()) == []  # nothing written
 
 
+@pytest.mark.opa
 def test_a_home_that_is_a_file_is_an_unusable_state_folder(tmp_path: Path) -> None:
     home = tmp_path / "a-file"
     home.write_text("not a folder\n", encoding="utf-8")
