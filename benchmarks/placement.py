@@ -58,8 +58,9 @@ sys.path.insert(0, str(HERE))
 
 import fleet  # noqa: E402
 import examlops_policy  # noqa: E402
-from examlops_policy import _records as records, specs  # noqa: E402
-from examlops_policy._engine import capacity_digest, fleet_revision  # noqa: E402
+from examlops_policy import specs  # noqa: E402
+from examlops_policy._core import records  # noqa: E402
+from examlops_policy._core.engine import capacity_digest, fleet_revision  # noqa: E402
 from examlops_policy.errors import PolicyError, PolicyUnavailable  # noqa: E402
 from examlops_policy.hardware import Hardware, ManagedPolicy  # noqa: E402
 from examlops_policy.model import ACCELERATORS, Decision, JSONObject, PoolState, Workload  # noqa: E402
@@ -67,7 +68,7 @@ from examlops_policy.opa import OPA_VERSION, OpaUnreachable, connect, stop_serve
 from examlops_policy.opa.transport import DEFAULT_TIMEOUT_S  # noqa: E402
 from examlops_policy._policy import PACKAGE_PATH, Confirmation  # noqa: E402
 from examlops_policy.tables import policy_dir, revision  # noqa: E402
-from examlops_policy._verdicts import About, Answer, canonical, content_key, workload_input  # noqa: E402
+from examlops_policy._core.verdicts import About, Answer, canonical, content_key, workload_input  # noqa: E402
 
 SCHEMA_VERSION = 2
 T = TypeVar("T")

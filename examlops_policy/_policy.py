@@ -20,7 +20,7 @@ from typing import Final, Protocol
 
 from examlops_policy.errors import PolicyError, PolicyUnavailable
 from examlops_policy.model import JSONObject
-from examlops_policy._verdicts import About, Answer, decode_about, decode_verdicts
+from examlops_policy._core.verdicts import About, Answer, decode_about, decode_verdicts
 
 PACKAGE_PATH: Final = "/v1/data/examlops/hardware/placement"
 FLEET_PATH: Final = "/v1/data/examlops_fleet"

@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
 
 from examlops_policy._policy_review import PolicyReview
-from examlops_policy._engine import Engine, Prepared, capacity_digest, differences, fleet_revision, reference_input, same_policy
+from examlops_policy._core.engine import Engine, Prepared, capacity_digest, differences, fleet_revision, reference_input, same_policy
 from examlops_policy.errors import NotFoundError, PolicyUnavailable, SpecError, StateError
 from examlops_policy.model import Decision, JSONObject, Placement, Pool, PoolState, Reason, Workload
-from examlops_policy._packing import describe, device_layouts, layout_of, summarize
-from examlops_policy._placement import carbon_per_hour, effective_cost
+from examlops_policy._core.packing import describe, device_layouts, layout_of, summarize
+from examlops_policy._core.selection import carbon_per_hour, effective_cost
 from examlops_policy._policy import Confirmation, OpaPolicy, PolicyEvaluator
 from examlops_policy.store import Snapshot, StaleFleet, Store
 from examlops_policy.tables import Tables, load_tables, policy_dir, revision
-from examlops_policy._verdicts import About, Answer, workload_input
+from examlops_policy._core.verdicts import About, Answer, workload_input
 from examlops_policy.views import (
     BurstEvent,
     DecisionPage,
@@ -377,7 +377,7 @@ class Hardware(PolicyReview):
         """Ask the policy again, with the input a recorded decision was made on (its workload, its
         fleet, the capacity it saw), through the policy's complete reference rule: does the policy
         OPA serves now give the same answer?"""
-        from examlops_policy._records import judged_from
+        from examlops_policy._core.records import judged_from
 
         record = self.decision(ident)
         decision = record.decision

@@ -275,7 +275,7 @@ class Explanation:
 def explain(decision: Decision) -> Explanation:
     """The ranking behind ``decision``: the eligible pools of the winner's tier under its objective.
     (Rejections have no winner: an empty ranking.)"""
-    from examlops_policy._placement import balanced_scores
+    from examlops_policy._core.selection import balanced_scores
 
     w = decision.workload
     chosen = getattr(decision, "pool", None)
@@ -299,7 +299,7 @@ def explain(decision: Decision) -> Explanation:
 
 def decision_json(decision: Decision, record: DecisionRecord | None = None) -> dict[str, object]:
     """A decision as ``--json`` prints it; with its record, the record's id, times, job and lease."""
-    from examlops_policy import _codec as codec
+    from examlops_policy._core import codec
 
     body: dict[str, object] = dict(codec.to_json(decision))
     if record is not None:

@@ -16,7 +16,7 @@ import json
 import pytest
 
 from examlops_policy import PolicyError, PolicyUnavailable, Pool, Workload
-from examlops_policy._engine import Engine
+from examlops_policy._core.engine import Engine
 from examlops_policy.hardware import Hardware, ManagedPolicy
 from examlops_policy.model import Capacity, PoolState
 from examlops_policy.opa import connect, ensure_server, stop_server

@@ -29,7 +29,7 @@ from examlops_policy.model import Capacity, Holding, JSONObject, Pool, PoolState
 from examlops_policy.views import BurstEvent, DecisionRecord, DecisionSummary, FinopsRow, PoolChange, WorkloadCost
 
 if TYPE_CHECKING:
-    from examlops_policy._engine import Prepared
+    from examlops_policy._core.engine import Prepared
 
 
 class StaleFleet(Exception):

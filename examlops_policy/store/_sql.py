@@ -32,8 +32,9 @@ from datetime import datetime, timezone
 from importlib import resources
 from typing import Any, Final, Literal, Protocol, TypeVar, cast
 
-from examlops_policy import audit, _codec as codec, _packing as packing, _records as records
-from examlops_policy._engine import Prepared, capacity_from_json, capacity_json, fleet_document, fleet_revision
+from examlops_policy import audit
+from examlops_policy._core import codec, packing, records
+from examlops_policy._core.engine import Prepared, capacity_from_json, capacity_json, fleet_document, fleet_revision
 from examlops_policy.views import (
     BurstEvent,
     DecisionRecord,
@@ -44,10 +45,10 @@ from examlops_policy.views import (
 )
 from examlops_policy.errors import NotFoundError, SpecError, StateBusy, StateCorrupt, StateError, StateFull, StateUnreachable
 from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Placement, Pool, PoolState, pool_spec
-from examlops_policy._placement import Judged
+from examlops_policy._core.selection import Judged
 from examlops_policy.store import DecisionInputs, Release, Snapshot, StaleFleet
 from examlops_policy.tables import Tables, load_tables
-from examlops_policy._verdicts import canonical
+from examlops_policy._core.verdicts import canonical
 
 SOURCE: Final = "exa-hardware"
 BACKOFF_S: Final = 0.05

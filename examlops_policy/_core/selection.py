@@ -37,7 +37,7 @@ from examlops_policy.model import (
     Workload,
 )
 from examlops_policy.tables import Tables
-from examlops_policy._verdicts import ShapeVerdict, WorkloadVerdict
+from examlops_policy._core.verdicts import ShapeVerdict, WorkloadVerdict
 
 COST_DIGITS: Final = 9  # grant costs compare at this precision (Rego computes them in decimals)
 

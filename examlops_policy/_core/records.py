@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final, cast
 
-from examlops_policy._engine import capacity_from_json, capacity_json, pool_from_doc
+from examlops_policy._core.engine import capacity_from_json, capacity_json, pool_from_doc
 from examlops_policy.errors import StateError
 from examlops_policy.model import (
     BurstVerdict,
@@ -34,9 +34,9 @@ from examlops_policy.model import (
     Rejection,
     Workload,
 )
-from examlops_policy._placement import Fleet, FleetEntry, Judged, decide_over
+from examlops_policy._core.selection import Fleet, FleetEntry, Judged, decide_over
 from examlops_policy.tables import Tables
-from examlops_policy._verdicts import (
+from examlops_policy._core.verdicts import (
     Signature,
     canonical,
     checks_from_json,

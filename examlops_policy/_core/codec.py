@@ -1,5 +1,5 @@
 """Decisions to JSON, for ``--json`` output, and the full documents of decisions recorded before
-compact records (``examlops_policy._records``) back into decisions."""
+compact records (``examlops_policy._core.records``) back into decisions."""
 
 from __future__ import annotations
 

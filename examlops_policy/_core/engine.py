@@ -21,10 +21,10 @@ from typing import Final, Generic, TypeVar, cast
 
 from examlops_policy.errors import PolicyError
 from examlops_policy.model import Capacity, Decision, JSONObject, JSONValue, Pool, PoolState, Provenance, Workload, pool_spec
-from examlops_policy._placement import Fleet, FleetEntry, Judged, carbon_per_hour, decide_over, effective_cost
+from examlops_policy._core.selection import Fleet, FleetEntry, Judged, carbon_per_hour, decide_over, effective_cost
 from examlops_policy._policy import PolicyEvaluator
 from examlops_policy.tables import Tables
-from examlops_policy._verdicts import (
+from examlops_policy._core.verdicts import (
     About,
     ShapeVerdict,
     WorkloadVerdict,
@@ -317,7 +317,7 @@ def reference_input(workload: Workload, fleet: Fleet, capacities: Sequence[Capac
 def differences(decision: Decision, reference: Mapping[str, object]) -> list[str]:
     """What the policy's reference decision says differently from ``decision``: the outcome, the
     pool, the burst verdict, the reason of a rejection and every pool's reasons."""
-    from examlops_policy._records import outcome_of
+    from examlops_policy._core.records import outcome_of
 
     out = []
     ours = outcome_of(decision)
