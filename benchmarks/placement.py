@@ -59,8 +59,10 @@ sys.path.insert(0, str(HERE))
 import fleet  # noqa: E402
 import examlops_policy  # noqa: E402
 from examlops_policy import specs  # noqa: E402
-from examlops_policy._core import records  # noqa: E402
-from examlops_policy._core.engine import capacity_digest, fleet_revision  # noqa: E402
+from examlops_policy._core import codec  # noqa: E402
+from examlops_policy._core.codec import canonical, capacity_digest, content_key, fleet_document, workload_input  # noqa: E402
+from examlops_policy._core.codec import fleet_revision as _fleet_revision  # noqa: E402
+from examlops_policy._core.selection import priced  # noqa: E402
 from examlops_policy.errors import PolicyError, PolicyUnavailable  # noqa: E402
 from examlops_policy.hardware import Hardware, ManagedPolicy  # noqa: E402
 from examlops_policy.model import ACCELERATORS, Decision, JSONObject, PoolState, Workload  # noqa: E402
@@ -68,7 +70,7 @@ from examlops_policy.opa import OPA_VERSION, OpaUnreachable, connect, stop_serve
 from examlops_policy.opa.transport import DEFAULT_TIMEOUT_S  # noqa: E402
 from examlops_policy._policy import PACKAGE_PATH, Confirmation  # noqa: E402
 from examlops_policy.tables import policy_dir, revision  # noqa: E402
-from examlops_policy._core.verdicts import About, Answer, canonical, content_key, workload_input  # noqa: E402
+from examlops_policy._core.verdicts import About, Answer  # noqa: E402
 
 SCHEMA_VERSION = 2
 T = TypeVar("T")
@@ -304,6 +306,11 @@ def run_mix(hw: Hardware, prof: Profile) -> dict[str, Any]:
     return result
 
 
+def fleet_revision(pools: Sequence[Any], tables: Any) -> str:
+    """The fleet revision ``Hardware`` works out once per fleet version."""
+    return _fleet_revision(fleet_document(priced(pools, tables)))
+
+
 def input_digest(workload: Workload, fleet_rev: str, states: Sequence[PoolState]) -> str:
     """The decision's input digest, computed as ``Prepared.decide`` does on a state it has not
     seen (replica, for timing; ``what_if`` works the capacity part out once per state version)."""
@@ -390,7 +397,7 @@ def miss_workloads(about: About, seen: set[str], seed: int) -> Iterator[Workload
             data_region=rng.choice((None, *regions)),
             allow_cpu_fallback=rng.random() < 0.2,
         )
-        key = content_key(about.signature.workload_of(workload))
+        key = content_key(about.signature.workload_of(workload_input(workload)))
         if key not in seen:
             seen.add(key)
             yield workload
@@ -537,7 +544,7 @@ def run_fleet(size: int, seed: int, base: Path, prof: Profile, started: list[Pat
             entry.update(run_breakdown(hw, policy, prof))
             rev, _ = hw.engine.confirm()
             about = hw.engine.about(rev)
-            seen = {content_key(about.signature.workload_of(w)) for w in (WARMUP, *(w for _, w in fleet.WORKLOADS))}
+            seen = {content_key(about.signature.workload_of(workload_input(w))) for w in (WARMUP, *(w for _, w in fleet.WORKLOADS))}
             fresh = miss_workloads(about, seen, seed)
             misses, queries = run_misses(hw, policy, prof, fresh, shapes)
             entry.update(misses)
@@ -662,7 +669,7 @@ def durable_breakdown(hw: Hardware, policy: TimedPolicy, work: Sequence[Workload
         record = hw.store.commit(prepared, snap, source="exa-hardware")
         t4 = time.perf_counter()
         holdings = getattr(record.decision, "holdings", ())
-        records.encode(record.decision, verdict_set=key, capacities=[s.capacity for s in snap.states], holdings=holdings)
+        codec.encode_record(record.decision, workload=workload_input(record.decision.workload), verdict_set=key, capacities=[s.capacity for s in snap.states], holdings=holdings)
         t5 = time.perf_counter()
         confirm, describe = policy.spent.get("confirm", 0.0), policy.spent.get("describe", 0.0)
         for name, seconds in (

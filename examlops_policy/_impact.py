@@ -36,7 +36,8 @@ from examlops_policy._core.engine import reference_input
 from examlops_policy.errors import PolicyError, SpecError
 from examlops_policy.model import Capacity, JSONObject, JSONValue, Pool, Workload
 from examlops_policy._core.selection import Fleet, FleetEntry, carbon_per_hour, effective_cost
-from examlops_policy._core.verdicts import About, content_key
+from examlops_policy._core.codec import content_key
+from examlops_policy._core.verdicts import About
 
 if TYPE_CHECKING:
     from examlops_policy.hardware import Hardware

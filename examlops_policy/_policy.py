@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Final, Protocol
 
 from examlops_policy.errors import PolicyError, PolicyUnavailable
 from examlops_policy.model import JSONObject
-from examlops_policy._core.verdicts import About, Answer, decode_about, decode_verdicts
+from examlops_policy._core.codec import decode_about, decode_verdicts
+from examlops_policy._core.verdicts import About, Answer, Confirmation, PolicyEvaluator
 
 PACKAGE_PATH: Final = "/v1/data/examlops/hardware/placement"
 FLEET_PATH: Final = "/v1/data/examlops_fleet"
@@ -36,33 +36,6 @@ class Transport(Protocol):
     def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]: ...
 
     def close(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class Confirmation:
-    """What OPA says it serves right now."""
-
-    revision: str | None
-    opa_version: str
-
-
-class PolicyEvaluator(Protocol):
-    """A policy engine serving the placement policy.
-
-    Every method is free of side effects on placements and may be called again for the same answer
-    while the revision holds. Each raises ``PolicyUnavailable`` when no answer could be had and
-    ``PolicyError`` when the answer is not usable; never a partial answer.
-    """
-
-    def confirm(self) -> Confirmation: ...
-
-    def about(self) -> About: ...
-
-    def verdicts(self, workload: JSONObject, keys: Sequence[str], shapes: Mapping[str, JSONObject]) -> Answer: ...
-
-    def decision(self, policy_input: JSONObject) -> JSONObject: ...
-
-    def describe(self) -> str: ...
 
 
 class OpaPolicy:

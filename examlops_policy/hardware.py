@@ -18,15 +18,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
 
 from examlops_policy._policy_review import PolicyReview
-from examlops_policy._core.engine import Engine, Prepared, capacity_digest, differences, fleet_revision, reference_input, same_policy
+from examlops_policy._core import codec
+from examlops_policy._core.engine import Engine, Prepared, differences, reference_input, same_policy
+from examlops_policy._core.request import Request
 from examlops_policy.errors import NotFoundError, PolicyUnavailable, SpecError, StateError
 from examlops_policy.model import Decision, JSONObject, Placement, Pool, PoolState, Reason, Workload
 from examlops_policy._core.packing import describe, device_layouts, layout_of, summarize
-from examlops_policy._core.selection import carbon_per_hour, effective_cost
+from examlops_policy._core.selection import carbon_per_hour, effective_cost, priced
 from examlops_policy._policy import Confirmation, OpaPolicy, PolicyEvaluator
 from examlops_policy.store import Snapshot, StaleFleet, Store
 from examlops_policy.tables import Tables, load_tables, policy_dir, revision
-from examlops_policy._core.verdicts import About, Answer, workload_input
+from examlops_policy._core.verdicts import About, Answer
 from examlops_policy.views import (
     BurstEvent,
     DecisionPage,
@@ -265,7 +267,7 @@ class Hardware(PolicyReview):
     def _fleet_rev(self, snap: Snapshot) -> str:
         rev = self._fleet_revs.get(snap.fleet_version)
         if rev is None:
-            rev = self._fleet_revs[snap.fleet_version] = fleet_revision([s.pool for s in snap.states], self.tables)
+            rev = self._fleet_revs[snap.fleet_version] = codec.fleet_revision(codec.fleet_document(priced([s.pool for s in snap.states], self.tables)))
         return rev
 
     def _prepare(self, workload: Workload, snap: Snapshot) -> Prepared:
@@ -324,7 +326,7 @@ class Hardware(PolicyReview):
             capacities = [s.capacity for s in snap.states]
             # What-ifs on one state share its capacity digest: worked out once per state version.
             if self._capacities_at[0] != (snap.version, snap.fleet_version):
-                self._capacities_at = ((snap.version, snap.fleet_version), capacity_digest(capacities))
+                self._capacities_at = ((snap.version, snap.fleet_version), codec.capacity_digest(capacities))
             return self._prepare(workload, snap).decide(capacities, self.tables, capacities_digest=self._capacities_at[1])
         states = []
         for pool in pools:
@@ -599,7 +601,7 @@ def _check_lease(lease: timedelta) -> timedelta:
 
 def _same_request(record: DecisionRecord, workload: Workload, request_id: str) -> DecisionRecord:
     """The recorded decision for ``request_id``, which must be for the same workload."""
-    if workload_input(record.decision.workload) != workload_input(workload):
+    if codec.workload_input(record.decision.workload) != codec.workload_input(workload):
         raise SpecError(
             f"request id {request_id!r} was used for another workload (decision {record.id[:12]}, {record.decision.workload.name}); "
             "use a new request id",

@@ -7,7 +7,7 @@ import zlib
 
 import pytest
 
-from examlops_policy._core.records import MAX_VECTOR_BYTES, capacities_of, capacity_vector, packed_vector
+from examlops_policy._core.codec import MAX_VECTOR_BYTES, capacities_of, capacity_vector, packed_vector
 from examlops_policy.errors import StateError
 from examlops_policy.model import Capacity
 

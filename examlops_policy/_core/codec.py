@@ -1,56 +1,682 @@
-"""Decisions to JSON, for ``--json`` output, and the full documents of decisions recorded before
-compact records (``examlops_policy._core.records``) back into decisions."""
+"""Every wire and stored form of the decision path, and the canonical bytes digests are taken of.
+
+* canonical bytes: compact, sorted-key JSON (``canonical``); content keys and digests of them;
+* the workload as the policy reads it (``workload_input``) and back (``workload_from_json``);
+* OPA's answers (``decode_about``, ``decode_verdicts``), refused whole when malformed with a
+  ``PolicyError`` naming what was wrong: never a ``KeyError``, never a partial answer;
+* the stored forms: pools, capacity summaries, holdings, fleet and verdict-set documents, and the
+  decision record (``encode_record``; records written by earlier releases read back too).
+
+Nothing here decides anything: selection, packing and the rebuild of a decision from its record are
+the core's other modules.
+"""
 
 from __future__ import annotations
 
-import dataclasses
+import base64
 import functools
-from collections.abc import Sequence
-from typing import cast
+import hashlib
+import json
+import zlib
+from collections.abc import Mapping, Sequence
+from typing import Final, cast
 
+from examlops_policy.errors import PolicyError, StateError
 from examlops_policy.model import (
     BurstVerdict,
+    Capacity,
+    CheckInfo,
     Decision,
     Grant,
+    Holding,
     JSONObject,
     JSONValue,
     Placement,
+    Pool,
     PoolVerdict,
     Provenance,
     Reason,
     Rejection,
     Workload,
+    pool_spec,
 )
+from examlops_policy._core.verdicts import About, Answer, Limits, ShapeVerdict, Signature, WorkloadVerdict
+
+KEY_HEX: Final = 32  # 128 bits of SHA-256: content keys, not security
+RECORD_VERSION: Final = 3  # 3: the state version decided at ("at"); 2: the capacity vector itself
+# A packed capacity vector (records of version 2) never unpacks to more than this (an altered record
+# cannot exhaust memory).
+MAX_VECTOR_BYTES: Final = 64 * 1024 * 1024
 
 
-@functools.cache
-def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls) if f.name != "ok")
+# -- canonical bytes ---------------------------------------------------------------------------
 
 
-def _plain(value: object) -> JSONValue:
-    """Like ``dataclasses.asdict`` without its deep copies (a large fleet's explanation holds
-    thousands of verdicts sharing reason and grant objects)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {name: _plain(getattr(value, name)) for name in _field_names(type(value))}
-    if isinstance(value, (tuple, list)) or (isinstance(value, Sequence) and not isinstance(value, (str, bytes))):
-        return [_plain(item) for item in value]
-    if isinstance(value, dict):
-        return {str(key): _plain(item) for key, item in value.items()}
-    return cast(JSONValue, value)
+def canonical(value: object) -> bytes:
+    """Compact, sorted-key JSON: the bytes every digest here is taken of."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
-def to_json(decision: Decision) -> JSONObject:
-    """A JSON-ready dict of the whole decision, with ``outcome`` first."""
-    body = cast(JSONObject, _plain(decision))
+def content_key(value: object) -> str:
+    return hashlib.sha256(canonical(value)).hexdigest()[:KEY_HEX]
+
+
+def digest(document: bytes) -> str:
+    return "sha256:" + hashlib.sha256(document).hexdigest()
+
+
+# -- the workload --------------------------------------------------------------------------------
+
+
+def workload_input(workload: Workload) -> JSONObject:
+    """The workload as the policy reads it (every field; the target ``any`` when none)."""
+    return {
+        "name": workload.name,
+        "accelerator": workload.accelerator,
+        "engine": workload.engine,
+        "capabilities": list(workload.capabilities),
+        "target": workload.effective_target,
+        "fraction": workload.fraction,
+        "count": workload.count,
+        "residency": workload.residency,
+        "allow_burst": workload.allow_burst,
+        "data_region": workload.data_region,
+        "allow_cpu_fallback": workload.allow_cpu_fallback,
+        "optimize": workload.optimize,
+        "carbon_weight": workload.carbon_weight,
+        "max_cost_per_hour": workload.max_cost_per_hour,
+        "max_carbon_per_hour": workload.max_carbon_per_hour,
+        "project": workload.project,
+    }
+
+
+def workload_from_json(raw: Mapping[str, object]) -> Workload:
+    values = dict(raw)
+    target = values.get("target")
+    values["target"] = None if target == "any" else target
+    values["capabilities"] = tuple(cast(list[str], values.get("capabilities", [])))
+    return Workload(**values)  # type: ignore[arg-type]
+
+
+_WORKLOAD_FIELDS: Final = frozenset(workload_input(Workload("x", "cpu")))
+
+
+# -- pools, capacity, holdings -------------------------------------------------------------------
+
+
+def pool_text(pool: Pool) -> str:
+    """A pool's spec as stored (and compared: an unchanged spec is the same text)."""
+    return json.dumps(pool_spec(pool), sort_keys=True, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=65536)
+def pool_from_text(text: str) -> Pool:
+    """The Pool a stored spec describes (cached: every snapshot reads pools; Pool is frozen)."""
+    return pool_from_doc(json.loads(text))
+
+
+def pool_from_doc(doc: Mapping[str, object]) -> Pool:
+    values = dict(doc)
+    values["capabilities"] = tuple(values.get("capabilities", ()))  # type: ignore[arg-type]
+    return Pool(**values)  # type: ignore[arg-type]
+
+
+def capacity_json(capacity: Capacity) -> JSONValue:
+    """``whole`` alone, or ``[whole, {profile: n}]``: the compact form stored."""
+    if not capacity.slices:
+        return capacity.whole
+    return [capacity.whole, dict(sorted(capacity.slices.items()))]
+
+
+def capacity_text(capacity: Capacity) -> str:
+    return canonical(capacity_json(capacity)).decode("utf-8")
+
+
+def capacity_from_json(raw: object) -> Capacity:
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return Capacity(raw)
+    if isinstance(raw, list) and len(raw) == 2 and isinstance(raw[0], int) and isinstance(raw[1], dict):
+        return Capacity(raw[0], {str(k): int(v) for k, v in raw[1].items()})
+    raise StateError(f"malformed capacity in the state: {str(raw)[:80]}")
+
+
+@functools.lru_cache(maxsize=4096)
+def capacity_from_text(text: str) -> Capacity:
+    try:
+        return capacity_from_json(json.loads(text))
+    except ValueError as exc:
+        raise StateError(f"malformed capacity in the state: {text[:80]}") from exc
+
+
+def capacity_digest(capacities: Sequence[Capacity]) -> str:
+    """SHA-256 of what every pool could still place, in fleet order (part of a decision's input
+    digest)."""
+    return hashlib.sha256(b"[" + b",".join(canonical(capacity_json(c)) for c in capacities) + b"]").hexdigest()
+
+
+def holdings_json(holdings: Sequence[Holding]) -> list[JSONValue]:
+    return [[h.device, h.profile, h.start, h.units] for h in holdings]
+
+
+def holdings_from_json(raw: object) -> tuple[Holding, ...]:
+    """Holdings as stored (``[[device, profile, start, units], ...]``)."""
+    items = cast(list[list[object]], raw or [])
+    return tuple(
+        Holding(int(cast(int, h[0])), cast("str | None", h[1]), cast("int | None", h[2]), cast("int | None", h[3])) for h in items
+    )
+
+
+def capacity_vector(capacities: Sequence[Capacity]) -> JSONValue:
+    """What every pool could still place, in fleet order, as records of version 2 stored it: the
+    distinct values once and an index per pool."""
+    values: list[JSONValue] = []
+    seen: dict[tuple[int, tuple[tuple[str, int], ...]], int] = {}
+    at: list[JSONValue] = []
+    for capacity in capacities:
+        key = (capacity.whole, tuple(sorted(capacity.slices.items())))
+        index = seen.get(key)
+        if index is None:
+            index = seen[key] = len(values)
+            values.append(capacity_json(capacity))
+        at.append(index)
+    return {"values": values, "at": at}
+
+
+def packed_vector(capacities: Sequence[Capacity]) -> JSONValue:
+    """``capacity_vector``, deflated and base64-encoded (records of version 2)."""
+    raw = canonical(capacity_vector(capacities))
+    return {"deflate": base64.b64encode(zlib.compress(raw, 6)).decode("ascii")}
+
+
+def capacities_of(raw: object) -> list[Capacity]:
+    """The capacity vector of a version-2 record: ``packed_vector``'s or ``capacity_vector``'s form,
+    or the plain list of records written before them. StateError for anything else (an altered
+    record)."""
+    if isinstance(raw, Mapping) and isinstance(raw.get("deflate"), str):
+        try:
+            inflater = zlib.decompressobj()
+            data = inflater.decompress(base64.b64decode(str(raw["deflate"]), validate=True), MAX_VECTOR_BYTES)
+            if inflater.unconsumed_tail:
+                raise StateError("a stored decision's capacity vector is larger than any fleet's; the record was altered")
+            raw = json.loads(data)
+        except (ValueError, zlib.error) as exc:
+            raise StateError(f"malformed capacity vector in a stored decision: {exc}") from exc
+    try:
+        if isinstance(raw, list):
+            return [capacity_from_json(c) for c in raw]
+        if isinstance(raw, Mapping):
+            values, at = raw.get("values"), raw.get("at")
+            if isinstance(values, list) and isinstance(at, list):
+                if all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(values) for i in at):
+                    decoded = [capacity_from_json(v) for v in values]
+                    return [decoded[i] for i in at]
+    except StateError:
+        pass
+    raise StateError(f"malformed capacity vector in a stored decision: {str(raw)[:80]}")
+
+
+# -- the fleet and verdict-set documents ------------------------------------------------------
+
+
+def fleet_document(priced: Sequence[tuple[Pool, float, float]]) -> JSONObject:
+    """The fleet as decisions see it (every pool, in name order, with its effective price and
+    carbon per device-hour), stored once per revision for rebuilding and replaying decisions."""
+    return {"pools": [{"pool": pool_spec(p), "price": price, "carbon": carbon} for p, price, carbon in sorted(priced, key=lambda r: r[0].name)]}
+
+
+def fleet_revision(document: JSONObject) -> str:
+    """``fleet:`` + SHA-256 of the fleet document's canonical bytes."""
+    return "fleet:" + hashlib.sha256(canonical(document)).hexdigest()
+
+
+def verdict_set_document(
+    revision: str,
+    signature: Signature,
+    workload_signature: JSONObject,
+    judged: bool,
+    workload: WorkloadVerdict,
+    checks: Sequence[CheckInfo],
+    shapes: Mapping[str, ShapeVerdict],
+) -> JSONObject:
+    """Every verdict a decision used, as stored once for all decisions that share it."""
+    return {
+        "revision": revision,
+        "signature": {"shape": list(signature.shape), "workload": list(signature.workload)},
+        "workload": workload_signature,
+        "judged": judged,
+        "workload_verdict": workload_verdict_json(workload),
+        "checks": checks_json(checks),
+        "shapes": {k: shape_verdict_json(v) for k, v in sorted(shapes.items())},
+    }
+
+
+# -- OPA's answers --------------------------------------------------------------------------------
+
+
+class _Decoder:
+    """Typed reads from an untrusted JSON value; every failure is one PolicyError."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def fail(self, path: str, expected: str, value: object) -> PolicyError:
+        shown = json.dumps(value)[:120] if _jsonable(value) else type(value).__name__
+        return PolicyError(f"{self.where}: malformed answer at {path}: expected {expected}, got {shown}")
+
+    def obj(self, value: object, path: str) -> Mapping[str, object]:
+        if not isinstance(value, dict):
+            raise self.fail(path, "an object", value)
+        return cast(Mapping[str, object], value)
+
+    def arr(self, value: object, path: str) -> Sequence[object]:
+        if not isinstance(value, list):
+            raise self.fail(path, "an array", value)
+        return cast(Sequence[object], value)
+
+    def field(self, value: Mapping[str, object], name: str, path: str) -> object:
+        if name not in value:
+            raise PolicyError(f"{self.where}: malformed answer at {path}: missing {name!r}")
+        return value[name]
+
+    def text(self, value: object, path: str) -> str:
+        if not isinstance(value, str):
+            raise self.fail(path, "a string", value)
+        return value
+
+    def opt_text(self, value: object, path: str) -> str | None:
+        return None if value is None else self.text(value, path)
+
+    def integer(self, value: object, path: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+            raise self.fail(path, "a whole number", value)
+        return int(value)
+
+    def number(self, value: object, path: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(path, "a number", value)
+        return float(value)
+
+    def boolean(self, value: object, path: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(path, "true or false", value)
+        return value
+
+    def reason(self, value: object, path: str) -> Reason:
+        raw = self.obj(value, path)
+        details = raw.get("details") or {}
+        return Reason(
+            code=self.text(self.field(raw, "code", path), f"{path}.code"),
+            kind=self.text(self.field(raw, "kind", path), f"{path}.kind"),
+            message=self.text(self.field(raw, "message", path), f"{path}.message"),
+            details=cast(JSONObject, self.obj(details, f"{path}.details")),
+        )
+
+    def opt_reason(self, value: object, path: str) -> Reason | None:
+        return None if value is None else self.reason(value, path)
+
+    def opt_number(self, value: object, path: str) -> float | None:
+        return None if value is None else self.number(value, path)
+
+    def limits(self, value: object, path: str) -> Limits:
+        raw = self.obj(value, path)
+        reasons = self.obj(self.field(raw, "reasons", path), f"{path}.reasons")
+        return Limits(
+            cost_per_hour=self.opt_number(self.field(raw, "cost_per_hour", path), f"{path}.cost_per_hour"),
+            carbon_per_hour=self.opt_number(self.field(raw, "carbon_per_hour", path), f"{path}.carbon_per_hour"),
+            cost_reason=self.opt_reason(reasons.get("cost_per_hour"), f"{path}.reasons.cost_per_hour"),
+            carbon_reason=self.opt_reason(reasons.get("carbon_per_hour"), f"{path}.reasons.carbon_per_hour"),
+        )
+
+    def grant(self, value: object, path: str) -> Grant:
+        raw = self.obj(value, path)
+
+        def get(name: str) -> object:
+            return self.field(raw, name, path)
+
+        return Grant(
+            requested=self.number(get("requested"), f"{path}.requested"),
+            honored=self.boolean(get("honored"), f"{path}.honored"),
+            share=self.number(get("share"), f"{path}.share"),
+            units=self.integer(get("units"), f"{path}.units"),
+            devices=self.number(get("devices"), f"{path}.devices"),
+            scheme=self.opt_text(get("scheme"), f"{path}.scheme"),
+            geometry=self.opt_text(get("geometry"), f"{path}.geometry"),
+            profile=self.opt_text(get("profile"), f"{path}.profile"),
+            why=self.opt_text(get("why"), f"{path}.why"),
+            note=self.opt_text(get("note"), f"{path}.note"),
+        )
+
+
+def _jsonable(value: object) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def decode_about(raw: object, where: str) -> About:
+    """The policy's ``about`` answer. A policy not loaded from a bundle has no revision: refused."""
+    d = _Decoder(where)
+    top = d.obj(raw, "about")
+    revision = top.get("revision")
+    if not isinstance(revision, str) or not revision:
+        raise PolicyError(
+            f"{where} does not report a policy bundle revision; it must serve the reviewed policy as a bundle "
+            "(exa policy build), so that what it evaluates is what was reviewed"
+        )
+    sig = d.obj(d.field(top, "signature", "about"), "about.signature")
+    signature = Signature(
+        shape=tuple(d.text(f, "about.signature.shape[]") for f in d.arr(d.field(sig, "shape", "about.signature"), "about.signature.shape")),
+        workload=tuple(
+            d.text(f, "about.signature.workload[]") for f in d.arr(d.field(sig, "workload", "about.signature"), "about.signature.workload")
+        ),
+    )
+    unsupported = [d.text(n, "about.unsupported_checks[]") for n in d.arr(top.get("unsupported_checks", []), "about.unsupported_checks")]
+    if unsupported:
+        raise PolicyError(
+            f"{where}: the policy declares check(s) {', '.join(unsupported)} at a stage this engine cannot run "
+            "(pool-stage checks are capacity and budget); nothing is placed until the check is a shape-stage check"
+        )
+    for name in signature.shape:
+        if name not in Pool.__dataclass_fields__:
+            raise PolicyError(f"{where}: the policy reads a pool field this library does not know: {name!r}")
+    for name in signature.workload:
+        if name not in _WORKLOAD_FIELDS:
+            raise PolicyError(f"{where}: the policy reads a workload field this library does not know: {name!r}")
+
+    def codes(value: object, path: str) -> tuple[tuple[str, str, str], ...]:
+        out = []
+        for i, c in enumerate(d.arr(value, path)):
+            row = d.obj(c, f"{path}[{i}]")
+            out.append(
+                (
+                    d.text(d.field(row, "code", path), f"{path}[{i}].code"),
+                    d.text(d.field(row, "kind", path), f"{path}[{i}].kind"),
+                    d.text(d.field(row, "meaning", path), f"{path}[{i}].meaning"),
+                )
+            )
+        return tuple(out)
+
+    checks = []
+    for i, c in enumerate(d.arr(d.field(top, "checks", "about"), "about.checks")):
+        row = d.obj(c, f"about.checks[{i}]")
+        checks.append(
+            CheckInfo(
+                name=d.text(d.field(row, "name", "about.checks"), f"about.checks[{i}].name"),
+                title=d.text(d.field(row, "title", "about.checks"), f"about.checks[{i}].title"),
+                stage=d.text(d.field(row, "stage", "about.checks"), f"about.checks[{i}].stage"),
+                codes=codes(d.field(row, "codes", "about.checks"), f"about.checks[{i}].codes"),
+            )
+        )
+    return About(
+        revision=revision,
+        opa_version=d.text(d.field(top, "opa_version", "about"), "about.opa_version"),
+        signature=signature,
+        checks=tuple(checks),
+        other_codes=codes(top.get("other_codes", []), "about.other_codes"),
+    )
+
+
+
+
+def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
+    """The policy's ``verdicts`` answer for ``keys``; every key must be judged or listed missing."""
+    d = _Decoder(where)
+    top = d.obj(raw, "verdicts")
+    confirm = d.obj(d.field(top, "confirm", "verdicts"), "verdicts.confirm")
+    revision = confirm.get("revision")
+    rejection = d.opt_reason(d.field(top, "rejection", "verdicts"), "verdicts.rejection")
+    mode = d.field(top, "burst_mode", "verdicts")
+    if mode not in ("cloud", "spill", None):
+        raise d.fail("verdicts.burst_mode", '"cloud", "spill" or null', mode)
+    missing = tuple(d.text(k, "verdicts.missing[]") for k in d.arr(d.field(top, "missing", "verdicts"), "verdicts.missing"))
+    preferences: dict[tuple[int, int], Reason] = {}
+    for i, row in enumerate(d.arr(d.field(top, "preferences", "verdicts"), "verdicts.preferences")):
+        cells = d.arr(row, f"verdicts.preferences[{i}]")
+        if len(cells) != 3:
+            raise d.fail(f"verdicts.preferences[{i}]", "[tier, selected tier, reason]", row)
+        t = d.integer(cells[0], f"verdicts.preferences[{i}][0]")
+        sel = d.integer(cells[1], f"verdicts.preferences[{i}][1]")
+        preferences[(t, sel)] = d.reason(cells[2], f"verdicts.preferences[{i}][2]")
+    workload = WorkloadVerdict(
+        rejection=rejection,
+        burst_mode=mode,
+        preferences=preferences,
+        request_rejected=d.opt_reason(d.field(top, "request_rejected", "verdicts"), "verdicts.request_rejected"),
+    )
+    if not d.boolean(d.field(top, "judged", "verdicts"), "verdicts.judged"):
+        # An invalid workload is judged against no pool at all.
+        if rejection is None:
+            raise d.fail("verdicts.rejection", "the reason a workload is not judged", None)
+        return Answer(cast("str | None", revision), workload, {}, missing, judged=False)
+    checks = {
+        name: [tuple(d.reason(r, f"verdicts.checks.{name}[{i}][]") for r in d.arr(rows, f"verdicts.checks.{name}[{i}]")) for i, rows in enumerate(d.arr(v, f"verdicts.checks.{name}"))]
+        for name, v in d.obj(d.field(top, "checks", "verdicts"), "verdicts.checks").items()
+    }
+    grants = []
+    for i, row in enumerate(d.arr(d.field(top, "grants", "verdicts"), "verdicts.grants")):
+        cells = d.arr(row, f"verdicts.grants[{i}]")
+        if len(cells) != 3:
+            raise d.fail(f"verdicts.grants[{i}]", "[grant, shortfall, limits]", row)
+        grants.append(
+            (
+                d.grant(cells[0], f"verdicts.grants[{i}][0]"),
+                d.reason(cells[1], f"verdicts.grants[{i}][1]"),
+                d.limits(cells[2], f"verdicts.grants[{i}][2]"),
+            )
+        )
+    notes = [d.text(n, "verdicts.notes[]") for n in d.arr(d.field(top, "notes", "verdicts"), "verdicts.notes")]
+    rows = d.obj(d.field(top, "shapes", "verdicts"), "verdicts.shapes")
+    shapes: dict[str, ShapeVerdict] = {}
+    wanted = set(keys) - set(missing)
+    for key in wanted:
+        path = f"verdicts.shapes[{key}]"
+        cells = d.arr(rows.get(key), path)
+        if len(cells) != 6:
+            raise d.fail(path, "[tier, note, note when full, denials, grant, blocks_burst]", cells)
+        tier = d.integer(cells[0], f"{path}[0]")
+        if not 0 <= tier <= 3:
+            raise d.fail(f"{path}[0]", "a tier from 0 to 3", tier)
+        note_index, full_index = d.integer(cells[1], f"{path}[1]"), d.integer(cells[2], f"{path}[2]")
+        denials: list[Reason] = []
+        for j, ref in enumerate(d.arr(cells[3], f"{path}[3]")):
+            pair = d.arr(ref, f"{path}[3][{j}]")
+            if len(pair) != 2 or not isinstance(pair[0], str) or pair[0] not in checks:
+                raise d.fail(f"{path}[3][{j}]", "[check name, projection index]", ref)
+            index = d.integer(pair[1], f"{path}[3][{j}][1]")
+            if not 0 <= index < len(checks[pair[0]]):
+                raise d.fail(f"{path}[3][{j}][1]", f"an index below {len(checks[pair[0]])}", index)
+            denials.extend(checks[pair[0]][index])
+        grant_index = d.integer(cells[4], f"{path}[4]")
+        if not 0 <= grant_index < len(grants) or not -1 <= note_index < len(notes) or not -1 <= full_index < len(notes):
+            raise d.fail(path, "grant and note indexes within the answer", cells)
+        grant, shortfall, limits = grants[grant_index]
+        shapes[key] = ShapeVerdict(
+            tier=tier,
+            note=notes[note_index] if note_index >= 0 else None,
+            denials=tuple(denials),
+            grant=grant,
+            shortfall=shortfall,
+            blocks_burst=d.boolean(cells[5], f"{path}[5]"),
+            note_full=notes[full_index] if full_index >= 0 else None,
+            limits=limits,
+        )
+    return Answer(cast("str | None", revision), workload, shapes, missing)
+
+
+# -- the stored form of verdicts (verdict sets) --------------------------------------------------
+
+
+def reason_json(r: Reason) -> JSONObject:
+    return {"code": r.code, "kind": r.kind, "message": r.message, "details": r.details}
+
+
+def grant_json(g: Grant) -> JSONObject:
+    return {
+        "requested": g.requested, "honored": g.honored, "share": g.share, "units": g.units, "devices": g.devices,
+        "scheme": g.scheme, "geometry": g.geometry, "profile": g.profile, "why": g.why, "note": g.note,
+    }  # fmt: skip
+
+
+def _opt_reason_json(r: Reason | None) -> JSONValue:
+    return None if r is None else reason_json(r)
+
+
+def shape_verdict_json(v: ShapeVerdict) -> JSONObject:
+    return {
+        "tier": v.tier,
+        "note": v.note,
+        "note_full": v.note_full,
+        "denials": [reason_json(r) for r in v.denials],
+        "grant": grant_json(v.grant),
+        "shortfall": reason_json(v.shortfall),
+        "limits": {
+            "cost_per_hour": v.limits.cost_per_hour,
+            "carbon_per_hour": v.limits.carbon_per_hour,
+            "reasons": {"cost_per_hour": _opt_reason_json(v.limits.cost_reason), "carbon_per_hour": _opt_reason_json(v.limits.carbon_reason)},
+        },
+        "blocks_burst": v.blocks_burst,
+    }
+
+
+def checks_json(checks: Sequence[CheckInfo]) -> list[JSONValue]:
+    return [{"name": c.name, "title": c.title, "stage": c.stage, "codes": [list(code) for code in c.codes]} for c in checks]
+
+
+def checks_from_json(raw: object) -> tuple[CheckInfo, ...]:
+    out = []
+    for c in cast(list[Mapping[str, object]], raw or []):
+        codes = tuple((str(x[0]), str(x[1]), str(x[2])) for x in cast(list[list[object]], c["codes"]))
+        out.append(CheckInfo(str(c["name"]), str(c["title"]), str(c["stage"]), codes))
+    return tuple(out)
+
+
+def workload_verdict_json(v: WorkloadVerdict) -> JSONObject:
+    return {
+        "rejection": None if v.rejection is None else reason_json(v.rejection),
+        "burst_mode": v.burst_mode,
+        "preferences": [[t, sel, reason_json(r)] for (t, sel), r in sorted(v.preferences.items())],
+        "request_rejected": None if v.request_rejected is None else reason_json(v.request_rejected),
+    }
+
+
+def shape_verdict_from_json(raw: object, where: str) -> ShapeVerdict:
+    d = _Decoder(where)
+    top = d.obj(raw, "verdict")
+    return ShapeVerdict(
+        tier=d.integer(d.field(top, "tier", "verdict"), "verdict.tier"),
+        note=d.opt_text(d.field(top, "note", "verdict"), "verdict.note"),
+        denials=tuple(d.reason(r, "verdict.denials[]") for r in d.arr(d.field(top, "denials", "verdict"), "verdict.denials")),
+        grant=d.grant(d.field(top, "grant", "verdict"), "verdict.grant"),
+        shortfall=d.reason(d.field(top, "shortfall", "verdict"), "verdict.shortfall"),
+        blocks_burst=d.boolean(d.field(top, "blocks_burst", "verdict"), "verdict.blocks_burst"),
+        note_full=d.opt_text(top.get("note_full"), "verdict.note_full"),
+        limits=d.limits(top["limits"], "verdict.limits") if "limits" in top else Limits(),
+    )
+
+
+def workload_verdict_from_json(raw: object, where: str) -> WorkloadVerdict:
+    d = _Decoder(where)
+    top = d.obj(raw, "workload verdict")
+    prefs: dict[tuple[int, int], Reason] = {}
+    for row in d.arr(d.field(top, "preferences", "workload verdict"), "preferences"):
+        cells = d.arr(row, "preferences[]")
+        prefs[(d.integer(cells[0], "preferences[][0]"), d.integer(cells[1], "preferences[][1]"))] = d.reason(cells[2], "preferences[][2]")
+    mode = top.get("burst_mode")
+    return WorkloadVerdict(
+        rejection=d.opt_reason(top.get("rejection"), "rejection"),
+        burst_mode=cast("str | None", mode),
+        preferences=prefs,
+        request_rejected=d.opt_reason(top.get("request_rejected"), "request_rejected"),
+    )
+
+
+# -- the decision record ---------------------------------------------------------------------------
+
+
+def _burst_json(burst: BurstVerdict) -> JSONObject:
+    return {
+        "attempted": burst.attempted,
+        "verdict": burst.verdict,
+        "pool": burst.pool,
+        "region": burst.region,
+        "reason": None if burst.reason is None else reason_json(burst.reason),
+    }
+
+
+def encode_record(
+    decision: Decision,
+    *,
+    workload: JSONObject,
+    verdict_set: str,
+    at: int | None = None,
+    capacities: Sequence[Capacity] = (),
+    holdings: Sequence[Holding] = (),
+) -> bytes:
+    """The record's bytes (compact, sorted-key JSON): the workload (its policy input), the fleet
+    revision and verdict set it was judged on, the state version whose capacity it was decided at
+    (``at``; without it, version 2: the capacity vector itself), the outcome, its devices and its
+    provenance."""
+    prov = decision.provenance
+    doc: JSONObject = {
+        "v": RECORD_VERSION if at is not None else 2,
+        "outcome": decision.outcome,
+        "workload": workload,
+        "fleet": prov.fleet_revision,
+        "verdicts": verdict_set,
+        "burst": _burst_json(decision.burst),
+        **({"at": at} if at is not None else {"capacity": packed_vector(capacities)}),
+        "provenance": {
+            "input_digest": prov.input_digest,
+            "policy_revision": prov.policy_revision,
+            "opa_version": prov.opa_version,
+            "verdicts": prov.verdicts,
+        },
+    }
     if isinstance(decision, Placement):
-        outcome = "placed"
+        doc.update(
+            pool=decision.pool,
+            holdings=holdings_json(holdings),
+            cost_per_hour=decision.cost_per_hour,
+            carbon_factor=decision.carbon_factor,
+            grounded_carbon_per_hour=decision.grounded_carbon_per_hour,
+        )
     else:
-        outcome = "blocked" if decision.burst_blocked else "rejected"
-    return {"outcome": outcome, **body}
+        doc.update(code=decision.code, reason=decision.reason)
+    return canonical(doc)
 
 
-# -- documents written before compact records --------------------------------------------------
+def is_compact(document: Mapping[str, object]) -> bool:
+    """A record that refers to its fleet and verdict set (version 2 or 3), not a full document."""
+    return document.get("v") in (2, RECORD_VERSION)
+
+
+def record_at(document: Mapping[str, object]) -> int | None:
+    """The state version a version-3 record was decided at (None: the record keeps its capacity)."""
+    at = document.get("at")
+    if document.get("v") == RECORD_VERSION:
+        if isinstance(at, int) and not isinstance(at, bool) and at >= 0:
+            return at
+        raise StateError(f"malformed state version in a stored decision: {str(at)[:40]}")
+    return None
+
+
+def document_of(raw: str | bytes) -> JSONObject:
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        raise StateError(f"a stored decision is not JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise StateError("a stored decision is not a JSON object")
+    return cast(JSONObject, doc)
+
+
+def reason_from_json(raw: Mapping[str, object]) -> Reason:
+    return Reason(str(raw["code"]), str(raw["kind"]), str(raw["message"]), cast(JSONObject, raw.get("details") or {}))
+
+
+# -- documents written before compact records ----------------------------------------------------
 
 
 def _reason(data: JSONObject) -> Reason:
@@ -81,8 +707,9 @@ def _burst(data: JSONObject) -> BurstVerdict:
     return BurstVerdict(**values)  # type: ignore[arg-type]
 
 
-def from_json(data: JSONObject) -> Decision:
-    """Rebuild a Placement or Rejection from a full document (``to_json``'s output)."""
+def decision_from_document(data: JSONObject) -> Decision:
+    """A Placement or Rejection from a full document (what releases before compact records stored:
+    the whole decision, ``outcome`` first)."""
     values: dict[str, object] = {k: v for k, v in data.items() if k != "outcome"}
     workload: dict[str, object] = dict(cast(JSONObject, values["workload"]))
     workload["capabilities"] = tuple(cast(list[str], workload["capabilities"]))

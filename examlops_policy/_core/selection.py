@@ -37,6 +37,8 @@ from examlops_policy.model import (
     Workload,
 )
 from examlops_policy.tables import Tables
+from examlops_policy.views import balanced_scores
+from examlops_policy._core import codec
 from examlops_policy._core.verdicts import ShapeVerdict, WorkloadVerdict
 
 COST_DIGITS: Final = 9  # grant costs compare at this precision (Rego computes them in decimals)
@@ -64,6 +66,11 @@ def carbon_per_hour(pool: Pool, tables: Tables) -> float:
         return pool.carbon_factor
     grounded = grounded_carbon(pool, tables)
     return grounded if grounded is not None else tables.default_carbon_factor(pool.region)
+
+
+def priced(pools: Sequence[Pool], tables: Tables) -> list[tuple[Pool, float, float]]:
+    """Every pool in name order with its price and carbon per device-hour: the fleet's document."""
+    return [(p, effective_cost(p, tables), carbon_per_hour(p, tables)) for p in sorted(pools, key=lambda p: p.name)]
 
 
 def fits(grant: Grant, capacity: Capacity) -> bool:
@@ -99,6 +106,11 @@ class Fleet:
     @cached_property
     def index(self) -> Mapping[str, int]:
         return {e.pool.name: i for i, e in enumerate(self.entries)}
+
+    @cached_property
+    def document(self) -> bytes:
+        """The fleet document's canonical bytes (its SHA-256 is ``revision``), as stored."""
+        return codec.canonical(codec.fleet_document([(e.pool, e.price, e.carbon) for e in self.entries]))
 
 
 class Judged:
@@ -254,18 +266,6 @@ def _balanced(judged: Judged, capacities: Sequence[Capacity]) -> tuple[int | Non
     return best[1][3], tier
 
 
-def balanced_scores(rows: Sequence[tuple[float, float]], carbon_weight: float) -> list[float]:
-    """Each candidate's balanced score from its (cost, carbon) per hour: each divided by the
-    highest among the candidates, carbon weighted by ``carbon_weight``; lower is better."""
-    top_cost = max((r[0] for r in rows), default=0.0)
-    top_carbon = max((r[1] for r in rows), default=0.0)
-    w = carbon_weight
-    return [
-        round((1 - w) * (cost / top_cost if top_cost else 0.0) + w * (carbon / top_carbon if top_carbon else 0.0), COST_DIGITS)
-        for cost, carbon in rows
-    ]
-
-
 def pool_verdicts(judged: Judged, capacities: Sequence[Capacity], tier: int | None) -> tuple[PoolVerdict, ...]:
     """Every pool's verdict and reasons, as the policy's reference decision words them: eligible
     first, then by tier, grant cost and name."""
@@ -368,3 +368,4 @@ def decide_over(
         provenance=provenance,
         checks=checks,
     )
+

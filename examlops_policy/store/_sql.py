@@ -34,7 +34,7 @@ from typing import Any, Final, Literal, Protocol, TypeVar, cast
 
 from examlops_policy import audit
 from examlops_policy._core import codec, packing, records
-from examlops_policy._core.engine import Prepared, capacity_from_json, capacity_json, fleet_document, fleet_revision
+from examlops_policy._core.engine import Prepared
 from examlops_policy.views import (
     BurstEvent,
     DecisionRecord,
@@ -48,7 +48,6 @@ from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Place
 from examlops_policy._core.selection import Judged
 from examlops_policy.store import DecisionInputs, Release, Snapshot, StaleFleet
 from examlops_policy.tables import Tables, load_tables
-from examlops_policy._core.verdicts import canonical
 
 SOURCE: Final = "exa-hardware"
 BACKOFF_S: Final = 0.05
@@ -342,7 +341,7 @@ class SQLStore(ABC):
         free = max(0.0, round(pool.count - held_outside - float(held), 9))
         self._execute(
             "UPDATE pools SET capacity = ?, free = ?, version = ? WHERE name = ?",
-            (json.dumps(capacity_json(capacity)), free, version, pool.name),
+            (json.dumps(codec.capacity_json(capacity)), free, version, pool.name),
         )
 
     def _ensure_layout(self) -> None:
@@ -597,12 +596,12 @@ class SQLStore(ABC):
     ) -> DecisionRecord:
         now = self._clock()
         fleet_rev = prepared.judged.fleet.revision
-        self._store_document("fleets", fleet_rev, lambda: canonical(fleet_document([s.pool for s in snap.states], self.tables)))
+        self._store_document("fleets", fleet_rev, lambda: prepared.judged.fleet.document)
         self._store_document("verdict_sets", prepared.verdict_set_key, lambda: prepared.verdict_set_bytes)
         holdings = decision.holdings if isinstance(decision, Placement) else ()
-        document = records.encode(decision, verdict_set=prepared.verdict_set_key, capacities=capacities, holdings=holdings)
-        record_digest = records.digest(document)
-        outcome = records.outcome_of(decision)
+        document = codec.encode_record(decision, workload=prepared.request.input, verdict_set=prepared.verdict_set_key, capacities=capacities, holdings=holdings)
+        record_digest = codec.digest(document)
+        outcome = decision.outcome
         prov = decision.provenance
         placed = decision if isinstance(decision, Placement) else None
         self._execute(
@@ -738,13 +737,13 @@ class SQLStore(ABC):
     def decision_inputs(self, ident: str) -> DecisionInputs:
         def work() -> DecisionInputs:
             row = self._find(ident)
-            doc = records.document_of(row[2])
-            if not records.is_compact(doc):
+            doc = codec.document_of(row[2])
+            if not codec.is_compact(doc):
                 raise SpecError(f"decision {row[0][:12]} was recorded before decisions kept their inputs; it cannot be replayed", field="ID")
             return DecisionInputs(
                 self._document("fleets", str(doc["fleet"])),
                 self._document("verdict_sets", str(doc["verdicts"])),
-                tuple(records.capacities_of(doc["capacity"])),
+                tuple(codec.capacities_of(doc["capacity"])),
             )
 
         return self._run(work, consistent=True)
@@ -986,7 +985,7 @@ class SQLStore(ABC):
             row = self._execute(f"SELECT document FROM {table} WHERE {column} = ?", (key,)).fetchone()
             if row is None:
                 raise StateError(f"{self.where}: the stored {table[:-1].replace('_', ' ')} {key} is missing; a decision cannot be rebuilt")
-            doc = records.document_of(row[0])
+            doc = codec.document_of(row[0])
             if len(self._documents) > 64:
                 self._documents.clear()
             self._documents[key] = doc
@@ -994,8 +993,8 @@ class SQLStore(ABC):
 
     def _row_to_record(self, row: Row) -> DecisionRecord:
         ident, created, raw, released, job, request_id, lease, scheduler, job_uid, job_state = row
-        document = records.document_of(raw)
-        if records.is_compact(document):
+        document = codec.document_of(raw)
+        if codec.is_compact(document):
             decision = records.rebuild(
                 ident,
                 document,
@@ -1005,7 +1004,7 @@ class SQLStore(ABC):
                 self._judged,
             )
         else:
-            decision = dataclasses.replace(codec.from_json(document), decision_id=ident)
+            decision = dataclasses.replace(codec.decision_from_document(document), decision_id=ident)
         return DecisionRecord(ident, created, decision, released, job, request_id, lease, scheduler, job_uid, job_state)
 
 
@@ -1022,12 +1021,12 @@ def _period(since: str | None, until: str | None) -> tuple[str, list[object]]:
 
 
 def _state(spec: str, free: float | None, capacity: str | None, held_outside: float) -> PoolState:
-    cap = capacity_from_json(json.loads(capacity)) if capacity is not None else Capacity(0)
+    cap = codec.capacity_from_json(json.loads(capacity)) if capacity is not None else Capacity(0)
     return PoolState(pool_from_json(spec), float(free if free is not None else 0.0), cap, float(held_outside))
 
 
 def _layout_digest(tables: Tables) -> str:
-    return records.digest(canonical({"partitioning": tables.partitioning, "geometry": tables.geometry}))
+    return codec.digest(codec.canonical({"partitioning": tables.partitioning, "geometry": tables.geometry}))
 
 
 def _audit_row(row: Row) -> audit.AuditRow:
