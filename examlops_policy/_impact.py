@@ -40,9 +40,9 @@ from examlops_policy._core.codec import content_key
 from examlops_policy._core.verdicts import About
 
 if TYPE_CHECKING:
-    from examlops_policy.hardware import Hardware
+    from examlops_policy.store import DecisionInputs
     from examlops_policy.tables import Tables
-    from examlops_policy.views import DecisionSummary
+    from examlops_policy.views import DecisionPage, DecisionRecord, DecisionSummary
 
 KINDS: Final = ("outcome", "pool", "fallback", "burst", "reasons")
 KIND_TITLES: Final = {
@@ -61,6 +61,16 @@ class ReferencePolicy(Protocol):
     def about(self) -> About: ...
 
     def decision(self, policy_input: JSONObject) -> JSONObject: ...
+
+
+class Recorded(Protocol):
+    """What recorded cases are read from: the façade's decisions and what each was made on."""
+
+    def decision_page(self, *, limit: int = 20, since: str | None = None, until: str | None = None, cursor: str | None = None) -> DecisionPage: ...
+
+    def decision(self, ident: str) -> DecisionRecord: ...
+
+    def decision_inputs(self, ident: str) -> DecisionInputs: ...
 
 
 # -- cases ------------------------------------------------------------------------------------
@@ -91,7 +101,7 @@ class Case:
         return reference_input(self.workload, Fleet("impact", entries), self.capacities, about)
 
 
-def recorded_cases(hw: Hardware, *, last: int | None = None, since: str | None = None) -> tuple[list[Case], list[str]]:
+def recorded_cases(hw: Recorded, *, last: int | None = None, since: str | None = None) -> tuple[list[Case], list[str]]:
     """The recorded decisions, newest first: the ``last`` N, or every one made at or after
     ``since`` (ISO 8601 UTC; at most ``MAX_RECORDED``). Returns the cases and, for decisions that
     cannot be replayed (recorded before decisions kept their inputs), why they were skipped."""
@@ -114,7 +124,7 @@ def recorded_cases(hw: Hardware, *, last: int | None = None, since: str | None =
             fleet_rev = record.decision.provenance.fleet_revision
             if fleet_rev is None:
                 raise SpecError("recorded before decisions kept their fleet")
-            inputs = hw.store.decision_inputs(row.id)
+            inputs = hw.decision_inputs(row.id)
         except SpecError as exc:
             skipped.append(f"{label}: {exc}")
             continue

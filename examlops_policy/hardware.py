@@ -17,7 +17,6 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
 
-from examlops_policy._policy_review import PolicyReview
 from examlops_policy._core import codec
 from examlops_policy._core.engine import Engine, Prepared, differences, reference_input, same_policy
 from examlops_policy._core.request import Request
@@ -48,6 +47,11 @@ from examlops_policy.views import (
 
 if TYPE_CHECKING:  # the crypto, OPA-process and report stacks load only when a command needs them
     from examlops_policy import audit
+    from examlops_policy._impact import Impact
+    from examlops_policy._policy_docs import DocsCheck
+    from examlops_policy._policy_tools import LintReport, TestReport
+    from examlops_policy.opa.revisions import PolicyStatus
+    from examlops_policy.store import DecisionInputs
     from examlops_policy.catalog import CatalogImport
     from examlops_policy.opa import OpaConnection, OpaStatus, StopReport
     from examlops_policy.opa.bundle import Bundle
@@ -167,7 +171,7 @@ def lease_end(lease: timedelta, now: datetime | None = None) -> str:
     return end.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-class Hardware(PolicyReview):
+class Hardware:
     """Pools, placements and their records, as ``exa hardware`` offers them."""
 
     def __init__(
@@ -409,6 +413,25 @@ class Hardware(PolicyReview):
             raise SpecError(f"decision {record.id[:12]} placed nothing, so it has no cost or carbon", field="ID")
         return device_accounting(record.decision, hours)
 
+    def decision_inputs(self, ident: str) -> DecisionInputs:
+        """What a recorded decision was made on: its fleet and verdict-set documents and the
+        capacity every pool had (SpecError for a decision recorded before decisions kept them)."""
+        return self.store.decision_inputs(ident)
+
+    def set_job(self, ident: str, job_id: str, *, scheduler: str, uid: str | None = None) -> DecisionRecord:
+        """Record the scheduler's job (and its uid) on a live placement, audited; SpecError when it
+        is not a live placement without a job."""
+        return self.store.set_job(ident, job_id, scheduler=scheduler, uid=uid, source=SOURCE)
+
+    def mark_job(self, ident: str, state: str) -> DecisionRecord:
+        """Record a changed job state on a decision (e.g. ``missing``), audited."""
+        return self.store.mark_job(ident, state, source=SOURCE)
+
+    def record_usage(self, usage: Mapping[str, float], *, scheduler: str) -> dict[str, float]:
+        """Record how many devices of each named pool its scheduler reports busy: those beyond this
+        layer's own submitted, live placements are held outside it (audited per change)."""
+        return self.store.record_scheduler_usage(usage, scheduler=scheduler, source=SOURCE)
+
     def burst_events(self, limit: int = 50) -> list[BurstEvent]:
         """Every burst attempt, allowed or blocked, most recent first."""
         return self.store.burst_events(limit)
@@ -464,6 +487,62 @@ class Hardware(PolicyReview):
         report.raise_for_problems()
         cp = audit.make_checkpoint(report.size, report.head, origin or audit.ORIGIN)
         return audit.sign_checkpoint(cp, key) if key is not None else cp
+
+    # -- the policy as reviewed code --------------------------------------------------------
+
+    def policy_status(self) -> PolicyStatus:
+        """The reviewed revision of the policy files and what each decision path serves; starts
+        nothing. PolicyError when the policy files cannot be read."""
+        from examlops_policy import _policy_review
+
+        return _policy_review.policy_status(self.home)
+
+    def policy_docs(self, readme: Path | None = None, *, write: bool = True) -> DocsCheck:
+        """Regenerate (``write``) or only check the reason-code table of ``readme`` (default: the
+        README beside the policy folder). SpecError when the README has no marked section;
+        PolicyError/PolicyUnavailable when the policy's metadata cannot be read."""
+        from examlops_policy import _policy_review
+
+        return _policy_review.policy_docs(readme, write=write)
+
+    def policy_tests(self, threshold: float | None = None) -> TestReport:
+        """The policy's Rego tests and its coverage against ``threshold`` percent (default: the
+        project's gate)."""
+        from examlops_policy import _policy_review
+
+        return _policy_review.policy_tests(threshold)
+
+    def policy_lint(self) -> LintReport:
+        """Regal over the policy folder, with the project's ``.regal/config.yaml``."""
+        from examlops_policy import _policy_review
+
+        return _policy_review.policy_lint()
+
+    def policy_impact(
+        self,
+        against: str,
+        *,
+        last: int | None = None,
+        since: str | None = None,
+        recorded: bool = True,
+        workloads: Path | None = None,
+        fleet: Path | None = None,
+        examples: bool = True,
+    ) -> Impact:
+        """The decisions that change between the policy ``against`` names (a git revision or a
+        folder) and the policy files here: the recorded ones (``last`` N, default 100, or those
+        made ``since``), unless not ``recorded``, and the workloads of ``workloads`` over the pools
+        of ``fleet`` (default: the example workloads over ``examples/fleet.yaml`` where the
+        checkout has them), unless not ``examples``.
+
+        SpecError when there is nothing to evaluate or an input file is invalid; see
+        ``impact.run_impact`` for the rest.
+        """
+        from examlops_policy import _policy_review
+
+        return _policy_review.policy_impact(
+            self, self.tables, against, last=last, since=since, recorded=recorded, workloads=workloads, fleet=fleet, examples=examples
+        )
 
     # -- the policy engine ------------------------------------------------------------------
 
