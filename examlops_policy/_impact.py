@@ -40,7 +40,7 @@ from examlops_policy._core.codec import content_key
 from examlops_policy._core.verdicts import About
 
 if TYPE_CHECKING:
-    from examlops_policy.store import DecisionInputs
+    from examlops_policy._core.records import DecisionInputs
     from examlops_policy.tables import Tables
     from examlops_policy.views import DecisionPage, DecisionRecord, DecisionSummary
 

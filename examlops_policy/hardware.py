@@ -17,15 +17,17 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
 
-from examlops_policy._core import codec
+from examlops_policy._core import codec, commit
 from examlops_policy._core.engine import Engine, Prepared, differences, reference_input, same_policy
+from examlops_policy._core.records import DecisionInputs, Reader, judged_from
 from examlops_policy._core.request import Request
+from examlops_policy._core.state import Capacities, Snapshot, Snapshots, state_of
 from examlops_policy.errors import NotFoundError, PolicyUnavailable, SpecError, StateError
 from examlops_policy.model import Decision, JSONObject, Placement, Pool, PoolState, Reason, Workload
-from examlops_policy._core.packing import describe, device_layouts, layout_of, summarize
+from examlops_policy._core.packing import describe, device_layouts
 from examlops_policy._core.selection import carbon_per_hour, effective_cost, priced
 from examlops_policy._policy import Confirmation, OpaPolicy, PolicyEvaluator
-from examlops_policy.store import Snapshot, StaleFleet, Store
+from examlops_policy.store import StaleFleet, Store
 from examlops_policy.tables import Tables, load_tables, policy_dir, revision
 from examlops_policy._core.verdicts import About, Answer
 from examlops_policy.views import (
@@ -51,7 +53,6 @@ if TYPE_CHECKING:  # the crypto, OPA-process and report stacks load only when a 
     from examlops_policy._policy_docs import DocsCheck
     from examlops_policy._policy_tools import LintReport, TestReport
     from examlops_policy.opa.revisions import PolicyStatus
-    from examlops_policy.store import DecisionInputs
     from examlops_policy.catalog import CatalogImport
     from examlops_policy.opa import OpaConnection, OpaStatus, StopReport
     from examlops_policy.opa.bundle import Bundle
@@ -152,7 +153,7 @@ def default_policy(home: Path) -> PolicyEvaluator:
     return ManagedPolicy(home)
 
 
-def open_store(home: Path, tables: Tables | None = None) -> Store:
+def open_store(home: Path) -> Store:
     """``EXA_DB_URL`` (postgresql://...) when set, else SQLite in ``home``."""
     url = os.environ.get("EXA_DB_URL")
     if url:
@@ -160,10 +161,10 @@ def open_store(home: Path, tables: Tables | None = None) -> Store:
             raise SpecError(f"EXA_DB_URL must be a postgresql:// URL (got {url.split(':')[0]}:...)")
         from examlops_policy.store.postgres import PostgresStore
 
-        return PostgresStore(url, tables=tables)
+        return PostgresStore(url)
     from examlops_policy.store.sqlite import SQLiteStore
 
-    return SQLiteStore(home / "state.db", tables=tables)
+    return SQLiteStore(home / "state.db")
 
 
 def lease_end(lease: timedelta, now: datetime | None = None) -> str:
@@ -188,13 +189,30 @@ class Hardware:
         self.tables = tables or load_tables()
         self._engine: Engine | None = None
         self._fleet_revs: dict[int, str] = {}
-        self._capacities_at: tuple[tuple[int, int] | None, str] = (None, "")
+        self._capacities = Capacities(self.tables)
+        self._snapshots = Snapshots()
+        self._reader: Reader | None = None
+        self._laid_out = False
 
     @property
     def store(self) -> Store:
         if self._store is None:
-            self._store = open_store(self.home, self.tables)
+            self._store = open_store(self.home)
+        if not self._laid_out:
+            # Capacities worked out with other packing rules (or before an upgrade) are redone once.
+            commit.ensure_layout(self._store, self._capacities)
+            self._laid_out = True
         return self._store
+
+    @property
+    def records(self) -> Reader:
+        """Recorded decisions read back (rebuilt) from the store's rows."""
+        if self._reader is None:
+            self._reader = Reader(self.store, self.tables)
+        return self._reader
+
+    def _snapshot(self) -> Snapshot:
+        return self._snapshots.read(self.store)
 
     @property
     def policy(self) -> PolicyEvaluator:
@@ -222,7 +240,7 @@ class Hardware:
         from examlops_policy import specs
 
         specs.check_pool_facts(pool, self.tables)
-        return self.store.apply_pools([pool], replace=False)[0]
+        return commit.apply_pools(self.store, self._capacities, [pool], replace=False, source=SOURCE)[0]
 
     def apply(self, pools: Sequence[Pool]) -> list[PoolChange]:
         """Register or update pools (idempotent). A pool that live decisions hold keeps its
@@ -231,7 +249,7 @@ class Hardware:
 
         for pool in pools:
             specs.check_pool_facts(pool, self.tables)
-        return self.store.apply_pools(pools, replace=True)
+        return commit.apply_pools(self.store, self._capacities, pools, replace=True, source=SOURCE)
 
     def apply_file(self, path: Path) -> list[PoolChange]:
         """``apply`` the pools of a reviewed YAML file (``pools: [...]``)."""
@@ -241,7 +259,7 @@ class Hardware:
 
     def pools(self) -> list[PoolState]:
         """Every pool with what it can still place, cheapest first (then by name)."""
-        return sorted(self.store.pool_states(), key=lambda s: (effective_cost(s.pool, self.tables), s.pool.name))
+        return sorted(self._snapshot().states, key=lambda s: (effective_cost(s.pool, self.tables), s.pool.name))
 
     def pool_views(self) -> list[PoolView]:
         """``pools()`` as people look at them: what is placeable, price and carbon per device-hour."""
@@ -249,7 +267,7 @@ class Hardware:
 
     def _view(self, state: PoolState) -> PoolView:
         pool = state.pool
-        layout = layout_of(pool, self.tables)
+        layout = self._capacities.layout(pool)
         return PoolView(
             state=state,
             packing=layout.kind,
@@ -262,8 +280,10 @@ class Hardware:
 
     def pool(self, name: str) -> PoolDetail:
         """One pool device by device: what its live grants hold. NotFoundError for an unknown one."""
-        state, holdings = self.store.pool_detail(name)
-        layout = layout_of(state.pool, self.tables)
+        row, held = self.store.pool_row(name)
+        state = state_of(row)
+        holdings = [h.holding for h in held]
+        layout = self._capacities.layout(state.pool)
         return PoolDetail(self._view(state), tuple(holdings), tuple(device_layouts(layout, holdings)))
 
     # -- decisions --------------------------------------------------------------------------
@@ -271,11 +291,15 @@ class Hardware:
     def _fleet_rev(self, snap: Snapshot) -> str:
         rev = self._fleet_revs.get(snap.fleet_version)
         if rev is None:
-            rev = self._fleet_revs[snap.fleet_version] = codec.fleet_revision(codec.fleet_document(priced([s.pool for s in snap.states], self.tables)))
+            if len(self._fleet_revs) > 8:
+                self._fleet_revs.clear()
+            rev = self._fleet_revs[snap.fleet_version] = codec.fleet_revision(codec.fleet_document(priced(snap.pools, self.tables)))
         return rev
 
-    def _prepare(self, workload: Workload, snap: Snapshot) -> Prepared:
-        return self.engine.prepare(workload, [s.pool for s in snap.states], fleet_rev=self._fleet_rev(snap))
+    def _decide(self, request: Request, snap: Snapshot) -> tuple[Prepared, Decision]:
+        """The policy's verdicts (outside any lock), then selection over the snapshot's capacity."""
+        prepared = self.engine.prepare(request, snap.pools, fleet_rev=self._fleet_rev(snap))
+        return prepared, prepared.decide(snap.capacities, self.tables, capacities_digest=snap.capacity_digest)
 
     def place(self, workload: Workload, *, request_id: str | None = None, lease: timedelta | None = None) -> DecisionRecord:
         """Decide and record: devices, decision, burst event and audit entries, atomically.
@@ -288,20 +312,26 @@ class Hardware:
         from examlops_policy import specs
 
         specs.check_workload_facts(workload, self.tables)
+        request = Request(workload)
         if request_id is not None:
             specs.check_request_id(request_id)
-            found = self.store.find_request(request_id)
+            found = self.store.request_row(request_id)
             if found is not None:
-                return _same_request(found, workload, request_id)
+                return _same_request(self.records.record(found), request, request_id)
         until = None if lease is None else lease_end(_check_lease(lease))
         for _ in range(FLEET_ROUNDS):
-            snap = self.store.snapshot()
-            prepared = self._prepare(workload, snap)
+            snap = self._snapshot()
+            prepared, decided = self._decide(request, snap)
             try:
-                record = self.store.commit(prepared, snap, source=SOURCE, request_id=request_id, lease_expires_at=until)
+                done = commit.place(
+                    self.store, prepared, decided, snap, self._capacities, source=SOURCE, request_id=request_id, lease_expires_at=until
+                )
             except StaleFleet:
                 continue
-            return _same_request(record, workload, request_id) if request_id is not None else record
+            if done.record is None:
+                assert done.earlier is not None and request_id is not None
+                return _same_request(self.records.record(done.earlier), request, request_id)
+            return done.record
         raise StateError(f"pools kept changing while {workload.name} was being placed ({FLEET_ROUNDS} rounds); nothing was placed")
 
     def burst(self, workload: Workload, *, request_id: str | None = None, lease: timedelta | None = None) -> DecisionRecord:
@@ -326,21 +356,16 @@ class Hardware:
 
         specs.check_workload_facts(workload, self.tables)
         if pools is None:
-            snap = self.store.snapshot()
-            capacities = [s.capacity for s in snap.states]
-            # What-ifs on one state share its capacity digest: worked out once per state version.
-            if self._capacities_at[0] != (snap.version, snap.fleet_version):
-                self._capacities_at = ((snap.version, snap.fleet_version), codec.capacity_digest(capacities))
-            return self._prepare(workload, snap).decide(capacities, self.tables, capacities_digest=self._capacities_at[1])
+            return self._decide(Request(workload), self._snapshot())[1]
         states = []
         for pool in pools:
             specs.check_pool_facts(pool, self.tables)
-            states.append(PoolState(pool, float(pool.count), summarize(layout_of(pool, self.tables), [])))
+            states.append(self._capacities.empty(pool))
         return self.engine.decide(workload, states)
 
     def decisions(self, limit: int = 20) -> list[DecisionRecord]:
         """The most recent decisions, each in full (rebuilt from its record)."""
-        return self.store.decisions(limit)
+        return [self.records.record(row) for row in self.store.decision_rows(limit)]
 
     def decision_page(self, *, limit: int = 20, since: str | None = None, until: str | None = None, cursor: str | None = None) -> DecisionPage:
         """A page of decisions from their columns, newest first (``since``/``until``: ISO 8601 UTC
@@ -357,7 +382,7 @@ class Hardware:
 
     def decision(self, ident: str) -> DecisionRecord:
         """A decision by id or unique id prefix, rebuilt with every pool's verdict as it was made."""
-        return self.store.get_decision(ident)
+        return self.records.record(self.store.decision_row(ident))
 
     def release(self, ident: str, *, kubeconfig: str | None = None, context: str | None = None) -> ReleaseReport:
         """Free what a placement holds; a Kubernetes Job it was submitted as is deleted first
@@ -372,19 +397,18 @@ class Hardware:
             namespace, _, name = record.job_id.partition("/")
             with KubernetesCluster.connect(kubeconfig, context) as cluster:
                 deleted = cluster.delete_job(namespace, name, uid=record.job_uid)
-        result = self.store.release(record.id, source=SOURCE)
-        return ReleaseReport(result.record, result.already, deleted)
+        row, already = commit.release(self.store, self._capacities, record.id, source=SOURCE)
+        return ReleaseReport(self.records.record(row), already, deleted)
 
     def renew(self, ident: str, lease: timedelta) -> DecisionRecord:
         """Move a live placement's lease end to ``lease`` from now."""
-        return self.store.renew(ident, lease_end(_check_lease(lease)), source=SOURCE)
+        until = lease_end(_check_lease(lease))
+        return self.records.record(commit.renew(self.store, self._capacities, ident, until, source=SOURCE))
 
     def replay(self, ident: str) -> Replay:
         """Ask the policy again, with the input a recorded decision was made on (its workload, its
         fleet, the capacity it saw), through the policy's complete reference rule: does the policy
         OPA serves now give the same answer?"""
-        from examlops_policy._core.records import judged_from
-
         record = self.decision(ident)
         decision = record.decision
         fleet_rev = decision.provenance.fleet_revision
@@ -392,7 +416,7 @@ class Hardware:
             raise SpecError(f"decision {record.id[:12]} was recorded before decisions kept their fleet; it cannot be replayed", field="ID")
         revision_now, _ = self.engine.confirm()
         about = self.engine.about(revision_now)
-        doc = self.store.decision_inputs(record.id)
+        doc = self.decision_inputs(record.id)
         judged = judged_from(doc.fleet, doc.verdicts, fleet_rev)
         fleet = self.engine.fleet([e.pool for e in judged.fleet.entries], revision_now, about)
         reference = self.policy.decision(reference_input(decision.workload, fleet, doc.capacities, about))
@@ -416,21 +440,22 @@ class Hardware:
     def decision_inputs(self, ident: str) -> DecisionInputs:
         """What a recorded decision was made on: its fleet and verdict-set documents and the
         capacity every pool had (SpecError for a decision recorded before decisions kept them)."""
-        return self.store.decision_inputs(ident)
+        return self.records.inputs(self.store.decision_row(ident))
 
     def set_job(self, ident: str, job_id: str, *, scheduler: str, uid: str | None = None) -> DecisionRecord:
         """Record the scheduler's job (and its uid) on a live placement, audited; SpecError when it
         is not a live placement without a job."""
-        return self.store.set_job(ident, job_id, scheduler=scheduler, uid=uid, source=SOURCE)
+        row = commit.set_job(self.store, self._capacities, ident, job_id, scheduler=scheduler, uid=uid, source=SOURCE)
+        return self.records.record(row)
 
     def mark_job(self, ident: str, state: str) -> DecisionRecord:
         """Record a changed job state on a decision (e.g. ``missing``), audited."""
-        return self.store.mark_job(ident, state, source=SOURCE)
+        return self.records.record(commit.mark_job(self.store, ident, state, source=SOURCE))
 
     def record_usage(self, usage: Mapping[str, float], *, scheduler: str) -> dict[str, float]:
         """Record how many devices of each named pool its scheduler reports busy: those beyond this
         layer's own submitted, live placements are held outside it (audited per change)."""
-        return self.store.record_scheduler_usage(usage, scheduler=scheduler, source=SOURCE)
+        return commit.record_usage(self.store, self._capacities, usage, scheduler=scheduler, source=SOURCE)
 
     def burst_events(self, limit: int = 50) -> list[BurstEvent]:
         """Every burst attempt, allowed or blocked, most recent first."""
@@ -630,10 +655,11 @@ class Hardware:
         return _discovering.import_catalog(self, path, apply=apply, **options)
 
     def pool_by_name(self, name: str) -> Pool:
-        for state in self.store.pool_states():
-            if state.pool.name == name:
-                return state.pool
-        raise NotFoundError(f"no pool {name!r}")
+        snap = self._snapshot()
+        at = snap.index.get(name)
+        if at is None:
+            raise NotFoundError(f"no pool {name!r}")
+        return snap.states[at].pool
 
 
 def as_burst(workload: Workload) -> Workload:
@@ -678,9 +704,9 @@ def _check_lease(lease: timedelta) -> timedelta:
     return lease
 
 
-def _same_request(record: DecisionRecord, workload: Workload, request_id: str) -> DecisionRecord:
+def _same_request(record: DecisionRecord, request: Request, request_id: str) -> DecisionRecord:
     """The recorded decision for ``request_id``, which must be for the same workload."""
-    if codec.workload_input(record.decision.workload) != codec.workload_input(workload):
+    if not request.asks_as(codec.workload_input(record.decision.workload)):
         raise SpecError(
             f"request id {request_id!r} was used for another workload (decision {record.id[:12]}, {record.decision.workload.name}); "
             "use a new request id",

@@ -535,7 +535,7 @@ def test_recorded_placements_never_oversubscribe(
     try:
         store_hw.apply(pools)
         for w in ws:
-            before = {s.pool.name: s.capacity for s in store_hw.store.pool_states()}
+            before = {s.pool.name: s.capacity for s in store_hw.pools()}
             record = store_hw.place(w)
             check(record.decision, w, pools, dict(before))
             for p in pools:

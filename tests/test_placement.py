@@ -220,7 +220,7 @@ def test_module_level_place_records_on_the_default_state(tmp_path, monkeypatch, 
     placement = place(Workload("train-llm", accelerator="amd", capabilities=[], target="hpc", engine="vllm", fraction=1.0))  # type: ignore[arg-type]
     assert isinstance(placement, Placement) and placement.pool == "hpc-mi300"
     store = SQLiteStore(tmp_path / "state.db")
-    assert [s.free for s in store.pool_states()] == [3]
+    assert [row.free for row in store.rows().pools] == [3]
     store.close()
     from examlops_policy.opa import stop_server
 

@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import cast
+from dataclasses import dataclass
+from typing import Protocol, cast
 
-from examlops_policy.errors import StateError
+from examlops_policy.errors import SpecError, StateError
 from examlops_policy.model import Capacity, Decision, JSONObject, Placement, Provenance
+from examlops_policy.store.api import DecisionRow, Document
 from examlops_policy.tables import Tables
+from examlops_policy.views import DecisionRecord
 from examlops_policy._core import codec
 from examlops_policy._core.selection import Fleet, FleetEntry, Judged, decide_over
+from examlops_policy._core.state import aligned
 from examlops_policy._core.verdicts import Signature
 
 LoadDocument = Callable[[str], JSONObject]
@@ -113,3 +117,84 @@ def rebuild(
     else:
         decision = dataclasses.replace(decision, reason=str(document["reason"]), code=str(document["code"]))
     return dataclasses.replace(decision, decision_id=ident)
+
+
+@dataclass(frozen=True)
+class DecisionInputs:
+    """What a compact decision was made on: its fleet and verdict set documents, and the capacity
+    every pool had."""
+
+    fleet: JSONObject
+    verdicts: JSONObject
+    capacities: tuple[Capacity, ...]
+
+
+class Stored(Protocol):
+    """The store's reads a record is rebuilt from."""
+
+    def document(self, kind: Document, key: str) -> str: ...
+
+    def capacities_at(self, version: int) -> dict[str, str]: ...
+
+
+class Reader:
+    """Recorded decisions read back from their rows: rebuilt by the selection that made them, with
+    the documents, judgements and capacities they share kept for the next one."""
+
+    def __init__(self, store: Stored, tables: Tables) -> None:
+        self._store = store
+        self.tables = tables
+        self._documents: dict[str, JSONObject] = {}
+        self._judged: dict[tuple[str, str], Judged] = {}
+        self._capacities: dict[int, dict[str, str]] = {}
+
+    def document(self, kind: Document, key: str) -> JSONObject:
+        doc = self._documents.get(key)
+        if doc is None:
+            doc = codec.document_of(self._store.document(kind, key))
+            if len(self._documents) > 64:
+                self._documents.clear()
+            self._documents[key] = doc
+        return doc
+
+    def capacities_at(self, version: int, names: Sequence[str]) -> list[Capacity]:
+        found = self._capacities.get(version)
+        if found is None:
+            found = self._store.capacities_at(version)
+            if len(self._capacities) > 16:
+                self._capacities.clear()
+            self._capacities[version] = found
+        capacities = aligned(found, names)
+        if capacities is None:
+            raise StateError(f"the capacity log has no entry at state version {version} for a pool a decision was made over; the state was altered")
+        return capacities
+
+    def decision(self, row: DecisionRow) -> Decision:
+        document = codec.document_of(row.document)
+        if not codec.is_compact(document):
+            return dataclasses.replace(codec.decision_from_document(document), decision_id=row.id)
+        return rebuild(
+            row.id,
+            document,
+            self.tables,
+            lambda key: self.document("fleets", key),
+            lambda key: self.document("verdict_sets", key),
+            self._judged,
+            self.capacities_at,
+        )
+
+    def record(self, row: DecisionRow) -> DecisionRecord:
+        return DecisionRecord(
+            row.id, row.created_at, self.decision(row), row.released_at, row.job_id, row.request_id, row.lease_expires_at,
+            row.scheduler, row.job_uid, row.job_state,
+        )  # fmt: skip
+
+    def inputs(self, row: DecisionRow) -> DecisionInputs:
+        """What a compact decision was made on; SpecError for one recorded before."""
+        doc = codec.document_of(row.document)
+        if not codec.is_compact(doc):
+            raise SpecError(f"decision {row.id[:12]} was recorded before decisions kept their inputs; it cannot be replayed", field="ID")
+        fleet = self.document("fleets", str(doc["fleet"]))
+        verdicts = self.document("verdict_sets", str(doc["verdicts"]))
+        judged = judged_from(fleet, verdicts, str(doc["fleet"]))
+        return DecisionInputs(fleet, verdicts, tuple(capacities_of_record(row.id, doc, judged.fleet, self.capacities_at)))

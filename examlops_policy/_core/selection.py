@@ -162,6 +162,11 @@ class Judged:
     def verdict(self, index: int) -> ShapeVerdict:
         return self.shapes[self.fleet.entries[index].key]
 
+    @cached_property
+    def rank(self) -> Mapping[int, int]:
+        """Each admissible pool's (fleet index's) place in selection order."""
+        return {int(row[-1]): at for at, row in enumerate(self.ranked)}  # type: ignore[call-overload]
+
 
 class LazyVerdicts(Sequence[PoolVerdict]):
     """Per-pool verdicts, built on first look: a decision over thousands of pools does not pay for
