@@ -43,6 +43,12 @@ from examlops_policy.model import (
 from examlops_policy._core.verdicts import About, Answer, Limits, ShapeVerdict, Signature, WorkloadVerdict
 
 KEY_HEX: Final = 32  # 128 bits of SHA-256: content keys, not security
+# The pool-stage checks this engine runs (selection compares each pool's capacity and price with
+# its shape's verdict, as the policy's reference decision does); the policy publishes its own set
+# in ``about`` and a policy with another set places nothing.
+POOL_STAGE: Final = ("budget", "capacity")
+# The message texts the policy gives (``about.texts``), which selection fills in with counts.
+TEXTS: Final = ("no_pools", "no_eligible_pool", "no_capacity", "reason_on_one", "reason_on_many", "separator")
 RECORD_VERSION: Final = 3  # 3: the state version decided at ("at"); 2: the capacity vector itself
 # A packed capacity vector (records of version 2) never unpacks to more than this (an altered record
 # cannot exhaust memory).
@@ -237,8 +243,10 @@ def verdict_set_document(
     workload: WorkloadVerdict,
     checks: Sequence[CheckInfo],
     shapes: Mapping[str, ShapeVerdict],
+    texts: Mapping[str, str],
 ) -> JSONObject:
-    """Every verdict a decision used, as stored once for all decisions that share it."""
+    """Every verdict a decision used, and the policy's words for its summary, as stored once for
+    all decisions that share it."""
     return {
         "revision": revision,
         "signature": {"shape": list(signature.shape), "workload": list(signature.workload)},
@@ -247,6 +255,7 @@ def verdict_set_document(
         "workload_verdict": workload_verdict_json(workload),
         "checks": checks_json(checks),
         "shapes": {k: shape_verdict_json(v) for k, v in sorted(shapes.items())},
+        "texts": dict(texts),
     }
 
 
@@ -373,11 +382,17 @@ def decode_about(raw: object, where: str) -> About:
         ),
     )
     unsupported = [d.text(n, "about.unsupported_checks[]") for n in d.arr(top.get("unsupported_checks", []), "about.unsupported_checks")]
-    if unsupported:
+    # A policy from before the pool stage was published ran exactly this engine's (impact compares
+    # against such policies); one that publishes another set is refused.
+    pool_stage = tuple(d.text(n, "about.pool_stage[]") for n in d.arr(top.get("pool_stage", list(POOL_STAGE)), "about.pool_stage"))
+    if unsupported or pool_stage != POOL_STAGE:
         raise PolicyError(
-            f"{where}: the policy declares check(s) {', '.join(unsupported)} at a stage this engine cannot run "
-            "(pool-stage checks are capacity and budget); nothing is placed until the check is a shape-stage check"
+            f"{where}: the policy declares check(s) {', '.join(unsupported or pool_stage)} at a stage this engine cannot run "
+            f"(its pool stage is {', '.join(POOL_STAGE)}); nothing is placed until the check is a shape-stage check"
         )
+    # A policy from before it published its texts words its summaries itself (its reference rule).
+    raw_texts = d.obj(top.get("texts", {}), "about.texts")
+    texts = {name: d.text(d.field(raw_texts, name, "about.texts"), f"about.texts.{name}") for name in TEXTS} if raw_texts else {}
     for name in signature.shape:
         if name not in Pool.__dataclass_fields__:
             raise PolicyError(f"{where}: the policy reads a pool field this library does not know: {name!r}")
@@ -415,13 +430,15 @@ def decode_about(raw: object, where: str) -> About:
         signature=signature,
         checks=tuple(checks),
         other_codes=codes(top.get("other_codes", []), "about.other_codes"),
+        texts=texts,
     )
 
 
 
 
 def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
-    """The policy's ``verdicts`` answer for ``keys``; every key must be judged or listed missing."""
+    """The policy's ``verdicts`` answer for ``keys`` (schemas/verdicts-answer.schema.json); every key
+    must be judged or listed missing."""
     d = _Decoder(where)
     top = d.obj(raw, "verdicts")
     confirm = d.obj(d.field(top, "confirm", "verdicts"), "verdicts.confirm")
@@ -433,12 +450,10 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
     missing = tuple(d.text(k, "verdicts.missing[]") for k in d.arr(d.field(top, "missing", "verdicts"), "verdicts.missing"))
     preferences: dict[tuple[int, int], Reason] = {}
     for i, row in enumerate(d.arr(d.field(top, "preferences", "verdicts"), "verdicts.preferences")):
-        cells = d.arr(row, f"verdicts.preferences[{i}]")
-        if len(cells) != 3:
-            raise d.fail(f"verdicts.preferences[{i}]", "[tier, selected tier, reason]", row)
-        t = d.integer(cells[0], f"verdicts.preferences[{i}][0]")
-        sel = d.integer(cells[1], f"verdicts.preferences[{i}][1]")
-        preferences[(t, sel)] = d.reason(cells[2], f"verdicts.preferences[{i}][2]")
+        path = f"verdicts.preferences[{i}]"
+        pref = d.obj(row, path)
+        t = d.integer(d.field(pref, "tier", path), f"{path}.tier")
+        preferences[(t, d.integer(d.field(pref, "selected", path), f"{path}.selected"))] = d.reason(d.field(pref, "reason", path), f"{path}.reason")
     workload = WorkloadVerdict(
         rejection=rejection,
         burst_mode=mode,
@@ -450,56 +465,47 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
         if rejection is None:
             raise d.fail("verdicts.rejection", "the reason a workload is not judged", None)
         return Answer(cast("str | None", revision), workload, {}, missing, judged=False)
-    checks = {
-        name: [tuple(d.reason(r, f"verdicts.checks.{name}[{i}][]") for r in d.arr(rows, f"verdicts.checks.{name}[{i}]")) for i, rows in enumerate(d.arr(v, f"verdicts.checks.{name}"))]
-        for name, v in d.obj(d.field(top, "checks", "verdicts"), "verdicts.checks").items()
-    }
+    reasons = [d.reason(r, f"verdicts.reasons[{i}]") for i, r in enumerate(d.arr(d.field(top, "reasons", "verdicts"), "verdicts.reasons"))]
     grants = []
     for i, row in enumerate(d.arr(d.field(top, "grants", "verdicts"), "verdicts.grants")):
-        cells = d.arr(row, f"verdicts.grants[{i}]")
-        if len(cells) != 3:
-            raise d.fail(f"verdicts.grants[{i}]", "[grant, shortfall, limits]", row)
+        path = f"verdicts.grants[{i}]"
+        cell = d.obj(row, path)
         grants.append(
             (
-                d.grant(cells[0], f"verdicts.grants[{i}][0]"),
-                d.reason(cells[1], f"verdicts.grants[{i}][1]"),
-                d.limits(cells[2], f"verdicts.grants[{i}][2]"),
+                d.grant(d.field(cell, "grant", path), f"{path}.grant"),
+                d.reason(d.field(cell, "shortfall", path), f"{path}.shortfall"),
+                d.limits(d.field(cell, "limits", path), f"{path}.limits"),
             )
         )
     notes = [d.text(n, "verdicts.notes[]") for n in d.arr(d.field(top, "notes", "verdicts"), "verdicts.notes")]
     rows = d.obj(d.field(top, "shapes", "verdicts"), "verdicts.shapes")
+
+    def index(value: object, below: int, path: str) -> int:
+        i = d.integer(value, path)
+        if not 0 <= i < below:
+            raise d.fail(path, f"an index below {below}", value)
+        return i
+
+    def note(value: object, path: str) -> str | None:
+        return None if value is None else notes[index(value, len(notes), path)]
+
     shapes: dict[str, ShapeVerdict] = {}
-    wanted = set(keys) - set(missing)
-    for key in wanted:
+    for key in set(keys) - set(missing):
         path = f"verdicts.shapes[{key}]"
-        cells = d.arr(rows.get(key), path)
-        if len(cells) != 6:
-            raise d.fail(path, "[tier, note, note when full, denials, grant, blocks_burst]", cells)
-        tier = d.integer(cells[0], f"{path}[0]")
+        row = d.obj(rows.get(key), path)
+        tier = d.integer(d.field(row, "tier", path), f"{path}.tier")
         if not 0 <= tier <= 3:
-            raise d.fail(f"{path}[0]", "a tier from 0 to 3", tier)
-        note_index, full_index = d.integer(cells[1], f"{path}[1]"), d.integer(cells[2], f"{path}[2]")
-        denials: list[Reason] = []
-        for j, ref in enumerate(d.arr(cells[3], f"{path}[3]")):
-            pair = d.arr(ref, f"{path}[3][{j}]")
-            if len(pair) != 2 or not isinstance(pair[0], str) or pair[0] not in checks:
-                raise d.fail(f"{path}[3][{j}]", "[check name, projection index]", ref)
-            index = d.integer(pair[1], f"{path}[3][{j}][1]")
-            if not 0 <= index < len(checks[pair[0]]):
-                raise d.fail(f"{path}[3][{j}][1]", f"an index below {len(checks[pair[0]])}", index)
-            denials.extend(checks[pair[0]][index])
-        grant_index = d.integer(cells[4], f"{path}[4]")
-        if not 0 <= grant_index < len(grants) or not -1 <= note_index < len(notes) or not -1 <= full_index < len(notes):
-            raise d.fail(path, "grant and note indexes within the answer", cells)
-        grant, shortfall, limits = grants[grant_index]
+            raise d.fail(f"{path}.tier", "a tier from 0 to 3", tier)
+        denials = d.arr(d.field(row, "denials", path), f"{path}.denials")
+        grant, shortfall, limits = grants[index(d.field(row, "grant", path), len(grants), f"{path}.grant")]
         shapes[key] = ShapeVerdict(
             tier=tier,
-            note=notes[note_index] if note_index >= 0 else None,
-            denials=tuple(denials),
+            note=note(d.field(row, "note", path), f"{path}.note"),
+            denials=tuple(reasons[index(j, len(reasons), f"{path}.denials[]")] for j in denials),
             grant=grant,
             shortfall=shortfall,
-            blocks_burst=d.boolean(cells[5], f"{path}[5]"),
-            note_full=notes[full_index] if full_index >= 0 else None,
+            blocks_burst=d.boolean(d.field(row, "blocks_burst", path), f"{path}.blocks_burst"),
+            note_full=note(d.field(row, "note_full", path), f"{path}.note_full"),
             limits=limits,
         )
     return Answer(cast("str | None", revision), workload, shapes, missing)

@@ -84,8 +84,9 @@ class Prepared:
         """Every verdict this decision used, as stored once for all decisions that share it."""
         judged = self.judged
         return codec.verdict_set_document(
-            self.revision, self.about.signature, self.workload_signature, judged.judged, judged.workload, judged.checks, judged.shapes
-        )
+            self.revision, self.about.signature, self.workload_signature, judged.judged, judged.workload, judged.checks, judged.shapes,
+            judged.texts,
+        )  # fmt: skip
 
     @property
     def verdict_set_bytes(self) -> bytes:
@@ -227,7 +228,7 @@ class Engine:
         workload_verdict, judged = cached
         return (
             Judged(
-                fleet, shapes if judged else {}, workload_verdict, judged=judged, checks=about.explained,
+                fleet, shapes if judged else {}, workload_verdict, judged=judged, checks=about.explained, texts=about.texts,
                 objective=str(wsig.get("optimize", "cost")), carbon_weight=float(wsig.get("carbon_weight", 0.5)),  # type: ignore[arg-type]
             ),
             fresh,

@@ -50,9 +50,10 @@ def judged_from(fleet_doc: Mapping[str, object], verdict_doc: Mapping[str, objec
     wv = codec.workload_verdict_from_json(verdict_doc["workload_verdict"], where)
     checks = codec.checks_from_json(verdict_doc.get("checks"))
     wsig = cast(Mapping[str, object], verdict_doc.get("workload") or {})
+    texts = {str(k): str(v) for k, v in cast(Mapping[str, object], verdict_doc.get("texts") or {}).items()}
     return Judged(
         Fleet(fleet_revision, tuple(entries)), shapes, wv, judged=judged, checks=checks,
-        objective=str(wsig.get("optimize", "cost")), carbon_weight=float(cast(float, wsig.get("carbon_weight", 0.5))),
+        objective=str(wsig.get("optimize", "cost")), carbon_weight=float(cast(float, wsig.get("carbon_weight", 0.5))), texts=texts,
     )  # fmt: skip
 
 

@@ -117,7 +117,8 @@ class Judged:
     """A fleet judged for one workload signature under one policy revision: the pools in the order
     selection tries them, computed once and reused while the fleet and the revision hold.
 
-    ``objective`` and ``carbon_weight`` are the workload's (part of its signature)."""
+    ``objective`` and ``carbon_weight`` are the workload's (part of its signature); ``texts`` the
+    policy's words for a rejection's summary (``about.texts``), which selection fills in."""
 
     def __init__(
         self,
@@ -129,8 +130,10 @@ class Judged:
         checks: tuple[CheckInfo, ...] = (),
         objective: str = "cost",
         carbon_weight: float = 0.5,
+        texts: Mapping[str, str] | None = None,
     ) -> None:
         self.fleet = fleet
+        self.texts = texts or {}
         self.shapes = shapes
         self.workload = workload
         self.judged = judged
@@ -308,12 +311,23 @@ def _preference(wv: WorkloadVerdict, t: int, selected: int | None) -> Reason | N
     return wv.request_rejected
 
 
+def fill(template: str, **values: object) -> str:
+    """``template`` with each ``{name}`` replaced by its value (as the policy's
+    ``strings.replace_n`` does)."""
+    for name, value in values.items():
+        template = template.replace("{" + name + "}", str(value))
+    return template
+
+
 def summary(judged: Judged, capacities: Sequence[Capacity], workload: Workload) -> tuple[str, str]:
-    """(code, message) when no pool is eligible: how many pools each reason stopped. Counted from
-    the denials per pool, as ``pool_verdicts`` words them, without building every verdict."""
+    """(code, message) when no pool is eligible: how many pools each reason stopped, in the
+    policy's words (``judged.texts``; a message of a verdict set stored without them is empty: its
+    record keeps the message). Counted from the denials per pool, as ``pool_verdicts`` words them,
+    without building every verdict."""
+    texts = judged.texts
     entries = judged.fleet.entries
     if not entries or not judged.judged:
-        return "no_pools", "no pools are registered"
+        return "no_pools", texts.get("no_pools", "")
     counts: dict[str, int] = {}
     capacity_only = False
     for i, entry in enumerate(entries):
@@ -324,9 +338,13 @@ def summary(judged: Judged, capacities: Sequence[Capacity], workload: Workload) 
         for r in denials:
             counts[r.code] = counts.get(r.code, 0) + 1
         capacity_only = capacity_only or all(r.kind == "not_now" for r in denials)
-    code, what = ("no_capacity", "has free capacity") if capacity_only else ("no_eligible_pool", "is eligible")
-    parts = ", ".join(f"{c} on {n} pool{'' if n == 1 else 's'}" for c, n in sorted(counts.items()))
-    return code, f"no pool {what} for {workload.name} ({len(entries)} checked: {parts})"
+    code = "no_capacity" if capacity_only else "no_eligible_pool"
+    if not texts:
+        return code, ""
+    parts = texts["separator"].join(
+        fill(texts["reason_on_one"] if n == 1 else texts["reason_on_many"], code=c, count=n) for c, n in sorted(counts.items())
+    )
+    return code, fill(texts[code], workload=workload.name, checked=len(entries), reasons=parts)
 
 
 def decide_over(

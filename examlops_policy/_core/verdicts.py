@@ -11,7 +11,7 @@ as OPA confirms the same revision. The wire and stored forms of these values are
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from examlops_policy.model import CheckInfo, Grant, JSONObject, Pool, Reason
@@ -45,6 +45,7 @@ class About:
     signature: Signature
     checks: tuple[CheckInfo, ...]
     other_codes: tuple[tuple[str, str, str], ...]
+    texts: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def explained(self) -> tuple[CheckInfo, ...]:
