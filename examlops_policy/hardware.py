@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
 
 from examlops_policy._core import codec, commit
-from examlops_policy._core.engine import Engine, Prepared, differences, reference_input, same_policy
+from examlops_policy._core.engine import Engine, Prepared, RevisionMismatch, differences, reference_input, same_policy
 from examlops_policy._core.records import DecisionInputs, Reader, judged_from
 from examlops_policy._core.request import Request
 from examlops_policy._core.state import Capacities, Snapshot, Snapshots, state_of
@@ -28,7 +29,8 @@ from examlops_policy._core.packing import describe, device_layouts
 from examlops_policy._core.selection import carbon_per_hour, effective_cost, priced
 from examlops_policy._policy import Confirmation, OpaPolicy, PolicyEvaluator
 from examlops_policy.store import StaleFleet, Store
-from examlops_policy.tables import Tables, load_tables, policy_dir, revision
+from examlops_policy._reviewed import Pinned, PolicySnapshot, Reviewed
+from examlops_policy.tables import Tables, policy_dir
 from examlops_policy._core.verdicts import About, Answer
 from examlops_policy.views import (
     BurstEvent,
@@ -186,30 +188,48 @@ class Hardware:
         self.home = home or default_home()
         self._store = store
         self._policy = policy
-        self.tables = tables or load_tables()
-        self._engine: Engine | None = None
-        self._fleet_revs: dict[int, str] = {}
-        self._capacities = Capacities(self.tables)
+        # The reviewed policy a decision is made under: its tables and their revision, read together
+        # and noticed when the files change (tables passed in are pinned).
+        self._reviewed: Reviewed | Pinned = Pinned(tables) if tables is not None else Reviewed()
+        self._under: _Under | None = None
+        self._fleet_revs: dict[tuple[str, int], str] = {}
         self._snapshots = Snapshots()
-        self._reader: Reader | None = None
-        self._laid_out = False
+        self._laid_out: str | None = None
+
+    def _current(self, *, force: bool = False) -> _Under:
+        """What decisions are made under now: the policy snapshot, its packing rules and its engine."""
+        snapshot = self._reviewed.current(force=force)
+        if self._under is None or self._under.policy is not snapshot:
+            self._under = _Under(snapshot, Capacities(snapshot.tables))
+        return self._under
+
+    @property
+    def tables(self) -> Tables:
+        """The reviewed tables (of the policy snapshot decisions are made under now)."""
+        return self._current().policy.tables
 
     @property
     def store(self) -> Store:
         if self._store is None:
             self._store = open_store(self.home)
-        if not self._laid_out:
+        capacities = self._current().capacities
+        if self._laid_out != capacities.digest:
             # Capacities worked out with other packing rules (or before an upgrade) are redone once.
-            commit.ensure_layout(self._store, self._capacities)
-            self._laid_out = True
+            commit.ensure_layout(self._store, capacities)
+            self._laid_out = capacities.digest
         return self._store
 
     @property
     def records(self) -> Reader:
         """Recorded decisions read back (rebuilt) from the store's rows."""
-        if self._reader is None:
-            self._reader = Reader(self.store, self.tables)
-        return self._reader
+        under = self._current()
+        if under.reader is None:
+            under.reader = Reader(self.store, under.policy.tables)
+        return under.reader
+
+    @property
+    def _capacities(self) -> Capacities:
+        return self._current().capacities
 
     def _snapshot(self) -> Snapshot:
         return self._snapshots.read(self.store)
@@ -222,9 +242,29 @@ class Hardware:
 
     @property
     def engine(self) -> Engine:
-        if self._engine is None:
-            self._engine = Engine(self.policy, self.tables, reviewed=revision(policy_dir()))
-        return self._engine
+        """The engine of the policy snapshot decisions are made under now (its verdicts are kept
+        per revision)."""
+        return self._engine_of(self._current())
+
+    def _engine_of(self, under: _Under) -> Engine:
+        if under.engine is None:
+            under.engine = Engine(self.policy, under.policy.tables, reviewed=under.policy.revision)
+        return under.engine
+
+    def _prepare(
+        self, request: Request | Workload, pools: Sequence[Pool], *, fleet_rev: str | None = None, under: _Under | None = None
+    ) -> tuple[_Under, Prepared]:
+        """Confirm and judge under the policy snapshot ``under`` (default: the current one). When
+        OPA serves another revision, the files are looked at again (they may have changed, or been
+        reverted) and a local OPA is found again (it restarts on the files as they are), once."""
+        under = under or self._current()
+        try:
+            return under, self._engine_of(under).prepare(request, pools, fleet_rev=fleet_rev)
+        except RevisionMismatch:
+            under = self._current(force=True)
+            if isinstance(self._policy, ManagedPolicy) and not os.environ.get("EXA_OPA_URL"):
+                self._policy.close()
+            return under, self._engine_of(under).prepare(request, pools, fleet_rev=fleet_rev)
 
     def close(self) -> None:
         if self._store is not None:
@@ -288,18 +328,23 @@ class Hardware:
 
     # -- decisions --------------------------------------------------------------------------
 
-    def _fleet_rev(self, snap: Snapshot) -> str:
-        rev = self._fleet_revs.get(snap.fleet_version)
+    def _fleet_rev(self, snap: Snapshot, under: _Under) -> str:
+        """The fleet's revision: its pools with their prices (the tables' defaults among them)."""
+        key = (under.policy.revision, snap.fleet_version)
+        rev = self._fleet_revs.get(key)
         if rev is None:
             if len(self._fleet_revs) > 8:
                 self._fleet_revs.clear()
-            rev = self._fleet_revs[snap.fleet_version] = codec.fleet_revision(codec.fleet_document(priced(snap.pools, self.tables)))
+            rev = self._fleet_revs[key] = codec.fleet_revision(codec.fleet_document(priced(snap.pools, under.policy.tables)))
         return rev
 
-    def _decide(self, request: Request, snap: Snapshot) -> tuple[Prepared, Decision]:
-        """The policy's verdicts (outside any lock), then selection over the snapshot's capacity."""
-        prepared = self.engine.prepare(request, snap.pools, fleet_rev=self._fleet_rev(snap))
-        return prepared, prepared.decide(snap.capacities, self.tables, capacities_digest=snap.capacity_digest)
+    def _decide(self, request: Request, snap: Snapshot, under: _Under) -> tuple[_Under, Prepared, Decision]:
+        """The policy's verdicts (outside any lock), then selection over the snapshot's capacity,
+        all under one policy snapshot (another one only when OPA serves another revision)."""
+        under, prepared = self._prepare(request, snap.pools, fleet_rev=self._fleet_rev(snap, under), under=under)
+        if prepared.judged.fleet.revision != self._fleet_rev(snap, under):
+            prepared = self._engine_of(under).prepare(request, snap.pools, fleet_rev=self._fleet_rev(snap, under))
+        return under, prepared, prepared.decide(snap.capacities, under.policy.tables, capacities_digest=snap.capacity_digest)
 
     def place(self, workload: Workload, *, request_id: str | None = None, lease: timedelta | None = None) -> DecisionRecord:
         """Decide and record: devices, decision, burst event and audit entries, atomically.
@@ -311,7 +356,8 @@ class Hardware:
         """
         from examlops_policy import specs
 
-        specs.check_workload_facts(workload, self.tables)
+        under = self._current()
+        specs.check_workload_facts(workload, under.policy.tables)
         request = Request(workload)
         if request_id is not None:
             specs.check_request_id(request_id)
@@ -321,10 +367,10 @@ class Hardware:
         until = None if lease is None else lease_end(_check_lease(lease))
         for _ in range(FLEET_ROUNDS):
             snap = self._snapshot()
-            prepared, decided = self._decide(request, snap)
+            under, prepared, decided = self._decide(request, snap, under)
             try:
                 done = commit.place(
-                    self.store, prepared, decided, snap, self._capacities, source=SOURCE, request_id=request_id, lease_expires_at=until
+                    self.store, prepared, decided, snap, under.capacities, source=SOURCE, request_id=request_id, lease_expires_at=until
                 )
             except StaleFleet:
                 continue
@@ -342,11 +388,11 @@ class Hardware:
         """Whether ``engine`` can run on ``accelerator`` (the policy's portability check): the
         accelerator's backend, and the policy's reason when it cannot. SpecError for an unknown
         engine or accelerator; PolicyUnavailable without a verdict."""
-        prepared = self.engine.prepare(Workload("portability-check", accelerator=accelerator, engine=engine), [])
+        under, prepared = self._prepare(Workload("portability-check", accelerator=accelerator, engine=engine), [])
         rejection = prepared.judged.workload.rejection
         # With no pools, the only rejection that speaks of the workload itself is portability's.
         reason = rejection if rejection is not None and rejection.code == "backend_unsupported" else None
-        backend = str(cast(JSONObject, self.tables.accelerators[accelerator])["backend"])
+        backend = str(cast(JSONObject, under.policy.tables.accelerators[accelerator])["backend"])
         return Portability(engine, accelerator, backend, reason)
 
     def what_if(self, workload: Workload, pools: Sequence[Pool] | None = None) -> Decision:
@@ -354,14 +400,17 @@ class Hardware:
         current state."""
         from examlops_policy import specs
 
-        specs.check_workload_facts(workload, self.tables)
+        under = self._current()
+        specs.check_workload_facts(workload, under.policy.tables)
         if pools is None:
-            return self._decide(Request(workload), self._snapshot())[1]
+            return self._decide(Request(workload), self._snapshot(), under)[2]
         states = []
         for pool in pools:
-            specs.check_pool_facts(pool, self.tables)
-            states.append(self._capacities.empty(pool))
-        return self.engine.decide(workload, states)
+            specs.check_pool_facts(pool, under.policy.tables)
+            states.append(under.capacities.empty(pool))
+        ordered = sorted(states, key=lambda s: s.pool.name)
+        under, prepared = self._prepare(workload, [s.pool for s in ordered], under=under)
+        return prepared.decide([s.capacity for s in ordered], under.policy.tables)
 
     def decisions(self, limit: int = 20) -> list[DecisionRecord]:
         """The most recent decisions, each in full (rebuilt from its record)."""
@@ -414,11 +463,12 @@ class Hardware:
         fleet_rev = decision.provenance.fleet_revision
         if fleet_rev is None:
             raise SpecError(f"decision {record.id[:12]} was recorded before decisions kept their fleet; it cannot be replayed", field="ID")
-        revision_now, _ = self.engine.confirm()
-        about = self.engine.about(revision_now)
+        engine = self._engine_of(self._current(force=True))
+        revision_now, _ = engine.confirm()
+        about = engine.about(revision_now)
         doc = self.decision_inputs(record.id)
         judged = judged_from(doc.fleet, doc.verdicts, fleet_rev)
-        fleet = self.engine.fleet([e.pool for e in judged.fleet.entries], revision_now, about)
+        fleet = engine.fleet([e.pool for e in judged.fleet.entries], revision_now, about)
         reference = self.policy.decision(reference_input(decision.workload, fleet, doc.capacities, about))
         diffs = differences(decision, reference)
         recorded = decision.provenance.policy_revision
@@ -611,7 +661,7 @@ class Hardware:
         if close is not None:
             close()
         self._policy = None
-        self._engine = None
+        self._under = None
 
     # -- executors: discovery, submission, jobs ---------------------------------------------
 
@@ -660,6 +710,17 @@ class Hardware:
         if at is None:
             raise NotFoundError(f"no pool {name!r}")
         return snap.states[at].pool
+
+
+@dataclass
+class _Under:
+    """What decisions are made under for one policy snapshot: its packing rules, its engine (its
+    verdicts kept per revision) and its reader of recorded decisions."""
+
+    policy: PolicySnapshot
+    capacities: Capacities
+    engine: Engine | None = None
+    reader: Reader | None = None
 
 
 def as_burst(workload: Workload) -> Workload:

@@ -101,7 +101,8 @@ class FinopsRow:
 
 @dataclass(frozen=True)
 class WorkloadCost:
-    """What the placements of one workload name cost and emitted."""
+    """One workload name's decisions and what its placements held, cost and emitted (``exa models
+    cost`` counts its placements; the FinOps report counts every decision, whatever its outcome)."""
 
     workload: str
     decisions: int

@@ -53,6 +53,10 @@ class _Lru(Generic[K, V]):
             self._items.popitem(last=False)
 
 
+class RevisionMismatch(PolicyError):
+    """OPA serves another policy revision than the one a decision is being made under."""
+
+
 def same_policy(served: str, reviewed: str) -> bool:
     """Two revisions are the same policy when their content digests (before ``@git:``) are equal."""
     return served.split("@", 1)[0] == reviewed.split("@", 1)[0]
@@ -146,7 +150,7 @@ class Engine:
                 + "; it must serve the reviewed policy as a bundle, so that what it evaluates is what was reviewed"
             )
         if self.reviewed is not None and not same_policy(served, self.reviewed):
-            raise PolicyError(
+            raise RevisionMismatch(
                 f"OPA at {self.policy.describe()} serves policy revision {served}, but the reviewed policy is {self.reviewed}; "
                 "restart it on the reviewed bundle (exa opa restart, or deploy the bundle from exa policy build)"
             )
