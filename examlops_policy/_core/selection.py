@@ -166,6 +166,19 @@ class Judged:
         return self.shapes[self.fleet.entries[index].key]
 
     @cached_property
+    def static_counts(self) -> tuple[Mapping[str, int], tuple[bool | None, ...]]:
+        """What a rejection's summary counts that no capacity changes: each code over the pools'
+        shape and budget denials, and per pool whether those are all ``not_now`` (None: it has
+        none)."""
+        counts: dict[str, int] = {}
+        not_now: list[bool | None] = []
+        for denials in self.denials:
+            for r in denials:
+                counts[r.code] = counts.get(r.code, 0) + 1
+            not_now.append(all(r.kind == "not_now" for r in denials) if denials else None)
+        return counts, tuple(not_now)
+
+    @cached_property
     def rank(self) -> Mapping[int, int]:
         """Each admissible pool's (fleet index's) place in selection order."""
         return {int(row[-1]): at for at, row in enumerate(self.ranked)}  # type: ignore[call-overload]
@@ -328,16 +341,19 @@ def summary(judged: Judged, capacities: Sequence[Capacity], workload: Workload) 
     entries = judged.fleet.entries
     if not entries or not judged.judged:
         return "no_pools", texts.get("no_pools", "")
-    counts: dict[str, int] = {}
+    static, not_now = judged.static_counts
+    counts = dict(static)
     capacity_only = False
+    shapes = judged.shapes
     for i, entry in enumerate(entries):
-        v = judged.shapes[entry.key]
-        denials = judged.denials[i] if fits(v.grant, capacities[i]) else (*judged.denials[i], v.shortfall)
-        if not denials:
+        v = shapes[entry.key]
+        base = not_now[i]
+        if fits(v.grant, capacities[i]):
+            capacity_only = capacity_only or base is True
             continue
-        for r in denials:
-            counts[r.code] = counts.get(r.code, 0) + 1
-        capacity_only = capacity_only or all(r.kind == "not_now" for r in denials)
+        short = v.shortfall
+        counts[short.code] = counts.get(short.code, 0) + 1
+        capacity_only = capacity_only or ((base is None or base) and short.kind == "not_now")
     code = "no_capacity" if capacity_only else "no_eligible_pool"
     if not texts:
         return code, ""

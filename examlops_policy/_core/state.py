@@ -107,14 +107,24 @@ def merge(previous: Snapshot | None, rows: StateRows) -> tuple[Snapshot, frozens
     if previous is not None and all(name in previous.index for name in changed):
         states = list(previous.states)
         frags = list(previous.fragments) if len(previous.fragments) == len(states) else [_fragment(s.capacity) for s in states]
+        capacities = list(previous.capacities)
         moved = set()
+        same_pools = rows.fleet_version == previous.fleet_version
         for name, state in changed.items():
             i = previous.index[name]
+            same_pools = same_pools and states[i].pool == state.pool
             if states[i].capacity != state.capacity:
                 moved.add(name)
                 frags[i] = _fragment(state.capacity)
+                capacities[i] = state.capacity
             states[i] = state
-        return Snapshot(rows.version, rows.fleet_version, tuple(states), tuple(frags)), frozenset(moved)
+        result = Snapshot(rows.version, rows.fleet_version, tuple(states), tuple(frags))
+        # The same pools in the same order: what is worked out per pool name carries over.
+        result.__dict__["index"] = previous.index
+        result.__dict__["capacities"] = capacities
+        if same_pools:
+            result.__dict__["pools"] = previous.pools
+        return result, frozenset(moved)
     merged = {s.pool.name: s for s in (previous.states if previous is not None else ())}
     before = dict(merged)
     merged.update(changed)
