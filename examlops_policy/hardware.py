@@ -1,9 +1,11 @@
 """The orchestrator: state store + policy engine + decision core, as the CLI and library use it.
 
-``Hardware`` wires the adapters (SQLite or PostgreSQL state, a local or remote OPA) around the pure
-decision core. A placement asks the policy first, outside any lock, on a snapshot of the state;
-then the store commits it (reservation, devices, decision, burst event and audit entries in one
-transaction), redoing the selection if capacity changed meanwhile.
+``Hardware`` wires the adapters (SQLite or PostgreSQL state, a local or remote OPA, the reviewed
+policy files) around the pure decision core (``_core``). A placement is made under one snapshot of
+the reviewed policy (tables and revision together): the policy's verdicts and the selection come
+first, outside any lock, on a snapshot of the state; then the core commits it through the store's
+narrow transaction API (reservation, devices, decision, burst event and audit entries in one
+transaction), re-running the selection only when the pools that matter changed meanwhile.
 """
 
 from __future__ import annotations
