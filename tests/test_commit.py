@@ -11,8 +11,11 @@ from __future__ import annotations
 import json
 import sqlite3
 
+import pytest
+
 from examlops_policy._core import commit
 from examlops_policy._core.request import Request
+from examlops_policy.errors import StateError
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Placement, Pool, Rejection, Workload
 
@@ -99,3 +102,20 @@ def test_a_placement_writes_one_capacity_not_the_fleets(hardware: Hardware) -> N
     assert logged == [("p000", "1")]
     doc = record_doc(hardware, record.id)
     assert "capacity" not in doc and len(json.dumps(doc)) < 2000
+
+
+def test_an_altered_capacity_log_is_caught_when_the_decision_is_read(hardware: Hardware) -> None:
+    """The capacities a record was decided at live in the capacity log, outside the record; the
+    record's input digest (audited with it) covers them."""
+    hardware.apply(FLEET)
+    record = hardware.place(AMD)
+    assert hardware.decision(record.id).decision.pool == "amd-a"  # type: ignore[union-attr]
+    at = record_doc(hardware, record.id)["at"]
+    with sqlite3.connect(hardware.home / "state.db") as db:
+        db.execute("UPDATE capacity_log SET capacity = '0' WHERE pool = 'amd-c' AND version <= ?", (at,))
+    fresh = Hardware(hardware.home, policy=hardware.policy)
+    try:
+        with pytest.raises(StateError, match="capacity log or the record was altered"):
+            fresh.decision(record.id)
+    finally:
+        fresh.close()

@@ -98,6 +98,15 @@ def rebuild(
             judged_cache[cache_key] = judged
     capacities = capacities_of_record(ident, document, judged.fleet, capacities_at)
     prov = cast(Mapping[str, str], document["provenance"])
+    if codec.record_at(document) is not None:
+        # The capacities came from the capacity log, outside the record: its input digest (in the
+        # record, and in the record's audit entry) covers them.
+        body = {"capacity": codec.capacity_digest(capacities), "fleet": fleet_rev, "workload": document["workload"]}
+        if codec.digest(codec.canonical(body)) != prov["input_digest"]:
+            raise StateError(
+                f"decision {ident[:12]}: the capacity it was decided at (state version {codec.record_at(document)}) is not what "
+                "its input digest says; the capacity log or the record was altered (run exa audit verify)"
+            )
     provenance = Provenance(prov["input_digest"], prov["policy_revision"], prov["opa_version"], prov.get("verdicts", "fresh"), fleet_rev)
     workload = codec.workload_from_json(cast(Mapping[str, object], document["workload"]))
     decision = decide_over(judged, workload, capacities, tables, provenance)
