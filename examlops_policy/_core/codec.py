@@ -40,7 +40,7 @@ from examlops_policy.model import (
     Workload,
     pool_spec,
 )
-from examlops_policy._core.verdicts import About, Answer, Limits, ShapeVerdict, Signature, WorkloadVerdict
+from examlops_policy._core.verdicts import About, Answer, Confirmation, Limits, ShapeVerdict, Signature, WorkloadVerdict
 
 KEY_HEX: Final = 32  # 128 bits of SHA-256: content keys, not security
 # The pool-stage checks this engine runs (selection compares each pool's capacity and price with
@@ -259,7 +259,43 @@ def verdict_set_document(
     }
 
 
-# -- OPA's answers --------------------------------------------------------------------------------
+# -- OPA's queries and answers ---------------------------------------------------------------------
+
+
+def query_body(policy_input: JSONObject) -> bytes:
+    """A query's body (OPA's REST API: ``{"input": ...}``)."""
+    return json.dumps({"input": policy_input}, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def result_of(raw: bytes, rule: str, where: str) -> object:
+    """A query answer's ``result``; PolicyError when it is unreadable or undefined."""
+    try:
+        answer = json.loads(raw)
+    except ValueError as exc:
+        raise PolicyError(f"{where} gave an unreadable answer: {exc}") from exc
+    if not isinstance(answer, dict) or "result" not in answer:
+        raise PolicyError(f"{where}: the policy returned no {rule} (undefined); is the placement policy loaded?")
+    return answer["result"]
+
+
+def decode_confirmation(raw: object, where: str) -> Confirmation:
+    """The policy's ``confirm`` answer: the revision it serves (None: not from a bundle) and OPA's
+    version."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("opa_version"), str):
+        raise PolicyError(f"{where}: malformed confirmation: {str(raw)[:120]}")
+    revision = raw.get("revision")
+    return Confirmation(revision if isinstance(revision, str) and revision else None, raw["opa_version"])
+
+
+def shapes_patch(shapes: Mapping[str, JSONObject]) -> bytes:
+    """A JSON Patch adding ``shapes`` to the fleet's shapes OPA holds as data."""
+    return json.dumps([{"op": "add", "path": f"/{key}", "value": shape} for key, shape in sorted(shapes.items())], separators=(",", ":")).encode("utf-8")
+
+
+def shapes_document(shapes: Mapping[str, JSONObject]) -> bytes:
+    """The fleet's shapes as a document of their own (a server that holds none yet)."""
+    return json.dumps({"shapes": dict(shapes)}, separators=(",", ":")).encode("utf-8")
+
 
 
 class _Decoder:
