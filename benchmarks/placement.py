@@ -58,8 +58,11 @@ sys.path.insert(0, str(HERE))
 
 import fleet  # noqa: E402
 import examlops_policy  # noqa: E402
-from examlops_policy import _records as records, specs  # noqa: E402
-from examlops_policy._engine import capacity_digest, fleet_revision  # noqa: E402
+from examlops_policy import specs  # noqa: E402
+from examlops_policy._core import codec, commit  # noqa: E402
+from examlops_policy._core.codec import canonical, capacity_digest, content_key, fleet_document, workload_input  # noqa: E402
+from examlops_policy._core.codec import fleet_revision as _fleet_revision  # noqa: E402
+from examlops_policy._core.selection import priced  # noqa: E402
 from examlops_policy.errors import PolicyError, PolicyUnavailable  # noqa: E402
 from examlops_policy.hardware import Hardware, ManagedPolicy  # noqa: E402
 from examlops_policy.model import ACCELERATORS, Decision, JSONObject, PoolState, Workload  # noqa: E402
@@ -67,7 +70,7 @@ from examlops_policy.opa import OPA_VERSION, OpaUnreachable, connect, stop_serve
 from examlops_policy.opa.transport import DEFAULT_TIMEOUT_S  # noqa: E402
 from examlops_policy._policy import PACKAGE_PATH, Confirmation  # noqa: E402
 from examlops_policy.tables import policy_dir, revision  # noqa: E402
-from examlops_policy._verdicts import About, Answer, canonical, content_key, workload_input  # noqa: E402
+from examlops_policy._core.verdicts import About, Answer  # noqa: E402
 
 SCHEMA_VERSION = 2
 T = TypeVar("T")
@@ -235,7 +238,7 @@ def load_fleet(hw: Hardware, states: Sequence[PoolState]) -> None:
     hw.apply([s.pool for s in states])
     usage = {s.pool.name: float(s.pool.count) - s.free for s in states if s.free < s.pool.count}
     if usage:
-        hw.store.record_scheduler_usage(usage, scheduler="bench", source="bench")
+        hw.record_usage(usage, scheduler="bench")
 
 
 def sqlite_db(hw: Hardware) -> sqlite3.Connection | None:
@@ -304,6 +307,11 @@ def run_mix(hw: Hardware, prof: Profile) -> dict[str, Any]:
     return result
 
 
+def fleet_revision(pools: Sequence[Any], tables: Any) -> str:
+    """The fleet revision ``Hardware`` works out once per fleet version."""
+    return _fleet_revision(fleet_document(priced(pools, tables)))
+
+
 def input_digest(workload: Workload, fleet_rev: str, states: Sequence[PoolState]) -> str:
     """The decision's input digest, computed as ``Prepared.decide`` does on a state it has not
     seen (replica, for timing; ``what_if`` works the capacity part out once per state version)."""
@@ -319,29 +327,27 @@ def run_breakdown(hw: Hardware, policy: TimedPolicy, prof: Profile) -> dict[str,
     stages = ("check", "snapshot", "lists", "confirm", "describe", "prepare_other", "select")
     times: dict[str, list[float]] = {s: [] for s in (*stages, "input_digest", "total")}
     fleet_revs: dict[int, str] = {}
-    cap_digests: dict[int, str] = {}
     error = None
     start = time.perf_counter()
     i = 0
     while i < prof.breakdown_reps and (i < len(mix) or time.perf_counter() - start < prof.breakdown_budget_s):
         workload = mix[i % len(mix)][1]
-        snap0 = hw.store.snapshot()
+        snap0 = hw._snapshot()
         if snap0.fleet_version not in fleet_revs:  # once per fleet version, as Hardware does
             fleet_revs[snap0.fleet_version] = fleet_revision([s.pool for s in snap0.states], tables)
         policy.reset()
         t0 = time.perf_counter()
         specs.check_workload_facts(workload, tables)
         t1 = time.perf_counter()
-        snap = hw.store.snapshot()
+        snap = hw._snapshot()
         t2 = time.perf_counter()
-        pools = [s.pool for s in snap.states]
-        capacities = [s.capacity for s in snap.states]
+        pools = snap.pools
+        capacities = snap.capacities
         t3 = time.perf_counter()
         prepared = engine.prepare(workload, pools, fleet_rev=fleet_revs[snap.fleet_version])
         t4 = time.perf_counter()
-        if snap.version not in cap_digests:  # once per state version, as Hardware.what_if does
-            cap_digests = {snap.version: capacity_digest(capacities)}
-        decision = prepared.decide(capacities, tables, capacities_digest=cap_digests[snap.version])
+        # The snapshot works its capacity digest out once (from the pools that changed), as what_if does.
+        decision = prepared.decide(capacities, tables, capacities_digest=snap.capacity_digest)
         t5 = time.perf_counter()
         digest = input_digest(workload, fleet_revs[snap.fleet_version], snap.states)
         t6 = time.perf_counter()
@@ -390,7 +396,7 @@ def miss_workloads(about: About, seen: set[str], seed: int) -> Iterator[Workload
             data_region=rng.choice((None, *regions)),
             allow_cpu_fallback=rng.random() < 0.2,
         )
-        key = content_key(about.signature.workload_of(workload))
+        key = content_key(about.signature.workload_of(workload_input(workload)))
         if key not in seen:
             seen.add(key)
             yield workload
@@ -537,7 +543,7 @@ def run_fleet(size: int, seed: int, base: Path, prof: Profile, started: list[Pat
             entry.update(run_breakdown(hw, policy, prof))
             rev, _ = hw.engine.confirm()
             about = hw.engine.about(rev)
-            seen = {content_key(about.signature.workload_of(w)) for w in (WARMUP, *(w for _, w in fleet.WORKLOADS))}
+            seen = {content_key(about.signature.workload_of(workload_input(w))) for w in (WARMUP, *(w for _, w in fleet.WORKLOADS))}
             fresh = miss_workloads(about, seen, seed)
             misses, queries = run_misses(hw, policy, prof, fresh, shapes)
             entry.update(misses)
@@ -639,7 +645,7 @@ def run_durable(size: int, seed: int, base: Path, prof: Profile, started: list[P
 def durable_breakdown(hw: Hardware, policy: TimedPolicy, work: Sequence[Workload], prof: Profile) -> dict[str, Any]:
     """A stage-by-stage replica of ``Hardware.place`` (no request id, no lease), after the timed
     loop: its decisions are recorded like the others but are not in the figures above."""
-    stages = ("snapshot", "confirm", "describe", "prepare_other", "verdict_set", "commit", "record_encode", "total")
+    stages = ("snapshot", "confirm", "describe", "prepare_other", "select", "verdict_set", "commit", "record_encode", "total")
     times: dict[str, list[float]] = {s: [] for s in stages}
     fleet_revs: dict[int, str] = {}
     start = time.perf_counter()
@@ -647,27 +653,30 @@ def durable_breakdown(hw: Hardware, policy: TimedPolicy, work: Sequence[Workload
     while i < prof.durable_breakdown_reps and (i < len(work) or time.perf_counter() - start < prof.durable_budget_s / 2):
         workload = work[i % len(work)]
         i += 1
-        snap0 = hw.store.snapshot()
+        snap0 = hw._snapshot()
         if snap0.fleet_version not in fleet_revs:  # once per fleet version, as Hardware does
             fleet_revs[snap0.fleet_version] = fleet_revision([s.pool for s in snap0.states], hw.tables)
         policy.reset()
         t0 = time.perf_counter()
         specs.check_workload_facts(workload, hw.tables)
-        snap = hw.store.snapshot()
+        snap = hw._snapshot()
         t1 = time.perf_counter()
-        prepared = hw.engine.prepare(workload, [s.pool for s in snap.states], fleet_rev=fleet_revs[snap.fleet_version])
+        prepared = hw.engine.prepare(workload, snap.pools, fleet_rev=fleet_revs[snap.fleet_version])
         t2 = time.perf_counter()
+        decided = prepared.decide(snap.capacities, hw.tables, capacities_digest=snap.capacity_digest)
+        t2b = time.perf_counter()
         key = prepared.verdict_set_key  # computed here, so the commit below finds it cached
         t3 = time.perf_counter()
-        record = hw.store.commit(prepared, snap, source="exa-hardware")
+        done = commit.place(hw.store, prepared, decided, snap, hw._capacities, source="exa-hardware")
         t4 = time.perf_counter()
-        holdings = getattr(record.decision, "holdings", ())
-        records.encode(record.decision, verdict_set=key, capacities=[s.capacity for s in snap.states], holdings=holdings)
+        assert done.record is not None
+        decision = done.record.decision
+        codec.encode_record(decision, workload=prepared.request.input, verdict_set=key, at=snap.version, holdings=getattr(decision, "holdings", ()))
         t5 = time.perf_counter()
         confirm, describe = policy.spent.get("confirm", 0.0), policy.spent.get("describe", 0.0)
         for name, seconds in (
             ("snapshot", t1 - t0), ("confirm", confirm), ("describe", describe), ("prepare_other", t2 - t1 - confirm - describe),
-            ("verdict_set", t3 - t2), ("commit", t4 - t3), ("record_encode", t5 - t4), ("total", t4 - t0),
+            ("select", t2b - t2), ("verdict_set", t3 - t2b), ("commit", t4 - t3), ("record_encode", t5 - t4), ("total", t4 - t0),
         ):  # fmt: skip
             times[name].append(seconds * 1000)
     return {"breakdown_ms": {k: round(pct(v, 50), 3) if v else None for k, v in times.items()}, "breakdown_n": i}

@@ -6,30 +6,43 @@ return.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from examlops_policy.discovery import Discovery, plan
-from examlops_policy.hardware import SOURCE
 from examlops_policy.errors import SpecError
-from examlops_policy.model import Pool
-from examlops_policy.views import DiscoveredChange, DiscoveryResult
+from examlops_policy.model import Pool, PoolState
+from examlops_policy.views import DiscoveredChange, DiscoveryResult, PoolChange
 
 if TYPE_CHECKING:
     from examlops_policy.catalog import CatalogImport
-    from examlops_policy.hardware import Hardware
+    from examlops_policy.tables import Tables
 
 SOURCES = ("slurm", "local", "kubernetes")
 
 
-def _region(hw: Hardware, region: str | None) -> str:
+class Fleet(Protocol):
+    """What discovery and catalog import need of the façade: the tables, the registered pools,
+    and the writes that register pools and record what schedulers report busy."""
+
+    @property
+    def tables(self) -> Tables: ...
+
+    def pools(self) -> list[PoolState]: ...
+
+    def apply(self, pools: Sequence[Pool]) -> list[PoolChange]: ...
+
+    def record_usage(self, usage: Mapping[str, float], *, scheduler: str) -> dict[str, float]: ...
+
+
+def _region(hw: Fleet, region: str | None) -> str:
     if region is not None and not hw.tables.region_known(region):
         raise SpecError(f"region {region!r} is not in the reviewed regions table (policies/examlops/tables/regions.yaml)", field="region")
     return region or ""
 
 
-def _found(hw: Hardware, source: str, region: str | None, prefix: str | None, options: dict[str, object]) -> tuple[Discovery, Callable[[Pool], bool]]:
+def _found(hw: Fleet, source: str, region: str | None, prefix: str | None, options: dict[str, object]) -> tuple[Discovery, Callable[[Pool], bool]]:
     """What a source reports, and which registered pools that source owns (for stale ones)."""
     if source == "slurm":
         from examlops_policy.discovery.slurm import discover_slurm, from_slurm
@@ -62,9 +75,9 @@ def _found(hw: Hardware, source: str, region: str | None, prefix: str | None, op
     raise SpecError(f"expected one of {', '.join(SOURCES)} (got {source!r})", field="source")
 
 
-def discover(hw: Hardware, source: str, *, region: str | None, prefix: str | None, apply: bool, **options: object) -> DiscoveryResult:
+def discover(hw: Fleet, source: str, *, region: str | None, prefix: str | None, apply: bool, **options: object) -> DiscoveryResult:
     found, owned = _found(hw, source, region, prefix, dict(options))
-    changes = plan(found, hw.store.pool_states(), owned=owned)
+    changes = plan(found, sorted(hw.pools(), key=lambda s: s.pool.name), owned=owned)
     extras = {d.pool.name: d for d in found.pools}
     held: dict[str, float] = {}
     if apply:
@@ -76,7 +89,7 @@ def discover(hw: Hardware, source: str, *, region: str | None, prefix: str | Non
         # What the scheduler reports busy, beyond this layer's own submitted placements, is not free.
         usage = {d.pool.name: d.pool.count - d.free for d in found.pools if d.free is not None}
         if usage:
-            held = hw.store.record_scheduler_usage(usage, scheduler=found.source, source=SOURCE)
+            held = hw.record_usage(usage, scheduler=found.source)
     out = []
     for c in changes:
         assert c.pool is not None
@@ -91,7 +104,7 @@ def discover(hw: Hardware, source: str, *, region: str | None, prefix: str | Non
     return DiscoveryResult(found.source, tuple(out), found.warnings, apply, held)
 
 
-def import_catalog(hw: Hardware, path: Path, *, apply: bool, **options: object) -> CatalogImport:
+def import_catalog(hw: Fleet, path: Path, *, apply: bool, **options: object) -> CatalogImport:
     from examlops_policy.catalog import CatalogImport, ImportOptions, plan_import, read_catalog
 
     def strings(name: str) -> tuple[str, ...]:
@@ -105,7 +118,7 @@ def import_catalog(hw: Hardware, path: Path, *, apply: bool, **options: object) 
         regions=strings("regions"),
         accelerators=strings("accelerators"),
     )
-    planned = plan_import(catalog, [s.pool for s in hw.store.pool_states()], choice, tables=hw.tables)
+    planned = plan_import(catalog, sorted((s.pool for s in hw.pools()), key=lambda p: p.name), choice, tables=hw.tables)
     if not apply:
         return CatalogImport(planned)
     changes = hw.apply(list(planned.writes()))

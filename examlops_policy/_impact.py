@@ -32,16 +32,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol
 
-from examlops_policy._engine import reference_input
+from examlops_policy._core.engine import reference_input
 from examlops_policy.errors import PolicyError, SpecError
 from examlops_policy.model import Capacity, JSONObject, JSONValue, Pool, Workload
-from examlops_policy._placement import Fleet, FleetEntry, carbon_per_hour, effective_cost
-from examlops_policy._verdicts import About, content_key
+from examlops_policy._core.selection import Fleet, FleetEntry, carbon_per_hour, effective_cost
+from examlops_policy._core.codec import content_key
+from examlops_policy._core.verdicts import About
 
 if TYPE_CHECKING:
-    from examlops_policy.hardware import Hardware
+    from examlops_policy._core.records import DecisionInputs
     from examlops_policy.tables import Tables
-    from examlops_policy.views import DecisionSummary
+    from examlops_policy.views import DecisionPage, DecisionRecord, DecisionSummary
 
 KINDS: Final = ("outcome", "pool", "fallback", "burst", "reasons")
 KIND_TITLES: Final = {
@@ -60,6 +61,16 @@ class ReferencePolicy(Protocol):
     def about(self) -> About: ...
 
     def decision(self, policy_input: JSONObject) -> JSONObject: ...
+
+
+class Recorded(Protocol):
+    """What recorded cases are read from: the façade's decisions and what each was made on."""
+
+    def decision_page(self, *, limit: int = 20, since: str | None = None, until: str | None = None, cursor: str | None = None) -> DecisionPage: ...
+
+    def decision(self, ident: str) -> DecisionRecord: ...
+
+    def decision_inputs(self, ident: str) -> DecisionInputs: ...
 
 
 # -- cases ------------------------------------------------------------------------------------
@@ -90,11 +101,11 @@ class Case:
         return reference_input(self.workload, Fleet("impact", entries), self.capacities, about)
 
 
-def recorded_cases(hw: Hardware, *, last: int | None = None, since: str | None = None) -> tuple[list[Case], list[str]]:
+def recorded_cases(hw: Recorded, *, last: int | None = None, since: str | None = None) -> tuple[list[Case], list[str]]:
     """The recorded decisions, newest first: the ``last`` N, or every one made at or after
     ``since`` (ISO 8601 UTC; at most ``MAX_RECORDED``). Returns the cases and, for decisions that
     cannot be replayed (recorded before decisions kept their inputs), why they were skipped."""
-    from examlops_policy._records import judged_from
+    from examlops_policy._core.records import judged_from
 
     limit = last if last is not None else (MAX_RECORDED if since is not None else 100)
     rows: list[DecisionSummary] = []
@@ -113,7 +124,7 @@ def recorded_cases(hw: Hardware, *, last: int | None = None, since: str | None =
             fleet_rev = record.decision.provenance.fleet_revision
             if fleet_rev is None:
                 raise SpecError("recorded before decisions kept their fleet")
-            inputs = hw.store.decision_inputs(row.id)
+            inputs = hw.decision_inputs(row.id)
         except SpecError as exc:
             skipped.append(f"{label}: {exc}")
             continue
@@ -126,7 +137,7 @@ def recorded_cases(hw: Hardware, *, last: int | None = None, since: str | None =
 def suite_cases(workloads: Path, fleet: Path, tables: Tables) -> list[Case]:
     """Every workload file in ``workloads`` (a file, or a folder of ``*.yaml``) over the pools of
     ``fleet``, all empty. Raises SpecError for a file that is not a valid workload or pools file."""
-    from examlops_policy._packing import layout_of, summarize
+    from examlops_policy._core.packing import layout_of, summarize
     from examlops_policy.specs import pools_from_file, workload_from_file
 
     files = sorted(workloads.glob("*.yaml")) + sorted(workloads.glob("*.yml")) if workloads.is_dir() else [workloads]

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Final, Protocol
 
 from examlops_policy.errors import PolicyError, PolicyUnavailable
 from examlops_policy.model import JSONObject
-from examlops_policy._verdicts import About, Answer, decode_about, decode_verdicts
+from examlops_policy._core import codec
+from examlops_policy._core.verdicts import About, Answer, Confirmation, PolicyEvaluator
 
 PACKAGE_PATH: Final = "/v1/data/examlops/hardware/placement"
 FLEET_PATH: Final = "/v1/data/examlops_fleet"
@@ -36,33 +36,6 @@ class Transport(Protocol):
     def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]: ...
 
     def close(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class Confirmation:
-    """What OPA says it serves right now."""
-
-    revision: str | None
-    opa_version: str
-
-
-class PolicyEvaluator(Protocol):
-    """A policy engine serving the placement policy.
-
-    Every method is free of side effects on placements and may be called again for the same answer
-    while the revision holds. Each raises ``PolicyUnavailable`` when no answer could be had and
-    ``PolicyError`` when the answer is not usable; never a partial answer.
-    """
-
-    def confirm(self) -> Confirmation: ...
-
-    def about(self) -> About: ...
-
-    def verdicts(self, workload: JSONObject, keys: Sequence[str], shapes: Mapping[str, JSONObject]) -> Answer: ...
-
-    def decision(self, policy_input: JSONObject) -> JSONObject: ...
-
-    def describe(self) -> str: ...
 
 
 class OpaPolicy:
@@ -84,34 +57,23 @@ class OpaPolicy:
             raise exc.nothing_placed() from exc
 
     def _query(self, rule: str, policy_input: JSONObject) -> object:
-        body = json.dumps({"input": policy_input}, separators=(",", ":"), allow_nan=False).encode("utf-8")
-        status, raw = self._request("POST", f"{PACKAGE_PATH}/{rule}", body)
+        status, raw = self._request("POST", f"{PACKAGE_PATH}/{rule}", codec.query_body(policy_input))
         if status in (401, 403):
             raise PolicyUnavailable(f"{self._where} refused the query ({status}: {_message(raw)}): the token is missing or wrong; nothing was placed")
         if status != 200:
             raise PolicyError(f"{self._where} refused the query ({status}): {_message(raw)}")
-        try:
-            answer = json.loads(raw)
-        except ValueError as exc:
-            raise PolicyError(f"{self._where} gave an unreadable answer: {exc}") from exc
-        if not isinstance(answer, dict) or "result" not in answer:
-            raise PolicyError(f"{self._where}: the policy returned no {rule} (undefined); is the placement policy loaded?")
-        return answer["result"]
+        return codec.result_of(raw, rule, self._where)
 
     def confirm(self) -> Confirmation:
-        raw = self._query("confirm", {})
-        if not isinstance(raw, dict) or not isinstance(raw.get("opa_version"), str):
-            raise PolicyError(f"{self._where}: malformed confirmation: {str(raw)[:120]}")
-        revision = raw.get("revision")
-        return Confirmation(revision if isinstance(revision, str) and revision else None, raw["opa_version"])
+        return codec.decode_confirmation(self._query("confirm", {}), self._where)
 
     def about(self) -> About:
-        return decode_about(self._query("about", {}), self._where)
+        return codec.decode_about(self._query("about", {}), self._where)
 
     def verdicts(self, workload: JSONObject, keys: Sequence[str], shapes: Mapping[str, JSONObject]) -> Answer:
         policy_input: JSONObject = {"workload": workload, "keys": list(keys)}
         for _ in range(UPLOAD_ROUNDS):
-            answer = decode_verdicts(self._query("verdicts", policy_input), keys, self._where)
+            answer = codec.decode_verdicts(self._query("verdicts", policy_input), keys, self._where)
             if not answer.missing:
                 return answer
             self._upload({k: shapes[k] for k in answer.missing if k in shapes})
@@ -120,12 +82,10 @@ class OpaPolicy:
     def _upload(self, shapes: Mapping[str, JSONObject]) -> None:
         if not shapes:
             raise PolicyError(f"{self._where} asked for shapes this fleet does not have")
-        patch = [{"op": "add", "path": f"/{key}", "value": shape} for key, shape in sorted(shapes.items())]
-        body = json.dumps(patch, separators=(",", ":")).encode("utf-8")
-        status, raw = self._request("PATCH", f"{FLEET_PATH}/shapes", body)
+        status, raw = self._request("PATCH", f"{FLEET_PATH}/shapes", codec.shapes_patch(shapes))
         if status == 404:
             # No shapes yet (a fresh server): create them.
-            status, raw = self._request("PUT", FLEET_PATH, json.dumps({"shapes": dict(shapes)}).encode("utf-8"))
+            status, raw = self._request("PUT", FLEET_PATH, codec.shapes_document(shapes))
         if status not in (200, 204):
             raise PolicyError(f"{self._where} refused the fleet's shapes ({status}): {_message(raw)}")
 

@@ -2,8 +2,8 @@
 
 Every reason code the policy can give is declared once, in the ``# METADATA`` of the package that
 gives it: each check's ``custom.codes`` (``policies/examlops/hardware/checks/<name>/``), and those
-of the workload's validation, the tiers and the reference decision. The placement package
-composes them (``check_list``, ``check_about``, ``codes_of``); this module asks OPA for them
+of the workload's validation, the tiers, the composer and the reference decision. The composer
+package gathers them (``check_list``, ``check_about``, ``codes_of``); this module asks OPA for them
 (``opa eval`` over the policy folder, the tests left out) and writes them as Markdown between two
 markers in the README::
 
@@ -31,21 +31,23 @@ from examlops_policy.tables import policy_dir
 BEGIN: Final = "<!-- reason-codes:begin -->"
 END: Final = "<!-- reason-codes:end -->"
 _TIMEOUT_S: Final = 120.0
-_PLACEMENT: Final = "data.examlops.hardware.placement"
+_COMPOSER: Final = "data.examlops.hardware.composer"
 # One query: the checks in order, their annotations, and the codes of the other packages.
 _QUERY: Final = (
     "{"
-    f'"checks": {_PLACEMENT}.check_list, '
-    f'"about": {_PLACEMENT}.check_about, '
-    f'"workload": {_PLACEMENT}.codes_of(data.examlops.hardware.workload.about), '
-    f'"tiers": {_PLACEMENT}.codes_of(data.examlops.hardware.tiers.about), '
-    f'"decision": {_PLACEMENT}.codes_of({_PLACEMENT}.own_about)'
+    f'"checks": {_COMPOSER}.check_list, '
+    f'"about": {_COMPOSER}.check_about, '
+    f'"workload": {_COMPOSER}.codes_of(data.examlops.hardware.workload.about), '
+    f'"tiers": {_COMPOSER}.codes_of(data.examlops.hardware.tiers.about), '
+    f'"composer": {_COMPOSER}.codes_of({_COMPOSER}.own_about), '
+    f'"decision": {_COMPOSER}.codes_of(data.examlops.hardware.reference.own_about)'
     "}"
 )
 # Where the codes that are not a check's come from, as the table names them.
 _OTHER: Final = (
     ("workload", "the workload (invalid input)"),
     ("tiers", "tier (why an admissible pool was passed over)"),
+    ("composer", "the composer (the checks from their metadata)"),
     ("decision", "the reference decision"),
 )
 
@@ -82,7 +84,7 @@ class PolicyCodes:
 
 
 def policy_metadata(policy_root: Path | None = None, *, opa: Path | None = None) -> JSONObject:
-    """The checks and codes as the placement package composes them, from ``opa eval``.
+    """The checks and codes as the composer package gathers them, from ``opa eval``.
 
     Raises PolicyUnavailable when OPA cannot run, PolicyError when the policy does not compile or
     gives no answer.
@@ -99,7 +101,7 @@ def policy_metadata(policy_root: Path | None = None, *, opa: Path | None = None)
     try:
         value = json.loads(done.stdout)["result"][0]["expressions"][0]["value"]
     except (ValueError, LookupError, TypeError) as exc:
-        raise PolicyError(f"the policy in {root} gave no metadata (is the placement package there?): {exc}") from exc
+        raise PolicyError(f"the policy in {root} gave no metadata (is the composer package there?): {exc}") from exc
     if not isinstance(value, dict):
         raise PolicyError(f"the policy in {root} gave malformed metadata: {str(value)[:200]}")
     return cast(JSONObject, value)
@@ -134,7 +136,7 @@ def decode(meta: Mapping[str, object]) -> PolicyCodes:
     """The checks and codes of ``policy_metadata``'s answer; PolicyError when malformed."""
     checks_raw, about_raw = meta.get("checks"), meta.get("about")
     if not isinstance(checks_raw, list) or not isinstance(about_raw, dict):
-        raise PolicyError("policy metadata: no checks (is the placement package there?)")
+        raise PolicyError("policy metadata: no checks (is the composer package there?)")
     checks, codes = [], []
     for c in checks_raw:
         if not isinstance(c, dict):

@@ -9,18 +9,28 @@ the state does not know.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from examlops_policy.errors import ExaError, ExecutorError, SpecError
 from examlops_policy.executors.placed import live_placement
-from examlops_policy.hardware import SOURCE
 from examlops_policy.model import JSONObject, Pool
-
 from examlops_policy.views import DecisionRecord, JobReport, Submission
 
 if TYPE_CHECKING:
     from examlops_policy.executors.kubernetes_api import KubernetesCluster
-    from examlops_policy.hardware import Hardware
+
+
+class Placed(Protocol):
+    """What submission needs of the façade: recorded decisions, their pools, and the writes that
+    record a job on its decision."""
+
+    def decision(self, ident: str) -> DecisionRecord: ...
+
+    def pool_by_name(self, name: str) -> Pool: ...
+
+    def set_job(self, ident: str, job_id: str, *, scheduler: str, uid: str | None = None) -> DecisionRecord: ...
+
+    def mark_job(self, ident: str, state: str) -> DecisionRecord: ...
 
 SCHEDULERS = ("slurm", "kubernetes")
 # Slurm job states (squeue/scontrol/sacct) by what they mean here.
@@ -33,7 +43,7 @@ _SLURM: dict[str, str] = {
 }  # fmt: skip
 
 
-def _placed(hw: Hardware, ident: str) -> tuple[DecisionRecord, Pool]:
+def _placed(hw: Placed, ident: str) -> tuple[DecisionRecord, Pool]:
     record = hw.decision(ident)
     pool = hw.pool_by_name(str(getattr(record.decision, "pool", "") or ""))
     live_placement(record, pool, nothing="to submit")
@@ -46,7 +56,7 @@ def _cluster(options: dict[str, object]) -> KubernetesCluster:
     return KubernetesCluster.connect(cast("str | None", options.get("kubeconfig")), cast("str | None", options.get("context")))
 
 
-def manifest(hw: Hardware, ident: str, *, image: str, **options: object) -> JSONObject:
+def manifest(hw: Placed, ident: str, *, image: str, **options: object) -> JSONObject:
     from examlops_policy.executors.kubernetes import job_manifest
 
     record, pool = _placed(hw, ident)
@@ -59,7 +69,7 @@ def manifest(hw: Hardware, ident: str, *, image: str, **options: object) -> JSON
     )  # fmt: skip
 
 
-def submit(hw: Hardware, ident: str, scheduler: str, *, dry_run: bool, **options: object) -> Submission:
+def submit(hw: Placed, ident: str, scheduler: str, *, dry_run: bool, **options: object) -> Submission:
     if scheduler == "slurm":
         return _submit_slurm(hw, ident, dry_run=dry_run, script=options.get("script"))
     if scheduler == "kubernetes":
@@ -67,7 +77,7 @@ def submit(hw: Hardware, ident: str, scheduler: str, *, dry_run: bool, **options
     raise SpecError(f"expected one of {', '.join(SCHEDULERS)} (got {scheduler!r})", field="scheduler")
 
 
-def _submit_slurm(hw: Hardware, ident: str, *, dry_run: bool, script: object) -> Submission:
+def _submit_slurm(hw: Placed, ident: str, *, dry_run: bool, script: object) -> Submission:
     from examlops_policy.executors.gres import load_gres_table
     from examlops_policy.executors.slurm import SCHEDULER, slurm_request
     from examlops_policy.executors.slurm import submit as sbatch
@@ -80,11 +90,11 @@ def _submit_slurm(hw: Hardware, ident: str, *, dry_run: bool, script: object) ->
     if dry_run:
         return Submission(record.id, SCHEDULER, False, **common)  # type: ignore[arg-type]
     job_id = sbatch(request)
-    updated = hw.store.set_job(record.id, job_id, scheduler=SCHEDULER, source=SOURCE)
+    updated = hw.set_job(record.id, job_id, scheduler=SCHEDULER)
     return Submission(updated.id, SCHEDULER, True, job_id=job_id, **common)  # type: ignore[arg-type]
 
 
-def _submit_kubernetes(hw: Hardware, ident: str, *, dry_run: bool, options: dict[str, object]) -> Submission:
+def _submit_kubernetes(hw: Placed, ident: str, *, dry_run: bool, options: dict[str, object]) -> Submission:
     image = options.get("image")
     if not image:
         raise SpecError("a container image is needed to submit to Kubernetes", field="--image")
@@ -97,7 +107,7 @@ def _submit_kubernetes(hw: Hardware, ident: str, *, dry_run: bool, options: dict
         if dry_run:
             return Submission(record.id, "kubernetes", False, namespace=ref.namespace, job_id=f"{ref.namespace}/{ref.name}", manifest=job)
         try:
-            updated = hw.store.set_job(record.id, f"{ref.namespace}/{ref.name}", scheduler="kubernetes", uid=ref.uid, source=SOURCE)
+            updated = hw.set_job(record.id, f"{ref.namespace}/{ref.name}", scheduler="kubernetes", uid=ref.uid)
         except ExaError:
             # Recorded nowhere: nothing may run that the state does not know.
             cluster.delete_job(ref.namespace, ref.name)
@@ -105,7 +115,7 @@ def _submit_kubernetes(hw: Hardware, ident: str, *, dry_run: bool, options: dict
     return Submission(updated.id, "kubernetes", True, job_id=f"{ref.namespace}/{ref.name}", job_uid=ref.uid, namespace=ref.namespace, manifest=job)
 
 
-def status(hw: Hardware, ident: str, **options: object) -> JobReport:
+def status(hw: Placed, ident: str, **options: object) -> JobReport:
     record = hw.decision(ident)
     if record.job_id is None:
         raise SpecError(f"decision {record.id[:12]} was not submitted to a scheduler", field="ID")
@@ -114,7 +124,7 @@ def status(hw: Hardware, ident: str, **options: object) -> JobReport:
         with _cluster(dict(options)) as cluster:
             job = cluster.job_status(namespace, name)
         if job.state == "missing" and record.job_state != "missing":
-            hw.store.mark_job(record.id, "missing", source=SOURCE)
+            hw.mark_job(record.id, "missing")
         return JobReport(record.id, "kubernetes", record.job_id, job.state, job.reason, job.message)
     return _slurm_status(record)
 

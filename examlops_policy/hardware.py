@@ -1,15 +1,18 @@
 """The orchestrator: state store + policy engine + decision core, as the CLI and library use it.
 
-``Hardware`` wires the adapters (SQLite or PostgreSQL state, a local or remote OPA) around the pure
-decision core. A placement asks the policy first, outside any lock, on a snapshot of the state;
-then the store commits it (reservation, devices, decision, burst event and audit entries in one
-transaction), redoing the selection if capacity changed meanwhile.
+``Hardware`` wires the adapters (SQLite or PostgreSQL state, a local or remote OPA, the reviewed
+policy files) around the pure decision core (``_core``). A placement is made under one snapshot of
+the reviewed policy (tables and revision together): the policy's verdicts and the selection come
+first, outside any lock, on a snapshot of the state; then the core commits it through the store's
+narrow transaction API (reservation, devices, decision, burst event and audit entries in one
+transaction), re-running the selection only when the pools that matter changed meanwhile.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -17,16 +20,20 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
 
-from examlops_policy._policy_review import PolicyReview
-from examlops_policy._engine import Engine, Prepared, capacity_digest, differences, fleet_revision, reference_input, same_policy
+from examlops_policy._core import codec, commit
+from examlops_policy._core.engine import Engine, Prepared, RevisionMismatch, differences, reference_input, same_policy
+from examlops_policy._core.records import DecisionInputs, Reader, judged_from
+from examlops_policy._core.request import Request
+from examlops_policy._core.state import Capacities, Snapshot, Snapshots, state_of
 from examlops_policy.errors import NotFoundError, PolicyUnavailable, SpecError, StateError
 from examlops_policy.model import Decision, JSONObject, Placement, Pool, PoolState, Reason, Workload
-from examlops_policy._packing import describe, device_layouts, layout_of, summarize
-from examlops_policy._placement import carbon_per_hour, effective_cost
+from examlops_policy._core.packing import describe, device_layouts
+from examlops_policy._core.selection import effective_cost, priced
 from examlops_policy._policy import Confirmation, OpaPolicy, PolicyEvaluator
-from examlops_policy.store import Snapshot, StaleFleet, Store
-from examlops_policy.tables import Tables, load_tables, policy_dir, revision
-from examlops_policy._verdicts import About, Answer, workload_input
+from examlops_policy.store import StaleFleet, Store
+from examlops_policy._reviewed import Pinned, PolicySnapshot, Reviewed
+from examlops_policy.tables import Tables, policy_dir
+from examlops_policy._core.verdicts import About, Answer
 from examlops_policy.views import (
     BurstEvent,
     DecisionPage,
@@ -46,6 +53,10 @@ from examlops_policy.views import (
 
 if TYPE_CHECKING:  # the crypto, OPA-process and report stacks load only when a command needs them
     from examlops_policy import audit
+    from examlops_policy._impact import Impact
+    from examlops_policy._policy_docs import DocsCheck
+    from examlops_policy._policy_tools import LintReport, TestReport
+    from examlops_policy.opa.revisions import PolicyStatus
     from examlops_policy.catalog import CatalogImport
     from examlops_policy.opa import OpaConnection, OpaStatus, StopReport
     from examlops_policy.opa.bundle import Bundle
@@ -146,7 +157,7 @@ def default_policy(home: Path) -> PolicyEvaluator:
     return ManagedPolicy(home)
 
 
-def open_store(home: Path, tables: Tables | None = None) -> Store:
+def open_store(home: Path) -> Store:
     """``EXA_DB_URL`` (postgresql://...) when set, else SQLite in ``home``."""
     url = os.environ.get("EXA_DB_URL")
     if url:
@@ -154,10 +165,10 @@ def open_store(home: Path, tables: Tables | None = None) -> Store:
             raise SpecError(f"EXA_DB_URL must be a postgresql:// URL (got {url.split(':')[0]}:...)")
         from examlops_policy.store.postgres import PostgresStore
 
-        return PostgresStore(url, tables=tables)
+        return PostgresStore(url)
     from examlops_policy.store.sqlite import SQLiteStore
 
-    return SQLiteStore(home / "state.db", tables=tables)
+    return SQLiteStore(home / "state.db")
 
 
 def lease_end(lease: timedelta, now: datetime | None = None) -> str:
@@ -165,7 +176,7 @@ def lease_end(lease: timedelta, now: datetime | None = None) -> str:
     return end.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-class Hardware(PolicyReview):
+class Hardware:
     """Pools, placements and their records, as ``exa hardware`` offers them."""
 
     def __init__(
@@ -179,22 +190,57 @@ class Hardware(PolicyReview):
         self.home = home or default_home()
         self._store = store
         self._policy = policy
-        self.tables = tables or load_tables()
-        self._engine: Engine | None = None
-        self._fleet_revs: dict[int, str] = {}
-        self._capacities_at: tuple[tuple[int, int] | None, str] = (None, "")
+        # The reviewed policy a decision is made under: its tables and their revision, read together
+        # and noticed when the files change (tables passed in are pinned).
+        self._reviewed: Reviewed | Pinned = Pinned(tables) if tables is not None else Reviewed()
+        self._under: _Under | None = None
+        self._fleet_revs: dict[tuple[str, int], str] = {}
+        self._snapshots = Snapshots()
+        self._laid_out: str | None = None
         self._closed = False
 
     def _open(self) -> None:
         if self._closed:
             raise StateError(f"this Hardware (state in {self.home}) was closed; make a new Hardware() to go on")
 
+    def _current(self, *, force: bool = False) -> _Under:
+        """What decisions are made under now: the policy snapshot, its packing rules and its engine."""
+        snapshot = self._reviewed.current(force=force)
+        if self._under is None or self._under.policy is not snapshot:
+            self._under = _Under(snapshot, Capacities(snapshot.tables))
+        return self._under
+
+    @property
+    def tables(self) -> Tables:
+        """The reviewed tables (of the policy snapshot decisions are made under now)."""
+        return self._current().policy.tables
+
     @property
     def store(self) -> Store:
         self._open()
         if self._store is None:
-            self._store = open_store(self.home, self.tables)
+            self._store = open_store(self.home)
+        capacities = self._current().capacities
+        if self._laid_out != capacities.digest:
+            # Capacities worked out with other packing rules (or before an upgrade) are redone once.
+            commit.ensure_layout(self._store, capacities)
+            self._laid_out = capacities.digest
         return self._store
+
+    @property
+    def records(self) -> Reader:
+        """Recorded decisions read back (rebuilt) from the store's rows."""
+        under = self._current()
+        if under.reader is None:
+            under.reader = Reader(self.store, under.policy.tables)
+        return under.reader
+
+    @property
+    def _capacities(self) -> Capacities:
+        return self._current().capacities
+
+    def _snapshot(self) -> Snapshot:
+        return self._snapshots.read(self.store)
 
     @property
     def policy(self) -> PolicyEvaluator:
@@ -205,9 +251,29 @@ class Hardware(PolicyReview):
 
     @property
     def engine(self) -> Engine:
-        if self._engine is None:
-            self._engine = Engine(self.policy, self.tables, reviewed=revision(policy_dir()))
-        return self._engine
+        """The engine of the policy snapshot decisions are made under now (its verdicts are kept
+        per revision)."""
+        return self._engine_of(self._current())
+
+    def _engine_of(self, under: _Under) -> Engine:
+        if under.engine is None:
+            under.engine = Engine(self.policy, under.policy.tables, reviewed=under.policy.revision)
+        return under.engine
+
+    def _prepare(
+        self, request: Request | Workload, pools: Sequence[Pool], *, fleet_rev: str | None = None, under: _Under | None = None
+    ) -> tuple[_Under, Prepared]:
+        """Confirm and judge under the policy snapshot ``under`` (default: the current one). When
+        OPA serves another revision, the files are looked at again (they may have changed, or been
+        reverted) and a local OPA is found again (it restarts on the files as they are), once."""
+        under = under or self._current()
+        try:
+            return under, self._engine_of(under).prepare(request, pools, fleet_rev=fleet_rev)
+        except RevisionMismatch:
+            under = self._current(force=True)
+            if isinstance(self._policy, ManagedPolicy) and not os.environ.get("EXA_OPA_URL"):
+                self._policy.close()
+            return under, self._engine_of(under).prepare(request, pools, fleet_rev=fleet_rev)
 
     def close(self) -> None:
         """Close the store and the policy connection; using this Hardware afterwards raises
@@ -226,7 +292,7 @@ class Hardware(PolicyReview):
         from examlops_policy import specs
 
         specs.check_pool_facts(pool, self.tables)
-        return self.store.apply_pools([pool], replace=False)[0]
+        return commit.apply_pools(self.store, self._capacities, [pool], replace=False, source=SOURCE)[0]
 
     def apply(self, pools: Sequence[Pool]) -> list[PoolChange]:
         """Register or update pools (idempotent). A pool that live decisions hold keeps its
@@ -235,7 +301,7 @@ class Hardware(PolicyReview):
 
         for pool in pools:
             specs.check_pool_facts(pool, self.tables)
-        return self.store.apply_pools(pools, replace=True)
+        return commit.apply_pools(self.store, self._capacities, pools, replace=True, source=SOURCE)
 
     def apply_file(self, path: Path) -> list[PoolChange]:
         """``apply`` the pools of a reviewed YAML file (``pools: [...]``)."""
@@ -245,7 +311,7 @@ class Hardware(PolicyReview):
 
     def pools(self) -> list[PoolState]:
         """Every pool with what it can still place, cheapest first (then by name)."""
-        return sorted(self.store.pool_states(), key=lambda s: (effective_cost(s.pool, self.tables), s.pool.name))
+        return sorted(self._snapshot().states, key=lambda s: (effective_cost(s.pool, self.tables), s.pool.name))
 
     def pool_views(self) -> list[PoolView]:
         """``pools()`` as people look at them: what is placeable, price and carbon per device-hour."""
@@ -255,7 +321,7 @@ class Hardware(PolicyReview):
         from examlops_policy.accounting import carbon_basis, carbon_method_text
 
         pool = state.pool
-        layout = layout_of(pool, self.tables)
+        layout = self._capacities.layout(pool)
         carbon = carbon_basis(pool, self.tables)
         return PoolView(
             state=state,
@@ -271,20 +337,31 @@ class Hardware(PolicyReview):
 
     def pool(self, name: str) -> PoolDetail:
         """One pool device by device: what its live grants hold. NotFoundError for an unknown one."""
-        state, holdings = self.store.pool_detail(name)
-        layout = layout_of(state.pool, self.tables)
+        row, held = self.store.pool_row(name)
+        state = state_of(row)
+        holdings = [h.holding for h in held]
+        layout = self._capacities.layout(state.pool)
         return PoolDetail(self._view(state), tuple(holdings), tuple(device_layouts(layout, holdings)))
 
     # -- decisions --------------------------------------------------------------------------
 
-    def _fleet_rev(self, snap: Snapshot) -> str:
-        rev = self._fleet_revs.get(snap.fleet_version)
+    def _fleet_rev(self, snap: Snapshot, under: _Under) -> str:
+        """The fleet's revision: its pools with their prices (the tables' defaults among them)."""
+        key = (under.policy.revision, snap.fleet_version)
+        rev = self._fleet_revs.get(key)
         if rev is None:
-            rev = self._fleet_revs[snap.fleet_version] = fleet_revision([s.pool for s in snap.states], self.tables)
+            if len(self._fleet_revs) > 8:
+                self._fleet_revs.clear()
+            rev = self._fleet_revs[key] = codec.fleet_revision(codec.fleet_document(priced(snap.pools, under.policy.tables)))
         return rev
 
-    def _prepare(self, workload: Workload, snap: Snapshot) -> Prepared:
-        return self.engine.prepare(workload, [s.pool for s in snap.states], fleet_rev=self._fleet_rev(snap))
+    def _decide(self, request: Request, snap: Snapshot, under: _Under) -> tuple[_Under, Prepared, Decision]:
+        """The policy's verdicts (outside any lock), then selection over the snapshot's capacity,
+        all under one policy snapshot (another one only when OPA serves another revision)."""
+        under, prepared = self._prepare(request, snap.pools, fleet_rev=self._fleet_rev(snap, under), under=under)
+        if prepared.judged.fleet.revision != self._fleet_rev(snap, under):
+            prepared = self._engine_of(under).prepare(request, snap.pools, fleet_rev=self._fleet_rev(snap, under))
+        return under, prepared, prepared.decide(snap.capacities, under.policy.tables, capacities_digest=snap.capacity_digest)
 
     def place(self, workload: Workload, *, request_id: str | None = None, lease: timedelta | None = None) -> DecisionRecord:
         """Decide and record: devices, decision, burst event and audit entries, atomically.
@@ -296,21 +373,28 @@ class Hardware(PolicyReview):
         """
         from examlops_policy import specs
 
-        specs.check_workload_facts(workload, self.tables)
+        under = self._current()
+        specs.check_workload_facts(workload, under.policy.tables)
+        request = Request(workload)
         if request_id is not None:
             specs.check_request_id(request_id)
-            found = self.store.find_request(request_id)
+            found = self.store.request_row(request_id)
             if found is not None:
-                return _same_request(found, workload, request_id)
+                return _same_request(self.records.record(found), request, request_id)
         until = None if lease is None else lease_end(_check_lease(lease))
         for _ in range(FLEET_ROUNDS):
-            snap = self.store.snapshot()
-            prepared = self._prepare(workload, snap)
+            snap = self._snapshot()
+            under, prepared, decided = self._decide(request, snap, under)
             try:
-                record = self.store.commit(prepared, snap, source=SOURCE, request_id=request_id, lease_expires_at=until)
+                done = commit.place(
+                    self.store, prepared, decided, snap, under.capacities, source=SOURCE, request_id=request_id, lease_expires_at=until
+                )
             except StaleFleet:
                 continue
-            return _same_request(record, workload, request_id) if request_id is not None else record
+            if done.record is None:
+                assert done.earlier is not None and request_id is not None
+                return _same_request(self.records.record(done.earlier), request, request_id)
+            return done.record
         raise StateError(f"pools kept changing while {workload.name} was being placed ({FLEET_ROUNDS} rounds); nothing was placed")
 
     def burst(self, workload: Workload, *, request_id: str | None = None, lease: timedelta | None = None) -> DecisionRecord:
@@ -321,11 +405,11 @@ class Hardware(PolicyReview):
         """Whether ``engine`` can run on ``accelerator`` (the policy's portability check): the
         accelerator's backend, and the policy's reason when it cannot. SpecError for an unknown
         engine or accelerator; PolicyUnavailable without a verdict."""
-        prepared = self.engine.prepare(Workload("portability-check", accelerator=accelerator, engine=engine), [])
+        under, prepared = self._prepare(Workload("portability-check", accelerator=accelerator, engine=engine), [])
         rejection = prepared.judged.workload.rejection
         # With no pools, the only rejection that speaks of the workload itself is portability's.
         reason = rejection if rejection is not None and rejection.code == "backend_unsupported" else None
-        backend = str(cast(JSONObject, self.tables.accelerators[accelerator])["backend"])
+        backend = str(cast(JSONObject, under.policy.tables.accelerators[accelerator])["backend"])
         return Portability(engine, accelerator, backend, reason)
 
     def what_if(self, workload: Workload, pools: Sequence[Pool] | None = None) -> Decision:
@@ -333,23 +417,21 @@ class Hardware(PolicyReview):
         current state."""
         from examlops_policy import specs
 
-        specs.check_workload_facts(workload, self.tables)
+        under = self._current()
+        specs.check_workload_facts(workload, under.policy.tables)
         if pools is None:
-            snap = self.store.snapshot()
-            capacities = [s.capacity for s in snap.states]
-            # What-ifs on one state share its capacity digest: worked out once per state version.
-            if self._capacities_at[0] != (snap.version, snap.fleet_version):
-                self._capacities_at = ((snap.version, snap.fleet_version), capacity_digest(capacities))
-            return self._prepare(workload, snap).decide(capacities, self.tables, capacities_digest=self._capacities_at[1])
+            return self._decide(Request(workload), self._snapshot(), under)[2]
         states = []
         for pool in pools:
-            specs.check_pool_facts(pool, self.tables)
-            states.append(PoolState(pool, float(pool.count), summarize(layout_of(pool, self.tables), [])))
-        return self.engine.decide(workload, states)
+            specs.check_pool_facts(pool, under.policy.tables)
+            states.append(under.capacities.empty(pool))
+        ordered = sorted(states, key=lambda s: s.pool.name)
+        under, prepared = self._prepare(workload, [s.pool for s in ordered], under=under)
+        return prepared.decide([s.capacity for s in ordered], under.policy.tables)
 
     def decisions(self, limit: int = 20) -> list[DecisionRecord]:
         """The most recent decisions, each in full (rebuilt from its record)."""
-        return self.store.decisions(limit)
+        return [self.records.record(row) for row in self.store.decision_rows(limit)]
 
     def decision_page(self, *, limit: int = 20, since: str | None = None, until: str | None = None, cursor: str | None = None) -> DecisionPage:
         """A page of decisions from their columns, newest first (``since``/``until``: ISO 8601 UTC
@@ -370,7 +452,7 @@ class Hardware(PolicyReview):
 
     def decision(self, ident: str) -> DecisionRecord:
         """A decision by id or unique id prefix, rebuilt with every pool's verdict as it was made."""
-        return self.store.get_decision(ident)
+        return self.records.record(self.store.decision_row(ident))
 
     def release(self, ident: str, *, kubeconfig: str | None = None, context: str | None = None) -> ReleaseReport:
         """Free what a placement holds; a Kubernetes Job it was submitted as is deleted first
@@ -385,29 +467,29 @@ class Hardware(PolicyReview):
             namespace, _, name = record.job_id.partition("/")
             with KubernetesCluster.connect(kubeconfig, context) as cluster:
                 deleted = cluster.delete_job(namespace, name, uid=record.job_uid)
-        result = self.store.release(record.id, source=SOURCE)
-        return ReleaseReport(result.record, result.already, deleted)
+        row, already = commit.release(self.store, self._capacities, record.id, source=SOURCE)
+        return ReleaseReport(self.records.record(row), already, deleted)
 
     def renew(self, ident: str, lease: timedelta) -> DecisionRecord:
         """Move a live placement's lease end to ``lease`` from now."""
-        return self.store.renew(ident, lease_end(_check_lease(lease)), source=SOURCE)
+        until = lease_end(_check_lease(lease))
+        return self.records.record(commit.renew(self.store, self._capacities, ident, until, source=SOURCE))
 
     def replay(self, ident: str) -> Replay:
         """Ask the policy again, with the input a recorded decision was made on (its workload, its
         fleet, the capacity it saw), through the policy's complete reference rule: does the policy
         OPA serves now give the same answer?"""
-        from examlops_policy._records import judged_from
-
         record = self.decision(ident)
         decision = record.decision
         fleet_rev = decision.provenance.fleet_revision
         if fleet_rev is None:
             raise SpecError(f"decision {record.id[:12]} was recorded before decisions kept their fleet; it cannot be replayed", field="ID")
-        revision_now, _ = self.engine.confirm()
-        about = self.engine.about(revision_now)
-        doc = self.store.decision_inputs(record.id)
+        engine = self._engine_of(self._current(force=True))
+        revision_now, _ = engine.confirm()
+        about = engine.about(revision_now)
+        doc = self.decision_inputs(record.id)
         judged = judged_from(doc.fleet, doc.verdicts, fleet_rev)
-        fleet = self.engine.fleet([e.pool for e in judged.fleet.entries], revision_now, about)
+        fleet = engine.fleet([e.pool for e in judged.fleet.entries], revision_now, about)
         reference = self.policy.decision(reference_input(decision.workload, fleet, doc.capacities, about))
         diffs = differences(decision, reference)
         recorded = decision.provenance.policy_revision
@@ -427,6 +509,26 @@ class Hardware(PolicyReview):
         if not isinstance(record.decision, Placement):
             raise SpecError(f"decision {record.id[:12]} placed nothing, so it has no cost or carbon", field="ID")
         return device_accounting(record.decision, hours)
+
+    def decision_inputs(self, ident: str) -> DecisionInputs:
+        """What a recorded decision was made on: its fleet and verdict-set documents and the
+        capacity every pool had (SpecError for a decision recorded before decisions kept them)."""
+        return self.records.inputs(self.store.decision_row(ident))
+
+    def set_job(self, ident: str, job_id: str, *, scheduler: str, uid: str | None = None) -> DecisionRecord:
+        """Record the scheduler's job (and its uid) on a live placement, audited; SpecError when it
+        is not a live placement without a job."""
+        row = commit.set_job(self.store, self._capacities, ident, job_id, scheduler=scheduler, uid=uid, source=SOURCE)
+        return self.records.record(row)
+
+    def mark_job(self, ident: str, state: str) -> DecisionRecord:
+        """Record a changed job state on a decision (e.g. ``missing``), audited."""
+        return self.records.record(commit.mark_job(self.store, ident, state, source=SOURCE))
+
+    def record_usage(self, usage: Mapping[str, float], *, scheduler: str) -> dict[str, float]:
+        """Record how many devices of each named pool its scheduler reports busy: those beyond this
+        layer's own submitted, live placements are held outside it (audited per change)."""
+        return commit.record_usage(self.store, self._capacities, usage, scheduler=scheduler, source=SOURCE)
 
     def burst_events(self, limit: int = 50) -> list[BurstEvent]:
         """Every burst attempt, allowed or blocked, most recent first."""
@@ -459,6 +561,12 @@ class Hardware(PolicyReview):
         now = now or datetime.now(timezone.utc)
         since, until = _period(since, until)
         decisions, bursts = self.store.report_rows(since=since, until=until)
+        records = self.records
+        for row in decisions:
+            # How each placement's carbon was found, from the fleet it was decided on.
+            pool, fleet = row.pop("pool", None), row.pop("fleet", None)
+            if row["outcome"] == "placed":
+                row["carbon_method"] = records.carbon_method(cast("str | None", fleet), cast("str | None", pool))
         start = _day(since) if since else min((_day(str(d["created_at"])) for d in decisions), default=now.date())
         end = (_day(until) - timedelta(days=1)) if until else now.date()
         return report_from_rows(title, start, max(start, end), now, decisions=decisions, bursts=bursts)
@@ -483,6 +591,62 @@ class Hardware(PolicyReview):
         report.raise_for_problems()
         cp = audit.make_checkpoint(report.size, report.head, origin or audit.ORIGIN)
         return audit.sign_checkpoint(cp, key) if key is not None else cp
+
+    # -- the policy as reviewed code --------------------------------------------------------
+
+    def policy_status(self) -> PolicyStatus:
+        """The reviewed revision of the policy files and what each decision path serves; starts
+        nothing. PolicyError when the policy files cannot be read."""
+        from examlops_policy import _policy_review
+
+        return _policy_review.policy_status(self.home)
+
+    def policy_docs(self, readme: Path | None = None, *, write: bool = True) -> DocsCheck:
+        """Regenerate (``write``) or only check the reason-code table of ``readme`` (default: the
+        README beside the policy folder). SpecError when the README has no marked section;
+        PolicyError/PolicyUnavailable when the policy's metadata cannot be read."""
+        from examlops_policy import _policy_review
+
+        return _policy_review.policy_docs(readme, write=write)
+
+    def policy_tests(self, threshold: float | None = None) -> TestReport:
+        """The policy's Rego tests and its coverage against ``threshold`` percent (default: the
+        project's gate)."""
+        from examlops_policy import _policy_review
+
+        return _policy_review.policy_tests(threshold)
+
+    def policy_lint(self) -> LintReport:
+        """Regal over the policy folder, with the project's ``.regal/config.yaml``."""
+        from examlops_policy import _policy_review
+
+        return _policy_review.policy_lint()
+
+    def policy_impact(
+        self,
+        against: str,
+        *,
+        last: int | None = None,
+        since: str | None = None,
+        recorded: bool = True,
+        workloads: Path | None = None,
+        fleet: Path | None = None,
+        examples: bool = True,
+    ) -> Impact:
+        """The decisions that change between the policy ``against`` names (a git revision or a
+        folder) and the policy files here: the recorded ones (``last`` N, default 100, or those
+        made ``since``), unless not ``recorded``, and the workloads of ``workloads`` over the pools
+        of ``fleet`` (default: the example workloads over ``examples/fleet.yaml`` where the
+        checkout has them), unless not ``examples``.
+
+        SpecError when there is nothing to evaluate or an input file is invalid; see
+        ``impact.run_impact`` for the rest.
+        """
+        from examlops_policy import _policy_review
+
+        return _policy_review.policy_impact(
+            self, self.tables, against, last=last, since=since, recorded=recorded, workloads=workloads, fleet=fleet, examples=examples
+        )
 
     # -- the policy engine ------------------------------------------------------------------
 
@@ -526,7 +690,7 @@ class Hardware(PolicyReview):
         if close is not None:
             close()
         self._policy = None
-        self._engine = None
+        self._under = None
 
     # -- executors: discovery, submission, jobs ---------------------------------------------
 
@@ -570,10 +734,22 @@ class Hardware(PolicyReview):
         return _discovering.import_catalog(self, path, apply=apply, **options)
 
     def pool_by_name(self, name: str) -> Pool:
-        for state in self.store.pool_states():
-            if state.pool.name == name:
-                return state.pool
-        raise NotFoundError(f"no pool {name!r}")
+        snap = self._snapshot()
+        at = snap.index.get(name)
+        if at is None:
+            raise NotFoundError(f"no pool {name!r}")
+        return snap.states[at].pool
+
+
+@dataclass
+class _Under:
+    """What decisions are made under for one policy snapshot: its packing rules, its engine (its
+    verdicts kept per revision) and its reader of recorded decisions."""
+
+    policy: PolicySnapshot
+    capacities: Capacities
+    engine: Engine | None = None
+    reader: Reader | None = None
 
 
 def as_burst(workload: Workload) -> Workload:
@@ -626,9 +802,9 @@ def _check_lease(lease: timedelta) -> timedelta:
     return lease
 
 
-def _same_request(record: DecisionRecord, workload: Workload, request_id: str) -> DecisionRecord:
+def _same_request(record: DecisionRecord, request: Request, request_id: str) -> DecisionRecord:
     """The recorded decision for ``request_id``, which must be for the same workload."""
-    if workload_input(record.decision.workload) != workload_input(workload):
+    if not request.asks_as(codec.workload_input(record.decision.workload)):
         raise SpecError(
             f"request id {request_id!r} was used for another workload (decision {record.id[:12]}, {record.decision.workload.name}); "
             "use a new request id",

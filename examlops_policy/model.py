@@ -727,6 +727,11 @@ class Placement:
     ok: bool = field(default=True, init=False)
 
     @property
+    def outcome(self) -> str:
+        """``placed``."""
+        return "placed"
+
+    @property
     def device(self) -> str:
         """The device type placed on (the accelerator family)."""
         return self.accelerator
@@ -756,6 +761,11 @@ class Rejection:
     def burst_blocked(self) -> bool:
         """True when the rejection is a burst that data residency blocked."""
         return self.burst.verdict == "blocked"
+
+    @property
+    def outcome(self) -> str:
+        """``blocked`` (a burst that data governance blocked) or ``rejected``."""
+        return "blocked" if self.burst_blocked else "rejected"
 
 
 Decision = Union[Placement, Rejection]

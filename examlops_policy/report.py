@@ -26,7 +26,7 @@ from typing import Final, Literal
 
 from examlops_policy.accounting import CARBON_METHODS
 from examlops_policy.errors import SpecError
-from examlops_policy.views import FinopsRow
+from examlops_policy.views import FinopsRow, WorkloadCost
 
 OUTCOMES: Final = ("placed", "rejected", "blocked")
 BURST_VERDICTS: Final = ("allowed", "blocked", "unavailable")
@@ -61,16 +61,6 @@ class BurstCounts:
     allowed: int
     blocked: int
     unavailable: int
-
-
-@dataclass(frozen=True)
-class WorkloadCost:
-    """One workload's decisions (any outcome) and what its placements cost."""
-
-    name: str
-    decisions: int
-    cost: float
-    carbon_g: float
 
 
 @dataclass(frozen=True)
@@ -211,7 +201,7 @@ def report_from_rows(
         if day not in per_day:
             raise SpecError(f"{day} is outside the period {period_start} to {period_end}", field=where("created_at"))
         per_day[day][str(outcome)] += 1
-        spent = workloads.setdefault(str(name), [0, 0.0, 0.0])
+        spent = workloads.setdefault(str(name), [0, 0.0, 0.0, 0.0])
         spent[0] += 1
         if outcome != "placed":
             continue
@@ -228,6 +218,7 @@ def report_from_rows(
         if method is not None and method not in CARBON_METHODS:
             raise SpecError(f"expected one of {', '.join(CARBON_METHODS)} (got {method!r:.60})", field=where("carbon_method"))
         methods[str(method or "unrecorded")] = methods.get(str(method or "unrecorded"), 0.0) + carbon
+        spent[3] += hours
         placements += 1
         fallbacks += _flag(row, "fallback", where("fallback"))
         fraction = _number(row, "fraction", where("fraction"), default=1.0)
@@ -258,7 +249,7 @@ def report_from_rows(
         cost_carbon=cost_carbon,
         days=tuple(DayOutcomes(d, c["placed"], c["rejected"], c["blocked"]) for d, c in per_day.items()),
         bursts=tuple(BurstCounts(r, v["allowed"], v["blocked"], v["unavailable"]) for r, v in sorted(verdicts.items())),
-        top_workloads=tuple(WorkloadCost(n, int(w[0]), round(w[1], 6), round(w[2], 6)) for n, w in ranked[:top]),
+        top_workloads=tuple(WorkloadCost(n, int(w[0]), round(w[3], 6), round(w[1], 6), round(w[2], 6)) for n, w in ranked[:top]),
         honesty=Honesty(placements, fallbacks, requested, honored),
         totals=Totals(
             cost=round(sum(r.cost for r in cost_carbon), 6),
@@ -589,7 +580,7 @@ def render_html(data: ReportData) -> str:
         _table(
             f"Top {len(data.top_workloads)} workloads by cost",
             [("Workload", False), ("Decisions", True), (f"Cost ({cur})", True), ("Carbon (g CO₂e)", True)],
-            ([escape(w.name), f"{w.decisions:,}", f"{w.cost:,.2f}", f"{w.carbon_g:,.0f}"] for w in data.top_workloads),
+            ([escape(w.workload), f"{w.decisions:,}", f"{w.cost:,.2f}", f"{w.carbon_g:,.0f}"] for w in data.top_workloads),
             "table-workloads",
         ),
         "</section>",

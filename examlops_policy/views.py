@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
-from examlops_policy.model import Decision, Holding, JSONObject, Pool, PoolState, PoolVerdict, Reason
+from examlops_policy.model import Decision, Holding, JSONObject, JSONValue, Pool, PoolState, PoolVerdict, Reason
+
+# Balanced scores compare at this precision (as grant costs do, and as the policy rounds them).
+SCORE_DIGITS = 9
 
 if TYPE_CHECKING:  # for annotations only: the OPA stack loads when a command needs it
     from examlops_policy.discovery import NodeUsage as NodeUsage
@@ -96,7 +102,8 @@ class FinopsRow:
 
 @dataclass(frozen=True)
 class WorkloadCost:
-    """What the placements of one workload name cost and emitted."""
+    """One workload name's decisions and what its placements held, cost and emitted (``exa models
+    cost`` counts its placements; the FinOps report counts every decision, whatever its outcome)."""
 
     workload: str
     decisions: int
@@ -280,8 +287,6 @@ class Explanation:
 def explain(decision: Decision) -> Explanation:
     """The ranking behind ``decision``: the eligible pools of the winner's tier under its objective.
     (Rejections have no winner: an empty ranking.)"""
-    from examlops_policy._placement import balanced_scores
-
     w = decision.workload
     chosen = getattr(decision, "pool", None)
     tier = next((v.tier for v in decision.verdicts if v.pool == chosen), None)
@@ -302,11 +307,22 @@ def explain(decision: Decision) -> Explanation:
     return Explanation(tier, w.optimize, w.carbon_weight, tuple(standings))
 
 
-def decision_json(decision: Decision, record: DecisionRecord | None = None) -> dict[str, object]:
-    """A decision as ``--json`` prints it; with its record, the record's id, times, job and lease."""
-    from examlops_policy import _codec as codec
+def balanced_scores(rows: Sequence[tuple[float, float]], carbon_weight: float) -> list[float]:
+    """Each candidate's balanced score from its (cost, carbon) per hour: each divided by the
+    highest among the candidates, carbon weighted by ``carbon_weight``; lower is better."""
+    top_cost = max((r[0] for r in rows), default=0.0)
+    top_carbon = max((r[1] for r in rows), default=0.0)
+    w = carbon_weight
+    return [
+        round((1 - w) * (cost / top_cost if top_cost else 0.0) + w * (carbon / top_carbon if top_carbon else 0.0), SCORE_DIGITS)
+        for cost, carbon in rows
+    ]
 
-    body: dict[str, object] = dict(codec.to_json(decision))
+
+def decision_json(decision: Decision, record: DecisionRecord | None = None) -> dict[str, object]:
+    """A decision as ``--json`` prints it (``outcome`` first, then every field); with its record,
+    the record's id, times, job and lease."""
+    body: dict[str, object] = {"outcome": decision.outcome, **cast(JSONObject, _plain(decision))}
     if record is not None:
         body.update(
             id=record.id, decision_id=record.id, created_at=record.created_at, released_at=record.released_at, job_id=record.job_id,
@@ -314,3 +330,20 @@ def decision_json(decision: Decision, record: DecisionRecord | None = None) -> d
             job_state=record.job_state,
         )  # fmt: skip
     return body
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls) if f.name != "ok")
+
+
+def _plain(value: object) -> JSONValue:
+    """Like ``dataclasses.asdict`` without its deep copies (a large fleet's explanation holds
+    thousands of verdicts sharing reason and grant objects)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {name: _plain(getattr(value, name)) for name in _field_names(type(value))}
+    if isinstance(value, (tuple, list)) or (isinstance(value, Sequence) and not isinstance(value, (str, bytes))):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    return cast(JSONValue, value)

@@ -362,14 +362,15 @@ def test_parse_is_pure_and_names_its_source() -> None:
 def test_importing_twice_through_the_sqlite_store_changes_nothing(tmp_path: Path) -> None:
     from examlops_policy.store.sqlite import SQLiteStore
 
-    store = SQLiteStore(tmp_path / "state.db")
+    hw = Hardware(tmp_path, store=SQLiteStore(tmp_path / "state.db"))
     options = ImportOptions(count=8, spot=True)
-    first = plan_import(read_catalog(AWS), [s.pool for s in store.pool_states()], options)
-    assert {c.action for c in store.apply_pools(first.writes(), replace=True)} == {"added"}
-    again = plan_import(read_catalog(AWS), [s.pool for s in store.pool_states()], options)
+    first = plan_import(read_catalog(AWS), [s.pool for s in hw.pools()], options)
+    assert {c.action for c in hw.apply(first.writes())} == {"added"}
+    again = plan_import(read_catalog(AWS), [s.pool for s in hw.pools()], options)
     assert again.writes() == () and again.summary()["unchanged"] == len(first.changes)
-    stored = {s.pool.name: s.pool for s in store.pool_states()}
+    stored = {s.pool.name: s.pool for s in hw.pools()}
     assert stored["aws-h100-eu-north-1-spot"].spot and stored["aws-h100-eu-north-1-spot"].price_source == first.catalog.price_source
+    hw.close()
 
 
 def test_imported_pools_are_placed_on_by_the_policy(hardware: Hardware) -> None:

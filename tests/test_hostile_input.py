@@ -68,13 +68,13 @@ State = tuple[object, ...]
 
 
 def snapshot(home: Path) -> State:
-    """Everything a write could change, through the public Store methods."""
+    """Everything a write could change, through the façade and the store's reads."""
     hw = Hardware(home=home)
     try:
         store = hw.store
         return (
-            [(s.pool, s.free) for s in store.pool_states()],
-            [(r.id, r.created_at, r.released_at, r.job_id, r.decision) for r in store.decisions(limit=1_000_000)],
+            sorted((s.pool.name, s.pool, s.free) for s in hw.pools()),
+            [(r.id, r.created_at, r.released_at, r.job_id, r.decision) for r in hw.decisions(limit=1_000_000)],
             store.burst_events(limit=1_000_000),
             store.audit_rows(),
             hw.verify_audit().ok,

@@ -477,7 +477,7 @@ def capacities_for(draw: st.DrawFn, pools: list[Pool]) -> dict[str, Capacity | N
 
 
 def states_of(pools: Sequence[Pool], capacities: dict[str, Capacity | None], tables: Any) -> list[PoolState]:
-    from examlops_policy._packing import layout_of, summarize
+    from examlops_policy._core.packing import layout_of, summarize
 
     states = []
     for p in pools:
@@ -542,7 +542,7 @@ def test_decision_over_partly_used_pools_respects_capacity(hw: Hardware, pools: 
 def test_python_selection_equals_the_policys_reference_decision(hw: Hardware, pools: list[Pool], w: Workload, data: st.DataObject) -> None:
     """Selection is the one piece of decision logic in Python: the policy's complete reference rule
     gives the same pool or rejection, burst verdict and reasons, over random fleets and capacity."""
-    from examlops_policy._engine import differences, reference_input
+    from examlops_policy._core.engine import differences, reference_input
 
     capacities = data.draw(capacities_for(pools))
     states = sorted(states_of(pools, capacities, hw.tables), key=lambda s: s.pool.name)
@@ -565,7 +565,7 @@ def test_recorded_placements_never_oversubscribe(
     try:
         store_hw.apply(pools)
         for w in ws:
-            before = {s.pool.name: s.capacity for s in store_hw.store.pool_states()}
+            before = {s.pool.name: s.capacity for s in store_hw.pools()}
             record = store_hw.place(w)
             check(record.decision, w, pools, dict(before))
             for p in pools:
@@ -643,7 +643,7 @@ def test_random_slice_requests_and_releases_never_overlap_or_mix_modes(
     """Random slice requests and releases on a MIG or MI300X pool: no device ever holds overlapping
     slices or mixed modes, the store's summary is what the devices say, a request is refused only
     when nothing fits, and a release frees exactly its slice."""
-    from examlops_policy._packing import choose, layout_of, summarize
+    from examlops_policy._core.packing import choose, layout_of, summarize
 
     pool, steps = case
     home = tmp_path_factory.mktemp("slices")

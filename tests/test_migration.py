@@ -1,10 +1,17 @@
-"""State written by the release before per-device capacity and compact decisions opens with this one.
+"""State written by earlier releases opens with this one.
 
-The old release (git commit ``OLD``: one float of free devices per pool, full decision documents)
-runs for real from this repository's history, in its own tree, with its own OPA: it registers the
-specification's pools, places (a whole device, a MIG fraction, a fallback), rejects, blocks a burst
-and releases one placement. Then this release opens that state: the migrations run, live grants
-get their devices, the old documents stay readable, and the state works on.
+Each earlier release runs for real from this repository's history, in its own tree, with its own
+OPA: it registers the specification's pools, places (a whole device, a MIG fraction, a fallback),
+rejects, blocks a burst and releases one placement. Then this release opens that state: the
+migrations run, and the state works on.
+
+* ``OLD``, the release before per-device capacity and compact decisions (one float of free devices
+  per pool, full decision documents): live grants get their devices, the old documents stay
+  readable.
+* ``PREVIOUS``, the release before the capacity log (compact records that keep every pool's
+  capacity, packed): its records stay readable and rebuild, explanations included, and replay;
+  the capacity log starts from every pool's capacity as it was; new records name the state
+  version they were decided at.
 """
 
 from __future__ import annotations
@@ -26,13 +33,14 @@ from examlops_policy.store.sqlite import SQLiteStore
 from tests.conftest import ROOT
 
 OLD = "94886a3ef398bade9708bb1679c4b433faa1d028"  # the release before per-device capacity
+PREVIOUS = "d9af34adab665f3243dec84fc5716d0dc545a7ef"  # the release before the capacity log
 
 
-def _old_tree(tmp_path: Path) -> Path:
-    """The old release's package and policies, from git (skips in a shallow clone without it)."""
-    if subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{OLD}^{{commit}}"], capture_output=True).returncode != 0:
-        pytest.skip(f"commit {OLD[:12]} is not in this clone's history (a shallow clone?)")
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", OLD, "examlops_policy", "policies", "schemas"], capture_output=True, check=True)
+def _old_tree(tmp_path: Path, commit: str = OLD) -> Path:
+    """An earlier release's package and policies, from git (skips in a shallow clone without it)."""
+    if subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True).returncode != 0:
+        pytest.skip(f"commit {commit[:12]} is not in this clone's history (a shallow clone?)")
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "examlops_policy", "policies", "schemas"], capture_output=True, check=True)
     tree = tmp_path / "old"
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(tree, filter="data")
@@ -46,11 +54,10 @@ def _old_exa(tree: Path, home: Path, *args: str) -> subprocess.CompletedProcess[
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, cwd=tree, timeout=120)
 
 
-@pytest.fixture(scope="module")
-def old_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
-    """A state folder the old release wrote, and its decision ids by workload name."""
+def _written_by(commit: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A state folder an earlier release wrote, and its decision ids by workload name."""
     base = tmp_path_factory.mktemp("migration")
-    tree = _old_tree(base)
+    tree = _old_tree(base, commit)
     home = base / "home"
     try:
         for args in (
@@ -70,22 +77,47 @@ def old_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
         import json
 
         listed = json.loads(_old_exa(tree, home, "hardware", "decisions", "--json", "--limit", "50").stdout)
-        ids = {d["workload"]["name"]: d["id"] for d in listed}
+        # Full decisions (the old release) or their summaries (later ones): the workload, or its name.
+        ids = {(d["workload"]["name"] if isinstance(d["workload"], dict) else d["workload"]): d["id"] for d in listed}
         assert _old_exa(tree, home, "hardware", "release", ids["done"]).returncode == 0
         yield home, ids
     finally:
         _old_exa(tree, home, "opa", "stop")
 
 
+@pytest.fixture(scope="module")
+def old_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    yield from _written_by(OLD, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def previous_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    yield from _written_by(PREVIOUS, tmp_path_factory)
+
+
+def _open_copy(state: tuple[Path, dict[str, str]], tmp_path: Path, opa_home: Path) -> tuple[Hardware, dict[str, str]]:
+    import shutil
+
+    home, ids = state
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy, ignore=shutil.ignore_patterns("opa"))
+    return Hardware(copy, store=SQLiteStore(copy / "state.db"), policy=ManagedPolicy(opa_home)), ids
+
+
 @pytest.fixture()
 def migrated(old_state: tuple[Path, dict[str, str]], tmp_path: Path, opa_home: Path) -> Iterator[tuple[Hardware, dict[str, str]]]:
     """This release on a copy of the old state (each test migrates afresh)."""
-    import shutil
+    hw, ids = _open_copy(old_state, tmp_path, opa_home)
+    try:
+        yield hw, ids
+    finally:
+        hw.close()
 
-    home, ids = old_state
-    copy = tmp_path / "home"
-    shutil.copytree(home, copy, ignore=shutil.ignore_patterns("opa"))
-    hw = Hardware(copy, store=SQLiteStore(copy / "state.db"), policy=ManagedPolicy(opa_home))
+
+@pytest.fixture()
+def from_previous(previous_state: tuple[Path, dict[str, str]], tmp_path: Path, opa_home: Path) -> Iterator[tuple[Hardware, dict[str, str]]]:
+    """This release on a copy of the previous release's state."""
+    hw, ids = _open_copy(previous_state, tmp_path, opa_home)
     try:
         yield hw, ids
     finally:
@@ -94,7 +126,7 @@ def migrated(old_state: tuple[Path, dict[str, str]], tmp_path: Path, opa_home: P
 
 def test_the_old_state_migrates_to_every_version(migrated: tuple[Hardware, dict[str, str]]) -> None:
     hw, _ = migrated
-    hw.store.snapshot()  # opened: migrated
+    hw.pools()  # opened: migrated
     import sqlite3
 
     with sqlite3.connect(hw.home / "state.db") as db:
@@ -132,6 +164,60 @@ def test_live_grants_keep_their_devices_and_the_state_works_on(migrated: tuple[H
     assert isinstance(record.decision, Placement) and record.decision.pool == "hpc-mi300"
     assert not hw.release(ids["train"]).already
     assert hw.accounting(ids["tpu-job"], 10) == {"device": "amd", "region": "eu", "hours": 10, "cost": 18.0, "carbon_g": 2500.0}
+    assert hw.finops(10).decisions == 5
+    report = hw.verify_audit()
+    assert report.ok, report.problems
+
+
+# -- the previous release: compact records with their capacity vector ------------------------------
+
+
+def _records(hw: Hardware) -> dict[str, dict[str, object]]:
+    import json
+    import sqlite3
+
+    with sqlite3.connect(hw.home / "state.db") as db:
+        return {ident: json.loads(doc) for ident, doc in db.execute("SELECT id, document FROM decisions")}
+
+
+def test_the_previous_releases_records_stay_readable_and_rebuild(from_previous: tuple[Hardware, dict[str, str]]) -> None:
+    hw, ids = from_previous
+    before = _records(hw)
+    assert {doc["v"] for doc in before.values()} == {2} and all("capacity" in doc for doc in before.values())
+    infer = hw.decision(ids["infer"]).decision
+    assert isinstance(infer, Placement) and infer.pool == "hpc-nvidia" and infer.grant.profile == "4g"
+    # The explanation is rebuilt from the record's own capacity vector, every pool's verdict as made.
+    assert {v.pool: [r.code for r in v.reasons] for v in infer.verdicts} == {
+        "hpc-nvidia": [], "hpc-mi300": ["fallback_not_needed"], "cloud-a100": ["burst_not_allowed"],
+    }  # fmt: skip
+    tpu = hw.decision(ids["tpu-job"]).decision
+    assert isinstance(tpu, Placement) and tpu.fallback and tpu.note == "requested tpu unavailable — fell back to amd"
+    blocked = hw.decision(ids["eu-data"]).decision
+    assert isinstance(blocked, Rejection) and blocked.burst_blocked
+    assert hw.replay(ids["infer"]).same and hw.replay(ids["eu-data"]).same
+    assert _records(hw) == before  # reading rewrote nothing
+
+
+def test_the_capacity_log_starts_from_the_previous_state_and_new_records_name_their_version(
+    from_previous: tuple[Hardware, dict[str, str]],
+) -> None:
+    import sqlite3
+
+    hw, ids = from_previous
+    views = {v.pool.name: v for v in hw.pool_views()}
+    assert views["hpc-mi300"].state.capacity.whole == 2 and views["hpc-nvidia"].state.capacity.whole == 7
+    with sqlite3.connect(hw.home / "state.db") as db:
+        seeded = dict(db.execute("SELECT pool, COUNT(*) FROM capacity_log GROUP BY pool").fetchall())
+    assert seeded == {"cloud-a100": 1, "hpc-mi300": 1, "hpc-nvidia": 1}
+    record = hw.place(Workload("after", accelerator="nvidia", engine="vllm", fraction=0.25))
+    assert isinstance(record.decision, Placement) and record.decision.pool == "hpc-nvidia"
+    doc = _records(hw)[record.id]
+    assert doc["v"] == 3 and "capacity" not in doc and isinstance(doc["at"], int)
+    # Read back, the new record and the old ones rebuild to what they recorded, explanations alike.
+    again = hw.decision(record.id).decision
+    assert [(v.pool, [r.code for r in v.reasons]) for v in again.verdicts] == [(v.pool, [r.code for r in v.reasons]) for v in record.decision.verdicts]
+    assert hw.replay(record.id).same
+    assert not hw.release(ids["train"]).already
     assert hw.finops(10).decisions == 5
     report = hw.verify_audit()
     assert report.ok, report.problems

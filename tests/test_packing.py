@@ -1,7 +1,7 @@
 """The packer on its own (no OPA): where slices go on MIG and AMD devices, what stays placeable.
 
 tests/test_devices.py checks the same rules through the policy and the store; these are the fast
-unit tests of the pure part (``examlops_policy._packing``), with the reviewed tables."""
+unit tests of the pure part (``examlops_policy._core.packing``), with the reviewed tables."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from examlops_policy import _packing as packing
-from examlops_policy._placement import balanced_scores, carbon_per_hour, effective_cost, fits, grant_cost
+from examlops_policy._core import packing
+from examlops_policy._core.selection import carbon_per_hour, effective_cost, fits, grant_cost
 from examlops_policy.model import Capacity, Grant, Holding, Pool
 from examlops_policy.tables import load_tables
+from examlops_policy.views import balanced_scores
 
 TABLES = load_tables()
 H100 = Pool("h100", "hpc", "nvidia", 2, "eu", model="h100", supports_fractions=True)

@@ -220,7 +220,7 @@ def test_module_level_place_records_on_the_default_state(tmp_path, monkeypatch, 
     placement = place(Workload("train-llm", accelerator="amd", capabilities=[], target="hpc", engine="vllm", fraction=1.0))  # type: ignore[arg-type]
     assert isinstance(placement, Placement) and placement.pool == "hpc-mi300"
     store = SQLiteStore(tmp_path / "state.db")
-    assert [s.free for s in store.pool_states()] == [3]
+    assert [row.free for row in store.rows().pools] == [3]
     store.close()
     from examlops_policy.opa import stop_server
 
@@ -250,7 +250,7 @@ def test_library_imports_without_the_cli_stack() -> None:
 def test_python_selects_exactly_as_the_policys_reference_decision(hardware: Hardware, workload: Workload) -> None:
     """Selection is the one piece of decision logic in Python; the policy's own complete
     ``decision`` rule must say the same pool, burst verdict and reasons for every pool."""
-    from examlops_policy._engine import differences, reference_input
+    from examlops_policy._core.engine import differences, reference_input
     from examlops_policy.model import Capacity, PoolState
     from examlops_policy.specs import pools_from_file
 

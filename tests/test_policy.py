@@ -16,7 +16,7 @@ import json
 import pytest
 
 from examlops_policy import PolicyError, PolicyUnavailable, Pool, Workload
-from examlops_policy._engine import Engine
+from examlops_policy._core.engine import Engine
 from examlops_policy.hardware import Hardware, ManagedPolicy
 from examlops_policy.model import Capacity, PoolState
 from examlops_policy.opa import connect, ensure_server, stop_server
@@ -89,7 +89,8 @@ FAKE_ABOUT = """package examlops.hardware.placement
 confirm := {"revision": "sha256:test", "opa_version": "1.22.3"}
 
 about := {"revision": "sha256:test", "opa_version": "1.22.3", "checks": [], "other_codes": [],
-    "signature": {"shape": ["accelerator"], "workload": ["accelerator"]}}
+    "signature": {"shape": ["accelerator"], "workload": ["accelerator"]}, "pool_stage": ["budget", "capacity"],
+    "texts": {"no_pools": "-", "no_eligible_pool": "-", "no_capacity": "-", "reason_on_one": "-", "reason_on_many": "-", "separator": "-"}}
 """
 
 
@@ -136,13 +137,21 @@ def test_malformed_verdicts_are_refused(opa_with) -> None:  # type: ignore[no-un
         evaluate(url)
 
 
+def test_a_policy_with_another_pool_stage_places_nothing(opa_with) -> None:  # type: ignore[no-untyped-def]
+    """The pool stage is closed: selection makes the budget and capacity comparisons itself, so a
+    policy that declares another set is refused, whatever its verdicts say."""
+    url = opa_with(FAKE_ABOUT.replace('"pool_stage": ["budget", "capacity"]', '"pool_stage": ["budget", "capacity", "quota"]'))
+    with pytest.raises(PolicyError, match="check\\(s\\) budget, capacity, quota at a stage this engine cannot run"):
+        evaluate(url)
+
+
 def test_verdicts_missing_a_shape_are_refused(opa_with) -> None:  # type: ignore[no-untyped-def]
     url = opa_with(
         FAKE_ABOUT
-        + 'verdicts := {"confirm": confirm, "judged": true, "rejection": null, "burst_mode": null, "missing": [], "checks": {},'
+        + 'verdicts := {"confirm": confirm, "judged": true, "rejection": null, "burst_mode": null, "missing": [], "reasons": [],'
         ' "grants": [], "notes": [], "shapes": {}, "preferences": [], "request_rejected": null, "budget_fallback": null}\n'
     )
-    with pytest.raises(PolicyError, match="expected an array, got null"):
+    with pytest.raises(PolicyError, match="malformed answer at verdicts.shapes.*expected an object, got null"):
         evaluate(url)
 
 

@@ -50,7 +50,7 @@ def test_umask_000_still_yields_0600_files_in_0700_folders(home: Path) -> None:
     old = os.umask(0)
     store = SQLiteStore(home / "state.db")  # the journal files exist while a connection is open
     try:
-        store.pool_states()
+        store.rows()
         found = modes(home)
     finally:
         store.close()

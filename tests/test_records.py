@@ -1,4 +1,5 @@
-"""The capacity vector a compact record keeps: every form written so far reads back the same."""
+"""Decision records: the capacity vector version-2 records keep reads back in every form written so
+far, and version-3 records are held to their columns."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import zlib
 
 import pytest
 
-from examlops_policy._records import MAX_VECTOR_BYTES, capacities_of, capacity_vector, packed_vector
+from examlops_policy._core.codec import MAX_VECTOR_BYTES, capacities_of, capacity_vector, packed_vector
 from examlops_policy.errors import StateError
-from examlops_policy.model import Capacity
+from examlops_policy.hardware import Hardware
+from examlops_policy.model import Capacity, Workload
 
 VECTOR = [Capacity(8), Capacity(2, {"1g.10gb": 14, "3g.40gb": 4}), Capacity(8), Capacity(0), Capacity(2, {"1g.10gb": 14, "3g.40gb": 4})]
 
@@ -43,3 +45,19 @@ def test_a_large_fleet_packs_small() -> None:
 def test_an_altered_vector_is_a_state_error(raw: object) -> None:
     with pytest.raises(StateError):
         capacities_of(raw)
+
+
+def test_a_column_that_disagrees_with_its_record_is_named_by_the_audit(seeded: Hardware) -> None:
+    """Records name the state version they were decided at (version 3); their columns are still
+    held to what they record."""
+    import json
+    import sqlite3
+
+    record = seeded.place(Workload("train", accelerator="amd", engine="vllm", target="hpc"))
+    with sqlite3.connect(seeded.home / "state.db") as db:
+        (doc,) = db.execute("SELECT document FROM decisions WHERE id = ?", (record.id,)).fetchone()
+        assert json.loads(doc)["v"] == 3
+        db.execute("UPDATE decisions SET cost_per_hour = 0.01 WHERE id = ?", (record.id,))
+    report = seeded.verify_audit()
+    assert not report.ok
+    assert [p.message for p in report.problems] == [f"decision {record.id[:12]}: its cost_per_hour column(s) differ from its audited record"]

@@ -92,13 +92,13 @@ def test_rows_become_totals_groups_days_and_honesty() -> None:
     assert [d.day.isoformat() for d in data.days] == [f"2025-03-0{i}" for i in range(1, 8)]  # every day, even empty ones
     assert [(d.placed, d.rejected, d.blocked) for d in data.days if d.total] == [(1, 0, 0), (2, 0, 0), (1, 1, 0), (0, 0, 1)]
     assert [(b.residency, b.allowed, b.blocked, b.unavailable) for b in data.bursts] == [("eu-only", 1, 1, 0), ("open", 0, 0, 1)]
-    assert [(w.name, w.decisions, w.cost) for w in data.top_workloads][:2] == [("train", 2, 50.0), ("infer", 2, 20.5)]
+    assert [(w.workload, w.decisions, w.cost) for w in data.top_workloads][:2] == [("train", 2, 50.0), ("infer", 2, 20.5)]
     h = data.honesty
     assert (h.placements, h.fallbacks, h.fractions_requested, h.fractions_honored, h.fractions_not_honored) == (4, 1, 2, 1, 1)
 
 
 def test_only_the_most_expensive_workloads_are_listed() -> None:
-    assert [w.name for w in report(top=1).top_workloads] == ["train"]
+    assert [w.workload for w in report(top=1).top_workloads] == ["train"]
 
 
 BAD = [

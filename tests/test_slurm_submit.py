@@ -95,7 +95,7 @@ def test_what_cannot_be_submitted(hardware: Hardware, script: Path, tmp_path: Pa
     with pytest.raises(SpecError, match="is not the pool of decision"):
         slurm_request(record, H100_MIG, script, GRES)
 
-    hardware.store.set_job(record.id, "17", scheduler="slurm", source="test")
+    hardware.set_job(record.id, "17", scheduler="slurm")
     with pytest.raises(SpecError, match="already submitted as job 17"):
         slurm_request(hardware.decision(record.id), pool, script, GRES)
 

@@ -22,7 +22,9 @@ from examlops_policy import audit
 from examlops_policy.errors import NotFoundError, PolicyUnavailable, SpecError, StateError
 from examlops_policy.hardware import Hardware, ManagedPolicy
 from examlops_policy.model import Capacity, Pool, PoolState, Workload
-from examlops_policy.store import Snapshot, Store
+from examlops_policy._core import commit
+from examlops_policy._core.state import Capacities, Snapshot
+from examlops_policy.store import Store
 from examlops_policy.store._sql import migrations, utc_now
 from examlops_policy.store.postgres import PostgresStore, redacted
 from reliability.backends import Backend, backend, fresh_backend  # noqa: F401  (backend: the fixture)
@@ -46,7 +48,7 @@ def _entries(store: Store) -> list[dict[str, Any]]:
 
 
 def _free(hw: Hardware) -> dict[str, float]:
-    return {s.pool.name: s.free for s in hw.store.pool_states()}
+    return {s.pool.name: s.free for s in hw.pools()}
 
 
 # -- schema and migrations ---------------------------------------------------------------------
@@ -114,21 +116,23 @@ def test_state_from_a_newer_version_is_refused(backend: Backend) -> None:
 # -- pools -------------------------------------------------------------------------------------
 
 
-def test_pools_are_added_updated_and_left_alone_with_an_audit_entry_each_change(backend: Backend) -> None:
+def test_pools_are_added_updated_and_left_alone_with_an_audit_entry_each_change(backend: Backend, tmp_path: Path) -> None:
     store = backend.open()
+    hw = Hardware(tmp_path, store=store)
     try:
-        assert [c.action for c in store.apply_pools(FLEET, replace=False)] == ["added"] * 3
+        assert [hw.add_pool(pool).action for pool in FLEET] == ["added"] * 3
         with pytest.raises(SpecError, match="'hpc-mi300' already exists"):
-            store.apply_pools([FLEET[1]], replace=False)
+            hw.add_pool(FLEET[1])
         bigger = Pool("hpc-mi300", "hpc", "amd", 6, "eu", cost_per_hour=1.5)
-        changes = store.apply_pools([FLEET[0], bigger], replace=True)
+        changes = hw.apply([FLEET[0], bigger])
         assert [(c.action, c.changed_fields) for c in changes] == [("unchanged", ()), ("updated", ("cost_per_hour", "count"))]
         assert [(e["kind"], e["pool"]["name"], e["action"]) for e in _entries(store)] == [
             ("pool", "hpc-nvidia", "added"), ("pool", "hpc-mi300", "added"), ("pool", "cloud-a100", "added"),
             ("pool", "hpc-mi300", "updated"),
         ]  # fmt: skip
-        assert [s.pool.name for s in store.pool_states()] == ["cloud-a100", "hpc-mi300", "hpc-nvidia"]
-        assert store.pool_states()[1] == PoolState(bigger, 6.0, Capacity(6))
+        states = sorted(hw.pools(), key=lambda s: s.pool.name)
+        assert [s.pool.name for s in states] == ["cloud-a100", "hpc-mi300", "hpc-nvidia"]
+        assert states[1] == PoolState(bigger, 6.0, Capacity(6))
     finally:
         store.close()
 
@@ -221,10 +225,12 @@ def test_a_write_the_database_refuses_leaves_no_partial_rows(backend: Backend, h
     """A placement on a pool the store does not know breaks a foreign key: nothing is kept."""
     ghost = Pool("ghost", "hpc", "amd", 2, "eu")
     prepared = hw.engine.prepare(TRAIN_AMD, [ghost])
-    snap = hw.store.snapshot()
+    decided = prepared.decide([Capacity(2)], hw.tables)
+    state = hw.store.rows()
     before = [backend.count(t) for t in ("decisions", "allocations", "audit_log")]
     with pytest.raises(StateError, match="nothing was written"):
-        hw.store.commit(prepared, Snapshot(snap.version, snap.fleet_version, (PoolState(ghost, 2.0, Capacity(2)),)), source="exa-test")
+        ghostly = Snapshot(state.version, state.fleet_version, (PoolState(ghost, 2.0, Capacity(2)),))
+        commit.place(hw.store, prepared, decided, ghostly, Capacities(hw.tables), source="exa-test")
     assert [backend.count(t) for t in ("decisions", "allocations", "audit_log")] == before
     assert violations(backend) == []
 
@@ -272,41 +278,41 @@ def test_decisions_are_most_recent_first_and_found_by_unique_prefix(hw: Hardware
 
 def test_a_job_id_is_recorded_with_an_audit_entry(hw: Hardware) -> None:
     record = hw.place(TRAIN_AMD)
-    updated = hw.store.set_job(record.id[:8], "4242", scheduler="slurm", source="exa-test")
+    updated = hw.set_job(record.id[:8], "4242", scheduler="slurm")
     assert (updated.job_id, hw.decision(record.id).job_id) == ("4242", "4242")
     last = _entries(hw.store)[-1]
-    assert (last["kind"], last["source"], last["scheduler"], last["job_id"]) == ("submit", "exa-test", "slurm", "4242")
+    assert (last["kind"], last["source"], last["scheduler"], last["job_id"]) == ("submit", "exa-hardware", "slurm", "4242")
 
 
 def test_one_job_per_placement_and_none_for_a_released_one(hw: Hardware) -> None:
     record = hw.place(TRAIN_AMD)
-    hw.store.set_job(record.id, "1", scheduler="slurm", source="exa-test")
+    hw.set_job(record.id, "1", scheduler="slurm")
     with pytest.raises(SpecError, match="not a live placement without a job"):
-        hw.store.set_job(record.id, "2", scheduler="slurm", source="exa-test")
+        hw.set_job(record.id, "2", scheduler="slurm")
     other = hw.place(TRAIN_AMD)
     hw.release(other.id)
     with pytest.raises(SpecError, match="not a live placement without a job"):
-        hw.store.set_job(other.id, "3", scheduler="slurm", source="exa-test")
+        hw.set_job(other.id, "3", scheduler="slurm")
     assert hw.decision(record.id).job_id == "1" and hw.decision(other.id).job_id is None
 
 
 def test_devices_the_scheduler_holds_for_others_are_not_free(hw: Hardware) -> None:
     mine = hw.place(TRAIN_AMD)  # one MI300 device, submitted below
-    hw.store.set_job(mine.id, "10", scheduler="slurm", source="exa-test")
+    hw.set_job(mine.id, "10", scheduler="slurm")
     assert _free(hw)["hpc-mi300"] == 3
     # Slurm reports 3 busy: ours (submitted) and 2 held by jobs this layer never placed.
-    held = hw.store.record_scheduler_usage({"hpc-mi300": 3}, scheduler="slurm", source="exa-test")
+    held = hw.record_usage({"hpc-mi300": 3}, scheduler="slurm")
     assert held == {"hpc-mi300": 2} and _free(hw)["hpc-mi300"] == 1
     entries = _entries(hw.store)
     assert (entries[-1]["kind"], entries[-1]["held_outside"]) == ("capacity", 2)
     # An unchanged report writes nothing; the scheduler draining frees the devices again.
     size = len(entries)
-    hw.store.record_scheduler_usage({"hpc-mi300": 3}, scheduler="slurm", source="exa-test")
+    hw.record_usage({"hpc-mi300": 3}, scheduler="slurm")
     assert len(_entries(hw.store)) == size
-    hw.store.record_scheduler_usage({"hpc-mi300": 1}, scheduler="slurm", source="exa-test")
+    hw.record_usage({"hpc-mi300": 1}, scheduler="slurm")
     assert _free(hw)["hpc-mi300"] == 3
     with pytest.raises(NotFoundError):
-        hw.store.record_scheduler_usage({"no-such-pool": 1}, scheduler="slurm", source="exa-test")
+        hw.record_usage({"no-such-pool": 1}, scheduler="slurm")
 
 
 # -- the audit log ---------------------------------------------------------------------------
@@ -365,7 +371,7 @@ def test_postgres_a_racing_append_is_caught_by_unique_and_retried(tmp_path: Path
                 return cursor
 
         store = PostgresStore(backend.target)
-        store.apply_pools(FLEET, replace=True)
+        _pg(store, opa_home).apply(FLEET)
         racing = Racing(backend.target)
         hw = _pg(racing, opa_home)
         record = hw.place(TRAIN_AMD)
@@ -394,12 +400,12 @@ def test_postgres_a_session_cut_mid_transaction_is_reconnected_and_rerun(tmp_pat
             return utc_now()
 
         store = PostgresStore(backend.target, clock=clock)
-        store.apply_pools(FLEET, replace=True)
-        holder.append(store)
         hw = _pg(store, opa_home)
+        hw.apply(FLEET)
+        holder.append(store)
         record = hw.place(TRAIN_AMD)
         assert cut and store.reconnects == 1
-        assert [r.id for r in store.decisions()] == [record.id]
+        assert [r.id for r in store.decision_rows()] == [record.id]
         assert violations(backend) == []
         store.close()
 
@@ -430,7 +436,7 @@ def test_postgres_a_lost_commit_reply_is_not_written_twice(tmp_path: Path, opa_h
         act: dict[str, Callable[[], object]] = {
             "place": lambda: hw.place(TRAIN_AMD),
             "release": lambda: hw.release(first.id),
-            "set_job": lambda: store.set_job(first.id, "7", scheduler="slurm"),
+            "set_job": lambda: hw.set_job(first.id, "7", scheduler="slurm"),
             "apply_pools": lambda: hw.apply([Pool("hpc-mi300", "hpc", "amd", 9, "eu")]),
         }
         entries = backend.count("audit_log")

@@ -22,7 +22,6 @@ from psycopg.conninfo import conninfo_to_dict
 
 from examlops_policy.errors import SpecError, StateCorrupt, StateError, StateFull, StateUnreachable
 from examlops_policy.store._sql import Cursor, Fault, SQLStore, utc_now
-from examlops_policy.tables import Tables
 
 LOCK_TIMEOUT_S: Final = 10.0
 ATTEMPTS: Final = 8
@@ -66,16 +65,14 @@ class PostgresStore(SQLStore):
         clock: Callable[[], str] = utc_now,
         lock_timeout_s: float = LOCK_TIMEOUT_S,
         attempts: int = ATTEMPTS,
-        tables: Tables | None = None,
     ) -> None:
-        super().__init__(clock=clock, attempts=attempts, tables=tables)
+        super().__init__(clock=clock, attempts=attempts)
         self.where = redacted(url)
         self._url = url
         self._lock_timeout_ms = max(1, int(lock_timeout_s * 1000))
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
         self._queries: dict[str, str] = {}
         self._migrate()
-        self._ensure_layout()
 
     def _connection(self) -> psycopg.Connection[tuple[Any, ...]]:
         if self._conn is None or self._conn.closed or self._conn.broken:

@@ -19,7 +19,6 @@ from typing import Final
 from examlops_policy.errors import StateCorrupt, StateError, StateFull
 from examlops_policy._private import private_database
 from examlops_policy.store._sql import Cursor, Fault, SQLStore, utc_now
-from examlops_policy.tables import Tables
 
 LOCK_TIMEOUT_S: Final = 10.0
 LOCK_RETRIES: Final = 5
@@ -52,9 +51,8 @@ class SQLiteStore(SQLStore):
         clock: Callable[[], str] = utc_now,
         lock_timeout_s: float = LOCK_TIMEOUT_S,
         attempts: int = LOCK_RETRIES,
-        tables: Tables | None = None,
     ) -> None:
-        super().__init__(clock=clock, attempts=attempts, tables=tables)
+        super().__init__(clock=clock, attempts=attempts)
         self.path = path
         self.where = str(path)
         private_database(path)  # 0700 folder, 0600 file before SQLite opens it (its -wal/-shm follow)
@@ -68,7 +66,6 @@ class SQLiteStore(SQLStore):
         except sqlite3.DatabaseError as exc:
             raise self._state_error(exc) from exc
         self._migrate()
-        self._ensure_layout()
 
     def _wal(self, lock_timeout_s: float) -> None:
         """Switch to WAL. On a new file several first opens race for it, and SQLite answers BUSY at

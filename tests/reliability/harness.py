@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from examlops_policy import audit
+from examlops_policy._core.state import state_of
 from examlops_policy.errors import ExaError
 from examlops_policy.hardware import Hardware, ManagedPolicy
 from examlops_policy.model import Pool, Workload
@@ -147,9 +148,9 @@ def place_loop(job: PlacerJob, start: Barrier) -> None:
 def prepare(backend: Backend, opa_home: Path) -> None:
     """Register the fleet and make sure the shared OPA runs before placers start."""
     ensure_server(opa_home)
-    store = backend.open()
-    store.apply_pools(FLEET, replace=True)
-    store.close()
+    hw = open_hardware(backend, opa_home)
+    hw.apply(FLEET)
+    hw.close()
 
 
 def run_load(
@@ -249,7 +250,7 @@ def violations(backend: Backend, reports: Sequence[PlacerReport] | None = None) 
                 check = db.execute("PRAGMA integrity_check").fetchone()[0]
                 if check != "ok":
                     found.append(f"sqlite integrity_check: {check}")
-        live = {s.pool.name: s.pool.count - s.free for s in store.pool_states()}
+        live = {s.pool.name: s.pool.count - s.free for s in map(state_of, store.rows().pools)}
     finally:
         store.close()
 

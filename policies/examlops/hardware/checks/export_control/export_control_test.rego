@@ -1,6 +1,7 @@
 package examlops.hardware.checks.export_control_test
 
 import data.examlops.hardware.checks.export_control
+import data.examlops.hardware.composer
 import data.examlops.hardware.placement
 
 # Regions in listed countries, added to the reviewed regions table for these tests only (the table
@@ -150,7 +151,7 @@ decide(w, pools) := d if {
 }
 
 test_the_composer_runs_it if {
-	"export_control" in placement.shape_checks
+	"export_control" in composer.shape_checks
 	d := decide(train, [pool("hpc-cn", 1), pool("hpc-eu", 3)])
 	d.pool == "hpc-eu"
 	[r.code | some r in d.verdicts["hpc-cn"].reasons] == ["export_controlled"]

@@ -6,7 +6,7 @@ absolute: every decision first confirms with OPA, in one cheap call, that the se
 serves the revision the verdicts were keyed on, and that this revision is the reviewed one. A
 verdict is never reused across revisions (the tables are part of the revision).
 
-Everything per decision is then Python over precomputed lists (``placement.Judged``): the first pool
+Everything per decision is then Python over precomputed lists (``selection.Judged``): the first pool
 in selection order with room for its grant.
 """
 
@@ -20,21 +20,12 @@ from functools import cached_property
 from typing import Final, Generic, TypeVar, cast
 
 from examlops_policy.errors import PolicyError
-from examlops_policy.model import Capacity, Decision, JSONObject, JSONValue, Pool, PoolState, Provenance, Workload, pool_spec
-from examlops_policy._placement import Fleet, FleetEntry, Judged, carbon_per_hour, decide_over, effective_cost
-from examlops_policy._policy import PolicyEvaluator
+from examlops_policy.model import Capacity, Decision, JSONObject, JSONValue, Pool, PoolState, Provenance, Workload
 from examlops_policy.tables import Tables
-from examlops_policy._verdicts import (
-    About,
-    ShapeVerdict,
-    WorkloadVerdict,
-    canonical,
-    checks_json,
-    content_key,
-    shape_verdict_json,
-    workload_input,
-    workload_verdict_json,
-)
+from examlops_policy._core import codec
+from examlops_policy._core.request import Request
+from examlops_policy._core.selection import Fleet, FleetEntry, Judged, decide_over, priced
+from examlops_policy._core.verdicts import About, PolicyEvaluator, ShapeVerdict, WorkloadVerdict
 
 MAX_VERDICTS: Final = 200_000
 MAX_JUDGED: Final = 64
@@ -62,60 +53,21 @@ class _Lru(Generic[K, V]):
             self._items.popitem(last=False)
 
 
+class RevisionMismatch(PolicyError):
+    """OPA serves another policy revision than the one a decision is being made under."""
+
+
 def same_policy(served: str, reviewed: str) -> bool:
     """Two revisions are the same policy when their content digests (before ``@git:``) are equal."""
     return served.split("@", 1)[0] == reviewed.split("@", 1)[0]
 
 
-def fleet_document(pools: Sequence[Pool], tables: Tables) -> JSONObject:
-    """The fleet as decisions see it (every pool, its effective price and carbon), stored once per
-    revision for rebuilding and replaying decisions."""
-    return {
-        "pools": [
-            {"pool": pool_spec(p), "price": effective_cost(p, tables), "carbon": carbon_per_hour(p, tables)}
-            for p in sorted(pools, key=lambda p: p.name)
-        ]
-    }
-
-
-def fleet_revision(pools: Sequence[Pool], tables: Tables) -> str:
-    """``fleet:`` + SHA-256 of the fleet document's canonical bytes."""
-    return "fleet:" + hashlib.sha256(canonical(fleet_document(pools, tables))).hexdigest()
-
-
-def pool_from_doc(doc: Mapping[str, object]) -> Pool:
-    values = dict(doc)
-    values["capabilities"] = tuple(values.get("capabilities", ()))  # type: ignore[arg-type]
-    return Pool(**values)  # type: ignore[arg-type]
-
-
-def capacity_json(capacity: Capacity) -> JSONValue:
-    """``whole`` alone, or ``[whole, {profile: n}]``: the compact form a record stores."""
-    if not capacity.slices:
-        return capacity.whole
-    return [capacity.whole, dict(sorted(capacity.slices.items()))]
-
-
-def capacity_from_json(raw: object) -> Capacity:
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        return Capacity(raw)
-    if isinstance(raw, list) and len(raw) == 2 and isinstance(raw[0], int) and isinstance(raw[1], dict):
-        return Capacity(raw[0], {str(k): int(v) for k, v in raw[1].items()})
-    raise PolicyError(f"malformed capacity in a stored decision: {str(raw)[:80]}")
-
-
-def capacity_digest(capacities: Sequence[Capacity]) -> str:
-    """SHA-256 of what every pool could still place, in fleet order (part of a decision's input
-    digest; the same for every decision made on one state)."""
-    return hashlib.sha256(canonical([capacity_json(c) for c in capacities])).hexdigest()
-
-
 @dataclass
 class Prepared:
-    """A workload judged over a fleet, ready for selection (possibly several times, as capacity
+    """A request judged over a fleet, ready for selection (possibly several times, as capacity
     changes under a write lock): no OPA call is left to make."""
 
-    workload: Workload
+    request: Request
     judged: Judged
     about: About
     revision: str
@@ -127,25 +79,25 @@ class Prepared:
     # verdict set's bytes and key are built once, not per placement.
     memo: dict[str, object] = field(default_factory=dict)
 
+    @property
+    def workload(self) -> Workload:
+        return self.request.workload
+
     @cached_property
     def verdict_set(self) -> JSONObject:
         """Every verdict this decision used, as stored once for all decisions that share it."""
-        return {
-            "revision": self.revision,
-            "signature": {"shape": list(self.about.signature.shape), "workload": list(self.about.signature.workload)},
-            "workload": self.workload_signature,
-            "judged": self.judged.judged,
-            "workload_verdict": workload_verdict_json(self.judged.workload),
-            "checks": checks_json(self.judged.checks),
-            "shapes": {k: shape_verdict_json(v) for k, v in sorted(self.judged.shapes.items())},
-        }
+        judged = self.judged
+        return codec.verdict_set_document(
+            self.revision, self.about.signature, self.workload_signature, judged.judged, judged.workload, judged.checks, judged.shapes,
+            judged.texts,
+        )  # fmt: skip
 
     @property
     def verdict_set_bytes(self) -> bytes:
         """The verdict set's canonical bytes, as stored."""
         found = self.memo.get("bytes")
         if not isinstance(found, bytes):
-            found = self.memo["bytes"] = canonical(self.verdict_set)
+            found = self.memo["bytes"] = codec.canonical(self.verdict_set)
         return found
 
     @property
@@ -157,19 +109,14 @@ class Prepared:
 
     def decide(self, capacities: Sequence[Capacity], tables: Tables, *, capacities_digest: str | None = None) -> Decision:
         """Selection over ``capacities`` (aligned with the fleet): pure, no OPA.
-        ``capacities_digest``: their ``capacity_digest``, when the caller has it already."""
-        digest = "sha256:" + hashlib.sha256(
-            canonical({
-                "workload": workload_input(self.workload), "fleet": self.judged.fleet.revision,
-                "capacity": capacities_digest or capacity_digest(capacities),
-            })
-        ).hexdigest()  # fmt: skip
+        ``capacities_digest``: their ``codec.capacity_digest``, when the caller has it already."""
+        fleet_rev = self.judged.fleet.revision
         provenance = Provenance(
-            input_digest=digest,
+            input_digest=self.request.input_digest(fleet_rev, capacities_digest or codec.capacity_digest(capacities)),
             policy_revision=self.revision,
             opa_version=self.opa_version,
             verdicts="fresh" if self.fresh else "reused",
-            fleet_revision=self.judged.fleet.revision,
+            fleet_revision=fleet_rev,
         )
         return decide_over(self.judged, self.workload, capacities, tables, provenance)
 
@@ -203,7 +150,7 @@ class Engine:
                 + "; it must serve the reviewed policy as a bundle, so that what it evaluates is what was reviewed"
             )
         if self.reviewed is not None and not same_policy(served, self.reviewed):
-            raise PolicyError(
+            raise RevisionMismatch(
                 f"OPA at {self.policy.describe()} serves policy revision {served}, but the reviewed policy is {self.reviewed}; "
                 "restart it on the reviewed bundle (exa opa restart, or deploy the bundle from exa policy build)"
             )
@@ -220,36 +167,39 @@ class Engine:
 
     def fleet(self, pools: Sequence[Pool], revision: str, about: About, fleet_rev: str | None = None) -> Fleet:
         """The fleet with each pool's shape key under this revision's signature."""
-        fleet_rev = fleet_rev or fleet_revision(pools, self.tables)
+        rows = None
+        if fleet_rev is None:
+            rows = priced(pools, self.tables)
+            fleet_rev = codec.fleet_revision(codec.fleet_document(rows))
         cached = self._fleets.get((fleet_rev, revision))
         if cached is not None:
             return cached
-        entries = []
-        for pool in sorted(pools, key=lambda p: p.name):
-            entries.append(
-                FleetEntry(pool, content_key(about.signature.shape_of(pool)), effective_cost(pool, self.tables), carbon_per_hour(pool, self.tables))
-            )
+        entries = [
+            FleetEntry(pool, codec.content_key(about.signature.shape_of(pool)), price, carbon)
+            for pool, price, carbon in (rows if rows is not None else priced(pools, self.tables))
+        ]
         fleet = Fleet(fleet_rev, tuple(entries))
         if len(self._fleets) > 8:
             self._fleets.clear()
         self._fleets[(fleet_rev, revision)] = fleet
         return fleet
 
-    def prepare(self, workload: Workload, pools: Sequence[Pool], *, fleet_rev: str | None = None) -> Prepared:
-        """Confirm the revision, then judge ``workload`` over ``pools``, asking OPA only for shapes
+    def prepare(self, request: Request | Workload, pools: Sequence[Pool], *, fleet_rev: str | None = None) -> Prepared:
+        """Confirm the revision, then judge the request over ``pools``, asking OPA only for shapes
         it has no verdict for under this revision."""
+        if not isinstance(request, Request):
+            request = Request(request)
         revision, opa_version = self.confirm()
         about = self.about(revision)
         fleet = self.fleet(pools, revision, about, fleet_rev)
-        wsig = about.signature.workload_of(workload)
-        wkey = content_key(wsig)
+        wsig, wkey = request.signed(about.signature)
         found = self._judged.get((revision, wkey, fleet.revision))
         fresh = False
         if found is None:
             judged, fresh = self._judge(revision, about, wsig, wkey, fleet)
             found = (judged, {})
             self._judged.put((revision, wkey, fleet.revision), found)
-        return Prepared(workload, found[0], about, revision, opa_version, fresh, wkey, wsig, found[1])
+        return Prepared(request, found[0], about, revision, opa_version, fresh, wkey, wsig, found[1])
 
     def _judge(self, revision: str, about: About, wsig: JSONObject, wkey: str, fleet: Fleet) -> tuple[Judged, bool]:
         shapes: dict[str, ShapeVerdict] = {}
@@ -282,20 +232,20 @@ class Engine:
         workload_verdict, judged = cached
         return (
             Judged(
-                fleet, shapes if judged else {}, workload_verdict, judged=judged, checks=about.explained,
+                fleet, shapes if judged else {}, workload_verdict, judged=judged, checks=about.explained, texts=about.texts,
                 objective=str(wsig.get("optimize", "cost")), carbon_weight=float(wsig.get("carbon_weight", 0.5)),  # type: ignore[arg-type]
             ),
             fresh,
         )  # fmt: skip
 
-    def decide(self, workload: Workload, states: Sequence[PoolState], *, fleet_rev: str | None = None) -> Decision:
+    def decide(self, workload: Request | Workload, states: Sequence[PoolState], *, fleet_rev: str | None = None) -> Decision:
         """A decision over ``states`` (their capacity as given), recording nothing."""
         ordered = sorted(states, key=lambda s: s.pool.name)
         prepared = self.prepare(workload, [s.pool for s in ordered], fleet_rev=fleet_rev)
         return prepared.decide([s.capacity for s in ordered], self.tables)
 
 
-def reference_input(workload: Workload, fleet: Fleet, capacities: Sequence[Capacity], about: About) -> JSONObject:
+def reference_input(workload: Request | Workload, fleet: Fleet, capacities: Sequence[Capacity], about: About) -> JSONObject:
     """The input of the policy's complete reference rule (``decision``): the workload, every shape
     inline, and every pool with its shape key, price and capacity."""
     shapes: dict[str, JSONValue] = {}
@@ -311,16 +261,15 @@ def reference_input(workload: Workload, fleet: Fleet, capacities: Sequence[Capac
                 "capacity": {"whole": capacity.whole, "slices": dict(capacity.slices)},
             }
         )
-    return {"workload": workload_input(workload), "shapes": shapes, "pools": pools}
+    request = workload if isinstance(workload, Request) else Request(workload)
+    return {"workload": request.input, "shapes": shapes, "pools": pools}
 
 
 def differences(decision: Decision, reference: Mapping[str, object]) -> list[str]:
     """What the policy's reference decision says differently from ``decision``: the outcome, the
     pool, the burst verdict, the reason of a rejection and every pool's reasons."""
-    from examlops_policy._records import outcome_of
-
     out = []
-    ours = outcome_of(decision)
+    ours = decision.outcome
     if reference.get("outcome") != ours:
         out.append(f"outcome: {ours} here, {reference.get('outcome')} by the policy")
     pool = getattr(decision, "pool", None)

@@ -38,7 +38,9 @@ from examlops_policy.model import (
 )
 from examlops_policy.accounting import carbon_basis
 from examlops_policy.tables import Tables
-from examlops_policy._verdicts import ShapeVerdict, WorkloadVerdict
+from examlops_policy.views import balanced_scores
+from examlops_policy._core import codec
+from examlops_policy._core.verdicts import ShapeVerdict, WorkloadVerdict
 
 COST_DIGITS: Final = 9  # grant costs compare at this precision (Rego computes them in decimals)
 
@@ -56,6 +58,11 @@ def grounded_carbon(pool: Pool, tables: Tables) -> float | None:
 def carbon_per_hour(pool: Pool, tables: Tables) -> float:
     """The headline gCO2e per device-hour (``accounting.carbon_basis`` says how it is found)."""
     return carbon_basis(pool, tables).per_hour
+
+
+def priced(pools: Sequence[Pool], tables: Tables) -> list[tuple[Pool, float, float]]:
+    """Every pool in name order with its price and carbon per device-hour: the fleet's document."""
+    return [(p, effective_cost(p, tables), carbon_per_hour(p, tables)) for p in sorted(pools, key=lambda p: p.name)]
 
 
 def fits(grant: Grant, capacity: Capacity) -> bool:
@@ -92,12 +99,18 @@ class Fleet:
     def index(self) -> Mapping[str, int]:
         return {e.pool.name: i for i, e in enumerate(self.entries)}
 
+    @cached_property
+    def document(self) -> bytes:
+        """The fleet document's canonical bytes (its SHA-256 is ``revision``), as stored."""
+        return codec.canonical(codec.fleet_document([(e.pool, e.price, e.carbon) for e in self.entries]))
+
 
 class Judged:
     """A fleet judged for one workload signature under one policy revision: the pools in the order
     selection tries them, computed once and reused while the fleet and the revision hold.
 
-    ``objective`` and ``carbon_weight`` are the workload's (part of its signature)."""
+    ``objective`` and ``carbon_weight`` are the workload's (part of its signature); ``texts`` the
+    policy's words for a rejection's summary (``about.texts``), which selection fills in."""
 
     def __init__(
         self,
@@ -109,8 +122,10 @@ class Judged:
         checks: tuple[CheckInfo, ...] = (),
         objective: str = "cost",
         carbon_weight: float = 0.5,
+        texts: Mapping[str, str] | None = None,
     ) -> None:
         self.fleet = fleet
+        self.texts = texts or {}
         self.shapes = shapes
         self.workload = workload
         self.judged = judged
@@ -165,6 +180,24 @@ class Judged:
 
     def verdict(self, index: int) -> ShapeVerdict:
         return self.shapes[self.fleet.entries[index].key]
+
+    @cached_property
+    def static_counts(self) -> tuple[Mapping[str, int], tuple[bool | None, ...]]:
+        """What a rejection's summary counts that no capacity changes: each code over the pools'
+        shape and budget denials, and per pool whether those are all ``not_now`` (None: it has
+        none)."""
+        counts: dict[str, int] = {}
+        not_now: list[bool | None] = []
+        for denials in self.denials:
+            for r in denials:
+                counts[r.code] = counts.get(r.code, 0) + 1
+            not_now.append(all(r.kind == "not_now" for r in denials) if denials else None)
+        return counts, tuple(not_now)
+
+    @cached_property
+    def rank(self) -> Mapping[int, int]:
+        """Each admissible pool's (fleet index's) place in selection order."""
+        return {int(row[-1]): at for at, row in enumerate(self.ranked)}  # type: ignore[call-overload]
 
 
 class LazyVerdicts(Sequence[PoolVerdict]):
@@ -270,18 +303,6 @@ def _balanced(judged: Judged, capacities: Sequence[Capacity]) -> tuple[int | Non
     return best[1][3], tier
 
 
-def balanced_scores(rows: Sequence[tuple[float, float]], carbon_weight: float) -> list[float]:
-    """Each candidate's balanced score from its (cost, carbon) per hour: each divided by the
-    highest among the candidates, carbon weighted by ``carbon_weight``; lower is better."""
-    top_cost = max((r[0] for r in rows), default=0.0)
-    top_carbon = max((r[1] for r in rows), default=0.0)
-    w = carbon_weight
-    return [
-        round((1 - w) * (cost / top_cost if top_cost else 0.0) + w * (carbon / top_carbon if top_carbon else 0.0), COST_DIGITS)
-        for cost, carbon in rows
-    ]
-
-
 def pool_verdicts(judged: Judged, capacities: Sequence[Capacity], tier: int | None) -> tuple[PoolVerdict, ...]:
     """Every pool's verdict and reasons, as the policy's reference decision words them: eligible
     first, then by tier, grant cost and name."""
@@ -319,25 +340,43 @@ def _preference(wv: WorkloadVerdict, t: int, selected: int | None) -> Reason | N
     return wv.request_rejected
 
 
+def fill(template: str, **values: object) -> str:
+    """``template`` with each ``{name}`` replaced by its value (as the policy's
+    ``strings.replace_n`` does)."""
+    for name, value in values.items():
+        template = template.replace("{" + name + "}", str(value))
+    return template
+
+
 def summary(judged: Judged, capacities: Sequence[Capacity], workload: Workload) -> tuple[str, str]:
-    """(code, message) when no pool is eligible: how many pools each reason stopped. Counted from
-    the denials per pool, as ``pool_verdicts`` words them, without building every verdict."""
+    """(code, message) when no pool is eligible: how many pools each reason stopped, in the
+    policy's words (``judged.texts``; a message of a verdict set stored without them is empty: its
+    record keeps the message). Counted from the denials per pool, as ``pool_verdicts`` words them,
+    without building every verdict."""
+    texts = judged.texts
     entries = judged.fleet.entries
     if not entries or not judged.judged:
-        return "no_pools", "no pools are registered"
-    counts: dict[str, int] = {}
+        return "no_pools", texts.get("no_pools", "")
+    static, not_now = judged.static_counts
+    counts = dict(static)
     capacity_only = False
+    shapes = judged.shapes
     for i, entry in enumerate(entries):
-        v = judged.shapes[entry.key]
-        denials = judged.denials[i] if fits(v.grant, capacities[i]) else (*judged.denials[i], v.shortfall)
-        if not denials:
+        v = shapes[entry.key]
+        base = not_now[i]
+        if fits(v.grant, capacities[i]):
+            capacity_only = capacity_only or base is True
             continue
-        for r in denials:
-            counts[r.code] = counts.get(r.code, 0) + 1
-        capacity_only = capacity_only or all(r.kind == "not_now" for r in denials)
-    code, what = ("no_capacity", "has free capacity") if capacity_only else ("no_eligible_pool", "is eligible")
-    parts = ", ".join(f"{c} on {n} pool{'' if n == 1 else 's'}" for c, n in sorted(counts.items()))
-    return code, f"no pool {what} for {workload.name} ({len(entries)} checked: {parts})"
+        short = v.shortfall
+        counts[short.code] = counts.get(short.code, 0) + 1
+        capacity_only = capacity_only or ((base is None or base) and short.kind == "not_now")
+    code = "no_capacity" if capacity_only else "no_eligible_pool"
+    if not texts:
+        return code, ""
+    parts = texts["separator"].join(
+        fill(texts["reason_on_one"] if n == 1 else texts["reason_on_many"], code=c, count=n) for c, n in sorted(counts.items())
+    )
+    return code, fill(texts[code], workload=workload.name, checked=len(entries), reasons=parts)
 
 
 def decide_over(
@@ -384,3 +423,4 @@ def decide_over(
         provenance=provenance,
         checks=checks,
     )
+

@@ -1,0 +1,775 @@
+"""Every wire and stored form of the decision path, and the canonical bytes digests are taken of.
+
+* canonical bytes: compact, sorted-key JSON (``canonical``); content keys and digests of them;
+* the workload as the policy reads it (``workload_input``) and back (``workload_from_json``);
+* OPA's answers (``decode_about``, ``decode_verdicts``), refused whole when malformed with a
+  ``PolicyError`` naming what was wrong: never a ``KeyError``, never a partial answer;
+* the stored forms: pools, capacity summaries, holdings, fleet and verdict-set documents, and the
+  decision record (``encode_record``; records written by earlier releases read back too).
+
+Nothing here decides anything: selection, packing and the rebuild of a decision from its record are
+the core's other modules.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import json
+import zlib
+from collections.abc import Mapping, Sequence
+from typing import Final, cast
+
+from examlops_policy.errors import PolicyError, StateError
+from examlops_policy.model import (
+    BurstVerdict,
+    Capacity,
+    CheckInfo,
+    Decision,
+    Grant,
+    Holding,
+    JSONObject,
+    JSONValue,
+    Placement,
+    Pool,
+    PoolVerdict,
+    Provenance,
+    Reason,
+    Rejection,
+    Workload,
+    pool_spec,
+)
+from examlops_policy._core.verdicts import About, Answer, Confirmation, Limits, ShapeVerdict, Signature, WorkloadVerdict
+
+KEY_HEX: Final = 32  # 128 bits of SHA-256: content keys, not security
+# The pool-stage checks this engine runs (selection compares each pool's capacity and price with
+# its shape's verdict, as the policy's reference decision does); the policy publishes its own set
+# in ``about`` and a policy with another set places nothing.
+POOL_STAGE: Final = ("budget", "capacity")
+# The message texts the policy gives (``about.texts``), which selection fills in with counts.
+TEXTS: Final = ("no_pools", "no_eligible_pool", "no_capacity", "reason_on_one", "reason_on_many", "separator")
+RECORD_VERSION: Final = 3  # 3: the state version decided at ("at"); 2: the capacity vector itself
+# A packed capacity vector (records of version 2) never unpacks to more than this (an altered record
+# cannot exhaust memory).
+MAX_VECTOR_BYTES: Final = 64 * 1024 * 1024
+
+
+# -- canonical bytes ---------------------------------------------------------------------------
+
+
+def canonical(value: object) -> bytes:
+    """Compact, sorted-key JSON: the bytes every digest here is taken of."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def content_key(value: object) -> str:
+    return hashlib.sha256(canonical(value)).hexdigest()[:KEY_HEX]
+
+
+def digest(document: bytes) -> str:
+    return "sha256:" + hashlib.sha256(document).hexdigest()
+
+
+# -- the workload --------------------------------------------------------------------------------
+
+
+def workload_input(workload: Workload) -> JSONObject:
+    """The workload as the policy reads it (every field; the target ``any`` when none)."""
+    return {
+        "name": workload.name,
+        "accelerator": workload.accelerator,
+        "engine": workload.engine,
+        "capabilities": list(workload.capabilities),
+        "target": workload.effective_target,
+        "fraction": workload.fraction,
+        "count": workload.count,
+        "residency": workload.residency,
+        "allow_burst": workload.allow_burst,
+        "data_region": workload.data_region,
+        "allow_cpu_fallback": workload.allow_cpu_fallback,
+        "optimize": workload.optimize,
+        "carbon_weight": workload.carbon_weight,
+        "max_cost_per_hour": workload.max_cost_per_hour,
+        "max_carbon_per_hour": workload.max_carbon_per_hour,
+        "project": workload.project,
+        "spot": workload.spot,
+        "allow_budget_fallback": workload.allow_budget_fallback,
+    }
+
+
+def workload_from_json(raw: Mapping[str, object]) -> Workload:
+    values = dict(raw)
+    target = values.get("target")
+    values["target"] = None if target == "any" else target
+    values["capabilities"] = tuple(cast(list[str], values.get("capabilities", [])))
+    return Workload(**values)  # type: ignore[arg-type]
+
+
+_WORKLOAD_FIELDS: Final = frozenset(workload_input(Workload("x", "cpu")))
+
+
+# -- pools, capacity, holdings -------------------------------------------------------------------
+
+
+def pool_text(pool: Pool) -> str:
+    """A pool's spec as stored (and compared: an unchanged spec is the same text)."""
+    return json.dumps(pool_spec(pool), sort_keys=True, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=65536)
+def pool_from_text(text: str) -> Pool:
+    """The Pool a stored spec describes (cached: every snapshot reads pools; Pool is frozen)."""
+    return pool_from_doc(json.loads(text))
+
+
+def pool_from_doc(doc: Mapping[str, object]) -> Pool:
+    values = dict(doc)
+    values["capabilities"] = tuple(values.get("capabilities", ()))  # type: ignore[arg-type]
+    return Pool(**values)  # type: ignore[arg-type]
+
+
+def capacity_json(capacity: Capacity) -> JSONValue:
+    """``whole`` alone, or ``[whole, {profile: n}]``: the compact form stored."""
+    if not capacity.slices:
+        return capacity.whole
+    return [capacity.whole, dict(sorted(capacity.slices.items()))]
+
+
+def capacity_text(capacity: Capacity) -> str:
+    return canonical(capacity_json(capacity)).decode("utf-8")
+
+
+def capacity_from_json(raw: object) -> Capacity:
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return Capacity(raw)
+    if isinstance(raw, list) and len(raw) == 2 and isinstance(raw[0], int) and isinstance(raw[1], dict):
+        return Capacity(raw[0], {str(k): int(v) for k, v in raw[1].items()})
+    raise StateError(f"malformed capacity in the state: {str(raw)[:80]}")
+
+
+@functools.lru_cache(maxsize=4096)
+def capacity_from_text(text: str) -> Capacity:
+    try:
+        return capacity_from_json(json.loads(text))
+    except ValueError as exc:
+        raise StateError(f"malformed capacity in the state: {text[:80]}") from exc
+
+
+def capacity_digest(capacities: Sequence[Capacity]) -> str:
+    """SHA-256 of what every pool could still place, in fleet order (part of a decision's input
+    digest)."""
+    return hashlib.sha256(b"[" + b",".join(canonical(capacity_json(c)) for c in capacities) + b"]").hexdigest()
+
+
+def holdings_json(holdings: Sequence[Holding]) -> list[JSONValue]:
+    return [[h.device, h.profile, h.start, h.units] for h in holdings]
+
+
+def holdings_from_json(raw: object) -> tuple[Holding, ...]:
+    """Holdings as stored (``[[device, profile, start, units], ...]``)."""
+    items = cast(list[list[object]], raw or [])
+    return tuple(
+        Holding(int(cast(int, h[0])), cast("str | None", h[1]), cast("int | None", h[2]), cast("int | None", h[3])) for h in items
+    )
+
+
+def capacity_vector(capacities: Sequence[Capacity]) -> JSONValue:
+    """What every pool could still place, in fleet order, as records of version 2 stored it: the
+    distinct values once and an index per pool."""
+    values: list[JSONValue] = []
+    seen: dict[tuple[int, tuple[tuple[str, int], ...]], int] = {}
+    at: list[JSONValue] = []
+    for capacity in capacities:
+        key = (capacity.whole, tuple(sorted(capacity.slices.items())))
+        index = seen.get(key)
+        if index is None:
+            index = seen[key] = len(values)
+            values.append(capacity_json(capacity))
+        at.append(index)
+    return {"values": values, "at": at}
+
+
+def packed_vector(capacities: Sequence[Capacity]) -> JSONValue:
+    """``capacity_vector``, deflated and base64-encoded (records of version 2)."""
+    raw = canonical(capacity_vector(capacities))
+    return {"deflate": base64.b64encode(zlib.compress(raw, 6)).decode("ascii")}
+
+
+def capacities_of(raw: object) -> list[Capacity]:
+    """The capacity vector of a version-2 record: ``packed_vector``'s or ``capacity_vector``'s form,
+    or the plain list of records written before them. StateError for anything else (an altered
+    record)."""
+    if isinstance(raw, Mapping) and isinstance(raw.get("deflate"), str):
+        try:
+            inflater = zlib.decompressobj()
+            data = inflater.decompress(base64.b64decode(str(raw["deflate"]), validate=True), MAX_VECTOR_BYTES)
+            if inflater.unconsumed_tail:
+                raise StateError("a stored decision's capacity vector is larger than any fleet's; the record was altered")
+            raw = json.loads(data)
+        except (ValueError, zlib.error) as exc:
+            raise StateError(f"malformed capacity vector in a stored decision: {exc}") from exc
+    try:
+        if isinstance(raw, list):
+            return [capacity_from_json(c) for c in raw]
+        if isinstance(raw, Mapping):
+            values, at = raw.get("values"), raw.get("at")
+            if isinstance(values, list) and isinstance(at, list):
+                if all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(values) for i in at):
+                    decoded = [capacity_from_json(v) for v in values]
+                    return [decoded[i] for i in at]
+    except StateError:
+        pass
+    raise StateError(f"malformed capacity vector in a stored decision: {str(raw)[:80]}")
+
+
+# -- the fleet and verdict-set documents ------------------------------------------------------
+
+
+def fleet_document(priced: Sequence[tuple[Pool, float, float]]) -> JSONObject:
+    """The fleet as decisions see it (every pool, in name order, with its effective price and
+    carbon per device-hour), stored once per revision for rebuilding and replaying decisions."""
+    return {"pools": [{"pool": pool_spec(p), "price": price, "carbon": carbon} for p, price, carbon in sorted(priced, key=lambda r: r[0].name)]}
+
+
+def fleet_revision(document: JSONObject) -> str:
+    """``fleet:`` + SHA-256 of the fleet document's canonical bytes."""
+    return "fleet:" + hashlib.sha256(canonical(document)).hexdigest()
+
+
+def verdict_set_document(
+    revision: str,
+    signature: Signature,
+    workload_signature: JSONObject,
+    judged: bool,
+    workload: WorkloadVerdict,
+    checks: Sequence[CheckInfo],
+    shapes: Mapping[str, ShapeVerdict],
+    texts: Mapping[str, str],
+) -> JSONObject:
+    """Every verdict a decision used, and the policy's words for its summary, as stored once for
+    all decisions that share it."""
+    return {
+        "revision": revision,
+        "signature": {"shape": list(signature.shape), "workload": list(signature.workload)},
+        "workload": workload_signature,
+        "judged": judged,
+        "workload_verdict": workload_verdict_json(workload),
+        "checks": checks_json(checks),
+        "shapes": {k: shape_verdict_json(v) for k, v in sorted(shapes.items())},
+        "texts": dict(texts),
+    }
+
+
+# -- OPA's queries and answers ---------------------------------------------------------------------
+
+
+def query_body(policy_input: JSONObject) -> bytes:
+    """A query's body (OPA's REST API: ``{"input": ...}``)."""
+    return json.dumps({"input": policy_input}, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def result_of(raw: bytes, rule: str, where: str) -> object:
+    """A query answer's ``result``; PolicyError when it is unreadable or undefined."""
+    try:
+        answer = json.loads(raw)
+    except ValueError as exc:
+        raise PolicyError(f"{where} gave an unreadable answer: {exc}") from exc
+    if not isinstance(answer, dict) or "result" not in answer:
+        raise PolicyError(f"{where}: the policy returned no {rule} (undefined); is the placement policy loaded?")
+    return answer["result"]
+
+
+def decode_confirmation(raw: object, where: str) -> Confirmation:
+    """The policy's ``confirm`` answer: the revision it serves (None: not from a bundle) and OPA's
+    version."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("opa_version"), str):
+        raise PolicyError(f"{where}: malformed confirmation: {str(raw)[:120]}")
+    revision = raw.get("revision")
+    return Confirmation(revision if isinstance(revision, str) and revision else None, raw["opa_version"])
+
+
+def shapes_patch(shapes: Mapping[str, JSONObject]) -> bytes:
+    """A JSON Patch adding ``shapes`` to the fleet's shapes OPA holds as data."""
+    return json.dumps([{"op": "add", "path": f"/{key}", "value": shape} for key, shape in sorted(shapes.items())], separators=(",", ":")).encode("utf-8")
+
+
+def shapes_document(shapes: Mapping[str, JSONObject]) -> bytes:
+    """The fleet's shapes as a document of their own (a server that holds none yet)."""
+    return json.dumps({"shapes": dict(shapes)}, separators=(",", ":")).encode("utf-8")
+
+
+
+class _Decoder:
+    """Typed reads from an untrusted JSON value; every failure is one PolicyError."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def fail(self, path: str, expected: str, value: object) -> PolicyError:
+        shown = json.dumps(value)[:120] if _jsonable(value) else type(value).__name__
+        return PolicyError(f"{self.where}: malformed answer at {path}: expected {expected}, got {shown}")
+
+    def obj(self, value: object, path: str) -> Mapping[str, object]:
+        if not isinstance(value, dict):
+            raise self.fail(path, "an object", value)
+        return cast(Mapping[str, object], value)
+
+    def arr(self, value: object, path: str) -> Sequence[object]:
+        if not isinstance(value, list):
+            raise self.fail(path, "an array", value)
+        return cast(Sequence[object], value)
+
+    def field(self, value: Mapping[str, object], name: str, path: str) -> object:
+        if name not in value:
+            raise PolicyError(f"{self.where}: malformed answer at {path}: missing {name!r}")
+        return value[name]
+
+    def text(self, value: object, path: str) -> str:
+        if not isinstance(value, str):
+            raise self.fail(path, "a string", value)
+        return value
+
+    def opt_text(self, value: object, path: str) -> str | None:
+        return None if value is None else self.text(value, path)
+
+    def integer(self, value: object, path: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+            raise self.fail(path, "a whole number", value)
+        return int(value)
+
+    def number(self, value: object, path: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(path, "a number", value)
+        return float(value)
+
+    def boolean(self, value: object, path: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(path, "true or false", value)
+        return value
+
+    def reason(self, value: object, path: str) -> Reason:
+        raw = self.obj(value, path)
+        details = raw.get("details") or {}
+        return Reason(
+            code=self.text(self.field(raw, "code", path), f"{path}.code"),
+            kind=self.text(self.field(raw, "kind", path), f"{path}.kind"),
+            message=self.text(self.field(raw, "message", path), f"{path}.message"),
+            details=cast(JSONObject, self.obj(details, f"{path}.details")),
+        )
+
+    def opt_reason(self, value: object, path: str) -> Reason | None:
+        return None if value is None else self.reason(value, path)
+
+    def opt_number(self, value: object, path: str) -> float | None:
+        return None if value is None else self.number(value, path)
+
+    def limits(self, value: object, path: str) -> Limits:
+        raw = self.obj(value, path)
+        reasons = self.obj(self.field(raw, "reasons", path), f"{path}.reasons")
+        return Limits(
+            cost_per_hour=self.opt_number(self.field(raw, "cost_per_hour", path), f"{path}.cost_per_hour"),
+            carbon_per_hour=self.opt_number(self.field(raw, "carbon_per_hour", path), f"{path}.carbon_per_hour"),
+            cost_reason=self.opt_reason(reasons.get("cost_per_hour"), f"{path}.reasons.cost_per_hour"),
+            carbon_reason=self.opt_reason(reasons.get("carbon_per_hour"), f"{path}.reasons.carbon_per_hour"),
+        )
+
+    def grant(self, value: object, path: str) -> Grant:
+        raw = self.obj(value, path)
+
+        def get(name: str) -> object:
+            return self.field(raw, name, path)
+
+        return Grant(
+            requested=self.number(get("requested"), f"{path}.requested"),
+            honored=self.boolean(get("honored"), f"{path}.honored"),
+            share=self.number(get("share"), f"{path}.share"),
+            units=self.integer(get("units"), f"{path}.units"),
+            devices=self.number(get("devices"), f"{path}.devices"),
+            scheme=self.opt_text(get("scheme"), f"{path}.scheme"),
+            geometry=self.opt_text(get("geometry"), f"{path}.geometry"),
+            profile=self.opt_text(get("profile"), f"{path}.profile"),
+            why=self.opt_text(get("why"), f"{path}.why"),
+            note=self.opt_text(get("note"), f"{path}.note"),
+        )
+
+
+def _jsonable(value: object) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def decode_about(raw: object, where: str) -> About:
+    """The policy's ``about`` answer. A policy not loaded from a bundle has no revision: refused."""
+    d = _Decoder(where)
+    top = d.obj(raw, "about")
+    revision = top.get("revision")
+    if not isinstance(revision, str) or not revision:
+        raise PolicyError(
+            f"{where} does not report a policy bundle revision; it must serve the reviewed policy as a bundle "
+            "(exa policy build), so that what it evaluates is what was reviewed"
+        )
+    sig = d.obj(d.field(top, "signature", "about"), "about.signature")
+    signature = Signature(
+        shape=tuple(d.text(f, "about.signature.shape[]") for f in d.arr(d.field(sig, "shape", "about.signature"), "about.signature.shape")),
+        workload=tuple(
+            d.text(f, "about.signature.workload[]") for f in d.arr(d.field(sig, "workload", "about.signature"), "about.signature.workload")
+        ),
+    )
+    unsupported = [d.text(n, "about.unsupported_checks[]") for n in d.arr(top.get("unsupported_checks", []), "about.unsupported_checks")]
+    # A policy from before the pool stage was published ran exactly this engine's (impact compares
+    # against such policies); one that publishes another set is refused.
+    pool_stage = tuple(d.text(n, "about.pool_stage[]") for n in d.arr(top.get("pool_stage", list(POOL_STAGE)), "about.pool_stage"))
+    if unsupported or pool_stage != POOL_STAGE:
+        raise PolicyError(
+            f"{where}: the policy declares check(s) {', '.join(unsupported or pool_stage)} at a stage this engine cannot run "
+            f"(its pool stage is {', '.join(POOL_STAGE)}); nothing is placed until the check is a shape-stage check"
+        )
+    # A policy from before it published its texts words its summaries itself (its reference rule).
+    raw_texts = d.obj(top.get("texts", {}), "about.texts")
+    texts = {name: d.text(d.field(raw_texts, name, "about.texts"), f"about.texts.{name}") for name in TEXTS} if raw_texts else {}
+    for name in signature.shape:
+        if name not in Pool.__dataclass_fields__:
+            raise PolicyError(f"{where}: the policy reads a pool field this library does not know: {name!r}")
+    for name in signature.workload:
+        if name not in _WORKLOAD_FIELDS:
+            raise PolicyError(f"{where}: the policy reads a workload field this library does not know: {name!r}")
+
+    def codes(value: object, path: str) -> tuple[tuple[str, str, str], ...]:
+        out = []
+        for i, c in enumerate(d.arr(value, path)):
+            row = d.obj(c, f"{path}[{i}]")
+            out.append(
+                (
+                    d.text(d.field(row, "code", path), f"{path}[{i}].code"),
+                    d.text(d.field(row, "kind", path), f"{path}[{i}].kind"),
+                    d.text(d.field(row, "meaning", path), f"{path}[{i}].meaning"),
+                )
+            )
+        return tuple(out)
+
+    checks = []
+    for i, c in enumerate(d.arr(d.field(top, "checks", "about"), "about.checks")):
+        row = d.obj(c, f"about.checks[{i}]")
+        checks.append(
+            CheckInfo(
+                name=d.text(d.field(row, "name", "about.checks"), f"about.checks[{i}].name"),
+                title=d.text(d.field(row, "title", "about.checks"), f"about.checks[{i}].title"),
+                stage=d.text(d.field(row, "stage", "about.checks"), f"about.checks[{i}].stage"),
+                codes=codes(d.field(row, "codes", "about.checks"), f"about.checks[{i}].codes"),
+            )
+        )
+    return About(
+        revision=revision,
+        opa_version=d.text(d.field(top, "opa_version", "about"), "about.opa_version"),
+        signature=signature,
+        checks=tuple(checks),
+        other_codes=codes(top.get("other_codes", []), "about.other_codes"),
+        texts=texts,
+    )
+
+
+
+
+def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
+    """The policy's ``verdicts`` answer for ``keys`` (schemas/verdicts-answer.schema.json); every key
+    must be judged or listed missing."""
+    d = _Decoder(where)
+    top = d.obj(raw, "verdicts")
+    confirm = d.obj(d.field(top, "confirm", "verdicts"), "verdicts.confirm")
+    revision = confirm.get("revision")
+    rejection = d.opt_reason(d.field(top, "rejection", "verdicts"), "verdicts.rejection")
+    mode = d.field(top, "burst_mode", "verdicts")
+    if mode not in ("cloud", "spill", None):
+        raise d.fail("verdicts.burst_mode", '"cloud", "spill" or null', mode)
+    missing = tuple(d.text(k, "verdicts.missing[]") for k in d.arr(d.field(top, "missing", "verdicts"), "verdicts.missing"))
+    preferences: dict[tuple[int, int], Reason] = {}
+    for i, row in enumerate(d.arr(d.field(top, "preferences", "verdicts"), "verdicts.preferences")):
+        path = f"verdicts.preferences[{i}]"
+        pref = d.obj(row, path)
+        t = d.integer(d.field(pref, "tier", path), f"{path}.tier")
+        preferences[(t, d.integer(d.field(pref, "selected", path), f"{path}.selected"))] = d.reason(d.field(pref, "reason", path), f"{path}.reason")
+    workload = WorkloadVerdict(
+        rejection=rejection,
+        burst_mode=mode,
+        preferences=preferences,
+        request_rejected=d.opt_reason(d.field(top, "request_rejected", "verdicts"), "verdicts.request_rejected"),
+        budget_fallback=d.opt_reason(d.field(top, "budget_fallback", "verdicts"), "verdicts.budget_fallback"),
+    )
+    if not d.boolean(d.field(top, "judged", "verdicts"), "verdicts.judged"):
+        # An invalid workload is judged against no pool at all.
+        if rejection is None:
+            raise d.fail("verdicts.rejection", "the reason a workload is not judged", None)
+        return Answer(cast("str | None", revision), workload, {}, missing, judged=False)
+    reasons = [d.reason(r, f"verdicts.reasons[{i}]") for i, r in enumerate(d.arr(d.field(top, "reasons", "verdicts"), "verdicts.reasons"))]
+    grants = []
+    for i, row in enumerate(d.arr(d.field(top, "grants", "verdicts"), "verdicts.grants")):
+        path = f"verdicts.grants[{i}]"
+        cell = d.obj(row, path)
+        grants.append(
+            (
+                d.grant(d.field(cell, "grant", path), f"{path}.grant"),
+                d.reason(d.field(cell, "shortfall", path), f"{path}.shortfall"),
+                d.limits(d.field(cell, "limits", path), f"{path}.limits"),
+            )
+        )
+    notes = [d.text(n, "verdicts.notes[]") for n in d.arr(d.field(top, "notes", "verdicts"), "verdicts.notes")]
+    rows = d.obj(d.field(top, "shapes", "verdicts"), "verdicts.shapes")
+
+    def index(value: object, below: int, path: str) -> int:
+        i = d.integer(value, path)
+        if not 0 <= i < below:
+            raise d.fail(path, f"an index below {below}", value)
+        return i
+
+    def note(value: object, path: str) -> str | None:
+        return None if value is None else notes[index(value, len(notes), path)]
+
+    shapes: dict[str, ShapeVerdict] = {}
+    for key in set(keys) - set(missing):
+        path = f"verdicts.shapes[{key}]"
+        row = d.obj(rows.get(key), path)
+        tier = d.integer(d.field(row, "tier", path), f"{path}.tier")
+        if not 0 <= tier <= 3:
+            raise d.fail(f"{path}.tier", "a tier from 0 to 3", tier)
+        denials = d.arr(d.field(row, "denials", path), f"{path}.denials")
+        grant, shortfall, limits = grants[index(d.field(row, "grant", path), len(grants), f"{path}.grant")]
+        shapes[key] = ShapeVerdict(
+            tier=tier,
+            note=note(d.field(row, "note", path), f"{path}.note"),
+            denials=tuple(reasons[index(j, len(reasons), f"{path}.denials[]")] for j in denials),
+            grant=grant,
+            shortfall=shortfall,
+            blocks_burst=d.boolean(d.field(row, "blocks_burst", path), f"{path}.blocks_burst"),
+            note_full=note(d.field(row, "note_full", path), f"{path}.note_full"),
+            limits=limits,
+            note_budget=note(d.field(row, "note_budget", path), f"{path}.note_budget"),
+        )
+    return Answer(cast("str | None", revision), workload, shapes, missing)
+
+
+# -- the stored form of verdicts (verdict sets) --------------------------------------------------
+
+
+def reason_json(r: Reason) -> JSONObject:
+    return {"code": r.code, "kind": r.kind, "message": r.message, "details": r.details}
+
+
+def grant_json(g: Grant) -> JSONObject:
+    return {
+        "requested": g.requested, "honored": g.honored, "share": g.share, "units": g.units, "devices": g.devices,
+        "scheme": g.scheme, "geometry": g.geometry, "profile": g.profile, "why": g.why, "note": g.note,
+    }  # fmt: skip
+
+
+def _opt_reason_json(r: Reason | None) -> JSONValue:
+    return None if r is None else reason_json(r)
+
+
+def shape_verdict_json(v: ShapeVerdict) -> JSONObject:
+    return {
+        "tier": v.tier,
+        "note": v.note,
+        "note_full": v.note_full,
+        **({"note_budget": v.note_budget} if v.note_budget is not None else {}),
+        "denials": [reason_json(r) for r in v.denials],
+        "grant": grant_json(v.grant),
+        "shortfall": reason_json(v.shortfall),
+        "limits": {
+            "cost_per_hour": v.limits.cost_per_hour,
+            "carbon_per_hour": v.limits.carbon_per_hour,
+            "reasons": {"cost_per_hour": _opt_reason_json(v.limits.cost_reason), "carbon_per_hour": _opt_reason_json(v.limits.carbon_reason)},
+        },
+        "blocks_burst": v.blocks_burst,
+    }
+
+
+def checks_json(checks: Sequence[CheckInfo]) -> list[JSONValue]:
+    return [{"name": c.name, "title": c.title, "stage": c.stage, "codes": [list(code) for code in c.codes]} for c in checks]
+
+
+def checks_from_json(raw: object) -> tuple[CheckInfo, ...]:
+    out = []
+    for c in cast(list[Mapping[str, object]], raw or []):
+        codes = tuple((str(x[0]), str(x[1]), str(x[2])) for x in cast(list[list[object]], c["codes"]))
+        out.append(CheckInfo(str(c["name"]), str(c["title"]), str(c["stage"]), codes))
+    return tuple(out)
+
+
+def workload_verdict_json(v: WorkloadVerdict) -> JSONObject:
+    return {
+        "rejection": None if v.rejection is None else reason_json(v.rejection),
+        "burst_mode": v.burst_mode,
+        "preferences": [[t, sel, reason_json(r)] for (t, sel), r in sorted(v.preferences.items())],
+        "request_rejected": None if v.request_rejected is None else reason_json(v.request_rejected),
+        **({"budget_fallback": reason_json(v.budget_fallback)} if v.budget_fallback is not None else {}),
+    }
+
+
+def shape_verdict_from_json(raw: object, where: str) -> ShapeVerdict:
+    d = _Decoder(where)
+    top = d.obj(raw, "verdict")
+    return ShapeVerdict(
+        tier=d.integer(d.field(top, "tier", "verdict"), "verdict.tier"),
+        note=d.opt_text(d.field(top, "note", "verdict"), "verdict.note"),
+        denials=tuple(d.reason(r, "verdict.denials[]") for r in d.arr(d.field(top, "denials", "verdict"), "verdict.denials")),
+        grant=d.grant(d.field(top, "grant", "verdict"), "verdict.grant"),
+        shortfall=d.reason(d.field(top, "shortfall", "verdict"), "verdict.shortfall"),
+        blocks_burst=d.boolean(d.field(top, "blocks_burst", "verdict"), "verdict.blocks_burst"),
+        note_full=d.opt_text(top.get("note_full"), "verdict.note_full"),
+        limits=d.limits(top["limits"], "verdict.limits") if "limits" in top else Limits(),
+        note_budget=d.opt_text(top.get("note_budget"), "verdict.note_budget"),
+    )
+
+
+def workload_verdict_from_json(raw: object, where: str) -> WorkloadVerdict:
+    d = _Decoder(where)
+    top = d.obj(raw, "workload verdict")
+    prefs: dict[tuple[int, int], Reason] = {}
+    for row in d.arr(d.field(top, "preferences", "workload verdict"), "preferences"):
+        cells = d.arr(row, "preferences[]")
+        prefs[(d.integer(cells[0], "preferences[][0]"), d.integer(cells[1], "preferences[][1]"))] = d.reason(cells[2], "preferences[][2]")
+    mode = top.get("burst_mode")
+    return WorkloadVerdict(
+        rejection=d.opt_reason(top.get("rejection"), "rejection"),
+        burst_mode=cast("str | None", mode),
+        preferences=prefs,
+        request_rejected=d.opt_reason(top.get("request_rejected"), "request_rejected"),
+        budget_fallback=d.opt_reason(top.get("budget_fallback"), "budget_fallback"),
+    )
+
+
+# -- the decision record ---------------------------------------------------------------------------
+
+
+def _burst_json(burst: BurstVerdict) -> JSONObject:
+    return {
+        "attempted": burst.attempted,
+        "verdict": burst.verdict,
+        "pool": burst.pool,
+        "region": burst.region,
+        "reason": None if burst.reason is None else reason_json(burst.reason),
+    }
+
+
+def encode_record(
+    decision: Decision,
+    *,
+    workload: JSONObject,
+    verdict_set: str,
+    at: int | None = None,
+    capacities: Sequence[Capacity] = (),
+    holdings: Sequence[Holding] = (),
+) -> bytes:
+    """The record's bytes (compact, sorted-key JSON): the workload (its policy input), the fleet
+    revision and verdict set it was judged on, the state version whose capacity it was decided at
+    (``at``; without it, version 2: the capacity vector itself), the outcome, its devices and its
+    provenance."""
+    prov = decision.provenance
+    doc: JSONObject = {
+        "v": RECORD_VERSION if at is not None else 2,
+        "outcome": decision.outcome,
+        "workload": workload,
+        "fleet": prov.fleet_revision,
+        "verdicts": verdict_set,
+        "burst": _burst_json(decision.burst),
+        **({"at": at} if at is not None else {"capacity": packed_vector(capacities)}),
+        "provenance": {
+            "input_digest": prov.input_digest,
+            "policy_revision": prov.policy_revision,
+            "opa_version": prov.opa_version,
+            "verdicts": prov.verdicts,
+        },
+    }
+    if isinstance(decision, Placement):
+        doc.update(
+            pool=decision.pool,
+            holdings=holdings_json(holdings),
+            cost_per_hour=decision.cost_per_hour,
+            carbon_factor=decision.carbon_factor,
+            grounded_carbon_per_hour=decision.grounded_carbon_per_hour,
+        )
+    else:
+        doc.update(code=decision.code, reason=decision.reason)
+    return canonical(doc)
+
+
+def is_compact(document: Mapping[str, object]) -> bool:
+    """A record that refers to its fleet and verdict set (version 2 or 3), not a full document."""
+    return document.get("v") in (2, RECORD_VERSION)
+
+
+def record_at(document: Mapping[str, object]) -> int | None:
+    """The state version a version-3 record was decided at (None: the record keeps its capacity)."""
+    at = document.get("at")
+    if document.get("v") == RECORD_VERSION:
+        if isinstance(at, int) and not isinstance(at, bool) and at >= 0:
+            return at
+        raise StateError(f"malformed state version in a stored decision: {str(at)[:40]}")
+    return None
+
+
+def document_of(raw: str | bytes) -> JSONObject:
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        raise StateError(f"a stored decision is not JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise StateError("a stored decision is not a JSON object")
+    return cast(JSONObject, doc)
+
+
+def reason_from_json(raw: Mapping[str, object]) -> Reason:
+    return Reason(str(raw["code"]), str(raw["kind"]), str(raw["message"]), cast(JSONObject, raw.get("details") or {}))
+
+
+# -- documents written before compact records ----------------------------------------------------
+
+
+def _reason(data: JSONObject) -> Reason:
+    return Reason(**data)  # type: ignore[arg-type]
+
+
+def _grant(data: JSONObject) -> Grant:
+    """A grant as old documents wrote it (``granted`` was the share of one device)."""
+    values: dict[str, object] = dict(data)
+    if "granted" in values:
+        values["share"] = values.pop("granted")
+        devices = float(cast(float, values["devices"]))
+        values["units"] = 1 if values.get("profile") else max(1, round(devices))
+    return Grant(**values)  # type: ignore[arg-type]
+
+
+def _verdict(data: JSONObject) -> PoolVerdict:
+    values: dict[str, object] = dict(data)
+    values["reasons"] = tuple(_reason(r) for r in cast(list[JSONObject], data["reasons"]))
+    values["grant"] = _grant(cast(JSONObject, data["grant"]))
+    return PoolVerdict(**values)  # type: ignore[arg-type]
+
+
+def _burst(data: JSONObject) -> BurstVerdict:
+    values: dict[str, object] = dict(data)
+    if values.get("reason"):
+        values["reason"] = _reason(cast(JSONObject, values["reason"]))
+    return BurstVerdict(**values)  # type: ignore[arg-type]
+
+
+def decision_from_document(data: JSONObject) -> Decision:
+    """A Placement or Rejection from a full document (what releases before compact records stored:
+    the whole decision, ``outcome`` first)."""
+    values: dict[str, object] = {k: v for k, v in data.items() if k != "outcome"}
+    workload: dict[str, object] = dict(cast(JSONObject, values["workload"]))
+    workload["capabilities"] = tuple(cast(list[str], workload["capabilities"]))
+    values["workload"] = Workload(**workload)  # type: ignore[arg-type]
+    values["verdicts"] = tuple(_verdict(v) for v in cast(list[JSONObject], values["verdicts"]))
+    values["burst"] = _burst(cast(JSONObject, values["burst"]))
+    values["provenance"] = Provenance(**cast(JSONObject, values["provenance"]))  # type: ignore[arg-type]
+    values.pop("holdings", None)
+    values.pop("checks", None)
+    if data["outcome"] == "placed":
+        values["grant"] = _grant(cast(JSONObject, values["grant"]))
+        return Placement(**values)  # type: ignore[arg-type]
+    return Rejection(**values)  # type: ignore[arg-type]

@@ -1,0 +1,163 @@
+"""The capacity state: what every pool can still place, as pure values worked out from holdings.
+
+``Capacities`` holds the packing rules of one set of tables (each pool's layout) and works out a
+pool's capacity summary and free devices from what its live grants hold. ``Snapshot`` is the fleet
+with every pool's capacity at one state version, in name order, with the digest of the capacity
+vector a decision's input digest covers; ``Snapshots`` keeps the last one and merges in only the
+pools changed since. Nothing here touches a database: the rows come from the store's narrow API,
+or from an implementation of it in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from examlops_policy.model import Capacity, Pool, PoolState
+from examlops_policy.store.api import HeldRow, PoolRow, Rows, StateRows
+from examlops_policy.tables import Tables
+from examlops_policy._core import codec, packing
+
+
+class Capacities:
+    """The packing rules of one set of tables: each pool's device layout, and what it can place."""
+
+    def __init__(self, tables: Tables) -> None:
+        self.tables = tables
+        self._layouts: dict[Pool, packing.PoolLayout] = {}
+
+    @cached_property
+    def digest(self) -> str:
+        """The digest of the rules capacities are worked out with (partitioning and geometry)."""
+        return codec.digest(codec.canonical({"partitioning": self.tables.partitioning, "geometry": self.tables.geometry}))
+
+    def layout(self, pool: Pool) -> packing.PoolLayout:
+        layout = self._layouts.get(pool)
+        if layout is None:
+            if len(self._layouts) > 65536:
+                self._layouts.clear()
+            layout = self._layouts[pool] = packing.layout_of(pool, self.tables)
+        return layout
+
+    def of(self, pool: Pool, held: Sequence[HeldRow], held_outside: float) -> tuple[Capacity, float]:
+        """What ``pool`` can still place with ``held`` on it, and its devices free (shares summed;
+        a pool of fixed slices counts slices: each holding is one of its units)."""
+        layout = self.layout(pool)
+        capacity = packing.summarize(layout, [h.holding for h in held], held_outside)
+        used = float(len(held)) if layout.kind == "fixed" else sum(h.share for h in held)
+        return capacity, max(0.0, round(pool.count - held_outside - used, 9))
+
+    def empty(self, pool: Pool) -> PoolState:
+        """The pool with nothing held on it (what-if decisions)."""
+        return PoolState(pool, float(pool.count), packing.summarize(self.layout(pool), []))
+
+
+def state_of(row: PoolRow) -> PoolState:
+    """A pool as the store holds it, decoded."""
+    capacity = codec.capacity_from_text(row.capacity) if row.capacity is not None else Capacity(0)
+    return PoolState(codec.pool_from_text(row.spec), float(row.free if row.free is not None else 0.0), capacity, float(row.held_outside))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Every pool, in name order, with what it can still place, at one state version.
+
+    ``fragments`` are each pool's capacity in canonical bytes (kept from one snapshot to the next
+    for the pools that did not change), so the digest of the whole vector costs a join and a hash.
+    """
+
+    version: int
+    fleet_version: int
+    states: tuple[PoolState, ...]
+    fragments: tuple[bytes, ...] = field(default=(), repr=False, compare=False)
+
+    @cached_property
+    def index(self) -> Mapping[str, int]:
+        return {s.pool.name: i for i, s in enumerate(self.states)}
+
+    @cached_property
+    def pools(self) -> list[Pool]:
+        return [s.pool for s in self.states]
+
+    @cached_property
+    def capacities(self) -> list[Capacity]:
+        return [s.capacity for s in self.states]
+
+    @cached_property
+    def capacity_digest(self) -> str:
+        """``codec.capacity_digest`` of ``capacities``."""
+        frags = self.fragments if len(self.fragments) == len(self.states) else [_fragment(s.capacity) for s in self.states]
+        return hashlib.sha256(b"[" + b",".join(frags) + b"]").hexdigest()
+
+
+def _fragment(capacity: Capacity) -> bytes:
+    return codec.canonical(codec.capacity_json(capacity))
+
+
+def merge(previous: Snapshot | None, rows: StateRows) -> tuple[Snapshot, frozenset[str]]:
+    """``previous`` with the pools ``rows`` says changed since (every pool without a previous
+    snapshot); and the names of the pools whose capacity changed."""
+    if previous is not None and not rows.pools:
+        if (rows.version, rows.fleet_version) == (previous.version, previous.fleet_version):
+            return previous, frozenset()
+        return Snapshot(rows.version, rows.fleet_version, previous.states, previous.fragments), frozenset()
+    changed = {r.name: state_of(r) for r in rows.pools}
+    if previous is not None and all(name in previous.index for name in changed):
+        states = list(previous.states)
+        frags = list(previous.fragments) if len(previous.fragments) == len(states) else [_fragment(s.capacity) for s in states]
+        capacities = list(previous.capacities)
+        moved = set()
+        same_pools = rows.fleet_version == previous.fleet_version
+        for name, state in changed.items():
+            i = previous.index[name]
+            same_pools = same_pools and states[i].pool == state.pool
+            if states[i].capacity != state.capacity:
+                moved.add(name)
+                frags[i] = _fragment(state.capacity)
+                capacities[i] = state.capacity
+            states[i] = state
+        result = Snapshot(rows.version, rows.fleet_version, tuple(states), tuple(frags))
+        # The same pools in the same order: what is worked out per pool name carries over.
+        result.__dict__["index"] = previous.index
+        result.__dict__["capacities"] = capacities
+        if same_pools:
+            result.__dict__["pools"] = previous.pools
+        return result, frozenset(moved)
+    merged = {s.pool.name: s for s in (previous.states if previous is not None else ())}
+    before = dict(merged)
+    merged.update(changed)
+    ordered = tuple(merged[n] for n in sorted(merged))
+    moved = {n for n, s in changed.items() if n not in before or before[n].capacity != s.capacity}
+    return Snapshot(rows.version, rows.fleet_version, ordered, tuple(_fragment(s.capacity) for s in ordered)), frozenset(moved)
+
+
+class Snapshots:
+    """The last snapshot a process read, kept: reading the state again reads only what changed."""
+
+    def __init__(self) -> None:
+        self.last: Snapshot | None = None
+
+    def read(self, store: Rows) -> Snapshot:
+        previous = self.last
+        rows = store.rows(-1 if previous is None else previous.version)
+        if previous is not None and rows.version < previous.version:
+            previous, rows = None, store.rows(-1)  # another state behind the same store: start again
+        snapshot, _ = merge(previous, rows)
+        self.last = snapshot
+        return snapshot
+
+    def forget(self) -> None:
+        self.last = None
+
+
+def aligned(capacities: Mapping[str, str], names: Iterable[str]) -> list[Capacity] | None:
+    """The capacities of ``names`` in order (None when one of them has none)."""
+    out = []
+    for name in names:
+        text = capacities.get(name)
+        if text is None:
+            return None
+        out.append(codec.capacity_from_text(text))
+    return out

@@ -1,0 +1,153 @@
+"""The policy's answers as typed values, and the evaluator protocol that gives them.
+
+The policy publishes which fields its verdicts depend on (``Signature``: the shape fields of a pool
+and the workload fields) and answers verdict queries per shape (``ShapeVerdict``) and for the
+workload itself (``WorkloadVerdict``). A verdict is keyed by (policy revision, workload signature,
+shape key): nothing else can change it (the policy sees nothing else), so it is reused for as long
+as OPA confirms the same revision. The wire and stored forms of these values are
+``examlops_policy._core.codec``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from examlops_policy.model import CheckInfo, Grant, JSONObject, Pool, Reason
+
+
+@dataclass(frozen=True)
+class Signature:
+    """The fields a pool's verdict may depend on: the shape's and the workload's."""
+
+    shape: tuple[str, ...]
+    workload: tuple[str, ...]
+
+    def shape_of(self, pool: Pool) -> JSONObject:
+        out: JSONObject = {}
+        for name in self.shape:
+            value = getattr(pool, name)
+            out[name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    def workload_of(self, policy_input: Mapping[str, object]) -> JSONObject:
+        """The signature's fields of a workload's policy input (``Request.input``)."""
+        return {name: policy_input[name] for name in self.workload}  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class About:
+    """What the policy says about itself, once per revision."""
+
+    revision: str
+    opa_version: str
+    signature: Signature
+    checks: tuple[CheckInfo, ...]
+    other_codes: tuple[tuple[str, str, str], ...]
+    texts: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def explained(self) -> tuple[CheckInfo, ...]:
+        """The checks in order, then the tier (why an admissible pool was passed over)."""
+        tier = tuple(c for c in self.other_codes if c[1] == "preference")
+        return (*self.checks, CheckInfo("tier", "Tier", "preference", tier))
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a pool may cost and emit per device-hour for a grant (None: no cap), and the reasons a
+    pool over them gets."""
+
+    cost_per_hour: float | None = None
+    carbon_per_hour: float | None = None
+    cost_reason: Reason | None = None
+    carbon_reason: Reason | None = None
+
+    def over(self, price: float, carbon: float) -> tuple[Reason, ...]:
+        """The budget reasons of a pool with this price and carbon per device-hour (the policy's
+        budget check, checks/budget)."""
+        out = []
+        if self.cost_per_hour is not None and price > self.cost_per_hour + 1e-9 and self.cost_reason is not None:
+            out.append(self.cost_reason)
+        if self.carbon_per_hour is not None and carbon > self.carbon_per_hour + 1e-9 and self.carbon_reason is not None:
+            out.append(self.carbon_reason)
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class ShapeVerdict:
+    """The verdict for every pool of one shape: its tier, what denies it, what it would grant.
+
+    ``note_full`` replaces ``note`` when the requested accelerator's pools pass every check but are
+    full, ``note_budget`` when they pass every check but the budget; ``limits`` are the budget's per
+    device-hour for this grant."""
+
+    tier: int
+    note: str | None
+    denials: tuple[Reason, ...]
+    grant: Grant
+    shortfall: Reason
+    blocks_burst: bool
+    note_full: str | None = None
+    limits: Limits = Limits()
+    note_budget: str | None = None
+
+    @property
+    def fallback(self) -> bool:
+        return self.tier % 2 == 1
+
+    @property
+    def burst(self) -> bool:
+        return self.tier >= 2
+
+
+@dataclass(frozen=True)
+class WorkloadVerdict:
+    """What the policy says of the workload itself: rejected outright, how cloud comes in, why
+    an admissible pool of one tier is passed over when a better tier wins, and the reason a
+    stand-in gets when the workload does not fall back for budget (``budget_fallback``)."""
+
+    rejection: Reason | None
+    burst_mode: str | None  # "cloud" | "spill" | None
+    preferences: Mapping[tuple[int, int], Reason]
+    request_rejected: Reason | None
+    budget_fallback: Reason | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A decoded verdict answer: the workload's verdict, the shapes judged, the keys OPA lacked."""
+
+    confirm_revision: str | None
+    workload: WorkloadVerdict
+    shapes: Mapping[str, ShapeVerdict]
+    missing: tuple[str, ...]
+    judged: bool = True
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """What OPA says it serves right now."""
+
+    revision: str | None
+    opa_version: str
+
+
+class PolicyEvaluator(Protocol):
+    """A policy engine serving the placement policy.
+
+    Every method is free of side effects on placements and may be called again for the same answer
+    while the revision holds. Each raises ``PolicyUnavailable`` when no answer could be had and
+    ``PolicyError`` when the answer is not usable; never a partial answer.
+    """
+
+    def confirm(self) -> Confirmation: ...
+
+    def about(self) -> About: ...
+
+    def verdicts(self, workload: JSONObject, keys: Sequence[str], shapes: Mapping[str, JSONObject]) -> Answer: ...
+
+    def decision(self, policy_input: JSONObject) -> JSONObject: ...
+
+    def describe(self) -> str: ...

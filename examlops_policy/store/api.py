@@ -1,0 +1,248 @@
+"""The store's narrow API: rows in, rows out, one write transaction at a time.
+
+What the decision core reads and writes through (``Transaction``), and the rows it reads and
+writes (plain values and text; no decision logic, no JSON form of the store's own: the core encodes
+and decodes). Any implementation will do: the SQL stores here, or one in memory (a simulator's).
+
+Versions: ``version`` changes with every write that changes what pools hold or can place,
+``fleet_version`` with every change to the pools themselves. Every change of a pool's capacity is
+appended to a log (state version, pool, capacity) so that what every pool could place at any state
+version can be read back (``capacities_at``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, TypeVar
+
+from examlops_policy.model import Holding, JSONObject
+
+T = TypeVar("T")
+Document = Literal["fleets", "verdict_sets"]
+
+
+class StaleFleet(Exception):
+    """Pools were added or changed after the snapshot a decision was made on: decide again."""
+
+
+@dataclass(frozen=True)
+class PoolRow:
+    """A pool as stored: its spec and capacity as the core wrote them (text), the devices free
+    (shares summed, for people), those held outside this layer, and its last change's version."""
+
+    name: str
+    spec: str
+    capacity: str | None
+    free: float | None
+    held_outside: float
+    version: int
+
+
+@dataclass(frozen=True)
+class StateRows:
+    """The state version and fleet version, with the pools changed since the version asked for
+    (every pool when asked since -1), in name order; read in one consistent read."""
+
+    version: int
+    fleet_version: int
+    pools: tuple[PoolRow, ...]
+
+
+@dataclass(frozen=True)
+class HeldRow:
+    """A device (or slice) a live grant holds, and its share of a device."""
+
+    decision_id: str
+    holding: Holding
+    share: float
+
+
+@dataclass(frozen=True)
+class DecisionRow:
+    """A decision as stored: its record (text) and what happened to it since."""
+
+    id: str
+    created_at: str
+    document: str
+    released_at: str | None = None
+    job_id: str | None = None
+    request_id: str | None = None
+    lease_expires_at: str | None = None
+    scheduler: str | None = None
+    job_uid: str | None = None
+    job_state: str | None = None
+
+
+@dataclass(frozen=True)
+class BurstRow:
+    """A burst attempt, written with its decision."""
+
+    workload: str
+    residency: str
+    pool: str | None
+    region: str | None
+    verdict: str
+    reason_code: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class NewDecision:
+    """What a decision writes, in one go: the decision's columns and record, and for a placement
+    the grant (its pool, devices held in all, each holding with its share of a device)."""
+
+    id: str
+    created_at: str
+    workload: str
+    outcome: str
+    document: str
+    record_digest: str
+    input_digest: str
+    policy_revision: str
+    opa_version: str
+    verdicts: str
+    fleet_revision: str | None
+    verdict_set: str
+    residency: str
+    fraction: float
+    note: str | None
+    request_id: str | None = None
+    pool: str | None = None
+    accelerator: str | None = None
+    model: str | None = None
+    target: str | None = None
+    region: str | None = None
+    fallback: bool | None = None
+    fraction_honored: bool | None = None
+    devices: float | None = None
+    cost_per_hour: float | None = None
+    carbon_factor: float | None = None
+    lease_expires_at: str | None = None
+    holdings: tuple[Holding, ...] = ()
+    share: float = 0.0
+    burst: BurstRow | None = None
+
+
+class Transaction(Protocol):
+    """One write transaction holding the store's write lock: reads see what it wrote so far."""
+
+    def now(self) -> str:
+        """The time this write is recorded at (ISO 8601 UTC)."""
+        ...
+
+    def state(self) -> tuple[int, int]:
+        """(version, fleet_version)."""
+        ...
+
+    def bump(self, *, fleet: bool = False) -> int:
+        """The next state version (and fleet version); returns the new state version."""
+        ...
+
+    def pools(self, since: int = -1) -> list[PoolRow]:
+        """The pools changed after state version ``since``, in name order."""
+        ...
+
+    def pool(self, name: str) -> PoolRow | None: ...
+
+    def held(self, pool: str) -> list[HeldRow]:
+        """What the live grants on ``pool`` hold."""
+        ...
+
+    def holders(self, pool: str) -> list[str]:
+        """The live decisions holding devices of ``pool``, by id."""
+        ...
+
+    def submitted_devices(self, pool: str) -> float:
+        """Devices of ``pool`` held by live placements that were handed to a scheduler."""
+        ...
+
+    def add_pool(self, name: str, spec: str, count: int, version: int) -> None: ...
+
+    def update_pool(self, name: str, spec: str, count: int) -> None: ...
+
+    def set_capacity(self, pool: str, capacity: str, free: float, version: int) -> None:
+        """A pool's capacity changed at ``version``: store it and append it to the capacity log."""
+        ...
+
+    def set_held_outside(self, pool: str, held_outside: float) -> None: ...
+
+    def put_document(self, kind: Document, key: str, document: Callable[[], bytes]) -> None:
+        """Store a content-addressed document once (``document`` is built only when it is not
+        known to be stored already)."""
+        ...
+
+    def find(self, ident: str) -> DecisionRow:
+        """A decision by id or unique id prefix; NotFoundError otherwise."""
+        ...
+
+    def by_id(self, ident: str) -> DecisionRow | None: ...
+
+    def by_request(self, request_id: str) -> DecisionRow | None: ...
+
+    def lease_ended(self, now: str) -> list[DecisionRow]:
+        """Live placements whose lease ended before ``now`` and that were never submitted."""
+        ...
+
+    def add_decision(self, row: NewDecision) -> None:
+        """The decision, its grant's allocation and holdings, and its burst event."""
+        ...
+
+    def release(self, ident: str, now: str) -> str:
+        """Free what a placement holds; the pool it held. SpecError when it placed nothing."""
+        ...
+
+    def renew(self, ident: str, lease_expires_at: str) -> None:
+        """SpecError unless ``ident`` is a live placement."""
+        ...
+
+    def set_job(self, ident: str, job_id: str, scheduler: str, uid: str | None) -> None:
+        """SpecError unless ``ident`` is a live placement without a job."""
+        ...
+
+    def set_job_state(self, ident: str, state: str) -> bool:
+        """Whether the state changed."""
+        ...
+
+    def audit(self, kind: str, body: JSONObject, *, source: str) -> None:
+        """Append an entry to the audit chain."""
+        ...
+
+    def layout(self) -> str | None:
+        """The digest of the packing rules the stored capacities were worked out with."""
+        ...
+
+    def set_layout(self, digest: str) -> None: ...
+
+    def unheld_grants(self, pool: str) -> list[tuple[str, float, str]]:
+        """Live grants on ``pool`` recorded before grants held devices: (id, devices, record)."""
+        ...
+
+    def hold(self, ident: str, pool: str, holdings: Sequence[Holding], share: float) -> None:
+        """Give a live grant its devices (grants recorded before grants held devices)."""
+        ...
+
+
+class Rows(Protocol):
+    """The reads the decision core makes outside a write transaction, and the write transaction."""
+
+    def rows(self, since: int = -1) -> StateRows: ...
+
+    def layout(self) -> str | None:
+        """The digest of the packing rules the stored capacities were worked out with."""
+        ...
+
+    def capacities_at(self, version: int) -> dict[str, str]:
+        """Every pool's capacity (text) at state version ``version``: its latest logged capacity
+        at or before it."""
+        ...
+
+    def document(self, kind: Document, key: str) -> str:
+        """A stored fleet or verdict-set document; StateError when it is missing."""
+        ...
+
+    def transaction(self, work: Callable[[Transaction], T], *, landed: Callable[[Transaction], T | None] | None = None) -> T:
+        """``work`` in one write transaction holding the write lock, re-run a bounded number of
+        times on conflicts; ``landed`` settles a connection lost while committing (what the
+        committed work returned, or None when nothing landed)."""
+        ...

@@ -1,0 +1,169 @@
+# METADATA
+# title: Composer
+# description: >-
+#   Composes the checks under examlops.hardware.checks (one package per check, each with
+#   `deny contains reason if ...` over input.shape and input.workload and a METADATA block naming
+#   its order, stage, reason codes and the shape and workload fields it reads) from their own
+#   metadata: the checks in order, the signature (every field a verdict may depend on), the
+#   policy's revision, the workload as the checks see it and why it may be rejected outright, and
+#   every message text the caller words a result with (it fills in counts only).
+#
+#   Stages are a closed set. A shape-stage check judges a pool by its shape (everything but its
+#   capacity and price): any number of them, discovered from metadata. The pool stage is exactly
+#   budget (a pool's own price and carbon against the limits its grant allows) and capacity (its
+#   room for the grant): the caller makes those two comparisons itself from the compact answer,
+#   as the reference decision does. A check declaring any other stage, or another pool-stage
+#   check, cannot be run: nothing is placed (check_unsupported).
+# schemas:
+#   - input: schema["placement-input.schema"]
+#   - input.workload: schema["workload.schema"]
+# custom:
+#   codes:
+#     check_unsupported: {kind: never, meaning: "a check declares a stage this composer cannot run: nothing is placed"}
+package examlops.hardware.composer
+
+import data.examlops.hardware.checks
+import data.examlops.hardware.checks.budget
+import data.examlops.hardware.checks.portability
+import data.examlops.hardware.fractions
+import data.examlops.hardware.reason
+import data.examlops.hardware.tiers
+import data.examlops.hardware.workload
+
+# --- the checks, read from their own metadata -------------------------------------------------
+
+check_about := {name: a |
+	some name
+	a := checks[name].about
+}
+
+stage(a) := object.get(a, ["custom", "stage"], "shape")
+
+reads(a, kind) := object.get(a, ["custom", "reads", kind], [])
+
+# The pool stage: closed (see the package description).
+pool_stage_checks := {"budget", "capacity"}
+
+unsupported_checks := sort([name |
+	some name, a in check_about
+	not runnable(name, stage(a))
+])
+
+runnable(_, "shape")
+
+runnable(name, "pool") if name in pool_stage_checks
+
+# Per-shape checks, in their declared order (then by name).
+shape_checks := [name |
+	some [_, name] in sort([[a.custom.order, n] | some n, a in check_about; stage(a) == "shape"])
+]
+
+# Everything a shape verdict may depend on: the fields the checks, the grant and the tiers read.
+core_about := [fractions.about, tiers.about]
+
+# This package's own annotations (its codes).
+own_about := [e.annotations | some e in rego.metadata.chain(); e.annotations.scope == "package"][0]
+
+signature := {
+	"shape": sort({f |
+		some a in array.flatten([[a | some a in check_about], core_about])
+		some f in reads(a, "shape")
+	}),
+	"workload": sort({f |
+		some a in array.flatten([[a | some a in check_about], core_about, [workload.about]])
+		some f in reads(a, "workload")
+	}),
+}
+
+codes_of(a) := [{"code": code, "kind": c.kind, "meaning": c.meaning} |
+	some code, c in object.get(a, ["custom", "codes"], {})
+]
+
+# The checks for people (explanations, the README's reason-code table), in order.
+check_list := [{
+	"name": name,
+	"title": check_about[name].title,
+	"stage": stage(check_about[name]),
+	"order": check_about[name].custom.order,
+	"codes": codes_of(check_about[name]),
+} |
+	some [_, name] in sort([[a.custom.order, n] | some n, a in check_about])
+]
+
+# The codes of the checks that declare they block a burst by themselves (data governance).
+burst_blocking := {name | some name, a in check_about; a.custom.blocks_burst == true}
+
+# --- message texts --------------------------------------------------------------------------------
+
+# Why nothing was placed when the workload itself was fine: the caller fills in the workload's
+# name, how many pools were checked and, per reason code, on how many pools it was found
+# ({code}, {count}), joined with the separator. The reference decision words it the same way.
+texts := {
+	"no_pools": "no pools are registered",
+	"no_eligible_pool": "no pool is eligible for {workload} ({checked} checked: {reasons})",
+	"no_capacity": "no pool has free capacity for {workload} ({checked} checked: {reasons})",
+	"reason_on_one": "{code} on 1 pool",
+	"reason_on_many": "{code} on {count} pools",
+	"separator": ", ",
+}
+
+# --- provenance ----------------------------------------------------------------------------------
+
+# The revision of the bundle that owns examlops (what was reviewed); null when the policy was not
+# loaded from a bundle, which the caller refuses.
+default revision := null
+
+revision := r if {
+	some b in data.system.bundles
+	"examlops" in b.manifest.roots
+	r := b.manifest.revision
+}
+
+confirm := {"revision": revision, "opa_version": opa.runtime().version}
+
+# --- the workload --------------------------------------------------------------------------------
+
+w := workload.normalize(input.workload)
+
+errors := workload.errors(w)
+
+valid if count(errors) == 0
+
+# Why the workload as asked cannot be placed anywhere: invalid input, or an engine that cannot run
+# on the requested accelerator (never silently placed on another device).
+rejection := reason.make(
+	"check_unsupported",
+	"never",
+	sprintf(
+		"the policy declares check(s) %s at a stage this composer cannot run; nothing is placed",
+		[concat(", ", unsupported_checks)],
+	),
+	{"checks": unsupported_checks},
+) if {
+	count(unsupported_checks) > 0
+} else := errors[0] if {
+	count(errors) > 0
+} else := portability.rejection(w.engine, w.accelerator)
+
+# How cloud pools come in: "cloud" (the workload targets cloud), "spill" (allow_burst: only when no
+# HPC pool can take it), or null (never).
+default burst_mode := null
+
+burst_mode := "cloud" if {
+	w.target == "cloud"
+} else := "spill" if {
+	w.allow_burst == true
+}
+
+default request_rejected := null
+
+request_rejected := tiers.rejected(rejection) if {
+	valid
+	rejection != null
+}
+
+# The reason a stand-in gets when the requested accelerator's pools are over the budget and the
+# workload does not fall back for that (null: it does; checks/budget).
+default budget_fallback_forbidden := null
+
+budget_fallback_forbidden := budget.fallback_forbidden(w) if valid

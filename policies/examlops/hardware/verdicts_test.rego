@@ -1,0 +1,250 @@
+package examlops.hardware.verdicts_test
+
+import data.examlops.hardware.composer
+import data.examlops.hardware.placement
+import data.examlops.hardware.reference_test as fx
+import data.examlops.hardware.verdicts
+
+e8_keys := ["hpc-nvidia", "hpc-mi300", "cloud-a100"]
+
+answer(w, keys) := v if {
+	v := placement.verdicts with input as {"workload": w, "keys": keys, "shapes": fx.shapes}
+}
+
+# The budget's limits for a workload without caps.
+no_limits := {"cost_per_hour": null, "carbon_per_hour": null, "reasons": {"cost_per_hour": null, "carbon_per_hour": null}}
+
+codes_of(v, row) := [v.reasons[i].code | some i in row.denials]
+
+test_verdicts_named_layout if {
+	v := answer(fx.train({"accelerator": "tpu", "target": "hpc"}), e8_keys)
+	v.judged == true
+	v.rejection == null
+	v.request_rejected == null
+	v.burst_mode == null
+	v.missing == []
+	v.notes == [
+		"requested tpu pools are full — fell back to amd",
+		"requested tpu pools are full — fell back to nvidia",
+		"requested tpu unavailable — fell back to amd",
+		"requested tpu unavailable — fell back to nvidia",
+	]
+
+	# Per shape, every field named; notes, denials and grants by index into the answer's lists.
+	v.shapes == {
+		"hpc-mi300": {"tier": 1, "note": 2, "note_full": 0, "note_budget": null, "denials": [], "grant": 0, "blocks_burst": false},
+		"hpc-nvidia": {"tier": 1, "note": 3, "note_full": 1, "note_budget": null, "denials": [], "grant": 2, "blocks_burst": false},
+		"cloud-a100": {"tier": 3, "note": 3, "note_full": 1, "note_budget": null, "denials": [0], "grant": 1, "blocks_burst": false},
+	}
+	v.budget_fallback == null
+	[r.code | some r in v.reasons] == ["burst_not_allowed"]
+
+	# grants[i] = {grant, shortfall, limits}, projections sorted.
+	[g.grant.devices | some g in v.grants] == [1, 1, 1]
+	[g.limits | some g in v.grants] == [no_limits, no_limits, no_limits]
+	[g.shortfall.message | some g in v.grants] == [
+		"needs 1 whole amd device(s) with nothing on them, more than are free",
+		"needs 1 whole nvidia device(s) with nothing on them, more than are free",
+		"needs 1 whole nvidia device(s) with nothing on them, more than are free",
+	]
+
+	# Every pair of tiers, whatever shapes were judged (a caller keeps the answer for later queries).
+	count(v.preferences) == 6
+	{
+		"tier": 3,
+		"selected": 1,
+		"reason": {
+			"code": "burst_not_needed",
+			"kind": "preference",
+			"message": "an HPC pool can take this workload; bursting to cloud is not needed",
+			"details": {"tier": 3, "selected_tier": 1},
+		},
+	} in v.preferences
+	v.confirm == placement.confirm
+}
+
+test_verdicts_judge_every_key if {
+	keys := ["hpc-nvidia", "hpc-mi300", "cloud-a100", "hpc-h100", "cloud-frankfurt", "cloud-mars"]
+	v := answer(fx.train({}), keys)
+	object.keys(v.shapes) == {k | some k in keys}
+	v.missing == []
+}
+
+test_verdicts_list_missing_keys_sorted if {
+	v := answer(fx.train({}), ["zz-unknown", "hpc-nvidia", "aa-unknown"])
+	v.missing == ["aa-unknown", "zz-unknown"]
+	object.keys(v.shapes) == {"hpc-nvidia"}
+}
+
+test_verdicts_read_shapes_from_fleet_data if {
+	v := placement.verdicts with input as {"workload": fx.train({}), "keys": ["hpc-nvidia", "cloud-a100", "nope"]}
+		with data.examlops_fleet.shapes as fx.shapes
+	object.keys(v.shapes) == {"hpc-nvidia", "cloud-a100"}
+	v.missing == ["nope"]
+}
+
+test_input_shapes_win_over_fleet_data if {
+	v := placement.verdicts with input as {"workload": fx.train({}), "keys": ["k"], "shapes": {"k": fx.shapes["hpc-nvidia"]}}
+		with data.examlops_fleet.shapes as {"k": fx.shapes["cloud-a100"]}
+	v.shapes.k.tier == 0
+}
+
+test_verdicts_without_keys_judge_every_input_shape if {
+	v := placement.verdicts with input as {"workload": fx.train({}), "shapes": {"a": fx.shapes["hpc-nvidia"], "b": fx.shapes["hpc-mi300"]}}
+	object.keys(v.shapes) == {"a", "b"}
+}
+
+test_verdicts_of_no_keys if {
+	v := answer(fx.train({}), [])
+	v.shapes == {}
+	v.grants == []
+	v.reasons == []
+	v.missing == []
+}
+
+test_invalid_workload_is_not_judged if {
+	v := answer(fx.train({"fraction": 0, "residency": "eu"}), e8_keys)
+	v.judged == false
+	v.rejection.code == "residency_unknown"
+	v.shapes == {}
+	v.reasons == []
+	v.grants == []
+	v.notes == []
+	v.preferences == []
+	v.request_rejected == null
+	v.missing == []
+}
+
+test_rejected_request_is_judged_and_says_so if {
+	v := answer(fx.train({"accelerator": "amd", "engine": "sglang"}), e8_keys)
+	v.judged == true
+	v.rejection.code == "backend_unsupported"
+	v.request_rejected.code == "request_rejected"
+	v.request_rejected.message == "the workload as asked is rejected: engine 'sglang' cannot run on amd (needs backend rocm; supports ('cuda',))"
+	object.keys(v.shapes) == {"hpc-nvidia", "hpc-mi300", "cloud-a100"}
+}
+
+test_verdicts_blocks_burst_for_residency_alone if {
+	v := answer(fx.train({"target": "cloud", "residency": "eu-only"}), ["cloud-a100", "cloud-frankfurt", "hpc-nvidia", "cloud-mars"])
+	v.burst_mode == "cloud"
+	v.shapes["cloud-a100"].blocks_burst == true
+	v.shapes["cloud-mars"].blocks_burst == true
+	v.shapes["cloud-frankfurt"].denials == []
+	v.shapes["cloud-frankfurt"].blocks_burst == false
+
+	# An HPC pool is no burst: its denial never blocks one.
+	v.shapes["hpc-nvidia"].blocks_burst == false
+	codes_of(v, v.shapes["hpc-nvidia"]) == ["target_mismatch"]
+}
+
+test_a_cloud_pool_denied_by_more_than_residency_blocks_no_burst if {
+	v := answer(fx.train({"residency": "eu-only", "capabilities": ["fp8"], "target": "cloud"}), ["cloud-a100"])
+	codes_of(v, v.shapes["cloud-a100"]) == ["capability_missing", "residency_forbids"]
+	v.shapes["cloud-a100"].blocks_burst == false
+}
+
+# Each check runs once per distinct projection of the shapes onto the fields it declares.
+test_checks_run_once_per_distinct_projection if {
+	results := verdicts.check_results with input as {
+		"workload": fx.train({}),
+		"keys": ["hpc-nvidia", "hpc-h100", "hpc-t4", "hpc-h100-1g", "cloud-a100", "cloud-london"],
+		"shapes": fx.shapes,
+	}
+	count(results.portability) == 1 # all nvidia
+	count(results.target) == 2 # hpc, cloud
+	count(results.residency) == 3 # eu/hpc, us/cloud, eu-west-2/cloud
+	count(results.capabilities) == 3 # models null, h100, t4
+	count(results.partition) == 4 # [nvidia, null|h100|t4, null] and [nvidia, h100, 1g.10gb]
+	v := answer(fx.train({}), ["hpc-nvidia", "hpc-h100", "hpc-t4", "hpc-h100-1g", "cloud-a100", "cloud-london"])
+	count(v.grants) == 5
+}
+
+# A check sees only the fields it declares: a field no check reads changes nothing; a signature
+# field left out is the same as null.
+test_undeclared_shape_fields_change_nothing if {
+	w := fx.train({"capabilities": ["fp8"]})
+	plain := placement.verdicts with input as {"workload": w, "keys": ["k"], "shapes": {"k": fx.shapes["hpc-h100"]}}
+	extra := placement.verdicts with input as {
+		"workload": w, "keys": ["k"],
+		"shapes": {"k": object.union(fx.shapes["hpc-h100"], {"label": "x", "zone": "b", "count": 99})},
+	}
+	plain == extra
+	fewer := placement.verdicts with input as {
+		"workload": w, "keys": ["k"],
+		"shapes": {"k": object.remove(fx.shapes["hpc-h100"], ["fixed_profile"])},
+	}
+	plain == fewer
+}
+
+# Only the checks that deny some shape are looked up per shape; the others deny nothing anywhere.
+test_only_denying_checks_are_looked_up if {
+	q := {"workload": fx.train({"target": "hpc"}), "keys": ["hpc-nvidia", "cloud-a100"], "shapes": fx.shapes}
+	verdicts.denying_checks == ["target"] with input as q
+}
+
+test_preferences_over_every_pair_of_tiers if {
+	v := answer(fx.train({"allow_burst": true}), ["hpc-nvidia"])
+	[[p.tier, p.selected, p.reason.code] | some p in v.preferences] == [
+		[1, 0, "fallback_not_needed"],
+		[2, 0, "burst_not_needed"],
+		[2, 1, "burst_not_needed"],
+		[3, 0, "burst_not_needed"],
+		[3, 1, "burst_not_needed"],
+		[3, 2, "fallback_not_needed"],
+	]
+}
+
+note_at(_, null) := null
+
+note_at(notes, i) := notes[i] if i != null
+
+# The compact answer and the reference decision agree pool by pool.
+test_verdicts_agree_with_decision if {
+	w := fx.train({"accelerator": "tpu", "allow_burst": true, "residency": "eu-only"})
+	pools := [fx.hpc_nvidia, fx.hpc_mi300, fx.cloud_a100, fx.pool("cloud-frankfurt", "cloud-frankfurt", 3, 1)]
+	d := fx.decide(w, pools)
+	v := answer(w, [p.shape | some p in pools])
+	every p in pools {
+		row := v.shapes[p.shape]
+		pv := d.verdicts[p.name]
+		pv.tier == row.tier
+		pv.note == note_at(v.notes, row.note)
+		pv.note_full == note_at(v.notes, row.note_full)
+		pv.note_budget == note_at(v.notes, row.note_budget)
+		pv.grant == v.grants[row.grant].grant
+		pv.blocks_burst == row.blocks_burst
+		[r | some i in row.denials; r := v.reasons[i]] == pv.denials
+	}
+}
+
+test_the_answer_judges_only_with_a_valid_workload if {
+	composer.valid with input as {"workload": fx.train({})}
+	not composer.valid with input as {"workload": fx.train({"fraction": 2})}
+}
+
+# --- the budget fallback -----------------------------------------------------------------------------
+
+# With a cap, a stand-in's row also names the note for when the requested accelerator's pools are
+# over the budget.
+test_verdicts_name_the_note_when_over_the_budget if {
+	v := answer(fx.train({"max_cost_per_hour": 2.25}), ["hpc-nvidia", "hpc-mi300"])
+	v.notes[v.shapes["hpc-mi300"].note_budget] == "requested nvidia pools are over the budget (max_cost_per_hour $2.25/h) — fell back to amd"
+	v.shapes["hpc-nvidia"].note_budget == null
+	v.budget_fallback == null
+}
+
+test_verdicts_say_a_forbidden_budget_fallback if {
+	v := answer(fx.train({"max_cost_per_hour": 2.25, "allow_budget_fallback": false}), ["hpc-nvidia", "hpc-mi300"])
+	v.budget_fallback.code == "budget_fallback_forbidden"
+	v.budget_fallback.kind == "never"
+	v.budget_fallback.details == {"requested": "nvidia", "allow_budget_fallback": false}
+}
+
+# Without a cap there is nothing to be over: no note for it, and nothing to forbid.
+test_without_a_cap_the_verdicts_have_no_budget_note_and_forbid_nothing if {
+	v := answer(fx.train({"allow_budget_fallback": false}), ["hpc-nvidia", "hpc-mi300"])
+	v.budget_fallback == null
+	every row in v.shapes {
+		row.note_budget == null
+	}
+}

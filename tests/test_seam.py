@@ -1,0 +1,136 @@
+"""The Python/Rego seam: the policy's verdicts answer, as the real OPA gives it, is what
+schemas/verdicts-answer.schema.json says, and the decoder takes exactly that.
+
+Each workload below is judged over the specification's fleet and a generated one by the policy the
+session's OPA serves; the raw answer is validated against the schema, then decoded into typed
+values. Answers that break the schema (a missing field, an index past its list) are refused whole.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from examlops_policy._core.codec import content_key, decode_verdicts, workload_input
+from examlops_policy._core.verdicts import Signature
+from examlops_policy.errors import PolicyError
+from examlops_policy.model import Pool, Workload
+from examlops_policy.opa import connect
+from tests.conftest import ROOT, SEED_POOLS
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import fleet  # noqa: E402
+
+SCHEMA = json.loads((ROOT / "schemas" / "verdicts-answer.schema.json").read_text(encoding="utf-8"))
+PATH = "/v1/data/examlops/hardware/placement"
+WORKLOADS = [
+    Workload("plain", "nvidia", engine="vllm"),
+    Workload("fraction", "nvidia", fraction=0.3, target="hpc"),
+    Workload("fallback", "tpu", target="hpc"),
+    Workload("not-portable", "amd", engine="sglang"),
+    Workload("eu-burst", "nvidia", residency="eu-only", allow_burst=True),
+    Workload("cloud", "amd", target="cloud", capabilities=("fp8",)),
+    Workload("capped", "nvidia", max_cost_per_hour=1.0, project="inference-eu", optimize="balanced"),
+    Workload("restricted", "nvidia", residency="restricted", data_region="de-juelich", allow_cpu_fallback=True),
+]
+
+
+@pytest.fixture(scope="module")
+def opa(opa_home: Path) -> Iterator[Any]:
+    transport = connect(opa_home).transport
+    try:
+        yield transport
+    finally:
+        transport.close()
+
+
+def query(transport: Any, rule: str, policy_input: dict[str, Any]) -> Any:
+    status, raw = transport.request("POST", f"{PATH}/{rule}", json.dumps({"input": policy_input}).encode())
+    assert status == 200, raw
+    return json.loads(raw)["result"]
+
+
+def shapes_of(pools: list[Pool], signature: Signature) -> dict[str, Any]:
+    return {content_key(s): s for s in (signature.shape_of(p) for p in pools)}
+
+
+def fleets() -> list[list[Pool]]:
+    return [list(SEED_POOLS), [s.pool for s in fleet.generate_fleet(120, 7)]]
+
+
+def test_the_schema_is_a_valid_draft_2020_12_schema() -> None:
+    Draft202012Validator.check_schema(SCHEMA)
+
+
+@pytest.mark.parametrize("workload", WORKLOADS, ids=lambda w: w.name)
+def test_every_answer_is_what_the_schema_says_and_decodes(opa: Any, workload: Workload) -> None:
+    about = query(opa, "about", {})
+    signature = Signature(tuple(about["signature"]["shape"]), tuple(about["signature"]["workload"]))
+    validator = Draft202012Validator(SCHEMA)
+    for pools in fleets():
+        shapes = shapes_of(pools, signature)
+        raw = query(opa, "verdicts", {"workload": signature.workload_of(workload_input(workload)), "keys": sorted(shapes), "shapes": shapes})
+        errors = sorted(validator.iter_errors(raw), key=lambda e: list(e.path))
+        assert not errors, [f"{list(e.path)}: {e.message}" for e in errors[:5]]
+        answer = decode_verdicts(raw, sorted(shapes), "test")
+        assert answer.missing == ()
+        if answer.judged:
+            assert set(answer.shapes) == set(shapes)
+
+
+def test_an_invalid_workload_is_answered_as_the_schema_says(opa: Any) -> None:
+    shapes = shapes_of(list(SEED_POOLS), Signature(("accelerator", "target"), ()))
+    raw = query(opa, "verdicts", {"workload": {"name": "bad", "accelerator": "gpu"}, "keys": sorted(shapes), "shapes": shapes})
+    assert list(Draft202012Validator(SCHEMA).iter_errors(raw)) == []
+    assert raw["judged"] is False and raw["shapes"] == {} and raw["rejection"]["code"] == "accelerator_unknown"
+
+
+def _answer(opa: Any) -> tuple[dict[str, Any], list[str]]:
+    about = query(opa, "about", {})
+    signature = Signature(tuple(about["signature"]["shape"]), tuple(about["signature"]["workload"]))
+    shapes = shapes_of(list(SEED_POOLS), signature)
+    w = Workload("eu-burst", "tpu", residency="eu-only", allow_burst=True)
+    return query(opa, "verdicts", {"workload": signature.workload_of(workload_input(w)), "keys": sorted(shapes), "shapes": shapes}), sorted(shapes)
+
+
+@pytest.mark.parametrize(
+    ("break_it", "says", "by_schema"),
+    [
+        (lambda a, k: a["shapes"][k[0]].pop("tier"), "missing 'tier'", True),
+        (lambda a, k: a["shapes"][k[0]].update(note=-1), "expected an index below", True),
+        (lambda a, k: a["grants"][0].pop("limits"), "missing 'limits'", True),
+        (lambda a, k: a["preferences"][0].update(selected="0"), "expected a whole number", True),
+        (lambda a, k: a.update(reasons={}), "expected an array", True),
+        # An index past its list: the schema cannot say it; the decoder does.
+        (lambda a, k: a["shapes"][k[0]].update(grant=99), "expected an index below", False),
+        (lambda a, k: a["shapes"][k[0]].update(denials=[len(a["reasons"])]), "expected an index below", False),
+    ],
+)
+def test_an_answer_that_breaks_the_schema_is_refused_whole(opa: Any, break_it: Any, says: str, by_schema: bool) -> None:
+    raw, keys = _answer(opa)
+    broken = copy.deepcopy(raw)
+    break_it(broken, keys)
+    assert bool(list(Draft202012Validator(SCHEMA).iter_errors(broken))) == by_schema
+    with pytest.raises(PolicyError, match=says):
+        decode_verdicts(broken, keys, "test")
+
+
+def test_about_of_a_policy_from_before_the_pool_stage_and_texts_were_published_still_decodes(opa: Any) -> None:
+    """``exa policy impact --against`` asks older policies too: they ran exactly this pool stage
+    and worded their summaries themselves."""
+    from examlops_policy._core.codec import POOL_STAGE, decode_about
+
+    raw = query(opa, "about", {})
+    assert tuple(raw["pool_stage"]) == POOL_STAGE and set(raw["texts"]) >= {"no_capacity", "separator"}
+    older = {k: v for k, v in raw.items() if k not in ("pool_stage", "texts")}
+    about = decode_about(older, "test")
+    assert about.texts == {} and about.signature.shape == tuple(raw["signature"]["shape"])
+    with pytest.raises(PolicyError, match="at a stage this engine cannot run"):
+        decode_about({**raw, "pool_stage": ["budget"]}, "test")
