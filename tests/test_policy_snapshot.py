@@ -49,6 +49,7 @@ def content(rev: str) -> str:
     return rev.split("@", 1)[0]
 
 
+@pytest.mark.opa  # its own OPA, on a copy of the policy
 def test_a_decision_is_priced_from_the_tables_of_the_revision_it_records(policies: Path, home: Path) -> None:
     hw = Hardware(home)
     try:
@@ -62,6 +63,7 @@ def test_a_decision_is_priced_from_the_tables_of_the_revision_it_records(policie
         hw.close()
 
 
+@pytest.mark.opa  # its own OPA, on a copy of the policy
 def test_a_long_lived_process_follows_the_files_and_their_revert(policies: Path, home: Path) -> None:
     hw = Hardware(home)
     try:

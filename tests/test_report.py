@@ -211,7 +211,7 @@ def test_small_figures_never_read_zero_and_axis_ticks_never_repeat() -> None:
 
 def test_only_workloads_that_cost_something_are_the_most_expensive() -> None:
     data = report(SMALL)
-    assert [w.name for w in data.top_workloads] == ["tiny", "tinier"]
+    assert [w.workload for w in data.top_workloads] == ["tiny", "tinier"]
     nothing = parse(render_html(report(SMALL[2:])))
     assert "none in this period" in nothing.text["table-workloads"]
 
