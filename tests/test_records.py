@@ -11,7 +11,7 @@ import pytest
 from examlops_policy._core.codec import MAX_VECTOR_BYTES, capacities_of, capacity_vector, packed_vector
 from examlops_policy.errors import StateError
 from examlops_policy.hardware import Hardware
-from examlops_policy.model import Capacity, Workload
+from examlops_policy.model import Capacity, Pool, Rejection, Workload
 
 VECTOR = [Capacity(8), Capacity(2, {"1g.10gb": 14, "3g.40gb": 4}), Capacity(8), Capacity(0), Capacity(2, {"1g.10gb": 14, "3g.40gb": 4})]
 
@@ -61,3 +61,25 @@ def test_a_column_that_disagrees_with_its_record_is_named_by_the_audit(seeded: H
     report = seeded.verify_audit()
     assert not report.ok
     assert [p.message for p in report.problems] == [f"decision {record.id[:12]}: its cost_per_hour column(s) differ from its audited record"]
+
+
+def test_a_fallback_for_budget_and_a_forbidden_one_read_back_as_they_were_decided(hardware: Hardware) -> None:
+    """The verdict set a decision stores keeps a stand-in's note for a fallback for budget and the
+    workload's refusal of one (budget_fallback_forbidden): each decision rebuilt from its record
+    says what it said when it was made."""
+    hardware.add_pool(Pool("nv", "hpc", "nvidia", 2, "eu", cost_per_hour=2.5))
+    hardware.add_pool(Pool("mi", "hpc", "amd", 2, "eu", cost_per_hour=0.9))
+    allowed = hardware.place(Workload("j", "nvidia", max_cost_per_hour=1.0))
+    assert allowed.decision.note == "requested nvidia pools are over the budget (max_cost_per_hour $1.00/h) — fell back to amd"
+    forbidden = hardware.place(Workload("k", "nvidia", max_cost_per_hour=1.0, allow_budget_fallback=False))
+    assert isinstance(forbidden.decision, Rejection)
+    assert {v.pool: [r.code for r in v.reasons] for v in forbidden.decision.verdicts} == {
+        "nv": ["budget_exceeded"],
+        "mi": ["budget_fallback_forbidden"],
+    }
+    for made in (allowed, forbidden):
+        read = hardware.decision(made.id).decision
+        assert (read.outcome, getattr(read, "note", None), getattr(read, "code", None)) == (
+            made.decision.outcome, getattr(made.decision, "note", None), getattr(made.decision, "code", None),
+        )  # fmt: skip
+        assert [(v.pool, v.reasons, v.note) for v in read.verdicts] == [(v.pool, v.reasons, v.note) for v in made.decision.verdicts]

@@ -39,6 +39,8 @@ WORKLOADS = [
     Workload("cloud", "amd", target="cloud", capabilities=("fp8",)),
     Workload("capped", "nvidia", max_cost_per_hour=1.0, project="inference-eu", optimize="balanced"),
     Workload("restricted", "nvidia", residency="restricted", data_region="de-juelich", allow_cpu_fallback=True),
+    Workload("no-budget-fallback", "nvidia", max_cost_per_hour=1.0, allow_budget_fallback=False),
+    Workload("spot", "nvidia", target="cloud", spot="allow"),
 ]
 
 
@@ -92,6 +94,22 @@ def test_an_invalid_workload_is_answered_as_the_schema_says(opa: Any) -> None:
     assert raw["judged"] is False and raw["shapes"] == {} and raw["rejection"]["code"] == "accelerator_unknown"
 
 
+def test_a_note_for_budget_and_a_forbidden_budget_fallback_decode(opa: Any) -> None:
+    """With a cap, a stand-in's row names the note for when the requested accelerator's pools are
+    over the budget; a workload that does not fall back for budget gets the reason its stand-ins
+    are denied."""
+    about = query(opa, "about", {})
+    signature = Signature(tuple(about["signature"]["shape"]), tuple(about["signature"]["workload"]))
+    shapes = shapes_of(list(SEED_POOLS), signature)
+    w = Workload("capped", "nvidia", max_cost_per_hour=1.0, allow_budget_fallback=False)
+    raw = query(opa, "verdicts", {"workload": signature.workload_of(workload_input(w)), "keys": sorted(shapes), "shapes": shapes})
+    answer = decode_verdicts(raw, sorted(shapes), "test")
+    assert answer.workload.budget_fallback is not None and answer.workload.budget_fallback.code == "budget_fallback_forbidden"
+    notes = {v.note_budget for v in answer.shapes.values() if v.fallback}
+    assert notes == {"requested nvidia pools are over the budget (max_cost_per_hour $1.00/h) — fell back to amd"}
+    assert {v.note_budget for v in answer.shapes.values() if not v.fallback} == {None}
+
+
 def _answer(opa: Any) -> tuple[dict[str, Any], list[str]]:
     about = query(opa, "about", {})
     signature = Signature(tuple(about["signature"]["shape"]), tuple(about["signature"]["workload"]))
@@ -108,6 +126,8 @@ def _answer(opa: Any) -> tuple[dict[str, Any], list[str]]:
         (lambda a, k: a["grants"][0].pop("limits"), "missing 'limits'", True),
         (lambda a, k: a["preferences"][0].update(selected="0"), "expected a whole number", True),
         (lambda a, k: a.update(reasons={}), "expected an array", True),
+        (lambda a, k: a["shapes"][k[0]].pop("note_budget"), "missing 'note_budget'", True),
+        (lambda a, k: a.pop("budget_fallback"), "missing 'budget_fallback'", True),
         # An index past its list: the schema cannot say it; the decoder does.
         (lambda a, k: a["shapes"][k[0]].update(grant=99), "expected an index below", False),
         (lambda a, k: a["shapes"][k[0]].update(denials=[len(a["reasons"])]), "expected an index below", False),
