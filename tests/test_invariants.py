@@ -462,6 +462,47 @@ def workloads(draw: st.DrawFn) -> Workload:
 
 
 @st.composite
+def budget_fallback_cases(draw: st.DrawFn) -> tuple[list[Pool], Workload]:
+    """A capped workload over pools of the requested accelerator (some over its cap) and of its
+    stand-ins, with a few drawn freely beside them: the cases where a stand-in is reached for
+    budget, for capacity or because the requested accelerator is unavailable, which the free
+    strategies above seldom draw together."""
+    requested = draw(st.sampled_from([a for a in ACCELERATORS if STAND_INS.get(a)]))
+    stand_ins = STAND_INS[requested]
+    names = iter(draw(st.permutations(NAMES)))
+    pools = []
+    for accelerator in [requested] * draw(st.integers(1, 2)) + [draw(st.sampled_from(stand_ins)) for _ in range(draw(st.integers(1, 2)))]:
+        pools.append(
+            Pool(
+                name=next(names),
+                target=draw(st.sampled_from(["hpc", "hpc", "cloud"])),
+                accelerator=accelerator,
+                count=draw(st.integers(1, 4)),
+                region=draw(st.sampled_from(["eu", "us", "de-juelich", "fi-kajaani"])),
+                cost_per_hour=draw(st.sampled_from([0.5, 0.9, 1.5, 2.5, 4.0])),
+                spot=draw(st.sampled_from([False, False, True])),
+            )
+        )
+    extra = draw(pools_strategy(max_size=2))
+    pools += [dataclasses.replace(p, name=next(names)) for p in extra]
+    w = Workload(
+        "train",
+        requested,
+        engine="generic",
+        target=draw(st.sampled_from([None, "hpc", "any"])),
+        allow_burst=draw(st.booleans()),
+        max_cost_per_hour=draw(st.sampled_from([None, 1.0, 2.0])),
+        max_carbon_per_hour=draw(st.sampled_from([None, None, 150.0, 400.0])),
+        project=draw(st.sampled_from([None, None, *sorted(PROJECTS)])),
+        optimize=draw(st.sampled_from(["cost", "carbon", "balanced"])),
+        spot=draw(st.sampled_from(["never", "allow"])),
+        allow_budget_fallback=draw(st.sampled_from([False, False, True])),
+        allow_cpu_fallback=draw(st.booleans()),
+    )
+    return pools, w
+
+
+@st.composite
 def capacities_for(draw: st.DrawFn, pools: list[Pool]) -> dict[str, Capacity | None]:
     """What each pool can place: nothing held, or empty devices and placeable slices drawn freely
     (the decision only compares them; how they pack is the store's, checked further down)."""
@@ -549,6 +590,27 @@ def test_python_selection_equals_the_policys_reference_decision(hw: Hardware, po
     prepared = hw.engine.prepare(w, [s.pool for s in states])
     caps = [s.capacity for s in states]
     decision = prepared.decide(caps, hw.tables)
+    reference = hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about))
+    assert differences(decision, reference) == []
+
+
+@SETTINGS
+@given(case=budget_fallback_cases(), data=st.data())
+def test_a_fallback_for_budget_is_decided_alike_by_selection_the_policy_and_the_oracle(
+    hw: Hardware, case: tuple[list[Pool], Workload], data: st.DataObject
+) -> None:
+    """A stand-in reached because the requested accelerator is over the budget: the note says so,
+    and a workload that does not fall back for budget has it denied (budget_fallback_forbidden),
+    the same in Python selection, the policy's reference rule and the oracle."""
+    from examlops_policy._core.engine import differences, reference_input
+
+    pools, w = case
+    capacities = data.draw(capacities_for(pools))
+    states = sorted(states_of(pools, capacities, hw.tables), key=lambda s: s.pool.name)
+    prepared = hw.engine.prepare(w, [s.pool for s in states])
+    caps = [s.capacity for s in states]
+    decision = prepared.decide(caps, hw.tables)
+    check(decision, w, pools, capacities)
     reference = hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about))
     assert differences(decision, reference) == []
 
