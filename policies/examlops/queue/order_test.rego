@@ -269,6 +269,11 @@ all_true(xs) if every x in xs {
 	x == true
 }
 
+test_all_true if {
+	all_true([true, true])
+	not all_true([true, false])
+}
+
 test_fair_share_table_is_well_formed if {
 	fair_share.half_life_hours > 0
 	fair_share.window_hours >= fair_share.half_life_hours

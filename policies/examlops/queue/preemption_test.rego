@@ -75,6 +75,10 @@ grant_cases := {
 		"w": work("ml-a", "top"), "pool": spot("s", 0, 1), "g": grant("g", "ml-a", "low", "elsewhere", 1, 0),
 		"use": held({}), "codes": ["pool_not_eligible"],
 	},
+	"another project's, on a pool the workload could not use": {
+		"w": work("ml-a", "top"), "pool": spot("s", 0, 1), "g": grant("g", "ml-b", "low", "elsewhere", 1, 0),
+		"use": held({"ml-b": {"nvidia": 6}}), "codes": ["pool_not_eligible"],
+	},
 	"the same class": {
 		"w": work("ml-a", "top"), "pool": spot("s", 0, 1), "g": grant("g", "ml-a", "top", "s", 1, 0),
 		"use": held({}), "codes": ["victim_priority_not_lower", "victim_not_preemptible"],
