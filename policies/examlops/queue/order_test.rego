@@ -156,19 +156,32 @@ test_input_queued_after_now_has_waited_nothing if {
 
 close(a, b) if abs(a - b) < 0.000000000001
 
+# Exact where the age is a whole number of 1024ths of the half-life (10 hours here), and within
+# 3.4e-4 of 0.5^(age / 10) elsewhere.
 decay_cases := {
-	"now": [0, 1],
-	"one half-life": [10, 0.5],
-	"two half-lives": [20, 0.25],
-	"half a half-life": [5, 0.7071067811865476],
-	"two and a half half-lives": [25, 0.17677669529663687],
-	"a tenth of a half-life": [1, 0.9330329915368074],
-	"just under a half-life": [9.999, 0.5000346585601882],
+	"now": [0, 1, 0],
+	"one half-life": [10, 0.5, 0],
+	"two half-lives": [20, 0.25, 0],
+	"half a half-life": [5, 0.7071067811865476, 0],
+	"two and a half half-lives": [25, 0.17677669529663687, 0],
+	"three quarters of a half-life": [7.5, 0.5946035575013605, 0.000000000000001],
+	"a tenth of a half-life": [1, 0.9330329915368074, 0.00034 * 0.9330329915368074],
+	"just under a half-life": [9.999, 0.5000346585601882, 0.00034 * 0.5000346585601882],
+	"within the window": [39.99, 0.06254333671641128, 0.00034 * 0.06254333671641128],
 }
 
 test_decay[name] if {
-	some name, [age, want] in decay_cases
-	close(order.decay(age), want) with fair_share as fair_share_fixture
+	some name, [age, want, tolerance] in decay_cases
+	abs(order.decay(age) - want) <= tolerance + 0.000000000000001 with fair_share as fair_share_fixture
+}
+
+# Each root is the square root of the one before, the first of 1/2.
+test_the_roots_of_one_half if {
+	close(order.roots[0] * order.roots[0], 0.5)
+	every i in numbers.range(1, 9) {
+		close(order.roots[i] * order.roots[i], order.roots[i - 1])
+	}
+	count(order.roots) == 10
 }
 
 test_input_projects_show_weight_use_and_share if {
