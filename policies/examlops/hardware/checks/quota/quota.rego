@@ -47,27 +47,30 @@ project_of(w) := p if {
 	p != null
 } else := budgets.unassigned
 
-# A project's quota of a class: {} when it has none; the entry (possibly {}) when listed.
+# A project's quota of a class (possibly {}: no limit); undefined when the class is not listed.
 entry(p, c) := quotas.projects[p].accelerators[c]
 
 cohort_of(p) := object.get(quotas.projects, [p, "cohort"], null)
 
-# The projects of a cohort, and the sum of their nominal quotas of a class.
-members(null) := []
+# The projects of a cohort with a nominal quota of a class (the quota the cohort lends is theirs,
+# and so is the use that takes from it), and the sum of those quotas.
+members(null, _) := []
 
-members(name) := sort([p | some p, q in quotas.projects; q.cohort == name]) if name != null
+members(name, c) := sort([p |
+	some p, q in quotas.projects
+	q.cohort == name
+	is_number(q.accelerators[c].devices)
+]) if name != null
 
-cohort_nominal(name, c) := sum([n |
-	some p in members(name)
-	n := entry(p, c).devices
-])
+cohort_nominal(name, c) := sum([entry(p, c).devices | some p in members(name, c)])
 
 # Per grant, what the caller compares with the projects' use, and the reasons a pool over it gets:
 #   project, accelerator   the quota they are of
 #   devices                what the grant holds (shares summed)
 #   nominal                devices the project may hold at once (null: no device quota)
 #   ceiling                at most this many with borrowing (null: as many as the cohort has unused)
-#   cohort, members        the cohort and its projects (whose use of the class the caller sums)
+#   cohort, members        the cohort, and its projects with a nominal quota of the class (whose
+#                          use of the class the caller sums)
 #   cohort_nominal         the sum of the members' nominal quotas of the class
 #   device_hours, period_days   the device-hours the project may use per period (null: none)
 #   always                 reasons whatever the use (quota_unknown, quota_too_small)
@@ -90,7 +93,7 @@ limits_of(p, c, devices) := object.union(no_limits(p, c, devices), {"always": []
 		"nominal": nominal,
 		"ceiling": ceiling(nominal, cohort, object.get(e, "borrowing_limit", null)),
 		"cohort": cohort,
-		"members": members(cohort),
+		"members": members(cohort, c),
 		"cohort_nominal": cohort_total(nominal, cohort, c),
 		"device_hours": object.get(e, "device_hours", null),
 		"period_days": object.get(e, "period_days", null),

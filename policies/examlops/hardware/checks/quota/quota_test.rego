@@ -8,17 +8,18 @@ import data.examlops.tables.quotas
 
 # --- fixtures -------------------------------------------------------------------------------------
 
-# ml-a and ml-b share the cohort research; solo has none; hours has only a device-hour quota;
+# ml-a and ml-b share the cohort research, with ml-c, which has no limit of nvidia; solo has none; hours has only a device-hour quota;
 # default (the unassigned project) may hold one CPU.
 quotas_fixture := {"projects": {
 	"ml-a": {"cohort": "research", "accelerators": {"nvidia": {"devices": 8, "borrowing_limit": 4}, "amd": {"devices": 2}}},
 	"ml-b": {"cohort": "research", "accelerators": {"nvidia": {"devices": 12}, "amd": {"devices": 0}}},
+	"ml-c": {"cohort": "research", "accelerators": {"nvidia": {}}},
 	"solo": {"accelerators": {"nvidia": {"devices": 4, "borrowing_limit": 2}, "tpu": {}}},
 	"hours": {"accelerators": {"nvidia": {"device_hours": 100, "period_days": 7}}},
 	"default": {"accelerators": {"cpu": {"devices": 1}}},
 }}
 
-budgets_fixture := {"unassigned": "default", "projects": {"default": {}, "ml-a": {}, "ml-b": {}, "solo": {}, "hours": {}, "free": {}}}
+budgets_fixture := {"unassigned": "default", "projects": {"default": {}, "ml-a": {}, "ml-b": {}, "ml-c": {}, "solo": {}, "hours": {}, "free": {}}}
 
 # What the projects hold: devices per project and class, and device-hours in the period.
 held(devices) := {"devices": devices, "device_hours": {}}
@@ -63,6 +64,12 @@ cases := {
 		"p": "ml-a", "c": "nvidia", "n": 2,
 		"use": held({"ml-a": {"nvidia": 8}, "ml-b": {"nvidia": 11}}), "codes": ["quota_exceeded"],
 	},
+	# ml-c has no nominal quota of nvidia: it lends none, and what it holds takes none.
+	"a member without a quota of the class neither lends nor takes": {
+		"p": "ml-a", "c": "nvidia", "n": 2,
+		"use": held({"ml-a": {"nvidia": 8}, "ml-b": {"nvidia": 5}, "ml-c": {"nvidia": 100}}), "codes": [],
+	},
+	"a member without limits is not limited": {"p": "ml-c", "c": "nvidia", "n": 50, "use": held({"ml-c": {"nvidia": 100}}), "codes": []},
 	# The nominal quota is the project's own, whatever its cohort holds (Kueue reclaims it).
 	"the nominal quota holds while others borrow": {
 		"p": "ml-a", "c": "nvidia", "n": 2,
