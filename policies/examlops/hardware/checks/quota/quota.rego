@@ -56,11 +56,12 @@ cohort_of(p) := object.get(quotas.projects, [p, "cohort"], null)
 # and so is the use that takes from it), and the sum of those quotas.
 members(null, _) := []
 
-members(name, c) := sort([p |
-	some p, q in quotas.projects
+members(name, c) := sort([p | some p, q in quotas.projects; lends(q, name, c)]) if name != null
+
+lends(q, name, c) if {
 	q.cohort == name
 	is_number(q.accelerators[c].devices)
-]) if name != null
+}
 
 cohort_nominal(name, c) := sum([entry(p, c).devices | some p in members(name, c)])
 
