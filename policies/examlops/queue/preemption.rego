@@ -12,7 +12,7 @@
 #   workload needs there. Every grant passed over says why.
 #
 #   Input (preemption-input.schema.json): workload {id, project, priority}, pools [{name, spot,
-#   preemptible, free, devices}] (the pools that deny the workload nothing but capacity, their
+#   preemptible, free, devices}] (the pools that deny the workload only for not_now reasons, their
 #   devices free and what the workload's grant would hold there), grants [{id, project, priority,
 #   pool, accelerator, devices, placed_at}] (the live grants), quota_use {devices: {project:
 #   {class: devices held}}}.
