@@ -133,7 +133,7 @@ test_vocabulary_table if {
 		"pool_targets": ["hpc", "cloud"],
 		"workload_targets": ["hpc", "cloud", "any"],
 		"residencies": ["open", "eu-only", "no-egress", "restricted"],
-		"objectives": ["cost", "carbon", "balanced"],
+		"objectives": ["cost", "carbon", "balanced", "earliest"],
 		"sharing": ["time-slice", "mps"],
 		"isolations": ["required", "any"],
 		"topologies": ["same-block", "same-switch"],
@@ -141,7 +141,7 @@ test_vocabulary_table if {
 		"node_states": ["up", "drained", "down"],
 	}
 	workload.targets == {"hpc", "cloud", "any"}
-	workload.objectives == {"cost", "carbon", "balanced"}
+	workload.objectives == {"cost", "carbon", "balanced", "earliest"}
 }
 
 # --- invalid workloads: each case the one error it gives -----------------------------------------
@@ -330,7 +330,7 @@ invalid_cases := {
 	"unknown optimize": {
 		"w": train({"optimize": "speed"}),
 		"code": "optimize_unknown",
-		"message": `unknown optimize 'speed' (expected one of ["balanced", "carbon", "cost"])`,
+		"message": `unknown optimize 'speed' (expected one of ["balanced", "carbon", "cost", "earliest"])`,
 		"details": {"field": "optimize", "value": "speed"},
 	},
 	"optimize null": {
