@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from examlops_policy.errors import ExaError, PolicyError
-from examlops_policy.estimates import StartEstimate, start_now, unknown
+from examlops_policy.estimates import StartEstimate, start_now, start_text, unknown
 from examlops_policy.estimates.gather import EstimateRequest, StartEstimator
 from examlops_policy.estimates.kubernetes import KubernetesEstimator, competes
 from examlops_policy.estimates.slurm import SlurmEstimator
@@ -67,6 +67,22 @@ def test_no_estimate_is_not_now() -> None:
     assert e.as_json()["estimated_start"] is None and e.policy_input()["at"] is None
     assert e.detail == "slurm: no estimate: Slurm's controller does not answer"
     assert start_now("p", NOW).at == NOW
+
+
+@pytest.mark.parametrize(
+    ("estimate", "text"),
+    [
+        (StartEstimate("p", NOW + timedelta(hours=2, minutes=5), "slurm", NOW, "x"), "slurm: expected start 14:05 UTC (in 2 h 05 m)"),
+        (StartEstimate("p", NOW + timedelta(days=1, hours=2), "slurm", NOW, "x"), "slurm: expected start 2026-12-02 14:00 UTC (in 1 d 02 h)"),
+        (StartEstimate("p", NOW - timedelta(minutes=3), "slurm", NOW, "x"), "slurm: starts now"),
+        (start_now("p", NOW), "now: starts now"),
+        (StartEstimate("p", NOW + timedelta(minutes=10), "table", NOW, "x", facts={"delay_s": 600, "typical": False}),
+         "table: expected start 12:10 UTC (in 10 m; provisioning at most 10 m)"),
+        (unknown("p", "slurm", "Slurm's controller does not answer (DOWN)", NOW), "slurm: no estimate (Slurm's controller does not answer (DOWN))"),
+    ],
+)  # fmt: skip
+def test_an_estimate_is_worded_for_people(estimate: StartEstimate, text: str) -> None:
+    assert start_text(estimate, NOW) == text
 
 
 # -- the provisioning table -----------------------------------------------------------------------

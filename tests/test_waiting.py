@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from examlops_policy.errors import PolicyError
 from examlops_policy.estimates import StartEstimate
-from examlops_policy.estimates.waiting import WaitLimits, duration_text, epoch_s, exceeded, reasons_json
+from examlops_policy.estimates import duration_text
+from examlops_policy.estimates.waiting import WaitLimits, epoch_s, exceeded, reasons_json
 from examlops_policy.model import JSONObject
 from tests.conftest import OPA_BIN, ROOT
 

@@ -7,8 +7,9 @@ reasons for a pool whose estimate is past a limit, or that has none under a limi
 past a deadline. ``tests/test_waiting.py`` holds it equal to the policy's ``exceeded`` through
 the real OPA on a table of cases and generated ones.
 
-``duration_text`` words a wait for people the way the policy words ``max_wait`` in its messages
-("2 h 05 m"), for explanations that show an estimate ("slurm: expected start 14:20 (in 2 h 05 m)").
+``estimates.duration_text`` words a wait for people the way the policy words ``max_wait`` in its
+messages ("2 h 05 m"); ``estimates.start_text`` shows an estimate ("slurm: expected start 14:20 UTC
+(in 2 h 05 m)").
 """
 
 from __future__ import annotations
@@ -103,18 +104,6 @@ def epoch_s(moment: datetime) -> int:
     return math.floor(moment.timestamp())
 
 
-def duration_text(seconds: float) -> str:
-    """Whole seconds for people, the two largest units: ``45 s``, ``1 m 30 s``, ``2 h 05 m``,
-    ``1 d 01 h`` (the policy's ``duration_text``)."""
-    s = int(math.floor(seconds))
-    for size, big, small, next_size in ((86400, "d", "h", 3600), (3600, "h", "m", 60), (60, "m", "s", 1)):
-        if s >= size:
-            whole, part = divmod(s, size)
-            part //= next_size
-            return f"{whole} {big}" if part == 0 else f"{whole} {big} {part:02d} {small}"
-    return f"{s} s"
-
-
 # -- decoding ----------------------------------------------------------------------------------
 
 
@@ -154,4 +143,4 @@ def reasons_json(reasons: Sequence[Reason]) -> list[JSONObject]:
     return [{"code": r.code, "kind": r.kind, "message": r.message, "details": dict(r.details)} for r in reasons]
 
 
-__all__ = ["SLACK_S", "WaitLimits", "WaitReasons", "duration_text", "epoch_s", "exceeded", "reasons_json"]
+__all__ = ["SLACK_S", "WaitLimits", "WaitReasons", "epoch_s", "exceeded", "reasons_json"]
