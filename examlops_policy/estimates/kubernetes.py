@@ -86,7 +86,7 @@ class KubernetesEstimator:
         with self._lock:
             if self._pending is not None and time.monotonic() < self._pending[2]:
                 return self._pending[0], self._pending[1]
-        self.asked += 1
+            self.asked += 1
         pods = tuple(self._cluster.pending_pods())
         observed = self._clock()
         with self._lock:
