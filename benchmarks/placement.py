@@ -90,8 +90,9 @@ WARMUP = Workload("bench-first", accelerator="cpu", engine="cpu")
 HISTORY_POOLS = 1000
 HISTORY_LIVE = 50  # placements held at once while the history is written (older ones are released)
 SLURM_REGION = "de-juelich"
-# Modules `exa hardware place` imports only when it first needs them (the OPA client, the SQLite store).
-LAZY_FOR_PLACE = ("examlops_policy.opa", "examlops_policy.store.sqlite")
+# Modules `exa hardware place` imports only when it runs (the façade and the command's module,
+# imported after the arguments are parsed; the OPA client and the SQLite store, on first use).
+LAZY_FOR_PLACE = ("examlops_policy.hardware", "examlops_policy.cli.decisions", "examlops_policy.opa", "examlops_policy.store.sqlite")
 SLURM_WORKLOAD = ("slurm-bench", "nvidia", "hpc")  # name, accelerator, target
 
 

@@ -12,59 +12,97 @@ recording nothing. Both ask the Rego policies on a real OPA and fail closed with
 from __future__ import annotations
 
 from collections.abc import Sequence
+from importlib import import_module
+from typing import TYPE_CHECKING, Final
 
-from examlops_policy.accounting import device_accounting
-from examlops_policy.errors import (
-    AuditIntegrityError,
-    ExaError,
-    ExecutorError,
-    NotFoundError,
-    PolicyError,
-    PolicyUnavailable,
-    SpecError,
-    StateBusy,
-    StateCorrupt,
-    StateError,
-    StateFull,
-    StateUnreachable,
-)
-from examlops_policy.hardware import Hardware
-from examlops_policy.model import (
-    BurstVerdict,
-    Capacity,
-    Decision,
-    Grant,
-    Holding,
-    Placement,
-    Pool,
-    PoolState,
-    PoolVerdict,
-    Provenance,
-    Reason,
-    Rejection,
-    Workload,
-)
-from examlops_policy.views import (
-    BurstEvent,
-    DecisionPage,
-    DecisionRecord,
-    DecisionSummary,
-    DiscoveryResult,
-    Explanation,
-    FinopsReport,
-    JobReport,
-    ModelsCost,
-    PoolChange,
-    PoolDetail,
-    PoolView,
-    Portability,
-    ReleaseReport,
-    Replay,
-    Submission,
-    explain,
-)
+if TYPE_CHECKING:
+    from examlops_policy.accounting import device_accounting
+    from examlops_policy.errors import (
+        AuditIntegrityError,
+        ExaError,
+        ExecutorError,
+        NotFoundError,
+        PolicyError,
+        PolicyUnavailable,
+        SpecError,
+        StateBusy,
+        StateCorrupt,
+        StateError,
+        StateFull,
+        StateUnreachable,
+        StateUnusable,
+    )
+    from examlops_policy.hardware import Hardware
+    from examlops_policy.model import (
+        BurstVerdict,
+        Capacity,
+        Decision,
+        Grant,
+        Holding,
+        Placement,
+        Pool,
+        PoolState,
+        PoolVerdict,
+        Provenance,
+        Reason,
+        Rejection,
+        Workload,
+    )
+    from examlops_policy.views import (
+        BurstEvent,
+        DecisionPage,
+        DecisionRecord,
+        DecisionSummary,
+        DiscoveryResult,
+        Explanation,
+        FinopsReport,
+        JobReport,
+        ModelsCost,
+        PoolChange,
+        PoolDetail,
+        PoolView,
+        Portability,
+        ReleaseReport,
+        Replay,
+        Submission,
+        explain,
+    )
 
 __version__ = "0.1.0"
+
+# Where each public name lives. A name is imported on first use (PEP 562), so that importing one
+# module of the package (``examlops_policy.errors``, the CLI) does not import the whole library.
+_HOMES: Final = {
+    "examlops_policy.accounting": ("device_accounting",),
+    "examlops_policy.errors": (
+        "AuditIntegrityError", "ExaError", "ExecutorError", "NotFoundError", "PolicyError", "PolicyUnavailable", "SpecError",
+        "StateBusy", "StateCorrupt", "StateError", "StateFull", "StateUnreachable", "StateUnusable",
+    ),
+    "examlops_policy.hardware": ("Hardware",),
+    "examlops_policy.model": (
+        "BurstVerdict", "Capacity", "Decision", "Grant", "Holding", "Placement", "Pool", "PoolState", "PoolVerdict", "Provenance",
+        "Reason", "Rejection", "Workload",
+    ),
+    "examlops_policy.views": (
+        "BurstEvent", "DecisionPage", "DecisionRecord", "DecisionSummary", "DiscoveryResult", "Explanation", "FinopsReport",
+        "JobReport", "ModelsCost", "PoolChange", "PoolDetail", "PoolView", "Portability", "ReleaseReport", "Replay", "Submission",
+        "explain",
+    ),
+}  # fmt: skip
+_HOME_OF: Final = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> object:
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # once imported, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 def place(workload: Workload, pools: Sequence[Pool] | None = None, *, hardware: Hardware | None = None) -> Decision:
@@ -75,6 +113,8 @@ def place(workload: Workload, pools: Sequence[Pool] | None = None, *, hardware: 
     Raises ``PolicyUnavailable``/``PolicyError`` when no policy verdict can be had, ``SpecError``
     on invalid input.
     """
+    from examlops_policy.hardware import Hardware
+
     owned = hardware is None
     hw = hardware or Hardware()
     try:
@@ -127,6 +167,7 @@ __all__ = [
     "StateError",
     "StateFull",
     "StateUnreachable",
+    "StateUnusable",
     "Submission",
     "Workload",
     "__version__",

@@ -36,6 +36,7 @@ from examlops_policy.model import (
     Rejection,
     Workload,
 )
+from examlops_policy.accounting import carbon_basis
 from examlops_policy.tables import Tables
 from examlops_policy._verdicts import ShapeVerdict, WorkloadVerdict
 
@@ -49,21 +50,12 @@ def effective_cost(pool: Pool, tables: Tables) -> float:
 
 def grounded_carbon(pool: Pool, tables: Tables) -> float | None:
     """gCO2e per device-hour from board power x PUE x grid intensity, where all three are known."""
-    power = pool.power_w if pool.power_w is not None else tables.model_power(pool.model)
-    pue = pool.pue if pool.pue is not None else tables.region_pue(pool.region)
-    intensity = tables.grid_intensity(pool.region)
-    if power is None or pue is None or intensity is None:
-        return None
-    return round(power / 1000.0 * pue * intensity, 3)
+    return carbon_basis(pool, tables).grounded
 
 
 def carbon_per_hour(pool: Pool, tables: Tables) -> float:
-    """The headline gCO2e per device-hour: the pool's own carbon factor, else the grounded figure
-    where the pool's power (its own or its model's) is known, else the region's reviewed default."""
-    if pool.carbon_factor is not None:
-        return pool.carbon_factor
-    grounded = grounded_carbon(pool, tables)
-    return grounded if grounded is not None else tables.default_carbon_factor(pool.region)
+    """The headline gCO2e per device-hour (``accounting.carbon_basis`` says how it is found)."""
+    return carbon_basis(pool, tables).per_hour
 
 
 def fits(grant: Grant, capacity: Capacity) -> bool:
@@ -130,9 +122,11 @@ class Judged:
         ranked: list[tuple[object, ...]] = []
         blocked: list[tuple[float, str, int]] = []
         requested_ok: set[int] = set()
+        requested_over: set[int] = set()
         for i, entry in enumerate(fleet.entries if judged else ()):
             v = shapes[entry.key]
-            denials = (*v.denials, *v.limits.over(entry.price, entry.carbon))
+            over = v.limits.over(entry.price, entry.carbon)
+            denials = (*v.denials, *over)
             self.denials.append(denials)
             if not denials:
                 cost, carbon = grant_cost(entry.price, v.grant), grant_cost(entry.carbon, v.grant)
@@ -140,12 +134,34 @@ class Judged:
                 ranked.append((*key, i))
                 if v.tier % 2 == 0:
                     requested_ok.add(v.tier)
-            elif v.blocks_burst and not v.limits.over(entry.price, entry.carbon):
+            elif v.blocks_burst and not over:
                 blocked.append((entry.price, entry.pool.name, i))
+            if v.tier % 2 == 0 and over and not v.denials:
+                requested_over.add(v.tier)
+        # Tiers where a pool of the requested accelerator passes every check (it can only be full),
+        # and where one passes every check but the budget.
+        self.requested_ok_tiers = frozenset(requested_ok)
+        self.requested_over_tiers = frozenset(requested_over)
+        forbidden = workload.budget_fallback
+        if forbidden is not None:
+            # The workload does not fall back for budget: the stand-ins reached for it are denied.
+            refused = {i for i, entry in enumerate(fleet.entries if judged else ()) if self.over_budget_fallback(shapes[entry.key].tier)}
+            for i in refused:
+                self.denials[i] = (*self.denials[i], forbidden)
+            ranked = [row for row in ranked if row[-1] not in refused]
+            blocked = [row for row in blocked if row[-1] not in refused]
         self.ranked = sorted(ranked, key=lambda row: row[:-1])
         self.blocked = sorted(blocked)
-        # Tiers where a pool of the requested accelerator passes every check (it can only be full).
-        self.requested_ok_tiers = frozenset(requested_ok)
+
+    def full_fallback(self, tier: int) -> bool:
+        """A stand-in's tier where a better tier has a pool of the requested accelerator that
+        passes every check (it is full): the fallback is for capacity."""
+        return tier % 2 == 1 and any(t < tier for t in self.requested_ok_tiers)
+
+    def over_budget_fallback(self, tier: int) -> bool:
+        """A stand-in's tier where a better tier has a pool of the requested accelerator that passes
+        every check but the budget, and none that is merely full: the fallback is for budget."""
+        return tier % 2 == 1 and not self.full_fallback(tier) and any(t < tier for t in self.requested_over_tiers)
 
     def verdict(self, index: int) -> ShapeVerdict:
         return self.shapes[self.fleet.entries[index].key]
@@ -347,8 +363,8 @@ def decide_over(
     entry = judged.fleet.entries[outcome.chosen]
     v = judged.verdict(outcome.chosen)
     pool = entry.pool
-    full = v.tier % 2 == 1 and any(t < v.tier for t in judged.requested_ok_tiers)
-    notes = [n for n in ((v.note_full if full else v.note), v.grant.note) if n]
+    note = v.note_full if judged.full_fallback(v.tier) else v.note_budget if judged.over_budget_fallback(v.tier) else v.note
+    notes = [n for n in (note, v.grant.note) if n]
     return Placement(
         workload=workload,
         pool=pool.name,

@@ -9,8 +9,9 @@ A folder other users can write to is refused: whoever can write there can swap t
 token or the socket for their own.
 
 Errors are ``ExaError`` subclasses chosen by the caller (``error=``): a state folder the store
-cannot use is a ``StateError`` (exit 6); the OPA layer passes ``PolicyUnavailable`` (exit 5). A
-full disk (ENOSPC, EDQUOT) is named as such, never a traceback.
+cannot use is a ``StateUnusable`` (exit 13); the OPA layer passes ``PolicyUnavailable`` (exit 5). A
+full disk (ENOSPC, EDQUOT) is named as such (a ``StateFull`` where the caller's error is a state
+error), never a traceback.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Final
 
-from examlops_policy.errors import ExaError, StateError
+from examlops_policy.errors import ExaError, StateError, StateFull, StateUnusable
 
 DIR_MODE: Final = 0o700
 FILE_MODE: Final = 0o600
@@ -36,12 +37,19 @@ def describe_os_error(action: str, path: Path, exc: OSError) -> str:
     return f"cannot {action} {path}: {exc.strerror or exc}"
 
 
-def check_private_dir(path: Path, *, error: type[ExaError] = StateError) -> None:
+def _os_error(error: type[ExaError], action: str, path: Path, exc: OSError) -> ExaError:
+    """``error`` saying what could not be done; a full disk is a ``StateFull`` for the store."""
+    if exc.errno in _FULL and issubclass(error, StateError):
+        return StateFull(describe_os_error(action, path, exc))
+    return error(describe_os_error(action, path, exc))
+
+
+def check_private_dir(path: Path, *, error: type[ExaError] = StateUnusable) -> None:
     """Raise ``error`` unless ``path`` is a folder owned by this user that nobody else can write to."""
     try:
         info = path.stat()
     except OSError as exc:
-        raise error(describe_os_error("use", path, exc)) from exc
+        raise _os_error(error, "use", path, exc) from exc
     if not stat.S_ISDIR(info.st_mode):
         raise error(f"{path} is not a folder")
     if info.st_uid != os.geteuid():
@@ -51,7 +59,7 @@ def check_private_dir(path: Path, *, error: type[ExaError] = StateError) -> None
         raise error(f"{path} can be written by other users (mode {mode:04o}); make it private with: chmod 700 {path}")
 
 
-def ensure_private_dir(path: Path, *, error: type[ExaError] = StateError) -> Path:
+def ensure_private_dir(path: Path, *, error: type[ExaError] = StateUnusable) -> Path:
     """Create ``path`` and missing parents as 0700 folders; refuse an existing one others can write to.
 
     An existing folder keeps its mode when only readable by others (the files in it are 0600);
@@ -70,7 +78,7 @@ def ensure_private_dir(path: Path, *, error: type[ExaError] = StateError) -> Pat
         except FileExistsError:
             pass  # another process made it meanwhile; checked below like any existing folder
         except OSError as exc:
-            raise error(describe_os_error("create", folder, exc)) from exc
+            raise _os_error(error, "create", folder, exc) from exc
         else:
             # mkdir's mode passes through the umask, which may also *lack* bits: set it exactly.
             folder.chmod(DIR_MODE)
@@ -78,12 +86,12 @@ def ensure_private_dir(path: Path, *, error: type[ExaError] = StateError) -> Pat
     return path
 
 
-def private_file(path: Path, *, error: type[ExaError] = StateError) -> None:
+def private_file(path: Path, *, error: type[ExaError] = StateUnusable) -> None:
     """Make sure ``path`` exists as a 0600 file of this user (created empty if missing)."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
     except OSError as exc:
-        raise error(describe_os_error("create", path, exc)) from exc
+        raise _os_error(error, "create", path, exc) from exc
     try:
         info = os.fstat(fd)
         if info.st_uid != os.geteuid():
@@ -94,7 +102,7 @@ def private_file(path: Path, *, error: type[ExaError] = StateError) -> None:
         os.close(fd)
 
 
-def private_database(path: Path, *, error: type[ExaError] = StateError) -> None:
+def private_database(path: Path, *, error: type[ExaError] = StateUnusable) -> None:
     """Prepare a SQLite database file: 0700 folder, 0600 file, existing journal files tightened.
 
     SQLite creates ``-wal``, ``-shm`` and ``-journal`` with the database file's own permissions,

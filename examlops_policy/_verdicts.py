@@ -97,7 +97,8 @@ class ShapeVerdict:
     """The verdict for every pool of one shape: its tier, what denies it, what it would grant.
 
     ``note_full`` replaces ``note`` when the requested accelerator's pools pass every check but are
-    full; ``limits`` are the budget's per device-hour for this grant."""
+    full, ``note_budget`` when they pass every check but the budget; ``limits`` are the budget's per
+    device-hour for this grant."""
 
     tier: int
     note: str | None
@@ -107,6 +108,7 @@ class ShapeVerdict:
     blocks_burst: bool
     note_full: str | None = None
     limits: Limits = Limits()
+    note_budget: str | None = None
 
     @property
     def fallback(self) -> bool:
@@ -119,13 +121,15 @@ class ShapeVerdict:
 
 @dataclass(frozen=True)
 class WorkloadVerdict:
-    """What the policy says of the workload itself: rejected outright, how cloud comes in, and why
-    an admissible pool of one tier is passed over when a better tier wins."""
+    """What the policy says of the workload itself: rejected outright, how cloud comes in, why
+    an admissible pool of one tier is passed over when a better tier wins, and the reason a
+    stand-in gets when the workload does not fall back for budget (``budget_fallback``)."""
 
     rejection: Reason | None
     burst_mode: str | None  # "cloud" | "spill" | None
     preferences: Mapping[tuple[int, int], Reason]
     request_rejected: Reason | None
+    budget_fallback: Reason | None = None
 
 
 def workload_input(workload: Workload) -> JSONObject:
@@ -147,6 +151,8 @@ def workload_input(workload: Workload) -> JSONObject:
         "max_cost_per_hour": workload.max_cost_per_hour,
         "max_carbon_per_hour": workload.max_carbon_per_hour,
         "project": workload.project,
+        "spot": workload.spot,
+        "allow_budget_fallback": workload.allow_budget_fallback,
     }
 
 
@@ -356,6 +362,7 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
         burst_mode=mode,
         preferences=preferences,
         request_rejected=d.opt_reason(d.field(top, "request_rejected", "verdicts"), "verdicts.request_rejected"),
+        budget_fallback=d.opt_reason(d.field(top, "budget_fallback", "verdicts"), "verdicts.budget_fallback"),
     )
     if not d.boolean(d.field(top, "judged", "verdicts"), "verdicts.judged"):
         # An invalid workload is judged against no pool at all.
@@ -385,12 +392,13 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
     for key in wanted:
         path = f"verdicts.shapes[{key}]"
         cells = d.arr(rows.get(key), path)
-        if len(cells) != 6:
-            raise d.fail(path, "[tier, note, note when full, denials, grant, blocks_burst]", cells)
+        if len(cells) != 7:
+            raise d.fail(path, "[tier, note, note when full, denials, grant, blocks_burst, note when over the budget]", cells)
         tier = d.integer(cells[0], f"{path}[0]")
         if not 0 <= tier <= 3:
             raise d.fail(f"{path}[0]", "a tier from 0 to 3", tier)
         note_index, full_index = d.integer(cells[1], f"{path}[1]"), d.integer(cells[2], f"{path}[2]")
+        budget_index = d.integer(cells[6], f"{path}[6]")
         denials: list[Reason] = []
         for j, ref in enumerate(d.arr(cells[3], f"{path}[3]")):
             pair = d.arr(ref, f"{path}[3][{j}]")
@@ -401,7 +409,7 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
                 raise d.fail(f"{path}[3][{j}][1]", f"an index below {len(checks[pair[0]])}", index)
             denials.extend(checks[pair[0]][index])
         grant_index = d.integer(cells[4], f"{path}[4]")
-        if not 0 <= grant_index < len(grants) or not -1 <= note_index < len(notes) or not -1 <= full_index < len(notes):
+        if not 0 <= grant_index < len(grants) or not all(-1 <= i < len(notes) for i in (note_index, full_index, budget_index)):
             raise d.fail(path, "grant and note indexes within the answer", cells)
         grant, shortfall, limits = grants[grant_index]
         shapes[key] = ShapeVerdict(
@@ -413,6 +421,7 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
             blocks_burst=d.boolean(cells[5], f"{path}[5]"),
             note_full=notes[full_index] if full_index >= 0 else None,
             limits=limits,
+            note_budget=notes[budget_index] if budget_index >= 0 else None,
         )
     return Answer(cast("str | None", revision), workload, shapes, missing)
 
@@ -440,6 +449,7 @@ def shape_verdict_json(v: ShapeVerdict) -> JSONObject:
         "tier": v.tier,
         "note": v.note,
         "note_full": v.note_full,
+        **({"note_budget": v.note_budget} if v.note_budget is not None else {}),
         "denials": [reason_json(r) for r in v.denials],
         "grant": grant_json(v.grant),
         "shortfall": reason_json(v.shortfall),
@@ -470,6 +480,7 @@ def workload_verdict_json(v: WorkloadVerdict) -> JSONObject:
         "burst_mode": v.burst_mode,
         "preferences": [[t, sel, reason_json(r)] for (t, sel), r in sorted(v.preferences.items())],
         "request_rejected": None if v.request_rejected is None else reason_json(v.request_rejected),
+        **({"budget_fallback": reason_json(v.budget_fallback)} if v.budget_fallback is not None else {}),
     }
 
 
@@ -485,6 +496,7 @@ def shape_verdict_from_json(raw: object, where: str) -> ShapeVerdict:
         blocks_burst=d.boolean(d.field(top, "blocks_burst", "verdict"), "verdict.blocks_burst"),
         note_full=d.opt_text(top.get("note_full"), "verdict.note_full"),
         limits=d.limits(top["limits"], "verdict.limits") if "limits" in top else Limits(),
+        note_budget=d.opt_text(top.get("note_budget"), "verdict.note_budget"),
     )
 
 
@@ -501,6 +513,7 @@ def workload_verdict_from_json(raw: object, where: str) -> WorkloadVerdict:
         burst_mode=cast("str | None", mode),
         preferences=prefs,
         request_rejected=d.opt_reason(top.get("request_rejected"), "request_rejected"),
+        budget_fallback=d.opt_reason(top.get("budget_fallback"), "budget_fallback"),
     )
 
 

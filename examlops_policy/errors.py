@@ -10,7 +10,9 @@
     │   ├── StateBusy           locked or conflicting after bounded retries
     │   ├── StateCorrupt        the state file is damaged or is not a database
     │   ├── StateFull           the disk (or quota) is full
-    │   └── StateUnreachable    the database server cannot be reached
+    │   ├── StateUnreachable    the database server cannot be reached
+    │   └── StateUnusable       the state folder is not a folder, is another user's or others may
+    │                           write to it
     ├── ExecutorError           a scheduler (Slurm, Kubernetes) refused or failed
     └── AuditIntegrityError     the audit chain does not verify
 
@@ -72,6 +74,11 @@ class StateFull(StateError):
 
 class StateUnreachable(StateError):
     """The database server could not be reached, after bounded retries."""
+
+
+class StateUnusable(StateError):
+    """The state folder cannot be used as it is: not a folder, another user's, or writable by
+    others (whoever can write there could swap the database for their own). Nothing was written."""
 
 
 class ExecutorError(ExaError):

@@ -183,15 +183,22 @@ class Hardware(PolicyReview):
         self._engine: Engine | None = None
         self._fleet_revs: dict[int, str] = {}
         self._capacities_at: tuple[tuple[int, int] | None, str] = (None, "")
+        self._closed = False
+
+    def _open(self) -> None:
+        if self._closed:
+            raise StateError(f"this Hardware (state in {self.home}) was closed; make a new Hardware() to go on")
 
     @property
     def store(self) -> Store:
+        self._open()
         if self._store is None:
             self._store = open_store(self.home, self.tables)
         return self._store
 
     @property
     def policy(self) -> PolicyEvaluator:
+        self._open()
         if self._policy is None:
             self._policy = default_policy(self.home)
         return self._policy
@@ -203,6 +210,9 @@ class Hardware(PolicyReview):
         return self._engine
 
     def close(self) -> None:
+        """Close the store and the policy connection; using this Hardware afterwards raises
+        StateError. Closing twice is harmless."""
+        self._closed = True
         if self._store is not None:
             self._store.close()
         close = getattr(self._policy, "close", None)
@@ -242,16 +252,21 @@ class Hardware(PolicyReview):
         return [self._view(s) for s in self.pools()]
 
     def _view(self, state: PoolState) -> PoolView:
+        from examlops_policy.accounting import carbon_basis, carbon_method_text
+
         pool = state.pool
         layout = layout_of(pool, self.tables)
+        carbon = carbon_basis(pool, self.tables)
         return PoolView(
             state=state,
             packing=layout.kind,
             placeable=None if layout.kind == "whole" else describe(state.capacity, layout),
             cost_per_hour=effective_cost(pool, self.tables),
             cost_default=pool.cost_per_hour is None,
-            carbon_per_hour=carbon_per_hour(pool, self.tables),
+            carbon_per_hour=carbon.per_hour,
             carbon_default=pool.carbon_factor is None,
+            carbon_method=carbon.method,
+            carbon_method_text=carbon_method_text(carbon.method, self.tables),
         )
 
     def pool(self, name: str) -> PoolDetail:
@@ -338,14 +353,18 @@ class Hardware(PolicyReview):
 
     def decision_page(self, *, limit: int = 20, since: str | None = None, until: str | None = None, cursor: str | None = None) -> DecisionPage:
         """A page of decisions from their columns, newest first (``since``/``until``: ISO 8601 UTC
-        bounds on when they were made; ``cursor``: the previous page's)."""
+        bounds on when they were made; ``cursor``: the previous page's). SpecError for a ``limit``
+        that is not a whole number of at least 1, as ``exa hardware decisions --limit``."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise SpecError(f"must be a whole number of at least 1 (got {limit!r})", field="limit")
         before = None
         if cursor is not None:
             created, _, ident = cursor.partition("/")
             if not created or not ident:
                 raise SpecError("a cursor is CREATED_AT/ID, as the previous page gave it", field="cursor")
             before = (created, ident)
-        rows = self.store.decision_summaries(limit=limit, since=_instant(since, "since"), until=_instant(until, "until"), before=before)
+        start, end = _period(since, until)
+        rows = self.store.decision_summaries(limit=limit, since=start, until=end, before=before)
         more = f"{rows[-1].created_at}/{rows[-1].id}" if len(rows) == limit and rows else None
         return DecisionPage(tuple(rows), more)
 
@@ -399,7 +418,9 @@ class Hardware(PolicyReview):
         return Replay(record.id, not diffs, revision_now, recorded, summary, tuple(diffs))
 
     def accounting(self, ident: str, hours: float) -> dict[str, object]:
-        """``device_accounting`` of a recorded placement held for ``hours``."""
+        """``device_accounting`` of a recorded placement held for ``hours`` (the same dictionary:
+        ``carbon_g_grounded`` exactly where the pool's power is known). SpecError for a decision
+        that placed nothing."""
         from examlops_policy.accounting import device_accounting
 
         record = self.decision(ident)
@@ -436,7 +457,7 @@ class Hardware(PolicyReview):
         from examlops_policy.report import report_from_rows
 
         now = now or datetime.now(timezone.utc)
-        since, until = _instant(since, "since"), _instant(until, "until")
+        since, until = _period(since, until)
         decisions, bursts = self.store.report_rows(since=since, until=until)
         start = _day(since) if since else min((_day(str(d["created_at"])) for d in decisions), default=now.date())
         end = (_day(until) - timedelta(days=1)) if until else now.date()
@@ -579,6 +600,14 @@ def _instant(text: str | None, field: str) -> str | None:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return moment.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _period(since: str | None, until: str | None) -> tuple[str | None, str | None]:
+    """``since`` and ``until`` as stored times; SpecError when the period ends before it starts."""
+    start, end = _instant(since, "since"), _instant(until, "until")
+    if start is not None and end is not None and end < start:
+        raise SpecError(f"the period ends ({until}) before it starts ({since}): --since must not be after --until", field="since")
+    return start, end
 
 
 def _not_external(action: str) -> None:

@@ -42,6 +42,8 @@ TOPOLOGIES: Final = ("same-block", "same-switch")
 TOPOLOGY_MODES: Final = ("required", "preferred")
 # A node takes new work only when ``up``; ``drained`` (cordoned) finishes what runs; ``down`` is gone.
 NODE_STATES: Final = ("up", "drained", "down")
+# Whether a workload takes spot (preemptible) capacity: never (the default), allow, or require.
+SPOT: Final = ("never", "allow", "require")
 
 JSONValue = Union[None, bool, int, float, str, list["JSONValue"], dict[str, "JSONValue"]]
 JSONObject = dict[str, JSONValue]
@@ -530,6 +532,9 @@ class Workload:
     ``topology`` (``same-block``, ``same-switch``; ``topology_mode`` ``required`` unless
     ``preferred``). ``models`` names the device models that will do (any of them; empty: any).
     ``isolation`` ``required``: a fraction must be an isolated slice, never a shared device.
+    ``spot``: whether spot (preemptible) capacity may be used (never, allow, require).
+    ``allow_budget_fallback``: whether a stand-in accelerator may be used when the requested
+    accelerator's pools are over the budget (the placement's note says so either way).
 
     When it must start: ``max_wait`` (whole seconds from the decision; pools whose estimated start
     is later are not taken now) and ``deadline`` (an instant, held as RFC 3339 UTC text ending in
@@ -564,6 +569,8 @@ class Workload:
     topology_mode: str | None = None
     models: tuple[str, ...] = ()
     isolation: str = "any"
+    spot: str = "never"
+    allow_budget_fallback: bool = True
     max_wait: int | None = None
     deadline: str | None = None
     walltime: int | None = None
@@ -593,6 +600,8 @@ class Workload:
         if self.max_carbon_per_hour is not None:
             _check_number(owner, "max_carbon_per_hour", self.max_carbon_per_hour, low=0, high=1_000_000_000)
         _optional_name(owner, "project", self.project, what="a project")
+        _check_choice(owner, "spot", self.spot, SPOT)
+        _check_bool(owner, "allow_budget_fallback", self.allow_budget_fallback)
         object.__setattr__(self, "fraction", float(self.fraction))
         object.__setattr__(self, "carbon_weight", float(self.carbon_weight))
         self._check_nodes(owner)

@@ -24,6 +24,7 @@ from datetime import date, datetime, timedelta, timezone
 from html import escape
 from typing import Final, Literal
 
+from examlops_policy.accounting import CARBON_METHODS
 from examlops_policy.errors import SpecError
 from examlops_policy.views import FinopsRow
 
@@ -108,6 +109,8 @@ class ReportData:
     honesty: Honesty
     totals: Totals
     currency: str = "USD"
+    # gCO2e per carbon method (a key of accounting.CARBON_METHODS, or "unrecorded"), largest first.
+    carbon_methods: tuple[tuple[str, float], ...] = ()
 
 
 # --- from plain rows -----------------------------------------------------------------------------
@@ -172,8 +175,9 @@ def report_from_rows(
     A decision row: ``workload`` (str), ``created_at`` (ISO 8601 or date/datetime; times are
     taken in UTC), ``outcome`` (placed, rejected or blocked); for a placement also ``device``
     and ``region`` (str), ``device_hours``, ``cost``, ``carbon_g`` (numbers >= 0, default 0),
-    ``fallback`` (bool), ``fraction`` (requested share of a device, default 1.0) and
-    ``fraction_honored`` (bool). A burst row: ``residency`` (str) and ``verdict`` (allowed,
+    ``fallback`` (bool), ``fraction`` (requested share of a device, default 1.0),
+    ``fraction_honored`` (bool) and ``carbon_method`` (how its carbon per device-hour was found: a
+    key of ``accounting.CARBON_METHODS``; absent or None: not recorded). A burst row: ``residency`` (str) and ``verdict`` (allowed,
     blocked or unavailable). Raises ``SpecError`` naming the row and field; a decision outside
     the period is an error too (the caller selects the period).
     """
@@ -193,6 +197,7 @@ def report_from_rows(
     groups: dict[tuple[str, str], list[float]] = {}
     workloads: dict[str, list[float]] = {}
     placements = fallbacks = requested = honored = 0
+    methods: dict[str, float] = {}
     for index, row in enumerate(decisions):
 
         def where(key: str, index: int = index) -> str:
@@ -219,6 +224,10 @@ def report_from_rows(
         group[3] += carbon
         spent[1] += cost
         spent[2] += carbon
+        method = row.get("carbon_method")
+        if method is not None and method not in CARBON_METHODS:
+            raise SpecError(f"expected one of {', '.join(CARBON_METHODS)} (got {method!r:.60})", field=where("carbon_method"))
+        methods[str(method or "unrecorded")] = methods.get(str(method or "unrecorded"), 0.0) + carbon
         placements += 1
         fallbacks += _flag(row, "fallback", where("fallback"))
         fraction = _number(row, "fraction", where("fraction"), default=1.0)
@@ -239,7 +248,8 @@ def report_from_rows(
     cost_carbon = tuple(
         FinopsRow(device, region, int(g[0]), round(g[1], 6), round(g[2], 6), round(g[3], 6)) for (device, region), g in sorted(groups.items())
     )
-    ranked = sorted(workloads.items(), key=lambda item: (-item[1][1], -item[1][2], item[0]))
+    # Only workloads that cost something are "most expensive" (a workload only ever rejected is not).
+    ranked = sorted((item for item in workloads.items() if item[1][1] > 0), key=lambda item: (-item[1][1], -item[1][2], item[0]))
     return ReportData(
         title=title,
         period_start=period_start,
@@ -256,6 +266,7 @@ def report_from_rows(
             decisions=sum(sum(c.values()) for c in per_day.values()),
         ),
         currency=currency,
+        carbon_methods=tuple(sorted(((m, round(g, 6)) for m, g in methods.items()), key=lambda mg: (-mg[1], mg[0]))),
     )
 
 
@@ -263,17 +274,24 @@ def report_from_rows(
 
 
 def _money(value: float, currency: str) -> str:
+    """Cents, and below a cent two significant digits: an amount that is not zero never reads
+    $0.00."""
     symbol = "$" if currency == "USD" else f"{escape(currency)} "
+    if 0 < value < 0.01:
+        return f"{symbol}{value:.2g}" if value >= 0.0001 else f"<{symbol}0.0001"
     return f"{symbol}{value:,.2f}"
 
 
 def _carbon(grams: float) -> str:
-    """gCO2e, in the unit that keeps the number readable."""
+    """gCO2e, in the unit that keeps the number readable; grams to a tenth, as ``exa finops``
+    prints them (0.1 g never reads 0 g)."""
     if grams >= 1_000_000:
         return f"{grams / 1_000_000:,.2f} t CO₂e"
     if grams >= 1_000:
         return f"{grams / 1_000:,.1f} kg CO₂e"
-    return f"{grams:,.0f} g CO₂e"
+    if 0 < grams < 0.05:
+        return "<0.1 g CO₂e"
+    return f"{grams:,.1f} g CO₂e"
 
 
 def _share(part: int, whole: int) -> str:
@@ -297,8 +315,14 @@ def _axis(value: float, *, whole: bool = False) -> tuple[float, float]:
         magnitude *= 10
 
 
-def _tick(value: float) -> str:
-    text = f"{value:,.2f}"
+def _decimals(step: float) -> int:
+    """The decimals that tell apart the multiples of ``step`` (0.005 needs 3, 0.25 needs 2)."""
+    return next((d for d in range(10) if abs(round(step, d) - step) < step * 1e-6), 9)
+
+
+def _tick(value: float, step: float = 1.0) -> str:
+    """An axis tick: as many decimals as the step needs, so that no two ticks read the same."""
+    text = f"{value:,.{_decimals(step)}f}"
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
@@ -341,7 +365,7 @@ def _hbars(
     for k in range(round(peak / step) + 1):
         x = left + plot * k * step / peak
         out.append(f'<line class="grid" x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{axis_y}"/>')
-        out.append(f'<text class="tick" x="{x:.1f}" y="{axis_y + 16}" text-anchor="middle">{_tick(k * step)}</text>')
+        out.append(f'<text class="tick" x="{x:.1f}" y="{axis_y + 16}" text-anchor="middle">{_tick(k * step, step)}</text>')
     for i, (label, value, shown) in enumerate(rows):
         y = top + i * (bar + gap)
         length = plot * value / peak
@@ -369,7 +393,7 @@ def _stacked_columns(chart_id: str, title: str, desc: str, columns: Sequence[tup
     for k in range(round(peak / step) + 1):
         y = top + plot_h - plot_h * k * step / peak
         out.append(f'<line class="grid" x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}"/>')
-        out.append(f'<text class="tick" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{_tick(k * step)}</text>')
+        out.append(f'<text class="tick" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{_tick(k * step, step)}</text>')
     slot = plot_w / max(len(columns), 1)
     bar = max(2.0, min(28.0, slot * 0.7))
     every = max(1, math.ceil(len(columns) / 12))  # at most ~12 x labels
@@ -424,7 +448,6 @@ th, td { padding: 5px 8px; border-bottom: 1px solid var(--line); text-align: lef
 tbody th, tbody td { white-space: nowrap; }
 td.n, th.n { text-align: right; }
 tbody tr:nth-child(even) { background: #fafafb; }
-.scroll { max-height: 420px; overflow: auto; }
 .empty { color: var(--muted); font-style: italic; }
 footer { margin-top: 40px; color: var(--muted); font-size: .85rem; }
 """
@@ -451,8 +474,27 @@ def _total(element_id: str, label: str, value: str, shown: str, note: str) -> st
     return (
         f'<section class="total" aria-labelledby="{element_id}-label"><h2 id="{element_id}-label">{escape(label)}</h2>'
         f'<p class="figure" id="{element_id}" data-value="{escape(value)}">{escape(shown)}</p>'
-        f'<p class="meta">{escape(note)}</p></section>'
+        f'<p class="meta" id="{element_id}-note">{escape(note)}</p></section>'
     )
+
+
+METHOD_UNRECORDED: Final = "a method not recorded (a decision older than its stored fleet)"
+
+
+def _carbon_note(data: ReportData) -> str:
+    """How the total carbon was found: each method used, with its share of the total."""
+    used = [(CARBON_METHODS.get(m, METHOD_UNRECORDED), g) for m, g in data.carbon_methods]
+    if not used:
+        return "gCO₂e of placed work (none in this period)"
+    if len(used) == 1:
+        return f"gCO₂e per device-hour from {used[0][0]}"
+    total = sum(g for _, g in used)
+    return "gCO₂e per device-hour from " + "; ".join(f"{_percent(g, total)} {text}" for text, g in used)
+
+
+def _percent(part: float, whole: float) -> str:
+    share = 100 * part / whole if whole else 0.0
+    return "<1%" if 0 < share < 1 else f"{share:.0f}%"
 
 
 def render_html(data: ReportData) -> str:
@@ -480,7 +522,7 @@ def render_html(data: ReportData) -> str:
         f'<time datetime="{generated}">{generated}</time></p></header>',
         '<div class="totals">',
         _total("total-cost", "Total cost", f"{t.cost:.6f}", _money(t.cost, cur), f"{cur}, placed work over the period"),
-        _total("total-carbon", "Total carbon", f"{t.carbon_g:.6f}", _carbon(t.carbon_g), "gCO₂e (flat per-device factors)"),
+        _total("total-carbon", "Total carbon", f"{t.carbon_g:.6f}", _carbon(t.carbon_g), _carbon_note(data)),
         _total("total-decisions", "Decisions", str(t.decisions), f"{t.decisions:,}", f"{h.placements:,} placed"),
         "</div>",
     ]
@@ -513,7 +555,7 @@ def render_html(data: ReportData) -> str:
             [(d.day.isoformat(), {"placed": d.placed, "rejected": d.rejected, "blocked": d.blocked}) for d in data.days],
             OUTCOMES, "Day (UTC)", "Decisions",
         ),
-        '</div><div class="scroll">',
+        '</div><div>',
         _table(
             "Decisions per day",
             [("Day", False), ("Placed", True), ("Rejected", True), ("Blocked", True), ("Total", True)],
@@ -583,8 +625,10 @@ def render_html(data: ReportData) -> str:
     ]  # fmt: skip
 
     parts += [
-        "<footer>Cost uses each pool's price per device-hour (or the reviewed default); carbon the pool's flat "
-        "factor (or its region's reviewed default), as <code>exa finops</code> does. A fallback is a placement on "
+        "<footer>Cost uses each pool's price per device-hour (or the reviewed default); carbon each pool's gCO₂e "
+        "per device-hour: its own factor, else board power x PUE x grid intensity, else the reviewed reference "
+        "power of its device family (an accelerator, or a CPU socket) x PUE x grid intensity, as "
+        "<code>exa finops</code> does (the carbon total says which were used). A fallback is a placement on "
         "another accelerator than requested; a fraction not honored got a whole device. "
         f"Period: {escape(period)}. This page is self-contained: it loads nothing and runs no script.</footer>",
         "</main>",

@@ -16,14 +16,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
 
-import yaml
-
 from examlops_policy import quantities
 from examlops_policy.errors import SpecError
 from examlops_policy.model import JSONObject, Pool, Workload, article
 from examlops_policy.tables import Tables, load_tables, schema_dir
 
-if TYPE_CHECKING:  # jsonschema loads only when a spec file is read
+if TYPE_CHECKING:  # PyYAML and jsonschema load only when a spec file is read
+    import yaml
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import ValidationError
 
@@ -33,13 +32,10 @@ MAX_DEPTH: Final = 32
 
 MAX_NODES: Final = 2_000_000
 
-# libyaml's C parser and composer when present (ten times faster on a large fleet file); the
-# checks below run on the composed node graph, before any Python object is built.
-_LOADER: Final = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 def _check_graph(root: yaml.Node) -> None:
     """Refuse aliases, non-scalar or duplicate keys, deep nesting and huge documents."""
+    import yaml
+
     seen: set[int] = set()
     stack: list[tuple[yaml.Node, int]] = [(root, 1)]
     while stack:
@@ -71,7 +67,11 @@ def _check_graph(root: yaml.Node) -> None:
 
 
 def _parse(text: str) -> object:
-    loader = _LOADER(text)
+    import yaml
+
+    # libyaml's C parser and composer when present (ten times faster on a large fleet file); the
+    # checks below run on the composed node graph, before any Python object is built.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
     try:
         node = loader.get_single_node()
         if node is None:
@@ -106,6 +106,8 @@ def read_text(path: Path, max_bytes: int = MAX_FILE_BYTES) -> str:
 
 def read_yaml(path: Path) -> object:
     """Parse one YAML document from ``path`` with the limits above."""
+    import yaml
+
     source = str(path)
     text = read_text(path)
     try:
@@ -160,6 +162,11 @@ _QUANTITIES: Final[dict[str, Callable[[object], object]]] = {
     "walltime": quantities.duration_s,
     "deadline": quantities.instant_text,
 }
+# JSON Schema's type names, as a person writing YAML reads them.
+_TYPE_WORDS: Final = {
+    "object": "a mapping", "array": "a list", "string": "a string", "number": "a number",
+    "integer": "a whole number", "boolean": "true or false", "null": "nothing (null)",
+}  # fmt: skip
 
 
 def _explain(error: ValidationError) -> str:
@@ -179,6 +186,14 @@ def _explain(error: ValidationError) -> str:
             _QUANTITIES[str(last[0])](error.instance)
         except ValueError as exc:
             return str(exc)
+    if validator == "type":
+        wanted = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        words = " or ".join(_TYPE_WORDS.get(str(t), str(t)) for t in cast(list[object], wanted))
+        if error.instance is None and not list(error.absolute_path):
+            schema = error.schema if isinstance(error.schema, Mapping) else {}
+            title = str(schema.get("title") or "file").lower()
+            return f"the file is empty (a {title} is {words})"
+        return f"expected {words} (got {_shown(error.instance)})"
     if validator == "pattern":
         return (
             f"got {_shown(error.instance)}: use letters, digits, '.', '_' and '-' only, starting with a letter or "

@@ -2,21 +2,29 @@
 
 The same YAML files are loaded by OPA as ``data.examlops.tables`` and read here for what Python
 needs them for: validating specs early, pricing and carbon defaults, and the policy revision.
+
+Every command reads them, so the parsed tables are kept in a compiled cache (JSON, named by the
+SHA-256 of the YAML files' names and bytes): a cold process reads one small file instead of
+importing PyYAML and parsing thirteen files. The YAML stays the only source: an entry is used only
+when the digest of the files read now names it and its own checksum holds, and is otherwise
+ignored, so a stale, damaged, foreign or unwritable cache costs a parse, never a wrong table.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Final, cast
-
-import yaml
+from typing import TYPE_CHECKING, Final, cast
 
 from examlops_policy.errors import PolicyError
-from examlops_policy.model import JSONObject
+
+if TYPE_CHECKING:
+    from examlops_policy.model import JSONObject
 
 _PACKAGE_DIR: Final = Path(__file__).resolve().parent
 
@@ -85,76 +93,226 @@ class Tables:
     def scheme_for(self, accelerator: str, model: str | None) -> JSONObject | None:
         """The partitioning scheme of a device: by model where one is named, else by vendor."""
         part = self.partitioning
-        by = cast(JSONObject, part["by_model"] if model is not None else part["by_vendor"])
+        by = cast("JSONObject", part["by_model"] if model is not None else part["by_vendor"])
         name = by.get(model if model is not None else accelerator)
         if name is None:
             return None
-        return cast(JSONObject, cast(JSONObject, part["schemes"])[str(name)])
+        return cast("JSONObject", cast("JSONObject", part["schemes"])[str(name)])
 
     def default_cost(self, accelerator: str) -> float:
-        costs = cast(JSONObject, self.accounting["default_cost_per_hour"])
+        costs = cast("JSONObject", self.accounting["default_cost_per_hour"])
         return float(cast(float, costs[accelerator]))
 
     def grid_intensity(self, region: str) -> float | None:
-        entry = cast(JSONObject, self.regions.get(region) or {})
+        entry = cast("JSONObject", self.regions.get(region) or {})
         value = entry.get("grid_gco2_per_kwh")
         return None if value is None else float(cast(float, value))
 
     def region_pue(self, region: str) -> float | None:
-        entry = cast(JSONObject, self.regions.get(region) or {})
+        entry = cast("JSONObject", self.regions.get(region) or {})
         value = entry.get("pue")
         return None if value is None else float(cast(float, value))
 
     def model_power(self, model: str | None) -> float | None:
         if model is None:
             return None
-        entry = cast(JSONObject, self.models.get(model) or {})
+        entry = cast("JSONObject", self.models.get(model) or {})
         value = entry.get("power_w")
         return None if value is None else float(cast(float, value))
 
-    def default_carbon_factor(self, region: str) -> float:
-        """gCO2e per device-hour for a pool that states no carbon factor (see accounting.yaml)."""
+    def reference_power(self, accelerator: str) -> float:
+        """Watts of one device of ``accelerator`` whose pool names no power (accounting.yaml: the
+        family's own reference, else the reference accelerator's)."""
         acc = self.accounting
-        by_region = cast(JSONObject, acc["default_carbon_factor"])
-        if region in by_region:
+        by_family = cast("JSONObject", acc.get("reference_power_w_by_accelerator") or {})
+        return float(cast(float, by_family.get(accelerator, acc["reference_power_w"])))
+
+    def default_carbon_factor(self, region: str, accelerator: str | None = None) -> float:
+        """gCO2e per device-hour for a pool that states no carbon factor and no power: the
+        reference power of its family (None: the reference accelerator's) x the reference PUE x
+        the region's grid intensity (the reviewed per-region figures for the reference
+        accelerator; see accounting.yaml)."""
+        acc = self.accounting
+        watts = self.reference_power(accelerator or "")
+        reference = float(cast(float, acc["reference_power_w"]))
+        by_region = cast("JSONObject", acc["default_carbon_factor"])
+        if region in by_region and watts == reference:
             return float(cast(float, by_region[region]))
         intensity = self.grid_intensity(region)
         if intensity is None:
-            return float(cast(float, acc["fallback_carbon_factor"]))
-        kw = float(cast(float, acc["reference_power_w"])) / 1000.0
-        return round(kw * float(cast(float, acc["reference_pue"])) * intensity, 1)
+            return round(float(cast(float, acc["fallback_carbon_factor"])) * watts / reference, 1)
+        return round(watts / 1000.0 * float(cast(float, acc["reference_pue"])) * intensity, 1)
 
 
-def _load_yaml(path: Path) -> JSONObject:
+def _parse_yaml(path: Path, raw: bytes) -> JSONObject:
+    import yaml  # only when the compiled cache cannot answer
+
     try:
-        # libyaml's C loader when present: tables load on every command.
+        # libyaml's C loader when present.
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)  # noqa: S506 - a safe loader
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.load(raw.decode("utf-8"), Loader=loader)  # noqa: S506 - a safe loader
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
         raise PolicyError(f"{path}: cannot read policy table: {exc}") from exc
     if not isinstance(data, dict):
         raise PolicyError(f"{path}: a policy table must be a mapping")
-    return cast(JSONObject, data)
+    return cast("JSONObject", data)
+
+
+# -- the compiled cache ----------------------------------------------------------------------------
+
+CACHE_FORMAT: Final = 1
+CACHE_KEEP: Final = 16  # entries kept (one per distinct set of tables); older ones are removed
+_TMP_MAX_AGE_S: Final = 3600.0  # a writer's temporary file older than this was left by a crash
+
+
+def cache_dir() -> Path | None:
+    """Where compiled tables are kept: ``EXA_CACHE_DIR`` (empty: no cache), else
+    ``$XDG_CACHE_HOME/examlops``, else ``~/.cache/examlops``; a ``tables`` folder inside."""
+    env = os.environ.get("EXA_CACHE_DIR")
+    if env is not None:
+        return Path(env) / "tables" if env else None
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "examlops" / "tables"
+    try:
+        return Path.home() / ".cache" / "examlops" / "tables"
+    except RuntimeError:  # no home directory to be found
+        return None
+
+
+def tables_digest(sources: list[tuple[str, bytes]]) -> str:
+    """SHA-256 over the cache format and each table file's name and bytes, in order."""
+    digest = hashlib.sha256(f"examlops-tables-cache {CACHE_FORMAT}\0".encode())
+    for name, raw in sources:
+        digest.update(f"{name}\0{len(raw)}\0".encode())
+        digest.update(raw)
+    return digest.hexdigest()
+
+
+def _private(st: os.stat_result) -> bool:
+    """Owned by this user and writable by no one else: nobody but us can have put it there."""
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _read_cached(folder: Path, digest: str) -> JSONObject | None:
+    """The merged tables compiled from the sources with ``digest``, or None (absent, damaged,
+    compiled from other sources, or writable by someone else)."""
+    try:
+        if not _private(folder.stat()):
+            return None
+        with open(folder / f"{digest}.json", "rb") as handle:
+            if not _private(os.fstat(handle.fileno())):
+                return None
+            raw = handle.read()
+        header_line, _, payload = raw.partition(b"\n")
+        header = json.loads(header_line)
+        if (
+            not isinstance(header, dict)
+            or header.get("format") != CACHE_FORMAT
+            or header.get("sources") != digest
+            or header.get("payload") != hashlib.sha256(payload).hexdigest()
+        ):
+            return None
+        tables = json.loads(payload)
+    except (OSError, ValueError):  # ValueError: not JSON, not UTF-8
+        return None
+    return cast("JSONObject", tables) if isinstance(tables, dict) else None
+
+
+def _json_exact(value: object) -> bool:
+    """True when ``value`` survives a JSON round trip unchanged, type for type (no dates, no
+    non-string keys, no NaN), so that the cache hands back exactly what the YAML said."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return True
+    if isinstance(value, float):
+        return value == value and value not in (float("inf"), float("-inf"))
+    if isinstance(value, list):
+        return all(_json_exact(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _json_exact(v) for k, v in value.items())
+    return False
+
+
+def _write_cached(folder: Path, digest: str, tables: JSONObject) -> None:
+    """Best effort: write the entry through a private temporary file renamed into place (readers
+    see the whole entry or none; concurrent writers write the same bytes), then prune."""
+    if not _json_exact(tables):
+        return
+    payload = json.dumps(tables, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+    header = json.dumps({"format": CACHE_FORMAT, "sources": digest, "payload": hashlib.sha256(payload).hexdigest()}).encode()
+    tmp = folder / f".{digest}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not _private(folder.stat()):
+            return
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(header + b"\n" + payload)
+            os.replace(tmp, folder / f"{digest}.json")
+        finally:
+            tmp.unlink(missing_ok=True)
+        _prune(folder)
+    except OSError:
+        return  # a read-only or full disk: the tables were parsed, only the cache is missing
+
+
+def _prune(folder: Path) -> None:
+    """Keep the newest CACHE_KEEP entries; remove temporary files a crashed writer left."""
+    now = time.time()
+    entries: list[tuple[float, Path]] = []
+    for path in folder.iterdir():
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            continue  # removed by another process meanwhile
+        if path.name.endswith(".json") and not path.name.startswith("."):
+            entries.append((mtime, path))
+        elif path.name.endswith(".tmp") and now - mtime > _TMP_MAX_AGE_S:
+            path.unlink(missing_ok=True)
+    for _, path in sorted(entries, reverse=True)[CACHE_KEEP:]:
+        path.unlink(missing_ok=True)
+
+
+def _merged_tables(base: Path) -> JSONObject:
+    """The table files under ``base`` merged into one mapping: from the compiled cache when it
+    holds these exact files, else parsed from YAML (and the cache written)."""
+    sources: list[tuple[str, bytes]] = []
+    for path in sorted(base.glob("*.yaml")):
+        try:
+            sources.append((path.name, path.read_bytes()))
+        except OSError as exc:
+            raise PolicyError(f"{path}: cannot read policy table: {exc}") from exc
+    folder = cache_dir()
+    digest = tables_digest(sources)
+    if folder is not None:
+        cached = _read_cached(folder, digest)
+        if cached is not None:
+            return cached
+    merged: JSONObject = {}
+    for name, raw in sources:
+        merged.update(_parse_yaml(base / name, raw))
+    if folder is not None:
+        _write_cached(folder, digest, merged)
+    return merged
 
 
 @lru_cache(maxsize=4)
 def load_tables(root: Path | None = None) -> Tables:
     """Read every table under ``<policy dir>/examlops/tables``."""
     base = (root or policy_dir()) / "examlops" / "tables"
-    merged: JSONObject = {}
-    for path in sorted(base.glob("*.yaml")):
-        merged.update(_load_yaml(path))
+    merged = _merged_tables(base)
     try:
         return Tables(
-            accelerators=cast(JSONObject, merged["accelerators"]),
-            engines=cast(JSONObject, merged["engines"]),
-            models=cast(JSONObject, merged["models"]),
-            partitioning=cast(JSONObject, merged["partitioning"]),
-            regions=cast(JSONObject, merged["regions"]),
-            eu_member_states=tuple(cast(list[str], merged["eu_member_states"])),
-            accounting=cast(JSONObject, merged["accounting"]),
-            geometry=cast(JSONObject, merged["geometry"]),
-            fallback=cast(JSONObject, merged["fallback"]),
+            accelerators=cast("JSONObject", merged["accelerators"]),
+            engines=cast("JSONObject", merged["engines"]),
+            models=cast("JSONObject", merged["models"]),
+            partitioning=cast("JSONObject", merged["partitioning"]),
+            regions=cast("JSONObject", merged["regions"]),
+            eu_member_states=tuple(cast("list[str]", merged["eu_member_states"])),
+            accounting=cast("JSONObject", merged["accounting"]),
+            geometry=cast("JSONObject", merged["geometry"]),
+            fallback=cast("JSONObject", merged["fallback"]),
         )
     except KeyError as exc:
         raise PolicyError(f"{base}: table {exc} is missing") from exc

@@ -108,7 +108,8 @@ class WorkloadCost:
 @dataclass(frozen=True)
 class PoolView:
     """A pool as people look at it: what is free and placeable, its price and carbon per
-    device-hour (``*_default``: taken from the reviewed tables, not set on the pool)."""
+    device-hour (``*_default``: taken from the reviewed tables, not set on the pool;
+    ``carbon_method``: how the carbon figure was found, a key of ``accounting.CARBON_METHODS``)."""
 
     state: PoolState
     packing: str  # whole, fixed, mig, amd-compute-partition
@@ -117,6 +118,8 @@ class PoolView:
     cost_default: bool
     carbon_per_hour: float
     carbon_default: bool
+    carbon_method: str = "pool"
+    carbon_method_text: str = ""  # what the method means, with the reviewed figures it uses
 
     @property
     def pool(self) -> Pool:

@@ -4,8 +4,9 @@
 
 The workloads, days and hours are ILLUSTRATIVE, drawn from a fixed seed so the page is the same
 every time. Prices and carbon are not invented: each placement is priced with its pool's price in
-examples/fleet.yaml (or the reviewed default) and the carbon factor the reviewed tables give its
-region (policies/examlops/tables/accounting.yaml and regions.yaml), as ``exa finops`` does.
+examples/fleet.yaml (or the reviewed default) and the carbon per device-hour the reviewed tables
+give its pool (``accounting.carbon_basis``: its model's power, or its family's reference power, x
+PUE x its region's grid intensity; policies/examlops/tables/*.yaml), as ``exa finops`` does.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from datetime import date, datetime, time, timedelta, timezone
 from pathlib import Path
 
+from examlops_policy.accounting import carbon_basis
 from examlops_policy.model import Pool
 from examlops_policy.report import ReportData, render_html, report_from_rows
 from examlops_policy.specs import pools_from_file
@@ -50,11 +52,12 @@ def _decisions(pools: dict[str, Pool], rng: random.Random) -> Iterator[dict[str,
                 honored = fraction < 1 and pool.supports_fractions
                 held = fraction if honored else 1.0  # a fraction not honored holds a whole device
                 price = pool.cost_per_hour if pool.cost_per_hour is not None else tables.default_cost(pool.accelerator)
-                carbon = pool.carbon_factor if pool.carbon_factor is not None else tables.default_carbon_factor(pool.region)
+                basis = carbon_basis(pool, tables)
                 yield {
                     "workload": name, "created_at": at.isoformat(), "outcome": "placed",
                     "device": pool.accelerator, "region": pool.region, "device_hours": devices * held * hours,
-                    "cost": price * devices * held * hours, "carbon_g": carbon * devices * held * hours,
+                    "cost": price * devices * held * hours, "carbon_g": basis.per_hour * devices * held * hours,
+                    "carbon_method": basis.method,
                     "fallback": fallback, "fraction": fraction, "fraction_honored": honored,
                 }  # fmt: skip
         # Rejections (not portable: sglang on AMD) and bursts blocked by residency, now and then.

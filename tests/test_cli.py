@@ -40,7 +40,7 @@ def test_the_specification_transcript(exa_home: Path) -> None:
 
     assert not (exa_home / "opa").exists()  # listing pools needs no policy engine
     pools = run_exa(exa_home, "hardware", "pools", check=True).stdout
-    names = [line.split()[0] for line in pools.splitlines()[2:] if line and not line.startswith("*")]
+    names = [line.split()[0] for line in pools.splitlines()[2:] if line and not line.startswith(("*", "carbon from "))]
     assert names == ["hpc-mi300", "hpc-nvidia", "cloud-a100"]  # cheapest first
 
     placed = run_exa(exa_home, "hardware", "place", "train", "--accelerator", "amd", "--engine", "vllm", "--target", "hpc")

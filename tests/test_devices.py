@@ -187,12 +187,33 @@ def test_2_a_4g_and_a_3g_share_an_h100(hardware: Hardware) -> None:
     assert_real_geometry(hw, "h100")
 
 
+@pytest.mark.parametrize(
+    "fractions",
+    [(0.25, 0.25, 0.4), (0.25, 0.4, 0.25), (0.1, 0.1, 0.25, 0.4)],
+    ids=["2g-2g-3g", "2g-3g-2g", "1g-1g-2g-3g"],
+)
+def test_2_slices_that_fill_an_h100_together_are_all_placed_in_any_order(hardware: Hardware, fractions: tuple[float, ...]) -> None:
+    """2g@0 + 2g@2 + 3g@4 (and 1g@0 + 1g@1 + 2g@2 + 3g@4) is a valid layout: the starts keep the
+    3g's run 4-7 free for it rather than a 4g's start 0, which these requests never use."""
+    hw = hardware
+    hw.add_pool(h100s("h100", 1))
+    for i, fraction in enumerate(fractions):
+        placed(hw, f"w{i}", fraction=fraction)
+    assert hw.pool("h100").view.placeable == "none"  # 7 compute slices used
+    layout = hw.pool("h100").devices[0]
+    assert "3g.40gb@4" in layout, layout
+    assert_real_geometry(hw, "h100")
+
+
 def test_2_seven_1g_fill_an_h100_and_memory_slice_7_is_no_1g_start(hardware: Hardware) -> None:
     hw = hardware
     hw.add_pool(h100s("h100", 1))
     starts = [placed(hw, f"s{i}", fraction=0.1)[1].holdings[0].start for i in range(7)]
     assert sorted(int(s or 0) for s in starts) == [0, 1, 2, 3, 4, 5, 6] and None not in starts
-    assert starts[0] == 6  # the first 1g keeps the 4g (start 0) and 2g at 4 placeable
+    # The first 1g strands the least: at 0 it keeps the 3g start 4 and the 2g starts 2 and 4 (every
+    # way to fill the rest uses all 6 compute slices left); at 6 a 3g could join it only at 0 and
+    # strand a slice.
+    assert starts[0] == 0
     eighth = refused(hw, "s7", fraction=0.1)
     assert reasons(verdict(eighth, "h100")) == [("slice_unavailable", "no H100 in the pool has room for a 1g.10gb beside the slices it holds")]
     assert_real_geometry(hw, "h100")
@@ -414,9 +435,10 @@ def test_7_a_pool_of_fixed_1g_slices_gives_whole_slices_and_refuses_a_half(hardw
     assert hw.pool("mig-1g").view.placeable == "1g.10gb x0"
 
     # The slices are gone: the next 1g is carved on the MIG pool, which says why the fixed one did not serve.
-    third = placed(hw, "tiny-2", fraction=0.1)[1]
-    assert (third.pool, third.holdings) == ("h100", (Holding(0, "1g.10gb", 6, 1),))
+    third_id, third = placed(hw, "tiny-2", fraction=0.1)
+    assert (third.pool, third.holdings) == ("h100", (Holding(0, "1g.10gb", 0, 1),))
     assert reasons(verdict(third, "mig-1g")) == [("capacity_exhausted", "needs 1 free 1g.10gb slice(s), more than are free")]
+    hw.release(third_id)  # a 1g at 0 leaves no 4g start: the H100 is empty again for the half
 
     half = placed(hw, "half", fraction=0.5)[1]
     assert (half.pool, half.grant.profile) == ("h100", "4g.40gb")

@@ -8,21 +8,20 @@ policy with one added (cn-north-1, country CN): the only difference from the rev
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Placement, Pool, Rejection, Workload
-from examlops_policy.opa import stop_server
 from examlops_policy.tables import load_tables
+from tests.conftest import HardwareFactory
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture()
-def export_hw(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Hardware]:
+def export_hw(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_hardware: HardwareFactory) -> Hardware:
     """Hardware on a copy of the policy with a region in China, on its own OPA."""
     policies = tmp_path / "policies"
     shutil.copytree(ROOT / "policies", policies)
@@ -30,13 +29,7 @@ def export_hw(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Hardw
     text = regions.read_text(encoding="utf-8")
     regions.write_text(text.replace("regions:\n", 'regions:\n  cn-north-1: {country: CN, provider: aws, label: "AWS Beijing (test)"}\n', 1), encoding="utf-8")
     monkeypatch.setenv("EXA_POLICY_DIR", str(policies))
-    home = tmp_path / "home"
-    hw = Hardware(home, tables=load_tables(policies))
-    try:
-        yield hw
-    finally:
-        hw.close()
-        stop_server(home)
+    return make_hardware(tmp_path / "home", tables=load_tables(policies), shared_opa=False)
 
 
 def reasons(decision: Placement | Rejection, pool: str) -> list[str]:

@@ -138,12 +138,15 @@ def test_spot_prices_become_separate_pools_flagged_spot(exa_home: Path) -> None:
     assert len(document["applied"]) == len(registered)
 
 
-def test_explain_says_when_the_winner_is_spot_capacity(exa_home: Path) -> None:
+def test_spot_capacity_wins_only_by_consent_and_the_placement_says_so(exa_home: Path) -> None:
     import_aws(exa_home, "--spot")
     result = run_exa(exa_home, "hardware", "place", "s", "--accelerator", "nvidia", "--target", "cloud", "--explain", "--dry-run", check=True)
-    assert result.stdout.startswith("✓ s → pool aws-v100-eu-west-1-spot")
-    without_names = re.sub(r"[\w.-]+-spot\b", "<pool>", result.stdout)
-    assert re.search(r"spot|preempt", without_names, re.I)
+    assert result.stdout.startswith("✓ s → pool aws-v100-eu-west-1 ·")  # on-demand: the spot pool is cheaper, not accepted
+    assert "spot_not_accepted" in result.stdout
+    allowed = run_exa(exa_home, "hardware", "place", "s", "--accelerator", "nvidia", "--target", "cloud", "--spot", "allow", "--dry-run", check=True)
+    assert allowed.stdout.startswith("✓ s → pool aws-v100-eu-west-1-spot")
+    without_names = re.sub(r"[\w.-]+-spot\b", "<pool>", allowed.stdout)
+    assert re.search(r"spot capacity: the provider may reclaim", without_names)
 
 
 # --- 2. bad catalog files ------------------------------------------------------------------------

@@ -17,7 +17,6 @@ import re
 import shutil
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from examlops_policy.errors import SpecError
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Pool, Workload
 from examlops_policy.opa import stop_server
+from tests.conftest import run_exa
 from examlops_policy.specs import (
     MAX_DEPTH,
     MAX_FILE_BYTES,
@@ -40,11 +40,7 @@ from examlops_policy.specs import (
     workload_from_mapping,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hostile"
-OPA_BIN = Path(os.environ.get("EXA_OPA_BIN") or ROOT / ".tools" / "bin" / "opa")
-_EXA = Path(sys.executable).parent / "exa"
-EXA: list[str] = [str(_EXA)] if _EXA.is_file() else [sys.executable, "-m", "examlops_policy.cli.main"]
 PWNED = Path("/tmp/exa-pwned")  # what the shell-injection fixtures would create
 BAD_INPUT = 2
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
@@ -60,11 +56,8 @@ pools:
 
 
 def exa(home: Path, *args: str | bytes, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
-    """Run the real ``exa`` with its own EXA_HOME and the project's OPA binary."""
-    env = {k: v for k, v in os.environ.items() if k not in {"EXA_OPA_URL", "EXA_DB_URL", "EXA_POLICY_DIR"}}
-    env.update(EXA_HOME=str(home), EXA_OPA_BIN=str(OPA_BIN), COLUMNS="200")
-    argv: list[str | bytes] = [*EXA, *args]
-    return subprocess.run(argv, capture_output=True, env=env, timeout=timeout, check=False)
+    """Run the real ``exa`` on ``home``, with that home's own OPA should it need one (bad input must not)."""
+    return run_exa(home, *args, shared_opa=False, timeout=timeout, binary=True)
 
 
 def text(data: bytes) -> str:
@@ -100,9 +93,10 @@ def _settle(db: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def baseline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, State]]:
+def baseline(tmp_path_factory: pytest.TempPathFactory, opa_home: Path) -> Iterator[tuple[Path, State]]:
     """A state made by the real CLI: three pools, a placement, a fallback, a blocked and an allowed
-    burst, a release; the OPA it started is stopped again (bad input must not need one)."""
+    burst, a release, decided by the session's OPA (``opa_home``); none runs on this home (bad
+    input must not need one)."""
     home = tmp_path_factory.mktemp("baseline")
     pools = home / "pools.yaml"
     pools.write_text(GOOD_POOLS, encoding="utf-8")
@@ -115,11 +109,11 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, S
     ]
     try:
         for args, code in steps:
-            result = exa(home, *args)
+            result = run_exa(home, *args, binary=True)
             assert result.returncode == code, f"exa {' '.join(args)}: {text(result.stdout)}{text(result.stderr)}"
-        first = exa(home, "hardware", "decisions", "--json", "--limit", "100")
+        first = run_exa(home, "hardware", "decisions", "--json", "--limit", "100", binary=True)
         ident = json.loads(first.stdout)[-1]["id"]
-        assert exa(home, "hardware", "release", ident).returncode == 0
+        assert run_exa(home, "hardware", "release", ident, binary=True).returncode == 0
     finally:
         stop_server(home)
     _settle(home / "state.db")

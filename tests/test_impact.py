@@ -189,6 +189,7 @@ def alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:3] == [b"run", b"--server"]
 
 
+@pytest.mark.opa
 def test_a_scratch_opa_is_stopped_even_when_the_block_fails(tmp_path: Path) -> None:
     pid = 0
     with pytest.raises(RuntimeError, match="boom"), scratch_opa(POLICIES, tmp_path / "s") as opa:
@@ -233,6 +234,7 @@ def test_reason_order_within_a_pool_counts() -> None:
 # -- the command ------------------------------------------------------------------------------
 
 
+@pytest.mark.opa
 def test_exa_policy_impact_formats_and_exit_codes(tmp_path: Path) -> None:
     head_copy = frankfurt_in_ch(tmp_path / "policies")
     home = tmp_path / "home"

@@ -21,6 +21,7 @@ against a small reference oracle written here from the reviewed tables
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -30,18 +31,18 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Decision, Placement, Pool, PoolState, Rejection, Workload
 from examlops_policy.model import Capacity, Holding
 from examlops_policy.opa import stop_server
+from tests.conftest import open_hardware
 
 ROOT = Path(__file__).resolve().parents[1]
 # The tables the product evaluates with (EXA_POLICY_DIR wins, as in examlops_policy.tables).
 TABLE_DIR = Path(os.environ.get("EXA_POLICY_DIR") or ROOT / "policies") / "examlops" / "tables"
-OPA_BIN = ROOT / ".tools" / "bin" / "opa"
 
 # --- the reviewed tables, read independently of examlops_policy.tables ------------------------
 
@@ -177,6 +178,10 @@ def expect(pool: Pool, capacity: Capacity | None, w: Workload) -> Expected:
         codes.add("residency_forbids")
     if not may_stand_in(w.accelerator, pool.accelerator, w.allow_cpu_fallback):
         codes.add("fallback_not_allowed")
+    if pool.spot and w.spot == "never":
+        codes.add("spot_not_accepted")
+    elif not pool.spot and w.spot == "require":
+        codes.add("spot_required")
     if pool.region in REGIONS and over_budget(pool, w, devices):
         codes.add("budget_exceeded")
     if not room(pool, capacity, profile, units):
@@ -191,7 +196,8 @@ def cost(pool: Pool) -> float:
 
 def carbon(pool: Pool) -> float:
     """gCO2e per device-hour as the README states it: the pool's factor, else board power x PUE x
-    grid intensity where the power is known, else the region's reviewed default."""
+    grid intensity where the power is known, else its family's reference power (a CPU socket's,
+    or the reference accelerator's: the region's reviewed default) x PUE x grid intensity."""
     if pool.carbon_factor is not None:
         return pool.carbon_factor
     power = pool.power_w if pool.power_w is not None else (MODELS[pool.model].get("power_w") if pool.model else None)
@@ -200,11 +206,13 @@ def carbon(pool: Pool) -> float:
     grid = region.get("grid_gco2_per_kwh")
     if power is not None and pue is not None and grid is not None:
         return round(power / 1000.0 * pue * grid, 3)
-    if pool.region in DEFAULT_CARBON:
+    reference = T["accounting"]["reference_power_w"]
+    watts = T["accounting"].get("reference_power_w_by_accelerator", {}).get(pool.accelerator, reference)
+    if pool.region in DEFAULT_CARBON and watts == reference:
         return float(DEFAULT_CARBON[pool.region])
     if grid is None:
-        return float(T["accounting"]["fallback_carbon_factor"])
-    return round(T["accounting"]["reference_power_w"] / 1000.0 * T["accounting"]["reference_pue"] * grid, 1)
+        return round(float(T["accounting"]["fallback_carbon_factor"]) * watts / reference, 1)
+    return round(watts / 1000.0 * T["accounting"]["reference_pue"] * grid, 1)
 
 
 def caps(w: Workload) -> tuple[float | None, float | None]:
@@ -253,8 +261,28 @@ class Oracle:
     burst_attempted: bool
 
 
+NOT_NOW = frozenset({"capacity_exhausted", "slice_unavailable"})
+
+
+def refuse_budget_fallbacks(per_pool: dict[str, Expected], w: Workload) -> dict[str, Expected]:
+    """A workload that does not fall back for budget: a stand-in is refused where a better tier
+    holds a pool of the requested accelerator stopped by the budget alone and none that only lacks
+    room (the README's rule, from the codes above)."""
+    if w.allow_budget_fallback or caps(w) == (None, None):
+        return per_pool
+    requested = [e for e in per_pool.values() if e.tier % 2 == 0]
+    out = {}
+    for name, e in per_pool.items():
+        better = [r for r in requested if r.tier < e.tier]
+        full = any(not (r.codes - NOT_NOW) for r in better)
+        over = any(r.codes - NOT_NOW == {"budget_exceeded"} for r in better)
+        refused = e.tier % 2 == 1 and over and not full
+        out[name] = dataclasses.replace(e, codes=e.codes | {"budget_fallback_forbidden"}) if refused else e
+    return out
+
+
 def oracle(w: Workload, pools: Sequence[Pool], capacities: dict[str, Capacity | None]) -> Oracle:
-    per_pool = {p.name: expect(p, capacities.get(p.name, EMPTY), w) for p in pools}
+    per_pool = refuse_budget_fallbacks({p.name: expect(p, capacities.get(p.name, EMPTY), w) for p in pools}, w)
     ok = portable(w.engine, w.accelerator)
     admissible = {n: e for n, e in per_pool.items() if e.admissible} if ok else {}
     eligible: frozenset[str] = frozenset()
@@ -391,6 +419,7 @@ def pools_strategy(draw: st.DrawFn, min_size: int = 0, max_size: int = 7) -> lis
                 supports_fractions=draw(st.booleans()),
                 capabilities=tuple(draw(st.lists(st.sampled_from(TAGS), max_size=2, unique=True))),
                 model=model,
+                spot=draw(st.sampled_from([False, False, False, True])),
             )
         )
     return pools
@@ -427,6 +456,8 @@ def workloads(draw: st.DrawFn) -> Workload:
         max_cost_per_hour=draw(st.sampled_from([None, None, None, 1.0, 2.5, 8.0])),
         max_carbon_per_hour=draw(st.sampled_from([None, None, None, 150.0, 500.0])),
         project=draw(st.sampled_from([None, None, *sorted(PROJECTS)])),
+        spot=draw(st.sampled_from(["never", "never", "allow", "require"])),
+        allow_budget_fallback=draw(st.sampled_from([True, True, False])),
     )
 
 
@@ -459,14 +490,13 @@ def states_of(pools: Sequence[Pool], capacities: dict[str, Capacity | None], tab
 
 
 @pytest.fixture(scope="module")
-def hw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hardware]:
-    """A Hardware whose policy engine starts the real OPA on demand (once for the module)."""
+def hw(tmp_path_factory: pytest.TempPathFactory, opa_home: Path) -> Iterator[Hardware]:
+    """A Hardware deciding with the session's real OPA (``opa_home``, started on demand)."""
     for var in ("EXA_OPA_URL", "EXA_DB_URL"):
         if os.environ.get(var):
             pytest.skip(f"{var} is set; these tests run against the local OPA and policies")
-    os.environ.setdefault("EXA_OPA_BIN", str(OPA_BIN))
     home = tmp_path_factory.mktemp("invariants")
-    hardware = Hardware(home=home)
+    hardware = open_hardware(home)
     try:
         yield hardware
     finally:
@@ -653,6 +683,68 @@ def test_random_slice_requests_and_releases_never_overlap_or_mix_modes(
             for profile, n in state.capacity.slices.items():
                 assert (n > 0) == (choose(layout, holdings, profile, 1) is not None), f"summary and packer disagree on {profile}"
         assert store_hw.verify_audit().ok
+    finally:
+        store_hw.close()
+
+
+@st.composite
+def fitting_mig_sequences(draw: st.DrawFn) -> tuple[str, list[str]]:
+    """Slice requests, in arrival order, that one MIG device can hold together: a layout drawn by
+    the geometry table alone (independently of the packer), then its slices either in any order,
+    when they are 1g, 2g and 3g slices and no 1g sits at start 6 (where only a 1g fits: such a
+    layout keeps the device's 3g start 4 or its 2g starts), or largest first, of any profile."""
+    model = draw(st.sampled_from(["h100", "a100-40gb", "h200"]))
+    scheme = SCHEMES[BY_MODEL[model]]
+    geometry = GEOMETRY[scheme["geometry"]]
+    largest_first = draw(st.booleans())
+    # A 7g is a whole device (a fraction of 1 is not a slice).
+    profiles = [s for s in scheme["slices"] if s["units"] < 7 and (largest_first or s["units"] < 4)]
+    memory: set[int] = set()
+    compute = 0
+    layout: list[dict[str, Any]] = []
+    for slice_ in draw(st.lists(st.sampled_from(profiles), min_size=1, max_size=12)):
+        share = geometry["shares"][str(slice_["units"])]
+        starts = [
+            s for s in share["starts"]
+            if not memory & set(range(s, s + share["memory"])) and (largest_first or slice_["units"] != 1 or s != 6)
+        ]  # fmt: skip
+        if not starts or compute + share["compute"] > geometry["compute_slices"]:
+            continue
+        start = draw(st.sampled_from(starts))
+        memory |= set(range(start, start + share["memory"]))
+        compute += share["compute"]
+        layout.append(slice_)
+    order = sorted(layout, key=lambda s: -s["units"]) if largest_first else draw(st.permutations(layout))
+    return model, [s["profile"] for s in order]
+
+
+@settings(SETTINGS, max_examples=max(10, SETTINGS.max_examples // 4))
+@given(case=fitting_mig_sequences())
+@example(case=("h100", ["2g.20gb", "2g.20gb", "3g.40gb"]))
+@example(case=("h100", ["2g.20gb", "3g.40gb", "2g.20gb"]))
+@example(case=("h100", ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]))
+def test_slices_that_fit_one_device_together_are_all_placed(
+    hw: Hardware, tmp_path_factory: pytest.TempPathFactory, case: tuple[str, list[str]]
+) -> None:
+    """A sequence of MIG slice requests that one device can hold together (see the strategy) is
+    placed in full on a pool of that one device: the packer's starts never strand the capacity a
+    later request of the sequence needs (2g, 2g, 3g on one H100 ends 2g@0, 2g@2, 3g@4)."""
+    model, profiles = case
+    scheme = SCHEMES[BY_MODEL[model]]
+    of = scheme["of"]
+    units = {s["profile"]: s["units"] for s in scheme["slices"]}
+    pool = Pool("p", "hpc", MODELS[model]["accelerator"], 1, "eu", model=model, supports_fractions=True)
+    store_hw = Hardware(home=tmp_path_factory.mktemp("fitting"), policy=hw.policy, tables=hw.tables)
+    try:
+        store_hw.apply([pool])
+        for i, profile in enumerate(profiles):
+            w = Workload(f"s{i}", accelerator=pool.accelerator, engine="generic", fraction=units[profile] / of, target="hpc")
+            decision = store_hw.place(w).decision
+            assert isinstance(decision, Placement), (
+                f"{profile} ({i + 1} of {profiles}) refused on one {model} holding {store_hw.pool('p').devices[0]}: {decision.reason}"
+            )
+            assert decision.grant.profile == profile
+        assert_devices_sound(pool, store_hw.pool("p").holdings)
     finally:
         store_hw.close()
 

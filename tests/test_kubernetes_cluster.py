@@ -352,6 +352,7 @@ def malformed(hardware: Hardware, change: str) -> dict[str, Any]:
         ("name", 422, "metadata.name: Invalid value"),
         ("namespace", 404, f"namespace 'exa-{RUN}-absent' does not exist"),
     ],
+    ids=["fraction", "requests-differ", "name", "namespace"],  # the same in every process (pytest-xdist compares)
 )
 def test_the_server_refuses_a_malformed_job_with_its_reason(cluster: KubernetesCluster, hardware: Hardware, change: str, code: int, words: str) -> None:
     manifest = malformed(hardware, change)

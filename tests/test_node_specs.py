@@ -259,7 +259,7 @@ def test_the_example_workloads_with_nodes_load() -> None:
         ("{name: w, accelerator: amd, cpu: -1}", "workload.cpu", "less than or equal to the minimum of 0"),
         ("{name: w, accelerator: amd, topology_mode: preferred}", "workload", "'topology' is a dependency of 'topology_mode'"),
         ("{name: w, accelerator: amd, isolation: strict}", "workload.isolation", "expected one of required, any"),
-        ("{name: w, accelerator: amd, models: v100}", "workload.models", "is not of type 'array'"),
+        ("{name: w, accelerator: amd, models: v100}", "workload.models", "expected a list (got 'v100')"),
     ],
 )
 def test_workload_file_node_errors_name_the_field(tmp_path: Path, text: str, field: str, expected: str) -> None:

@@ -18,6 +18,8 @@ from examlops_policy.tables import policy_dir, revision
 from tests.conftest import OPA_BIN
 from tests.opa_support import opa_process
 
+pytestmark = pytest.mark.opa  # bundles built and served by a real OPA
+
 
 def git(folder: Path, *args: str) -> str:
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org",

@@ -21,6 +21,8 @@ from tests.conftest import EXA, run_exa
 from tests.opa_support import opa_pids_for, wait_until
 from tests.disk_support import fill, small_tmpfs
 
+pytestmark = pytest.mark.opa  # these tests start, stop and break their own OPA servers
+
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (needs root)")
 
 

@@ -28,6 +28,8 @@ from examlops_policy.tables import policy_dir
 from tests.conftest import run_exa
 from tests.opa_support import opa_process, tcp_listen_ports
 
+pytestmark = pytest.mark.opa  # a real OPA's socket, token and bundle roots
+
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="creates a second Unix user (needs root)")
 
 

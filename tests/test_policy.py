@@ -26,6 +26,8 @@ from examlops_policy.tables import load_tables, policy_dir, revision
 from tests.conftest import OPA_BIN
 from tests.conftest import free_port as _free_port
 
+pytestmark = pytest.mark.opa  # the policy adapter against real OPA servers, some started here
+
 WORKLOAD = Workload("w", accelerator="amd", engine="vllm")
 STATES = [PoolState(Pool("hpc-mi300", "hpc", "amd", 4, "eu"), 4.0, Capacity(4))]
 
@@ -138,7 +140,7 @@ def test_verdicts_missing_a_shape_are_refused(opa_with) -> None:  # type: ignore
     url = opa_with(
         FAKE_ABOUT
         + 'verdicts := {"confirm": confirm, "judged": true, "rejection": null, "burst_mode": null, "missing": [], "checks": {},'
-        ' "grants": [], "notes": [], "shapes": {}, "preferences": [], "request_rejected": null}\n'
+        ' "grants": [], "notes": [], "shapes": {}, "preferences": [], "request_rejected": null, "budget_fallback": null}\n'
     )
     with pytest.raises(PolicyError, match="expected an array, got null"):
         evaluate(url)

@@ -19,6 +19,8 @@ from examlops_policy.opa.scratch import scratch_opa
 from examlops_policy._policy_tools import REGAL_VERSION, regal_binary
 from tests.conftest import run_exa
 
+pytestmark = pytest.mark.opa  # exa policy runs opa and regal
+
 ROOT = Path(__file__).resolve().parent.parent
 POLICIES = ROOT / "policies"
 

@@ -12,6 +12,8 @@ from examlops_policy.errors import SpecError
 from examlops_policy._policy_docs import BEGIN, END, decode, policy_metadata, reason_code_table, replace_section, update_readme
 from tests.conftest import run_exa
 
+pytestmark = pytest.mark.opa  # exa policy docs reads the policy through OPA
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 POLICIES = ROOT / "policies"

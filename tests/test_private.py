@@ -14,14 +14,12 @@ from examlops_policy.errors import StateError
 from examlops_policy.opa import stop_server
 from examlops_policy._private import ensure_private_dir, private_database, write_private_file
 from examlops_policy.store.sqlite import SQLiteStore
-from tests.conftest import EXA
+from tests.conftest import run_exa
 
 
 def exa_with_umask(home: Path, umask: int, *args: str) -> subprocess.CompletedProcess[str]:
     """``exa`` run with ``umask`` (its own OPA, so that every file under the home is written by it)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EXA_OPA_") or k == "EXA_OPA_BIN"}
-    env.update(EXA_HOME=str(home), COLUMNS="200")
-    return subprocess.run([str(EXA), *args], env=env, capture_output=True, text=True, timeout=120, preexec_fn=lambda: os.umask(umask), check=False)
+    return run_exa(home, *args, shared_opa=False, umask=umask, timeout=120)
 
 
 def modes(home: Path) -> dict[str, int]:
@@ -39,6 +37,7 @@ def home(tmp_path: Path) -> Iterator[Path]:
     stop_server(path)
 
 
+@pytest.mark.opa
 def test_umask_000_still_yields_0600_files_in_0700_folders(home: Path) -> None:
     steps = [
         ("hardware", "add-pool", "one", "--target", "hpc", "--accelerator", "amd", "--count", "2", "--region", "eu"),
@@ -70,8 +69,8 @@ def test_a_state_folder_others_can_write_to_is_refused(home: Path) -> None:
     home.mkdir()
     home.chmod(0o777)
     pools = exa_with_umask(home, 0o022, "hardware", "pools")
-    assert pools.returncode == 6
-    assert f"StateError: {home} can be written by other users (mode 0777); make it private with: chmod 700 {home}" in pools.stderr
+    assert pools.returncode == 13  # the state folder is unusable as it is, not a busy store
+    assert f"StateUnusable: {home} can be written by other users (mode 0777); make it private with: chmod 700 {home}" in pools.stderr
     opa = exa_with_umask(home, 0o022, "opa", "restart")
     assert opa.returncode == 5 and "PolicyUnavailable" in opa.stderr and "can be written by other users" in opa.stderr
     assert not (home / "state.db").exists() and not (home / "opa").exists()

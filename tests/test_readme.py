@@ -7,7 +7,10 @@
   ``[exit N]`` is the exit status (0 otherwise). Decision ids,
   digests, uids, times, ports and process ids differ from run to run: they are compared as their
   kind, and an id shown in one output and typed in a later command is replaced by the id this run
-  made.
+  made. A policy revision's content digest (``policy sha256:6a95cdd850fd``) does not differ: it is
+  the digest of the policy files, so it is compared as it is, and a block showing another policy
+  than the files' fails (the ``@git:`` commit part, which differs from checkout to checkout, is
+  left out of the comparison).
 * ``python`` blocks run in a fresh interpreter against the state of the console blocks before them.
 * ``yaml`` blocks parse; a fleet or workload file is checked as ``exa`` would check it.
 * ``text`` blocks are prose (synopses, layouts), not run.
@@ -102,10 +105,22 @@ VOLATILE = [
     (re.compile(r"/tmp/\S+"), "<tmp>"),
 ]
 HEX = re.compile(r"\b[0-9a-f]{12,64}\b")
+# A content digest: a policy revision's (the policy files'), or an input digest (after "input ").
+DIGEST = re.compile(r"(input )?sha256:([0-9a-f]{6,64})(@git:[0-9a-f]{6,40})?")
+
+
+def _digest(m: re.Match[str]) -> str:
+    """An input digest is volatile; a policy revision's content digest is compared as it is (upper
+    case, so that no volatile pattern below takes it). Its ``@git:`` commit is dropped: present
+    only where the policy folder is a clean checkout, and a different commit in every one."""
+    if m.group(1):
+        return "input <digest>"
+    return "sha256:" + m.group(2).upper()
 
 
 def normal(line: str) -> str:
     line = line.replace(f"{ROOT}/", "")  # paths in the checkout read as relative ones
+    line = DIGEST.sub(_digest, line)
     for pattern, replacement in VOLATILE:
         line = pattern.sub(replacement, line)
     return line.rstrip()
@@ -254,7 +269,13 @@ def test_every_block_has_a_known_language() -> None:
     assert sum(b.language == "console" for b in ALL) >= 5 and any(b.language == "python" for b in ALL)
 
 
-@pytest.mark.parametrize("block", [b for b in ALL if b.language in ("console", "python")], ids=lambda b: f"line-{b.line}-{b.language}")
+# Every block runs exa on a real OPA; a block that needs a service carries that service's marker.
+@pytest.mark.opa
+@pytest.mark.parametrize(
+    "block",
+    [pytest.param(b, marks=[getattr(pytest.mark, s) for s in b.needs]) for b in ALL if b.language in ("console", "python")],
+    ids=lambda b: f"line-{b.line}-{b.language}",
+)
 def test_the_block_runs_as_shown(block: Block, sessions: dict[str, Session], tmp_path_factory: pytest.TempPathFactory) -> None:
     for service in block.needs:
         why = _available(service)
@@ -320,8 +341,39 @@ def test_the_exit_code_table_is_the_clis() -> None:
     rows = re.findall(r"^\| (\d+) \| (.+?) \|$", text.split("### Exit codes", 1)[1].split("\n\n#", 1)[0], re.M)
     shown = {int(code): meaning for code, meaning in rows}
     table = {code: meaning for _, code, meaning in exits.TABLE}
-    table[exits.INTERRUPTED] = "interrupted (Ctrl-C)"
     assert shown == table
+
+
+def test_a_stale_policy_revision_is_a_difference() -> None:
+    """The README once showed policy sha256:b6061eee1e14 where every run showed 6a95cdd850fd, and
+    passed: every sha256 digest was compared as "<revision>". A policy's content digest is the
+    digest of the policy files, the same in every run, so it is compared as it is."""
+    shown = "policy sha256:b6061eee1e14 · OPA 1.22.3 · input sha256:e558cb5955ad · verdicts fresh"
+    assert matches([shown], ["policy sha256:6a95cdd850fd · OPA 1.22.3 · input sha256:e558cb5955ad · verdicts fresh"]) is None
+    assert matches([shown], ["policy sha256:b6061eee1e14 · OPA 1.22.3 · input sha256:0123456789ab · verdicts fresh"]) is not None
+    revision = "reviewed revision sha256:" + "6a" * 32
+    assert matches([revision + "@git:" + "1" * 40], [revision + "@git:" + "2" * 40]) is not None
+    assert matches([revision], ["reviewed revision sha256:" + "6b" * 32]) is None
+
+
+def test_every_policy_revision_the_readme_shows_is_the_policy_files() -> None:
+    """Also in blocks that need a service this machine may lack: each revision a console block shows
+    is the content digest of the policy files as they are (a prefix of it), except the one an
+    ``exa policy impact`` shows of an earlier commit (``before: HEAD``)."""
+    from examlops_policy.opa.bundle import content_digest, reviewed_revision
+    from examlops_policy.tables import policy_dir
+
+    digest = content_digest(reviewed_revision(policy_dir())).removeprefix("sha256:")
+    stale = [
+        f"README line {block.line}: {line.strip()}"
+        for block in ALL
+        if block.language == "console"
+        for line in block.body
+        if not line.startswith(("$ ", "before: "))
+        for m in DIGEST.finditer(line)
+        if not m.group(1) and not digest.startswith(m.group(2))
+    ]
+    assert not stale, f"the policy files are sha256:{digest[:12]}; these lines show another policy:\n" + "\n".join(stale)
 
 
 def test_the_comparison_sees_a_difference() -> None:

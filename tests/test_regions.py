@@ -99,7 +99,7 @@ def test_the_specification_figures_do_not_move() -> None:
     """hpc-mi300 (amd, eu, no price, no carbon factor, no model) over 10 hours: cost 18.0, carbon 2500.0."""
     tables = load_tables()
     assert tables.default_cost("amd") * 10 == 18.0
-    assert tables.default_carbon_factor("eu") * 10 == 2500.0
+    assert tables.default_carbon_factor("eu") * 10 == tables.default_carbon_factor("eu", "amd") * 10 == 2500.0
 
 
 def test_a_region_without_its_own_default_derives_one_from_its_grid() -> None:

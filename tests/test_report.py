@@ -182,6 +182,59 @@ def test_the_same_data_draws_the_same_page_and_an_empty_period_still_renders() -
     assert empty.by_id("total-cost")["data-value"] == "0.000000" and "none in this period" in empty.text["table-workloads"]
 
 
+# --- what the page says of small figures, the carbon method and the rows it lists ---------------
+
+# A small week: one tenth of a gram and fractions of a cent, two workloads that only were rejected.
+SMALL: list[dict[str, object]] = [
+    placed("tiny", "2025-03-01", 0.004, 0.1, carbon_method="power"),
+    placed("tinier", "2025-03-02", 0.002, 0.05, carbon_method="reference", device="cpu"),
+    {"workload": "never-placed", "created_at": "2025-03-03T08:00:00Z", "outcome": "rejected"},
+    {"workload": "blocked-only", "created_at": "2025-03-04T08:00:00Z", "outcome": "blocked"},
+]
+
+
+def ticks(page: str, chart: str) -> list[str]:
+    svg = page.split(f'<svg id="{chart}"', 1)[1].split("</svg>", 1)[0]
+    return re.findall(r'<text class="tick"[^>]*>([^<]*)</text>', svg)
+
+
+def test_small_figures_never_read_zero_and_axis_ticks_never_repeat() -> None:
+    page = render_html(report(SMALL))
+    dom = parse(page)
+    assert dom.text["total-carbon"] == "0.1 g CO₂e"  # 0.15 g: not "0 g" where exa finops says 0.1
+    assert "$0.004" in page and "$0.002" in page and "$0.00<" not in page  # a bar of two thirds is not "$0.00"
+    for chart in ("chart-cost", "chart-carbon"):
+        shown = ticks(page, chart)
+        assert len(shown) == len(set(shown)) >= 3, (chart, shown)  # "0 0 0.01 0.01" before
+    assert ticks(page, "chart-cost")[:3] == ["0", "0.001", "0.002"]
+
+
+def test_only_workloads_that_cost_something_are_the_most_expensive() -> None:
+    data = report(SMALL)
+    assert [w.name for w in data.top_workloads] == ["tiny", "tinier"]
+    nothing = parse(render_html(report(SMALL[2:])))
+    assert "none in this period" in nothing.text["table-workloads"]
+
+
+def test_every_day_with_decisions_is_listed_in_full_without_a_scroll_box() -> None:
+    """A printout or a screenshot shows every row: no box of fixed height that scrolls."""
+    rows = [placed("w", f"2025-01-{d:02d}", 1.0, 1.0) for d in range(1, 32)] + [placed("w", f"2025-02-{d:02d}", 1.0, 1.0) for d in range(1, 29)]
+    page = render_html(report_from_rows("Two months", date(2025, 1, 1), date(2025, 2, 28), NOW, decisions=rows))
+    assert "max-height" not in page and "overflow: auto" not in page and 'class="scroll"' not in page
+    assert parse(page).text["table-days"].count("2025-") == 59
+
+
+def test_the_carbon_total_says_which_methods_gave_it() -> None:
+    page = parse(render_html(report(SMALL)))
+    assert page.text["total-carbon-note"] == "gCO₂e per device-hour from 67% board power x PUE x grid intensity; 33% a reference device's power (no power known) x PUE x grid intensity"
+    one = parse(render_html(report([placed("w", "2025-03-01", 1.0, 10.0, carbon_method="pool")])))
+    assert one.text["total-carbon-note"] == "gCO₂e per device-hour from the pool's own carbon factor"
+    unknown = parse(render_html(report([placed("w", "2025-03-01", 1.0, 10.0)])))
+    assert unknown.text["total-carbon-note"] == "gCO₂e per device-hour from a method not recorded (a decision older than its stored fleet)"
+    with pytest.raises(SpecError, match="expected one of pool, power, reference, fallback"):
+        report([placed("w", "2025-03-01", 1.0, 10.0, carbon_method="flat")])
+
+
 # --- in a real browser -------------------------------------------------------------------------
 
 @pytest.mark.chromium
@@ -202,3 +255,28 @@ def test_chromium_reads_back_the_totals_and_draws_the_page(tmp_path: Path) -> No
     width, height, distinct = png_facts(shot)
     assert (width, height) == (1280, 2000)
     assert shot.stat().st_size > 50_000 and distinct > 100  # text and charts, not a blank page
+
+
+@pytest.mark.chromium
+def test_chromium_shows_small_figures_distinct_ticks_the_carbon_method_and_every_day(tmp_path: Path) -> None:
+    """The page as a browser has it: 0.1 g (not 0 g), fractions of a cent (not $0.00), ticks that
+    never repeat, the carbon methods used, every day of two months listed (no scroll box) and only
+    workloads that cost something among the most expensive."""
+    days = [placed("w", f"2025-03-{d:02d}", 0.001, 0.01) for d in range(1, 8)]
+    data = report([*SMALL, *days])
+    page_file = tmp_path / "small.html"
+    page_file.write_text(render_html(data), encoding="utf-8")
+    html = run_chromium(tmp_path, "--dump-dom", page_file.as_uri()).stdout
+    dom = parse(html)
+    assert dom.text["total-carbon"] == "0.2 g CO₂e"
+    assert dom.text["total-carbon-note"].startswith("gCO₂e per device-hour from ") and "board power x PUE x grid intensity" in dom.text["total-carbon-note"]
+    values = re.findall(r'<text class="value"[^>]*>([^<]*)</text>', html.split('<svg id="chart-cost"', 1)[1].split("</svg>", 1)[0])
+    assert "$0.00" not in values and "$0.002" in values, values
+    for chart in ("chart-cost", "chart-carbon", "chart-days"):
+        shown = ticks(html, chart)
+        assert len(shown) == len(set(shown)), (chart, shown)
+    assert dom.text["table-days"].count("2025-03-") == 7 and "max-height" not in html
+    assert [row for row in ("never-placed", "blocked-only") if row in dom.text["table-workloads"]] == []
+    shot = tmp_path / "small.png"
+    run_chromium(tmp_path, f"--screenshot={shot}", "--window-size=1280,2400", page_file.as_uri())
+    assert png_facts(shot)[:2] == (1280, 2400)

@@ -266,7 +266,7 @@ def test_decisions_are_most_recent_first_and_found_by_unique_prefix(hw: Hardware
     ids = [r.id for r in made]
     while not (shared := sorted({i[0] for i in ids if sum(j[0] == i[0] for j in ids) > 1})):
         ids.append(hw.place(NEVER).id)  # 17 ids at most before two share a first digit
-    with pytest.raises(NotFoundError, match="ambiguous"):
+    with pytest.raises(SpecError, match="ambiguous"):  # bad input (exit 2), not "not found"
         hw.decision(shared[0])
 
 

@@ -17,34 +17,26 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import shutil
 import sqlite3
 import stat
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from examlops_policy.hardware import Hardware
 from examlops_policy.model import Pool, Workload
 from examlops_policy.opa import stop_server
+from tests.conftest import open_hardware, run_exa
 
-ROOT = Path(__file__).resolve().parents[1]
-OPA_BIN = Path(os.environ.get("EXA_OPA_BIN") or ROOT / ".tools" / "bin" / "opa")
-_EXA = Path(sys.executable).parent / "exa"
-EXA: list[str] = [str(_EXA)] if _EXA.is_file() else [sys.executable, "-m", "examlops_policy.cli.main"]
 EXIT_OK, EXIT_BAD_INPUT, EXIT_AUDIT = 0, 2, 7
 DOMAIN_TAG = b"examlops-audit-v1\x00"
 
 
 def exa(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in {"EXA_OPA_URL", "EXA_DB_URL", "EXA_POLICY_DIR"}}
-    env.update(EXA_HOME=str(home), EXA_OPA_BIN=str(OPA_BIN), COLUMNS="200")
-    return subprocess.run([*EXA, *args], capture_output=True, text=True, env=env, timeout=60, check=False)
+    return run_exa(home, *args)
 
 
 @dataclass(frozen=True)
@@ -76,9 +68,10 @@ class Log:
 
 
 @pytest.fixture(scope="module")
-def log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Log]:
+def log(tmp_path_factory: pytest.TempPathFactory, opa_home: Path) -> Iterator[Log]:
+    """The real log of a few placements, decided by the session's OPA (``opa_home``)."""
     home = tmp_path_factory.mktemp("audit-log")
-    hw = Hardware(home=home)
+    hw = open_hardware(home)
     try:
         hw.apply(
             [
@@ -434,7 +427,7 @@ def test_a_whole_rewritten_log_fails_the_signed_checkpoint(log: Log, signed: Sig
 def test_entries_appended_after_a_signed_checkpoint_still_verify(log: Log, signed: Signed, tmp_path: Path) -> None:
     """No false alarm: the checkpoint anchors a prefix; the log may grow past it."""
     home = tamper(log, tmp_path)
-    hw = Hardware(home=home)
+    hw = open_hardware(home)
     try:
         assert hw.place(Workload("later", "nvidia", target="hpc")).decision.ok
         assert len(hw.store.audit_rows()) > log.size

@@ -39,7 +39,7 @@ def test_the_tables_hold_the_vocabulary() -> None:
     assert ENGINES == ("vllm", "sglang", "ipex", "cpu", "generic")
     assert set(VOCABULARY) == {
         "pool_targets", "workload_targets", "residencies", "objectives", "sharing", "isolations", "topologies", "topology_modes",
-        "node_states",
+        "node_states", "spot",
     }  # fmt: skip
 
 
@@ -57,6 +57,7 @@ def test_the_tables_hold_the_vocabulary() -> None:
         ("TOPOLOGIES", tuple(VOCABULARY["topologies"])),
         ("TOPOLOGY_MODES", tuple(VOCABULARY["topology_modes"])),
         ("NODE_STATES", tuple(VOCABULARY["node_states"])),
+        ("SPOT", tuple(VOCABULARY["spot"])),
     ],
 )
 def test_model_constants_are_the_tables(constant: str, expected: tuple[str, ...]) -> None:
@@ -77,6 +78,7 @@ def schema_enum(schema: str, prop: str) -> tuple[object, ...]:
         ("workload.schema.json", "target", (*VOCABULARY["workload_targets"], None)),
         ("workload.schema.json", "residency", tuple(VOCABULARY["residencies"])),
         ("workload.schema.json", "optimize", tuple(VOCABULARY["objectives"])),
+        ("workload.schema.json", "spot", tuple(VOCABULARY["spot"])),
         ("pool.schema.json", "accelerator", ACCELERATORS),
         ("pool.schema.json", "target", tuple(VOCABULARY["pool_targets"])),
         ("pool.schema.json", "sharing", tuple(VOCABULARY["sharing"])),
@@ -118,6 +120,8 @@ def expected_choices(command: str, option: str) -> tuple[str, ...] | None:
         return tuple(VOCABULARY["residencies"])
     if option == "--optimize":
         return tuple(VOCABULARY["objectives"])
+    if option == "--spot":
+        return tuple(VOCABULARY["spot"])
     if option == "--target":
         return tuple(VOCABULARY["pool_targets" if command in POOL_COMMANDS else "workload_targets"])
     if option == "--sharing":

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from rich.console import Console
+from examlops_policy.cli.console import Console
 
 from examlops_policy import specs
 from examlops_policy.cli import args as types
@@ -15,20 +15,20 @@ from examlops_policy.cli import exits, render
 from examlops_policy.errors import SpecError
 from examlops_policy.hardware import Hardware, as_burst
 from examlops_policy.model import (
-    ACCELERATORS, ENGINES, ISOLATIONS, OBJECTIVES, RESIDENCIES, TOPOLOGIES, TOPOLOGY_MODES, WORKLOAD_TARGETS, Decision, Placement,
-    Workload,
+    ACCELERATORS, ENGINES, ISOLATIONS, OBJECTIVES, RESIDENCIES, SPOT, TOPOLOGIES, TOPOLOGY_MODES, WORKLOAD_TARGETS, Decision,
+    Placement, Workload,
 )  # fmt: skip
 from examlops_policy.views import DecisionRecord, decision_json
 
 # What a workload file says; given on the command line beside -f they would conflict.
 WORKLOAD_OPTIONS = (
     "accelerator", "engine", "target", "fraction", "count", "capabilities", "residency", "data_region",
-    "optimize", "carbon_weight", "max_cost_per_hour", "max_carbon_per_hour", "project",
+    "optimize", "carbon_weight", "max_cost_per_hour", "max_carbon_per_hour", "project", "spot",
     "nodes", "cpu", "memory", "topology", "topology_mode", "models", "isolation", "max_wait", "deadline", "walltime",
 )  # fmt: skip
 # Options that are lists, comma-separated on the command line.
 LIST_OPTIONS = ("capabilities", "models")
-WORKLOAD_FLAGS = ("allow_burst", "allow_cpu_fallback")
+WORKLOAD_FLAGS = ("allow_burst", "allow_cpu_fallback", "no_budget_fallback")
 
 
 def outcome_code(decision: Decision) -> int:
@@ -56,6 +56,7 @@ def workload(args: argparse.Namespace) -> Workload:
     values: dict[str, object] = {
         "name": args.name, "accelerator": args.accelerator, "capabilities": types.names(args.capabilities or ""),
         "allow_burst": args.allow_burst, "allow_cpu_fallback": args.allow_cpu_fallback,
+        "allow_budget_fallback": not args.no_budget_fallback,
     }  # fmt: skip
     for option in WORKLOAD_OPTIONS[1:]:
         if option not in LIST_OPTIONS and getattr(args, option, None) is not None:
@@ -70,6 +71,9 @@ def show(args: argparse.Namespace, console: Console, decision: Decision, record:
         render.dump_json(console, decision_json(decision, record))
     else:
         render.print_decision(console, decision)
+        if record is not None and record.released_at is not None and isinstance(decision, Placement):
+            # Only a retry (--request-id) returns a decision made earlier, and it may be over.
+            render.print_released_retry(console, record)
         if getattr(args, "explain", False):
             render.print_explanation(console, decision)
             if record is not None:
@@ -220,6 +224,9 @@ def _workload_args(p: argparse.ArgumentParser, *, target: bool) -> None:
     p.add_argument("--max-cost-per-hour", type=float, help="cap on what the grant may cost per hour (USD)")
     p.add_argument("--max-carbon-per-hour", type=float, help="cap on what the grant may emit per hour (gCO2e)")
     p.add_argument("--project", help="the project whose caps apply (budgets.yaml)")
+    p.add_argument("--no-budget-fallback", action="store_true",
+                   help="never fall back to another accelerator because the requested one's pools are over the budget")
+    p.add_argument("--spot", choices=SPOT, help="spot (preemptible) capacity: never (default), allow, or require (spot only)")
     p.add_argument("--max-wait", metavar="DURATION", help="the longest the workload may wait to start, e.g. 2h, 90m, 1h30m")
     p.add_argument("--deadline", metavar="ISO-TIME", help="the time it must start by, with its offset, e.g. 2026-12-01T14:00:00Z")
     p.add_argument("--walltime", metavar="DURATION", help="its time limit, e.g. 30m, 2h (asked of the scheduler)")

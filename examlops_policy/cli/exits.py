@@ -20,14 +20,17 @@ EXECUTOR: Final = 9
 STATE_CORRUPT: Final = 10
 STATE_FULL: Final = 11
 STATE_UNREACHABLE: Final = 12
+STATE_UNUSABLE: Final = 13
 INTERRUPTED: Final = 130
+PIPE_CLOSED: Final = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away
 
 # (class, code, meaning): the README's table, in code order.
 TABLE: Final[tuple[tuple[type[errors.ExaError] | None, int, str], ...]] = (
     (None, OK, "success (placed, portable, verified)"),
     (errors.ExaError, INTERNAL, "internal error"),
     (errors.SpecError, BAD_INPUT, "bad input: an unknown value, a field of the wrong type, a name that is too long or holds a "
-     "forbidden character, an unknown region or model, malformed YAML, a change that would move live work. Nothing is written."),
+     "forbidden character, an unknown region or model, malformed YAML, an id prefix that names more than one decision, a change that "
+     "would move live work. Nothing is written."),
     (None, REJECTED, "rejected: not portable, or no eligible pool"),
     (None, BURST_BLOCKED, "burst blocked by data residency"),
     (errors.PolicyUnavailable, POLICY, "policy engine unavailable, not the reviewed revision, or no usable policy decision (fail closed)"),
@@ -38,6 +41,11 @@ TABLE: Final[tuple[tuple[type[errors.ExaError] | None, int, str], ...]] = (
     (errors.StateCorrupt, STATE_CORRUPT, "state database damaged or not a database (the message names the file)"),
     (errors.StateFull, STATE_FULL, "disk full: nothing was written"),
     (errors.StateUnreachable, STATE_UNREACHABLE, "state database server unreachable after bounded retries"),
+    (errors.StateUnusable, STATE_UNUSABLE, "state folder unusable: not a folder, another user's, or writable by others (the message "
+     "says how to fix it). Nothing is written."),
+    (None, INTERRUPTED, "interrupted (Ctrl-C)"),
+    (None, PIPE_CLOSED, "the reader of the output went away (a pipe closed early, as by `head`): the output stops there, as a Unix "
+     "tool's does (128 + SIGPIPE)"),
 )
 _EXTRA: Final[tuple[tuple[type[errors.ExaError], int], ...]] = (
     (errors.PolicyError, POLICY),

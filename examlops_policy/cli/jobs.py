@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
-from rich.text import Text
+from examlops_policy.cli.console import Console
+from examlops_policy.cli.console import Text
 
 from examlops_policy.cli.args import Commands
 from examlops_policy.cli import exits, render

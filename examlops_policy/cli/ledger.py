@@ -7,7 +7,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-from rich.console import Console
+from examlops_policy.cli.console import Console
 
 from examlops_policy.cli import args as types
 from examlops_policy.cli.args import Commands

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from rich.console import Console
+from examlops_policy.cli.console import Console
 
 from examlops_policy.cli.args import Commands
 from examlops_policy.cli import exits, render

@@ -24,7 +24,7 @@ import math
 from pathlib import Path
 from typing import Final
 
-from rich.console import Console
+from examlops_policy.cli.console import Console
 
 from examlops_policy.cli import exits, render
 from examlops_policy.cli.args import Commands, limit
@@ -70,9 +70,11 @@ def cmd_status(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
                 console.print(f"  ✓ {p.path} ({p.where}) serves {p.revision} · matches")
             elif p.matches is False:
                 console.print(f"  ✗ {p.path} ({p.where}) serves {p.revision or 'nothing'}{f' ({p.note})' if p.note else ''} · does NOT match", style="red")
+            elif p in st.unanswered:
+                console.print(f"  ✗ {p.path} ({p.where}): {p.note}; decisions fail closed until it answers", style="red")
             else:
                 console.print(f"  · {p.path}{f' ({p.where})' if p.where else ''}: {p.note}")
-    return exits.POLICY if st.mismatched else exits.OK
+    return exits.POLICY if st.mismatched or st.unanswered else exits.OK
 
 
 # -- docs, test, lint ---------------------------------------------------------------------------

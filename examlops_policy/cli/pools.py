@@ -6,8 +6,8 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from rich.console import Console
-from rich.text import Text
+from examlops_policy.cli.console import Console
+from examlops_policy.cli.console import Text
 
 from examlops_policy import quantities, specs
 from examlops_policy.cli import args as types
@@ -62,7 +62,7 @@ def view_json(v: PoolView) -> dict[str, object]:
         "capacity": {"empty_devices": s.capacity.whole, "placeable": dict(s.capacity.slices)},
         "packing": v.packing, "placeable": v.placeable,
         "effective_cost_per_hour": v.cost_per_hour, "carbon_per_hour": v.carbon_per_hour,
-        "cost_from_tables": v.cost_default, "carbon_from_tables": v.carbon_default,
+        "cost_from_tables": v.cost_default, "carbon_from_tables": v.carbon_default, "carbon_method": v.carbon_method,
     }  # fmt: skip
 
 

@@ -1,16 +1,14 @@
-"""How decisions, pools and reports look to people (rich) and to scripts (JSON)."""
+"""How decisions, pools and reports look to people (rich on a terminal, plain text piped) and to scripts (JSON)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from examlops_policy.cli.console import Console, Text
 
 from examlops_policy.model import Decision, Grant, Placement, PoolVerdict, Rejection, article
-from examlops_policy.views import DecisionSummary, Explanation, PoolDetail, PoolView, Standing, explain
+from examlops_policy.views import DecisionRecord, DecisionSummary, Explanation, PoolDetail, PoolView, Standing, explain
 
 Cell = str | Text
 
@@ -19,11 +17,14 @@ def emit_table(console: Console, title: str, columns: Sequence[str], rows: Seque
     """A rich table on a terminal; plain aligned columns when piped (greppable, and rendering a
     rich table costs a listing of a hundred pools more than a tenth of a second)."""
     if console.is_terminal:
+        from rich.table import Table
+        from rich.text import Text as RichText
+
         table = Table(title=title, title_justify="left")
         for column in columns:
             table.add_column(column, justify="right" if column in right else "left", overflow="fold")
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*(RichText(c.plain, style=c.style) if isinstance(c, Text) else c for c in row))
         console.print(table)
         return
     plain = [[c.plain if isinstance(c, Text) else c for c in row] for row in rows]
@@ -114,6 +115,15 @@ def print_decision(console: Console, decision: Decision) -> None:
         console.print(Text(f"✗ Rejected: {decision.reason}", style="red"))
 
 
+def print_released_retry(console: Console, record: DecisionRecord) -> None:
+    """A retry of a request whose placement was released since: it holds nothing now."""
+    console.print(Text(
+        f"  released {record.released_at}: request id {record.request_id!r} was placed by decision {record.id[:12]} "
+        "and holds nothing now (nothing was placed again; use a new request id to place it again)",
+        style="yellow",
+    ))  # fmt: skip
+
+
 def _verdict_cell(v: PoolVerdict) -> Text:
     if v.eligible:
         return Text("eligible", style="green")
@@ -154,6 +164,8 @@ def print_explanation(console: Console, decision: Decision) -> None:
         ])  # fmt: skip
     columns = ("pool", "accel", "target", "region", "$/device-h", "grant", "grant $/h", "grant gCO2e/h", "verdict", "reasons")
     emit_table(console, f"Pools for {decision.workload.name}", columns, rows, right=("$/device-h", "grant $/h", "grant gCO2e/h"))
+    if any(_grant_cell(v).endswith("*") for v in verdicts):
+        console.print(Text("* a whole device for the fraction asked: the pool cannot cut its devices into that share", style="dim"))
     total = len(verdicts)
     console.print(f"Checks over {total} pool{'s' if total != 1 else ''}:")
     width = max([len("eligible"), *(len(c.name) for c in decision.checks)])
@@ -165,8 +177,6 @@ def print_explanation(console: Console, decision: Decision) -> None:
     console.print(f"  {'eligible':<{width}} {eligible:>5}")
     if isinstance(decision, Placement):
         console.print(f"Chosen: {decision.pool}, {why_chosen(decision, explain(decision), eligible)}.")
-        if any(v.spot for v in verdicts if v.pool == decision.pool):
-            console.print(Text("  spot capacity: cheaper, but the provider may reclaim it at short notice (checkpoint, or use an on-demand pool)", style="yellow"))
     prov = decision.provenance
     console.print(
         Text(
@@ -206,19 +216,23 @@ def why_chosen(decision: Placement, ex: Explanation, eligible: int) -> str:
 
 
 def print_pools(console: Console, views: Sequence[PoolView]) -> None:
+    """The pools, cheapest first; each carbon figure says how it was found (``carbon from``), and
+    a legend explains the methods shown."""
     rows: list[list[Cell]] = []
     for v in views:
         p, s = v.pool, v.state
         rows.append([
             p.name, p.target, p.accelerator, p.model or "-", p.region, f"{number(s.free)}/{p.count}", v.placeable or "-",
             f"{v.cost_per_hour:.2f}" + ("*" if v.cost_default else ""),
-            f"{number(v.carbon_per_hour)}" + ("*" if v.carbon_default else ""),
-            ",".join(p.capabilities) or "-",
+            number(v.carbon_per_hour), v.carbon_method, ",".join(p.capabilities) or "-",
         ])  # fmt: skip
-    columns = ("name", "target", "accelerator", "model", "region", "free/total", "placeable", "$/h", "gCO2e/h", "capabilities")
+    columns = ("name", "target", "accelerator", "model", "region", "free/total", "placeable", "$/h", "gCO2e/h", "carbon from", "capabilities")
     emit_table(console, "Pools (cheapest first)", columns, rows, right=("free/total", "$/h", "gCO2e/h"))
-    if any(v.cost_default or v.carbon_default for v in views):
-        console.print(Text("* from the reviewed tables (accounting.yaml defaults, or board power x PUE x grid intensity)", style="dim"))
+    if any(v.cost_default for v in views):
+        console.print(Text("* the accelerator's default price (accounting.yaml)", style="dim"))
+    legend = {v.carbon_method: v.carbon_method_text for v in views}
+    for method, text in sorted(legend.items()):
+        console.print(Text(f"carbon from {method}: {text}", style="dim"))
 
 
 PACKING = {"whole": "whole devices", "mig": "MIG", "amd-compute-partition": "AMD compute partitions"}

@@ -160,7 +160,8 @@ def kubeconfig_path(kubeconfig: str | os.PathLike[str] | None = None) -> Path:
         path = DEFAULT_KUBECONFIG.expanduser()
         source = "the default kubeconfig"
     if not path.is_file():
-        raise SpecError(f"{source} {path} does not exist (set KUBECONFIG, pass a kubeconfig, or start a test cluster with scripts/k8s-up)", field="kubeconfig")
+        what = "does not exist" if not path.exists() else "is a folder, not a kubeconfig file" if path.is_dir() else "is not a kubeconfig file (a device or other special file)"
+        raise SpecError(f"{source} {path} {what} (set KUBECONFIG, pass a kubeconfig, or start a test cluster with scripts/k8s-up)", field="kubeconfig")
     return path
 
 

@@ -171,8 +171,20 @@ def _run_opa(args: list[str], cwd: Path, what: str) -> str:
         output = (done.stderr or done.stdout).strip()[-2000:]
         if "no space left" in output.lower() or "quota exceeded" in output.lower():
             raise PolicyUnavailable(f"{what} failed: the disk is full ({output.splitlines()[-1]})")
-        raise PolicyError(f"{what} failed (does the policy compile?):\n{output}")
+        ended = f"was killed by signal {-done.returncode}" if done.returncode < 0 else f"exited with status {done.returncode}"
+        if not output:
+            raise PolicyUnavailable(
+                f"{what} failed: {_which_binary(args[0])} {ended} and printed nothing, which OPA never does; "
+                "point EXA_OPA_BIN at an OPA binary, or unset it to use .tools/bin/opa (scripts/setup builds it)"
+            )
+        raise PolicyError(f"{what} failed: {_which_binary(args[0])} {ended} (does the policy compile?):\n{output}")
     return done.stdout
+
+
+def _which_binary(path: str) -> str:
+    """The OPA binary a command ran, and where it was named (``EXA_OPA_BIN``)."""
+    env = os.environ.get("EXA_OPA_BIN")
+    return f"{path} (EXA_OPA_BIN={env})" if env and Path(env).resolve() == Path(path).resolve() else path
 
 
 def _verification_key(signing_key: Path, scratch: Path) -> tuple[Path, str]:

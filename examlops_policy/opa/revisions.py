@@ -65,6 +65,12 @@ class PolicyStatus:
         """The paths that serve another policy than the files' (or none at all)."""
         return tuple(p for p in self.paths if p.matches is False)
 
+    @property
+    def unanswered(self) -> tuple[PathRevision, ...]:
+        """The decision path ``EXA_OPA_URL`` names when it does not answer: every decision would
+        fail closed (a local OPA not running is started on demand, and is not one)."""
+        return tuple(p for p in self.paths if p.path == "EXA_OPA_URL" and p.where is not None and not p.running)
+
     def to_json(self) -> JSONObject:
         return {
             "policy_root": str(self.policy_root),
@@ -72,6 +78,7 @@ class PolicyStatus:
             "content_digest": content_digest(self.reviewed),
             "paths": [p.to_json() for p in self.paths],
             "all_match": not self.mismatched,
+            "unanswered": [p.path for p in self.unanswered],
         }
 
 

@@ -728,7 +728,7 @@ class SQLStore(ABC):
         if not rows:
             raise NotFoundError(f"no decision {ident!r}")
         if len(rows) > 1:
-            raise NotFoundError(f"decision id prefix {ident!r} is ambiguous; give more characters")
+            raise SpecError(f"decision id prefix {ident!r} is ambiguous: more than one decision begins so; give more characters", field="ID")
         return tuple(rows[0])
 
     def get_decision(self, ident: str) -> DecisionRecord:
@@ -922,17 +922,19 @@ class SQLStore(ABC):
         span, span_params = self._span(hours, now)
         sql = (
             "SELECT workload, created_at, outcome, accelerator, region, devices * h, cost_per_hour * devices * h, "
-            f"carbon_factor * devices * h, fallback, fraction, fraction_honored FROM (SELECT *, {span} AS h FROM decisions "
+            f"carbon_factor * devices * h, fallback, fraction, fraction_honored, pool, fleet_revision FROM (SELECT *, {span} AS h FROM decisions "
             f"WHERE 1 = 1{where}) d ORDER BY created_at"
         )
 
         def work() -> tuple[list[JSONObject], list[JSONObject]]:
             decisions: list[JSONObject] = []
+            methods: dict[tuple[str, str], str | None] = {}  # (fleet revision, pool) -> carbon method
             for r in self._execute(sql, (*span_params, *params)).fetchall():
                 row: JSONObject = {"workload": r[0], "created_at": r[1], "outcome": r[2]}
                 if r[2] == "placed":
                     row.update(device=r[3], region=r[4], device_hours=float(r[5] or 0), cost=float(r[6] or 0), carbon_g=float(r[7] or 0),
-                               fallback=bool(r[8]), fraction=float(r[9]) if r[9] is not None else 1.0, fraction_honored=bool(r[10]))  # fmt: skip
+                               fallback=bool(r[8]), fraction=float(r[9]) if r[9] is not None else 1.0, fraction_honored=bool(r[10]),
+                               carbon_method=self._carbon_method(methods, r[12], r[11]))  # fmt: skip
                 decisions.append(row)
             burst_where = where.replace("created_at", "b.created_at")
             bursts = [
@@ -942,6 +944,20 @@ class SQLStore(ABC):
             return decisions, bursts
 
         return self._run(work, consistent=True)
+
+    def _carbon_method(self, known: dict[tuple[str, str], str | None], fleet: str | None, pool: str | None) -> str | None:
+        """How the carbon per device-hour of ``pool`` in the stored fleet ``fleet`` was found
+        (accounting.carbon_basis); None for a decision from before stored fleets."""
+        if fleet is None or pool is None:
+            return None
+        if (fleet, pool) not in known:
+            from examlops_policy.accounting import carbon_method_of_spec
+
+            for entry in cast(list[JSONObject], self._document("fleets", fleet).get("pools") or []):
+                spec = cast(JSONObject, entry.get("pool") or {})
+                known[(fleet, str(spec.get("name")))] = carbon_method_of_spec(spec, self.tables)
+            known.setdefault((fleet, pool), None)
+        return known[(fleet, pool)]
 
     def burst_events(self, limit: int = 50) -> list[BurstEvent]:
         rows = self._run(

@@ -49,6 +49,7 @@ def own_opa(tmp_path: Path) -> Iterator[Path]:
 # -- OPA killed ------------------------------------------------------------------------------
 
 
+@pytest.mark.opa
 def test_opa_killed_placement_fails_closed_then_a_new_opa_serves(backend: Backend, own_opa: Path) -> None:
     """A placer asking a dead OPA by its address fails closed, writing nothing; the managed placer
     finds the server dead before it decides and starts a new one."""
@@ -77,6 +78,7 @@ def test_opa_killed_placement_fails_closed_then_a_new_opa_serves(backend: Backen
     assert violations(backend) == []
 
 
+@pytest.mark.opa
 def test_opa_killed_during_a_concurrent_run(backend: Backend, own_opa: Path, tmp_path: Path) -> None:
     """Placers asking while it dies get PolicyUnavailable (nothing written); all carry on with a new OPA."""
     killed: list[int] = []

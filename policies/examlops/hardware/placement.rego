@@ -159,7 +159,7 @@ rejection := reason.make(
 	count(unsupported_checks) > 0
 } else := errors[0] if {
 	count(errors) > 0
-} else := portability.check(w.engine, w.accelerator)
+} else := portability.rejection(w.engine, w.accelerator)
 
 # How cloud pools come in: "cloud" (the workload targets cloud), "spill" (allow_burst: only when no
 # HPC pool can take it), or null (never).
@@ -233,14 +233,14 @@ tier_fields := reads(tiers.about, "shape")
 
 grant_fields := reads(fractions.about, "shape")
 
-tier_results := {p: [t, tiers.note(sh, w, t), tiers.note_full(sh, w, t)] |
+tier_results := {p: [t, tiers.note(sh, w, t), tiers.note_full(sh, w, t), tiers.note_budget(sh, w, t)] |
 	valid
 	some p in {projection(s, tier_fields) | some s in judged}
 	sh := projected(p, tier_fields)
 	t := tiers.tier(sh, w)
 }
 
-note_list := sort({n | some row in tier_results; some n in array.slice(row, 1, 3); n != null})
+note_list := sort({n | some row in tier_results; some n in array.slice(row, 1, 4); n != null})
 
 note_index := {n: i | some i, n in note_list}
 
@@ -273,12 +273,13 @@ blocks_burst(t, denied) if {
 else := false
 
 # Per shape: [tier, note index or -1, index of the note when the requested accelerator's pools are
-# full or -1, [[check, projection index] of each denying check], grant index, blocks_burst]. The
-# tier says fallback (odd) and burst (2 or more).
-shape_rows := {k: [t, note_at(note), note_at(full), denied, grant_at(s), blocks_burst(t, denied)] |
+# full or -1, [[check, projection index] of each denying check], grant index, blocks_burst, index
+# of the note when the requested accelerator's pools are over the budget or -1]. The tier says
+# fallback (odd) and burst (2 or more).
+shape_rows := {k: [t, note_at(note), note_at(full), denied, grant_at(s), blocks_burst(t, denied), note_at(over)] |
 	valid
 	some k, s in judged
-	[t, note, full] := tier_results[projection(s, tier_fields)]
+	[t, note, full, over] := tier_results[projection(s, tier_fields)]
 	denied := denying(s)
 }
 
@@ -321,7 +322,14 @@ verdicts := {
 		t > sel
 	],
 	"request_rejected": request_rejected,
+	# The reason a stand-in gets when the requested accelerator's pools are over the budget and the
+	# workload does not fall back for that (null: it does).
+	"budget_fallback": budget_fallback_forbidden,
 }
+
+default budget_fallback_forbidden := null
+
+budget_fallback_forbidden := budget.fallback_forbidden(w) if valid
 
 # --- the reference decision -----------------------------------------------------------------------
 
@@ -338,6 +346,7 @@ verdict_of_row(row, grant_row) := {
 	"burst": tiers.is_burst(row[0]),
 	"note": note_text(row[1]),
 	"note_full": note_text(row[2]),
+	"note_budget": note_text(row[6]),
 	"denials": [r | some [name, i] in row[3]; some r in check_results[name][i][1]],
 	"grant": grant_row[1],
 	"shortfall": grant_row[2],
@@ -345,10 +354,50 @@ verdict_of_row(row, grant_row) := {
 	"blocks_burst": row[5],
 }
 
-pool_verdicts := {p.name: pv |
+base_verdicts := {p.name: pv |
 	valid
 	some p in input.pools
 	pv := pool_verdict(p)
+}
+
+# Every pool's verdict: its own, and for a stand-in reached because the requested accelerator's
+# pools are over the budget, the workload's refusal of that fallback (checks/budget).
+pool_verdicts := {name: refuse_budget_fallback(pv) | some name, pv in base_verdicts}
+
+refuse_budget_fallback(pv) := object.union(pv, {
+	# Before the capacity shortfall, which comes last (as for every other pool).
+	"denials": array.flatten([
+		array.slice(pv.denials, 0, before),
+		[budget_fallback_forbidden],
+		array.slice(pv.denials, before, count(pv.denials)),
+	]),
+	"shape_denied": true,
+	"blocks_burst": false,
+}) if {
+	budget_fallback_forbidden != null
+	over_budget_fallback(pv)
+	before := count(pv.denials) - count([1 | not pv.fits])
+} else := pv
+
+# A stand-in where a pool of the requested accelerator in a better tier passes every check but is
+# full (the fallback is for capacity).
+full_fallback(pv) if {
+	pv.fallback
+	some other in base_verdicts
+	other.requested
+	other.tier < pv.tier
+	not other.shape_denied
+}
+
+# A stand-in where pools of the requested accelerator in a better tier pass every check but the
+# budget, and none is merely full (the fallback is for budget).
+over_budget_fallback(pv) if {
+	pv.fallback
+	not full_fallback(pv)
+	some other in base_verdicts
+	other.requested
+	other.tier < pv.tier
+	other.over_budget_only
 }
 
 # Every pool gets a verdict: one whose shape or price the policy was not given is denied for it.
@@ -376,7 +425,10 @@ priced_verdict(p, v, carbon) := pv if {
 		"burst": v.burst,
 		"note": v.note,
 		"note_full": v.note_full,
+		"note_budget": v.note_budget,
 		"requested": v.tier in {0, 2},
+		# Passes every check but the budget.
+		"over_budget_only": count([1 | count(v.denials) == 0; count(over) > 0]) > 0,
 		# Stopped by data governance alone: not also over its budget.
 		"blocks_burst": count([1 | v.blocks_burst; count(over) == 0]) > 0,
 	}
@@ -396,7 +448,9 @@ unknown_verdict(p) := {
 	"burst": false,
 	"note": null,
 	"note_full": null,
+	"note_budget": null,
 	"requested": false,
+	"over_budget_only": false,
 	"blocks_burst": false,
 }
 
@@ -471,7 +525,8 @@ chosen if chosen_pool != null
 default chosen_note := null
 
 # The chosen pool's note: a fallback says whether the requested accelerator's pools are full (they
-# pass every check but have no room) or unavailable; a fraction not honored says so.
+# pass every check but have no room), over the budget (they pass every other check) or
+# unavailable; spot capacity and a fraction not honored say so.
 chosen_note := concat("; ", notes) if {
 	chosen
 	notes := [n | some n in [fallback_note(pool_verdicts[chosen_pool]), pool_verdicts[chosen_pool].grant.note]; n != null]
@@ -479,11 +534,9 @@ chosen_note := concat("; ", notes) if {
 }
 
 fallback_note(pv) := pv.note_full if {
-	pv.fallback
-	some other in pool_verdicts
-	other.requested
-	other.tier < pv.tier
-	not other.shape_denied
+	full_fallback(pv)
+} else := pv.note_budget if {
+	over_budget_fallback(pv)
 } else := pv.note
 
 hpc_admissible if {

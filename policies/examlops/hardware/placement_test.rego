@@ -197,11 +197,11 @@ test_signature_is_the_union_of_declared_reads if {
 test_signature_fields if {
 	sig := placement.signature with checks as core_checks
 	sig == {
-		"shape": ["accelerator", "capabilities", "fixed_profile", "model", "region", "supports_fractions", "target"],
+		"shape": ["accelerator", "capabilities", "fixed_profile", "model", "region", "spot", "supports_fractions", "target"],
 		"workload": [
-			"accelerator", "allow_burst", "allow_cpu_fallback", "capabilities", "carbon_weight", "count",
-			"data_region", "engine", "fraction", "max_carbon_per_hour", "max_cost_per_hour", "optimize",
-			"project", "residency", "target",
+			"accelerator", "allow_budget_fallback", "allow_burst", "allow_cpu_fallback", "capabilities", "carbon_weight",
+			"count", "data_region", "engine", "fraction", "max_carbon_per_hour", "max_cost_per_hour", "optimize",
+			"project", "residency", "spot", "target",
 		],
 	}
 }
@@ -348,11 +348,12 @@ test_verdicts_compact_layout if {
 		"requested tpu unavailable — fell back to nvidia",
 	]
 
-	# [tier, note index, index of the note when full, [[check, projection index]], grant index, blocks_burst]
+	# [tier, note index, index of the note when full, [[check, projection index]], grant index,
+	#  blocks_burst, index of the note when over the budget]
 	v.shapes == {
-		"hpc-mi300": [1, 2, 0, [], 0, false],
-		"hpc-nvidia": [1, 3, 1, [], 2, false],
-		"cloud-a100": [3, 3, 1, [["target", 0]], 1, false],
+		"hpc-mi300": [1, 2, 0, [], 0, false, -1],
+		"hpc-nvidia": [1, 3, 1, [], 2, false, -1],
+		"cloud-a100": [3, 3, 1, [["target", 0]], 1, false, -1],
 	}
 
 	# checks[name][i]: the denials of projection i (projections sorted: ["cloud"] before ["hpc"]).
@@ -858,6 +859,8 @@ test_decision_carries_the_normalized_workload if {
 		"max_cost_per_hour": null,
 		"max_carbon_per_hour": null,
 		"project": null,
+		"spot": "never",
+		"allow_budget_fallback": true,
 	}
 }
 
@@ -946,8 +949,8 @@ test_verdict_fields if {
 	d := decide(train({}), [hpc_nvidia])
 	object.keys(d.verdicts["hpc-nvidia"]) == {
 		"pool", "tier", "denials", "shape_denied", "fits", "grant", "grant_cost_per_hour", "grant_carbon_per_hour",
-		"cost_per_hour", "fallback", "burst", "note", "note_full", "requested", "blocks_burst", "reasons",
-		"admissible", "eligible",
+		"cost_per_hour", "fallback", "burst", "note", "note_full", "note_budget", "requested", "over_budget_only",
+		"blocks_burst", "reasons", "admissible", "eligible",
 	}
 	object.keys(d) == {
 		"workload", "outcome", "pool", "note", "selected_tier", "eligible", "burst", "reason", "rejection",
@@ -1142,7 +1145,15 @@ note_cases := {
 	},
 	"requested pool over budget": {
 		"w": train({"max_cost_per_hour": 2.25}), "pools": [hpc_nvidia, hpc_mi300],
-		"note": "requested nvidia unavailable — fell back to amd",
+		"note": "requested nvidia pools are over the budget (max_cost_per_hour $2.25/h) — fell back to amd",
+	},
+	"requested pool over budget and another full: full": {
+		"w": train({"max_cost_per_hour": 2.25}), "pools": [hpc_nvidia, full(pool("hpc-cheap", "hpc-nvidia", 2, 8)), hpc_mi300],
+		"note": "requested nvidia pools are full — fell back to amd",
+	},
+	"requested pool over the project's carbon budget": {
+		"w": train({"max_carbon_per_hour": 100}), "pools": [pool("hpc-dirty", "hpc-nvidia", 1, 8), cheap_clean_mi300],
+		"note": "requested nvidia pools are over the budget (max_carbon_per_hour 100 gCO2e/h) — fell back to amd",
 	},
 	"requested pool full and another denied: full": {
 		"w": train({"allow_burst": true, "residency": "eu-only"}),
@@ -1163,6 +1174,57 @@ note_cases := {
 test_decision_note[name] if {
 	some name, tc in note_cases
 	decide(tc.w, tc.pools).note == tc.note
+}
+
+cheap_clean_mi300 := object.union(hpc_mi300, {"carbon_per_hour": 50})
+
+# --- a budget fallback the workload forbids ----------------------------------------------------------
+
+no_budget_fallback := train({"max_cost_per_hour": 2.25, "allow_budget_fallback": false})
+
+test_a_workload_can_forbid_falling_back_for_budget if {
+	d := decide(no_budget_fallback, [hpc_nvidia, hpc_mi300])
+	d.outcome == "rejected"
+	d.pool == null
+	codes(d.verdicts["hpc-nvidia"]) == ["budget_exceeded"]
+	codes(d.verdicts["hpc-mi300"]) == ["budget_fallback_forbidden"]
+	d.verdicts["hpc-mi300"].reasons[0].message == "the requested nvidia pools are over the budget (max_cost_per_hour $2.25/h), and the workload does not fall back to another accelerator for budget (allow_budget_fallback is false)"
+	d.reason == {
+		"code": "no_eligible_pool",
+		"message": "no pool is eligible for train (2 checked: budget_exceeded on 1 pool, budget_fallback_forbidden on 1 pool)",
+	}
+}
+
+test_a_forbidden_budget_fallback_still_falls_back_for_capacity if {
+	d := decide(no_budget_fallback, [hpc_nvidia, full(pool("hpc-cheap", "hpc-nvidia", 2, 8)), hpc_mi300])
+	d.pool == "hpc-mi300"
+	d.note == "requested nvidia pools are full — fell back to amd"
+}
+
+test_a_forbidden_budget_fallback_leaves_the_requested_accelerator_in_cloud if {
+	w := object.union(no_budget_fallback, {"allow_burst": true})
+	d := decide(w, [hpc_nvidia, hpc_mi300, pool("cloud-cheap", "cloud-a100", 2, 100)])
+	d.pool == "cloud-cheap"
+	codes(d.verdicts["hpc-mi300"]) == ["budget_fallback_forbidden"]
+}
+
+test_without_a_cap_nothing_is_over_budget_to_forbid if {
+	placement.verdicts.budget_fallback == null with input as {"workload": train({"allow_budget_fallback": false}), "keys": [], "shapes": {}}
+	decide(train({"allow_budget_fallback": false}), [full(hpc_nvidia), hpc_mi300]).pool == "hpc-mi300"
+}
+
+# --- spot capacity is said -------------------------------------------------------------------------
+
+test_a_placement_on_spot_capacity_says_so if {
+	spot_shapes := object.union(shapes, {"spot-a100": object.union(shapes["cloud-a100"], {"spot": true})})
+	spot_pool := pool("cloud-a100-spot", "spot-a100", 1, 100)
+	w := train({"target": "cloud", "spot": "allow"})
+	d := placement.decision with input as {"workload": w, "shapes": spot_shapes, "pools": [cloud_a100, spot_pool]}
+	d.pool == "cloud-a100-spot"
+	d.note == "spot capacity: the provider may reclaim these devices at short notice (the workload accepts it: spot allow)"
+	never := placement.decision with input as {"workload": train({"target": "cloud"}), "shapes": spot_shapes, "pools": [cloud_a100, spot_pool]}
+	never.pool == "cloud-a100"
+	codes(never.verdicts["cloud-a100-spot"]) == ["spot_not_accepted"]
 }
 
 # Every pool's verdict carries both notes; the decision picks one.

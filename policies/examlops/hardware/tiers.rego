@@ -5,16 +5,19 @@
 #   0 HPC pool of the requested accelerator; 1 HPC pool of a stand-in accelerator (fallback);
 #   2 cloud pool of the requested accelerator (burst); 3 cloud pool of a stand-in (burst and
 #   fallback). Only the best tier that has an admissible pool is eligible; the others are told why.
+#   The note of a pool says how it was reached (a stand-in: whether the requested accelerator was
+#   unavailable, full or over the budget) and what kind of capacity it is (spot: preemptible).
 # custom:
 #   reads:
-#     shape: [target, accelerator]
-#     workload: [accelerator]
+#     shape: [target, accelerator, spot]
+#     workload: [accelerator, spot, max_cost_per_hour, max_carbon_per_hour, project]
 #   codes:
 #     fallback_not_needed: {kind: preference, meaning: a pool of the requested accelerator is available}
 #     burst_not_needed: {kind: preference, meaning: an HPC pool can take the workload}
 #     request_rejected: {kind: preference, meaning: "the workload as asked is rejected (e.g. not portable)"}
 package examlops.hardware.tiers
 
+import data.examlops.hardware.checks.budget
 import data.examlops.hardware.reason
 
 # The annotations above, for the placement package.
@@ -54,17 +57,37 @@ rejected(rejection) := reason.make(
 	{"rejection": rejection.code},
 )
 
-note(shape, w, t) := sprintf(
-	"requested %s unavailable — fell back to %s",
-	[w.accelerator, shape.accelerator],
+note(shape, w, t) := joined([fell_back(shape, w, t, "unavailable"), spot_note(shape, w)])
+
+# The note when pools of the requested accelerator pass every check but are full right now.
+note_full(shape, w, t) := joined([fell_back(shape, w, t, "pools are full"), spot_note(shape, w)])
+
+# The note when pools of the requested accelerator pass every other check but are over the
+# workload's (or its project's) budget; null for a workload without a cap.
+note_budget(shape, w, t) := joined([
+	fell_back(shape, w, t, sprintf("pools are over the budget (%s)", [budget.caps_text(w)])),
+	spot_note(shape, w),
+]) if {
+	budget.caps_text(w) != ""
+} else := null
+
+fell_back(shape, w, t, why) := sprintf(
+	"requested %s %s — fell back to %s",
+	[w.accelerator, why, shape.accelerator],
 ) if {
 	is_fallback(t)
 } else := null
 
-# The note when pools of the requested accelerator pass every check but are full right now.
-note_full(shape, w, t) := sprintf(
-	"requested %s pools are full — fell back to %s",
-	[w.accelerator, shape.accelerator],
+# Spot capacity is said in every placement on it: the workload accepted it (checks/spot).
+spot_note(shape, w) := sprintf(
+	"spot capacity: the provider may reclaim these devices at short notice (the workload accepts it: spot %s)",
+	[w.spot],
 ) if {
-	is_fallback(t)
+	shape.spot == true
+} else := null
+
+# The parts that are said, joined; null when none is.
+joined(parts) := concat("; ", said) if {
+	said := [p | some p in parts; p != null]
+	count(said) > 0
 } else := null

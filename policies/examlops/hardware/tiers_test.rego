@@ -83,7 +83,10 @@ test_request_rejected if {
 
 test_about if {
 	tiers.about.title == "Tiers"
-	tiers.about.custom.reads == {"shape": ["target", "accelerator"], "workload": ["accelerator"]}
+	tiers.about.custom.reads == {
+		"shape": ["target", "accelerator", "spot"],
+		"workload": ["accelerator", "spot", "max_cost_per_hour", "max_carbon_per_hour", "project"],
+	}
 	object.keys(tiers.about.custom.codes) == {"fallback_not_needed", "burst_not_needed", "request_rejected"}
 	every _, c in tiers.about.custom.codes {
 		c.kind == "preference"

@@ -7,7 +7,7 @@
 #   reads:
 #     workload: [accelerator, engine, capabilities, target, fraction, count, residency, allow_burst,
 #       data_region, allow_cpu_fallback, optimize, carbon_weight, max_cost_per_hour, max_carbon_per_hour,
-#       project]
+#       project, spot, allow_budget_fallback]
 #   codes:
 #     accelerator_unknown: {kind: never, meaning: invalid workload (unknown accelerator)}
 #     engine_unknown: {kind: never, meaning: invalid workload (unknown engine)}
@@ -23,6 +23,7 @@
 #       kind: never
 #       meaning: "invalid workload (optimize is not one of the objectives in vocabulary.yaml)"
 #     project_unknown: {kind: never, meaning: the workload's project is not in the budgets table}
+#     spot_unknown: {kind: never, meaning: "invalid workload (spot is not never, allow or require)"}
 package examlops.hardware.workload
 
 import data.examlops.hardware.reason
@@ -58,6 +59,8 @@ defaults := {
 	"max_cost_per_hour": null,
 	"max_carbon_per_hour": null,
 	"project": null,
+	"spot": "never",
+	"allow_budget_fallback": true,
 }
 
 # The workload with defaults filled in for absent fields.
@@ -70,6 +73,7 @@ known := {
 	"target": targets,
 	"residency": residencies,
 	"optimize": objectives,
+	"spot": {s | some s in vocabulary.spot},
 }
 
 errors(w) := [e |
@@ -90,6 +94,8 @@ errors(w) := [e |
 		type_error("max_cost_per_hour", w.max_cost_per_hour, is_cap(w.max_cost_per_hour)),
 		type_error("max_carbon_per_hour", w.max_carbon_per_hour, is_cap(w.max_carbon_per_hour)),
 		project_error(w.project),
+		unknown("spot", w.spot, known.spot),
+		type_error("allow_budget_fallback", w.allow_budget_fallback, is_boolean(w.allow_budget_fallback)),
 	]
 	e != null
 ]

@@ -29,6 +29,8 @@ test_normalize_fills_every_default if {
 		"max_cost_per_hour": null,
 		"max_carbon_per_hour": null,
 		"project": null,
+		"spot": "never",
+		"allow_budget_fallback": true,
 	}
 }
 
@@ -139,7 +141,9 @@ test_vocabulary_table if {
 		"topologies": ["same-block", "same-switch"],
 		"topology_modes": ["required", "preferred"],
 		"node_states": ["up", "drained", "down"],
+		"spot": ["never", "allow", "require"],
 	}
+	workload.known.spot == {"never", "allow", "require"}
 	workload.targets == {"hpc", "cloud", "any"}
 	workload.objectives == {"cost", "carbon", "balanced", "earliest"}
 }
@@ -408,6 +412,23 @@ invalid_cases := {
 		"code": "project_unknown",
 		"details": {"field": "project", "value": "projects"},
 	},
+	"spot a yes": {
+		"w": train({"spot": "yes"}),
+		"code": "spot_unknown",
+		"message": "unknown spot 'yes' (expected one of [\"allow\", \"never\", \"require\"])",
+		"details": {"field": "spot", "value": "yes"},
+	},
+	"spot a boolean (SkyPilot's use_spot)": {
+		"w": train({"spot": true}),
+		"code": "spot_unknown",
+		"details": {"field": "spot", "value": true},
+	},
+	"allow_budget_fallback a string": {
+		"w": train({"allow_budget_fallback": "no"}),
+		"code": "field_invalid",
+		"message": "allow_budget_fallback has the wrong type (got no)",
+		"details": {"field": "allow_budget_fallback", "value": "no"},
+	},
 }
 
 test_invalid_workload_gives_one_error[name] if {
@@ -517,7 +538,7 @@ test_about_reads_every_workload_field if {
 	workload.about.custom.reads.workload == [
 		"accelerator", "engine", "capabilities", "target", "fraction", "count", "residency", "allow_burst",
 		"data_region", "allow_cpu_fallback", "optimize", "carbon_weight", "max_cost_per_hour", "max_carbon_per_hour",
-		"project",
+		"project", "spot", "allow_budget_fallback",
 	]
 }
 

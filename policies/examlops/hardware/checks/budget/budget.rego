@@ -5,17 +5,25 @@
 #   project's caps (data.examlops.tables.budgets; the lower cap wins), per hour of what it would
 #   hold (price per device-hour x devices granted, gCO2e per device-hour x devices granted). The
 #   limits depend on the workload and the grant; each pool's price and carbon are compared with
-#   them, so the check judges pools, not shapes.
+#   them, so the check judges pools, not shapes. A workload that sets allow_budget_fallback to false
+#   does not fall back to a stand-in accelerator when the requested accelerator's pools are over
+#   the budget (and none of them is merely full): the composer denies the stand-ins
+#   budget_fallback_forbidden (fallback_forbidden below).
 # custom:
 #   order: 80
 #   stage: pool
 #   reads:
 #     shape: [accelerator, model, supports_fractions, fixed_profile]
-#     workload: [max_cost_per_hour, max_carbon_per_hour, project, fraction, count]
+#     workload: [max_cost_per_hour, max_carbon_per_hour, project, fraction, count, accelerator, allow_budget_fallback]
 #   codes:
 #     budget_exceeded:
 #       kind: never
 #       meaning: "the grant would cost (or emit) more per hour than the workload's or its project's cap"
+#     budget_fallback_forbidden:
+#       kind: never
+#       meaning: >-
+#         a stand-in, while the requested accelerator's pools are over the budget and the workload does
+#         not fall back for budget
 package examlops.hardware.checks.budget
 
 import data.examlops.hardware.reason
@@ -100,3 +108,28 @@ exceeded(lim, pool) := [r |
 	object.get(pool, k, 0) > lim[k] + 0.000000001
 	r := lim.reasons[k]
 ]
+
+# The caps in force, for people: "max_cost_per_hour $1.00/h" (and the carbon cap), each saying when
+# it is the project's.
+caps_text(w) := concat(" and ", [sprintf("%s %s/h%s", [name, amount(unit, cap(w, name)), of_project(w, name)]) |
+	some [name, unit] in [["max_cost_per_hour", "USD"], ["max_carbon_per_hour", "gCO2e"]]
+	cap(w, name) != null
+])
+
+# The reason a stand-in gets when the requested accelerator's pools are over the budget and the
+# workload does not fall back for that (null: it does, or it has no cap to be over).
+fallback_forbidden(w) := reason.make(
+	"budget_fallback_forbidden",
+	"never",
+	sprintf(
+		concat("", [
+			"the requested %s pools are over the budget (%s), and the workload does not fall back to another ",
+			"accelerator for budget (allow_budget_fallback is false)",
+		]),
+		[w.accelerator, caps_text(w)],
+	),
+	{"requested": w.accelerator, "allow_budget_fallback": false},
+) if {
+	w.allow_budget_fallback == false
+	caps_text(w) != ""
+} else := null

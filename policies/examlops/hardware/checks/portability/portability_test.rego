@@ -7,11 +7,22 @@ deny(accelerator, engine) := d if {
 	d := portability.deny with input as {"shape": {"accelerator": accelerator}, "workload": {"engine": engine}}
 }
 
-test_e8_sglang_on_amd_message_exactly if {
-	deny("amd", "sglang") == {{
+# The rejection of the workload as asked: the E8 specification's line, byte for byte.
+test_e8_sglang_on_amd_rejection_exactly if {
+	portability.rejection("sglang", "amd") == {
 		"code": "backend_unsupported",
 		"kind": "never",
 		"message": "engine 'sglang' cannot run on amd (needs backend rocm; supports ('cuda',))",
+		"details": {"engine": "sglang", "accelerator": "amd", "needs": "rocm", "supports": ["cuda"]},
+	}
+}
+
+# A pool's denial names the backends in words, never as a Python tuple.
+test_a_pools_denial_names_the_backends_in_words if {
+	deny("amd", "sglang") == {{
+		"code": "backend_unsupported",
+		"kind": "never",
+		"message": "engine 'sglang' cannot run on amd (needs backend rocm; supports cuda)",
 		"details": {"engine": "sglang", "accelerator": "amd", "needs": "rocm", "supports": ["cuda"]},
 	}}
 }
@@ -57,17 +68,33 @@ test_portability_agrees_with_the_tables[name] if {
 	passes(a, e) == supported
 }
 
-# The engine's backends in the E8 specification's tuple notation, in the table's order.
+# A pool's denial: the engine's backends in words, in the table's order.
 message_cases := {
-	"one backend": {"engine": "sglang", "accelerator": "tpu", "message": "engine 'sglang' cannot run on tpu (needs backend xla; supports ('cuda',))"},
-	"two backends": {"engine": "vllm", "accelerator": "tpu", "message": "engine 'vllm' cannot run on tpu (needs backend xla; supports ('cuda', 'rocm'))"},
-	"two backends, table order": {"engine": "ipex", "accelerator": "amd", "message": "engine 'ipex' cannot run on amd (needs backend rocm; supports ('ipex', 'cpu'))"},
-	"cpu engine": {"engine": "cpu", "accelerator": "intel-gaudi", "message": "engine 'cpu' cannot run on intel-gaudi (needs backend ipex; supports ('cpu',))"},
+	"one backend": {"engine": "sglang", "accelerator": "tpu", "message": "engine 'sglang' cannot run on tpu (needs backend xla; supports cuda)"},
+	"two backends": {"engine": "vllm", "accelerator": "tpu", "message": "engine 'vllm' cannot run on tpu (needs backend xla; supports cuda and rocm)"},
+	"two backends, table order": {"engine": "ipex", "accelerator": "amd", "message": "engine 'ipex' cannot run on amd (needs backend rocm; supports ipex and cpu)"},
+	"cpu engine": {"engine": "cpu", "accelerator": "intel-gaudi", "message": "engine 'cpu' cannot run on intel-gaudi (needs backend ipex; supports cpu)"},
 }
 
 test_message[name] if {
 	some name, tc in message_cases
 	[r.message | some r in deny(tc.accelerator, tc.engine)] == [tc.message]
+}
+
+# The rejection of the workload as asked: the specification's tuple notation, in the table's order.
+rejection_cases := {
+	"one backend": {"engine": "sglang", "accelerator": "tpu", "message": "engine 'sglang' cannot run on tpu (needs backend xla; supports ('cuda',))"},
+	"two backends": {"engine": "vllm", "accelerator": "tpu", "message": "engine 'vllm' cannot run on tpu (needs backend xla; supports ('cuda', 'rocm'))"},
+}
+
+test_rejection_message[name] if {
+	some name, tc in rejection_cases
+	portability.rejection(tc.engine, tc.accelerator).message == tc.message
+}
+
+test_supports_words if {
+	portability.supports_words("generic") == "cuda, rocm, ipex, xla and cpu"
+	portability.supports_words("sglang") == "cuda"
 }
 
 supports_cases := {
