@@ -30,8 +30,9 @@ POOL_TARGETS: Final = ("hpc", "cloud")
 WORKLOAD_TARGETS: Final = ("hpc", "cloud", "any")
 # Ordered: each class at least as strict as the one before.
 RESIDENCIES: Final = ("open", "eu-only", "no-egress", "restricted")
-# What selection minimises among the admissible pools of the best tier.
-OBJECTIVES: Final = ("cost", "carbon", "balanced")
+# What selection minimises among the admissible pools of the best tier (``earliest``: the soonest
+# estimated start, then cost).
+OBJECTIVES: Final = ("cost", "carbon", "balanced", "earliest")
 # How a pool shares whole devices between workloads (NVIDIA time-slicing or MPS, Slurm shards).
 SHARING: Final = ("time-slice", "mps")
 # Whether a workload's fraction must be an isolated slice (``required``) or may be a shared device.
@@ -58,6 +59,8 @@ MAX_NODES: Final = 100_000  # nodes of one pool
 MAX_GANG: Final = 10_000  # nodes of one workload
 MAX_SHARES_PER_DEVICE: Final = 1000  # 1000: milli granularity
 MAX_MODELS: Final = 64
+# A job's time limit: at least a second (Slurm counts whole minutes, rounding up).
+MIN_WALLTIME_S: Final = 1
 # Kubernetes node names are DNS subdomains (up to 253 characters); Slurm node names are plainer.
 # Nothing here that a Slurm hostlist or a shell would read as syntax (',', '[', ':', spaces).
 _NODE_NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
@@ -163,6 +166,22 @@ def _memory(owner: str, name: str, value: object) -> int:
     """``value`` as whole MiB."""
     try:
         return quantities.memory_mib(value)
+    except ValueError as exc:
+        raise _bad(name, str(exc), owner) from exc
+
+
+def _duration(owner: str, name: str, value: object, *, least: int) -> int:
+    """``value`` as whole seconds (``quantities.duration_s``)."""
+    try:
+        return quantities.duration_s(value, least=least)
+    except ValueError as exc:
+        raise _bad(name, str(exc), owner) from exc
+
+
+def _instant(owner: str, name: str, value: object) -> str:
+    """``value`` as RFC 3339 UTC text (``quantities.instant_text``)."""
+    try:
+        return quantities.instant_text(value)
     except ValueError as exc:
         raise _bad(name, str(exc), owner) from exc
 
@@ -516,6 +535,15 @@ class Workload:
     ``spot``: whether spot (preemptible) capacity may be used (never, allow, require).
     ``allow_budget_fallback``: whether a stand-in accelerator may be used when the requested
     accelerator's pools are over the budget (the placement's note says so either way).
+
+    When it must start: ``max_wait`` (whole seconds from the decision; pools whose estimated start
+    is later are not taken now) and ``deadline`` (an instant, held as RFC 3339 UTC text ending in
+    ``Z``: it must start by then). ``walltime`` is its time limit in whole seconds: part of what a
+    scheduler is asked for, since when a job can start depends on how long it may run. Durations
+    may be given as text (``"2h"``, ``"30m"``), the deadline with any offset; they are held as the
+    numbers and text a spec stores. ``optimize: earliest`` ranks by the soonest estimated start,
+    then cost. (These are read by the wait policy and the start estimates; until selection is
+    given estimates, ``earliest`` ranks like ``cost`` and the three fields decide nothing.)
     """
 
     name: str
@@ -543,6 +571,9 @@ class Workload:
     isolation: str = "any"
     spot: str = "never"
     allow_budget_fallback: bool = True
+    max_wait: int | None = None
+    deadline: str | None = None
+    walltime: int | None = None
 
     def __post_init__(self) -> None:
         owner = f"workload {self.name!r}" if isinstance(self.name, str) else "workload"
@@ -595,6 +626,15 @@ class Workload:
             _check_choice(owner, "topology_mode", self.topology_mode, TOPOLOGY_MODES)
         object.__setattr__(self, "models", _models(owner, self.models))
         _check_choice(owner, "isolation", self.isolation, ISOLATIONS)
+        self._check_times(owner)
+
+    def _check_times(self, owner: str) -> None:
+        if self.max_wait is not None:
+            object.__setattr__(self, "max_wait", _duration(owner, "max_wait", self.max_wait, least=0))
+        if self.deadline is not None:
+            object.__setattr__(self, "deadline", _instant(owner, "deadline", self.deadline))
+        if self.walltime is not None:
+            object.__setattr__(self, "walltime", _duration(owner, "walltime", self.walltime, least=MIN_WALLTIME_S))
 
     @property
     def cpu_milli(self) -> int | None:

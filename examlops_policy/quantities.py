@@ -1,10 +1,16 @@
-"""CPU and memory quantities: read and written in one place.
+"""CPU, memory and time quantities: read and written in one place.
 
 CPU is said in cores (``2``, ``0.5``) or in millicores as Kubernetes writes them (``500m``) and
 held as whole millicores. Memory is said in MiB as a plain whole number (``2048``) or with a
 binary suffix (``512Mi``, ``64Gi``, ``1Ti``, ``1Pi``; ``Ki`` where the total is whole MiB) and held
 as whole MiB. Decimal suffixes (``M``, ``G``, ``T``) are refused: Slurm reads ``64G`` as 64 GiB,
 Kubernetes as 64 x 10^9 bytes, and a size must mean one thing.
+
+Durations (a workload's ``max_wait`` and ``walltime``, a placement's lease) are said as a number
+and a unit, ``90s``, ``30m``, ``2h``, ``1d``, or several from the largest down (``1h30m``), or as a
+whole number of seconds, and held as whole seconds. Instants (a workload's ``deadline``) are RFC
+3339 times with their offset (``2026-12-01T14:00:00Z``, ``2026-12-01T15:00:00+01:00``): a time
+without one would mean another instant on every machine. They are held as UTC text with ``Z``.
 
 Every reader raises ``ValueError`` with a sentence that says what was expected; the model wraps it
 in a ``SpecError`` naming the field.
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Final
 
@@ -119,4 +126,112 @@ def memory_text(mib: int) -> str:
     return f"{mib}Mi"
 
 
-__all__ = ["MAX_CPU_CORES", "MAX_MEMORY_MIB", "cores", "cpu_milli", "cpu_text", "memory_mib", "memory_text"]
+# -- time ---------------------------------------------------------------------------------------
+
+# A year of seconds: longer than any wait, time limit or lease a site grants, short enough to catch
+# a unit typed wrong (3600h for 3600s).
+MAX_DURATION_S: Final = 366 * 86400
+DURATION_EXPECTED: Final = "a duration such as 90s, 30m, 2h, 1d or 1h30m, or a whole number of seconds"
+INSTANT_EXPECTED: Final = "an RFC 3339 time with its offset, such as 2026-12-01T14:00:00Z"
+_UNIT_S: Final = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_DURATION_PART_RE: Final = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)\s*([dhms])\s*")
+_INSTANT_RE: Final = re.compile(
+    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?(?:[Zz]|[+-]\d{2}:\d{2})$"
+)
+# Instants a deadline may name: OPA reads times as nanoseconds in 64 bits (up to 2262).
+_FIRST_YEAR: Final = 2000
+_LAST_YEAR: Final = 2200
+
+
+def duration_s(value: object, *, least: int = 0, most: int = MAX_DURATION_S) -> int:
+    """Whole seconds of ``value``: a whole number of seconds, or text of numbers and units
+    (``d``, ``h``, ``m``, ``s``, each at most once, largest first: ``1h30m``, ``1.5h``), between
+    ``least`` and ``most`` seconds."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected {DURATION_EXPECTED} (got {value!r})")
+    if isinstance(value, int):
+        seconds = Decimal(value)
+    elif isinstance(value, float):
+        if not math.isfinite(value) or value != int(value):
+            raise ValueError(f"expected {DURATION_EXPECTED}; a plain number is whole seconds (got {value!r})")
+        seconds = Decimal(int(value))
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.isdigit() and len(text) <= 12:
+            seconds = Decimal(text)
+        else:
+            seconds = _duration_text_s(value, text)
+    else:
+        raise ValueError(f"expected {DURATION_EXPECTED} (got {value!r})")
+    if seconds != seconds.to_integral_value():
+        raise ValueError(f"must be a whole number of seconds (got {value!r})")
+    if seconds < least:
+        raise ValueError(f"must be at least {duration_text(least)} (got {value!r})")
+    if seconds > most:
+        raise ValueError(f"at most {duration_text(most)} (got {value!r})")
+    return int(seconds)
+
+
+def _duration_text_s(value: str, text: str) -> Decimal:
+    total = Decimal(0)
+    position = 0
+    last_unit = math.inf
+    for match in _DURATION_PART_RE.finditer(text):
+        if match.start() != position:
+            break
+        unit = _UNIT_S[match.group(2)]
+        if unit >= last_unit:
+            raise ValueError(f"say each unit once, largest first (d, h, m, s), e.g. 1h30m (got {value!r})")
+        last_unit = unit
+        total += Decimal(match.group(1)) * unit
+        position = match.end()
+    if position != len(text) or not text:
+        raise ValueError(f"expected {DURATION_EXPECTED} (got {value!r})")
+    return total
+
+
+def duration_text(seconds: int) -> str:
+    """Whole seconds as the shortest text ``duration_s`` reads back: ``2h``, ``1h30m``, ``45s``, ``0s``."""
+    if seconds == 0:
+        return "0s"
+    parts = []
+    rest = seconds
+    for unit, size in _UNIT_S.items():
+        if rest >= size:
+            parts.append(f"{rest // size}{unit}")
+            rest %= size
+    return "".join(parts)
+
+
+def instant_text(value: object) -> str:
+    """``value`` (RFC 3339 text with its offset, or an aware ``datetime``) as UTC text ending in
+    ``Z``: ``2026-12-01T13:00:00Z`` (fractions of a second kept)."""
+    if isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if not _INSTANT_RE.fullmatch(text):
+            raise ValueError(f"expected {INSTANT_EXPECTED} (got {value!r})")
+        try:
+            moment = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1] in "Zz" else text)
+        except ValueError as exc:
+            raise ValueError(f"not a real time: {exc} (got {value!r})") from None
+    else:
+        raise ValueError(f"expected {INSTANT_EXPECTED} (got {value!r})")
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError(f"say the offset, e.g. Z for UTC: a time without one means another instant on every machine (got {value!r})")
+    utc = moment.astimezone(timezone.utc)
+    if not _FIRST_YEAR <= utc.year <= _LAST_YEAR:
+        raise ValueError(f"must be between the years {_FIRST_YEAR} and {_LAST_YEAR} (got {value!r})")
+    return utc.replace(tzinfo=None).isoformat() + "Z"
+
+
+def instant(text: str) -> datetime:
+    """The aware UTC ``datetime`` of ``instant_text``'s form (or any RFC 3339 text)."""
+    return datetime.fromisoformat(instant_text(text)[:-1] + "+00:00")
+
+
+__all__ = [
+    "DURATION_EXPECTED", "INSTANT_EXPECTED", "MAX_CPU_CORES", "MAX_DURATION_S", "MAX_MEMORY_MIB", "cores", "cpu_milli",
+    "cpu_text", "duration_s", "duration_text", "instant", "instant_text", "memory_mib", "memory_text",
+]  # fmt: skip

@@ -8,6 +8,7 @@ duplicate keys, non-UTF-8 bytes, huge or deeply nested documents are refused.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -152,11 +153,14 @@ def _shown(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
-_QUANTITIES: Final[dict[str, Callable[[object], int]]] = {
+_QUANTITIES: Final[dict[str, Callable[[object], object]]] = {
     "cpu": quantities.cpu_milli,
     "cpu_per_node": quantities.cpu_milli,
     "memory": quantities.memory_mib,
     "memory_per_node": quantities.memory_mib,
+    "max_wait": quantities.duration_s,
+    "walltime": quantities.duration_s,
+    "deadline": quantities.instant_text,
 }
 # JSON Schema's type names, as a person writing YAML reads them.
 _TYPE_WORDS: Final = {
@@ -176,7 +180,8 @@ def _explain(error: ValidationError) -> str:
     if validator == "const" and last in (["count"], ["nodes"]):
         return f"{last[0]} must be {error.validator_value!r} when a fraction below 1 is requested (got {_shown(error.instance)})"
     if validator == "pattern" and last and last[0] in _QUANTITIES:
-        # The one reader of sizes says what is wrong with this one (e.g. 64G: ambiguous).
+        # The one reader of sizes, durations and times says what is wrong with this one (e.g. 64G:
+        # ambiguous; 2 hours: not a duration).
         try:
             _QUANTITIES[str(last[0])](error.instance)
         except ValueError as exc:
@@ -391,8 +396,21 @@ def workload_from_mapping(data: Mapping[str, object], *, source: str = "workload
     return cast(Workload, _build(Workload, values, source))
 
 
+def _timestamps_as_text(data: object) -> object:
+    """YAML reads an unquoted ``deadline: 2026-12-01T14:00:00Z`` as a timestamp: give it back as the
+    RFC 3339 text it was (a time without an offset stays without one, and is refused as such)."""
+    if isinstance(data, dict) and isinstance(data.get("workload"), dict):
+        workload = cast(JSONObject, data["workload"])
+        value: object = workload.get("deadline")
+        if isinstance(value, datetime.datetime):
+            return {**data, "workload": {**workload, "deadline": value.isoformat()}}
+        if isinstance(value, datetime.date):
+            return {**data, "workload": {**workload, "deadline": value.isoformat()}}
+    return data
+
+
 def workload_from_file(path: Path) -> Workload:
     """Read a workload file (``workload: {...}``)."""
-    data = read_yaml(path)
+    data = _timestamps_as_text(read_yaml(path))
     validate(data, "workload-file.schema.json", source=str(path))
     return workload_from_mapping(cast(Mapping[str, object], cast(JSONObject, data)["workload"]), source=str(path))

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 from datetime import timedelta
 from typing import Any, TypeAlias
+
+from examlops_policy import quantities
 
 
 def hours(text: str) -> float:
@@ -37,12 +38,11 @@ def names(text: str) -> list[str]:
 
 
 def lease(text: str) -> timedelta:
-    """A duration: a number and a unit, ``90s``, ``30m``, ``2h`` or ``1d``."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*", text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"a lease is a number and a unit, e.g. 30m, 2h or 1d (got {text!r})")
-    unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[match.group(2)]
-    return timedelta(**{unit: float(match.group(1))})
+    """A duration (``quantities.duration_s``): ``90s``, ``30m``, ``2h``, ``1d``, ``1h30m``."""
+    try:
+        return timedelta(seconds=quantities.duration_s(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 # Where commands register their subcommands (any ArgumentParser subclass).

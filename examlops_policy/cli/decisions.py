@@ -24,7 +24,7 @@ from examlops_policy.views import DecisionRecord, decision_json
 WORKLOAD_OPTIONS = (
     "accelerator", "engine", "target", "fraction", "count", "capabilities", "residency", "data_region",
     "optimize", "carbon_weight", "max_cost_per_hour", "max_carbon_per_hour", "project", "spot",
-    "nodes", "cpu", "memory", "topology", "topology_mode", "models", "isolation",
+    "nodes", "cpu", "memory", "topology", "topology_mode", "models", "isolation", "max_wait", "deadline", "walltime",
 )  # fmt: skip
 # Options that are lists, comma-separated on the command line.
 LIST_OPTIONS = ("capabilities", "models")
@@ -219,7 +219,7 @@ def _workload_args(p: argparse.ArgumentParser, *, target: bool) -> None:
     p.add_argument("--data-region", help="where the workload's data lives (a region of regions.yaml)")
     p.add_argument("--allow-burst", action="store_true", help="allow bursting from HPC to cloud")
     p.add_argument("--allow-cpu-fallback", action="store_true", help="a CPU may stand in for the accelerator")
-    p.add_argument("--optimize", choices=OBJECTIVES, help="what to minimise among admissible pools (default cost)")
+    p.add_argument("--optimize", choices=OBJECTIVES, help="what to minimise among admissible pools (default cost; earliest: the soonest estimated start)")
     p.add_argument("--carbon-weight", type=float, help="balanced: the weight of carbon against cost, 0 to 1 (default 0.5)")
     p.add_argument("--max-cost-per-hour", type=float, help="cap on what the grant may cost per hour (USD)")
     p.add_argument("--max-carbon-per-hour", type=float, help="cap on what the grant may emit per hour (gCO2e)")
@@ -227,6 +227,9 @@ def _workload_args(p: argparse.ArgumentParser, *, target: bool) -> None:
     p.add_argument("--no-budget-fallback", action="store_true",
                    help="never fall back to another accelerator because the requested one's pools are over the budget")
     p.add_argument("--spot", choices=SPOT, help="spot (preemptible) capacity: never (default), allow, or require (spot only)")
+    p.add_argument("--max-wait", metavar="DURATION", help="the longest the workload may wait to start, e.g. 2h, 90m, 1h30m")
+    p.add_argument("--deadline", metavar="ISO-TIME", help="the time it must start by, with its offset, e.g. 2026-12-01T14:00:00Z")
+    p.add_argument("--walltime", metavar="DURATION", help="its time limit, e.g. 30m, 2h (asked of the scheduler)")
     p.add_argument("--explain", action="store_true", help="show every pool's verdict and why the winner won")
     p.add_argument("--dry-run", action="store_true", help="decide without reserving or recording")
     p.add_argument("--request-id", help="idempotency key: a retry with the same key returns the same decision")

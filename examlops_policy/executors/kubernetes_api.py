@@ -125,6 +125,21 @@ class PodUsage:
     managed: bool
 
 
+@dataclass(frozen=True)
+class PendingPod:
+    """A pod no node has been chosen for yet: what it asks for, where it may go (its node
+    selector), since when it exists, and why the scheduler has not bound it (its ``PodScheduled``
+    condition: ``Unschedulable`` with the scheduler's message, or None while it was not tried)."""
+
+    namespace: str
+    name: str
+    requests: Mapping[str, Decimal]
+    node_selector: Mapping[str, str]
+    created_at: str | None
+    unschedulable: str | None
+    managed: bool
+
+
 # -- kubeconfig --------------------------------------------------------------------------------
 
 
@@ -397,6 +412,36 @@ class KubernetesCluster:
                     )
                 )
         return tuple(sorted(found, key=lambda p: (p.node, p.namespace, p.name)))
+
+    def pending_pods(self) -> tuple[PendingPod, ...]:
+        """The pods waiting for a node (phase Pending, not bound), sorted by creation time, then
+        namespace and name: the queue in front of new work that asks for the same resources."""
+        from lightkube import ALL_NS
+        from lightkube.resources.core_v1 import Pod
+
+        found: list[PendingPod] = []
+        with self._calling("list pods"):
+            for pod in self._client.list(Pod, namespace=ALL_NS, fields={"spec.nodeName": "", "status.phase": "Pending"}):
+                meta, spec, status = pod.metadata, pod.spec, pod.status
+                if meta is None or spec is None or spec.nodeName:
+                    continue
+                unschedulable = next(
+                    (c.message or c.reason or "Unschedulable" for c in (status.conditions or []) if c.type == "PodScheduled" and c.status == "False"),
+                    None,
+                ) if status else None  # fmt: skip
+                created = meta.creationTimestamp
+                found.append(
+                    PendingPod(
+                        namespace=meta.namespace or "",
+                        name=meta.name or "",
+                        requests=pod_requests(pod),
+                        node_selector=dict(spec.nodeSelector or {}),
+                        created_at=None if created is None else created.isoformat(),
+                        unschedulable=unschedulable,
+                        managed=(meta.labels or {}).get(MANAGED_BY_LABEL) == MANAGED_BY,
+                    )
+                )
+        return tuple(sorted(found, key=lambda p: (p.created_at or "", p.namespace, p.name)))
 
     # -- errors --------------------------------------------------------------------------------
 

@@ -12,10 +12,16 @@ nodes, where the pool lists nodes by name), one task per node with ``--cpus-per-
 CPUs: Slurm allocates no less), ``--mem`` in MiB per node, and per node ``--gres`` of the granted
 devices, slices or shards (``shard:<type>:<k>``, Slurm's shared GPU GRES). Slurm picks the device
 indices itself: no sbatch option names them, so a grant's indices are the layer's own account.
+
+A workload's ``walltime`` is its time limit, ``--time`` in whole minutes (rounded up: Slurm counts
+minutes). ``grant_request`` builds the options for a grant whether or not it was recorded yet, so
+the question "when would this start" (``test_only_argv``: ``sbatch --test-only``, which prints
+Slurm's expected start) asks exactly what ``submit`` would ask.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from collections.abc import Sequence
@@ -27,7 +33,7 @@ from examlops_policy.executors.placed import live_placement
 from examlops_policy.errors import ExecutorError, SpecError
 from examlops_policy.executors.command import Runner, run_command
 from examlops_policy.executors.gres import GresTable
-from examlops_policy.model import NodeAllocation, Placement, Pool
+from examlops_policy.model import Grant, NodeAllocation, Placement, Pool, Workload
 from examlops_policy.views import DecisionRecord
 
 
@@ -64,10 +70,14 @@ class SlurmRequest:
     nodes: int | None = None
     nodelist: tuple[str, ...] = ()
     mem_mib: int | None = None
+    time_min: int | None = None
 
-    def argv(self) -> list[str]:
-        """The exact argument list given to ``sbatch``."""
-        args = ["sbatch", "--parsable", f"--partition={self.partition}", f"--job-name={self.job_name}"]
+    def options(self) -> list[str]:
+        """What is asked of Slurm: partition, job name, time limit, nodes, CPUs, memory, GRES,
+        constraints (everything but how to answer, the comment and the script)."""
+        args = [f"--partition={self.partition}", f"--job-name={self.job_name}"]
+        if self.time_min is not None:
+            args.append(f"--time={self.time_min}")
         if self.nodes is not None:
             # Per node, as the grant holds it: one task on each node carrying the node's CPUs.
             args.append(f"--nodes={self.nodes}")
@@ -87,12 +97,26 @@ class SlurmRequest:
                 args += ["--ntasks=1", f"--cpus-per-task={self.cpus_per_task}"]
         if self.constraint:
             args.append(f"--constraint={self.constraint}")
-        args += [f"--comment=examlops-decision={self.decision_id}", str(self.script)]
         return args
+
+    def argv(self) -> list[str]:
+        """The exact argument list given to ``sbatch``."""
+        return ["sbatch", "--parsable", *self.options(), f"--comment=examlops-decision={self.decision_id}", str(self.script)]
+
+    def test_only_argv(self) -> list[str]:
+        """``sbatch --test-only`` with the same options: Slurm answers when and where the job would
+        start, and submits nothing. The job script is not read (``--wrap``): its ``#SBATCH`` lines
+        are unknown before submission, and the command line's options take precedence over them."""
+        return ["sbatch", "--test-only", *self.options(), "--wrap=true"]
 
     def command_line(self) -> str:
         """``argv`` quoted for a POSIX shell, to read or copy (never run through one here)."""
         return shlex.join(self.argv())
+
+
+def time_minutes(walltime_s: int | None) -> int | None:
+    """A time limit in whole seconds as ``--time`` minutes, rounded up (Slurm counts minutes)."""
+    return None if walltime_s is None else max(1, math.ceil(walltime_s / 60))
 
 
 def _script(path: Path) -> Path:
@@ -108,29 +132,53 @@ def slurm_request(record: DecisionRecord, pool: Pool, script: Path, gres: GresTa
     short = record.id[:12]
     if record.job_id is not None:
         raise SpecError(f"decision {short} was already submitted as job {record.job_id}", field="ID")
+    _served_by_slurm(pool)
+    return grant_request(decision.workload, decision.grant, decision.allocations, pool, gres,
+                         decision_id=record.id, script=_script(script), what=f"decision {short}")  # fmt: skip
+
+
+def _served_by_slurm(pool: Pool) -> str:
+    """The pool's partition, checked; SpecError for a pool no Slurm partition serves."""
     if pool.target != "hpc" or pool.partition is None:
         raise SpecError(
             f"pool {pool.name!r} is not served by a Slurm partition (for cloud pools use 'exa hardware manifest')",
             field="partition",
         )
-    workload = decision.workload
+    return safe_name(pool.partition, "partition")
+
+
+def grant_request(
+    workload: Workload,
+    grant: Grant,
+    allocations: Sequence[NodeAllocation],
+    pool: Pool,
+    gres: GresTable,
+    *,
+    decision_id: str = "",
+    script: Path = Path(),
+    what: str = "the grant",
+) -> SlurmRequest:
+    """The ``sbatch`` request for ``grant`` of ``pool`` to ``workload`` (its ``allocations`` node
+    by node where it names nodes): what ``submit`` asks for a decision, and what a start estimate
+    asks before one is made. ``what`` names the grant in errors."""
     request = SlurmRequest(
-        decision_id=record.id,
-        partition=safe_name(pool.partition, "partition"),
+        decision_id=decision_id,
+        partition=_served_by_slurm(pool),
         job_name=safe_name(workload.name, "job name"),
-        script=_script(script),
+        script=script,
+        time_min=time_minutes(workload.walltime),
     )
     # Only features Slurm knows on the pool's nodes can be constraints; capabilities the model
     # guarantees (models.yaml) are already implied by the GRES type.
     features = [safe_name(c, "capability") for c in workload.capabilities if c in pool.capabilities]
     constraint = "&".join(features) or None
-    if decision.allocations:
-        return _replace(node_request(decision, pool, gres), decision_id=request.decision_id, partition=request.partition,
-                        job_name=request.job_name, script=request.script, constraint=constraint)  # fmt: skip
+    if allocations:
+        nodes = _node_request(workload.name, grant, allocations, pool, gres)
+        return _replace(nodes, decision_id=request.decision_id, partition=request.partition, job_name=request.job_name,
+                        script=request.script, constraint=constraint, time_min=request.time_min)  # fmt: skip
     if pool.accelerator == "cpu":
-        return _replace(request, cpus_per_task=max(1, int(decision.grant.devices)), constraint=constraint)
+        return _replace(request, cpus_per_task=max(1, int(grant.devices)), constraint=constraint)
     gres_type = safe_name(pool.gres_type, "gres type")
-    grant = decision.grant
     if pool.fixed_profile is not None:
         # Fixed slices are their own GRES type: one unit per slice granted.
         return _replace(request, gres=f"gpu:{gres_type}:{grant.units}", constraint=constraint)
@@ -139,7 +187,7 @@ def slurm_request(record: DecisionRecord, pool: Pool, script: Path, gres: GresTa
         return _replace(request, gres=f"gpu:{slice_type}:{workload.count}", constraint=constraint)
     devices = grant.devices
     if devices != int(devices) or devices < 1:
-        raise SpecError(f"decision {short} holds {devices:g} devices; Slurm GRES counts are whole numbers")
+        raise SpecError(f"{what} holds {devices:g} devices; Slurm GRES counts are whole numbers")
     return _replace(request, gres=f"gpu:{gres_type}:{int(devices)}", constraint=constraint)
 
 
@@ -168,7 +216,11 @@ def node_request(decision: Placement, pool: Pool, gres: GresTable, *, script: Pa
     count, node list (where the pool's nodes have names Slurm knows), CPUs, memory and GRES per
     node. SpecError for a grant Slurm cannot be asked for exactly (nodes holding different
     amounts, a fraction of a CPU, a node the pool does not have)."""
-    allocations = decision.allocations
+    request = _node_request(decision.workload.name, decision.grant, decision.allocations, pool, gres)
+    return _replace(request, decision_id=decision.decision_id or "", script=script or Path())
+
+
+def _node_request(job_name: str, grant: Grant, allocations: Sequence[NodeAllocation], pool: Pool, gres: GresTable) -> SlurmRequest:
     if not allocations:
         raise SpecError("the placement names no node", field="allocations")
     names = [a.node for a in allocations]
@@ -203,13 +255,13 @@ def node_request(decision: Placement, pool: Pool, gres: GresTable, *, script: Pa
         if profile is None or pool.fixed_profile is not None:
             gres_text = f"gpu:{gres_type}:{len(each.holdings)}"
         else:
-            slice_type = safe_name(gres.slice_type(decision.grant.scheme or "", gres_type, profile), "slice gres type")
+            slice_type = safe_name(gres.slice_type(grant.scheme or "", gres_type, profile), "slice gres type")
             gres_text = f"gpu:{slice_type}:{len(each.holdings)}"
     return SlurmRequest(
-        decision_id=decision.decision_id or "",
+        decision_id="",
         partition=safe_name(pool.partition, "partition"),
-        job_name=safe_name(decision.workload.name, "job name"),
-        script=script or Path(),
+        job_name=safe_name(job_name, "job name"),
+        script=Path(),
         gres=gres_text,
         cpus_per_task=cpus,
         nodes=len(allocations),

@@ -19,7 +19,9 @@
 #       kind: never
 #       meaning: "invalid workload (count not a whole number of at least 1, or not 1 with a fraction)"
 #     field_invalid: {kind: never, meaning: invalid workload (a field of the wrong type)}
-#     optimize_unknown: {kind: never, meaning: "invalid workload (optimize is not cost, carbon or balanced)"}
+#     optimize_unknown:
+#       kind: never
+#       meaning: "invalid workload (optimize is not one of the objectives in vocabulary.yaml)"
 #     project_unknown: {kind: never, meaning: the workload's project is not in the budgets table}
 #     spot_unknown: {kind: never, meaning: "invalid workload (spot is not never, allow or require)"}
 package examlops.hardware.workload

@@ -135,7 +135,7 @@ test_vocabulary_table if {
 		"pool_targets": ["hpc", "cloud"],
 		"workload_targets": ["hpc", "cloud", "any"],
 		"residencies": ["open", "eu-only", "no-egress", "restricted"],
-		"objectives": ["cost", "carbon", "balanced"],
+		"objectives": ["cost", "carbon", "balanced", "earliest"],
 		"sharing": ["time-slice", "mps"],
 		"isolations": ["required", "any"],
 		"topologies": ["same-block", "same-switch"],
@@ -145,7 +145,7 @@ test_vocabulary_table if {
 	}
 	workload.known.spot == {"never", "allow", "require"}
 	workload.targets == {"hpc", "cloud", "any"}
-	workload.objectives == {"cost", "carbon", "balanced"}
+	workload.objectives == {"cost", "carbon", "balanced", "earliest"}
 }
 
 # --- invalid workloads: each case the one error it gives -----------------------------------------
@@ -334,7 +334,7 @@ invalid_cases := {
 	"unknown optimize": {
 		"w": train({"optimize": "speed"}),
 		"code": "optimize_unknown",
-		"message": `unknown optimize 'speed' (expected one of ["balanced", "carbon", "cost"])`,
+		"message": `unknown optimize 'speed' (expected one of ["balanced", "carbon", "cost", "earliest"])`,
 		"details": {"field": "optimize", "value": "speed"},
 	},
 	"optimize null": {

@@ -1,0 +1,123 @@
+"""Each candidate pool's start estimate, from whoever can know it.
+
+Which source a pool gets (``StartEstimator.source_of``):
+
+* an HPC pool served by a Slurm partition: Slurm, asked for exactly what ``submit`` would ask
+  (``executors.slurm.grant_request`` with the workload's walltime as ``--time``), all Slurm pools
+  of a decision in one bounded, concurrent batch. Whether the layer's own account has room does
+  not matter: Slurm knows the jobs the layer did not place. No Slurm to ask, or a controller that
+  does not answer: no estimate (never "now").
+* a cloud pool on a Kubernetes cluster the estimator was given (a pool that lists its nodes by
+  their names): Kubernetes (now when the grant fits, else unknown with the queue in front).
+* any other cloud pool: capacity is provisioned on demand, so the provisioning table; a pool
+  whose devices are all taken has nothing to provision (no estimate).
+* any other pool (HPC without a scheduler to ask): now when the grant fits, else no estimate.
+
+This waits on schedulers: call it before the state's write lock is taken, never under it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from examlops_policy.errors import ExaError
+from examlops_policy.estimates import Source, StartEstimate, start_now, unknown, utc_now
+from examlops_policy.estimates.kubernetes import KubernetesEstimator
+from examlops_policy.estimates.slurm import SlurmEstimator
+from examlops_policy.estimates.table import ProvisioningTable
+from examlops_policy.executors.gres import GresTable
+from examlops_policy.executors.slurm import SlurmRequest, grant_request
+from examlops_policy.model import Grant, NodeAllocation, Pool, Workload
+
+
+@dataclass(frozen=True)
+class EstimateRequest:
+    """One candidate: ``pool``, the ``workload`` and the ``grant`` the pool would give it (its
+    ``allocations`` where nodes were chosen), and whether the grant fits the pool's free capacity
+    now by the layer's own account (``fits_now``)."""
+
+    pool: Pool
+    workload: Workload
+    grant: Grant
+    fits_now: bool
+    allocations: tuple[NodeAllocation, ...] = ()
+
+
+class StartEstimator:
+    """The estimates of a decision's candidates. Sources not given are not asked: a Slurm pool
+    without ``slurm`` has no estimate, a cloud pool without ``kubernetes`` is read from the table
+    (``table``: ``ProvisioningTable.load()`` unless given)."""
+
+    def __init__(
+        self,
+        *,
+        slurm: SlurmEstimator | None = None,
+        kubernetes: KubernetesEstimator | None = None,
+        table: ProvisioningTable | None = None,
+        gres: GresTable | None = None,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self.slurm = slurm
+        self.kubernetes = kubernetes
+        self.table = table if table is not None else ProvisioningTable.load()
+        if gres is None:
+            from examlops_policy.executors.gres import load_gres_table
+
+            gres = load_gres_table()
+        self.gres = gres
+        self._clock = clock
+
+    def source_of(self, pool: Pool) -> Source:
+        """Who is asked about ``pool`` (see the module's description)."""
+        if pool.target == "hpc" and pool.partition is not None:
+            return "slurm"
+        if pool.target == "cloud":
+            return "kubernetes" if self.kubernetes is not None and pool.nodes_named else "table"
+        return "now"
+
+    def slurm_request(self, request: EstimateRequest) -> SlurmRequest:
+        """What ``submit`` would ask Slurm for this candidate (SpecError when Slurm cannot be asked
+        for it exactly)."""
+        return grant_request(request.workload, request.grant, request.allocations, request.pool, self.gres)
+
+    def estimate(self, requests: Sequence[EstimateRequest]) -> list[StartEstimate]:
+        """One estimate per request, in order."""
+        now = self._clock()
+        results: list[StartEstimate | None] = [None] * len(requests)
+        slurm_items: list[tuple[int, str, SlurmRequest]] = []
+        kube_items: list[tuple[int, Pool, bool]] = []
+        for index, request in enumerate(requests):
+            pool = request.pool
+            source = self.source_of(pool)
+            if source == "slurm":
+                if self.slurm is None:
+                    results[index] = unknown(pool.name, "slurm", "no Slurm to ask (no Slurm estimator was given)", now)
+                    continue
+                try:
+                    slurm_items.append((index, pool.name, self.slurm_request(request)))
+                except ExaError as exc:
+                    results[index] = unknown(pool.name, "slurm", f"Slurm cannot be asked for this grant: {exc}", now)
+            elif source == "kubernetes":
+                kube_items.append((index, pool, request.fits_now))
+            elif source == "table":
+                results[index] = (
+                    self.table.estimate(pool, now) if request.fits_now
+                    else unknown(pool.name, "table", "every device of the pool is taken: there is nothing to provision until some are released", now)
+                )  # fmt: skip
+            else:
+                results[index] = (
+                    start_now(pool.name, now) if request.fits_now
+                    else unknown(pool.name, "now", "no room for the grant now, and no scheduler to ask when there will be", now)
+                )  # fmt: skip
+        if slurm_items and self.slurm is not None:
+            for (index, _, _), estimate in zip(slurm_items, self.slurm.estimate_many([(name, r) for _, name, r in slurm_items])):
+                results[index] = estimate
+        if kube_items and self.kubernetes is not None:
+            for (index, _, _), estimate in zip(kube_items, self.kubernetes.estimate_many([(p, f) for _, p, f in kube_items])):
+                results[index] = estimate
+        return [r if r is not None else unknown(requests[i].pool.name, self.source_of(requests[i].pool), "no answer", now) for i, r in enumerate(results)]
+
+
+__all__ = ["EstimateRequest", "StartEstimator"]
