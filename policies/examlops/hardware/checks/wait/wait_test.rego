@@ -1,7 +1,7 @@
 package examlops.hardware.checks.wait_test
 
 import data.examlops.hardware.checks.wait
-import data.examlops.hardware.placement
+import data.examlops.hardware.composer
 
 # 2026-12-01T12:00:00Z, the decision's time in these tests.
 noon := 1796126400
@@ -214,13 +214,13 @@ test_annotations if {
 # The composer does not run it yet: it is not among the checks it found, and nothing is refused
 # for a check it cannot run (it publishes no `about` until the composer's pool-stage set names it).
 test_the_composer_does_not_run_it_yet if {
-	not placement.check_about.wait
-	placement.unsupported_checks == []
+	not composer.check_about.wait
+	composer.unsupported_checks == []
 }
 
 # The day it publishes `about` without the composer running it, every placement fails closed: so
 # renaming `annotations` to `about` goes with adding "wait" to the pool-stage set.
 test_published_unrun_it_would_stop_every_placement if {
 	# regal ignore:unresolved-reference
-	placement.unsupported_checks == ["wait"] with wait.about as wait.annotations
+	composer.unsupported_checks == ["wait"] with wait.about as wait.annotations
 }
