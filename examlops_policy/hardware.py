@@ -361,7 +361,8 @@ class Hardware:
         under, prepared = self._prepare(request, snap.pools, fleet_rev=self._fleet_rev(snap, under), under=under)
         if prepared.judged.fleet.revision != self._fleet_rev(snap, under):
             prepared = self._engine_of(under).prepare(request, snap.pools, fleet_rev=self._fleet_rev(snap, under))
-        return under, prepared, prepared.decide(snap.capacities, under.policy.tables, capacities_digest=snap.capacity_digest)
+        use = commit.read_quota(self.store, prepared.judged.quota_needs, under.policy.tables.unassigned, time.time())
+        return under, prepared, prepared.decide(snap.capacities, under.policy.tables, capacities_digest=snap.capacity_digest, quota=use)
 
     def place(self, workload: Workload, *, request_id: str | None = None, lease: timedelta | None = None) -> DecisionRecord:
         """Decide and record: devices, decision, burst event and audit entries, atomically.
@@ -490,7 +491,7 @@ class Hardware:
         doc = self.decision_inputs(record.id)
         judged = judged_from(doc.fleet, doc.verdicts, fleet_rev)
         fleet = engine.fleet([e.pool for e in judged.fleet.entries], revision_now, about)
-        reference = self.policy.decision(reference_input(decision.workload, fleet, doc.capacities, about))
+        reference = self.policy.decision(reference_input(decision.workload, fleet, doc.capacities, about, decision.provenance.quota_use))
         diffs = differences(decision, reference)
         recorded = decision.provenance.policy_revision
         same_rev = same_policy(revision_now, recorded)

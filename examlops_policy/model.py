@@ -544,6 +544,9 @@ class Workload:
     numbers and text a spec stores. ``optimize: earliest`` ranks by the soonest estimated start,
     then cost. (These are read by the wait policy and the start estimates; until selection is
     given estimates, ``earliest`` ranks like ``cost`` and the three fields decide nothing.)
+
+    ``priority``: its priority class (priorities.yaml; None: the default class). The class orders
+    the queue and may allow preemption; it is not part of what the policy judges a pool by.
     """
 
     name: str
@@ -574,6 +577,7 @@ class Workload:
     max_wait: int | None = None
     deadline: str | None = None
     walltime: int | None = None
+    priority: str | None = None
 
     def __post_init__(self) -> None:
         owner = f"workload {self.name!r}" if isinstance(self.name, str) else "workload"
@@ -600,6 +604,7 @@ class Workload:
         if self.max_carbon_per_hour is not None:
             _check_number(owner, "max_carbon_per_hour", self.max_carbon_per_hour, low=0, high=1_000_000_000)
         _optional_name(owner, "project", self.project, what="a project")
+        _optional_name(owner, "priority", self.priority, what="a priority class")
         _check_choice(owner, "spot", self.spot, SPOT)
         _check_bool(owner, "allow_budget_fallback", self.allow_budget_fallback)
         object.__setattr__(self, "fraction", float(self.fraction))
@@ -726,9 +731,11 @@ class BurstVerdict:
 class Provenance:
     """What a decision is a function of, so it can be replayed.
 
-    ``input_digest`` covers the workload, the fleet revision and the capacity the decision saw;
-    ``policy_revision`` is the bundle revision OPA reported serving; ``verdicts`` says whether the
-    pool verdicts were asked for (``fresh``) or reused from earlier answers under the same revision.
+    ``input_digest`` covers the workload, the fleet revision and the capacity the decision saw, and
+    ``quota_use``: what the projects its pools' quotas count held then (the policy's
+    ``quota_use``; None when no quota counted anything); ``policy_revision`` is the bundle revision
+    OPA reported serving; ``verdicts`` says whether the pool verdicts were asked for (``fresh``) or
+    reused from earlier answers under the same revision.
     """
 
     input_digest: str
@@ -736,6 +743,7 @@ class Provenance:
     opa_version: str
     verdicts: str = "fresh"
     fleet_revision: str | None = None
+    quota_use: JSONObject | None = None
 
 
 @dataclass(frozen=True)
@@ -784,7 +792,9 @@ class Placement:
 
 @dataclass(frozen=True)
 class Rejection:
-    """A workload that cannot be placed, with the reason; nothing was reserved."""
+    """A workload that cannot be placed, with the reason; nothing was reserved. ``queued``: it was
+    not placed now because its pools are only full (``no_capacity``), and it waits in the queue
+    (its outcome is ``queued``)."""
 
     workload: Workload
     reason: str
@@ -794,6 +804,7 @@ class Rejection:
     provenance: Provenance
     decision_id: str | None = None
     checks: tuple[CheckInfo, ...] = ()
+    queued: bool = False
 
     ok: bool = field(default=False, init=False)
 
@@ -804,7 +815,10 @@ class Rejection:
 
     @property
     def outcome(self) -> str:
-        """``blocked`` (a burst that data governance blocked) or ``rejected``."""
+        """``blocked`` (a burst that data governance blocked), ``queued`` (waiting for capacity) or
+        ``rejected``."""
+        if self.queued:
+            return "queued"
         return "blocked" if self.burst_blocked else "rejected"
 
 

@@ -303,6 +303,13 @@ def check_workload_facts(workload: Workload, tables: Tables) -> Workload:
             source=f"workload {workload.name!r}",
             field="data_region",
         )
+    if workload.priority is not None and workload.priority not in tables.priority_classes:
+        raise SpecError(
+            f"unknown priority class {workload.priority!r} (known: {', '.join(tables.priority_classes)}; "
+            "policies/examlops/tables/priorities.yaml)",
+            source=f"workload {workload.name!r}",
+            field="priority",
+        )
     for model in workload.models:
         entry = tables.models.get(model)
         if not isinstance(entry, dict):

@@ -16,7 +16,7 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
@@ -86,6 +86,24 @@ class Tables:
     accounting: JSONObject
     geometry: JSONObject
     fallback: JSONObject
+    budgets: JSONObject = field(default_factory=dict)
+    priorities: JSONObject = field(default_factory=dict)
+
+    @property
+    def unassigned(self) -> str:
+        """The project a workload that names none is counted under (budgets.yaml)."""
+        return str(self.budgets.get("unassigned") or "default")
+
+    @property
+    def priority_classes(self) -> tuple[str, ...]:
+        """The priority classes a workload may name (priorities.yaml), first-offered first."""
+        classes = cast("JSONObject", self.priorities.get("classes") or {})
+        return tuple(sorted(classes, key=lambda c: (int(cast(int, cast("JSONObject", classes[c]).get("rank", 0))), c)))
+
+    @property
+    def default_priority(self) -> str | None:
+        value = self.priorities.get("default")
+        return None if value is None else str(value)
 
     def region_known(self, region: str) -> bool:
         return region in self.regions
@@ -313,6 +331,8 @@ def load_tables(root: Path | None = None) -> Tables:
             accounting=cast("JSONObject", merged["accounting"]),
             geometry=cast("JSONObject", merged["geometry"]),
             fallback=cast("JSONObject", merged["fallback"]),
+            budgets=cast("JSONObject", merged.get("budgets") or {}),
+            priorities=cast("JSONObject", merged.get("priorities") or {}),
         )
     except KeyError as exc:
         raise PolicyError(f"{base}: table {exc} is missing") from exc

@@ -42,6 +42,12 @@ class DecisionRecord:
     scheduler: str | None = None
     job_uid: str | None = None
     job_state: str | None = None
+    queued_id: str | None = None
+    job_started_at: str | None = None
+    job_ended_at: str | None = None
+    node_down_at: str | None = None
+    preempting_for: str | None = None
+    queue: QueueEntry | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,7 @@ class DecisionSummary:
     lease_expires_at: str | None
     scheduler: str | None = None
     job_state: str | None = None
+    queued_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -327,8 +334,11 @@ def decision_json(decision: Decision, record: DecisionRecord | None = None) -> d
         body.update(
             id=record.id, decision_id=record.id, created_at=record.created_at, released_at=record.released_at, job_id=record.job_id,
             request_id=record.request_id, lease_expires_at=record.lease_expires_at, scheduler=record.scheduler, job_uid=record.job_uid,
-            job_state=record.job_state,
+            job_state=record.job_state, queued_id=record.queued_id, job_started_at=record.job_started_at, job_ended_at=record.job_ended_at,
+            node_down_at=record.node_down_at,
         )  # fmt: skip
+        if record.queue is not None:
+            body["queue"] = cast(JSONObject, _plain(record.queue))
     return body
 
 
@@ -347,3 +357,121 @@ def _plain(value: object) -> JSONValue:
     if isinstance(value, dict):
         return {str(key): _plain(item) for key, item in value.items()}
     return cast(JSONValue, value)
+
+
+# -- the queue, quotas, reconcile -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """A queued record's place in the queue: ``state`` (queued, admitted, cancelled, failed), its
+    place in the order (``position`` of ``of``, when it waits and the order was asked), since when it
+    waits, what it waits for (reason code -> pools), the order's reason for its place, the placement
+    that admitted it, when it ended and why (``message``), and whether it is submitted when admitted
+    (``submission``: the scheduler)."""
+
+    id: str
+    workload: str
+    state: str
+    queued_at: str
+    project: str | None
+    priority: str | None
+    accelerator: str
+    devices: float
+    position: int | None = None
+    of: int | None = None
+    waited_s: float | None = None
+    waits_for: tuple[tuple[str, int], ...] = ()
+    order_reason: str | None = None
+    admitted_by: str | None = None
+    ended_at: str | None = None
+    message: str | None = None
+    submission: str | None = None
+    preempted_from: str | None = None
+    invalid: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class QueueListing:
+    """The queue in the policy's order (``entries``), and the workloads the order could not judge
+    (``invalid``: never offered capacity until fixed), with the fair-share figures per project."""
+
+    entries: tuple[QueueEntry, ...]
+    projects: JSONObject = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A queued workload admitted: its queued record, the placement made for it, the pool, and its
+    job when it was submitted (or why not)."""
+
+    queued_id: str
+    decision_id: str
+    workload: str
+    pool: str
+    job_id: str | None = None
+    scheduler: str | None = None
+    submit_error: str | None = None
+    preempted: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AdmissionReport:
+    """One admission pass: what was admitted, what failed (its submission refused), what still waits."""
+
+    admitted: tuple[Admitted, ...]
+    failed: tuple[QueueEntry, ...]
+    waiting: int
+    revision: str | None = None
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """A queued workload cancelled (``already``: it was cancelled before, at ``entry.ended_at``)."""
+
+    entry: QueueEntry
+    already: bool
+
+
+@dataclass(frozen=True)
+class QuotaRow:
+    """Use against quota, per project and accelerator class, as the policy's report words it."""
+
+    project: str
+    accelerator: str
+    held: float
+    nominal: float | None
+    borrowing_limit: float | None
+    cohort: str | None
+    borrowed: float
+    room: float | None
+    device_hours: float
+    device_hours_quota: float | None
+    period_days: float | None
+    summary: str
+
+
+@dataclass(frozen=True)
+class ReconcileChange:
+    """One change reconcile wrote: ``kind`` (ended, started, node, node_down, node_up, missing) on
+    a decision or a node, with what the scheduler said."""
+
+    kind: str
+    scheduler: str
+    decision_id: str | None = None
+    job_id: str | None = None
+    state: str | None = None
+    pool: str | None = None
+    node: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class ReconcileReport:
+    """What reconcile read and wrote: each change, and each scheduler it could not read (with why)."""
+
+    changes: tuple[ReconcileChange, ...]
+    unreadable: tuple[tuple[str, str], ...] = ()
+    checked: int = 0

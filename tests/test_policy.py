@@ -138,10 +138,10 @@ def test_malformed_verdicts_are_refused(opa_with) -> None:  # type: ignore[no-un
 
 
 def test_a_policy_with_another_pool_stage_places_nothing(opa_with) -> None:  # type: ignore[no-untyped-def]
-    """The pool stage is closed: selection makes the budget and capacity comparisons itself, so a
+    """The pool stage is closed: selection makes the budget, capacity and quota comparisons itself, so a
     policy that declares another set is refused, whatever its verdicts say."""
-    url = opa_with(FAKE_ABOUT.replace('"pool_stage": ["budget", "capacity"]', '"pool_stage": ["budget", "capacity", "quota"]'))
-    with pytest.raises(PolicyError, match="check\\(s\\) budget, capacity, quota at a stage this engine cannot run"):
+    url = opa_with(FAKE_ABOUT.replace('"pool_stage": ["budget", "capacity"]', '"pool_stage": ["budget", "capacity", "reservation"]'))
+    with pytest.raises(PolicyError, match="check\\(s\\) budget, capacity, reservation at a stage this engine cannot run"):
         evaluate(url)
 
 

@@ -145,10 +145,11 @@ def test_an_answer_that_breaks_the_schema_is_refused_whole(opa: Any, break_it: A
 def test_about_of_a_policy_from_before_the_pool_stage_and_texts_were_published_still_decodes(opa: Any) -> None:
     """``exa policy impact --against`` asks older policies too: they ran exactly this pool stage
     and worded their summaries themselves."""
-    from examlops_policy._core.codec import POOL_STAGE, decode_about
+    from examlops_policy._core.codec import EARLIER_POOL_STAGE, POOL_STAGE, decode_about
 
     raw = query(opa, "about", {})
     assert tuple(raw["pool_stage"]) == POOL_STAGE and set(raw["texts"]) >= {"no_capacity", "separator"}
+    assert decode_about({**raw, "pool_stage": list(EARLIER_POOL_STAGE)}, "test").checks
     older = {k: v for k, v in raw.items() if k not in ("pool_stage", "texts")}
     about = decode_about(older, "test")
     assert about.texts == {} and about.signature.shape == tuple(raw["signature"]["shape"])

@@ -41,12 +41,16 @@ from examlops_policy.model import (
     pool_spec,
 )
 from examlops_policy._core.verdicts import About, Answer, Confirmation, Limits, ShapeVerdict, Signature, WorkloadVerdict
+from examlops_policy._core.quota import QuotaLimits
 
 KEY_HEX: Final = 32  # 128 bits of SHA-256: content keys, not security
 # The pool-stage checks this engine runs (selection compares each pool's capacity and price with
 # its shape's verdict, as the policy's reference decision does); the policy publishes its own set
 # in ``about`` and a policy with another set places nothing.
-POOL_STAGE: Final = ("budget", "capacity")
+POOL_STAGE: Final = ("budget", "capacity", "quota")
+# The pool stage of policies from before the quota joined it (``exa policy impact --against`` asks
+# them): runnable, their verdicts carry no quota figures.
+EARLIER_POOL_STAGE: Final = ("budget", "capacity")
 # The message texts the policy gives (``about.texts``), which selection fills in with counts.
 TEXTS: Final = ("no_pools", "no_eligible_pool", "no_capacity", "reason_on_one", "reason_on_many", "separator")
 RECORD_VERSION: Final = 3  # 3: the state version decided at ("at"); 2: the capacity vector itself
@@ -374,6 +378,29 @@ class _Decoder:
             carbon_reason=self.opt_reason(reasons.get("carbon_per_hour"), f"{path}.reasons.carbon_per_hour"),
         )
 
+    def quota(self, value: object, path: str) -> QuotaLimits:
+        raw = self.obj(value, path)
+
+        def get(name: str) -> object:
+            return self.field(raw, name, path)
+
+        reasons = self.obj(get("reasons"), f"{path}.reasons")
+        return QuotaLimits(
+            project=self.text(get("project"), f"{path}.project"),
+            accelerator=self.text(get("accelerator"), f"{path}.accelerator"),
+            devices=self.number(get("devices"), f"{path}.devices"),
+            nominal=self.opt_number(get("nominal"), f"{path}.nominal"),
+            ceiling=self.opt_number(get("ceiling"), f"{path}.ceiling"),
+            cohort=self.opt_text(get("cohort"), f"{path}.cohort"),
+            members=tuple(self.text(m, f"{path}.members[]") for m in self.arr(get("members"), f"{path}.members")),
+            cohort_nominal=self.opt_number(get("cohort_nominal"), f"{path}.cohort_nominal"),
+            device_hours=self.opt_number(get("device_hours"), f"{path}.device_hours"),
+            period_days=self.opt_number(get("period_days"), f"{path}.period_days"),
+            always=tuple(self.reason(r, f"{path}.always[]") for r in self.arr(get("always"), f"{path}.always")),
+            devices_reason=self.opt_reason(reasons.get("devices"), f"{path}.reasons.devices"),
+            hours_reason=self.opt_reason(reasons.get("device_hours"), f"{path}.reasons.device_hours"),
+        )
+
     def grant(self, value: object, path: str) -> Grant:
         raw = self.obj(value, path)
 
@@ -422,8 +449,8 @@ def decode_about(raw: object, where: str) -> About:
     unsupported = [d.text(n, "about.unsupported_checks[]") for n in d.arr(top.get("unsupported_checks", []), "about.unsupported_checks")]
     # A policy from before the pool stage was published ran exactly this engine's (impact compares
     # against such policies); one that publishes another set is refused.
-    pool_stage = tuple(d.text(n, "about.pool_stage[]") for n in d.arr(top.get("pool_stage", list(POOL_STAGE)), "about.pool_stage"))
-    if unsupported or pool_stage != POOL_STAGE:
+    pool_stage = tuple(d.text(n, "about.pool_stage[]") for n in d.arr(top.get("pool_stage", list(EARLIER_POOL_STAGE)), "about.pool_stage"))
+    if unsupported or pool_stage not in (POOL_STAGE, EARLIER_POOL_STAGE):
         raise PolicyError(
             f"{where}: the policy declares check(s) {', '.join(unsupported or pool_stage)} at a stage this engine cannot run "
             f"(its pool stage is {', '.join(POOL_STAGE)}); nothing is placed until the check is a shape-stage check"
@@ -514,6 +541,7 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
                 d.grant(d.field(cell, "grant", path), f"{path}.grant"),
                 d.reason(d.field(cell, "shortfall", path), f"{path}.shortfall"),
                 d.limits(d.field(cell, "limits", path), f"{path}.limits"),
+                d.quota(cell["quota"], f"{path}.quota") if "quota" in cell else None,
             )
         )
     notes = [d.text(n, "verdicts.notes[]") for n in d.arr(d.field(top, "notes", "verdicts"), "verdicts.notes")]
@@ -536,7 +564,7 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
         if not 0 <= tier <= 3:
             raise d.fail(f"{path}.tier", "a tier from 0 to 3", tier)
         denials = d.arr(d.field(row, "denials", path), f"{path}.denials")
-        grant, shortfall, limits = grants[index(d.field(row, "grant", path), len(grants), f"{path}.grant")]
+        grant, shortfall, limits, quota = grants[index(d.field(row, "grant", path), len(grants), f"{path}.grant")]
         shapes[key] = ShapeVerdict(
             tier=tier,
             note=note(d.field(row, "note", path), f"{path}.note"),
@@ -547,6 +575,7 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
             note_full=note(d.field(row, "note_full", path), f"{path}.note_full"),
             limits=limits,
             note_budget=note(d.field(row, "note_budget", path), f"{path}.note_budget"),
+            quota=quota,
         )
     return Answer(cast("str | None", revision), workload, shapes, missing)
 
@@ -584,7 +613,18 @@ def shape_verdict_json(v: ShapeVerdict) -> JSONObject:
             "reasons": {"cost_per_hour": _opt_reason_json(v.limits.cost_reason), "carbon_per_hour": _opt_reason_json(v.limits.carbon_reason)},
         },
         "blocks_burst": v.blocks_burst,
+        **({"quota": quota_json(v.quota)} if v.quota is not None else {}),
     }
+
+
+def quota_json(q: QuotaLimits) -> JSONObject:
+    """A grant's quota figures as the policy answers them (and as a verdict set stores them)."""
+    return {
+        "project": q.project, "accelerator": q.accelerator, "devices": q.devices, "nominal": q.nominal, "ceiling": q.ceiling,
+        "cohort": q.cohort, "members": list(q.members), "cohort_nominal": q.cohort_nominal, "device_hours": q.device_hours,
+        "period_days": q.period_days, "always": [reason_json(r) for r in q.always],
+        "reasons": {"devices": _opt_reason_json(q.devices_reason), "device_hours": _opt_reason_json(q.hours_reason)},
+    }  # fmt: skip
 
 
 def checks_json(checks: Sequence[CheckInfo]) -> list[JSONValue]:
@@ -622,6 +662,7 @@ def shape_verdict_from_json(raw: object, where: str) -> ShapeVerdict:
         note_full=d.opt_text(top.get("note_full"), "verdict.note_full"),
         limits=d.limits(top["limits"], "verdict.limits") if "limits" in top else Limits(),
         note_budget=d.opt_text(top.get("note_budget"), "verdict.note_budget"),
+        quota=d.quota(top["quota"], "verdict.quota") if "quota" in top else None,
     )
 
 
@@ -682,6 +723,7 @@ def encode_record(
             "policy_revision": prov.policy_revision,
             "opa_version": prov.opa_version,
             "verdicts": prov.verdicts,
+            **({"quota_use": prov.quota_use} if prov.quota_use else {}),
         },
     }
     if isinstance(decision, Placement):

@@ -22,13 +22,17 @@ import dataclasses
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from datetime import datetime
+from typing import Final, Protocol
 
 from examlops_policy.errors import NotFoundError, SpecError, StateError
-from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Placement, Pool, pool_spec
-from examlops_policy.store.api import BurstRow, DecisionRow, HeldRow, NewDecision, Rows, StaleFleet, StateRows, Transaction
+from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Placement, Pool, Rejection, pool_spec
+from examlops_policy.store.api import BurstRow, DecisionRow, HeldRow, NewDecision, NewQueued, Rows, StaleFleet, StateRows, Transaction
 from examlops_policy.views import DecisionRecord, PoolChange
 from examlops_policy._core import codec, packing
+from examlops_policy._core import quota as quotas
+from examlops_policy._core.node_states import occupied
+from examlops_policy._core.quota import NO_USE, QuotaUse
 from examlops_policy._core.engine import Prepared
 from examlops_policy._core.selection import Judged, fits
 from examlops_policy._core.state import Capacities, Snapshot, merge
@@ -43,10 +47,69 @@ __all__ = ["Committed", "StaleFleet", "apply_pools", "ensure_layout", "expire", 
 @dataclass(frozen=True)
 class Committed:
     """What ``place`` did: the decision recorded (``record``), or the one an earlier call with the
-    same request id recorded (``earlier``: its row, to be read back)."""
+    same request id recorded (``earlier``: its row, to be read back). An admission that wrote
+    nothing says why (``not_admitted``: ``no_room`` when nothing fits under the lock, ``claimed``
+    when the queued record was no longer waiting: another admitter or a cancel came first)."""
 
     record: DecisionRecord | None
     earlier: DecisionRow | None = None
+    not_admitted: str | None = None
+
+
+@dataclass(frozen=True)
+class QueueIntent:
+    """A placement that waits when its pools are only full: what the queue keeps of it (``spec``:
+    the workload in full, JSON; ``submission``: how to submit it once placed, JSON or None), and
+    where the queue's order put it (``position`` of ``of``, asked before the write) and what it
+    waits for (reason code -> pools)."""
+
+    spec: str
+    accelerator: str
+    devices: float
+    project: str | None = None
+    priority: str | None = None
+    lease_s: float | None = None
+    submission: str | None = None
+    queued_at: str | None = None
+    preempted_from: str | None = None
+    position: int | None = None
+    of: int | None = None
+    waits_for: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+
+def queueable(decision: Decision) -> bool:
+    """Only a workload whose pools are stopped by ``not_now`` reasons alone (full, slice
+    unavailable, over quota) may wait: the policy's ``no_capacity``. One that can never run, or
+    whose burst data residency blocked, is rejected at once."""
+    return isinstance(decision, Rejection) and decision.code == "no_capacity" and not decision.burst_blocked
+
+
+def read_quota(source: QuotaSource, needs: quotas.Needs, unassigned: str, now_ts: float) -> QuotaUse:
+    """What the projects a judgement's quotas count hold now (through the store, or a write
+    transaction under the lock)."""
+    if needs.empty:
+        return NO_USE
+    devices: dict[str, dict[str, float]] = {}
+    for (p, c), n in source.quota_held(sorted(needs.devices), unassigned).items():
+        devices.setdefault(p, {})[c] = n
+    hours: dict[str, dict[str, float]] = {}
+    for (p, c), days in sorted(needs.hours.items()):
+        h = round(source.device_hours(p, c, now_ts - days * 86400.0, now_ts, unassigned), 6)
+        if h > 0:
+            hours.setdefault(p, {})[c] = h
+    return QuotaUse(devices, hours)
+
+
+class QuotaSource(Protocol):
+    """Where what the projects hold is read: the store, or a write transaction."""
+
+    def quota_held(self, pairs: Sequence[tuple[str, str]], unassigned: str) -> dict[tuple[str, str], float]: ...
+
+    def device_hours(self, project: str, accelerator: str, since_ts: float, now_ts: float, unassigned: str) -> float: ...
+
+
+def epoch_of(ts: str) -> float:
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
 
 
 # -- placements ----------------------------------------------------------------------------------
@@ -62,14 +125,25 @@ def place(
     source: str,
     request_id: str | None = None,
     lease_expires_at: str | None = None,
+    queue: QueueIntent | None = None,
+    admit: str | None = None,
+    ident: str | None = None,
 ) -> Committed:
-    """Record ``decided`` (made on ``snapshot`` from ``prepared``) in one write transaction.
+    """Record ``decided`` (made on ``snapshot`` from ``prepared``, and on what the projects held
+    for its quotas) in one write transaction.
+
+    ``queue``: a workload whose pools are only full (``queueable``) is recorded as ``queued``, with
+    its row in the queue, instead of rejected. ``admit``: the placement admits the queued record
+    of that id: written only when selection under the lock still places it and the record is still
+    waiting (claimed in this transaction, linked to the placement); else nothing is written for it.
 
     Raises StaleFleet when pools were added or changed since the snapshot; StateError when the
     store refuses (nothing written).
     """
-    ident = uuid.uuid4().hex  # chosen once: a retry after a lost COMMIT can tell whether it landed
+    ident = ident or uuid.uuid4().hex  # chosen once: a retry after a lost COMMIT can tell whether it landed
     made: list[DecisionRecord] = []
+    needs = prepared.judged.quota_needs
+    tables = capacities.tables
 
     def work(txn: Transaction) -> Committed:
         made.clear()
@@ -82,19 +156,32 @@ def place(
         if fleet != snapshot.fleet_version:
             raise StaleFleet("pools were added or changed while the policy was asked; asking again")
         snap, decision = snapshot, decided
+        # What the projects hold now, when a quota counts it: a decision made on other figures is
+        # made again (selection, pure).
+        use = read_quota(txn, needs, tables.unassigned, epoch_of(txn.now())) if not needs.empty else NO_USE
+        quota_moved = not needs.empty and (prepared.quota_held(use).as_json() or None) != decided.provenance.quota_use
         if version != snapshot.version:
             snap, changed = merge(snapshot, _rows(txn, version, fleet, snapshot.version))
             indexes = [prepared.judged.fleet.index[n] for n in changed if n in prepared.judged.fleet.index]
-            if stale(prepared.judged, decided, snap.capacities, indexes):
-                decision = prepared.decide(snap.capacities, capacities.tables, capacities_digest=snap.capacity_digest)
+            if quota_moved or stale(prepared.judged, decided, snap.capacities, indexes):
+                decision = prepared.decide(snap.capacities, tables, capacities_digest=snap.capacity_digest, quota=use)
             else:
                 snap = snapshot  # decided on the snapshot's capacity, and still what selection gives now
+        elif quota_moved:
+            decision = prepared.decide(snap.capacities, tables, capacities_digest=snap.capacity_digest, quota=use)
+        if admit is not None:
+            if not isinstance(decision, Placement):
+                return Committed(None, not_admitted="no_room")
+            if not txn.claim(admit, ident, txn.now()):
+                return Committed(None, not_admitted="claimed")
+        queued = queue if queue is not None and queueable(decision) else None
         held: list[HeldRow] = []
         if isinstance(decision, Placement):
             state = snap.states[snap.index[decision.pool]]
             held = txn.held(decision.pool)
+            busy = occupied(state.pool, held, txn.node_states(decision.pool))
             chosen = packing.choose(
-                capacities.layout(state.pool), [h.holding for h in held], decision.grant.profile, decision.grant.units, state.held_outside
+                capacities.layout(state.pool), [h.holding for h in busy], decision.grant.profile, decision.grant.units, state.held_outside
             )
             if chosen is None:
                 raise StateError(
@@ -102,7 +189,17 @@ def place(
                     "nothing was written (run exa hardware pool to see its devices)"
                 )
             decision = dataclasses.replace(decision, holdings=chosen)
-        record = _write(txn, ident, decision, prepared, snap.version, source=source, request_id=request_id, lease_expires_at=lease_expires_at)
+        project, priority = prepared.workload.project, prepared.workload.priority
+        if queued is not None:
+            decision = dataclasses.replace(decision, queued=True)  # type: ignore[arg-type]
+        record = _write(
+            txn, ident, decision, prepared, snap.version, source=source, request_id=request_id, lease_expires_at=lease_expires_at,
+            queued_id=admit, project=project, priority=priority,
+        )  # fmt: skip
+        if queued is not None:
+            _enqueue(txn, ident, decision, queued, source=source)
+        if admit is not None:
+            txn.audit("admit", {"queued_id": admit, "decision_id": ident, "pool": getattr(decision, "pool", None)}, source=source)
         if isinstance(decision, Placement):
             state = snap.states[snap.index[decision.pool]]
             mine = [HeldRow(ident, h, decision.grant.share) for h in decision.holdings]
@@ -160,6 +257,9 @@ def _write(
     source: str,
     request_id: str | None,
     lease_expires_at: str | None,
+    queued_id: str | None = None,
+    project: str | None = None,
+    priority: str | None = None,
 ) -> DecisionRecord:
     """The decision's documents, row, grant, burst event and audit entries."""
     now = txn.now()
@@ -193,6 +293,7 @@ def _write(
             devices=placed.grant.devices if placed else None, cost_per_hour=placed.cost_per_hour if placed else None,
             carbon_factor=placed.carbon_factor if placed else None, lease_expires_at=lease_expires_at if placed else None,
             holdings=placed.holdings if placed else (), share=placed.grant.share if placed else 0.0, burst=burst_row,
+            queued_id=queued_id, project=project, priority=priority,
         )
     )  # fmt: skip
     if burst_row is not None:
@@ -223,13 +324,40 @@ def _write(
         "record_digest": record_digest,
         "request_id": request_id,
     }
+    if queued_id is not None:
+        summary["queued_id"] = queued_id
     txn.audit("decision", summary, source=source)
-    return DecisionRecord(ident, now, dataclasses.replace(decision, decision_id=ident), None, None, request_id, lease_expires_at if placed else None)
+    return DecisionRecord(
+        ident, now, dataclasses.replace(decision, decision_id=ident), None, None, request_id, lease_expires_at if placed else None,
+        queued_id=queued_id,
+    )  # fmt: skip
+
+
+def _enqueue(txn: Transaction, ident: str, decision: Decision, queued: QueueIntent, *, source: str) -> None:
+    """The queue's row for a queued decision, and its ``queued`` audit entry: its place in the order
+    when it was queued, and what it waits for."""
+    at = queued.queued_at or txn.now()
+    txn.add_queued(
+        NewQueued(
+            ident, at, decision.workload.name, queued.spec, queued.project, queued.priority, queued.accelerator, queued.devices,
+            queued.lease_s, queued.submission, queued.preempted_from,
+        )
+    )  # fmt: skip
+    entry: JSONObject = {
+        "decision_id": ident, "workload": decision.workload.name, "project": queued.project, "priority": queued.priority,
+        "queued_at": at, "position": queued.position, "of": queued.of, "waits_for": dict(sorted(queued.waits_for.items())),
+        "reason": getattr(decision, "reason", None), "submission": queued.submission is not None,
+    }  # fmt: skip
+    if queued.preempted_from is not None:
+        entry["preempted_from"] = queued.preempted_from
+    txn.audit("queued", entry, source=source)
 
 
 def _refresh(txn: Transaction, capacities: Capacities, pool: Pool, held_outside: float, version: int, held: Sequence[HeldRow] | None = None) -> None:
-    """Work out what ``pool`` can still place from what it holds, and store it (and log it)."""
-    capacity, free = capacities.of(pool, txn.held(pool.name) if held is None else held, held_outside)
+    """Work out what ``pool`` can still place from what it holds (and what its nodes that take no
+    work take out), and store it (and log it)."""
+    busy = occupied(pool, txn.held(pool.name) if held is None else held, txn.node_states(pool.name))
+    capacity, free = capacities.of(pool, busy, held_outside)
     txn.set_capacity(pool.name, codec.capacity_text(capacity), free, version)
 
 

@@ -23,6 +23,7 @@ from examlops_policy.errors import PolicyError
 from examlops_policy.model import Capacity, Decision, JSONObject, JSONValue, Pool, PoolState, Provenance, Workload
 from examlops_policy.tables import Tables
 from examlops_policy._core import codec
+from examlops_policy._core.quota import NO_USE, QuotaUse, relevant
 from examlops_policy._core.request import Request
 from examlops_policy._core.selection import Fleet, FleetEntry, Judged, decide_over, priced
 from examlops_policy._core.verdicts import About, PolicyEvaluator, ShapeVerdict, WorkloadVerdict
@@ -107,18 +108,29 @@ class Prepared:
             found = self.memo["key"] = "verdicts:" + hashlib.sha256(self.verdict_set_bytes).hexdigest()
         return found
 
-    def decide(self, capacities: Sequence[Capacity], tables: Tables, *, capacities_digest: str | None = None) -> Decision:
-        """Selection over ``capacities`` (aligned with the fleet): pure, no OPA.
-        ``capacities_digest``: their ``codec.capacity_digest``, when the caller has it already."""
+    def decide(
+        self, capacities: Sequence[Capacity], tables: Tables, *, capacities_digest: str | None = None, quota: QuotaUse = NO_USE
+    ) -> Decision:
+        """Selection over ``capacities`` (aligned with the fleet) and what the projects hold
+        (``quota``, for the pools' quotas): pure, no OPA. ``capacities_digest``: their
+        ``codec.capacity_digest``, when the caller has it already."""
         fleet_rev = self.judged.fleet.revision
+        held = self.quota_held(quota)
+        counted = held.as_json() or None
         provenance = Provenance(
-            input_digest=self.request.input_digest(fleet_rev, capacities_digest or codec.capacity_digest(capacities)),
+            input_digest=self.request.input_digest(fleet_rev, capacities_digest or codec.capacity_digest(capacities), counted),
             policy_revision=self.revision,
             opa_version=self.opa_version,
             verdicts="fresh" if self.fresh else "reused",
             fleet_revision=fleet_rev,
+            quota_use=counted,
         )
-        return decide_over(self.judged, self.workload, capacities, tables, provenance)
+        return decide_over(self.judged, self.workload, capacities, tables, provenance, held)
+
+    def quota_held(self, quota: QuotaUse) -> QuotaUse:
+        """Of what the projects hold, what this judgement's quotas count (what its record keeps)."""
+        needs = self.judged.quota_needs
+        return NO_USE if needs.empty else relevant(quota, needs)
 
 
 class Engine:
@@ -245,9 +257,12 @@ class Engine:
         return prepared.decide([s.capacity for s in ordered], self.tables)
 
 
-def reference_input(workload: Request | Workload, fleet: Fleet, capacities: Sequence[Capacity], about: About) -> JSONObject:
+def reference_input(
+    workload: Request | Workload, fleet: Fleet, capacities: Sequence[Capacity], about: About, quota_use: JSONObject | None = None
+) -> JSONObject:
     """The input of the policy's complete reference rule (``decision``): the workload, every shape
-    inline, and every pool with its shape key, price and capacity."""
+    inline, every pool with its shape key, price and capacity, and what the projects hold
+    (``quota_use``, when anything)."""
     shapes: dict[str, JSONValue] = {}
     pools: list[JSONValue] = []
     for entry, capacity in zip(fleet.entries, capacities):
@@ -262,7 +277,10 @@ def reference_input(workload: Request | Workload, fleet: Fleet, capacities: Sequ
             }
         )
     request = workload if isinstance(workload, Request) else Request(workload)
-    return {"workload": request.input, "shapes": shapes, "pools": pools}
+    out: JSONObject = {"workload": request.input, "shapes": shapes, "pools": pools}
+    if quota_use:
+        out["quota_use"] = quota_use
+    return out
 
 
 def differences(decision: Decision, reference: Mapping[str, object]) -> list[str]:

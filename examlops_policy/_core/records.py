@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from typing import Protocol, cast
 
 from examlops_policy.errors import SpecError, StateError
-from examlops_policy.model import Capacity, Decision, JSONObject, Placement, Provenance
+from examlops_policy.model import Capacity, Decision, JSONObject, Placement, Provenance, Rejection
 from examlops_policy.store.api import DecisionRow, Document
 from examlops_policy.tables import Tables
 from examlops_policy.views import DecisionRecord
 from examlops_policy._core import codec
+from examlops_policy._core.quota import QuotaUse
 from examlops_policy._core.selection import Fleet, FleetEntry, Judged, decide_over
 from examlops_policy._core.state import aligned
 from examlops_policy._core.verdicts import Signature
@@ -101,16 +102,22 @@ def rebuild(
     if codec.record_at(document) is not None:
         # The capacities came from the capacity log, outside the record: its input digest (in the
         # record, and in the record's audit entry) covers them.
+        prov_doc = cast(Mapping[str, object], document["provenance"])
         body = {"capacity": codec.capacity_digest(capacities), "fleet": fleet_rev, "workload": document["workload"]}
+        if prov_doc.get("quota_use"):
+            body["quota"] = prov_doc["quota_use"]
         if codec.digest(codec.canonical(body)) != prov["input_digest"]:
             raise StateError(
                 f"decision {ident[:12]}: the capacity it was decided at (state version {codec.record_at(document)}) is not what "
                 "its input digest says; the capacity log or the record was altered (run exa audit verify)"
             )
-    provenance = Provenance(prov["input_digest"], prov["policy_revision"], prov["opa_version"], prov.get("verdicts", "fresh"), fleet_rev)
+    used = cast("JSONObject | None", cast(Mapping[str, object], document["provenance"]).get("quota_use")) or None
+    provenance = Provenance(prov["input_digest"], prov["policy_revision"], prov["opa_version"], prov.get("verdicts", "fresh"), fleet_rev, used)
     workload = codec.workload_from_json(cast(Mapping[str, object], document["workload"]))
-    decision = decide_over(judged, workload, capacities, tables, provenance)
+    decision = decide_over(judged, workload, capacities, tables, provenance, QuotaUse.from_json(used))
     recorded = str(document["outcome"])
+    if recorded == "queued" and isinstance(decision, Rejection) and decision.code == "no_capacity":
+        decision = dataclasses.replace(decision, queued=True)  # it was not rejected: it waited for capacity
     if decision.outcome != recorded or (isinstance(decision, Placement) and decision.pool != document.get("pool")):
         raise StateError(
             f"decision {ident[:12]} does not rebuild to what it recorded ({recorded} {document.get('pool') or ''}); "
@@ -215,7 +222,8 @@ class Reader:
     def record(self, row: DecisionRow) -> DecisionRecord:
         return DecisionRecord(
             row.id, row.created_at, self.decision(row), row.released_at, row.job_id, row.request_id, row.lease_expires_at,
-            row.scheduler, row.job_uid, row.job_state,
+            row.scheduler, row.job_uid, row.job_state, row.queued_id, row.job_started_at, row.job_ended_at, row.node_down_at,
+            row.preempting_for,
         )  # fmt: skip
 
     def inputs(self, row: DecisionRow) -> DecisionInputs:

@@ -37,10 +37,12 @@ class Request:
             found = self._signed[signature] = (projection, content_key(projection))
         return found
 
-    def input_digest(self, fleet_revision: str, capacity_digest: str) -> str:
-        """``sha256:`` of the canonical ``{"capacity", "fleet", "workload"}`` a decision is a function
-        of (the workload's input, the fleet revision and the digest of every pool's capacity)."""
-        body = b'{"capacity":' + canonical(capacity_digest) + b',"fleet":' + canonical(fleet_revision) + b',"workload":' + self.input_bytes + b"}"
+    def input_digest(self, fleet_revision: str, capacity_digest: str, quota: JSONObject | None = None) -> str:
+        """``sha256:`` of the canonical ``{"capacity", "fleet", "quota", "workload"}`` a decision is a
+        function of (the workload's input, the fleet revision, the digest of every pool's capacity,
+        and what the projects its quotas count held: ``quota``, left out when nothing counted)."""
+        middle = b',"quota":' + canonical(quota) if quota else b""
+        body = b'{"capacity":' + canonical(capacity_digest) + b',"fleet":' + canonical(fleet_revision) + middle + b',"workload":' + self.input_bytes + b"}"
         return "sha256:" + hashlib.sha256(body).hexdigest()
 
     def asks_as(self, stored_input: Mapping[str, object]) -> bool:

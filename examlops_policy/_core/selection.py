@@ -5,7 +5,8 @@ arguments; nothing here touches OPA, the state store or the clock. Filter, then 
 piece of decision logic outside Rego, kept equal to the policy's own reference rule
 (``data.examlops.hardware.placement.decision``) by a property test through the real OPA:
 
-1. pools whose shape the policy denies are out; so are pools without room for the grant now;
+1. pools whose shape the policy denies are out; so are pools without room for the grant now, and
+   pools whose project's quota of their accelerator class has no room for it now;
 2. the lowest admissible tier wins (HPC before cloud, the requested accelerator before a stand-in);
 3. within it, what the workload optimises: the cheapest grant (price per device-hour x devices
    granted, a slice counting as its share), or the lowest carbon of the grant (then cost), or a
@@ -40,6 +41,8 @@ from examlops_policy.accounting import carbon_basis
 from examlops_policy.tables import Tables
 from examlops_policy.views import balanced_scores
 from examlops_policy._core import codec
+from examlops_policy._core import quota as quotas
+from examlops_policy._core.quota import NO_USE, QuotaUse
 from examlops_policy._core.verdicts import ShapeVerdict, WorkloadVerdict
 
 COST_DIGITS: Final = 9  # grant costs compare at this precision (Rego computes them in decimals)
@@ -132,7 +135,9 @@ class Judged:
         self.checks = checks
         self.objective = objective
         self.carbon_weight = carbon_weight
-        # Per pool: its shape's denials and what the budget says of its price and carbon.
+        # Per pool: its shape's denials, what the budget says of its price and carbon, and what its
+        # quota refuses whatever the projects hold (the quota's reasons that depend on what they
+        # hold are compared per decision, as capacity is).
         self.denials: list[tuple[Reason, ...]] = []
         ranked: list[tuple[object, ...]] = []
         blocked: list[tuple[float, str, int]] = []
@@ -141,7 +146,8 @@ class Judged:
         for i, entry in enumerate(fleet.entries if judged else ()):
             v = shapes[entry.key]
             over = v.limits.over(entry.price, entry.carbon)
-            denials = (*v.denials, *over)
+            always = v.quota.always if v.quota is not None else ()
+            denials = (*v.denials, *over, *always)
             self.denials.append(denials)
             if not denials:
                 cost, carbon = grant_cost(entry.price, v.grant), grant_cost(entry.carbon, v.grant)
@@ -149,7 +155,7 @@ class Judged:
                 ranked.append((*key, i))
                 if v.tier % 2 == 0:
                     requested_ok.add(v.tier)
-            elif v.blocks_burst and not over:
+            elif v.blocks_burst and not over and not always:
                 blocked.append((entry.price, entry.pool.name, i))
             if v.tier % 2 == 0 and over and not v.denials:
                 requested_over.add(v.tier)
@@ -158,9 +164,11 @@ class Judged:
         self.requested_ok_tiers = frozenset(requested_ok)
         self.requested_over_tiers = frozenset(requested_over)
         forbidden = workload.budget_fallback
+        self.refused: frozenset[int] = frozenset()
         if forbidden is not None:
             # The workload does not fall back for budget: the stand-ins reached for it are denied.
             refused = {i for i, entry in enumerate(fleet.entries if judged else ()) if self.over_budget_fallback(shapes[entry.key].tier)}
+            self.refused = frozenset(refused)
             for i in refused:
                 self.denials[i] = (*self.denials[i], forbidden)
             ranked = [row for row in ranked if row[-1] not in refused]
@@ -180,6 +188,38 @@ class Judged:
 
     def verdict(self, index: int) -> ShapeVerdict:
         return self.shapes[self.fleet.entries[index].key]
+
+    @cached_property
+    def quota_needs(self) -> quotas.Needs:
+        """What the quotas of the admissible pools compare with (nothing: no quota applies)."""
+        if not self.judged:
+            return quotas.Needs()
+        return quotas.needs_of(self.verdict(int(row[-1])).quota for row in self.ranked)  # type: ignore[call-overload]
+
+    def quota_over(self, index: int, use: QuotaUse) -> tuple[Reason, ...]:
+        """The quota's reasons for the pool at ``index`` that depend on what the projects hold
+        (none when its quota refuses it whatever they hold: those are among its denials)."""
+        lim = self.verdict(index).quota
+        if lim is None or not lim.counted:
+            return ()
+        return quotas.over(lim, use)
+
+    def reasons(self, index: int, capacity: Capacity, use: QuotaUse) -> tuple[Reason, ...]:
+        """Every reason the pool at ``index`` is denied for now, in the policy's order: its shape's
+        denials, its budget's, its quota's, the workload's refusal of a fallback for budget, its
+        capacity shortfall."""
+        static = self.denials[index]
+        dynamic = self.quota_over(index, use)
+        if dynamic and index in self.refused:
+            static, refusal = static[:-1], static[-1:]
+            dynamic = (*dynamic, *refusal)
+        v = self.verdict(index)
+        short = () if fits(v.grant, capacity) else (v.shortfall,)
+        return (*static, *dynamic, *short)
+
+    def room(self, index: int, capacity: Capacity, use: QuotaUse) -> bool:
+        """Room for the pool's grant now: its capacity and its project's quota."""
+        return fits(self.verdict(index).grant, capacity) and not self.quota_over(index, use)
 
     @cached_property
     def static_counts(self) -> tuple[Mapping[str, int], tuple[bool | None, ...]]:
@@ -248,7 +288,7 @@ class Outcome:
     blocked_pool: int | None = None
 
 
-def select(judged: Judged, capacities: Sequence[Capacity]) -> Outcome:
+def select(judged: Judged, capacities: Sequence[Capacity], use: QuotaUse = NO_USE) -> Outcome:
     """Lowest admissible tier, then the objective (cheapest grant; or lowest carbon, then cost; or
     the balanced score), then name; and what that means for bursting.
 
@@ -260,11 +300,11 @@ def select(judged: Judged, capacities: Sequence[Capacity]) -> Outcome:
     chosen: int | None = None
     tier: int | None = None
     if judged.objective == "balanced":
-        chosen, tier = _balanced(judged, capacities)
+        chosen, tier = _balanced(judged, capacities, use)
     else:
         for row in judged.ranked:
             index = int(row[-1])  # type: ignore[call-overload]
-            if fits(judged.verdict(index).grant, capacities[index]):
+            if judged.room(index, capacities[index], use):
                 chosen, tier = index, int(row[0])  # type: ignore[call-overload]
                 break
     attempted = wv.burst_mode == "cloud" or (wv.burst_mode == "spill" and (tier is None or tier >= 2))
@@ -283,7 +323,7 @@ def select(judged: Judged, capacities: Sequence[Capacity]) -> Outcome:
     return Outcome(chosen, tier, burst)
 
 
-def _balanced(judged: Judged, capacities: Sequence[Capacity]) -> tuple[int | None, int | None]:
+def _balanced(judged: Judged, capacities: Sequence[Capacity], use: QuotaUse = NO_USE) -> tuple[int | None, int | None]:
     """The best tier's pools with room, scored by cost and carbon, each divided by the highest
     among them, carbon weighted by ``carbon_weight``; then cost, then name."""
     tier: int | None = None
@@ -293,7 +333,7 @@ def _balanced(judged: Judged, capacities: Sequence[Capacity]) -> tuple[int | Non
         if tier is not None and t != tier:
             break
         entry, v = judged.fleet.entries[index], judged.verdict(index)
-        if fits(v.grant, capacities[index]):
+        if judged.room(index, capacities[index], use):
             tier = t
             rows.append((grant_cost(entry.price, v.grant), grant_cost(entry.carbon, v.grant), entry.pool.name, index))
     if not rows:
@@ -303,7 +343,7 @@ def _balanced(judged: Judged, capacities: Sequence[Capacity]) -> tuple[int | Non
     return best[1][3], tier
 
 
-def pool_verdicts(judged: Judged, capacities: Sequence[Capacity], tier: int | None) -> tuple[PoolVerdict, ...]:
+def pool_verdicts(judged: Judged, capacities: Sequence[Capacity], tier: int | None, use: QuotaUse = NO_USE) -> tuple[PoolVerdict, ...]:
     """Every pool's verdict and reasons, as the policy's reference decision words them: eligible
     first, then by tier, grant cost and name."""
     if not judged.judged:
@@ -312,8 +352,7 @@ def pool_verdicts(judged: Judged, capacities: Sequence[Capacity], tier: int | No
     out = []
     for i, entry in enumerate(judged.fleet.entries):
         v = judged.shapes[entry.key]
-        room = fits(v.grant, capacities[i])
-        denials = judged.denials[i] if room else (*judged.denials[i], v.shortfall)
+        denials = judged.reasons(i, capacities[i], use)
         admissible = not denials
         reasons: tuple[Reason, ...] = denials
         if admissible:
@@ -348,11 +387,12 @@ def fill(template: str, **values: object) -> str:
     return template
 
 
-def summary(judged: Judged, capacities: Sequence[Capacity], workload: Workload) -> tuple[str, str]:
+def summary(judged: Judged, capacities: Sequence[Capacity], workload: Workload, use: QuotaUse = NO_USE) -> tuple[str, str]:
     """(code, message) when no pool is eligible: how many pools each reason stopped, in the
     policy's words (``judged.texts``; a message of a verdict set stored without them is empty: its
     record keeps the message). Counted from the denials per pool, as ``pool_verdicts`` words them,
-    without building every verdict."""
+    without building every verdict. ``no_capacity`` when some pool is stopped by reasons that are
+    all ``not_now`` (it could take the workload once capacity or quota frees)."""
     texts = judged.texts
     entries = judged.fleet.entries
     if not entries or not judged.judged:
@@ -364,12 +404,15 @@ def summary(judged: Judged, capacities: Sequence[Capacity], workload: Workload) 
     for i, entry in enumerate(entries):
         v = shapes[entry.key]
         base = not_now[i]
-        if fits(v.grant, capacities[i]):
+        dynamic = judged.quota_over(i, use)
+        if not fits(v.grant, capacities[i]):
+            dynamic = (*dynamic, v.shortfall)
+        if not dynamic:
             capacity_only = capacity_only or base is True
             continue
-        short = v.shortfall
-        counts[short.code] = counts.get(short.code, 0) + 1
-        capacity_only = capacity_only or ((base is None or base) and short.kind == "not_now")
+        for r in dynamic:
+            counts[r.code] = counts.get(r.code, 0) + 1
+        capacity_only = capacity_only or ((base is None or base) and all(r.kind == "not_now" for r in dynamic))
     code = "no_capacity" if capacity_only else "no_eligible_pool"
     if not texts:
         return code, ""
@@ -385,10 +428,12 @@ def decide_over(
     capacities: Sequence[Capacity],
     tables: Tables,
     provenance: Provenance,
+    use: QuotaUse = NO_USE,
 ) -> Decision:
-    """A Placement on the pool selection chose, or a Rejection saying why there is none."""
-    outcome = select(judged, capacities)
-    verdicts = LazyVerdicts(lambda: pool_verdicts(judged, capacities, outcome.tier))
+    """A Placement on the pool selection chose, or a Rejection saying why there is none; ``use``
+    is what the projects hold, for the pools' quotas."""
+    outcome = select(judged, capacities, use)
+    verdicts = LazyVerdicts(lambda: pool_verdicts(judged, capacities, outcome.tier, use))
     wv = judged.workload
     checks = judged.checks
     if wv.rejection is not None:
@@ -397,7 +442,7 @@ def decide_over(
         reason = outcome.burst.reason
         if outcome.burst.verdict == "blocked" and reason is not None:
             return Rejection(workload, reason.message, reason.code, verdicts, outcome.burst, provenance, checks=checks)
-        code, message = summary(judged, capacities, workload)
+        code, message = summary(judged, capacities, workload, use)
         return Rejection(workload, message, code, verdicts, outcome.burst, provenance, checks=checks)
     entry = judged.fleet.entries[outcome.chosen]
     v = judged.verdict(outcome.chosen)

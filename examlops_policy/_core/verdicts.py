@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from examlops_policy.model import CheckInfo, Grant, JSONObject, Pool, Reason
+from examlops_policy._core.quota import QuotaLimits
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,8 @@ class ShapeVerdict:
 
     ``note_full`` replaces ``note`` when the requested accelerator's pools pass every check but are
     full, ``note_budget`` when they pass every check but the budget; ``limits`` are the budget's per
-    device-hour for this grant."""
+    device-hour for this grant, ``quota`` the quota's figures for it (None: a verdict given before
+    the quota was a pool-stage check)."""
 
     tier: int
     note: str | None
@@ -92,6 +94,7 @@ class ShapeVerdict:
     note_full: str | None = None
     limits: Limits = Limits()
     note_budget: str | None = None
+    quota: QuotaLimits | None = None
 
     @property
     def fallback(self) -> bool:

@@ -19,11 +19,13 @@ its columns for lists and reports. The contract every adapter keeps:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from examlops_policy.model import JSONObject
-from examlops_policy.store.api import DecisionRow, Document, HeldRow, PoolRow, StaleFleet, StateRows, Transaction
+from examlops_policy.store.api import (
+    DecisionRow, Document, GrantRow, HeldRow, NodeStateRow, PoolRow, QueueRow, StaleFleet, StateRows, Transaction,
+)  # fmt: skip
 from examlops_policy.views import BurstEvent, DecisionSummary, FinopsRow, WorkloadCost
 
 if TYPE_CHECKING:
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["DecisionRow", "HeldRow", "PoolRow", "StaleFleet", "StateRows", "Store", "Transaction"]
+__all__ = ["DecisionRow", "GrantRow", "HeldRow", "NodeStateRow", "PoolRow", "QueueRow", "StaleFleet", "StateRows", "Store", "Transaction"]
 
 
 class Store(Protocol):
@@ -101,5 +103,31 @@ class Store(Protocol):
     def records_for_audit(self) -> list[tuple[str, str, str | None, tuple[object, ...]]]: ...
 
     def stored_documents(self) -> list[tuple[str, str]]: ...
+
+    # -- the queue, quotas and reconcile (store._queue_sql) --------------------------------------
+
+    def queue_waiting(self) -> bool:
+        """Whether any workload waits (one indexed read)."""
+        ...
+
+    def queue_rows(self, states: Sequence[str] = ("queued",), *, limit: int | None = None) -> list[QueueRow]: ...
+
+    def queue_find(self, ident: str) -> QueueRow:
+        """By id or unique id prefix; NotFoundError otherwise."""
+        ...
+
+    def queue_of(self, placement_id: str) -> QueueRow | None: ...
+
+    def usage_rows(self, since_ts: float, now_ts: float, unassigned: str) -> list[tuple[str, float, float, float]]: ...
+
+    def quota_held(self, pairs: Sequence[tuple[str, str]], unassigned: str) -> dict[tuple[str, str], float]: ...
+
+    def device_hours(self, project: str, accelerator: str, since_ts: float, now_ts: float, unassigned: str) -> float: ...
+
+    def live_grants(self, *, pools: Sequence[str] | None = None, with_jobs: bool = False) -> list[GrantRow]: ...
+
+    def grant(self, ident: str) -> GrantRow | None: ...
+
+    def node_state_rows(self) -> list[NodeStateRow]: ...
 
     def close(self) -> None: ...

@@ -29,6 +29,7 @@ from examlops_policy.errors import NotFoundError, SpecError, StateBusy, StateCor
 from examlops_policy.model import Holding, JSONObject
 from examlops_policy.store.api import DecisionRow, Document, HeldRow, NewDecision, PoolRow, StateRows, Transaction
 from examlops_policy.views import BurstEvent, DecisionSummary, FinopsRow, WorkloadCost
+from examlops_policy.store._queue_sql import QueueReads, QueueWrites
 
 BACKOFF_S: Final = 0.05
 BACKOFF_CAP_S: Final = 2.0
@@ -39,7 +40,10 @@ violation) or ``disconnected`` (the connection was lost; reconnect first)."""
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
-_DECISION_COLUMNS: Final = "id, created_at, document, released_at, job_id, request_id, lease_expires_at, scheduler, job_uid, job_state"
+_DECISION_COLUMNS: Final = (
+    "id, created_at, document, released_at, job_id, request_id, lease_expires_at, scheduler, job_uid, job_state, "
+    "queued_id, job_started_at, job_ended_at, node_down_at, preempting_for"
+)
 _POOL_COLUMNS: Final = "name, spec, capacity, free, held_outside, version"
 _GAVE_UP: Final[dict[Fault, str]] = {
     "conflict": "the state database stayed locked or kept conflicting",
@@ -77,7 +81,7 @@ def migrations(dialect: str) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-class SQLStore(ABC):
+class SQLStore(QueueReads, ABC):
     """The store's narrow API (``store.api``) and its reads, over the connection an adapter provides.
 
     ``conflicts_retried`` and ``reconnects`` count, for this object's lifetime, the transactions
@@ -505,7 +509,7 @@ class SQLStore(ABC):
 
 
 
-class _SQLTransaction:
+class _SQLTransaction(QueueWrites):
     """``store.api.Transaction`` over an open write transaction of ``store``."""
 
     def __init__(self, store: SQLStore) -> None:
@@ -597,13 +601,15 @@ class _SQLTransaction:
         self._execute(
             "INSERT INTO decisions (id, created_at, workload, outcome, pool, accelerator, model, target, region, fallback, "
             "fraction_honored, devices, cost_per_hour, carbon_factor, note, input_digest, policy_revision, opa_version, document, "
-            "record_digest, fleet_revision, verdict_set, request_id, lease_expires_at, created_ts, residency, verdicts, fraction) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "record_digest, fleet_revision, verdict_set, request_id, lease_expires_at, created_ts, residency, verdicts, fraction, "
+            "queued_id, project, priority) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 row.id, row.created_at, row.workload, row.outcome, row.pool, row.accelerator, row.model, row.target, row.region,
                 flag(row.fallback), flag(row.fraction_honored), row.devices, row.cost_per_hour, row.carbon_factor, row.note,
                 row.input_digest, row.policy_revision, row.opa_version, row.document, row.record_digest, row.fleet_revision,
                 row.verdict_set, row.request_id, row.lease_expires_at, epoch(row.created_at), row.residency, row.verdicts, row.fraction,
+                row.queued_id, row.project, row.priority,
             ),
         )  # fmt: skip
         if row.pool is not None and row.devices is not None:

@@ -60,7 +60,10 @@ class HeldRow:
 
 @dataclass(frozen=True)
 class DecisionRow:
-    """A decision as stored: its record (text) and what happened to it since."""
+    """A decision as stored: its record (text) and what happened to it since: released, its job
+    (and what reconcile read of it: when it really started and ended, a node of it gone down), the
+    queued record it was admitted for (``queued_id``), the queued record a planned preemption takes
+    its grant for (``preempting_for``)."""
 
     id: str
     created_at: str
@@ -72,6 +75,11 @@ class DecisionRow:
     scheduler: str | None = None
     job_uid: str | None = None
     job_state: str | None = None
+    queued_id: str | None = None
+    job_started_at: str | None = None
+    job_ended_at: str | None = None
+    node_down_at: str | None = None
+    preempting_for: str | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +130,90 @@ class NewDecision:
     holdings: tuple[Holding, ...] = ()
     share: float = 0.0
     burst: BurstRow | None = None
+    queued_id: str | None = None
+    project: str | None = None
+    priority: str | None = None
+
+
+QueueState = Literal["queued", "admitted", "cancelled", "failed"]
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """A queued record's place in the queue: what it asks (for the order), how to place and
+    submit it once admitted, and what became of it."""
+
+    id: str
+    state: str
+    queued_at: str
+    queued_ts: float
+    workload: str
+    spec: str
+    project: str | None
+    priority: str | None
+    accelerator: str
+    devices: float
+    lease_s: float | None = None
+    submission: str | None = None
+    admitted_by: str | None = None
+    ended_at: str | None = None
+    preempted_from: str | None = None
+    message: str | None = None
+    attempts: int = 0
+    version: int = 1
+
+
+@dataclass(frozen=True)
+class NewQueued:
+    """What queueing a workload writes beside its queued decision."""
+
+    id: str
+    queued_at: str
+    workload: str
+    spec: str
+    project: str | None
+    priority: str | None
+    accelerator: str
+    devices: float
+    lease_s: float | None = None
+    submission: str | None = None
+    preempted_from: str | None = None
+
+
+@dataclass(frozen=True)
+class GrantRow:
+    """A placement as the queue and reconcile read it (columns only): its project and class, its
+    grant, its job and what reconcile recorded of it."""
+
+    id: str
+    created_at: str
+    created_ts: float
+    released_ts: float | None
+    workload: str
+    project: str | None
+    priority: str | None
+    pool: str
+    accelerator: str
+    devices: float
+    job_id: str | None = None
+    scheduler: str | None = None
+    job_uid: str | None = None
+    job_state: str | None = None
+    job_started_at: str | None = None
+    node_down_at: str | None = None
+    preempting_for: str | None = None
+    queued_id: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeStateRow:
+    """A node a scheduler reported not taking work (drained or down), of a pool."""
+
+    pool: str
+    node: str
+    state: str
+    scheduler: str
+    since: str
 
 
 class Transaction(Protocol):
@@ -221,6 +313,62 @@ class Transaction(Protocol):
     def hold(self, ident: str, pool: str, holdings: Sequence[Holding], share: float) -> None:
         """Give a live grant its devices (grants recorded before grants held devices)."""
         ...
+
+    # -- the queue, quotas and reconcile --------------------------------------------------------
+
+    def add_queued(self, row: NewQueued) -> None:
+        """The queue's row for a queued decision (written in the same transaction)."""
+        ...
+
+    def queue_row(self, ident: str) -> QueueRow | None: ...
+
+    def claim(self, queued_id: str, placement_id: str, now: str) -> bool:
+        """Mark a waiting row admitted by ``placement_id``: True only when it was waiting (one
+        conditional update; another admitter or a cancel that came first leaves it False)."""
+        ...
+
+    def end_queued(self, ident: str, state: QueueState, now: str, *, message: str | None = None, was: tuple[str, ...] = ("queued",)) -> bool:
+        """Move a row in one of the states ``was`` to ``state`` (cancelled, failed): whether it moved."""
+        ...
+
+    def note_attempt(self, ident: str, message: str | None) -> int:
+        """Count a submission tried for an admitted row (its message kept); the attempts now."""
+        ...
+
+    def quota_held(self, pairs: Sequence[tuple[str, str]], unassigned: str) -> dict[tuple[str, str], float]:
+        """Devices the live placements of each (project, class) hold (a decision without a project
+        counts as ``unassigned``)."""
+        ...
+
+    def device_hours(self, project: str, accelerator: str, since_ts: float, now_ts: float, unassigned: str) -> float:
+        """Device-hours the placements of (project, class) held between ``since_ts`` and ``now_ts``."""
+        ...
+
+    def node_states(self, pool: str) -> dict[str, str]:
+        """The nodes of ``pool`` not taking work, by name: drained or down."""
+        ...
+
+    def set_node_state(self, pool: str, node: str, state: str | None, scheduler: str, now: str) -> bool:
+        """A node's state as a scheduler reports it (None: up); whether it changed."""
+        ...
+
+    def job_ended(self, ident: str, state: str, started_at: str | None, ended_at: str | None) -> None:
+        """What the scheduler said of a job that ended: its end state and times."""
+        ...
+
+    def job_started(self, ident: str, at: str) -> bool:
+        """The job's actual start, once: whether it was recorded now."""
+        ...
+
+    def flag_node_down(self, ident: str, at: str | None) -> bool:
+        """Flag a live grant whose node went down (None: clear it): whether it changed."""
+        ...
+
+    def set_preempting(self, ident: str, queued_id: str | None) -> bool:
+        """Mark a live grant as taken by a planned preemption for ``queued_id`` (None: unmark)."""
+        ...
+
+    def grant_row(self, ident: str) -> GrantRow | None: ...
 
 
 class Rows(Protocol):

@@ -124,6 +124,12 @@ class SQLiteStore(SQLStore):
     def _run_script(self, sql: str) -> None:
         for statement in _statements(sql):
             self._db.execute(statement)
+            if statement.upper().replace(" ", "").startswith("PRAGMAWRITABLE_SCHEMA=OFF"):
+                # The script edited a table's SQL text in place (SQLite's procedure for loosening a
+                # constraint without rebuilding the table): every connection, this one included,
+                # reads the schema again once its version changes.
+                version = int(self._db.execute("PRAGMA schema_version").fetchone()[0])
+                self._db.execute(f"PRAGMA schema_version = {version + 1}")
 
     def close(self) -> None:
         self._db.close()

@@ -225,6 +225,6 @@ test_texts_name_every_placeholder_the_caller_fills if {
 	not contains(composer.texts.reason_on_one, "{count}")
 }
 
-test_the_pool_stage_is_budget_and_capacity if {
-	composer.pool_stage_checks == {"budget", "capacity"}
+test_the_pool_stage_is_budget_capacity_and_quota if {
+	composer.pool_stage_checks == {"budget", "capacity", "quota"}
 }

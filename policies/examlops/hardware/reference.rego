@@ -19,6 +19,7 @@ package examlops.hardware.reference
 
 import data.examlops.hardware.checks.budget
 import data.examlops.hardware.checks.capacity
+import data.examlops.hardware.checks.quota
 import data.examlops.hardware.composer
 import data.examlops.hardware.reason
 import data.examlops.hardware.tiers
@@ -51,6 +52,7 @@ shape_verdicts := {k: v |
 		"grant": g.grant,
 		"shortfall": g.shortfall,
 		"limits": g.limits,
+		"quota": g.quota,
 		"blocks_burst": row.blocks_burst,
 	}
 }
@@ -108,15 +110,18 @@ pool_verdict(p) := priced_verdict(p, v, p.carbon_per_hour) if {
 	v := shape_verdicts[p.shape]
 } else := unknown_verdict(p)
 
-# A pool of a known shape with a price: the shape's verdict, its budget and its capacity.
+# A pool of a known shape with a price: the shape's verdict, its budget, its project's quota (what
+# the projects hold: input.quota_use, as the caller reads it from its store) and its capacity. The
+# quota's reasons whatever the use (quota_unknown, quota_too_small) deny the pool as its shape does.
 priced_verdict(p, v, carbon) := pv if {
 	fits := capacity.room(v.grant, object.get(p, "capacity", {}))
 	over := budget.exceeded(v.limits, {"cost_per_hour": p.cost_per_hour, "carbon_per_hour": carbon})
+	quota_over := quota.exceeded(v.quota, quota.use_of(v.quota, object.get(input, "quota_use", {})))
 	pv := {
 		"pool": p.name,
 		"tier": v.tier,
-		"denials": array.flatten([v.denials, over, [v.shortfall | not fits]]),
-		"shape_denied": (count(v.denials) + count(over)) > 0,
+		"denials": array.flatten([v.denials, over, quota_over, [v.shortfall | not fits]]),
+		"shape_denied": ((count(v.denials) + count(over)) + count(v.quota.always)) > 0,
 		"fits": fits,
 		"grant": v.grant,
 		"grant_cost_per_hour": nine(p.cost_per_hour * v.grant.devices),
@@ -130,8 +135,8 @@ priced_verdict(p, v, carbon) := pv if {
 		"requested": v.tier in {0, 2},
 		# Passes every check but the budget.
 		"over_budget_only": count([1 | count(v.denials) == 0; count(over) > 0]) > 0,
-		# Stopped by data governance alone: not also over its budget.
-		"blocks_burst": count([1 | v.blocks_burst; count(over) == 0]) > 0,
+		# Stopped by data governance alone: not also over its budget, nor refused by its quota.
+		"blocks_burst": count([1 | v.blocks_burst; count(over) == 0; count(v.quota.always) == 0]) > 0,
 	}
 }
 

@@ -902,26 +902,28 @@ test_a_pool_without_carbon_is_denied if {
 	d.pool == null
 }
 
-# A check declaring a pool stage the composer does not run (it runs capacity and budget, whose
+# A check declaring a pool stage the composer does not run (it runs capacity, budget and quota, whose
 # comparisons the caller repeats) is never silently skipped: the policy says it cannot run it and
 # places nothing (fail closed).
-quota_check := {
+reservation_check := {
 	"about": {
-		"title": "Quota",
+		"title": "Reservation",
 		"custom": {
 			"order": 85,
 			"stage": "pool",
 			"reads": {"shape": [], "workload": []},
-			"codes": {"quota_reached": {"kind": "not_now", "meaning": "the project's quota is used up"}},
+			"codes": {"reservation_held": {"kind": "not_now", "meaning": "a reservation holds the pool"}},
 		},
 	},
-	"deny": [{"code": "quota_reached", "kind": "not_now", "message": "quota used up", "details": {}}],
+	"deny": [{"code": "reservation_held", "kind": "not_now", "message": "reservation holds the pool", "details": {}}],
 }
 
 test_a_pool_stage_plugin_the_composer_cannot_run_places_nothing if {
-	"quota" in [c.name | some c in composer.check_list] with checks.quota as quota_check
-	placement.about.unsupported_checks == ["quota"] with checks.quota as quota_check
-	d := decide(train({}), [hpc_nvidia]) with checks.quota as quota_check
+	"reservation" in [c.name | some c in composer.check_list] with checks.reservation as reservation_check
+
+	placement.about.unsupported_checks == ["reservation"] with checks.reservation as reservation_check
+
+	d := decide(train({}), [hpc_nvidia]) with checks.reservation as reservation_check
 	d.rejection.code == "check_unsupported"
 	d.pool == null
 	placement.about.unsupported_checks == []
@@ -942,4 +944,64 @@ test_a_pool_with_a_malformed_carbon_figure_is_denied if {
 	d := decide(train({}), [object.union(hpc_nvidia, {"carbon_per_hour": "lots"})])
 	d.verdicts["hpc-nvidia"].admissible == false
 	d.pool == null
+}
+
+# --- the quota at the pool stage ------------------------------------------------------------------
+
+# The decision with what the projects hold (input.quota_use), as the caller reads it from its store.
+decide_held(w, pools, quota_use) := d if {
+	d := placement.decision with input as {
+		"workload": w,
+		"shapes": {p.shape: shapes[p.shape] | some p in pools},
+		"pools": pools,
+		"quota_use": quota_use,
+	}
+}
+
+# inference-eu may hold 16 nvidia devices (quotas.yaml) and no other class.
+test_a_pool_over_the_projects_quota_waits_and_a_class_without_quota_is_refused if {
+	w := train({"project": "inference-eu"})
+	d := decide_held(w, spec_pools, {"devices": {"inference-eu": {"nvidia": 16}}})
+	codes(d.verdicts["hpc-nvidia"]) == ["quota_exceeded"]
+	d.verdicts["hpc-nvidia"].reasons[0].kind == "not_now"
+	codes(d.verdicts["hpc-mi300"]) == ["quota_unknown"]
+	d.verdicts["hpc-mi300"].reasons[0].kind == "never"
+	d.outcome == "rejected"
+	d.reason.code == "no_capacity"
+}
+
+test_within_the_quota_the_pool_is_chosen if {
+	d := decide_held(train({"project": "inference-eu"}), spec_pools, {"devices": {"inference-eu": {"nvidia": 15}}})
+	d.pool == "hpc-nvidia"
+	codes(d.verdicts["hpc-nvidia"]) == []
+}
+
+# Without quota_use nothing is held: the quota of an unused project has room.
+test_without_quota_use_nothing_is_held if {
+	decide(train({"project": "inference-eu"}), spec_pools).pool == "hpc-nvidia"
+}
+
+# llm-pretraining borrows from cohort research while the cohort has unused quota (64 + 16 nominal),
+# up to its borrowing limit (32).
+test_borrowing_within_the_cohort_and_not_beyond_it if {
+	w := train({"project": "llm-pretraining"})
+	decide_held(w, [hpc_nvidia], {"devices": {"llm-pretraining": {"nvidia": 70}}}).pool == "hpc-nvidia"
+	over := decide_held(w, [hpc_nvidia], {"devices": {"llm-pretraining": {"nvidia": 70}, "green-research": {"nvidia": 10}}})
+	codes(over.verdicts["hpc-nvidia"]) == ["quota_exceeded"]
+	over.pool == null
+}
+
+# A grant no quota could ever hold is refused whatever the use (never): not a reason to wait.
+# green-research may hold no amd device of its own, and borrow at most its cohort's 4.
+test_a_grant_beyond_any_quota_is_never_placed if {
+	d := decide(train({"project": "green-research", "accelerator": "amd", "count": 5}), [object.union(hpc_mi300, {"carbon_per_hour": 10})])
+	codes(d.verdicts["hpc-mi300"]) == ["quota_too_small", "capacity_exhausted"]
+	d.verdicts["hpc-mi300"].reasons[0].kind == "never"
+	d.reason.code == "no_eligible_pool"
+}
+
+# The quota comes before the capacity shortfall, after the budget.
+test_quota_reasons_come_before_the_capacity_shortfall if {
+	d := decide_held(train({"project": "inference-eu"}), [full(hpc_nvidia)], {"devices": {"inference-eu": {"nvidia": 16}}})
+	codes(d.verdicts["hpc-nvidia"]) == ["quota_exceeded", "capacity_exhausted"]
 }

@@ -20,6 +20,7 @@ package examlops.hardware.verdicts
 import data.examlops.hardware.checks
 import data.examlops.hardware.checks.budget
 import data.examlops.hardware.checks.capacity
+import data.examlops.hardware.checks.quota
 import data.examlops.hardware.composer
 import data.examlops.hardware.fractions
 import data.examlops.hardware.tiers
@@ -116,12 +117,20 @@ note_list := sort({n | some row in tier_results; some n in array.slice(row, 1, 4
 
 note_index := {n: i | some i, n in note_list}
 
-# Per distinct grant: [projection, {grant, the shortfall reason, the budget's limits per device-hour}].
-grant_rows := [[v, {"grant": g, "shortfall": capacity.shortfall(p, g), "limits": budget.limits(w, g)}] |
+# Per distinct grant: [projection, {grant, the shortfall reason, the budget's limits per device-hour,
+# the quota's figures for the grant (what the caller compares with what the projects hold)}]. The
+# quota reads the pool's accelerator class, one of the fields the grant reads.
+grant_rows := [[v, row] |
 	composer.valid
 	some v in sort({v | some v in grant_values})
 	p := fields_of(v, grant_fields)
 	g := fractions.grant(p, w)
+	row := {
+		"grant": g,
+		"shortfall": capacity.shortfall(p, g),
+		"limits": budget.limits(w, g),
+		"quota": quota.limits(w, p, g),
+	}
 ]
 
 grant_index := {p: i | some i, [p, _] in grant_rows}

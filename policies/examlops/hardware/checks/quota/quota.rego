@@ -30,10 +30,9 @@ import data.examlops.hardware.reason
 import data.examlops.tables.budgets
 import data.examlops.tables.quotas
 
-# The annotations above. Named `about` once the composer runs quota among its pool-stage checks
-# (placement.pool_stage_checks, which compares the figures as it does the budget's); until then
-# the composer does not discover this package, and placement is unchanged.
-declared := [e.annotations | some e in rego.metadata.chain(); e.annotations.scope == "package"][0]
+# The annotations above, as the composer reads every check's: quota is one of its pool-stage checks
+# (composer.pool_stage_checks), its figures answered per grant and compared by the caller.
+about := [e.annotations | some e in rego.metadata.chain(); e.annotations.scope == "package"][0]
 
 # input: {shape, workload, grant, quota_use}; quota_use as in use_of below.
 deny contains r if {

@@ -259,14 +259,16 @@ test_declared_codes_are_the_codes_given if {
 		some l in [lim("ml-a", "nvidia", 2), lim("ml-a", "nvidia", 13), lim("solo", "amd", 1), lim("hours", "nvidia", 1)]
 		some r in array.concat(l.always, [x | some x in l.reasons; x != null])
 	}
-	given == {[code, c.kind] | some code, c in quota.declared.custom.codes}
-	quota.declared.custom.stage == "pool"
-	quota.declared.custom.order == 85
+	given == {[code, c.kind] | some code, c in quota.about.custom.codes}
+	quota.about.custom.stage == "pool"
+	quota.about.custom.order == 85
 }
 
-# Not yet a check the composer runs: it does not discover the package, and places as before.
-test_the_composer_does_not_run_quota_yet if {
-	not "quota" in {c.name | some c in placement.about.checks}
+# A pool-stage check the composer runs: discovered from its metadata, published with the checks, its
+# figures answered per grant.
+test_the_composer_runs_quota_at_the_pool_stage if {
+	"quota" in {c.name | some c in placement.about.checks}
+	"quota" in placement.about.pool_stage
 	placement.about.unsupported_checks == []
 }
 
