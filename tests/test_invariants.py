@@ -16,7 +16,10 @@ against a small reference oracle written here from the reviewed tables
   never a CPU unless the workload allows it);
 * the chosen pool holds the cheapest grant (price per device-hour x devices granted; ties by name);
 * ``fallback`` is true exactly when the placed accelerator differs from the requested one;
-* ``fraction_honored`` is false whenever the pool cannot partition.
+* ``fraction_honored`` is false whenever the pool cannot partition;
+* quotas: a project may hold at most its nominal quota of a class, or borrow within its borrowing
+  limit what its cohort leaves unused; a grant no quota could hold, or of a class the project has
+  no quota of, is refused (never); device-hours used up stop new work (not now).
 """
 
 from __future__ import annotations
@@ -66,6 +69,8 @@ SCHEMES: dict[str, dict[str, Any]] = T["partitioning"]["schemes"]
 DEFAULT_COST: dict[str, float] = T["accounting"]["default_cost_per_hour"]
 STAND_INS: dict[str, list[str]] = T["fallback"]["stand_ins"]
 PROJECTS: dict[str, dict[str, float]] = T["budgets"]["projects"]
+QUOTAS: dict[str, dict[str, Any]] = T["quotas"]["projects"]
+UNASSIGNED: str = T["budgets"]["unassigned"]
 DEFAULT_CARBON: dict[str, float] = T["accounting"]["default_carbon_factor"]
 RESIDENCY_LEVEL = {"open": 0, "eu-only": 1, "no-egress": 2, "restricted": 3}
 
@@ -154,13 +159,54 @@ def expected_grant(pool: Pool, w: Workload) -> tuple[bool, float, str | None, in
     return True, best["units"] / of, best["profile"], 1
 
 
+Use = dict[str, dict[str, dict[str, float]]]  # {"devices": {project: {class: n}}, "device_hours": {...}}
+EPS = 1e-9
+
+
+def quota_codes(pool: Pool, w: Workload, devices: float, use: Use) -> set[str]:
+    """quotas.yaml as its comments state it (Kueue's ClusterQueue and cohort): a project not listed
+    has no quota; a listed one only the classes it lists; within the nominal quota, or borrowing
+    within the borrowing limit what the cohort's members leave of theirs; device-hours per period."""
+    project = w.project or UNASSIGNED
+    q = QUOTAS.get(project)
+    if q is None:
+        return set()
+    entry = q["accelerators"].get(pool.accelerator)
+    if entry is None:
+        return {"quota_unknown"}
+    held = use.get("devices", {})
+    codes: set[str] = set()
+    nominal = entry.get("devices")
+    if nominal is not None:
+        cohort = q.get("cohort")
+        members = [p for p, other in QUOTAS.items() if cohort is not None and other.get("cohort") == cohort and "devices" in other["accelerators"].get(pool.accelerator, {})]
+        pooled = sum(QUOTAS[m]["accelerators"][pool.accelerator]["devices"] for m in members)
+        limit = entry.get("borrowing_limit")
+        most = nominal if cohort is None else min(nominal + (limit if limit is not None else pooled), pooled)
+        if devices > most + EPS:
+            return {"quota_too_small"}
+        mine = held.get(project, {}).get(pool.accelerator, 0.0)
+        within = mine + devices <= nominal + EPS
+        borrowing = (
+            cohort is not None
+            and (limit is None or mine + devices <= nominal + limit + EPS)
+            and sum(held.get(m, {}).get(pool.accelerator, 0.0) for m in members) + devices <= pooled + EPS
+        )
+        if not within and not borrowing:
+            codes.add("quota_exceeded")
+    hours = entry.get("device_hours")
+    if hours is not None and use.get("device_hours", {}).get(project, {}).get(pool.accelerator, 0.0) >= hours - EPS:
+        codes.add("quota_exceeded")
+    return codes
+
+
 def room(pool: Pool, capacity: Capacity | None, profile: str | None, units: int) -> bool:
     if capacity is EMPTY:
         return profile is not None or pool.count >= units
     return capacity.whole >= units if profile is None else capacity.slices.get(profile, 0) >= units
 
 
-def expect(pool: Pool, capacity: Capacity | None, w: Workload) -> Expected:
+def expect(pool: Pool, capacity: Capacity | None, w: Workload, use: Use | None = None) -> Expected:
     target = w.target or "any"
     honored, devices, profile, units = expected_grant(pool, w)
     codes: set[str] = set()
@@ -184,6 +230,7 @@ def expect(pool: Pool, capacity: Capacity | None, w: Workload) -> Expected:
         codes.add("spot_required")
     if pool.region in REGIONS and over_budget(pool, w, devices):
         codes.add("budget_exceeded")
+    codes |= quota_codes(pool, w, devices, use or {})
     if not room(pool, capacity, profile, units):
         codes.add("capacity_exhausted" if profile is None else "slice_unavailable")
     tier = 2 * (pool.target == "cloud") + (pool.accelerator != w.accelerator)
@@ -261,7 +308,7 @@ class Oracle:
     burst_attempted: bool
 
 
-NOT_NOW = frozenset({"capacity_exhausted", "slice_unavailable"})
+NOT_NOW = frozenset({"capacity_exhausted", "slice_unavailable", "quota_exceeded"})
 
 
 def refuse_budget_fallbacks(per_pool: dict[str, Expected], w: Workload) -> dict[str, Expected]:
@@ -281,8 +328,8 @@ def refuse_budget_fallbacks(per_pool: dict[str, Expected], w: Workload) -> dict[
     return out
 
 
-def oracle(w: Workload, pools: Sequence[Pool], capacities: dict[str, Capacity | None]) -> Oracle:
-    per_pool = refuse_budget_fallbacks({p.name: expect(p, capacities.get(p.name, EMPTY), w) for p in pools}, w)
+def oracle(w: Workload, pools: Sequence[Pool], capacities: dict[str, Capacity | None], use: Use | None = None) -> Oracle:
+    per_pool = refuse_budget_fallbacks({p.name: expect(p, capacities.get(p.name, EMPTY), w, use) for p in pools}, w)
     ok = portable(w.engine, w.accelerator)
     admissible = {n: e for n, e in per_pool.items() if e.admissible} if ok else {}
     eligible: frozenset[str] = frozenset()
@@ -300,12 +347,15 @@ def oracle(w: Workload, pools: Sequence[Pool], capacities: dict[str, Capacity | 
 # --- checking a decision ----------------------------------------------------------------------
 
 
-def check(decision: Decision, w: Workload, pools: Sequence[Pool], capacities: dict[str, Capacity | None] | None = None) -> Oracle:
+def check(
+    decision: Decision, w: Workload, pools: Sequence[Pool], capacities: dict[str, Capacity | None] | None = None, use: Use | None = None
+) -> Oracle:
     """Assert every invariant of ``decision`` against the oracle; return the oracle's view.
 
-    ``capacities``: what each pool can place (EMPTY: nothing is held on it)."""
+    ``capacities``: what each pool can place (EMPTY: nothing is held on it); ``use``: what the
+    projects hold (nothing when not given)."""
     capacities = capacities or {}
-    want = oracle(w, pools, capacities)
+    want = oracle(w, pools, capacities, use)
     by_name = {p.name: p for p in pools}
     if not want.portable:
         assert isinstance(decision, Rejection), f"non-portable workload was placed: {decision}"
@@ -455,7 +505,7 @@ def workloads(draw: st.DrawFn) -> Workload:
         carbon_weight=draw(st.sampled_from([0.0, 0.5, 0.8, 1.0])),
         max_cost_per_hour=draw(st.sampled_from([None, None, None, 1.0, 2.5, 8.0])),
         max_carbon_per_hour=draw(st.sampled_from([None, None, None, 150.0, 500.0])),
-        project=draw(st.sampled_from([None, None, *sorted(PROJECTS)])),
+        project=draw(st.sampled_from([None, None, *sorted(PROJECTS), *sorted(QUOTAS)])),
         spot=draw(st.sampled_from(["never", "never", "allow", "require"])),
         allow_budget_fallback=draw(st.sampled_from([True, True, False])),
     )
@@ -578,20 +628,48 @@ def test_decision_over_partly_used_pools_respects_capacity(hw: Hardware, pools: 
     assert again.provenance.input_digest == decision.provenance.input_digest
 
 
+@st.composite
+def quota_use(draw: st.DrawFn, w: Workload) -> Use:
+    """What the projects hold: for the workload's project, around the edges of its quotas (its
+    nominal quota and its cohort's, less what the workload asks, give or take); for the others,
+    drawn freely; device-hours around green-research's period quota."""
+    asks = float(w.count) if w.fraction >= 1 else w.fraction
+    devices: dict[str, dict[str, float]] = {}
+    for project in [*sorted(QUOTAS), UNASSIGNED]:
+        for accelerator in ("nvidia", "amd"):
+            entry = QUOTAS.get(project, {}).get("accelerators", {}).get(accelerator, {})
+            edges = [0.0, 1.0, 4.0, 16.0, 64.0, 70.0, 96.0]
+            if project == (w.project or UNASSIGNED) and "devices" in entry:
+                edge = entry["devices"] - asks
+                edges += [edge - 1, edge, edge + 0.5, edge + 1, edge + entry.get("borrowing_limit", 0)]
+            n = max(0.0, draw(st.sampled_from(edges)))
+            if n:
+                devices.setdefault(project, {})[accelerator] = n
+    hours = draw(st.sampled_from([0.0, 0.0, 1999.5, 2000.0, 2500.0]))
+    out: Use = {"devices": devices}
+    if hours:
+        out["device_hours"] = {"green-research": {"nvidia": hours}}
+    return out
+
+
 @SETTINGS
 @given(pools=pools_strategy(min_size=1), w=workloads(), data=st.data())
 def test_python_selection_equals_the_policys_reference_decision(hw: Hardware, pools: list[Pool], w: Workload, data: st.DataObject) -> None:
     """Selection is the one piece of decision logic in Python: the policy's complete reference rule
-    gives the same pool or rejection, burst verdict and reasons, over random fleets and capacity."""
+    gives the same pool or rejection, burst verdict and reasons, over random fleets, capacity and
+    what the projects hold (their quotas); and both are the oracle's."""
     from examlops_policy._core.engine import differences, reference_input
+    from examlops_policy._core.quota import QuotaUse
 
     capacities = data.draw(capacities_for(pools))
+    use = data.draw(quota_use(w))
     states = sorted(states_of(pools, capacities, hw.tables), key=lambda s: s.pool.name)
     prepared = hw.engine.prepare(w, [s.pool for s in states])
     caps = [s.capacity for s in states]
-    decision = prepared.decide(caps, hw.tables)
-    reference = hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about))
+    decision = prepared.decide(caps, hw.tables, quota=QuotaUse.from_json(use))
+    reference = hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about, dict(use)))  # type: ignore[arg-type]
     assert differences(decision, reference) == []
+    check(decision, w, pools, capacities, use)
 
 
 @SETTINGS

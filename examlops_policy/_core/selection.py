@@ -157,7 +157,7 @@ class Judged:
                     requested_ok.add(v.tier)
             elif v.blocks_burst and not over and not always:
                 blocked.append((entry.price, entry.pool.name, i))
-            if v.tier % 2 == 0 and over and not v.denials:
+            if v.tier % 2 == 0 and over and not v.denials and not always:
                 requested_over.add(v.tier)
         # Tiers where a pool of the requested accelerator passes every check (it can only be full),
         # and where one passes every check but the budget.
@@ -191,10 +191,10 @@ class Judged:
 
     @cached_property
     def quota_needs(self) -> quotas.Needs:
-        """What the quotas of the admissible pools compare with (nothing: no quota applies)."""
+        """What the pools' quotas compare with (nothing: no quota counts what the projects hold)."""
         if not self.judged:
             return quotas.Needs()
-        return quotas.needs_of(self.verdict(int(row[-1])).quota for row in self.ranked)  # type: ignore[call-overload]
+        return quotas.needs_of(v.quota for v in self.shapes.values())
 
     def quota_over(self, index: int, use: QuotaUse) -> tuple[Reason, ...]:
         """The quota's reasons for the pool at ``index`` that depend on what the projects hold
@@ -315,7 +315,7 @@ def select(judged: Judged, capacities: Sequence[Capacity], use: QuotaUse = NO_US
     else:
         for _, name, i in judged.blocked:
             v = judged.verdict(i)
-            if fits(v.grant, capacities[i]):
+            if judged.room(i, capacities[i], use):
                 pool = judged.fleet.entries[i].pool
                 burst = BurstVerdict(True, "blocked", name, pool.region, v.denials[0])
                 return Outcome(chosen, tier, burst, i)

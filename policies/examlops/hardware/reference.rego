@@ -123,6 +123,8 @@ priced_verdict(p, v, carbon) := pv if {
 		"denials": array.flatten([v.denials, over, quota_over, [v.shortfall | not fits]]),
 		"shape_denied": ((count(v.denials) + count(over)) + count(v.quota.always)) > 0,
 		"fits": fits,
+		# Room for the grant now: its capacity, and its project's quota.
+		"room": count([1 | fits; count(quota_over) == 0]) > 0,
 		"grant": v.grant,
 		"grant_cost_per_hour": nine(p.cost_per_hour * v.grant.devices),
 		"grant_carbon_per_hour": nine(carbon * v.grant.devices),
@@ -133,8 +135,8 @@ priced_verdict(p, v, carbon) := pv if {
 		"note_full": v.note_full,
 		"note_budget": v.note_budget,
 		"requested": v.tier in {0, 2},
-		# Passes every check but the budget.
-		"over_budget_only": count([1 | count(v.denials) == 0; count(over) > 0]) > 0,
+		# Passes every check but the budget (the quota's reasons whatever the use among them).
+		"over_budget_only": count([1 | count(v.denials) == 0; count(v.quota.always) == 0; count(over) > 0]) > 0,
 		# Stopped by data governance alone: not also over its budget, nor refused by its quota.
 		"blocks_burst": count([1 | v.blocks_burst; count(over) == 0; count(v.quota.always) == 0]) > 0,
 	}
@@ -146,6 +148,7 @@ unknown_verdict(p) := {
 	"denials": [unknown_pool(p)],
 	"shape_denied": true,
 	"fits": false,
+	"room": false,
 	"grant": null,
 	"grant_cost_per_hour": 0,
 	"grant_carbon_per_hour": 0,
@@ -261,12 +264,12 @@ burst_attempted if {
 	not hpc_admissible
 }
 
-# Cloud pools with room that data governance alone stops (the checks that declare blocks_burst:
-# residency, export control), cheapest first: the one a blocked burst names.
+# Cloud pools with room (capacity and quota) that data governance alone stops (the checks that
+# declare blocks_burst: residency, export control), cheapest first: the one a blocked burst names.
 residency_blocked := sort([[pv.cost_per_hour, name] |
 	some name, pv in pool_verdicts
 	pv.blocks_burst
-	pv.fits
+	pv.room
 ])
 
 default burst := {"attempted": true, "verdict": "unavailable", "pool": null, "reason": null}

@@ -496,7 +496,7 @@ test_decision_reads_shapes_from_fleet_data if {
 test_verdict_fields if {
 	d := decide(train({}), [hpc_nvidia])
 	object.keys(d.verdicts["hpc-nvidia"]) == {
-		"pool", "tier", "denials", "shape_denied", "fits", "grant", "grant_cost_per_hour", "grant_carbon_per_hour",
+		"pool", "tier", "denials", "shape_denied", "fits", "room", "grant", "grant_cost_per_hour", "grant_carbon_per_hour",
 		"cost_per_hour", "fallback", "burst", "note", "note_full", "note_budget", "requested", "over_budget_only",
 		"blocks_burst", "reasons", "admissible", "eligible",
 	}
