@@ -89,6 +89,16 @@ class OpaPolicy:
         if status not in (200, 204):
             raise PolicyError(f"{self._where} refused the fleet's shapes ({status}): {_message(raw)}")
 
+    def query(self, path: str, policy_input: JSONObject) -> object:
+        """Another entry point of the reviewed policy (``examlops/queue/order/ranked``, ...): its
+        answer as it is; PolicyError when it is undefined or refused."""
+        status, raw = self._request("POST", f"/v1/data/{path}", codec.query_body(policy_input))
+        if status in (401, 403):
+            raise PolicyUnavailable(f"{self._where} refused the query ({status}: {_message(raw)}): the token is missing or wrong; nothing was placed")
+        if status != 200:
+            raise PolicyError(f"{self._where} refused the query ({status}): {_message(raw)}")
+        return codec.result_of(raw, path, self._where)
+
     def decision(self, policy_input: JSONObject) -> JSONObject:
         raw = self._query("decision", policy_input)
         if not isinstance(raw, dict):

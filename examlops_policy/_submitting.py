@@ -148,3 +148,26 @@ def _slurm_status(record: DecisionRecord) -> JobReport:
     state = _SLURM.get(native, "unknown")
     shown = None if reason in (None, "", "None") else reason
     return JobReport(record.id, "slurm", record.job_id, state, shown, native_state=native)
+
+
+def cancel(record: DecisionRecord, *, kubeconfig: str | None = None, context: str | None = None) -> bool:
+    """Stop a decision's job through its scheduler (``scancel``; the Kubernetes Job of the recorded
+    uid deleted, its pods first): True when a job was stopped, False when there was none left.
+    ExecutorError when the scheduler refuses or cannot be reached."""
+    from examlops_policy.executors.command import run_command
+    from examlops_policy.executors.slurm import JOB_ID_RE
+
+    if record.job_id is None:
+        return False
+    if record.scheduler == "kubernetes":
+        from examlops_policy.executors.kubernetes_api import KubernetesCluster
+
+        namespace, _, name = record.job_id.partition("/")
+        with KubernetesCluster.connect(kubeconfig, context) as cluster:
+            return cluster.delete_job(namespace, name, uid=record.job_uid)
+    if not JOB_ID_RE.fullmatch(record.job_id):
+        raise SpecError(f"not a Slurm job id: {record.job_id!r}", field="job id")
+    result = run_command(["scancel", record.job_id], timeout=30)
+    if not result.ok:
+        raise ExecutorError(f"scancel {record.job_id} failed: {result.reason()}")
+    return True

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import uuid
 from dataclasses import dataclass
 import os
 import time
@@ -25,7 +26,7 @@ from examlops_policy._core.engine import Engine, Prepared, RevisionMismatch, dif
 from examlops_policy._core.records import DecisionInputs, Reader, judged_from
 from examlops_policy._core.request import Request
 from examlops_policy._core.state import Capacities, Snapshot, Snapshots, state_of
-from examlops_policy.errors import NotFoundError, PolicyUnavailable, SpecError, StateError
+from examlops_policy.errors import ExaError, NotFoundError, PolicyUnavailable, SpecError, StateError
 from examlops_policy.model import Decision, JSONObject, Placement, Pool, PoolState, Reason, Workload
 from examlops_policy._core.packing import describe, device_layouts
 from examlops_policy._core.selection import effective_cost, priced
@@ -35,7 +36,9 @@ from examlops_policy._reviewed import Pinned, PolicySnapshot, Reviewed
 from examlops_policy.tables import Tables, policy_dir
 from examlops_policy._core.verdicts import About, Answer
 from examlops_policy.views import (
+    AdmissionReport,
     BurstEvent,
+    Cancelled,
     DecisionPage,
     DecisionRecord,
     DiscoveryResult,
@@ -46,6 +49,8 @@ from examlops_policy.views import (
     PoolDetail,
     Portability,
     PoolView,
+    QueueListing,
+    QuotaRow,
     ReleaseReport,
     Replay,
     Submission,
@@ -61,6 +66,7 @@ if TYPE_CHECKING:  # the crypto, OPA-process and report stacks load only when a 
     from examlops_policy.opa import OpaConnection, OpaStatus, StopReport
     from examlops_policy.opa.bundle import Bundle
     from examlops_policy.report import ReportData
+    from examlops_policy._queueing import Submit
 
 DEFAULT_HOME: Final = Path("~/.local/share/examlops")
 SOURCE: Final = "exa-hardware"
@@ -143,6 +149,10 @@ class ManagedPolicy:
 
     def decision(self, policy_input: JSONObject) -> JSONObject:
         return self._call("decision", policy_input)  # type: ignore[return-value]
+
+    def query(self, path: str, policy_input: JSONObject) -> object:
+        """Another entry point of the policy (the queue's order, preemption, the quotas report)."""
+        return self._call("query", path, policy_input)
 
     def close(self) -> None:
         if self._inner is not None:
@@ -296,12 +306,16 @@ class Hardware:
 
     def apply(self, pools: Sequence[Pool]) -> list[PoolChange]:
         """Register or update pools (idempotent). A pool that live decisions hold keeps its
-        accelerator, model, target, region and partitioning, and no device they hold: SpecError."""
+        accelerator, model, target, region and partitioning, and no device they hold: SpecError.
+        A change offers the queue the capacity it may have added (``admit``)."""
         from examlops_policy import specs
 
         for pool in pools:
             specs.check_pool_facts(pool, self.tables)
-        return commit.apply_pools(self.store, self._capacities, pools, replace=True, source=SOURCE)
+        changes = commit.apply_pools(self.store, self._capacities, pools, replace=True, source=SOURCE)
+        if any(c.action != "unchanged" for c in changes):
+            self._freed()  # devices added may take waiting work (what it admits is audited)
+        return changes
 
     def apply_file(self, path: Path) -> list[PoolChange]:
         """``apply`` the pools of a reviewed YAML file (``pools: [...]``)."""
@@ -364,39 +378,70 @@ class Hardware:
         use = commit.read_quota(self.store, prepared.judged.quota_needs, under.policy.tables.unassigned, time.time())
         return under, prepared, prepared.decide(snap.capacities, under.policy.tables, capacities_digest=snap.capacity_digest, quota=use)
 
-    def place(self, workload: Workload, *, request_id: str | None = None, lease: timedelta | None = None) -> DecisionRecord:
+    def place(
+        self,
+        workload: Workload,
+        *,
+        request_id: str | None = None,
+        lease: timedelta | None = None,
+        queue: bool = False,
+        submission: Submit | None = None,
+        queued_at: str | None = None,
+        preempted_from: str | None = None,
+    ) -> DecisionRecord:
         """Decide and record: devices, decision, burst event and audit entries, atomically.
 
         ``request_id`` makes the call idempotent: a retry with the same key returns the decision
         recorded the first time and reserves nothing more. ``lease``: a placement neither submitted
         to a scheduler nor renewed before it ends is released by the next write (audited as
-        ``expired``). Raises SpecError, PolicyUnavailable/PolicyError (nothing placed), StateError.
+        ``expired``). ``queue``: when every pool that could take the workload is only full (the
+        policy's ``no_capacity``), it waits in the queue instead (outcome ``queued``, its record's
+        ``queue`` says its place) and is placed when capacity frees (``admit``); ``submission``:
+        how it is submitted once placed. A workload that can never run is rejected as ever.
+        Raises SpecError, PolicyUnavailable/PolicyError (nothing placed), StateError.
         """
-        from examlops_policy import specs
+        from examlops_policy import _queueing, specs
 
         under = self._current()
         specs.check_workload_facts(workload, under.policy.tables)
+        if submission is not None and not queue:
+            raise SpecError("a submission once admitted is for a queued placement: add --queue (queue=True)", field="submission")
         request = Request(workload)
         if request_id is not None:
             specs.check_request_id(request_id)
             found = self.store.request_row(request_id)
             if found is not None:
-                return _same_request(self.records.record(found), request, request_id)
+                return self._with_queue(_same_request(self.records.record(found), request, request_id))
         until = None if lease is None else lease_end(_check_lease(lease))
         for _ in range(FLEET_ROUNDS):
             snap = self._snapshot()
             under, prepared, decided = self._decide(request, snap, under)
+            ident = uuid.uuid4().hex
+            waits = None
+            if queue:
+                # Its place in the order is asked before the write (when it is only full now; one
+                # found only full under the lock is queued all the same, its place asked later).
+                waits = _queueing.intent(
+                    self, workload, decided if commit.queueable(decided) else None, ident, lease=lease, submission=submission,
+                    queued_at=queued_at, preempted_from=preempted_from,
+                )  # fmt: skip
             try:
                 done = commit.place(
-                    self.store, prepared, decided, snap, under.capacities, source=SOURCE, request_id=request_id, lease_expires_at=until
-                )
+                    self.store, prepared, decided, snap, under.capacities, source=SOURCE, request_id=request_id, lease_expires_at=until,
+                    queue=waits, ident=ident,
+                )  # fmt: skip
             except StaleFleet:
                 continue
             if done.record is None:
                 assert done.earlier is not None and request_id is not None
-                return _same_request(self.records.record(done.earlier), request, request_id)
-            return done.record
+                return self._with_queue(_same_request(self.records.record(done.earlier), request, request_id))
+            return self._with_queue(done.record)
         raise StateError(f"pools kept changing while {workload.name} was being placed ({FLEET_ROUNDS} rounds); nothing was placed")
+
+    def _with_queue(self, record: DecisionRecord) -> DecisionRecord:
+        from examlops_policy import _queueing
+
+        return _queueing.record_entry(self, record)
 
     def burst(self, workload: Workload, *, request_id: str | None = None, lease: timedelta | None = None) -> DecisionRecord:
         """An explicit burst to cloud (target cloud, bursting allowed), recorded as ``place``."""
@@ -452,8 +497,9 @@ class Hardware:
         return DecisionPage(tuple(rows), more)
 
     def decision(self, ident: str) -> DecisionRecord:
-        """A decision by id or unique id prefix, rebuilt with every pool's verdict as it was made."""
-        return self.records.record(self.store.decision_row(ident))
+        """A decision by id or unique id prefix, rebuilt with every pool's verdict as it was made; a
+        queued one with its place in the queue (``queue``)."""
+        return self._with_queue(self.records.record(self.store.decision_row(ident)))
 
     def release(self, ident: str, *, kubeconfig: str | None = None, context: str | None = None) -> ReleaseReport:
         """Free what a placement holds; a Kubernetes Job it was submitted as is deleted first
@@ -469,7 +515,54 @@ class Hardware:
             with KubernetesCluster.connect(kubeconfig, context) as cluster:
                 deleted = cluster.delete_job(namespace, name, uid=record.job_uid)
         row, already = commit.release(self.store, self._capacities, record.id, source=SOURCE)
-        return ReleaseReport(self.records.record(row), already, deleted)
+        admitted, problem = (None, None) if already else self._freed()
+        return ReleaseReport(self.records.record(row), already, deleted, admitted, problem)
+
+    # -- the queue --------------------------------------------------------------------------
+
+    def _freed(self) -> tuple[AdmissionReport | None, str | None]:
+        """Capacity freed (a release, devices added): the queue is offered it now, in the same
+        process. The write that freed it stands whatever admission finds: an error here is said
+        (second value), not raised. One indexed read when nothing waits."""
+        try:
+            if not self.store.queue_waiting():
+                return None, None
+            return self.admit(), None
+        except ExaError as exc:
+            return None, f"{type(exc).__name__}: {exc}"
+
+    def queue(self, *, every: bool = False) -> QueueListing:
+        """The waiting workloads in the order the policy offers them capacity (position, project,
+        priority, age, what each waits for, the order's reason); with ``every``, the admitted,
+        cancelled and failed ones too. PolicyUnavailable when the order cannot be asked."""
+        from examlops_policy import _queueing
+
+        return _queueing.listing(self, every=every)
+
+    def admit(self, *, limit: int | None = None) -> AdmissionReport:
+        """Offer the queue capacity now (one admission pass): each waiting workload, in the
+        policy's order, judged again under the revision served now and placed when it fits (at
+        most ``limit``); submitted when it was queued with a submission. Nothing is admitted twice,
+        whatever runs at once."""
+        from examlops_policy import _queueing
+
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise SpecError(f"must be a whole number of at least 1 (got {limit!r})", field="max")
+        return _queueing.admit(self, limit=limit)
+
+    def cancel(self, ident: str) -> Cancelled:
+        """Take a waiting workload out of the queue (by its queued decision's id or a unique prefix),
+        audited; a second cancel writes nothing. NotFoundError for no such queued workload, SpecError
+        for one already admitted (release its placement) or failed."""
+        from examlops_policy import _queueing
+
+        return _queueing.cancel(self, ident)
+
+    def quotas(self) -> list[QuotaRow]:
+        """Use against quota per project and accelerator class (quotas.yaml), worded by the policy."""
+        from examlops_policy import _queueing
+
+        return _queueing.quotas(self)
 
     def renew(self, ident: str, lease: timedelta) -> DecisionRecord:
         """Move a live placement's lease end to ``lease`` from now."""

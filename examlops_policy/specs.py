@@ -418,6 +418,13 @@ def _timestamps_as_text(data: object) -> object:
 
 def workload_from_file(path: Path) -> Workload:
     """Read a workload file (``workload: {...}``)."""
+    return placement_from_file(path)[0]
+
+
+def placement_from_file(path: Path) -> tuple[Workload, bool]:
+    """Read a workload file: the workload, and whether it waits in the queue when its pools are
+    only full (``queue: true``)."""
     data = _timestamps_as_text(read_yaml(path))
     validate(data, "workload-file.schema.json", source=str(path))
-    return workload_from_mapping(cast(Mapping[str, object], cast(JSONObject, data)["workload"]), source=str(path))
+    doc = cast(JSONObject, data)
+    return workload_from_mapping(cast(Mapping[str, object], doc["workload"]), source=str(path)), bool(doc.get("queue", False))

@@ -88,6 +88,8 @@ class Tables:
     fallback: JSONObject
     budgets: JSONObject = field(default_factory=dict)
     priorities: JSONObject = field(default_factory=dict)
+    fair_share: JSONObject = field(default_factory=dict)
+    quotas: JSONObject = field(default_factory=dict)
 
     @property
     def unassigned(self) -> str:
@@ -333,6 +335,8 @@ def load_tables(root: Path | None = None) -> Tables:
             fallback=cast("JSONObject", merged["fallback"]),
             budgets=cast("JSONObject", merged.get("budgets") or {}),
             priorities=cast("JSONObject", merged.get("priorities") or {}),
+            fair_share=cast("JSONObject", merged.get("fair_share") or {}),
+            quotas=cast("JSONObject", merged.get("quotas") or {}),
         )
     except KeyError as exc:
         raise PolicyError(f"{base}: table {exc} is missing") from exc

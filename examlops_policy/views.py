@@ -246,12 +246,15 @@ class JobReport:
 
 @dataclass(frozen=True)
 class ReleaseReport:
-    """A release: the record after it, whether it had been released before, and the scheduler job
-    deleted with it (Kubernetes)."""
+    """A release: the record after it, whether it had been released before, the scheduler job
+    deleted with it (Kubernetes), and what the queue was admitted on the capacity it freed (None:
+    nothing waited, or admission could not run: ``admission_error`` says why; the release stands)."""
 
     record: DecisionRecord
     already: bool
     job_deleted: bool | None = None
+    admitted: AdmissionReport | None = None
+    admission_error: str | None = None
 
 
 @dataclass(frozen=True)

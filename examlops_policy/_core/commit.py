@@ -23,11 +23,11 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final, Protocol
+from typing import Final, Protocol, cast
 
 from examlops_policy.errors import NotFoundError, SpecError, StateError
-from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Placement, Pool, Rejection, pool_spec
-from examlops_policy.store.api import BurstRow, DecisionRow, HeldRow, NewDecision, NewQueued, Rows, StaleFleet, StateRows, Transaction
+from examlops_policy.model import Capacity, Decision, Holding, JSONObject, JSONValue, Placement, Pool, Rejection, pool_spec
+from examlops_policy.store.api import BurstRow, DecisionRow, HeldRow, NewDecision, NewQueued, QueueRow, Rows, StaleFleet, StateRows, Transaction
 from examlops_policy.views import DecisionRecord, PoolChange
 from examlops_policy._core import codec, packing
 from examlops_policy._core import quota as quotas
@@ -75,6 +75,18 @@ class QueueIntent:
     position: int | None = None
     of: int | None = None
     waits_for: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+
+def waits_for(decision: Decision) -> dict[str, int]:
+    """What a queued workload waits for: per reason code, the pools stopped by ``not_now`` reasons
+    alone (full, slice unavailable, over quota) that it is found on."""
+    counts: dict[str, int] = {}
+    for v in decision.verdicts:
+        reasons = [r for r in v.reasons if r.kind != "preference"]
+        if reasons and all(r.kind == "not_now" for r in reasons):
+            for code in sorted({r.code for r in reasons}):
+                counts[code] = counts.get(code, 0) + 1
+    return counts
 
 
 def queueable(decision: Decision) -> bool:
@@ -128,6 +140,7 @@ def place(
     queue: QueueIntent | None = None,
     admit: str | None = None,
     ident: str | None = None,
+    preempted: Sequence[str] = (),
 ) -> Committed:
     """Record ``decided`` (made on ``snapshot`` from ``prepared``, and on what the projects held
     for its quotas) in one write transaction.
@@ -136,6 +149,8 @@ def place(
     its row in the queue, instead of rejected. ``admit``: the placement admits the queued record
     of that id: written only when selection under the lock still places it and the record is still
     waiting (claimed in this transaction, linked to the placement); else nothing is written for it.
+    ``preempted``: grants a planned preemption marked for ``admit`` whose jobs were cancelled: released
+    first, in the same transaction (audited as ``preempted``), whatever selection then finds.
 
     Raises StaleFleet when pools were added or changed since the snapshot; StateError when the
     store refuses (nothing written).
@@ -148,6 +163,10 @@ def place(
     def work(txn: Transaction) -> Committed:
         made.clear()
         expire(txn, capacities, source=source)
+        for victim in preempted:
+            grant = txn.grant_row(victim)
+            if grant is not None and grant.released_ts is None and grant.preempting_for == admit:
+                _release(txn, capacities, victim, source=source, kind="preempted")
         if request_id is not None:
             earlier = txn.by_request(request_id)
             if earlier is not None:
@@ -172,7 +191,7 @@ def place(
         if admit is not None:
             if not isinstance(decision, Placement):
                 return Committed(None, not_admitted="no_room")
-            if not txn.claim(admit, ident, txn.now()):
+            if not txn.claim(admit, txn.now()):
                 return Committed(None, not_admitted="claimed")
         queued = queue if queue is not None and queueable(decision) else None
         held: list[HeldRow] = []
@@ -199,6 +218,7 @@ def place(
         if queued is not None:
             _enqueue(txn, ident, decision, queued, source=source)
         if admit is not None:
+            txn.link_admitted(admit, ident)
             txn.audit("admit", {"queued_id": admit, "decision_id": ident, "pool": getattr(decision, "pool", None)}, source=source)
         if isinstance(decision, Placement):
             state = snap.states[snap.index[decision.pool]]
@@ -337,15 +357,16 @@ def _enqueue(txn: Transaction, ident: str, decision: Decision, queued: QueueInte
     """The queue's row for a queued decision, and its ``queued`` audit entry: its place in the order
     when it was queued, and what it waits for."""
     at = queued.queued_at or txn.now()
+    waits = dict(sorted((queued.waits_for or waits_for(decision)).items()))
     txn.add_queued(
         NewQueued(
             ident, at, decision.workload.name, queued.spec, queued.project, queued.priority, queued.accelerator, queued.devices,
-            queued.lease_s, queued.submission, queued.preempted_from,
+            queued.lease_s, queued.submission, queued.preempted_from, codec.canonical(waits).decode("utf-8"),
         )
     )  # fmt: skip
     entry: JSONObject = {
         "decision_id": ident, "workload": decision.workload.name, "project": queued.project, "priority": queued.priority,
-        "queued_at": at, "position": queued.position, "of": queued.of, "waits_for": dict(sorted(queued.waits_for.items())),
+        "queued_at": at, "position": queued.position, "of": queued.of, "waits_for": cast(JSONValue, waits),
         "reason": getattr(decision, "reason", None), "submission": queued.submission is not None,
     }  # fmt: skip
     if queued.preempted_from is not None:
@@ -572,3 +593,101 @@ def _backfill(txn: Transaction, capacities: Capacities, pool: Pool, held_outside
         if chosen is None:  # more was held than fits: keep the devices counted, on the lowest ones
             chosen = tuple(Holding(i) for i in range(min(units, pool.count)))
         txn.hold(ident, pool.name, chosen, devices / len(chosen))
+
+
+# -- the queue -----------------------------------------------------------------------------------
+
+
+def cancel_queued(store: Rows, ident: str, *, source: str) -> tuple[QueueRow, bool]:
+    """Take a waiting workload out of the queue (audited): its row after, and whether it had been
+    cancelled before (then nothing was written). SpecError for one admitted or failed."""
+
+    def work(txn: Transaction) -> tuple[QueueRow, bool]:
+        row = txn.queue_row(ident)
+        if row is None:
+            raise NotFoundError(f"no queued workload {ident[:12]!r}")
+        if row.state == "cancelled":
+            return row, True
+        if row.state != "queued":
+            what = f"admitted by decision {str(row.admitted_by)[:12]}: release that placement instead" if row.state == "admitted" else row.state
+            raise SpecError(f"queued workload {row.id[:12]} ({row.workload}) is no longer waiting: {what}", field="ID")
+        if not txn.end_queued(row.id, "cancelled", txn.now()):
+            raise StateError(f"queued workload {row.id[:12]} changed while it was being cancelled; nothing was written")
+        txn.audit("cancel", {"queued_id": row.id, "workload": row.workload}, source=source)
+        after = txn.queue_row(row.id)
+        assert after is not None
+        return after, False
+
+    def landed(txn: Transaction) -> tuple[QueueRow, bool] | None:
+        row = txn.queue_row(ident)
+        return (row, False) if row is not None and row.state == "cancelled" else None
+
+    return store.transaction(work, landed=landed)
+
+
+def fail_queued(store: Rows, capacities: Capacities, ident: str, message: str, *, source: str, release_placement: bool = True) -> QueueRow | None:
+    """A queued workload that cannot run: a waiting one the policy now refuses outright, or an
+    admitted one whose submission the scheduler refused (its placement released). The row after;
+    None when it was no longer in a state to fail (another process did it)."""
+
+    def work(txn: Transaction) -> QueueRow | None:
+        expire(txn, capacities, source=source)
+        row = txn.queue_row(ident)
+        if row is None or row.state not in ("queued", "admitted"):
+            return None
+        if row.state == "admitted" and row.admitted_by is not None and release_placement:
+            placed = txn.find(row.admitted_by)
+            if placed.released_at is None:
+                _release(txn, capacities, placed.id, source=source, kind="release")
+        if not txn.end_queued(row.id, "failed", txn.now(), message=message, was=("queued", "admitted")):
+            return None
+        txn.audit("queue_failed", {"queued_id": row.id, "workload": row.workload, "placement": row.admitted_by, "message": message}, source=source)
+        return txn.queue_row(row.id)
+
+    return store.transaction(work, landed=lambda txn: None)
+
+
+def note_submission(store: Rows, ident: str, message: str | None, *, source: str) -> int:
+    """A submission of an admitted workload that could not reach its scheduler (tried again at the
+    next pass): the attempts so far, audited."""
+
+    def work(txn: Transaction) -> int:
+        attempts = txn.note_attempt(ident, message)
+        txn.audit("submit_retry", {"queued_id": ident, "attempts": attempts, "message": message}, source=source)
+        return attempts
+
+    return store.transaction(work, landed=lambda txn: None)
+
+
+def mark_preemption(store: Rows, queued_id: str, victims: Sequence[str], plan: JSONObject, *, source: str) -> list[str]:
+    """Mark the grants a preemption plan takes for a waiting workload (before their jobs are
+    cancelled, outside the lock), audited: the ids marked. Nothing when the workload no longer
+    waits, or a grant is gone or marked for another workload."""
+
+    def work(txn: Transaction) -> list[str]:
+        row = txn.queue_row(queued_id)
+        if row is None or row.state != "queued":
+            return []
+        for victim in victims:
+            grant = txn.grant_row(victim)
+            if grant is None or grant.released_ts is not None or grant.preempting_for not in (None, queued_id):
+                return []
+        marked = [v for v in victims if txn.set_preempting(v, queued_id) or True]
+        txn.audit("preempt", {"queued_id": queued_id, "victims": list(marked), "plan": plan}, source=source)
+        return marked
+
+    return store.transaction(work, landed=lambda txn: None)
+
+
+def unmark_preemption(store: Rows, victim: str, *, source: str) -> bool:
+    """Take a live grant's preemption mark off (the workload it was taken for no longer waits)."""
+
+    def work(txn: Transaction) -> bool:
+        grant = txn.grant_row(victim)
+        if grant is None or grant.released_ts is not None or grant.preempting_for is None:
+            return False
+        txn.set_preempting(victim, None)
+        txn.audit("preempt_dropped", {"decision_id": victim, "queued_id": grant.preempting_for}, source=source)
+        return True
+
+    return store.transaction(work, landed=lambda txn: None)

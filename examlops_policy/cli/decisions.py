@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from examlops_policy.cli.console import Console
+from examlops_policy.cli.console import Console, Text
 
 from examlops_policy import specs
 from examlops_policy.cli import args as types
@@ -20,11 +21,14 @@ from examlops_policy.model import (
 )  # fmt: skip
 from examlops_policy.views import DecisionRecord, decision_json
 
+if TYPE_CHECKING:
+    from examlops_policy._queueing import Submit
+
 # What a workload file says; given on the command line beside -f they would conflict.
 WORKLOAD_OPTIONS = (
     "accelerator", "engine", "target", "fraction", "count", "capabilities", "residency", "data_region",
     "optimize", "carbon_weight", "max_cost_per_hour", "max_carbon_per_hour", "project", "spot",
-    "nodes", "cpu", "memory", "topology", "topology_mode", "models", "isolation", "max_wait", "deadline", "walltime",
+    "nodes", "cpu", "memory", "topology", "topology_mode", "models", "isolation", "max_wait", "deadline", "walltime", "priority",
 )  # fmt: skip
 # Options that are lists, comma-separated on the command line.
 LIST_OPTIONS = ("capabilities", "models")
@@ -32,13 +36,19 @@ WORKLOAD_FLAGS = ("allow_burst", "allow_cpu_fallback", "no_budget_fallback")
 
 
 def outcome_code(decision: Decision) -> int:
-    if isinstance(decision, Placement):
+    if isinstance(decision, Placement) or decision.queued:
         return exits.OK
     return exits.BURST_BLOCKED if decision.burst_blocked else exits.REJECTED
 
 
 def workload(args: argparse.Namespace) -> Workload:
     """The workload of ``-f FILE``, or of NAME and the options; both at once is an error."""
+    return placement(args)[0]
+
+
+def placement(args: argparse.Namespace) -> tuple[Workload, bool]:
+    """The workload of ``-f FILE`` (and whether the file says ``queue: true``), or of NAME and the
+    options; both at once is an error."""
     if args.file:
         given = [f"--{o.replace('_', '-')}" for o in WORKLOAD_OPTIONS if getattr(args, o, None) is not None]
         given += [f"--{o.replace('_', '-')}" for o in WORKLOAD_FLAGS if getattr(args, o, False)]
@@ -50,7 +60,7 @@ def workload(args: argparse.Namespace) -> Workload:
                 "(give either -f FILE, or NAME with options)",
                 source="command line",
             )
-        return specs.workload_from_file(Path(args.file))
+        return specs.placement_from_file(Path(args.file))
     if not args.name or not args.accelerator:
         raise SpecError("give a NAME and --accelerator, or -f workload.yaml", source="command line")
     values: dict[str, object] = {
@@ -63,14 +73,14 @@ def workload(args: argparse.Namespace) -> Workload:
             values[option] = getattr(args, option)
     if args.models is not None:
         values["models"] = types.names(args.models)
-    return specs.workload_from_mapping(values, source="command line")
+    return specs.workload_from_mapping(values, source="command line"), False
 
 
 def show(args: argparse.Namespace, console: Console, decision: Decision, record: DecisionRecord | None = None) -> int:
     if args.json:
         render.dump_json(console, decision_json(decision, record))
     else:
-        render.print_decision(console, decision)
+        render.print_decision(console, decision, record.queue if record is not None else None)
         if record is not None and record.released_at is not None and isinstance(decision, Placement):
             # Only a retry (--request-id) returns a decision made earlier, and it may be over.
             render.print_released_retry(console, record)
@@ -83,11 +93,33 @@ def show(args: argparse.Namespace, console: Console, decision: Decision, record:
     return outcome_code(decision)
 
 
+def _submission(args: argparse.Namespace, queue: bool) -> Submit | None:
+    """``--submit slurm --script F`` or ``--submit kubernetes --image I ...``: submitted once admitted."""
+    from examlops_policy._queueing import Submit
+
+    if args.submit is None:
+        given = [f"--{o}" for o in ("script", "image", "namespace", "context", "kubeconfig") if getattr(args, o, None)]
+        if given:
+            raise SpecError(f"{', '.join(given)} say how to submit once admitted: add --submit slurm or --submit kubernetes", source="command line")
+        return None
+    if not queue:
+        raise SpecError("--submit submits a queued workload once it is admitted: add --queue", source="command line", field="--submit")
+    if args.submit == "slurm":
+        if not args.script:
+            raise SpecError("--submit slurm needs --script (the batch script to run)", source="command line", field="--script")
+        return Submit.slurm(Path(args.script))
+    if not args.image:
+        raise SpecError("--submit kubernetes needs --image", source="command line", field="--image")
+    return Submit.kubernetes(args.image, namespace=args.namespace, context=args.context, kubeconfig=args.kubeconfig)
+
+
 def cmd_place(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
-    w = workload(args)
+    w, queue_in_file = placement(args)
+    queue = bool(args.queue or queue_in_file)
+    submission = _submission(args, queue)
     if args.dry_run:
         return show(args, console, hw.what_if(w))
-    record = hw.place(w, request_id=args.request_id, lease=args.lease)
+    record = hw.place(w, request_id=args.request_id, lease=args.lease, queue=queue, submission=submission)
     return show(args, console, record.decision, record)
 
 
@@ -143,7 +175,8 @@ def cmd_explain(args: argparse.Namespace, hw: Hardware, console: Console) -> int
         render.dump_json(console, decision_json(record.decision, record))
         return exits.OK
     console.print(f"decision {record.id} · {record.created_at}" + (f" · released {record.released_at}" if record.released_at else ""))
-    render.print_decision(console, record.decision)
+    render.print_decision(console, record.decision, record.queue)
+    render.print_links(console, record)
     render.print_explanation(console, record.decision)
     return exits.OK
 
@@ -152,8 +185,15 @@ def cmd_release(args: argparse.Namespace, hw: Hardware, console: Console) -> int
     result = hw.release(args.id, kubeconfig=args.kubeconfig, context=args.context)
     record = result.record
     if args.json:
-        render.dump_json(console, {"id": record.id, "decision_id": record.id, "released_at": record.released_at,
-                                   "already_released": result.already, "job_deleted": result.job_deleted})  # fmt: skip
+        body: dict[str, object] = {"id": record.id, "decision_id": record.id, "released_at": record.released_at,
+                                   "already_released": result.already, "job_deleted": result.job_deleted}  # fmt: skip
+        if result.admitted is not None:
+            from examlops_policy.cli.queue import report_json
+
+            body["admitted"] = report_json(result.admitted)
+        if result.admission_error is not None:
+            body["admission_error"] = result.admission_error
+        render.dump_json(console, body)
         return exits.OK
     d = record.decision
     assert isinstance(d, Placement)
@@ -164,6 +204,12 @@ def cmd_release(args: argparse.Namespace, hw: Hardware, console: Console) -> int
     if result.job_deleted is not None:
         gone = "deleted" if result.job_deleted else "already gone"
         console.print(f"  Kubernetes Job {record.job_id}: {gone}")
+    if result.admitted is not None:
+        from examlops_policy.cli.queue import print_admission
+
+        print_admission(console, result.admitted, quiet_when_empty=True)
+    if result.admission_error is not None:
+        console.print(Text(f"  the queue was not offered the capacity now ({result.admission_error}); exa hardware admit offers it", style="yellow"))
     return exits.OK
 
 
@@ -198,7 +244,7 @@ def cmd_burst_events(args: argparse.Namespace, hw: Hardware, console: Console) -
 # -- parser -----------------------------------------------------------------------------------
 
 
-def _workload_args(p: argparse.ArgumentParser, *, target: bool) -> None:
+def _workload_args(p: argparse.ArgumentParser, *, target: bool, queue: bool = False) -> None:
     p.add_argument("name", nargs="?")
     p.add_argument("-f", "--file", help="a workload YAML file instead of the options")
     p.add_argument("--accelerator", choices=ACCELERATORS)
@@ -234,11 +280,20 @@ def _workload_args(p: argparse.ArgumentParser, *, target: bool) -> None:
     p.add_argument("--dry-run", action="store_true", help="decide without reserving or recording")
     p.add_argument("--request-id", help="idempotency key: a retry with the same key returns the same decision")
     p.add_argument("--lease", type=types.lease, help="release the placement unless submitted or renewed within this time, e.g. 30m")
+    p.add_argument("--priority", help="its priority class (priorities.yaml: orders the queue, may allow preemption)")
+    if queue:
+        p.add_argument("--queue", action="store_true", help="wait in the queue when every pool that could take it is only full")
+        p.add_argument("--submit", choices=("slurm", "kubernetes"), help="once admitted from the queue, submit it (with --script, or --image)")
+        p.add_argument("--script", help="--submit slurm: the batch script (its text is kept with the queued workload)")
+        p.add_argument("--image", help="--submit kubernetes: the container image")
+        p.add_argument("--namespace", help="--submit kubernetes: the namespace")
+        p.add_argument("--context", help="--submit kubernetes: the kubeconfig context")
+        p.add_argument("--kubeconfig", help="--submit kubernetes: the kubeconfig file")
 
 
 def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
-    p = hardware.add_parser("place", parents=[common], help="place a workload on the cheapest eligible pool")
-    _workload_args(p, target=True)
+    p = hardware.add_parser("place", parents=[common], help="place a workload on the cheapest eligible pool (or queue it: --queue)")
+    _workload_args(p, target=True, queue=True)
     p.set_defaults(handler=cmd_place)
 
     p = hardware.add_parser("burst", parents=[common], help="burst a workload to cloud, governed by residency")

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from examlops_policy.cli.console import Console, Text
 
 from examlops_policy.model import Decision, Grant, Placement, PoolVerdict, Rejection, article
-from examlops_policy.views import DecisionRecord, DecisionSummary, Explanation, PoolDetail, PoolView, Standing, explain
+from examlops_policy.views import DecisionRecord, DecisionSummary, Explanation, PoolDetail, PoolView, QueueEntry, Standing, explain
 
 Cell = str | Text
 
@@ -93,8 +93,25 @@ def share_text(placement: Placement) -> str | None:
     return f"fraction {grant.requested:g} honored as {scheme} {grant.profile} ({grant.share:.3g} of a device){where}"
 
 
-def print_decision(console: Console, decision: Decision) -> None:
-    """The E8 specification's lines: ✓ placed, ✗ rejected, ⚠ burst blocked."""
+def queued_line(name: str, entry: QueueEntry | None) -> str:
+    """``⏳ Queued: NAME · position P of N · waits for: capacity_exhausted on 2 pools, ...``."""
+    parts = [f"⏳ Queued: {name}"]
+    if entry is not None:
+        if entry.state != "queued":
+            parts.append(entry.state)
+        elif entry.position is not None:
+            parts.append(f"position {entry.position} of {entry.of}")
+        if entry.state == "queued":
+            parts.append(f"waits for: {waits_text(dict(entry.waits_for))}")
+    return " · ".join(parts)
+
+
+def waits_text(waits: dict[str, int]) -> str:
+    return ", ".join(f"{code} on {n} pool{'s' if n != 1 else ''}" for code, n in sorted(waits.items())) or "capacity"
+
+
+def print_decision(console: Console, decision: Decision, entry: QueueEntry | None = None) -> None:
+    """The E8 specification's lines: ✓ placed, ✗ rejected, ⚠ burst blocked; and ⏳ queued."""
     if isinstance(decision, Placement):
         flags = [f for f, on in (("burst", decision.burst.attempted and decision.burst.verdict == "allowed"), ("fallback", decision.fallback)) if on]
         line = f"✓ {decision.workload.name} → pool {decision.pool} · {decision.accelerator} on {decision.target}"
@@ -109,10 +126,37 @@ def print_decision(console: Console, decision: Decision) -> None:
             console.print(Text(f"  {share}", style="dim"))
         return
     assert isinstance(decision, Rejection)
-    if decision.burst_blocked:
+    if decision.queued:
+        console.print(Text(queued_line(decision.workload.name, entry), style="yellow"))
+        console.print(Text(f"  {decision.reason}", style="dim"))
+    elif decision.burst_blocked:
         console.print(Text(f"⚠ Burst blocked: {decision.reason}", style="yellow"))
     else:
         console.print(Text(f"✗ Rejected: {decision.reason}", style="red"))
+
+
+def print_links(console: Console, record: DecisionRecord) -> None:
+    """How a decision and the queue are linked: the queued record a placement admitted, or what
+    became of a queued one (the placement that admitted it, or that it waits, was cancelled or
+    failed); and what reconcile read of its job."""
+    entry = record.queue
+    if record.queued_id is not None:
+        console.print(f"admitted from queued record {record.queued_id}")
+    if entry is not None:
+        if entry.state == "admitted":
+            console.print(f"admitted by decision {entry.admitted_by} at {entry.ended_at}")
+        elif entry.state == "queued":
+            where = f"position {entry.position} of {entry.of}" if entry.position is not None else "not ordered: " + "; ".join(entry.invalid)
+            console.print(f"waiting since {entry.queued_at} · {where}" + (f" · {entry.order_reason}" if entry.order_reason else ""))
+        else:
+            console.print(f"{entry.state} at {entry.ended_at}" + (f": {entry.message}" if entry.message else ""))
+        if entry.preempted_from is not None:
+            console.print(f"queued again after decision {entry.preempted_from} was preempted")
+    if record.job_started_at or record.job_ended_at:
+        ended = f", ended {record.job_ended_at} ({record.job_state})" if record.job_ended_at else ""
+        console.print(f"job started {record.job_started_at or '-'}{ended}")
+    if record.node_down_at:
+        console.print(Text(f"a node of this grant went down at {record.node_down_at}", style="red"))
 
 
 def print_released_retry(console: Console, record: DecisionRecord) -> None:
@@ -254,9 +298,10 @@ def print_decisions(console: Console, summaries: Sequence[DecisionSummary]) -> N
     rows: list[list[Cell]] = []
     for s in summaries:
         if s.outcome == "placed":
-            flags = [f for f, on in (("fallback", s.fallback), ("whole-device", s.fraction_honored is False), ("released", s.released_at is not None)) if on]
+            flags = [f for f, on in (("fallback", s.fallback), ("whole-device", s.fraction_honored is False), ("admitted", s.queued_id is not None),
+                                     ("released", s.released_at is not None)) if on]  # fmt: skip
             rows.append([s.id[:12], s.created_at[:19], s.workload, Text("placed", style="green"), s.pool or "-", s.accelerator or "-", s.region or "-", ",".join(flags)])
         else:
-            outcome = Text("blocked", style="yellow") if s.outcome == "blocked" else Text("rejected", style="red")
-            rows.append([s.id[:12], s.created_at[:19], s.workload, outcome, "-", "-", "-", ""])
+            style = {"blocked": "yellow", "queued": "yellow"}.get(s.outcome, "red")
+            rows.append([s.id[:12], s.created_at[:19], s.workload, Text(s.outcome, style=style), "-", "-", "-", ""])
     emit_table(console, "Recent placement decisions", ("id", "time", "workload", "outcome", "pool", "device", "region", "flags"), rows)

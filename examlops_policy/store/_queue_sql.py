@@ -19,7 +19,7 @@ from examlops_policy.store.api import GrantRow, NewQueued, NodeStateRow, QueueRo
 T = TypeVar("T")
 _QUEUE_COLUMNS: Final = (
     "id, state, queued_at, queued_ts, workload, spec, project, priority, accelerator, devices, lease_s, submission, "
-    "admitted_by, ended_at, preempted_from, message, attempts, version"
+    "admitted_by, ended_at, preempted_from, message, attempts, version, waits_for"
 )
 _GRANT_COLUMNS: Final = (
     "d.id, d.created_at, d.created_ts, d.released_ts, d.workload, d.project, d.priority, d.pool, d.accelerator, d.devices, "
@@ -44,7 +44,7 @@ def _epoch(ts: str) -> float:
 def _queue_row(r: Sequence[Any]) -> QueueRow:
     return QueueRow(
         str(r[0]), str(r[1]), str(r[2]), float(r[3]), str(r[4]), str(r[5]), r[6], r[7], str(r[8]), float(r[9]),
-        None if r[10] is None else float(r[10]), r[11], r[12], r[13], r[14], r[15], int(r[16]), int(r[17]),
+        None if r[10] is None else float(r[10]), r[11], r[12], r[13], r[14], r[15], int(r[16]), int(r[17]), r[18],
     )  # fmt: skip
 
 
@@ -146,6 +146,15 @@ class QueueReads:
         row = self._run(lambda: self._execute(f"SELECT {_GRANT_COLUMNS} FROM decisions d WHERE d.id = ?", (ident,)).fetchone())
         return None if row is None else _grant_row(row)
 
+    def preempted(self) -> list[GrantRow]:
+        """Grants marked for a preemption: live ones (the preemption unfinished), and released ones
+        not yet queued again (their requeue unfinished)."""
+        sql = (
+            f"SELECT {_GRANT_COLUMNS} FROM decisions d WHERE d.preempting_for IS NOT NULL AND (d.released_at IS NULL "
+            "OR NOT EXISTS (SELECT 1 FROM queue q WHERE q.preempted_from = d.id)) ORDER BY d.created_ts, d.id"
+        )
+        return [_grant_row(r) for r in self._run(lambda: self._execute(sql).fetchall(), consistent=True)]
+
     def node_state_rows(self) -> list[NodeStateRow]:
         rows = self._run(lambda: self._execute("SELECT pool, node, state, scheduler, since FROM node_states ORDER BY pool, node").fetchall())
         return [NodeStateRow(*map(str, r)) for r in rows]
@@ -183,10 +192,10 @@ class QueueWrites:
     def add_queued(self, row: NewQueued) -> None:
         self._execute(
             "INSERT INTO queue (id, state, queued_at, queued_ts, workload, spec, project, priority, accelerator, devices, lease_s, "
-            "submission, preempted_from) VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "submission, preempted_from, waits_for) VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 row.id, row.queued_at, _epoch(row.queued_at), row.workload, row.spec, row.project, row.priority, row.accelerator,
-                row.devices, row.lease_s, row.submission, row.preempted_from,
+                row.devices, row.lease_s, row.submission, row.preempted_from, row.waits_for,
             ),
         )  # fmt: skip
 
@@ -194,12 +203,14 @@ class QueueWrites:
         row = self._execute(f"SELECT {_QUEUE_COLUMNS} FROM queue WHERE id = ?", (ident,)).fetchone()
         return None if row is None else _queue_row(row)
 
-    def claim(self, queued_id: str, placement_id: str, now: str) -> bool:
+    def claim(self, queued_id: str, now: str) -> bool:
         done = self._execute(
-            "UPDATE queue SET state = 'admitted', admitted_by = ?, ended_at = ?, version = version + 1 WHERE id = ? AND state = 'queued'",
-            (placement_id, now, queued_id),
+            "UPDATE queue SET state = 'admitted', ended_at = ?, version = version + 1 WHERE id = ? AND state = 'queued'", (now, queued_id)
         )
         return done.rowcount == 1
+
+    def link_admitted(self, queued_id: str, placement_id: str) -> None:
+        self._execute("UPDATE queue SET admitted_by = ? WHERE id = ? AND state = 'admitted' AND admitted_by IS NULL", (placement_id, queued_id))
 
     def end_queued(self, ident: str, state: QueueState, now: str, *, message: str | None = None, was: tuple[str, ...] = ("queued",)) -> bool:
         done = self._execute(

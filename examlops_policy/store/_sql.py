@@ -390,7 +390,7 @@ class SQLStore(QueueReads, ABC):
         sql = (
             "SELECT id, created_at, workload, outcome, pool, accelerator, model, region, fallback, fraction_honored, devices, "
             "cost_per_hour, carbon_factor, note, released_at, job_id, residency, policy_revision, verdicts, lease_expires_at, "
-            "scheduler, job_state "
+            "scheduler, job_state, queued_id "
             f"FROM decisions WHERE {' AND '.join(where)} ORDER BY created_at DESC, id LIMIT ?"
         )
         rows = self._run(lambda: self._execute(sql, (*params, limit)).fetchall())
@@ -400,6 +400,7 @@ class SQLStore(QueueReads, ABC):
                 fallback=None if r[8] is None else bool(r[8]), fraction_honored=None if r[9] is None else bool(r[9]),
                 devices=r[10], cost_per_hour=r[11], carbon_factor=r[12], note=r[13], released_at=r[14], job_id=r[15],
                 residency=r[16], policy_revision=r[17], verdicts=r[18], lease_expires_at=r[19], scheduler=r[20], job_state=r[21],
+                queued_id=r[22],
             )  # fmt: skip
             for r in rows
         ]

@@ -161,6 +161,7 @@ class QueueRow:
     message: str | None = None
     attempts: int = 0
     version: int = 1
+    waits_for: str | None = None
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,7 @@ class NewQueued:
     lease_s: float | None = None
     submission: str | None = None
     preempted_from: str | None = None
+    waits_for: str | None = None
 
 
 @dataclass(frozen=True)
@@ -322,9 +324,13 @@ class Transaction(Protocol):
 
     def queue_row(self, ident: str) -> QueueRow | None: ...
 
-    def claim(self, queued_id: str, placement_id: str, now: str) -> bool:
-        """Mark a waiting row admitted by ``placement_id``: True only when it was waiting (one
-        conditional update; another admitter or a cancel that came first leaves it False)."""
+    def claim(self, queued_id: str, now: str) -> bool:
+        """Mark a waiting row admitted: True only when it was waiting (one conditional update;
+        another admitter or a cancel that came first leaves it False)."""
+        ...
+
+    def link_admitted(self, queued_id: str, placement_id: str) -> None:
+        """The placement that admitted a claimed row (written in the same transaction)."""
         ...
 
     def end_queued(self, ident: str, state: QueueState, now: str, *, message: str | None = None, was: tuple[str, ...] = ("queued",)) -> bool:

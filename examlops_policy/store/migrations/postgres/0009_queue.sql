@@ -15,6 +15,8 @@ ALTER TABLE decisions ADD COLUMN job_ended_at TEXT COLLATE "C";
 ALTER TABLE decisions ADD COLUMN node_down_at TEXT COLLATE "C";
 ALTER TABLE decisions ADD COLUMN preempting_for TEXT COLLATE "C";
 CREATE INDEX decisions_jobs ON decisions(scheduler) WHERE job_id IS NOT NULL AND released_at IS NULL;
+CREATE INDEX decisions_preempting ON decisions(preempting_for) WHERE preempting_for IS NOT NULL;
+CREATE INDEX decisions_released ON decisions(released_ts) WHERE outcome = 'placed' AND released_ts IS NOT NULL;
 
 CREATE TABLE queue (
     id              TEXT COLLATE "C" PRIMARY KEY REFERENCES decisions(id),
@@ -32,12 +34,14 @@ CREATE TABLE queue (
     admitted_by     TEXT COLLATE "C" REFERENCES decisions(id),
     ended_at        TEXT COLLATE "C",
     preempted_from  TEXT COLLATE "C" REFERENCES decisions(id),
+    waits_for       TEXT,
     message         TEXT,
     attempts        INTEGER NOT NULL DEFAULT 0,
     version         BIGINT NOT NULL DEFAULT 1
 );
 CREATE INDEX queue_waiting ON queue(queued_ts, id) WHERE state = 'queued';
 CREATE INDEX queue_admitted ON queue(admitted_by) WHERE admitted_by IS NOT NULL;
+CREATE INDEX queue_preempted ON queue(preempted_from) WHERE preempted_from IS NOT NULL;
 
 CREATE TABLE node_states (
     pool        TEXT COLLATE "C" NOT NULL REFERENCES pools(name),

@@ -30,6 +30,8 @@ ALTER TABLE decisions ADD COLUMN job_ended_at TEXT;
 ALTER TABLE decisions ADD COLUMN node_down_at TEXT;
 ALTER TABLE decisions ADD COLUMN preempting_for TEXT;
 CREATE INDEX decisions_jobs ON decisions(scheduler) WHERE job_id IS NOT NULL AND released_at IS NULL;
+CREATE INDEX decisions_preempting ON decisions(preempting_for) WHERE preempting_for IS NOT NULL;
+CREATE INDEX decisions_released ON decisions(released_ts) WHERE outcome = 'placed' AND released_ts IS NOT NULL;
 
 -- The queue: one row per queued record, what it asks (for the order), what to do once admitted.
 CREATE TABLE queue (
@@ -48,12 +50,14 @@ CREATE TABLE queue (
     admitted_by     TEXT REFERENCES decisions(id),
     ended_at        TEXT,               -- admitted, cancelled or failed at
     preempted_from  TEXT REFERENCES decisions(id),
+    waits_for       TEXT,               -- JSON: reason code -> pools, when it was queued
     message         TEXT,               -- why it failed; a submission retry's last error
     attempts        INTEGER NOT NULL DEFAULT 0,   -- submissions tried after admission
     version         INTEGER NOT NULL DEFAULT 1
 );
 CREATE INDEX queue_waiting ON queue(queued_ts, id) WHERE state = 'queued';
 CREATE INDEX queue_admitted ON queue(admitted_by) WHERE admitted_by IS NOT NULL;
+CREATE INDEX queue_preempted ON queue(preempted_from) WHERE preempted_from IS NOT NULL;
 
 -- Nodes a scheduler reports not taking work (reconcile): drained (Slurm DRAIN, a cordoned
 -- Kubernetes node) or down (Slurm DOWN, a NotReady node). A node that is up has no row. Their

@@ -1,0 +1,148 @@
+"""``exa hardware queue|admit|cancel|quotas``: workloads that wait for capacity, and the quotas.
+
+* ``queue`` lists the waiting workloads in the order the policy offers them capacity (position,
+  project, priority, age, what they ask, what they wait for, the order's reason); ``--all`` adds
+  the admitted, cancelled and failed ones.
+* ``admit`` offers the queue capacity now (what ``serve`` does every interval, and every release).
+* ``cancel ID`` takes a waiting workload out of the queue.
+* ``quotas`` shows use against quota per project and accelerator class.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from examlops_policy.cli import args as types
+from examlops_policy.cli import exits, render
+from examlops_policy.cli.args import Commands
+from examlops_policy.cli.console import Console, Text
+from examlops_policy.hardware import Hardware
+from examlops_policy.views import AdmissionReport, QueueEntry
+
+
+def age_text(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{int(seconds)} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def entry_json(e: QueueEntry) -> dict[str, object]:
+    body = dataclasses.asdict(e)
+    body["waits_for"] = dict(e.waits_for)
+    body["invalid"] = list(e.invalid)
+    return body
+
+
+def cmd_queue(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    listing = hw.queue(every=args.all)
+    if args.json:
+        render.dump_json(console, {"entries": [entry_json(e) for e in listing.entries], "projects": listing.projects})
+        return exits.OK
+    if not listing.entries:
+        console.print("The queue is empty.")
+        return exits.OK
+    rows: list[list[render.Cell]] = []
+    for e in listing.entries:
+        if e.state == "queued":
+            where = str(e.position) if e.position is not None else Text("invalid", style="red")
+            waits = render.waits_text(dict(e.waits_for))
+            why = e.order_reason or "; ".join(e.invalid)
+        else:
+            where = Text(e.state, style="green" if e.state == "admitted" else "red")
+            waits = "-"
+            why = f"by decision {e.admitted_by[:12]}" if e.admitted_by else (e.message or "")
+        asks = render.devices_text(e.devices, e.accelerator)
+        rows.append([where, e.id[:12], e.workload, e.project or "-", e.priority or "-", age_text(e.waited_s), asks, waits, why])
+    columns = ("position", "id", "workload", "project", "priority", "age", "asks", "waits for", "order")
+    render.emit_table(console, "Queue", columns, rows)
+    return exits.OK
+
+
+def report_json(report: AdmissionReport) -> dict[str, object]:
+    return {
+        "admitted": [dataclasses.asdict(a) for a in report.admitted],
+        "failed": [entry_json(e) for e in report.failed],
+        "waiting": report.waiting,
+        "policy_revision": report.revision,
+    }
+
+
+def print_admission(console: Console, report: AdmissionReport, *, quiet_when_empty: bool = False) -> None:
+    for a in report.admitted:
+        line = f"✓ admitted {a.workload} (queued {a.queued_id[:12]}) → pool {a.pool} · decision {a.decision_id[:12]}"
+        if a.job_id:
+            line += f" · {a.scheduler} job {a.job_id}"
+        if a.preempted:
+            line += f" · preempted {', '.join(v[:12] for v in a.preempted)}"
+        console.print(Text(line, style="green"))
+        if a.submit_error:
+            console.print(Text(f"  not submitted yet: {a.submit_error}", style="yellow"))
+    for e in report.failed:
+        console.print(Text(f"✗ failed {e.workload} (queued {e.id[:12]}): {e.message}", style="red"))
+    if report.admitted or report.failed or not quiet_when_empty:
+        console.print(f"{report.waiting} waiting" if report.waiting else "nothing waiting")
+
+
+def cmd_admit(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    report = hw.admit(limit=args.max)
+    if args.json:
+        render.dump_json(console, report_json(report))
+    else:
+        print_admission(console, report)
+    return exits.OK
+
+
+def cmd_cancel(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    done = hw.cancel(args.id)
+    e = done.entry
+    if args.json:
+        render.dump_json(console, {**entry_json(e), "already_cancelled": done.already})
+    elif done.already:
+        console.print(f"queued workload {e.id[:12]} ({e.workload}) was already cancelled at {e.ended_at}; nothing changed")
+    else:
+        console.print(f"✓ cancelled queued workload {e.id[:12]} ({e.workload})")
+    return exits.OK
+
+
+def cmd_quotas(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    rows = hw.quotas()
+    if args.json:
+        render.dump_json(console, [dataclasses.asdict(r) for r in rows])
+        return exits.OK
+    if not rows:
+        console.print("No quotas (policies/examlops/tables/quotas.yaml lists none).")
+        return exits.OK
+    table = []
+    for r in rows:
+        table.append([
+            r.project, r.accelerator, render.number(r.held), "-" if r.nominal is None else render.number(r.nominal),
+            render.number(r.borrowed), "-" if r.room is None else render.number(r.room),
+            "-" if r.device_hours_quota is None else f"{render.number(r.device_hours)} of {render.number(r.device_hours_quota)}",
+        ])  # fmt: skip
+    columns = ("project", "class", "held", "nominal", "borrowed", "room", "device-hours")
+    render.emit_table(console, "Quotas", columns, table, right=("held", "nominal", "borrowed", "room"))
+    return exits.OK
+
+
+def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
+    p = hardware.add_parser("queue", parents=[common], help="the workloads waiting for capacity, in the order they are offered it")
+    p.add_argument("--all", action="store_true", help="also the admitted, cancelled and failed ones")
+    p.set_defaults(handler=cmd_queue)
+
+    p = hardware.add_parser("admit", parents=[common], help="offer the queue the capacity there is now")
+    p.add_argument("--max", type=types.limit, help="admit at most this many")
+    p.set_defaults(handler=cmd_admit)
+
+    p = hardware.add_parser("cancel", parents=[common], help="take a waiting workload out of the queue")
+    p.add_argument("id", help="the queued decision's id (or a unique prefix)")
+    p.set_defaults(handler=cmd_cancel)
+
+    p = hardware.add_parser("quotas", parents=[common], help="use against quota per project and accelerator class")
+    p.set_defaults(handler=cmd_quotas)
