@@ -175,9 +175,14 @@ def order_item(row: QueueRow) -> JSONObject:
     return {"id": row.id, "project": row.project, "priority": row.priority, "queued_at": row.queued_at, "accelerator": row.accelerator, "devices": row.devices}
 
 
+def store_now(hw: Hardware) -> float:
+    """Now, by the store's clock (what writes are recorded at)."""
+    return commit.epoch_of(hw.store.now())
+
+
 def rank(hw: Hardware, rows: Sequence[QueueRow], *, extra: Sequence[JSONObject] = (), now_ts: float | None = None) -> Ranked:
     """The policy's order of ``rows`` (and ``extra`` items), asked once."""
-    now_ts = time.time() if now_ts is None else now_ts
+    now_ts = store_now(hw) if now_ts is None else now_ts
     items = [order_item(r) for r in rows] + list(extra)
     if not items:
         return Ranked((), {}, {})
@@ -229,7 +234,7 @@ def listing(hw: Hardware, *, every: bool = False) -> QueueListing:
     """The waiting workloads in the order they are offered capacity (then those the order cannot
     judge); with ``every``, the admitted, cancelled and failed ones after them (oldest first)."""
     rows = hw.store.queue_rows(("queued",))
-    now_ts = time.time()
+    now_ts = store_now(hw)
     ranked = rank(hw, rows, now_ts=now_ts) if rows else Ranked((), {}, {})
     by_id = {r.id: r for r in rows}
     entries = [entry_of(by_id[str(p["id"])], ranked, now_ts) for p in ranked.order if str(p["id"]) in by_id]
@@ -260,7 +265,7 @@ def intent(hw: Hardware, workload: Workload, decided: Decision | None, ident: st
     position: int | None = None
     of: int | None = None
     if decided is not None:
-        at = queued_at or rfc3339()
+        at = queued_at or hw.store.now()
         candidate: JSONObject = {"id": ident, "project": workload.project, "priority": workload.priority, "queued_at": at,
                                  "accelerator": workload.accelerator, "devices": asks(workload)}  # fmt: skip
         ranked = rank(hw, hw.store.queue_rows(("queued",)), extra=[candidate])
@@ -353,7 +358,7 @@ SOURCE: Final = "exa-hardware"
 
 
 def lease_end(lease: timedelta) -> str:
-    return rfc3339(time.time() + lease.total_seconds())
+    return rfc3339(time.time() + lease.total_seconds())  # as Hardware.place's leases
 
 
 def _fail(hw: Hardware, row: QueueRow, message: str) -> QueueEntry | None:
@@ -567,7 +572,7 @@ def quota_use_all(hw: Hardware, now_ts: float) -> JSONObject:
 
 def quotas(hw: Hardware) -> list[QuotaRow]:
     """Use against quota per project and class, in the policy's words (its quotas report)."""
-    raw = _query(hw, REPORT_RULE, {"quota_use": quota_use_all(hw, time.time())})
+    raw = _query(hw, REPORT_RULE, {"quota_use": quota_use_all(hw, store_now(hw))})
     if not isinstance(raw, list):
         raise PolicyError("the policy's quotas report (examlops.queue.quotas.report) gave a malformed answer")
     out = []

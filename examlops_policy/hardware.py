@@ -375,7 +375,10 @@ class Hardware:
         under, prepared = self._prepare(request, snap.pools, fleet_rev=self._fleet_rev(snap, under), under=under)
         if prepared.judged.fleet.revision != self._fleet_rev(snap, under):
             prepared = self._engine_of(under).prepare(request, snap.pools, fleet_rev=self._fleet_rev(snap, under))
-        use = commit.read_quota(self.store, prepared.judged.quota_needs, under.policy.tables.unassigned, time.time())
+        needs = prepared.judged.quota_needs
+        use = commit.read_quota(self.store, needs, under.policy.tables.unassigned, commit.epoch_of(self.store.now())) if not needs.empty else None
+        if use is None:
+            return under, prepared, prepared.decide(snap.capacities, under.policy.tables, capacities_digest=snap.capacity_digest)
         return under, prepared, prepared.decide(snap.capacities, under.policy.tables, capacities_digest=snap.capacity_digest, quota=use)
 
     def place(

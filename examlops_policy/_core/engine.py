@@ -287,7 +287,8 @@ def differences(decision: Decision, reference: Mapping[str, object]) -> list[str
     """What the policy's reference decision says differently from ``decision``: the outcome, the
     pool, the burst verdict, the reason of a rejection and every pool's reasons."""
     out = []
-    ours = decision.outcome
+    # A queued decision is the policy's rejection for capacity (no_capacity) that waited.
+    ours = "rejected" if decision.outcome == "queued" else decision.outcome
     if reference.get("outcome") != ours:
         out.append(f"outcome: {ours} here, {reference.get('outcome')} by the policy")
     pool = getattr(decision, "pool", None)

@@ -106,6 +106,10 @@ class Store(Protocol):
 
     # -- the queue, quotas and reconcile (store._queue_sql) --------------------------------------
 
+    def now(self) -> str:
+        """The store's clock (what a write is recorded at)."""
+        ...
+
     def queue_waiting(self) -> bool:
         """Whether any workload waits (one indexed read)."""
         ...

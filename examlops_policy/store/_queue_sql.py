@@ -79,6 +79,12 @@ class QueueReads:
     def _run(self, work: Callable[[], T], *, landed: Callable[[], T | None] | None = None, consistent: bool = False) -> T:
         raise NotImplementedError  # SQLStore's
 
+    _clock: Callable[[], str]
+
+    def now(self) -> str:
+        """The store's clock (what a write is recorded at), ISO 8601 UTC."""
+        return self._clock()
+
     def queue_waiting(self) -> bool:
         """Whether any workload waits (one indexed read)."""
         return self._run(lambda: self._execute("SELECT 1 FROM queue WHERE state = 'queued' LIMIT 1").fetchone()) is not None
@@ -167,8 +173,8 @@ def _quota_held(execute: Callable[..., _Cursor], pairs: Sequence[tuple[str, str]
     classes = sorted({c for _, c in pairs})
     rows = execute(
         f"SELECT COALESCE(d.project, ?), d.accelerator, SUM(d.devices) FROM decisions d WHERE {_LIVE} AND {clause} "
-        f"AND d.accelerator IN ({', '.join('?' for _ in classes)}) GROUP BY COALESCE(d.project, ?), d.accelerator",
-        (unassigned, *params, *classes, unassigned),
+        f"AND d.accelerator IN ({', '.join('?' for _ in classes)}) GROUP BY 1, 2",
+        (unassigned, *params, *classes),
     ).fetchall()
     wanted = set(pairs)
     return {(str(p), str(c)): round(float(n), 9) for p, c, n in rows if (str(p), str(c)) in wanted and n}

@@ -53,6 +53,9 @@ WORKLOADS = (
     Workload("sglang-amd", accelerator="amd", engine="sglang"),
 )
 TOLERANCE = 1e-6
+# Audit entry kinds that free a placement's devices: a release, a lease that ended, a grant
+# preempted, a job that ended (reconcile).
+RELEASES = frozenset({"release", "expired", "preempted", "job_ended"})
 SPAWN = multiprocessing.get_context("spawn")
 
 
@@ -242,6 +245,10 @@ def violations(backend: Backend, reports: Sequence[PlacerReport] | None = None) 
         found += [f"audit chain: seq {p.seq} {p.kind}: {p.message}" for p in report.problems]
         with backend.raw() as db:
             decisions = {r[0]: (r[1], r[2]) for r in db.execute("SELECT id, outcome, released_at FROM decisions").fetchall()}
+            admitted_twice = db.execute(
+                "SELECT queued_id, count(*) FROM decisions WHERE queued_id IS NOT NULL GROUP BY queued_id HAVING count(*) > 1"
+            ).fetchall()
+            found += [f"queued record {q} admitted {n} times" for q, n in admitted_twice]
             allocations = {
                 r[0]: (r[1], float(r[2]), r[3])
                 for r in db.execute("SELECT decision_id, pool, devices, released_at FROM allocations").fetchall()
@@ -272,7 +279,7 @@ def violations(backend: Backend, reports: Sequence[PlacerReport] | None = None) 
                 held[pool] = held.get(pool, 0.0) + amount
                 if held[pool] > counts.get(pool, 0) + TOLERANCE:
                     found.append(f"seq {seq}: pool {pool} holds {held[pool]:g} of {counts.get(pool, 0)} devices")
-        elif kind == "release":
+        elif kind in RELEASES:
             ident = entry["decision_id"]
             releases[ident] += 1
             if ident not in devices or releases[ident] > 1:

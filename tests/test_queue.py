@@ -1,0 +1,339 @@
+"""The queue through the library, on SQLite and PostgreSQL, with the real OPA: a workload whose
+pools are only full waits (recorded and audited as queued, with its place in the policy's order);
+one that can never run is rejected at once; admission places waiting workloads in the order, each
+under the revision served now, linked to its queued record; nothing is admitted twice; cancel;
+quotas; preemption."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from examlops_policy._core import commit
+from examlops_policy.errors import NotFoundError, SpecError
+from examlops_policy.hardware import Hardware
+from examlops_policy.model import Placement, Pool, Rejection, Workload
+from examlops_policy.store import Store
+from reliability.backends import Backend, backend, fresh_backend  # noqa: F401  (backend: the fixture)
+from reliability.harness import open_hardware, violations
+
+SMALL = Pool("small", "hpc", "amd", 2, "eu", cost_per_hour=0.5, carbon_factor=10)
+
+
+@pytest.fixture()
+def hw(backend: Backend, opa_home: Path) -> Any:
+    made = open_hardware(backend, opa_home)
+    made.apply([SMALL])
+    yield made
+    made.close()
+
+
+def amd(name: str, count: int = 1, **more: Any) -> Workload:
+    return Workload(name, "amd", count=count, **more)
+
+
+def entries(store: Store, kind: str | None = None) -> list[dict[str, Any]]:
+    out = [json.loads(row.canonical) for row in store.audit_rows()]
+    return [e for e in out if kind is None or e["kind"] == kind]
+
+
+# -- queueing --------------------------------------------------------------------------------------
+
+
+def test_a_workload_whose_pools_are_full_waits_recorded_and_audited_as_queued(hw: Hardware, backend: Backend) -> None:
+    first = hw.place(amd("a", 2))
+    assert isinstance(first.decision, Placement)
+    waiting = hw.place(amd("b"), queue=True)
+    d = waiting.decision
+    assert isinstance(d, Rejection) and d.queued and d.outcome == "queued" and d.code == "no_capacity"
+    assert waiting.queue is not None and waiting.queue.state == "queued" and (waiting.queue.position, waiting.queue.of) == (1, 1)
+    assert dict(waiting.queue.waits_for) == {"capacity_exhausted": 1}
+    queued = entries(hw.store, "queued")
+    assert len(queued) == 1 and queued[0]["decision_id"] == waiting.id and queued[0]["position"] == 1
+    assert queued[0]["waits_for"] == {"capacity_exhausted": 1}
+    assert [e["outcome"] for e in entries(hw.store, "decision")] == ["placed", "queued"]
+    # The record reads back as it was decided (rebuilt), and the chain vouches for it.
+    again = hw.decision(waiting.id)
+    assert again.decision.outcome == "queued" and again.decision.reason == d.reason
+    assert hw.verify_audit().ok
+    assert violations(backend) == []
+
+
+def test_without_queue_a_full_fleet_rejects_as_before(hw: Hardware) -> None:
+    hw.place(amd("a", 2))
+    rejected = hw.place(amd("b"))
+    assert rejected.decision.outcome == "rejected" and rejected.queue is None
+    assert hw.store.queue_rows(("queued",)) == []
+
+
+def test_a_workload_that_can_never_run_is_rejected_at_once_even_with_queue(hw: Hardware) -> None:
+    never = hw.place(Workload("x", "amd", engine="sglang"), queue=True)  # sglang cannot run on ROCm
+    assert never.decision.outcome == "rejected" and never.decision.code == "backend_unsupported"  # type: ignore[union-attr]
+    assert hw.store.queue_rows(("queued",)) == [] and entries(hw.store, "queued") == []
+
+
+def test_with_room_a_queued_placement_is_placed_at_once(hw: Hardware) -> None:
+    record = hw.place(amd("a"), queue=True)
+    assert isinstance(record.decision, Placement) and record.queue is None
+
+
+def test_a_retry_with_the_same_request_id_returns_the_queued_record(hw: Hardware) -> None:
+    hw.place(amd("a", 2))
+    one = hw.place(amd("b"), queue=True, request_id="req-1")
+    two = hw.place(amd("b"), queue=True, request_id="req-1")
+    assert one.id == two.id and two.decision.outcome == "queued"
+    assert len(hw.store.queue_rows(("queued",))) == 1
+
+
+def test_the_order_is_the_policys_priority_then_fair_share_then_age(hw: Hardware) -> None:
+    hw.place(amd("a", 2))
+    low = hw.place(amd("low", priority="low"), queue=True)
+    normal = hw.place(amd("normal"), queue=True)
+    high = hw.place(amd("high", priority="high"), queue=True)
+    listing = hw.queue()
+    assert [e.id for e in listing.entries] == [high.id, normal.id, low.id]
+    assert [e.position for e in listing.entries] == [1, 2, 3]
+    assert listing.entries[0].order_reason and listing.entries[0].order_reason.startswith("priority high")
+
+
+def test_an_unknown_priority_class_is_bad_input(hw: Hardware) -> None:
+    with pytest.raises(SpecError, match="unknown priority class 'urgent'"):
+        hw.place(amd("a", priority="urgent"), queue=True)
+
+
+# -- admission ---------------------------------------------------------------------------------------
+
+
+def test_a_release_admits_the_next_in_order_linked_to_its_queued_record(hw: Hardware, backend: Backend) -> None:
+    first = hw.place(amd("a", 2))
+    later = hw.place(amd("later"), queue=True)
+    sooner = hw.place(amd("sooner", priority="high"), queue=True)
+    released = hw.release(first.id)
+    assert released.admitted is not None and released.admission_error is None
+    names = [a.workload for a in released.admitted.admitted]
+    assert names == ["sooner", "later"]  # both fit once the two devices are free, in order
+    placed = hw.decision(released.admitted.admitted[0].decision_id)
+    assert isinstance(placed.decision, Placement) and placed.queued_id == sooner.id
+    queued = hw.decision(sooner.id)
+    assert queued.queue is not None and queued.queue.state == "admitted" and queued.queue.admitted_by == placed.id
+    assert [e["queued_id"] for e in entries(hw.store, "admit")] == [sooner.id, later.id]
+    assert hw.store.queue_rows(("queued",)) == []
+    assert violations(backend) == []
+
+
+def test_admission_with_nothing_waiting_writes_nothing(hw: Hardware) -> None:
+    before = len(hw.store.audit_rows())
+    report = hw.admit()
+    assert report.admitted == () and report.waiting == 0
+    assert len(hw.store.audit_rows()) == before
+
+
+def test_what_does_not_fit_does_not_block_what_does(hw: Hardware) -> None:
+    first = hw.place(amd("a"))
+    hw.place(amd("b"))
+    big = hw.place(amd("big", 2, priority="high"), queue=True)
+    small = hw.place(amd("small"), queue=True)
+    hw.release(first.id)  # one device free: the big one (first in order) does not fit, the small one does
+    assert hw.decision(small.id).queue.state == "admitted"  # type: ignore[union-attr]
+    assert hw.decision(big.id).queue.state == "queued"  # type: ignore[union-attr]
+
+
+def test_admission_judges_again_under_the_policy_served_now(hw: Hardware) -> None:
+    first = hw.place(amd("a", 2))
+    queued = hw.place(amd("b"), queue=True)
+    hw.release(first.id)
+    placed = hw.decision(hw.decision(queued.id).queue.admitted_by)  # type: ignore[union-attr,arg-type]
+    assert placed.decision.provenance.policy_revision == hw.engine.reviewed or placed.decision.provenance.policy_revision.startswith(
+        str(hw.engine.reviewed).split("@")[0]
+    )
+    assert placed.decision.provenance.input_digest != queued.decision.provenance.input_digest
+
+
+def test_a_claim_is_one_conditional_update_and_the_database_refuses_a_second_link(hw: Hardware, backend: Backend) -> None:
+    hw.place(amd("a", 2))
+    queued = hw.place(amd("b"), queue=True)
+    wins = [hw.store.transaction(lambda txn: txn.claim(queued.id, "2026-12-01T00:00:00Z"), landed=lambda txn: None) for _ in range(2)]
+    assert wins == [True, False]
+    with backend.raw() as db:
+        placed = db.execute("SELECT id FROM decisions WHERE outcome = 'placed'").fetchone()[0]
+        db.execute("UPDATE decisions SET queued_id = ? WHERE id = ?".replace("?", "%s" if backend.name == "postgres" else "?"), (queued.id, placed))
+        other = hw.place(amd("c"), queue=True)  # another decision to link twice
+        with pytest.raises(Exception, match="(?i)unique"):
+            db.execute("UPDATE decisions SET queued_id = ? WHERE id = ?".replace("?", "%s" if backend.name == "postgres" else "?"), (queued.id, other.id))
+
+
+def test_a_cancelled_workload_is_never_admitted(hw: Hardware) -> None:
+    first = hw.place(amd("a", 2))
+    queued = hw.place(amd("b"), queue=True)
+    done = hw.cancel(queued.id[:10])
+    assert not done.already and done.entry.state == "cancelled"
+    again = hw.cancel(queued.id)
+    assert again.already and again.entry.ended_at == done.entry.ended_at
+    report = hw.release(first.id)
+    assert report.admitted is None  # nothing waited
+    assert hw.decision(queued.id).queue.state == "cancelled"  # type: ignore[union-attr]
+    assert [e["queued_id"] for e in entries(hw.store, "cancel")] == [queued.id]
+
+
+def test_cancel_of_an_admitted_or_unknown_workload_is_refused(hw: Hardware) -> None:
+    first = hw.place(amd("a", 2))
+    queued = hw.place(amd("b"), queue=True)
+    hw.release(first.id)
+    with pytest.raises(SpecError, match="no longer waiting: admitted by decision"):
+        hw.cancel(queued.id)
+    with pytest.raises(NotFoundError):
+        hw.cancel("abcdef0123")
+
+
+def test_cancel_racing_admission_one_wins(hw: Hardware, backend: Backend, opa_home: Path) -> None:
+    """A cancel and an admission of the same workload at once: it ends cancelled or admitted, never
+    both, and at most one placement links to it."""
+    for round_ in range(3):
+        first = hw.place(amd(f"a{round_}", 2))
+        queued = hw.place(amd(f"b{round_}"), queue=True)
+        other = open_hardware(backend, opa_home)
+        try:
+            outcome: dict[str, Any] = {}
+            t = threading.Thread(target=lambda: outcome.update(cancel=_try(lambda: other.cancel(queued.id))))
+            t.start()
+            hw.release(first.id)
+            t.join(60)
+        finally:
+            other.close()
+        state = hw.decision(queued.id).queue.state  # type: ignore[union-attr]
+        with backend.raw() as db:
+            links = db.execute(f"SELECT count(*) FROM decisions WHERE queued_id = '{queued.id}'").fetchone()[0]
+        assert (state, links) in (("cancelled", 0), ("admitted", 1))
+        for live in hw.store.live_grants():
+            hw.release(live.id)
+
+
+def _try(fn: Any) -> Any:
+    try:
+        return fn()
+    except Exception as exc:  # the loser of the race is told why
+        return exc
+
+
+def test_the_lease_a_queued_workload_asked_for_is_its_placements(hw: Hardware) -> None:
+    first = hw.place(amd("a", 2))
+    queued = hw.place(amd("b"), queue=True, lease=timedelta(minutes=30))
+    report = hw.release(first.id)
+    assert report.admitted is not None
+    placed = hw.decision(report.admitted.admitted[0].decision_id)
+    assert placed.lease_expires_at is not None and placed.queued_id == queued.id
+
+
+# -- quotas ---------------------------------------------------------------------------------------
+
+
+def test_a_placement_over_its_projects_quota_waits_and_is_admitted_when_the_project_frees(backend: Backend, opa_home: Path) -> None:
+    hw = open_hardware(backend, opa_home)
+    try:
+        hw.apply([Pool("big", "hpc", "nvidia", 40, "eu", cost_per_hour=0.5, carbon_factor=10)])
+        first = hw.place(Workload("w1", "nvidia", count=10, project="inference-eu"))  # inference-eu: 16 nvidia devices
+        waiting = hw.place(Workload("w2", "nvidia", count=10, project="inference-eu"), queue=True)
+        assert waiting.decision.outcome == "queued"
+        assert dict(waiting.queue.waits_for) == {"quota_exceeded": 1}  # type: ignore[union-attr]
+        assert waiting.decision.provenance.quota_use == {"devices": {"inference-eu": {"nvidia": 10.0}}}
+        other = hw.place(Workload("other", "nvidia", count=10))  # another project: the pool has room
+        assert isinstance(other.decision, Placement)
+        rows = {(r.project, r.accelerator): r for r in hw.quotas()}
+        assert rows[("inference-eu", "nvidia")].held == 10 and rows[("inference-eu", "nvidia")].room == 6
+        report = hw.release(first.id)
+        assert report.admitted is not None and [a.queued_id for a in report.admitted.admitted] == [waiting.id]
+        assert hw.replay(waiting.id).same
+    finally:
+        hw.close()
+
+
+def test_device_hours_used_in_the_period_stop_new_work_of_the_class(tmp_path: Path, opa_home: Path) -> None:
+    """green-research may use 2000 nvidia device-hours per 30 days: its placements' hours, counted
+    over the period by the store's clock, stop the next one (it waits)."""
+    from examlops_policy.hardware import ManagedPolicy
+    from examlops_policy.store.sqlite import SQLiteStore
+
+    clock = {"now": "2026-11-01T00:00:00.000000Z"}
+    hw = Hardware(tmp_path, store=SQLiteStore(tmp_path / "state.db", clock=lambda: clock["now"]), policy=ManagedPolicy(opa_home))
+    try:
+        hw.apply([Pool("big", "hpc", "nvidia", 64, "eu", cost_per_hour=0.1, carbon_factor=1)])
+        held = hw.place(Workload("long", "nvidia", count=16, project="green-research"))
+        clock["now"] = "2026-11-06T04:00:00.000000Z"  # 124 h: 1984 device-hours, under the quota
+        assert isinstance(hw.place(Workload("more", "nvidia", project="green-research")).decision, Placement)
+        clock["now"] = "2026-11-06T05:00:00.000000Z"  # 125 h: 16 x 125 = 2000 (and the second one's hour)
+        hw.release(held.id)
+        waits = hw.place(Workload("next", "nvidia", project="green-research"), queue=True)
+        assert waits.decision.outcome == "queued" and dict(waits.queue.waits_for) == {"quota_exceeded": 1}  # type: ignore[union-attr]
+        assert waits.decision.provenance.quota_use == {"device_hours": {"green-research": {"nvidia": 2001.0}},
+                                                       "devices": {"green-research": {"nvidia": 1.0}}}
+        clock["now"] = "2026-12-06T06:00:00.000000Z"  # 30 days on, the first grant's hours have aged out
+        assert isinstance(hw.place(Workload("later", "nvidia", project="green-research")).decision, Placement)
+    finally:
+        hw.close()
+
+
+# -- preemption -------------------------------------------------------------------------------------
+
+
+def test_a_high_priority_workload_preempts_a_low_one_on_spot_capacity(backend: Backend, opa_home: Path) -> None:
+    hw = open_hardware(backend, opa_home)
+    try:
+        hw.apply([Pool("spot-amd", "hpc", "amd", 2, "eu", cost_per_hour=0.5, carbon_factor=10, spot=True)])
+        victim = hw.place(amd("batch", 2, priority="low", spot="allow"))
+        assert isinstance(victim.decision, Placement)
+        urgent = hw.place(amd("urgent", 2, priority="high", spot="allow"), queue=True)
+        assert urgent.decision.outcome == "queued"
+        report = hw.admit()
+        assert [a.queued_id for a in report.admitted] == [urgent.id] and report.admitted[0].preempted == (victim.id,)
+        after = hw.decision(victim.id)
+        assert after.released_at is not None and after.preempting_for == urgent.id
+        requeued = [r for r in hw.store.queue_rows(("queued",)) if r.preempted_from == victim.id]
+        assert len(requeued) == 1 and requeued[0].queued_at == victim.created_at  # it keeps its age
+        kinds = [e["kind"] for e in entries(hw.store)]
+        assert "preempt" in kinds and "preempted" in kinds
+        assert violations(backend) == []
+    finally:
+        hw.close()
+
+
+def test_a_normal_priority_workload_does_not_preempt(backend: Backend, opa_home: Path) -> None:
+    hw = open_hardware(backend, opa_home)
+    try:
+        hw.apply([Pool("spot-amd", "hpc", "amd", 2, "eu", cost_per_hour=0.5, carbon_factor=10, spot=True)])
+        hw.place(amd("batch", 2, priority="low", spot="allow"))
+        hw.place(amd("normal", 2, spot="allow"), queue=True)
+        assert hw.admit().admitted == ()
+    finally:
+        hw.close()
+
+
+# -- usage for the fair share ---------------------------------------------------------------------
+
+
+def test_use_per_project_is_bucketed_by_day_and_aged_at_each_buckets_middle(tmp_path: Path, opa_home: Path) -> None:
+    from examlops_policy import _queueing
+    from examlops_policy.hardware import ManagedPolicy
+    from examlops_policy.store._sql import epoch
+    from examlops_policy.store.sqlite import SQLiteStore
+
+    clock = {"now": "2026-11-01T00:00:00.000000Z"}
+    hw = Hardware(tmp_path, store=SQLiteStore(tmp_path / "state.db", clock=lambda: clock["now"]), policy=ManagedPolicy(opa_home))
+    try:
+        hw.apply([SMALL, Pool("gpus", "hpc", "nvidia", 8, "eu", cost_per_hour=0.1, carbon_factor=1)])
+        a = hw.place(amd("a", 2, project="llm-pretraining"))  # 2 devices from 00:00 ...
+        clock["now"] = "2026-11-01T12:00:00.000000Z"
+        hw.release(a.id)  # ... to 12:00: 24 device-hours
+        b = hw.place(Workload("b", "nvidia", count=4))  # 4 devices from 12:00, still held
+        now = epoch("2026-11-02T06:00:00Z")  # 30 h after the start
+        use = _queueing.usage(hw, now)
+        # Buckets of 24 h back from now: [now-24h, now) holds 4 x 18 h of b; [now-48h, now-24h) holds
+        # 4 x 0 h of b... b started 18 h ago, a ran 30..18 h ago.
+        assert use == {"default": [[12.0, 72.0]], "llm-pretraining": [[12.0, 12.0], [36.0, 12.0]]}
+        assert b.decision.outcome == "placed"
+    finally:
+        hw.close()
