@@ -40,7 +40,56 @@ from examlops_policy.store.api import GrantRow, QueueRow
 from examlops_policy.views import AdmissionReport, Admitted, Cancelled, DecisionRecord, QueueEntry, QueueListing, QuotaRow
 
 if TYPE_CHECKING:
-    from examlops_policy.hardware import Hardware
+    from examlops_policy._core.engine import Engine, Prepared
+    from examlops_policy._core.records import Reader
+    from examlops_policy._core.state import Capacities, Snapshot
+    from examlops_policy._core.verdicts import PolicyEvaluator
+    from examlops_policy.model import Pool
+    from examlops_policy.store import Store
+    from examlops_policy.tables import Tables
+
+
+class Hardware(Protocol):
+    """What the queue's workflows need of the façade (``examlops_policy.hardware.Hardware``): its
+    store, policy and tables, the decision path (a snapshot, a decision under the current policy
+    snapshot), recorded decisions, placing, and what submission needs."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def tables(self) -> Tables: ...
+
+    @property
+    def policy(self) -> PolicyEvaluator: ...
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def records(self) -> Reader: ...
+
+    @property
+    def _capacities(self) -> Capacities: ...
+
+    def _current(self, *, force: bool = False) -> Any: ...
+
+    def _snapshot(self) -> Snapshot: ...
+
+    def _decide(self, request: Request, snap: Snapshot, under: Any) -> tuple[Any, Prepared, Decision]: ...
+
+    def decision(self, ident: str) -> DecisionRecord: ...
+
+    def place(
+        self, workload: Workload, *, request_id: str | None = None, lease: timedelta | None = None, queue: bool = False,
+        submission: Submit | None = None, queued_at: str | None = None, preempted_from: str | None = None,
+    ) -> DecisionRecord: ...  # fmt: skip
+
+    def pool_by_name(self, name: str) -> Pool: ...
+
+    def set_job(self, ident: str, job_id: str, *, scheduler: str, uid: str | None = None) -> DecisionRecord: ...
+
+    def mark_job(self, ident: str, state: str) -> DecisionRecord: ...
 
 ORDER_RULE: Final = "examlops/queue/order/ranked"
 VICTIMS_RULE: Final = "examlops/queue/preemption/victims"
