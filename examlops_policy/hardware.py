@@ -51,6 +51,7 @@ from examlops_policy.views import (
     PoolView,
     QueueListing,
     QuotaRow,
+    ReconcileReport,
     ReleaseReport,
     Replay,
     Submission,
@@ -560,6 +561,27 @@ class Hardware:
         from examlops_policy import _queueing
 
         return _queueing.cancel(self, ident)
+
+    def reconcile(
+        self, *, slurm: bool | None = None, kubernetes: Mapping[str, str | None] | None = None, admit: bool = True
+    ) -> tuple[ReconcileReport, AdmissionReport | None]:
+        """What the schedulers say of this layer's jobs and their nodes, written back (see
+        ``_reconcile``): jobs that ended release their grants (end state, start and end times), jobs
+        that run get their actual start, nodes not taking work leave their pools' capacity (and come
+        back). Each change one audited transaction; a run with no change writes nothing. With
+        ``admit``, capacity freed is offered to the queue at once. A scheduler that could not be read
+        is in ``ReconcileReport.unreadable`` (the others' changes are written)."""
+        from examlops_policy import _reconcile
+
+        report = _reconcile.reconcile(self, slurm=slurm, kubernetes=kubernetes)
+        admitted = None
+        if admit and _reconcile.freed(report):
+            admitted, _ = self._freed()
+        return report, admitted
+
+    def expire_leases(self) -> list[str]:
+        """Release the placements whose lease ended (audited as ``expired``): their ids."""
+        return commit.expire_leases(self.store, self._capacities, source=SOURCE)
 
     def quotas(self) -> list[QuotaRow]:
         """Use against quota per project and accelerator class (quotas.yaml), worded by the policy."""

@@ -31,7 +31,7 @@ from examlops_policy.store.api import BurstRow, DecisionRow, HeldRow, NewDecisio
 from examlops_policy.views import DecisionRecord, PoolChange
 from examlops_policy._core import codec, packing
 from examlops_policy._core import quota as quotas
-from examlops_policy._core.node_states import occupied
+from examlops_policy._core.node_states import occupied, outside_of
 from examlops_policy._core.quota import NO_USE, QuotaUse
 from examlops_policy._core.engine import Prepared
 from examlops_policy._core.selection import Judged, fits
@@ -198,9 +198,11 @@ def place(
         if isinstance(decision, Placement):
             state = snap.states[snap.index[decision.pool]]
             held = txn.held(decision.pool)
-            busy = occupied(state.pool, held, txn.node_states(decision.pool))
+            states = txn.node_states(decision.pool)
+            busy = occupied(state.pool, held, states)
             chosen = packing.choose(
-                capacities.layout(state.pool), [h.holding for h in busy], decision.grant.profile, decision.grant.units, state.held_outside
+                capacities.layout(state.pool), [h.holding for h in busy], decision.grant.profile, decision.grant.units,
+                outside_of(state.pool, busy, states, state.held_outside),
             )
             if chosen is None:
                 raise StateError(
@@ -377,8 +379,9 @@ def _enqueue(txn: Transaction, ident: str, decision: Decision, queued: QueueInte
 def _refresh(txn: Transaction, capacities: Capacities, pool: Pool, held_outside: float, version: int, held: Sequence[HeldRow] | None = None) -> None:
     """Work out what ``pool`` can still place from what it holds (and what its nodes that take no
     work take out), and store it (and log it)."""
-    busy = occupied(pool, txn.held(pool.name) if held is None else held, txn.node_states(pool.name))
-    capacity, free = capacities.of(pool, busy, held_outside)
+    states = txn.node_states(pool.name)
+    busy = occupied(pool, txn.held(pool.name) if held is None else held, states)
+    capacity, free = capacities.of(pool, busy, outside_of(pool, busy, states, held_outside))
     txn.set_capacity(pool.name, codec.capacity_text(capacity), free, version)
 
 
@@ -691,3 +694,80 @@ def unmark_preemption(store: Rows, victim: str, *, source: str) -> bool:
         return True
 
     return store.transaction(work, landed=lambda txn: None)
+
+
+# -- reconcile: what the schedulers say ------------------------------------------------------------
+
+
+def end_job(
+    store: Rows, capacities: Capacities, ident: str, job_id: str, state: str, started_at: str | None, ended_at: str | None, *, scheduler: str, source: str
+) -> bool:
+    """A placement's job ended (its scheduler says so): its grant is released, with the job's end
+    state and times, in one audited transaction (kind ``job_ended``). False (nothing written) when
+    the placement is no longer live with that job."""
+
+    def work(txn: Transaction) -> bool:
+        row = txn.by_id(ident)
+        if row is None or row.released_at is not None or row.job_id != job_id:
+            return False
+        txn.job_ended(ident, state, started_at, ended_at)
+        name = txn.release(ident, txn.now())
+        pool = txn.pool(name)
+        assert pool is not None
+        _refresh(txn, capacities, codec.pool_from_text(pool.spec), pool.held_outside, txn.bump())
+        txn.audit(
+            "job_ended",
+            {"decision_id": ident, "scheduler": scheduler, "job_id": job_id, "state": state, "started_at": started_at, "ended_at": ended_at},
+            source=source,
+        )
+        return True
+
+    def landed(txn: Transaction) -> bool | None:
+        row = txn.by_id(ident)
+        return True if row is not None and row.released_at is not None and row.job_ended_at == ended_at else None
+
+    return store.transaction(work, landed=landed)
+
+
+def start_job(store: Rows, ident: str, job_id: str, at: str, *, scheduler: str, source: str) -> bool:
+    """A placement's job started running at ``at`` (its actual start, recorded once, audited)."""
+
+    def work(txn: Transaction) -> bool:
+        row = txn.by_id(ident)
+        if row is None or row.job_id != job_id or not txn.job_started(ident, at):
+            return False
+        txn.audit("job_started", {"decision_id": ident, "scheduler": scheduler, "job_id": job_id, "started_at": at}, source=source)
+        return True
+
+    return store.transaction(work, landed=lambda txn: None)
+
+
+def node_state(store: Rows, capacities: Capacities, pool_name: str, node: str, state: str | None, *, scheduler: str, source: str) -> list[str]:
+    """A node of ``pool_name`` a scheduler reports drained or down (``state``; None: up again): its
+    devices leave the pool's capacity (or come back) and, when it went down, the live grants holding
+    devices on it are flagged (``node_down_at``; cleared when it is up). One audited transaction;
+    the grants flagged or cleared (nothing written when the state is the stored one)."""
+    from examlops_policy._core.node_states import devices_of
+
+    def work(txn: Transaction) -> list[str]:
+        row = txn.pool(pool_name)
+        if row is None:
+            return []
+        now = txn.now()
+        if not txn.set_node_state(pool_name, node, state, scheduler, now):
+            return []
+        pool = codec.pool_from_text(row.spec)
+        _refresh(txn, capacities, pool, row.held_outside, txn.bump())
+        on_node = devices_of(pool).get(node, range(0))
+        holders = sorted({h.decision_id for h in txn.held(pool_name) if h.holding.device in on_node})
+        flagged = [h for h in holders if txn.flag_node_down(h, now if state == "down" else None)]
+        txn.audit("node", {"pool": pool_name, "node": node, "state": state or "up", "scheduler": scheduler, "grants": list(flagged)}, source=source)
+        return flagged
+
+    return store.transaction(work, landed=lambda txn: None)
+
+
+def expire_leases(store: Rows, capacities: Capacities, *, source: str) -> list[str]:
+    """Release the placements whose lease ended (what the next write does anyway), on its own: the
+    ids released (none written when none ended)."""
+    return store.transaction(lambda txn: expire(txn, capacities, source=source), landed=lambda txn: None)

@@ -62,6 +62,13 @@ def occupied(pool: Pool, held: Sequence[HeldRow], states: Mapping[str, str]) -> 
     return out
 
 
-def unavailable(pool: Pool, held: Sequence[HeldRow], states: Mapping[str, str]) -> float:
-    """Devices (shares summed) that nodes not up take out of the pool beyond what grants hold."""
-    return round(sum(h.share for h in occupied(pool, held, states) if h.decision_id.startswith(NODE_HOLDER)), 9)
+def outside_of(pool: Pool, busy: Sequence[HeldRow], states: Mapping[str, str], held_outside: float) -> float:
+    """What a scheduler's report of devices busy beyond this layer's grants (``held_outside``, from
+    discovery) still takes out once ``busy`` (``occupied``) holds the devices of nodes not up:
+    discovery counts the free devices of a node that its spec says is not up as busy, so those the
+    node holds in ``busy`` too are not taken out twice."""
+    if not states:
+        return held_outside
+    down_in_spec = {n.name for n in pool.node_list() if n.state != "up"}
+    twice = sum(h.share for h in busy if h.decision_id.startswith(NODE_HOLDER) and h.decision_id[len(NODE_HOLDER):] in down_in_spec)
+    return max(0.0, round(held_outside - twice, 9))

@@ -6,6 +6,9 @@
 * ``admit`` offers the queue capacity now (what ``serve`` does every interval, and every release).
 * ``cancel ID`` takes a waiting workload out of the queue.
 * ``quotas`` shows use against quota per project and accelerator class.
+* ``reconcile`` reads the schedulers (Slurm, Kubernetes) and writes back what changed: jobs that
+  ended release their grants, jobs that run get their start, nodes not taking work leave capacity.
+* ``serve`` reconciles, expires leases and admits, every interval, until SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from examlops_policy.cli import args as types
 from examlops_policy.cli import exits, render
 from examlops_policy.cli.args import Commands
 from examlops_policy.cli.console import Console, Text
+from examlops_policy.errors import SpecError
 from examlops_policy.hardware import Hardware
-from examlops_policy.views import AdmissionReport, QueueEntry
+from examlops_policy.views import AdmissionReport, QueueEntry, ReconcileChange
 
 
 def age_text(seconds: float | None) -> str:
@@ -131,6 +135,55 @@ def cmd_quotas(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     return exits.OK
 
 
+def _kubernetes(args: argparse.Namespace) -> dict[str, str | None] | None:
+    if not args.kubernetes:
+        if args.kubeconfig or args.context:
+            raise SpecError("--kubeconfig and --context are for --kubernetes", source="command line")
+        return None
+    return {"kubeconfig": args.kubeconfig, "context": args.context}
+
+
+def change_json(c: ReconcileChange) -> dict[str, object]:
+    return dataclasses.asdict(c)
+
+
+def cmd_reconcile(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    kubernetes = _kubernetes(args)
+    slurm = True if args.slurm else (False if kubernetes is not None else None)
+    report, admitted = hw.reconcile(slurm=slurm, kubernetes=kubernetes)
+    if args.json:
+        body: dict[str, object] = {
+            "changes": [change_json(c) for c in report.changes],
+            "unreadable": [{"scheduler": n, "error": why} for n, why in report.unreadable],
+            "checked": report.checked,
+        }
+        if admitted is not None:
+            body["admitted"] = report_json(admitted)
+        render.dump_json(console, body)
+    else:
+        for c in report.changes:
+            console.print(Text(f"✓ {c.text}", style="green" if c.kind in ("ended", "node_up", "started") else "yellow"))
+        if not report.changes and not report.unreadable:
+            console.print(f"no change ({report.checked} live job{'s' if report.checked != 1 else ''} checked)")
+        for name, why in report.unreadable:
+            console.print(Text(f"✗ {name} could not be read: {why}", style="red"))
+        if admitted is not None:
+            print_admission(console, admitted, quiet_when_empty=True)
+    return exits.EXECUTOR if report.unreadable else exits.OK
+
+
+def cmd_serve(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    from examlops_policy._serve import Server
+    from examlops_policy.hardware import Hardware as Made
+
+    kubernetes = _kubernetes(args)
+    home = hw.home
+    hw.close()  # the server makes its own, and again after a fault
+    server = Server(lambda: Made(home), interval_s=args.interval.total_seconds(), slurm=True if args.slurm else None,
+                    kubernetes=kubernetes, out=console.file)  # fmt: skip
+    return server.run(home, once=args.once)
+
+
 def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
     p = hardware.add_parser("queue", parents=[common], help="the workloads waiting for capacity, in the order they are offered it")
     p.add_argument("--all", action="store_true", help="also the admitted, cancelled and failed ones")
@@ -146,3 +199,20 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
 
     p = hardware.add_parser("quotas", parents=[common], help="use against quota per project and accelerator class")
     p.set_defaults(handler=cmd_quotas)
+
+    p = hardware.add_parser("reconcile", parents=[common], help="read the schedulers back: ended jobs release, nodes not taking work leave capacity")
+    _scheduler_args(p)
+    p.set_defaults(handler=cmd_reconcile)
+
+    p = hardware.add_parser("serve", parents=[common], help="reconcile, expire leases and admit, every interval, until SIGTERM or SIGINT")
+    p.add_argument("--interval", type=types.lease, default=types.lease("30s"), help="between steps, e.g. 2s, 30s, 5m (default 30s)")
+    p.add_argument("--once", action="store_true", help="one step, then exit")
+    _scheduler_args(p)
+    p.set_defaults(handler=cmd_serve)
+
+
+def _scheduler_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--slurm", action="store_true", help="read Slurm (squeue, sacct, sinfo)")
+    p.add_argument("--kubernetes", action="store_true", help="read the Kubernetes API (the layer's Jobs, the nodes)")
+    p.add_argument("--kubeconfig", help="--kubernetes: the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
+    p.add_argument("--context", help="--kubernetes: the kubeconfig context (default: the current one)")

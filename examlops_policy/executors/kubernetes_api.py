@@ -98,6 +98,38 @@ class JobStatus:
 
 
 @dataclass(frozen=True)
+class JobEnd:
+    """A Job as reconcile reads it: ``state`` ``pending`` (no pod active yet), ``active``,
+    ``complete`` or ``failed``; when it started and ended (UTC, ISO 8601)."""
+
+    namespace: str
+    name: str
+    uid: str
+    state: str
+    started_at: str | None
+    ended_at: str | None
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ("complete", "failed")
+
+
+def _k8s_time(value: object) -> str | None:
+    """A Kubernetes time (a datetime from the client) as UTC ISO 8601 with microseconds."""
+    from datetime import datetime, timezone
+
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        moment = value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+        return moment.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    try:
+        return _k8s_time(datetime.fromisoformat(str(value).replace("Z", "+00:00")))
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
 class NodeInfo:
     """A node as discovery needs it: labels, allocatable quantities, whether new pods may start."""
 
@@ -362,6 +394,31 @@ class KubernetesCluster:
                 if j.metadata
             ]
         return tuple(sorted(found, key=lambda r: (r.namespace, r.name)))
+
+    def job_states(self) -> dict[tuple[str, str], JobEnd]:
+        """Every Job this layer created, in all namespaces, in one list, by (namespace, name): its
+        uid, whether it ended (its Complete or Failed condition True) and when it started and ended
+        (``status.startTime``; ``completionTime``, else the condition's last transition)."""
+        from lightkube import ALL_NS
+        from lightkube.resources.batch_v1 import Job
+
+        found: dict[tuple[str, str], JobEnd] = {}
+        with self._calling("list Jobs in all namespaces"):
+            for job in self._client.list(Job, namespace=ALL_NS, labels={MANAGED_BY_LABEL: MANAGED_BY}):
+                meta, status = job.metadata, job.status
+                if meta is None or not meta.name:
+                    continue
+                conditions = {c.type: c for c in ((status.conditions or []) if status else []) if c.status == "True"}
+                state, ended = "active" if status is not None and (status.active or 0) > 0 else "pending", None
+                for kind, word in (("Failed", "failed"), ("Complete", "complete")):
+                    if kind in conditions:
+                        state = word
+                        done = status.completionTime if status is not None and word == "complete" else None
+                        ended = _k8s_time(done or conditions[kind].lastTransitionTime)
+                        break
+                started = _k8s_time(status.startTime) if status is not None else None
+                found[(meta.namespace or "", meta.name)] = JobEnd(meta.namespace or "", meta.name, meta.uid or "", state, started, ended)
+        return found
 
     # -- discovery reads -----------------------------------------------------------------------
 
@@ -639,6 +696,7 @@ __all__ = [
     "DECISION_LABEL",
     "MANAGED_BY",
     "MANAGED_BY_LABEL",
+    "JobEnd",
     "JobRef",
     "JobState",
     "JobStatus",

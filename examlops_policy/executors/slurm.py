@@ -319,3 +319,121 @@ def job(job_id: str, runner: Runner = run_command) -> SlurmJob:
             gres.append(value)
         fields.setdefault(key, value)
     return SlurmJob(job_id, fields.get("JobState", "UNKNOWN"), fields.get("Partition"), tuple(gres), fields)
+
+
+# -- reading jobs and nodes back (reconcile) -------------------------------------------------------
+
+# Job states that end a job (squeue --states=all shows them for MinJobAge after the end; sacct
+# keeps them where accounting is configured).
+ENDED_STATES: Final = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"}
+)
+RUNNING_STATES: Final = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "RESIZING"})
+
+
+@dataclass(frozen=True)
+class JobState:
+    """A job as Slurm reports it: its state (the word before any ``+`` or ``by``), when it started
+    and ended (UTC, ISO 8601; None when not yet), and the nodes it runs on."""
+
+    job_id: str
+    state: str
+    started_at: str | None
+    ended_at: str | None
+    nodes: str = ""
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED_STATES
+
+    @property
+    def running(self) -> bool:
+        return self.state in RUNNING_STATES
+
+
+def slurm_time(text: str) -> str | None:
+    """A time squeue or sacct prints (the local time of this host, no offset) as UTC ISO 8601;
+    None for ``N/A``, ``Unknown``, ``None`` or empty."""
+    from datetime import datetime, timezone
+
+    text = text.strip()
+    if not text or text in ("N/A", "Unknown", "None", "(null)"):
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.astimezone()  # the local time it was printed in
+    return moment.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _state_word(text: str) -> str:
+    return text.strip().split()[0].split("+")[0].upper() if text.strip() else "UNKNOWN"
+
+
+def queue_states(runner: Runner = run_command) -> dict[str, JobState]:
+    """Every job slurmctld holds (pending, running, and ended ones for MinJobAge), by id:
+    ``squeue --states=all`` (``%S`` is a start only once a job runs: an estimate while pending)."""
+    result = runner(["squeue", "--noheader", "--all", "--states=all", "--format=%i|%T|%S|%e|%N"], timeout=TIMEOUT_S)
+    if not result.ok:
+        raise ExecutorError(f"squeue failed: {result.reason()}")
+    out: dict[str, JobState] = {}
+    for line in result.stdout.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) < 5 or not JOB_ID_RE.fullmatch(parts[0].strip()):
+            continue
+        state = _state_word(parts[1])
+        started = slurm_time(parts[2]) if state in RUNNING_STATES or state in ENDED_STATES else None
+        ended = slurm_time(parts[3]) if state in ENDED_STATES else None
+        out[parts[0].strip()] = JobState(parts[0].strip(), state, started, ended, parts[4].strip())
+    return out
+
+
+def accounting_states(job_ids: Sequence[str], runner: Runner = run_command) -> dict[str, JobState] | None:
+    """What Slurm's accounting says of jobs slurmctld no longer holds; None where accounting is not
+    configured (or cannot be read)."""
+    ids = [j for j in job_ids if JOB_ID_RE.fullmatch(j)]
+    if not ids:
+        return {}
+    try:
+        result = runner(
+            ["sacct", "--noheader", "--parsable2", "-X", f"--jobs={','.join(ids)}", "--format=JobIDRaw,State,Start,End,ExitCode"], timeout=TIMEOUT_S
+        )
+    except ExecutorError:
+        return None
+    if not result.ok:
+        return None
+    out: dict[str, JobState] = {}
+    for line in result.stdout.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) < 4 or parts[0] not in ids:
+            continue
+        state = _state_word(parts[1])
+        out[parts[0]] = JobState(parts[0], state, slurm_time(parts[2]), slurm_time(parts[3]) if state in ENDED_STATES else None)
+    return out
+
+
+def node_states(runner: Runner = run_command) -> dict[str, str]:
+    """Every node's state as this layer names them (``sinfo --Node``): ``up`` (idle, mixed,
+    allocated, completing), ``drained`` (drain, draining, drained) or ``down`` (down, fail, inval,
+    and any state Slurm marks not responding with ``*``)."""
+    result = runner(["sinfo", "--noheader", "--Node", "--format=%N|%T|%E"], timeout=TIMEOUT_S)
+    if not result.ok:
+        raise ExecutorError(f"sinfo failed: {result.reason()}")
+    out: dict[str, str] = {}
+    for line in result.stdout.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) < 2 or not parts[0]:
+            continue
+        out[parts[0]] = node_state(parts[1])
+    return out
+
+
+def node_state(text: str) -> str:
+    word = text.strip().lower()
+    if word.endswith("*") or word.startswith(("down", "fail", "not_responding", "inval")):
+        return "down"
+    if word.startswith("drain") or "drain" in word:
+        return "drained"
+    return "up"

@@ -1,0 +1,172 @@
+"""Reconcile with the schedulers: what Slurm and Kubernetes say of this layer's jobs and of their
+nodes, written back (``Hardware.reconcile``, ``exa hardware reconcile``, every ``serve`` step).
+
+For every live placement with a job, in one read per scheduler: a job that ended (completed,
+failed, cancelled, timed out, deleted: Slurm ``squeue --states=all``, then ``sacct`` for jobs
+slurmctld no longer holds; the Kubernetes Jobs this layer created, in one list) releases its grant
+with the job's end state and times; a job that runs gets its actual start recorded (once). A node a
+scheduler reports drained, down, cordoned or NotReady takes its devices out of its pools' capacity,
+and gives them back when it is up; grants on a node that went down are flagged (not released: the
+scheduler decides whether their jobs died). Each change is one audited transaction, written only
+when it differs from what is stored: a run with no change writes nothing. A scheduler that cannot
+be read changes nothing of its own and does not stop the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Final, Protocol
+
+from examlops_policy._core import commit
+from examlops_policy.errors import ExaError, ExecutorError
+from examlops_policy.executors.command import Runner, run_command
+from examlops_policy.store.api import GrantRow
+from examlops_policy.views import ReconcileChange, ReconcileReport
+
+if TYPE_CHECKING:
+    from examlops_policy._core.state import Capacities
+    from examlops_policy.model import PoolState
+    from examlops_policy.store import Store
+
+SOURCE: Final = "exa-hardware"
+
+
+class Host(Protocol):
+    """What reconcile needs of the façade: its store, the capacity rules, the pools."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def _capacities(self) -> Capacities: ...
+
+    def pools(self) -> list[PoolState]: ...
+
+
+def reconcile(
+    hw: Host, *, slurm: bool | None = None, kubernetes: Mapping[str, str | None] | None = None, runner: Runner = run_command
+) -> ReconcileReport:
+    """Read the schedulers and write what changed. ``slurm``/``kubernetes`` (kubeconfig, context)
+    name the schedulers to read (jobs and nodes); left out, each scheduler live grants were
+    submitted to is read (its jobs and its nodes), Kubernetes through the default kubeconfig."""
+    grants = hw.store.live_grants(with_jobs=True)
+    by_scheduler: dict[str, list[GrantRow]] = {}
+    for g in grants:
+        by_scheduler.setdefault(g.scheduler or "slurm", []).append(g)
+    read_slurm = slurm if slurm is not None else (kubernetes is None and "slurm" in by_scheduler)
+    read_k8s = kubernetes is not None or (slurm is None and "kubernetes" in by_scheduler)
+    changes: list[ReconcileChange] = []
+    unreadable: list[tuple[str, str]] = []
+    if read_slurm:
+        try:
+            changes += _slurm(hw, by_scheduler.get("slurm", []), runner)
+        except ExaError as exc:
+            unreadable.append(("slurm", str(exc)))
+    if read_k8s:
+        try:
+            changes += _kubernetes(hw, by_scheduler.get("kubernetes", []), kubernetes or {})
+        except ExaError as exc:
+            unreadable.append(("kubernetes", str(exc)))
+    return ReconcileReport(tuple(changes), tuple(unreadable), len(grants))
+
+
+# -- Slurm ------------------------------------------------------------------------------------------
+
+
+def _slurm(hw: Host, grants: Sequence[GrantRow], runner: Runner) -> list[ReconcileChange]:
+    from examlops_policy.executors import slurm
+
+    jobs = slurm.queue_states(runner)
+    nodes = slurm.node_states(runner)
+    gone = [g.job_id for g in grants if g.job_id and g.job_id not in jobs]
+    accounted = slurm.accounting_states([str(j) for j in gone], runner) if gone else {}
+    changes: list[ReconcileChange] = []
+    for g in grants:
+        assert g.job_id is not None
+        job = jobs.get(g.job_id) or (accounted or {}).get(g.job_id)
+        if job is None:
+            changes += _ended(hw, g, "missing", g.job_started_at, None, "slurm")
+        elif job.ended:
+            changes += _ended(hw, g, job.state, job.started_at, job.ended_at, "slurm")
+        elif job.running and job.started_at and g.job_started_at is None:
+            changes += _started(hw, g, job.started_at, "slurm")
+    # Nodes: the pools a Slurm partition serves, that name their nodes.
+    changes += _nodes(hw, nodes, "slurm", lambda state: state.pool.partition is not None and state.pool.nodes_named)
+    return changes
+
+
+# -- Kubernetes -------------------------------------------------------------------------------------
+
+
+def _kubernetes(hw: Host, grants: Sequence[GrantRow], options: Mapping[str, str | None]) -> list[ReconcileChange]:
+    from examlops_policy.executors.kubernetes_api import KubernetesCluster
+
+    with KubernetesCluster.connect(options.get("kubeconfig"), options.get("context")) as cluster:
+        jobs = cluster.job_states()
+        nodes = {n.name: "down" if not n.ready else "drained" if n.unschedulable else "up" for n in cluster.nodes()}
+    changes: list[ReconcileChange] = []
+    for g in grants:
+        assert g.job_id is not None
+        namespace, _, name = g.job_id.partition("/")
+        job = jobs.get((namespace, name))
+        if job is None or (g.job_uid and job.uid and job.uid != g.job_uid):
+            changes += _ended(hw, g, "missing", g.job_started_at, None, "kubernetes")
+        elif job.ended:
+            changes += _ended(hw, g, job.state, job.started_at, job.ended_at, "kubernetes")
+        elif job.state == "active" and job.started_at and g.job_started_at is None:
+            changes += _started(hw, g, job.started_at, "kubernetes")
+    changes += _nodes(hw, nodes, "kubernetes", lambda state: state.pool.partition is None and state.pool.nodes_named)
+    return changes
+
+
+# -- the writes ----------------------------------------------------------------------------------------
+
+
+def _ended(hw: Host, g: GrantRow, state: str, started: str | None, ended: str | None, scheduler: str) -> list[ReconcileChange]:
+    assert g.job_id is not None
+    if not commit.end_job(hw.store, hw._capacities, g.id, g.job_id, state, started, ended, scheduler=scheduler, source=SOURCE):
+        return []
+    text = f"{scheduler} job {g.job_id} of decision {g.id[:12]} ended ({state}): released {g.devices:g} {g.accelerator} on {g.pool}"
+    return [ReconcileChange("ended", scheduler, g.id, g.job_id, state, g.pool, None, started, ended, text)]
+
+
+def _started(hw: Host, g: GrantRow, at: str, scheduler: str) -> list[ReconcileChange]:
+    assert g.job_id is not None
+    if not commit.start_job(hw.store, g.id, g.job_id, at, scheduler=scheduler, source=SOURCE):
+        return []
+    return [ReconcileChange("started", scheduler, g.id, g.job_id, "running", g.pool, None, at, None,
+                            f"{scheduler} job {g.job_id} of decision {g.id[:12]} started at {at}")]  # fmt: skip
+
+
+def _nodes(hw: Host, observed: Mapping[str, str], scheduler: str, serves: object) -> list[ReconcileChange]:
+    """Write each node whose state differs from the stored one (nothing when none does)."""
+    stored = {(r.pool, r.node): r.state for r in hw.store.node_state_rows()}
+    changes: list[ReconcileChange] = []
+    for state in hw.pools():
+        if not callable(serves) or not serves(state):
+            continue
+        for node in state.pool.node_list():
+            seen = observed.get(node.name)
+            if seen is None:
+                continue  # the scheduler does not report it: nothing is known
+            want = None if seen == "up" else seen
+            if stored.get((state.pool.name, node.name)) == want:
+                continue
+            flagged = commit.node_state(hw.store, hw._capacities, state.pool.name, node.name, want, scheduler=scheduler, source=SOURCE)
+            text = f"{scheduler} node {node.name} of pool {state.pool.name}: {seen}" + (
+                f"; grants on it flagged: {', '.join(f[:12] for f in flagged)}" if flagged and want == "down" else ""
+            )
+            kind = "node_up" if want is None else "node_down" if want == "down" else "node"
+            changes.append(ReconcileChange(kind, scheduler, None, None, seen, state.pool.name, node.name, text=text))
+    return changes
+
+
+def freed(report: ReconcileReport) -> bool:
+    """Whether what reconcile wrote may have freed capacity (a job ended, a node came back)."""
+    return any(c.kind in ("ended", "node_up") for c in report.changes)
+
+
+def executor_error(report: ReconcileReport) -> ExecutorError | None:
+    if not report.unreadable:
+        return None
+    return ExecutorError("; ".join(f"{name}: {why}" for name, why in report.unreadable))

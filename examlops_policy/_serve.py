@@ -1,0 +1,236 @@
+"""``exa hardware serve``: reconcile, expire leases and admit, in a loop, until SIGTERM or SIGINT.
+
+Each step, in order: look at the reviewed policy files (a changed revision is read, and OPA is
+confirmed to serve it before anything is decided under it); release the placements whose lease
+ended; reconcile with the schedulers it was told to read; offer the queue the capacity there is
+(admission). Then wait the interval, woken early by a signal.
+
+* SIGTERM, SIGINT: no new step; the step under way finishes (its transactions commit or roll back
+  whole); exit 0. A second signal changes nothing.
+* OPA unavailable: logged, admission skipped (expiry and reconcile need no OPA), the next step
+  after a back-off (the interval x 2^k, at most ``MAX_BACKOFF_S``), reset by a clean step. The state
+  database unreachable: the same. A scheduler that cannot be read: logged, skipped (the others are
+  read). Any other error of a step: logged with its type, the step tried again next interval.
+* The process records itself (pid, start, command line) in ``<home>/serve/<pid>.json`` before it
+  serves, and removes the record when it stops.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Final, TextIO
+
+from examlops_policy.errors import ExaError, PolicyError, PolicyUnavailable, StateError
+
+if TYPE_CHECKING:
+    from examlops_policy.hardware import Hardware
+
+MAX_BACKOFF_S: Final = 300.0
+
+
+@dataclass
+class StepReport:
+    """What one step did: the lines it logged, and whether it met a fault that backs off."""
+
+    lines: list[str] = field(default_factory=list)
+    fault: bool = False
+
+
+class Server:
+    """One serving loop over a ``Hardware`` (made by ``make``: made again after it was closed)."""
+
+    def __init__(
+        self,
+        make: Callable[[], Hardware],
+        *,
+        interval_s: float,
+        slurm: bool | None,
+        kubernetes: Mapping[str, str | None] | None,
+        out: TextIO | None = None,
+    ) -> None:
+        self._make = make
+        self.interval_s = interval_s
+        self.slurm = slurm
+        self.kubernetes = kubernetes
+        self._out = out or sys.stdout
+        self._stop = threading.Event()
+        self._hw: Hardware | None = None
+        self.revision: str | None = None
+        self.steps = 0
+        self.faults = 0
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def stop(self, *_: object) -> None:
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def log(self, text: str) -> None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self._out.write(f"{stamp} {text}\n")
+        self._out.flush()
+
+    def run(self, home: Path, *, once: bool = False) -> int:
+        """Serve until stopped (SIGTERM, SIGINT), or one step with ``once``. Exit status 0; 5 when
+        the policy cannot be served at start (it does not compile, or OPA will not serve it)."""
+        record = _record(home)
+        previous = {sig: signal.signal(sig, self._signalled) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            start = StepReport()
+            if not self._policy(start) or self.revision is None:
+                for line in start.lines:
+                    self.log(line)
+                return 5
+            self.log(f"serving: policy {self.revision[:19]} · every {self.interval_s:g} s" + (
+                f" · slurm" if self.slurm else "") + (" · kubernetes" if self.kubernetes is not None else ""))  # fmt: skip
+            backoff = 0
+            while not self.stopping:
+                report = self.step()
+                for line in report.lines:
+                    self.log(line)
+                if once:
+                    break
+                backoff = min(backoff + 1, 16) if report.fault else 0
+                wait = min(MAX_BACKOFF_S, self.interval_s * (2 ** backoff if backoff else 1))
+                if report.fault:
+                    self.log(f"backing off: next step in {wait:g} s")
+                self._stop.wait(wait)
+            self.log("stopped")
+            return 0
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if self._hw is not None:
+                self._hw.close()
+            record.unlink(missing_ok=True)
+
+    def _signalled(self, signum: int, frame: FrameType | None) -> None:
+        if not self.stopping:
+            self.log(f"{signal.Signals(signum).name}: finishing the current step, then stopping")
+        self.stop()
+
+    @property
+    def hw(self) -> Hardware:
+        if self._hw is None:
+            self._hw = self._make()
+        return self._hw
+
+    # -- one step --------------------------------------------------------------------------------
+
+    def step(self) -> StepReport:
+        """Policy, leases, reconcile, admission; every fault logged, none raised."""
+        self.steps += 1
+        report = StepReport()
+        policy_ok = self._policy(report)
+        self._guarded(report, "leases", self._leases)
+        if self.slurm is not None or self.kubernetes is not None:
+            self._guarded(report, "reconcile", self._reconcile)
+        if policy_ok:
+            self._guarded(report, "admit", self._admit)
+        else:
+            report.lines.append("admission skipped: no policy to decide under")
+        if report.fault:
+            self.faults += 1
+        return report
+
+    def _guarded(self, report: StepReport, what: str, work: Callable[[StepReport], None]) -> None:
+        try:
+            work(report)
+        except (StateError, PolicyUnavailable, PolicyError) as exc:
+            report.fault = True
+            report.lines.append(f"fault: {what}: {type(exc).__name__}: {exc}")
+            if isinstance(exc, StateError):
+                self._reset()
+        except ExaError as exc:
+            report.lines.append(f"fault: {what}: {type(exc).__name__}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a serving loop logs what it did not foresee, and goes on
+            report.fault = True
+            report.lines.append(f"fault: {what}: {type(exc).__name__}: {exc}")
+
+    def _reset(self) -> None:
+        """Drop the Hardware (and its connections): the next step opens them again."""
+        if self._hw is not None:
+            try:
+                self._hw.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection
+                pass
+            self._hw = None
+
+    def _policy(self, report: StepReport) -> bool:
+        """The reviewed files' revision, and OPA confirmed to serve it (restarted on the files when
+        it is local and serves another). False when nothing may be decided now."""
+        hw = self.hw
+        try:
+            under = hw._current(force=True)
+            if under.policy.revision != self.revision and self.revision is not None and not _same(under.policy.revision, self.revision):
+                report.lines.append(f"policy changed: {self.revision[:19]} -> {under.policy.revision[:19]}")
+            try:
+                served = hw.engine.confirm()[0]
+            except PolicyError as exc:
+                if "serves policy revision" not in str(exc):
+                    raise
+                hw.close_policy()  # a local OPA is started again on the files as they are
+                served = hw.engine.confirm()[0]
+            self.revision = served
+            return True
+        except (PolicyError, PolicyUnavailable, StateError) as exc:
+            report.fault = True
+            report.lines.append(f"fault: policy: {type(exc).__name__}: {exc}")
+            hw.close_policy()
+            return False
+
+    def _leases(self, report: StepReport) -> None:
+        for ident in self.hw.expire_leases():
+            report.lines.append(f"lease ended: released decision {ident[:12]}")
+
+    def _reconcile(self, report: StepReport) -> None:
+        result, _ = self.hw.reconcile(slurm=self.slurm, kubernetes=self.kubernetes, admit=False)
+        for change in result.changes:
+            report.lines.append(change.text)
+        for name, why in result.unreadable:
+            report.lines.append(f"fault: {name} could not be read (skipped): {why}")
+
+    def _admit(self, report: StepReport) -> None:
+        admitted = self.hw.admit()
+        for a in admitted.admitted:
+            line = f"admitted {a.workload} (queued {a.queued_id[:12]}) on {a.pool}: decision {a.decision_id[:12]}"
+            if a.job_id:
+                line += f", {a.scheduler} job {a.job_id}"
+            if a.preempted:
+                line += f", preempting {', '.join(v[:12] for v in a.preempted)}"
+            if a.submit_error:
+                line += f" (not submitted yet: {a.submit_error})"
+            report.lines.append(line)
+        for e in admitted.failed:
+            report.lines.append(f"failed {e.workload} (queued {e.id[:12]}): {e.message}")
+
+
+def _same(a: str, b: str) -> bool:
+    return a.split("@", 1)[0] == b.split("@", 1)[0]
+
+
+def _record(home: Path) -> Path:
+    """This process recorded in ``<home>/serve/<pid>.json`` (pid, start time, command line) before
+    it serves."""
+    from examlops_policy._private import ensure_private_dir, write_private_file
+    from examlops_policy.opa.procs import ProcessIdentity
+
+    folder = ensure_private_dir(home / "serve")
+    me = ProcessIdentity.of(os.getpid())
+    path = folder / f"{os.getpid()}.json"
+    doc = {"pid": os.getpid(), "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "identity": me.to_json() if me is not None else None, "argv": sys.argv}  # fmt: skip
+    write_private_file(path, json.dumps(doc).encode("utf-8"))
+    return path
