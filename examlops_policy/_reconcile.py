@@ -44,11 +44,12 @@ class Host(Protocol):
 
 
 def reconcile(
-    hw: Host, *, slurm: bool | None = None, kubernetes: Mapping[str, str | None] | None = None, runner: Runner = run_command
+    hw: Host, *, slurm: bool | None = None, kubernetes: Mapping[str, str | None] | None = None, runner: Runner | None = None
 ) -> ReconcileReport:
     """Read the schedulers and write what changed. ``slurm``/``kubernetes`` (kubeconfig, context)
     name the schedulers to read (jobs and nodes); left out, each scheduler live grants were
     submitted to is read (its jobs and its nodes), Kubernetes through the default kubeconfig."""
+    runner = runner or run_command
     grants = hw.store.live_grants(with_jobs=True)
     by_scheduler: dict[str, list[GrantRow]] = {}
     for g in grants:

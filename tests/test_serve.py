@@ -1,0 +1,190 @@
+"""``exa hardware serve`` as a real process: it admits waiting work every interval, stops cleanly on
+SIGTERM and SIGINT (the step under way finishes, exit 0, no partial write), and survives what a
+long-lived process meets: its OPA killed and unable to start for a while, an unreachable scheduler,
+a PostgreSQL restart (logged, backed off, no crash, and it admits afterwards). Several serve
+processes on one PostgreSQL never admit a workload twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from examlops_policy.opa import stop_server
+from reliability.backends import fresh_backend, managed_postgres, restart_postgres
+from tests.conftest import EXA, OPA_BIN, run_exa, shared_opa_env
+
+
+def serve(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    full = {**os.environ, "EXA_HOME": str(home), "COLUMNS": "200", **(env or {})}
+    return subprocess.Popen([str(EXA), "hardware", "serve", *args], env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=home.parent)
+
+
+def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> tuple[int, str]:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=120)
+    return proc.returncode, out
+
+
+def until(check: object, timeout_s: float = 60.0, every_s: float = 0.3) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if callable(check) and check():
+            return True
+        time.sleep(every_s)
+    return False
+
+
+def setup_full(home: Path, env: dict[str, str] | None = None) -> tuple[str, str]:
+    """A pool of two devices held by one placement leased for 2 s, and a workload queued behind it."""
+    run_exa(home, "hardware", "add-pool", "small", "--target", "hpc", "--accelerator", "amd", "--count", "2", "--region", "eu",
+            "--cost-per-hour", "0.5", check=True, env=env)  # fmt: skip
+    first = json.loads(run_exa(home, "hardware", "place", "a", "--accelerator", "amd", "--count", "2", "--lease", "2s", "--json", check=True, env=env).stdout)
+    queued = json.loads(run_exa(home, "hardware", "place", "b", "--accelerator", "amd", "--queue", "--json", check=True, env=env).stdout)
+    assert queued["outcome"] == "queued"
+    return first["id"], queued["id"]
+
+
+def state_of(home: Path, ident: str, env: dict[str, str] | None = None) -> str:
+    listing = json.loads(run_exa(home, "hardware", "queue", "--all", "--json", check=True, env=env).stdout)
+    return next(e["state"] for e in listing["entries"] if e["id"] == ident)
+
+
+def test_serve_admits_when_the_lease_ends_and_stops_cleanly_on_sigterm(exa_home: Path) -> None:
+    _, queued = setup_full(exa_home)
+    proc = serve(exa_home, "--interval", "1s")
+    try:
+        assert until(lambda: state_of(exa_home, queued) == "admitted", 60)
+        assert list((exa_home / "serve").glob("*.json")), "serve records itself while it serves"
+    finally:
+        code, out = stop(proc)
+    assert code == 0, out
+    assert "lease ended: released decision" in out and "admitted b" in out and out.rstrip().endswith("stopped")
+    assert not list((exa_home / "serve").glob("*.json"))
+    assert run_exa(exa_home, "audit", "verify").returncode == 0
+
+
+def test_sigint_during_a_step_finishes_it_and_exits_0(exa_home: Path, tmp_path: Path) -> None:
+    """A slow squeue keeps the step busy; SIGINT (twice) arrives during it: the step finishes, the
+    process exits 0, nothing half written."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("squeue", "sinfo"):
+        (bin_dir / tool).write_text("#!/bin/sh\nsleep 2\nexit 0\n")
+        (bin_dir / tool).chmod(0o755)
+    _, queued = setup_full(exa_home)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    proc = serve(exa_home, "--interval", "1s", "--slurm", env=env)
+    try:
+        time.sleep(3.0)  # within a step's two slow reads
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+    finally:
+        code, out = stop(proc, signal.SIGINT)
+    assert code == 0, out
+    assert "SIGINT: finishing the current step, then stopping" in out and out.rstrip().endswith("stopped")
+    assert run_exa(exa_home, "audit", "verify").returncode == 0
+    assert state_of(exa_home, queued) in ("queued", "admitted")
+
+
+def test_an_unreachable_scheduler_is_logged_and_skipped_and_admission_goes_on(exa_home: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "no-slurm"
+    empty.mkdir()
+    _, queued = setup_full(exa_home)
+    proc = serve(exa_home, "--interval", "1s", "--slurm", env={"PATH": str(empty)})
+    try:
+        assert until(lambda: state_of(exa_home, queued) == "admitted", 60)
+    finally:
+        code, out = stop(proc)
+    assert code == 0, out
+    assert "fault: slurm could not be read (skipped): squeue: command not found" in out
+
+
+@pytest.mark.opa
+def test_serve_survives_its_opa_killed_and_unable_to_start_for_a_while(tmp_path: Path) -> None:
+    """The serving process's own OPA (this home's) is killed and cannot start again for a while:
+    the steps log the fault and back off (no crash); once OPA can start, the queue is admitted."""
+    home = tmp_path / "home"
+    flag = tmp_path / "opa-broken"
+    wrapper = tmp_path / "opa"
+    wrapper.write_text(f"#!/bin/sh\nif [ -e '{flag}' ]; then echo 'opa: cannot start (test)' >&2; exit 1; fi\nexec '{OPA_BIN}' \"$@\"\n")
+    wrapper.chmod(0o755)
+    env = {"EXA_OPA_BIN": str(wrapper)}
+    try:
+        run_exa(home, "hardware", "add-pool", "small", "--target", "hpc", "--accelerator", "amd", "--count", "2", "--region", "eu",
+                "--cost-per-hour", "0.5", check=True, env=env, shared_opa=False)  # fmt: skip
+        first = json.loads(run_exa(home, "hardware", "place", "a", "--accelerator", "amd", "--count", "2", "--json", check=True, env=env,
+                                   shared_opa=False).stdout)  # fmt: skip
+        queued = json.loads(run_exa(home, "hardware", "place", "b", "--accelerator", "amd", "--queue", "--json", check=True, env=env,
+                                    shared_opa=False).stdout)["id"]  # fmt: skip
+        proc = serve(home, "--interval", "1s", env=env)
+        try:
+            time.sleep(2.5)
+            flag.touch()
+            stop_server(home)  # OPA gone, and it cannot start again
+            time.sleep(4.0)
+            assert proc.poll() is None, "serve must not crash when OPA is unavailable"
+            # Capacity frees while OPA is down: nothing may be decided until it serves again.
+            run_exa(home, "hardware", "release", first["id"], check=True, env=env, shared_opa=False)
+            flag.unlink()
+            assert until(lambda: '"admitted"' in run_exa(home, "hardware", "queue", "--all", "--json", env=env, shared_opa=False).stdout, 90)
+        finally:
+            code, out = stop(proc)
+        assert code == 0, out
+        assert "fault: policy: Policy" in out and "backing off" in out and f"admitted b (queued {queued[:12]})" in out
+    finally:
+        stop_server(home)
+
+
+@pytest.mark.postgres
+def test_serve_survives_a_postgresql_restart(tmp_path: Path) -> None:
+    if not managed_postgres():
+        pytest.skip("the PostgreSQL under test is not the one scripts/pg-up started: not ours to restart")
+    with fresh_backend("postgres", tmp_path) as backend:
+        home = tmp_path / "home"
+        env = {**backend.env(), **shared_opa_env()}
+        _, queued = setup_full(home, env)
+        proc = serve(home, "--interval", "1s", env=env)
+        try:
+            time.sleep(1.5)
+            restart_postgres()
+            assert until(lambda: state_of(home, queued, env) == "admitted", 90)
+            assert proc.poll() is None
+        finally:
+            code, out = stop(proc)
+        assert code == 0, out
+        assert run_exa(home, "audit", "verify", env=env).returncode == 0
+
+
+@pytest.mark.postgres
+def test_several_serve_processes_on_one_postgresql_never_admit_a_workload_twice(tmp_path: Path) -> None:
+    with fresh_backend("postgres", tmp_path) as backend:
+        home = tmp_path / "home"
+        env = {**backend.env(), **shared_opa_env()}
+        run_exa(home, "hardware", "add-pool", "small", "--target", "hpc", "--accelerator", "amd", "--count", "4", "--region", "eu",
+                "--cost-per-hour", "0.5", check=True, env=env)  # fmt: skip
+        holders = [json.loads(run_exa(home, "hardware", "place", f"h{i}", "--accelerator", "amd", "--json", check=True, env=env).stdout)["id"]
+                   for i in range(4)]  # fmt: skip
+        queued = [json.loads(run_exa(home, "hardware", "place", f"q{i}", "--accelerator", "amd", "--queue", "--json", check=True, env=env).stdout)["id"]
+                  for i in range(6)]  # fmt: skip
+        procs = [serve(home, "--interval", "1s", env=env) for _ in range(3)]
+        try:
+            for ident in holders:
+                run_exa(home, "hardware", "release", ident, check=True, env=env)
+            assert until(lambda: sum(state_of(home, q, env) == "admitted" for q in queued) == 4, 90)
+        finally:
+            outs = [stop(p) for p in procs]
+        assert all(code == 0 for code, _ in outs)
+        with backend.raw() as db:
+            twice = db.execute("SELECT queued_id FROM decisions WHERE queued_id IS NOT NULL GROUP BY queued_id HAVING count(*) > 1").fetchall()
+            live = db.execute("SELECT SUM(devices) FROM allocations WHERE released_at IS NULL").fetchone()[0]
+        assert twice == [] and live == 4
+        assert run_exa(home, "audit", "verify", env=env).returncode == 0
