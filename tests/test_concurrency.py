@@ -1,13 +1,16 @@
-"""Several exa processes at once against one state: capacity is never oversubscribed and the
-audit chain never forks."""
+"""Several exa processes at once against one state: capacity is never oversubscribed, the audit
+chain never forks, and no queued workload is admitted twice."""
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 from pathlib import Path
 
+from reliability.backends import Backend, backend, fresh_backend  # noqa: F401  (backend: the fixture)
+from reliability.harness import violations
 from tests.conftest import EXA, run_exa, shared_opa_env
 
 
@@ -38,3 +41,37 @@ def _documents(text: str) -> list[str]:
             docs.append(current)
             current = ""
     return docs
+
+
+
+def test_admitters_placers_and_releasers_at_once_admit_nothing_twice(backend: Backend, tmp_path: Path) -> None:
+    """4 admitters, 4 placers queueing work and 2 releasers against one state (SQLite or
+    PostgreSQL): every queued workload is admitted at most once, no pool holds more than it has,
+    the audit chain verifies and replays to the state."""
+    home = Path(backend.target).parent if backend.name == "sqlite" else tmp_path / "home"
+    env = {**os.environ, "EXA_HOME": str(home), **backend.env(), **shared_opa_env(), "COLUMNS": "200"}
+    run_exa(home, "hardware", "add-pool", "only", "--target", "hpc", "--accelerator", "amd", "--count", "6", "--region", "eu",
+            "--cost-per-hour", "0.5", env=backend.env(), check=True)  # fmt: skip
+    holders = [json.loads(run_exa(home, "hardware", "place", f"h{i}", "--accelerator", "amd", "--json", env=backend.env(), check=True).stdout)["id"]
+               for i in range(6)]  # fmt: skip
+    admit = f"for i in 1 2 3 4 5 6; do {EXA} hardware admit --json >/dev/null; sleep 0.2; done"
+    place = f"for i in 1 2 3; do {EXA} hardware place w$$-$i --accelerator amd --queue --json >/dev/null; done"
+    releases = [" ; ".join(f"sleep 0.5; {EXA} hardware release {h} --json >/dev/null" for h in holders[k::2]) for k in (0, 1)]
+    scripts = [admit] * 4 + [place] * 4 + releases
+    procs = [subprocess.Popen(["bash", "-c", s], env=env, stderr=subprocess.PIPE, text=True) for s in scripts]
+    errors = [p.communicate(timeout=600)[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), errors
+    run_exa(home, "hardware", "admit", env=backend.env(), check=True)  # whatever fits now is in
+    with backend.raw() as db:
+        twice = db.execute("SELECT queued_id FROM decisions WHERE queued_id IS NOT NULL GROUP BY queued_id HAVING count(*) > 1").fetchall()
+        live = db.execute("SELECT COALESCE(SUM(devices), 0) FROM allocations WHERE released_at IS NULL").fetchone()[0]
+        states = dict(db.execute("SELECT state, count(*) FROM queue GROUP BY state").fetchall())
+        linked = db.execute("SELECT count(*) FROM decisions WHERE queued_id IS NOT NULL").fetchone()[0]
+        direct = db.execute("SELECT count(*) FROM decisions WHERE outcome = 'placed' AND workload LIKE 'w%' AND queued_id IS NULL").fetchone()[0]
+    assert twice == []
+    assert states.get("admitted", 0) == linked
+    # Every placement asked for was placed at once or queued; the six devices freed all went to them.
+    assert states.get("admitted", 0) + states.get("queued", 0) + direct == 12
+    assert live == 6 and states.get("admitted", 0) + direct == 6
+    assert violations(backend) == []
+    assert run_exa(home, "audit", "verify", env=backend.env()).returncode == 0
