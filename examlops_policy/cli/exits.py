@@ -26,7 +26,7 @@ PIPE_CLOSED: Final = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool 
 
 # (class, code, meaning): the README's table, in code order.
 TABLE: Final[tuple[tuple[type[errors.ExaError] | None, int, str], ...]] = (
-    (None, OK, "success (placed, portable, verified)"),
+    (None, OK, "success (placed, queued, portable, verified)"),
     (errors.ExaError, INTERNAL, "internal error"),
     (errors.SpecError, BAD_INPUT, "bad input: an unknown value, a field of the wrong type, a name that is too long or holds a "
      "forbidden character, an unknown region or model, malformed YAML, an id prefix that names more than one decision, a change that "
@@ -37,7 +37,7 @@ TABLE: Final[tuple[tuple[type[errors.ExaError] | None, int, str], ...]] = (
     (errors.StateBusy, STATE_BUSY, "state store busy or conflicting after bounded retries"),
     (errors.AuditIntegrityError, AUDIT, "audit log does not verify"),
     (errors.NotFoundError, NOT_FOUND, "decision or pool not found"),
-    (errors.ExecutorError, EXECUTOR, "scheduler (Slurm, Kubernetes) refused, failed or could not be reached"),
+    (errors.ExecutorError, EXECUTOR, "scheduler (Slurm, Kubernetes) refused, failed or could not be reached (reconcile: one could not be read; the others' changes are written)"),
     (errors.StateCorrupt, STATE_CORRUPT, "state database damaged or not a database (the message names the file)"),
     (errors.StateFull, STATE_FULL, "disk full: nothing was written"),
     (errors.StateUnreachable, STATE_UNREACHABLE, "state database server unreachable after bounded retries"),
