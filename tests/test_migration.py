@@ -221,3 +221,89 @@ def test_the_capacity_log_starts_from_the_previous_state_and_new_records_name_th
     assert hw.finops(10).decisions == 5
     report = hw.verify_audit()
     assert report.ok, report.problems
+
+
+# -- the release before the queue: migration 0009 ------------------------------------------------------
+
+BEFORE_QUEUE = "3c6852f0908a4c9c913f347f0b3a9addc6094713"  # the release before queueing, quotas and reconcile
+
+
+@pytest.fixture(scope="module")
+def before_queue_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    """The state the release before the queue wrote: the usual scenario, and a placement of a
+    project (whose column 0009 fills from the record)."""
+    base = tmp_path_factory.mktemp("migration-queue")
+    tree = _old_tree(base, BEFORE_QUEUE)
+    home = base / "home"
+    try:
+        gen = _written_by(BEFORE_QUEUE, tmp_path_factory)
+        written, ids = next(gen)
+        import json
+        import shutil
+
+        shutil.copytree(written, home, ignore=shutil.ignore_patterns("opa"))
+        try:
+            next(gen)
+        except StopIteration:
+            pass
+        placed = _old_exa(tree, home, "hardware", "place", "proj", "--accelerator", "amd", "--engine", "vllm", "--target", "hpc",
+                          "--project", "llm-pretraining", "--json")  # fmt: skip
+        assert placed.returncode == 0, placed.stderr
+        ids["proj"] = json.loads(placed.stdout)["id"]
+        yield home, ids
+    finally:
+        _old_exa(tree, home, "opa", "stop")
+
+
+def test_the_state_before_the_queue_migrates_and_reads_as_it_was_made(
+    before_queue_state: tuple[Path, dict[str, str]], tmp_path: Path, opa_home: Path
+) -> None:
+    import sqlite3
+
+    hw, ids = _open_copy(before_queue_state, tmp_path, opa_home)
+    try:
+        before = _records(hw)
+        hw.pools()
+        with sqlite3.connect(hw.home / "state.db") as db:
+            versions = [v for (v,) in db.execute("SELECT version FROM schema_migrations ORDER BY version")]
+            projects = dict(db.execute("SELECT id, project FROM decisions").fetchall())
+            assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert versions == [v for v, _ in migrations("sqlite")] and 9 in versions
+        assert projects[ids["proj"]] == "llm-pretraining" and projects[ids["train"]] is None
+        train = hw.decision(ids["train"]).decision
+        assert isinstance(train, Placement) and train.pool == "hpc-mi300"
+        assert hw.decision(ids["eu-data"]).decision.outcome == "blocked"
+        assert hw.replay(ids["infer"]).same
+        assert _records(hw) == before
+        assert hw.verify_audit().ok
+    finally:
+        hw.close()
+
+
+def test_queued_and_admitted_records_round_trip_on_the_migrated_state(
+    before_queue_state: tuple[Path, dict[str, str]], tmp_path: Path, opa_home: Path
+) -> None:
+    hw, ids = _open_copy(before_queue_state, tmp_path, opa_home)
+    try:
+        # hpc-mi300 (4 amd devices) holds train, tpu-job and proj: one left; hpc-nvidia 7 whole
+        # devices beside its MIG slice. Fill both, then queue (a stand-in would do, were one free).
+        for filler in (Workload("filler-a", accelerator="amd", engine="vllm", target="hpc"),
+                       Workload("filler-n", accelerator="nvidia", engine="vllm", target="hpc", count=7)):  # fmt: skip
+            assert isinstance(hw.place(filler).decision, Placement)
+        waiting = hw.place(Workload("waits", accelerator="amd", engine="vllm", target="hpc"), queue=True)
+        assert waiting.decision.outcome == "queued"
+        report = hw.release(ids["train"])
+        assert report.admitted is not None and [a.queued_id for a in report.admitted.admitted] == [waiting.id]
+        placement_id = report.admitted.admitted[0].decision_id
+    finally:
+        hw.close()
+    again = Hardware(hw.home, store=SQLiteStore(hw.home / "state.db"), policy=ManagedPolicy(opa_home))
+    try:
+        queued = again.decision(waiting.id)
+        assert isinstance(queued.decision, Rejection) and queued.decision.outcome == "queued"
+        assert queued.queue is not None and queued.queue.state == "admitted" and queued.queue.admitted_by == placement_id
+        placed = again.decision(placement_id)
+        assert isinstance(placed.decision, Placement) and placed.queued_id == waiting.id
+        assert again.verify_audit().ok
+    finally:
+        again.close()
