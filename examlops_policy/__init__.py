@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         StateUnreachable,
         StateUnusable,
     )
+    from examlops_policy._queueing import Submit
     from examlops_policy.hardware import Hardware
     from examlops_policy.model import (
         BurstVerdict,
@@ -49,7 +50,10 @@ if TYPE_CHECKING:
         Workload,
     )
     from examlops_policy.views import (
+        AdmissionReport,
+        Admitted,
         BurstEvent,
+        Cancelled,
         DecisionPage,
         DecisionRecord,
         DecisionSummary,
@@ -62,6 +66,11 @@ if TYPE_CHECKING:
         PoolDetail,
         PoolView,
         Portability,
+        QueueEntry,
+        QueueListing,
+        QuotaRow,
+        ReconcileChange,
+        ReconcileReport,
         ReleaseReport,
         Replay,
         Submission,
@@ -78,15 +87,17 @@ _HOMES: Final = {
         "AuditIntegrityError", "ExaError", "ExecutorError", "NotFoundError", "PolicyError", "PolicyUnavailable", "SpecError",
         "StateBusy", "StateCorrupt", "StateError", "StateFull", "StateUnreachable", "StateUnusable",
     ),
+    "examlops_policy._queueing": ("Submit",),
     "examlops_policy.hardware": ("Hardware",),
     "examlops_policy.model": (
         "BurstVerdict", "Capacity", "Decision", "Grant", "Holding", "Placement", "Pool", "PoolState", "PoolVerdict", "Provenance",
         "Reason", "Rejection", "Workload",
     ),
     "examlops_policy.views": (
-        "BurstEvent", "DecisionPage", "DecisionRecord", "DecisionSummary", "DiscoveryResult", "Explanation", "FinopsReport",
-        "JobReport", "ModelsCost", "PoolChange", "PoolDetail", "PoolView", "Portability", "ReleaseReport", "Replay", "Submission",
-        "explain",
+        "AdmissionReport", "Admitted", "BurstEvent", "Cancelled", "DecisionPage", "DecisionRecord", "DecisionSummary",
+        "DiscoveryResult", "Explanation", "FinopsReport", "JobReport", "ModelsCost", "PoolChange", "PoolDetail", "PoolView",
+        "Portability", "QueueEntry", "QueueListing", "QuotaRow", "ReconcileChange", "ReconcileReport", "ReleaseReport", "Replay",
+        "Submission", "explain",
     ),
 }  # fmt: skip
 _HOME_OF: Final = {name: module for module, names in _HOMES.items() for name in names}
@@ -127,9 +138,12 @@ def place(workload: Workload, pools: Sequence[Pool] | None = None, *, hardware: 
 
 
 __all__ = [
+    "AdmissionReport",
+    "Admitted",
     "AuditIntegrityError",
     "BurstEvent",
     "BurstVerdict",
+    "Cancelled",
     "Capacity",
     "Decision",
     "DecisionPage",
@@ -157,7 +171,12 @@ __all__ = [
     "PoolView",
     "Portability",
     "Provenance",
+    "QueueEntry",
+    "QueueListing",
+    "QuotaRow",
     "Reason",
+    "ReconcileChange",
+    "ReconcileReport",
     "Rejection",
     "ReleaseReport",
     "Replay",
@@ -169,6 +188,7 @@ __all__ = [
     "StateUnreachable",
     "StateUnusable",
     "Submission",
+    "Submit",
     "Workload",
     "__version__",
     "device_accounting",

@@ -1,0 +1,98 @@
+"""``exa hardware place --queue``, ``queue``, ``admit``, ``cancel``, ``quotas``, ``reconcile`` and
+``serve`` as a person runs them: output, ``--json``, and the exit codes of the README's table (a
+queued placement is not an error)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from examlops_policy.cli import exits
+from tests.conftest import run_exa
+
+
+def full(home: Path) -> str:
+    run_exa(home, "hardware", "add-pool", "small", "--target", "hpc", "--accelerator", "amd", "--count", "2", "--region", "eu",
+            "--cost-per-hour", "0.5", check=True)  # fmt: skip
+    return str(json.loads(run_exa(home, "hardware", "place", "a", "--accelerator", "amd", "--count", "2", "--json", check=True).stdout)["id"])
+
+
+def test_a_queued_placement_exits_0_and_one_that_can_never_run_exits_3(exa_home: Path) -> None:
+    full(exa_home)
+    queued = run_exa(exa_home, "hardware", "place", "b", "--accelerator", "amd", "--queue")
+    assert queued.returncode == exits.OK
+    assert queued.stdout.startswith("⏳ Queued: b · position 1 of 1 · waits for: capacity_exhausted on 1 pool\n")
+    never = run_exa(exa_home, "hardware", "place", "c", "--accelerator", "amd", "--engine", "sglang", "--queue")
+    assert never.returncode == exits.REJECTED and never.stdout.startswith("✗ Rejected:")
+    plain = run_exa(exa_home, "hardware", "place", "d", "--accelerator", "amd")
+    assert plain.returncode == exits.REJECTED
+
+
+def test_a_workload_file_may_say_queue_true(exa_home: Path, tmp_path: Path) -> None:
+    full(exa_home)
+    spec = tmp_path / "w.yaml"
+    spec.write_text("workload:\n  name: from-file\n  accelerator: amd\n  priority: high\nqueue: true\n")
+    done = json.loads(run_exa(exa_home, "hardware", "place", "-f", str(spec), "--json", check=True).stdout)
+    assert done["outcome"] == "queued" and done["queue"]["priority"] == "high" and done["queue"]["position"] == 1
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("workload:\n  name: x\n  accelerator: amd\nqueue: yes-please\n")
+    refused = run_exa(exa_home, "hardware", "place", "-f", str(bad))
+    assert refused.returncode == exits.BAD_INPUT and "queue" in refused.stderr
+
+
+def test_submission_options_need_queue_and_their_scheduler(exa_home: Path, tmp_path: Path) -> None:
+    full(exa_home)
+    no_queue = run_exa(exa_home, "hardware", "place", "b", "--accelerator", "amd", "--submit", "slurm", "--script", "x.sh")
+    assert no_queue.returncode == exits.BAD_INPUT and "add --queue" in no_queue.stderr
+    no_script = run_exa(exa_home, "hardware", "place", "b", "--accelerator", "amd", "--queue", "--submit", "slurm")
+    assert no_script.returncode == exits.BAD_INPUT and "--script" in no_script.stderr
+    stray = run_exa(exa_home, "hardware", "place", "b", "--accelerator", "amd", "--queue", "--image", "busybox")
+    assert stray.returncode == exits.BAD_INPUT and "--submit" in stray.stderr
+    missing = run_exa(exa_home, "hardware", "place", "b", "--accelerator", "amd", "--queue", "--submit", "slurm", "--script", str(tmp_path / "none.sh"))
+    assert missing.returncode == exits.BAD_INPUT and "no such job script" in missing.stderr
+    unknown = run_exa(exa_home, "hardware", "place", "b", "--accelerator", "amd", "--queue", "--priority", "urgent")
+    assert unknown.returncode == exits.BAD_INPUT and "unknown priority class 'urgent'" in unknown.stderr
+
+
+def test_queue_admit_cancel_and_their_json(exa_home: Path) -> None:
+    holder = full(exa_home)
+    b = json.loads(run_exa(exa_home, "hardware", "place", "b", "--accelerator", "amd", "--queue", "--json", check=True).stdout)["id"]
+    c = json.loads(run_exa(exa_home, "hardware", "place", "c", "--accelerator", "amd", "--queue", "--priority", "low", "--json", check=True).stdout)["id"]
+    listing = json.loads(run_exa(exa_home, "hardware", "queue", "--json", check=True).stdout)
+    assert [(e["id"], e["position"], e["state"]) for e in listing["entries"]] == [(b, 1, "queued"), (c, 2, "queued")]
+    assert listing["entries"][0]["waits_for"] == {"capacity_exhausted": 1}
+    nothing = json.loads(run_exa(exa_home, "hardware", "admit", "--json", check=True).stdout)
+    assert nothing["admitted"] == [] and nothing["waiting"] == 2
+    cancelled = run_exa(exa_home, "hardware", "cancel", c[:10])
+    assert cancelled.returncode == 0 and cancelled.stdout.startswith(f"✓ cancelled queued workload {c[:12]} (c)")
+    again = json.loads(run_exa(exa_home, "hardware", "cancel", c, "--json", check=True).stdout)
+    assert again["already_cancelled"] is True and again["state"] == "cancelled"
+    released = json.loads(run_exa(exa_home, "hardware", "release", holder, "--json", check=True).stdout)
+    assert [a["queued_id"] for a in released["admitted"]["admitted"]] == [b]
+    admitted = run_exa(exa_home, "hardware", "cancel", b)
+    assert admitted.returncode == exits.BAD_INPUT and "release that placement instead" in admitted.stderr
+    assert run_exa(exa_home, "hardware", "cancel", "abcdef").returncode == exits.NOT_FOUND
+    every = json.loads(run_exa(exa_home, "hardware", "queue", "--all", "--json", check=True).stdout)
+    assert {e["id"]: e["state"] for e in every["entries"]} == {b: "admitted", c: "cancelled"}
+    decisions = run_exa(exa_home, "hardware", "decisions", check=True).stdout
+    assert " queued " in decisions and "admitted" in decisions
+
+
+def test_quotas_and_reconcile_output(exa_home: Path, tmp_path: Path) -> None:
+    quotas = json.loads(run_exa(exa_home, "hardware", "quotas", "--json", check=True).stdout)
+    assert {(r["project"], r["accelerator"]) for r in quotas} >= {("inference-eu", "nvidia"), ("llm-pretraining", "amd")}
+    assert run_exa(exa_home, "hardware", "reconcile", check=True).stdout == "no change (0 live jobs checked)\n"
+    empty = tmp_path / "no-slurm"
+    empty.mkdir()
+    unreadable = run_exa(exa_home, "hardware", "reconcile", "--slurm", "--json", env={"PATH": str(empty)})
+    assert unreadable.returncode == exits.EXECUTOR
+    assert json.loads(unreadable.stdout)["unreadable"][0]["scheduler"] == "slurm"
+    stray = run_exa(exa_home, "hardware", "reconcile", "--kubeconfig", "k")
+    assert stray.returncode == exits.BAD_INPUT
+
+
+def test_serve_refuses_a_bad_interval(exa_home: Path) -> None:
+    bad = run_exa(exa_home, "hardware", "serve", "--interval", "soon")
+    assert bad.returncode == exits.BAD_INPUT
+    once = run_exa(exa_home, "hardware", "serve", "--once", "--interval", "1s")
+    assert once.returncode == 0 and once.stdout.rstrip().endswith("stopped")
