@@ -341,7 +341,15 @@ def decision_json(decision: Decision, record: DecisionRecord | None = None) -> d
             node_down_at=record.node_down_at,
         )  # fmt: skip
         if record.queue is not None:
-            body["queue"] = cast(JSONObject, _plain(record.queue))
+            body["queue"] = queue_entry_json(record.queue)
+    return body
+
+
+def queue_entry_json(entry: QueueEntry) -> JSONObject:
+    """A queued record's place in the queue as ``--json`` prints it (``queue``, and ``place
+    --queue``/``decisions``/``explain``): what it waits for as reason code -> pools."""
+    body = cast(JSONObject, _plain(entry))
+    body["waits_for"] = dict(entry.waits_for)
     return body
 
 

@@ -14,12 +14,11 @@ from typing import Any
 
 import pytest
 
-from examlops_policy._core import commit
 from examlops_policy.errors import NotFoundError, SpecError
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Placement, Pool, Rejection, Workload
 from examlops_policy.store import Store
-from reliability.backends import Backend, backend, fresh_backend  # noqa: F401  (backend: the fixture)
+from reliability.backends import Backend, backend  # noqa: F401  (backend: the fixture)
 from reliability.harness import open_hardware, violations
 
 SMALL = Pool("small", "hpc", "amd", 2, "eu", cost_per_hour=0.5, carbon_factor=10)
@@ -144,14 +143,16 @@ def test_what_does_not_fit_does_not_block_what_does(hw: Hardware) -> None:
 
 
 def test_admission_judges_again_under_the_policy_served_now(hw: Hardware) -> None:
+    """The placement admission makes is a decision of its own: asked under the revision OPA
+    confirms now, over the capacity as it is then (not the queued record's verdicts)."""
     first = hw.place(amd("a", 2))
     queued = hw.place(amd("b"), queue=True)
     hw.release(first.id)
     placed = hw.decision(hw.decision(queued.id).queue.admitted_by)  # type: ignore[union-attr,arg-type]
-    assert placed.decision.provenance.policy_revision == hw.engine.reviewed or placed.decision.provenance.policy_revision.startswith(
-        str(hw.engine.reviewed).split("@")[0]
-    )
+    served, _ = hw.engine.confirm()
+    assert placed.decision.provenance.policy_revision == served
     assert placed.decision.provenance.input_digest != queued.decision.provenance.input_digest
+    assert isinstance(placed.decision, Placement) and placed.decision.pool == "small"
 
 
 def test_a_claim_is_one_conditional_update_and_the_database_refuses_a_second_link(hw: Hardware, backend: Backend) -> None:

@@ -34,6 +34,7 @@ def test_a_workload_file_may_say_queue_true(exa_home: Path, tmp_path: Path) -> N
     spec.write_text("workload:\n  name: from-file\n  accelerator: amd\n  priority: high\nqueue: true\n")
     done = json.loads(run_exa(exa_home, "hardware", "place", "-f", str(spec), "--json", check=True).stdout)
     assert done["outcome"] == "queued" and done["queue"]["priority"] == "high" and done["queue"]["position"] == 1
+    assert done["queue"]["waits_for"] == {"capacity_exhausted": 1}, "the same shape as `queue --json` gives"
     bad = tmp_path / "bad.yaml"
     bad.write_text("workload:\n  name: x\n  accelerator: amd\nqueue: yes-please\n")
     refused = run_exa(exa_home, "hardware", "place", "-f", str(bad))

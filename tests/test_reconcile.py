@@ -20,7 +20,7 @@ from examlops_policy.executors.command import CommandResult
 from examlops_policy.executors.slurm import node_state, queue_states, slurm_time
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Node, Pool, Workload
-from reliability.backends import Backend, backend, fresh_backend  # noqa: F401  (backend: the fixture)
+from reliability.backends import Backend, backend  # noqa: F401  (backend: the fixture)
 from reliability.harness import open_hardware, violations
 
 NODES = Pool(

@@ -2,21 +2,24 @@
 SIGTERM and SIGINT (the step under way finishes, exit 0, no partial write), and survives what a
 long-lived process meets: its OPA killed and unable to start for a while, an unreachable scheduler,
 a PostgreSQL restart (logged, backed off, no crash, and it admits afterwards). Several serve
-processes on one PostgreSQL never admit a workload twice."""
+processes on one PostgreSQL never admit a workload twice. It decides under one policy snapshot and
+notices when the reviewed files change: the next admission is made, and recorded, under the new
+revision."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from examlops_policy.opa import stop_server
+from examlops_policy.tables import policy_dir, revision
 from reliability.backends import fresh_backend, managed_postgres, restart_postgres
 from tests.conftest import EXA, OPA_BIN, run_exa, shared_opa_env
 
@@ -188,3 +191,42 @@ def test_several_serve_processes_on_one_postgresql_never_admit_a_workload_twice(
             live = db.execute("SELECT SUM(devices) FROM allocations WHERE released_at IS NULL").fetchone()[0]
         assert twice == [] and live == 4
         assert run_exa(home, "audit", "verify", env=env).returncode == 0
+
+
+@pytest.mark.opa  # its own OPA, on a copy of the policy
+def test_serve_follows_the_reviewed_files_and_decides_under_the_revision_it_records(tmp_path: Path) -> None:
+    """The reviewed files change while serve runs (a quota grows): the next step reads the new
+    revision, its own OPA serves it before anything is decided, and the workload that waited for
+    the quota is admitted under the new revision (its placement records it)."""
+    policies = tmp_path / "policies"
+    shutil.copytree(policy_dir(), policies, ignore=shutil.ignore_patterns("*_test.rego"))
+    quotas = policies / "examlops" / "tables" / "quotas.yaml"
+    home = tmp_path / "home"
+    env = {"EXA_POLICY_DIR": str(policies)}
+    try:
+        run_exa(home, "hardware", "add-pool", "gpus", "--target", "hpc", "--accelerator", "nvidia", "--count", "32", "--region", "eu",
+                "--cost-per-hour", "0.1", "--carbon-factor", "1", check=True, env=env, shared_opa=False)  # fmt: skip
+        run_exa(home, "hardware", "place", "a", "--accelerator", "nvidia", "--count", "16", "--project", "inference-eu", check=True, env=env,
+                shared_opa=False)  # fmt: skip
+        waiting = json.loads(run_exa(home, "hardware", "place", "b", "--accelerator", "nvidia", "--count", "4", "--project", "inference-eu",
+                                     "--queue", "--json", check=True, env=env, shared_opa=False).stdout)  # fmt: skip
+        assert waiting["outcome"] == "queued" and waiting["queue"]["waits_for"] == {"quota_exceeded": 1}
+        before = revision(policies).split("@")[0]
+        proc = serve(home, "--interval", "1s", env=env)
+        try:
+            time.sleep(2.5)
+            quotas.write_text(quotas.read_text(encoding="utf-8").replace("nvidia: {devices: 16}", "nvidia: {devices: 24}"), encoding="utf-8")
+            after = revision(policies).split("@")[0]
+            assert after != before
+            assert until(lambda: '"admitted"' in run_exa(home, "hardware", "queue", "--all", "--json", env=env, shared_opa=False).stdout, 90)
+        finally:
+            code, out = stop(proc)
+        assert code == 0, out
+        changed = out.index(f"policy changed: {before[:19]} -> {after[:19]}")
+        assert changed < out.index("admitted b (queued"), "the change is noticed before the admission it allows"
+        listing = json.loads(run_exa(home, "hardware", "queue", "--all", "--json", check=True, env=env, shared_opa=False).stdout)
+        placed = json.loads(run_exa(home, "hardware", "explain", listing["entries"][0]["admitted_by"], "--json", check=True, env=env,
+                                    shared_opa=False).stdout)  # fmt: skip
+        assert placed["provenance"]["policy_revision"].split("@")[0] == after
+    finally:
+        stop_server(home)

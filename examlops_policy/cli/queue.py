@@ -22,7 +22,7 @@ from examlops_policy.cli.args import Commands
 from examlops_policy.cli.console import Console, Text
 from examlops_policy.errors import SpecError
 from examlops_policy.hardware import Hardware
-from examlops_policy.views import AdmissionReport, QueueEntry, ReconcileChange
+from examlops_policy.views import AdmissionReport, QueueEntry, ReconcileChange, queue_entry_json
 
 
 def age_text(seconds: float | None) -> str:
@@ -38,10 +38,7 @@ def age_text(seconds: float | None) -> str:
 
 
 def entry_json(e: QueueEntry) -> dict[str, object]:
-    body = dataclasses.asdict(e)
-    body["waits_for"] = dict(e.waits_for)
-    body["invalid"] = list(e.invalid)
-    return body
+    return dict(queue_entry_json(e))
 
 
 def cmd_queue(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
