@@ -674,7 +674,9 @@ class Grant:
 
     ``share`` is one unit's share of a device, ``devices`` the devices held in all (shares
     summed): what is priced and accounted. ``honored`` is False when a fraction was asked for and a
-    whole device is given instead (``why`` says why).
+    whole device is given instead (``why`` says why). ``larger`` is True when the fraction is
+    honored with a larger share than the smallest that covers it, because that one had no room
+    (the note says so; it is priced as granted).
     """
 
     requested: float
@@ -687,6 +689,7 @@ class Grant:
     profile: str | None = None
     why: str | None = None
     note: str | None = None
+    larger: bool = False
 
 
 @dataclass(frozen=True)

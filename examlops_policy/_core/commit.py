@@ -30,7 +30,7 @@ from examlops_policy.store.api import BurstRow, DecisionRow, HeldRow, NewDecisio
 from examlops_policy.views import DecisionRecord, PoolChange
 from examlops_policy._core import codec, packing
 from examlops_policy._core.engine import Prepared
-from examlops_policy._core.selection import Judged, fits
+from examlops_policy._core.selection import Judged
 from examlops_policy._core.state import Capacities, Snapshot, merge
 
 # A pool's accelerator, model, target, region or partitioning decides what its live grants are:
@@ -137,6 +137,8 @@ def stale(judged: Judged, decided: Decision, capacities: Sequence[Capacity], cha
         return True
     rank = judged.rank
     tier = judged.verdict(chosen).tier
+    # Where the decision ranks with what its pool gives (a larger share ranks after the smallest).
+    at_best = judged.key_of(chosen, decided.grant)
     for i in changed:
         at = rank.get(i)
         if at is None:
@@ -145,7 +147,7 @@ def stale(judged: Judged, decided: Decision, capacities: Sequence[Capacity], cha
         if judged.objective == "balanced":
             if v.tier <= tier:
                 return True
-        elif at < rank[chosen] and fits(v.grant, capacities[i]):
+        elif judged.ranked[at][:-1] < at_best and judged.grant_for(i, capacities[i]) is not None:
             return True
     return False
 
