@@ -20,7 +20,7 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
 
-from examlops_policy._core import codec, commit
+from examlops_policy._core import codec, commit, leases
 from examlops_policy._core.engine import Engine, Prepared, RevisionMismatch, differences, reference_input, same_policy
 from examlops_policy._core.records import DecisionInputs, Reader, judged_from
 from examlops_policy._core.request import Request
@@ -30,7 +30,7 @@ from examlops_policy.model import Decision, JSONObject, Placement, Pool, PoolSta
 from examlops_policy._core.packing import describe, device_layouts
 from examlops_policy._core.selection import effective_cost, priced
 from examlops_policy._policy import Confirmation, OpaPolicy, PolicyEvaluator
-from examlops_policy.store import StaleFleet, Store
+from examlops_policy.store import DecisionRow, StaleFleet, Store
 from examlops_policy._reviewed import Pinned, PolicySnapshot, Reviewed
 from examlops_policy.tables import Tables, policy_dir
 from examlops_policy._core.verdicts import About, Answer
@@ -171,11 +171,6 @@ def open_store(home: Path) -> Store:
     return SQLiteStore(home / "state.db")
 
 
-def lease_end(lease: timedelta, now: datetime | None = None) -> str:
-    end = (now or datetime.now(timezone.utc)) + lease
-    return end.isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
 class Hardware:
     """Pools, placements and their records, as ``exa hardware`` offers them."""
 
@@ -240,7 +235,12 @@ class Hardware:
         return self._current().capacities
 
     def _snapshot(self) -> Snapshot:
-        return self._snapshots.read(self.store)
+        """The state as of now: every pool with what it can place, leases that ended seen ended."""
+        return self._snapshots.read(self.store, self._capacities)
+
+    def _record(self, row: DecisionRow) -> DecisionRecord:
+        """A recorded decision as of now: a placement whose lease ended is released at its end."""
+        return self.records.record(leases.as_read(row, self.store.now()))
 
     @property
     def policy(self) -> PolicyEvaluator:
@@ -336,12 +336,19 @@ class Hardware:
         )
 
     def pool(self, name: str) -> PoolDetail:
-        """One pool device by device: what its live grants hold. NotFoundError for an unknown one."""
+        """One pool device by device: what its live grants hold (a grant whose lease ended holds
+        nothing). NotFoundError for an unknown one."""
+        ended = self._snapshot().ended
         row, held = self.store.pool_row(name)
         state = state_of(row)
+        if ended and any(h.decision_id in ended for h in held):
+            held = [h for h in held if h.decision_id not in ended]
+            capacity, free = self._capacities.of(state.pool, held, state.held_outside)
+            state = PoolState(state.pool, free, capacity, state.held_outside)
         holdings = [h.holding for h in held]
         layout = self._capacities.layout(state.pool)
         return PoolDetail(self._view(state), tuple(holdings), tuple(device_layouts(layout, holdings)))
+
 
     # -- decisions --------------------------------------------------------------------------
 
@@ -367,9 +374,12 @@ class Hardware:
         """Decide and record: devices, decision, burst event and audit entries, atomically.
 
         ``request_id`` makes the call idempotent: a retry with the same key returns the decision
-        recorded the first time and reserves nothing more. ``lease``: a placement neither submitted
-        to a scheduler nor renewed before it ends is released by the next write (audited as
-        ``expired``). Raises SpecError, PolicyUnavailable/PolicyError (nothing placed), StateError.
+        recorded the first time and reserves nothing more (a retry after the placement was released,
+        or its lease ended, says so: ``released_at``). ``lease``: counted from the commit; a
+        placement neither submitted to a scheduler nor renewed before it ends holds nothing from
+        then on (every read sees it ended; the next write releases it, stamped with the lease's end,
+        audited as ``expired``). Raises SpecError, PolicyUnavailable/PolicyError (nothing placed),
+        StateError.
         """
         from examlops_policy import specs
 
@@ -380,20 +390,20 @@ class Hardware:
             specs.check_request_id(request_id)
             found = self.store.request_row(request_id)
             if found is not None:
-                return _same_request(self.records.record(found), request, request_id)
-        until = None if lease is None else lease_end(_check_lease(lease))
+                return _same_request(self._record(found), request, request_id)
+        if lease is not None:
+            _check_lease(lease)
         for _ in range(FLEET_ROUNDS):
             snap = self._snapshot()
             under, prepared, decided = self._decide(request, snap, under)
             try:
-                done = commit.place(
-                    self.store, prepared, decided, snap, under.capacities, source=SOURCE, request_id=request_id, lease_expires_at=until
-                )
+                # The lease is counted from the commit that records the placement.
+                done = commit.place(self.store, prepared, decided, snap, under.capacities, source=SOURCE, request_id=request_id, lease=lease)
             except StaleFleet:
                 continue
             if done.record is None:
                 assert done.earlier is not None and request_id is not None
-                return _same_request(self.records.record(done.earlier), request, request_id)
+                return _same_request(self._record(done.earlier), request, request_id)
             return done.record
         raise StateError(f"pools kept changing while {workload.name} was being placed ({FLEET_ROUNDS} rounds); nothing was placed")
 
@@ -431,7 +441,8 @@ class Hardware:
 
     def decisions(self, limit: int = 20) -> list[DecisionRecord]:
         """The most recent decisions, each in full (rebuilt from its record)."""
-        return [self.records.record(row) for row in self.store.decision_rows(limit)]
+        now = self.store.now()
+        return [self.records.record(leases.as_read(row, now)) for row in self.store.decision_rows(limit)]
 
     def decision_page(self, *, limit: int = 20, since: str | None = None, until: str | None = None, cursor: str | None = None) -> DecisionPage:
         """A page of decisions from their columns, newest first (``since``/``until``: ISO 8601 UTC
@@ -446,13 +457,18 @@ class Hardware:
                 raise SpecError("a cursor is CREATED_AT/ID, as the previous page gave it", field="cursor")
             before = (created, ident)
         start, end = _period(since, until)
-        rows = self.store.decision_summaries(limit=limit, since=start, until=end, before=before)
+        now = self.store.now()
+        rows = [
+            dataclasses.replace(r, lease_ended=leases.by_lease(r.released_at, r.lease_expires_at, r.job_id))
+            for r in (leases.as_read(r, now) for r in self.store.decision_summaries(limit=limit, since=start, until=end, before=before))
+        ]
         more = f"{rows[-1].created_at}/{rows[-1].id}" if len(rows) == limit and rows else None
         return DecisionPage(tuple(rows), more)
 
     def decision(self, ident: str) -> DecisionRecord:
-        """A decision by id or unique id prefix, rebuilt with every pool's verdict as it was made."""
-        return self.records.record(self.store.decision_row(ident))
+        """A decision by id or unique id prefix, rebuilt with every pool's verdict as it was made
+        (``released_at``: its release, or the end of a lease that ended)."""
+        return self._record(self.store.decision_row(ident))
 
     def release(self, ident: str, *, kubeconfig: str | None = None, context: str | None = None) -> ReleaseReport:
         """Free what a placement holds; a Kubernetes Job it was submitted as is deleted first
@@ -471,9 +487,9 @@ class Hardware:
         return ReleaseReport(self.records.record(row), already, deleted)
 
     def renew(self, ident: str, lease: timedelta) -> DecisionRecord:
-        """Move a live placement's lease end to ``lease`` from now."""
-        until = lease_end(_check_lease(lease))
-        return self.records.record(commit.renew(self.store, self._capacities, ident, until, source=SOURCE))
+        """Move a live placement's lease end to ``lease`` from now. SpecError for a placement that
+        was released or whose lease has ended (saying when)."""
+        return self.records.record(commit.renew(self.store, self._capacities, ident, _check_lease(lease), source=SOURCE))
 
     def replay(self, ident: str) -> Replay:
         """Ask the policy again, with the input a recorded decision was made on (its workload, its

@@ -42,6 +42,7 @@ class DecisionRecord:
     scheduler: str | None = None
     job_uid: str | None = None
     job_state: str | None = None
+    lease_ended: bool = False  # released because its lease ended (at ``released_at``, the lease's end)
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,8 @@ class DecisionSummary:
     lease_expires_at: str | None
     scheduler: str | None = None
     job_state: str | None = None
+    larger_partition: bool = False
+    lease_ended: bool = False
 
 
 @dataclass(frozen=True)
@@ -327,7 +330,7 @@ def decision_json(decision: Decision, record: DecisionRecord | None = None) -> d
         body.update(
             id=record.id, decision_id=record.id, created_at=record.created_at, released_at=record.released_at, job_id=record.job_id,
             request_id=record.request_id, lease_expires_at=record.lease_expires_at, scheduler=record.scheduler, job_uid=record.job_uid,
-            job_state=record.job_state,
+            job_state=record.job_state, lease_ended=record.lease_ended,
         )  # fmt: skip
     return body
 

@@ -11,9 +11,9 @@ the record names the state version whose capacity it was decided at; the store's
 (appended only for pools whose capacity changed) gives every pool's capacity at that version back.
 
 The other writes that change what pools hold or can place run here too, so that the store holds no
-decision logic: releases (and leases that ended, released by the next write), pools registered or
-changed, devices a scheduler reports busy, and capacities worked out again when the packing rules
-change.
+decision logic: releases (and leases that ended: every write first releases them, stamped with the
+time their lease ended, in ``expire``), pools registered or changed, devices a scheduler reports
+busy, and capacities worked out again when the packing rules change.
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ import dataclasses
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Final
 
 from examlops_policy.errors import NotFoundError, SpecError, StateError
 from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Placement, Pool, pool_spec
 from examlops_policy.store.api import BurstRow, DecisionRow, HeldRow, NewDecision, Rows, StaleFleet, StateRows, Transaction
 from examlops_policy.views import DecisionRecord, PoolChange
-from examlops_policy._core import codec, packing
+from examlops_policy._core import codec, leases, packing
 from examlops_policy._core.engine import Prepared
 from examlops_policy._core.selection import Judged
 from examlops_policy._core.state import Capacities, Snapshot, merge
@@ -62,14 +63,19 @@ def place(
     source: str,
     request_id: str | None = None,
     lease_expires_at: str | None = None,
+    lease: timedelta | None = None,
 ) -> Committed:
     """Record ``decided`` (made on ``snapshot`` from ``prepared``) in one write transaction.
 
-    Raises StaleFleet when pools were added or changed since the snapshot; StateError when the
-    store refuses (nothing written).
+    ``lease``: the placement's lease, counted from this commit (``lease_expires_at``: an end
+    given outright). Raises StaleFleet when pools were added or changed since the snapshot;
+    StateError when the store refuses (nothing written).
     """
     ident = uuid.uuid4().hex  # chosen once: a retry after a lost COMMIT can tell whether it landed
     made: list[DecisionRecord] = []
+    # A snapshot that sees ended leases is a view as of a time; the stored one it was made from is
+    # what the state version and the capacity log say.
+    base = snapshot.base or snapshot
 
     def work(txn: Transaction) -> Committed:
         made.clear()
@@ -79,13 +85,15 @@ def place(
             if earlier is not None:
                 return Committed(None, earlier)
         version, fleet = txn.state()
-        if fleet != snapshot.fleet_version:
+        if fleet != base.fleet_version:
             raise StaleFleet("pools were added or changed while the policy was asked; asking again")
         snap, decision = snapshot, decided
-        if version != snapshot.version:
-            snap, changed = merge(snapshot, _rows(txn, version, fleet, snapshot.version))
+        if version != base.version or snapshot.base is not None:
+            snap, changed = merge(base, _rows(txn, version, fleet, base.version))
             indexes = [prepared.judged.fleet.index[n] for n in changed if n in prepared.judged.fleet.index]
-            if stale(prepared.judged, decided, snap.capacities, indexes):
+            # Decided on a view that saw ended leases: decided again on the state they left (the
+            # record names its version, whose logged capacity its input digest must cover).
+            if snapshot.base is not None or stale(prepared.judged, decided, snap.capacities, indexes):
                 decision = prepared.decide(snap.capacities, capacities.tables, capacities_digest=snap.capacity_digest)
             else:
                 snap = snapshot  # decided on the snapshot's capacity, and still what selection gives now
@@ -102,7 +110,9 @@ def place(
                     "nothing was written (run exa hardware pool to see its devices)"
                 )
             decision = dataclasses.replace(decision, holdings=chosen)
-        record = _write(txn, ident, decision, prepared, snap.version, source=source, request_id=request_id, lease_expires_at=lease_expires_at)
+        now = txn.now()
+        until = leases.lease_end(now, lease) if lease is not None else lease_expires_at
+        record = _write(txn, ident, decision, prepared, snap.version, now=now, source=source, request_id=request_id, lease_expires_at=until)
         if isinstance(decision, Placement):
             state = snap.states[snap.index[decision.pool]]
             mine = [HeldRow(ident, h, decision.grant.share) for h in decision.holdings]
@@ -159,12 +169,12 @@ def _write(
     prepared: Prepared,
     at: int,
     *,
+    now: str,
     source: str,
     request_id: str | None,
     lease_expires_at: str | None,
 ) -> DecisionRecord:
-    """The decision's documents, row, grant, burst event and audit entries."""
-    now = txn.now()
+    """The decision's documents, row, grant, burst event and audit entries, recorded at ``now``."""
     fleet = prepared.judged.fleet
     txn.put_document("fleets", fleet.revision, lambda: fleet.document)
     txn.put_document("verdict_sets", prepared.verdict_set_key, lambda: prepared.verdict_set_bytes)
@@ -194,6 +204,7 @@ def _write(
             fallback=placed.fallback if placed else None, fraction_honored=placed.fraction_honored if placed else None,
             devices=placed.grant.devices if placed else None, cost_per_hour=placed.cost_per_hour if placed else None,
             carbon_factor=placed.carbon_factor if placed else None, lease_expires_at=lease_expires_at if placed else None,
+            larger_partition=placed.grant.larger if placed else None,
             holdings=placed.holdings if placed else (), share=placed.grant.share if placed else 0.0, burst=burst_row,
         )
     )  # fmt: skip
@@ -239,19 +250,27 @@ def _refresh(txn: Transaction, capacities: Capacities, pool: Pool, held_outside:
 
 
 def expire(txn: Transaction, capacities: Capacities, *, source: str) -> list[str]:
-    """Release placements whose lease ended and that were neither submitted nor renewed."""
+    """Release placements whose lease ended and that were neither submitted nor renewed, each at
+    the time its lease ended (audited as ``expired``). Every write calls it first, under the write
+    lock, so nothing is decided or written beside a lease that has ended; it returns the ids it
+    released (capacity was freed on their pools)."""
     rows = txn.lease_ended(txn.now())
     for row in rows:
-        _release(txn, capacities, row.id, source=source, kind="expired")
+        assert row.lease_expires_at is not None
+        _release(txn, capacities, row.id, source=source, kind="expired", at=row.lease_expires_at)
     return [r.id for r in rows]
 
 
-def _release(txn: Transaction, capacities: Capacities, ident: str, *, source: str, kind: str) -> None:
-    name = txn.release(ident, txn.now())
+def _release(txn: Transaction, capacities: Capacities, ident: str, *, source: str, kind: str, at: str | None = None) -> None:
+    at = at or txn.now()
+    name = txn.release(ident, at)
     row = txn.pool(name)
     assert row is not None
     _refresh(txn, capacities, codec.pool_from_text(row.spec), row.held_outside, txn.bump())
-    txn.audit(kind, {"decision_id": ident}, source=source)
+    entry: JSONObject = {"decision_id": ident}
+    if kind == "expired":
+        entry["released_at"] = at  # the lease's end, earlier than this write
+    txn.audit(kind, entry, source=source)
 
 
 def release(store: Rows, capacities: Capacities, ident: str, *, source: str) -> tuple[DecisionRow, bool]:
@@ -273,17 +292,36 @@ def release(store: Rows, capacities: Capacities, ident: str, *, source: str) -> 
     return store.transaction(work, landed=landed)
 
 
-def renew(store: Rows, capacities: Capacities, ident: str, lease_expires_at: str, *, source: str) -> DecisionRow:
-    """Move a live placement's lease end (audited)."""
+def renew(store: Rows, capacities: Capacities, ident: str, lease: timedelta, *, source: str) -> DecisionRow:
+    """Move a live placement's lease end to ``lease`` from now (audited). SpecError, with nothing
+    renewed, for a placement that was released or whose lease ended (the lease's end is recorded
+    as its release then)."""
 
     def work(txn: Transaction) -> DecisionRow:
         expire(txn, capacities, source=source)
         row = txn.find(ident)
-        txn.renew(row.id, lease_expires_at)
-        txn.audit("renew", {"decision_id": row.id, "lease_expires_at": lease_expires_at}, source=source)
+        if row.released_at is not None:
+            return row  # over: said below, once what expire released is committed
+        until = leases.lease_end(txn.now(), lease)
+        txn.renew(row.id, until)
+        txn.audit("renew", {"decision_id": row.id, "lease_expires_at": until}, source=source)
         return txn.find(row.id)
 
-    return store.transaction(work, landed=lambda txn: None)
+    row = store.transaction(work, landed=lambda txn: None)
+    _live(row, "a live placement", "nothing was renewed")
+    return row
+
+
+def _live(row: DecisionRow, wanted: str, nothing: str) -> None:
+    """SpecError for a placement that no longer holds its devices, saying since when and why."""
+    if row.released_at is None:
+        return
+    why = (
+        f"its lease ended at {row.released_at} and its devices were released"
+        if leases.by_lease(row.released_at, row.lease_expires_at, row.job_id)
+        else f"it was released at {row.released_at}"
+    )
+    raise SpecError(f"decision {row.id[:12]} is not {wanted}: {why}; {nothing}", field="ID")
 
 
 def set_job(store: Rows, capacities: Capacities, ident: str, job_id: str, *, scheduler: str, uid: str | None, source: str) -> DecisionRow:
@@ -292,6 +330,8 @@ def set_job(store: Rows, capacities: Capacities, ident: str, job_id: str, *, sch
     def work(txn: Transaction) -> DecisionRow:
         expire(txn, capacities, source=source)
         row = txn.find(ident)
+        if row.released_at is not None:
+            return row  # over: said below, once what expire released is committed
         txn.set_job(row.id, job_id, scheduler, uid)
         entry: JSONObject = {"decision_id": row.id, "scheduler": scheduler, "job_id": job_id}
         if uid is not None:
@@ -301,9 +341,11 @@ def set_job(store: Rows, capacities: Capacities, ident: str, job_id: str, *, sch
 
     def landed(txn: Transaction) -> DecisionRow | None:
         row = txn.find(ident)
-        return row if row.job_id == job_id else None
+        return row if row.job_id == job_id or row.released_at is not None else None
 
-    return store.transaction(work, landed=landed)
+    row = store.transaction(work, landed=landed)
+    _live(row, "a live placement without a job", "nothing was recorded")
+    return row
 
 
 def mark_job(store: Rows, ident: str, state: str, *, source: str) -> DecisionRow:

@@ -142,7 +142,7 @@ def cmd_explain(args: argparse.Namespace, hw: Hardware, console: Console) -> int
     if args.json:
         render.dump_json(console, decision_json(record.decision, record))
         return exits.OK
-    console.print(f"decision {record.id} · {record.created_at}" + (f" · released {record.released_at}" if record.released_at else ""))
+    console.print(f"decision {record.id} · {record.created_at}" + render.ended_text(record))
     render.print_decision(console, record.decision)
     render.print_explanation(console, record.decision)
     return exits.OK
@@ -158,7 +158,10 @@ def cmd_release(args: argparse.Namespace, hw: Hardware, console: Console) -> int
     d = record.decision
     assert isinstance(d, Placement)
     if result.already:
-        console.print(f"decision {record.id[:12]} was already released at {record.released_at}; nothing changed")
+        if record.lease_ended:
+            console.print(f"decision {record.id[:12]}: its lease ended at {record.released_at}, which released it; nothing changed")
+        else:
+            console.print(f"decision {record.id[:12]} was already released at {record.released_at}; nothing changed")
         return exits.OK
     console.print(f"✓ released {render.grant_text(d.grant, d.accelerator)} on {d.pool} (decision {record.id[:12]})")
     if result.job_deleted is not None:

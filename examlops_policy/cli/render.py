@@ -116,12 +116,21 @@ def print_decision(console: Console, decision: Decision) -> None:
 
 
 def print_released_retry(console: Console, record: DecisionRecord) -> None:
-    """A retry of a request whose placement was released since: it holds nothing now."""
+    """A retry of a request whose placement was released since, or whose lease ended: it holds
+    nothing now."""
+    when = f"lease ended {record.released_at}" if record.lease_ended else f"released {record.released_at}"
     console.print(Text(
-        f"  released {record.released_at}: request id {record.request_id!r} was placed by decision {record.id[:12]} "
+        f"  {when}: request id {record.request_id!r} was placed by decision {record.id[:12]} "
         "and holds nothing now (nothing was placed again; use a new request id to place it again)",
         style="yellow",
     ))  # fmt: skip
+
+
+def ended_text(record: DecisionRecord) -> str:
+    """`` · released T`` or `` · lease ended T`` for a placement that holds nothing now; else empty."""
+    if record.released_at is None:
+        return ""
+    return f" · lease ended {record.released_at}" if record.lease_ended else f" · released {record.released_at}"
 
 
 def _verdict_cell(v: PoolVerdict) -> Text:
@@ -254,7 +263,10 @@ def print_decisions(console: Console, summaries: Sequence[DecisionSummary]) -> N
     rows: list[list[Cell]] = []
     for s in summaries:
         if s.outcome == "placed":
-            flags = [f for f, on in (("fallback", s.fallback), ("whole-device", s.fraction_honored is False), ("released", s.released_at is not None)) if on]
+            flags = [f for f, on in (
+                ("fallback", s.fallback), ("whole-device", s.fraction_honored is False), ("larger-partition", s.larger_partition),
+                ("lease-ended", s.lease_ended), ("released", s.released_at is not None and not s.lease_ended),
+            ) if on]  # fmt: skip
             rows.append([s.id[:12], s.created_at[:19], s.workload, Text("placed", style="green"), s.pool or "-", s.accelerator or "-", s.region or "-", ",".join(flags)])
         else:
             outcome = Text("blocked", style="yellow") if s.outcome == "blocked" else Text("rejected", style="red")
