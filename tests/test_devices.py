@@ -10,6 +10,7 @@ so a wrong table fails these tests too. Random sequences are tests/test_invarian
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from examlops_policy import Placement, Pool, Rejection, Workload
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Holding, PoolVerdict
 from examlops_policy.specs import workload_from_file
+from tests.conftest import run_exa
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -525,3 +527,28 @@ def test_8_release_frees_exactly_the_slice_held_and_it_is_used_again(hardware: H
     assert (whole_after.holdings, whole_after.grant.profile, whole_after.grant_cost_per_hour) == ((Holding(1),), None, 2.0)
     assert hw.pool("h100x2").devices == ("4g.40gb@0", "whole device held")
     assert_real_geometry(hw, "h100x2")
+
+
+def test_3_through_the_cli_a_quarter_takes_the_free_dpx_half_not_a_stand_in(exa_home: Path) -> None:
+    """Issue 25 item 1, as a user types it: one MI300X half held in DPX mode, an NVIDIA pool beside.
+    A 0.25 request gets the free DPX half (flagged, priced as granted), not "no capacity" and not
+    the NVIDIA pool with "requested amd pools are full"; then the MI300X is really full."""
+    for args in (
+        ("mi300x", "--accelerator", "amd", "--model", "MI300X", "--cost-per-hour", "4.0"),
+        ("nv", "--accelerator", "nvidia", "--cost-per-hour", "2.0"),
+    ):
+        run_exa(exa_home, "hardware", "add-pool", args[0], "--target", "hpc", "--count", "1", "--region", "eu", "--supports-fractions", *args[1:], check=True)
+    run_exa(exa_home, "hardware", "place", "half", "--accelerator", "amd", "--fraction", "0.5", check=True)
+    quarter = run_exa(exa_home, "hardware", "place", "quarter", "--accelerator", "amd", "--fraction", "0.25")
+    assert quarter.returncode == 0, quarter.stderr
+    assert quarter.stdout.splitlines() == [
+        "✓ quarter → pool mi300x · amd on hpc",
+        "  no qpx had room: fraction 0.25 honored with a larger partition, dpx, priced as granted",
+        "  fraction 0.25 honored as AMD compute partition dpx (0.5 of a device) on device 0",
+    ]
+    rows = {line.split()[2]: line for line in run_exa(exa_home, "hardware", "decisions", check=True).stdout.splitlines()[2:]}
+    assert rows["quarter"].endswith("larger-partition") and not rows["half"].endswith("larger-partition")
+    listed = {d["workload"]: d for d in json.loads(run_exa(exa_home, "hardware", "decisions", "--json", check=True).stdout)}
+    assert listed["quarter"]["devices"] == 0.5 and listed["quarter"]["larger_partition"] is True
+    third = run_exa(exa_home, "hardware", "place", "third", "--accelerator", "amd", "--fraction", "0.25")
+    assert third.stdout.splitlines()[:2] == ["✓ third → pool nv · nvidia on hpc (fallback)", "  requested amd pools are full — fell back to nvidia"]
