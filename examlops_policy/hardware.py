@@ -291,23 +291,43 @@ class Hardware:
         """Register a new pool; SpecError for a name already registered or facts the tables refuse."""
         from examlops_policy import specs
 
-        specs.check_pool_facts(pool, self.tables)
+        specs.check_pool_facts(specs.check_registrable(pool), self.tables)
         return commit.apply_pools(self.store, self._capacities, [pool], replace=False, source=SOURCE)[0]
 
-    def apply(self, pools: Sequence[Pool]) -> list[PoolChange]:
+    def apply(self, pools: Sequence[Pool], *, prune: bool = False, dry_run: bool = False) -> list[PoolChange]:
         """Register or update pools (idempotent). A pool that live decisions hold keeps its
-        accelerator, model, target, region and partitioning, and no device they hold: SpecError."""
+        accelerator, model, target, region and partitioning, and no device they hold: SpecError.
+        A registered pool keeps its drained state. ``prune``: registered pools not among ``pools``
+        are removed, as ``remove_pool`` removes them (all or nothing). ``dry_run``: what would
+        change, refusals included, with nothing written."""
         from examlops_policy import specs
 
         for pool in pools:
-            specs.check_pool_facts(pool, self.tables)
-        return commit.apply_pools(self.store, self._capacities, pools, replace=True, source=SOURCE)
+            specs.check_pool_facts(specs.check_registrable(pool), self.tables)
+        return commit.apply_pools(self.store, self._capacities, pools, replace=True, source=SOURCE, prune=prune, dry_run=dry_run)
 
-    def apply_file(self, path: Path) -> list[PoolChange]:
+    def apply_file(self, path: Path, *, prune: bool = False, dry_run: bool = False) -> list[PoolChange]:
         """``apply`` the pools of a reviewed YAML file (``pools: [...]``)."""
         from examlops_policy.specs import pools_from_file
 
-        return self.apply(pools_from_file(path, self.tables))
+        return self.apply(pools_from_file(path, self.tables), prune=prune, dry_run=dry_run)
+
+    def drain(self, name: str, *, dry_run: bool = False) -> PoolChange:
+        """Drain a pool: it takes no new grants (the policy denies it, ``pool_drained``, not_now),
+        and the grants it holds are kept. Audited; ``unchanged`` when it is drained already.
+        NotFoundError for an unknown pool; ``dry_run``: what would change, nothing written."""
+        return commit.set_drained(self.store, self._capacities, name, True, source=SOURCE, dry_run=dry_run)
+
+    def undrain(self, name: str, *, dry_run: bool = False) -> PoolChange:
+        """Let a drained pool take new grants again (a pending removal is cancelled). Audited."""
+        return commit.set_drained(self.store, self._capacities, name, False, source=SOURCE, dry_run=dry_run)
+
+    def remove_pool(self, name: str, *, dry_run: bool = False) -> PoolChange:
+        """Remove a pool from the fleet (its decisions stay readable). Without live grants it goes
+        now; drained, with live grants, it goes when the last of them ends (``removal_pending``);
+        not drained, with live grants, SpecError naming them (nothing written). Audited.
+        NotFoundError for an unknown pool; ``dry_run``: what would change, nothing written."""
+        return commit.remove_pools(self.store, self._capacities, [name], source=SOURCE, dry_run=dry_run)[0]
 
     def pools(self) -> list[PoolState]:
         """Every pool with what it can still place, cheapest first (then by name)."""
@@ -344,7 +364,7 @@ class Hardware:
         if ended and any(h.decision_id in ended for h in held):
             held = [h for h in held if h.decision_id not in ended]
             capacity, free = self._capacities.of(state.pool, held, state.held_outside)
-            state = PoolState(state.pool, free, capacity, state.held_outside)
+            state = PoolState(state.pool, free, capacity, state.held_outside, state.removing)
         holdings = [h.holding for h in held]
         layout = self._capacities.layout(state.pool)
         return PoolDetail(self._view(state), tuple(holdings), tuple(device_layouts(layout, holdings)))
@@ -483,8 +503,11 @@ class Hardware:
             namespace, _, name = record.job_id.partition("/")
             with KubernetesCluster.connect(kubeconfig, context) as cluster:
                 deleted = cluster.delete_job(namespace, name, uid=record.job_uid)
+        pool = getattr(record.decision, "pool", None)
+        pending = pool is not None and any(s.pool.name == pool and s.removing is not None for s in self._snapshot().states)
         row, already = commit.release(self.store, self._capacities, record.id, source=SOURCE)
-        return ReleaseReport(self.records.record(row), already, deleted)
+        removed = pending and pool not in self._snapshot().index
+        return ReleaseReport(self.records.record(row), already, deleted, removed)
 
     def renew(self, ident: str, lease: timedelta) -> DecisionRecord:
         """Move a live placement's lease end to ``lease`` from now. SpecError for a placement that

@@ -20,11 +20,16 @@ if TYPE_CHECKING:  # for annotations only: the OPA stack loads when a command ne
 
 @dataclass(frozen=True)
 class PoolChange:
-    """What applying a pool did: ``added``, ``updated`` or ``unchanged``."""
+    """What a change to a pool did (or, previewed, would do): ``added``, ``updated``, ``unchanged``,
+    ``drained``, ``undrained``, ``removed``, or ``removal_pending`` (a drained pool whose live
+    grants keep it until the last of them ends). ``holders``: the live decisions holding its
+    devices; ``removal_cancelled``: undraining it cancelled a pending removal."""
 
     name: str
     action: str
     changed_fields: tuple[str, ...] = ()
+    holders: tuple[str, ...] = ()
+    removal_cancelled: bool = False
 
 
 @dataclass(frozen=True)
@@ -248,6 +253,7 @@ class ReleaseReport:
     record: DecisionRecord
     already: bool
     job_deleted: bool | None = None
+    pool_removed: bool = False  # its pool's removal was pending on it: the pool is gone now
 
 
 @dataclass(frozen=True)

@@ -201,6 +201,8 @@ def expect(pool: Pool, capacity: Capacity | None, w: Workload) -> Expected:
         codes.add("residency_forbids")
     if not may_stand_in(w.accelerator, pool.accelerator, w.allow_cpu_fallback):
         codes.add("fallback_not_allowed")
+    if pool.drained:
+        codes.add("pool_drained")
     if pool.spot and w.spot == "never":
         codes.add("spot_not_accepted")
     elif not pool.spot and w.spot == "require":
@@ -444,6 +446,7 @@ def pools_strategy(draw: st.DrawFn, min_size: int = 0, max_size: int = 7) -> lis
                 capabilities=tuple(draw(st.lists(st.sampled_from(TAGS), max_size=2, unique=True))),
                 model=model,
                 spot=draw(st.sampled_from([False, False, False, True])),
+                drained=draw(st.sampled_from([False, False, False, False, False, True])),
             )
         )
     return pools
@@ -649,7 +652,10 @@ def test_recorded_placements_never_oversubscribe(
     home = tmp_path_factory.mktemp("store")
     store_hw = Hardware(home=home, policy=hw.policy, tables=hw.tables)
     try:
-        store_hw.apply(pools)
+        store_hw.apply([dataclasses.replace(p, drained=False) for p in pools])
+        for p in pools:
+            if p.drained:
+                store_hw.drain(p.name)  # a pool is drained once registered
         for w in ws:
             before = {s.pool.name: s.capacity for s in store_hw.pools()}
             record = store_hw.place(w)

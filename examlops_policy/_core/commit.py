@@ -20,25 +20,30 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Final
+from typing import Final, TypeVar
 
 from examlops_policy.errors import NotFoundError, SpecError, StateError
 from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Placement, Pool, pool_spec
-from examlops_policy.store.api import BurstRow, DecisionRow, HeldRow, NewDecision, Rows, StaleFleet, StateRows, Transaction
+from examlops_policy.store.api import BurstRow, DecisionRow, HeldRow, NewDecision, PoolRow, Rows, StaleFleet, StateRows, Transaction
 from examlops_policy.views import DecisionRecord, PoolChange
 from examlops_policy._core import codec, leases, packing
 from examlops_policy._core.engine import Prepared
 from examlops_policy._core.selection import Judged
 from examlops_policy._core.state import Capacities, Snapshot, merge
 
+T = TypeVar("T")
+
 # A pool's accelerator, model, target, region or partitioning decides what its live grants are:
 # none of them may change while decisions hold its devices.
 FROZEN_WHILE_HELD: Final = ("accelerator", "model", "target", "region", "supports_fractions", "fixed_profile")
 
-__all__ = ["Committed", "StaleFleet", "apply_pools", "ensure_layout", "expire", "mark_job", "place", "record_usage", "release", "renew", "set_job"]
+__all__ = [
+    "Committed", "StaleFleet", "apply_pools", "ensure_layout", "expire", "mark_job", "place", "record_usage", "release", "remove_pools",
+    "renew", "set_drained", "set_job",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -86,7 +91,9 @@ def place(
                 return Committed(None, earlier)
         version, fleet = txn.state()
         if fleet != base.fleet_version:
-            raise StaleFleet("pools were added or changed while the policy was asked; asking again")
+            # Said once this commits: what expire released stays released (and a pool whose
+            # removal waited on it stays removed), so the next round sees the fleet as it is.
+            return stale_fleet
         snap, decision = snapshot, decided
         if version != base.version or snapshot.base is not None:
             snap, changed = merge(base, _rows(txn, version, fleet, base.version))
@@ -126,7 +133,11 @@ def place(
             return None
         return Committed(made[-1]) if made else Committed(None, row)
 
-    return store.transaction(work, landed=landed)
+    stale_fleet = Committed(None)
+    done = store.transaction(work, landed=landed)
+    if done is stale_fleet:
+        raise StaleFleet("pools were added or changed while the policy was asked; asking again")
+    return done
 
 
 def _rows(txn: Transaction, version: int, fleet: int, since: int) -> StateRows:
@@ -271,6 +282,10 @@ def _release(txn: Transaction, capacities: Capacities, ident: str, *, source: st
     if kind == "expired":
         entry["released_at"] = at  # the lease's end, earlier than this write
     txn.audit(kind, entry, source=source)
+    if row.removing is not None and not txn.holders(name):
+        # A pool asked to go while this grant held it: its last one has ended, so it goes now.
+        txn.remove_pool(name, txn.bump(fleet=True))
+        txn.audit("pool", {"pool": name, "action": "removed", "removal_asked_at": row.removing, "after": ident}, source=source)
 
 
 def release(store: Rows, capacities: Capacities, ident: str, *, source: str) -> tuple[DecisionRow, bool]:
@@ -366,20 +381,28 @@ def mark_job(store: Rows, ident: str, state: str, *, source: str) -> DecisionRow
 # -- pools ---------------------------------------------------------------------------------------
 
 
-def apply_pools(store: Rows, capacities: Capacities, pools: Sequence[Pool], *, replace: bool, source: str) -> list[PoolChange]:
+def apply_pools(
+    store: Rows, capacities: Capacities, pools: Sequence[Pool], *, replace: bool, source: str, prune: bool = False, dry_run: bool = False
+) -> list[PoolChange]:
     """Register pools. ``replace=False`` refuses an existing name; ``True`` updates it, but not its
     accelerator, model, target, region or partitioning while decisions hold its devices, nor a
-    count that would drop a device they hold."""
-    specs = {pool.name: codec.pool_text(pool) for pool in pools}
+    count that would drop a device they hold. A registered pool keeps its drained state.
+    ``prune``: every registered pool not among ``pools`` is removed (as ``remove_pools``: refused,
+    with nothing written, for one that live grants hold unless it is drained). ``dry_run``: what
+    would change, the same refusals included, with nothing written."""
+    specs: dict[str, str] = {}
     changes: list[PoolChange] = []
 
     def work(txn: Transaction) -> list[PoolChange]:
         changes.clear()
+        specs.clear()
         expire(txn, capacities, source=source)
         version: int | None = None
-        for pool in pools:
-            row = txn.pool(pool.name)
-            spec = specs[pool.name]
+        for given in pools:
+            row = txn.pool(given.name)
+            # What a pools file says is the pool's hardware; whether it is drained is kept.
+            pool = dataclasses.replace(given, drained=True) if row is not None and codec.pool_from_text(row.spec).drained else given
+            spec = specs[pool.name] = codec.pool_text(pool)
             if row is not None and not replace:
                 raise SpecError(f"pool {pool.name!r} already exists (use 'exa hardware apply' to change it)", field="name")
             if row is not None and row.spec == spec:
@@ -400,13 +423,142 @@ def apply_pools(store: Rows, capacities: Capacities, pools: Sequence[Pool], *, r
                 _refresh(txn, capacities, pool, row.held_outside, version)
                 changes.append(PoolChange(pool.name, "updated", fields))
             txn.audit("pool", {"pool": pool_spec(pool), "action": changes[-1].action}, source=source)
+        if prune:
+            given_names = {p.name for p in pools}
+            gone = [row.name for row in txn.pools(-1) if not row.removed and row.name not in given_names]
+            changes.extend(_remove(txn, gone, source=source))
         return list(changes)
 
     def landed(txn: Transaction) -> list[PoolChange] | None:
-        done = len(changes) == len(pools) and all((row := txn.pool(name)) is not None and row.spec == spec for name, spec in specs.items())
-        return list(changes) if done else None
+        done = len(changes) >= len(pools) and all((row := txn.pool(name)) is not None and row.spec == spec for name, spec in specs.items())
+        removed = all(txn.pool(c.name) is None for c in changes if c.action == "removed")
+        return list(changes) if done and removed else None
 
-    return store.transaction(work, landed=landed)
+    return _transaction(store, work, landed, dry_run)
+
+
+# -- pool lifecycle: drain, undrain, remove ---------------------------------------------------------
+
+
+class _Preview(Exception):
+    """Carries what a write would have done out of a transaction that is then rolled back."""
+
+    def __init__(self, result: object) -> None:
+        super().__init__("preview")
+        self.result = result
+
+
+def _transaction(store: Rows, work: Callable[[Transaction], T], landed: Callable[[Transaction], T | None], dry_run: bool) -> T:
+    """``work`` in one write transaction; ``dry_run``: the same work, its result kept and every
+    write it made rolled back (a preview by the very code that would write, refusals included)."""
+    if not dry_run:
+        return store.transaction(work, landed=landed)
+
+    def preview(txn: Transaction) -> T:
+        raise _Preview(work(txn))
+
+    try:
+        store.transaction(preview, landed=lambda txn: None)
+    except _Preview as done:
+        return done.result  # type: ignore[return-value]
+    raise AssertionError("a preview always ends in _Preview")
+
+
+def _named(holders: Sequence[str]) -> str:
+    return ", ".join(h[:12] for h in holders[:5]) + (f" and {len(holders) - 5} more" if len(holders) > 5 else "")
+
+
+def _pool_row(txn: Transaction, name: str) -> PoolRow:
+    row = txn.pool(name)
+    if row is None:
+        raise NotFoundError(f"no pool {name!r}")
+    return row
+
+
+def set_drained(store: Rows, capacities: Capacities, name: str, drained: bool, *, source: str, dry_run: bool = False) -> PoolChange:
+    """Drain a pool (it takes no new grants: the policy denies it, ``pool_drained``; the grants it
+    holds are kept) or undrain it (undraining also cancels a pending removal). Audited; nothing is
+    written when it is so already. NotFoundError for an unknown pool."""
+
+    def work(txn: Transaction) -> PoolChange:
+        expire(txn, capacities, source=source)
+        row = _pool_row(txn, name)
+        pool = codec.pool_from_text(row.spec)
+        holders = tuple(txn.holders(name))
+        if pool.drained == drained:
+            return PoolChange(name, "unchanged", holders=holders)
+        version = txn.bump(fleet=True)
+        changed = dataclasses.replace(pool, drained=drained)
+        txn.update_pool(name, codec.pool_text(changed), changed.count)
+        _refresh(txn, capacities, changed, row.held_outside, version)
+        cancelled = not drained and row.removing is not None
+        if cancelled:
+            txn.set_removing(name, None, version)
+        action = "drained" if drained else "undrained"
+        entry: JSONObject = {"pool": pool_spec(changed), "action": action, "live_grants": len(holders)}
+        if cancelled:
+            entry["removal_cancelled"] = True
+        txn.audit("pool", entry, source=source)
+        return PoolChange(name, action, ("drained",), holders, cancelled)
+
+    def landed(txn: Transaction) -> PoolChange | None:
+        row = txn.pool(name)
+        return PoolChange(name, "drained" if drained else "undrained", ("drained",)) if row and codec.pool_from_text(row.spec).drained == drained else None
+
+    return _transaction(store, work, landed, dry_run)
+
+
+def remove_pools(store: Rows, capacities: Capacities, names: Sequence[str], *, source: str, dry_run: bool = False) -> list[PoolChange]:
+    """Remove pools from the fleet (their rows stay for the records that name them). One without
+    live grants goes now; a drained one that live grants hold goes when the last of them ends
+    (``removal_pending``); one that live grants hold and is not drained is refused, naming them,
+    and then nothing is written. Audited. NotFoundError for an unknown pool."""
+
+    def work(txn: Transaction) -> list[PoolChange]:
+        expire(txn, capacities, source=source)
+        for name in names:
+            _pool_row(txn, name)
+        return _remove(txn, names, source=source)
+
+    def landed(txn: Transaction) -> list[PoolChange] | None:
+        rows = {name: txn.pool(name) for name in names}
+        if any(row is not None and row.removing is None for row in rows.values()):
+            return None
+        return [PoolChange(name, "removed" if row is None else "removal_pending") for name, row in rows.items()]
+
+    return _transaction(store, work, landed, dry_run)
+
+
+def _remove(txn: Transaction, names: Sequence[str], *, source: str) -> list[PoolChange]:
+    out: list[PoolChange] = []
+    refused: list[tuple[str, tuple[str, ...]]] = []
+    for name in names:
+        row = _pool_row(txn, name)
+        holders = tuple(txn.holders(name))
+        if row.removing is not None:
+            out.append(PoolChange(name, "removal_pending", holders=holders))
+        elif not holders:
+            txn.remove_pool(name, txn.bump(fleet=True))
+            txn.audit("pool", {"pool": name, "action": "removed"}, source=source)
+            out.append(PoolChange(name, "removed"))
+        elif codec.pool_from_text(row.spec).drained:
+            now = txn.now()
+            txn.set_removing(name, now, txn.bump())
+            txn.audit("pool", {"pool": name, "action": "removal_pending", "live_grants": list(holders)}, source=source)
+            out.append(PoolChange(name, "removal_pending", holders=holders))
+        else:
+            refused.append((name, holders))
+    if refused:
+        pools = "; ".join(
+            f"pool {name!r}: {len(holders)} live grant{'s hold' if len(holders) > 1 else ' holds'} it ({_named(holders)})" for name, holders in refused
+        )
+        drain = f"exa hardware drain {refused[0][0]}" if len(refused) == 1 else "exa hardware drain NAME"
+        raise SpecError(
+            f"cannot remove {pools}, and {'it is' if len(refused) == 1 else 'they are'} not drained. Drain first ({drain}: no new grants, "
+            "and the pool goes when its last live grant ends), or release the grants; nothing was changed",
+            field="name",
+        )
+    return out
 
 
 def _check_change(txn: Transaction, pool: Pool, fields: Sequence[str]) -> None:
@@ -414,7 +566,7 @@ def _check_change(txn: Transaction, pool: Pool, fields: Sequence[str]) -> None:
     holders = txn.holders(pool.name)
     if not holders:
         return
-    named = ", ".join(h[:12] for h in holders[:5]) + (f" and {len(holders) - 5} more" if len(holders) > 5 else "")
+    named = _named(holders)
     moved = [f for f in fields if f in FROZEN_WHILE_HELD]
     if moved:
         raise SpecError(
@@ -422,11 +574,13 @@ def _check_change(txn: Transaction, pool: Pool, fields: Sequence[str]) -> None:
             "release them first (prices, carbon factor, capabilities and a larger count may change)",
             field=moved[0],
         )
-    beyond = sorted({h.holding.device for h in txn.held(pool.name) if h.holding.device >= pool.count})
+    dropped = [h for h in txn.held(pool.name) if h.holding.device >= pool.count]
+    beyond = sorted({h.holding.device for h in dropped})
     if beyond:
+        # Named: the grants on the devices the count would drop.
         raise SpecError(
             f"pool {pool.name!r}: count {pool.count} would drop device(s) {', '.join(map(str, beyond[:8]))} that "
-            f"live decisions hold ({named}); release them first",
+            f"live decisions hold ({_named(sorted({h.decision_id for h in dropped}))}); release them first",
             field="count",
         )
 
@@ -468,6 +622,8 @@ def ensure_layout(store: Rows, capacities: Capacities) -> None:
             return
         version = txn.bump()
         for row in txn.pools(-1):
+            if row.removed:
+                continue
             pool = codec.pool_from_text(row.spec)
             _backfill(txn, capacities, pool, row.held_outside)
             _refresh(txn, capacities, pool, row.held_outside, version)

@@ -59,7 +59,7 @@ class Capacities:
 def state_of(row: PoolRow) -> PoolState:
     """A pool as the store holds it, decoded."""
     capacity = codec.capacity_from_text(row.capacity) if row.capacity is not None else Capacity(0)
-    return PoolState(codec.pool_from_text(row.spec), float(row.free if row.free is not None else 0.0), capacity, float(row.held_outside))
+    return PoolState(codec.pool_from_text(row.spec), float(row.free if row.free is not None else 0.0), capacity, float(row.held_outside), row.removing)
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ def as_of(snapshot: Snapshot, rows: StateRows, capacities: Capacities) -> Snapsh
         state = states[at]
         held = [h for h in rows.held.get(name, ()) if h.decision_id not in ended]
         capacity, free = capacities.of(state.pool, held, state.held_outside)
-        states[at] = PoolState(state.pool, free, capacity, state.held_outside)
+        states[at] = PoolState(state.pool, free, capacity, state.held_outside, state.removing)
         frags[at] = _fragment(capacity)
     view = Snapshot(snapshot.version, snapshot.fleet_version, tuple(states), tuple(frags), base=snapshot, ended=ended)
     view.__dict__["index"] = snapshot.index

@@ -153,7 +153,8 @@ def cmd_release(args: argparse.Namespace, hw: Hardware, console: Console) -> int
     record = result.record
     if args.json:
         render.dump_json(console, {"id": record.id, "decision_id": record.id, "released_at": record.released_at,
-                                   "already_released": result.already, "job_deleted": result.job_deleted})  # fmt: skip
+                                   "already_released": result.already, "job_deleted": result.job_deleted,
+                                   "pool_removed": result.pool_removed})  # fmt: skip
         return exits.OK
     d = record.decision
     assert isinstance(d, Placement)
@@ -164,6 +165,8 @@ def cmd_release(args: argparse.Namespace, hw: Hardware, console: Console) -> int
             console.print(f"decision {record.id[:12]} was already released at {record.released_at}; nothing changed")
         return exits.OK
     console.print(f"✓ released {render.grant_text(d.grant, d.accelerator)} on {d.pool} (decision {record.id[:12]})")
+    if result.pool_removed:
+        console.print(f"- {d.pool} removed: its removal was pending on its last live grant, this one")
     if result.job_deleted is not None:
         gone = "deleted" if result.job_deleted else "already gone"
         console.print(f"  Kubernetes Job {record.job_id}: {gone}")

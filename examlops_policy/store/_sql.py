@@ -585,8 +585,8 @@ class _SQLTransaction:
             "UPDATE pools SET removed_at = ?, removing_since = NULL, updated_at = ?, version = ? WHERE name = ?", (now, now, version, name)
         )
 
-    def set_removing(self, name: str, since: str | None) -> None:
-        self._execute("UPDATE pools SET removing_since = ? WHERE name = ?", (since, name))
+    def set_removing(self, name: str, since: str | None, version: int) -> None:
+        self._execute("UPDATE pools SET removing_since = ?, version = ? WHERE name = ?", (since, version, name))
 
     def set_capacity(self, pool: str, capacity: str, free: float, version: int) -> None:
         self._execute("UPDATE pools SET capacity = ?, free = ?, version = ? WHERE name = ?", (capacity, free, version, pool))

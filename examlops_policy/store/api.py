@@ -177,8 +177,8 @@ class Transaction(Protocol):
         """The pool leaves the fleet at ``version`` (its row stays for the records that name it)."""
         ...
 
-    def set_removing(self, name: str, since: str | None) -> None:
-        """Mark the pool to go when its last live grant ends (None: not any more)."""
+    def set_removing(self, name: str, since: str | None, version: int) -> None:
+        """Mark the pool, at ``version``, to go when its last live grant ends (None: not any more)."""
         ...
 
     def set_capacity(self, pool: str, capacity: str, free: float, version: int) -> None:
