@@ -369,7 +369,6 @@ class Hardware:
         layout = self._capacities.layout(state.pool)
         return PoolDetail(self._view(state), tuple(holdings), tuple(device_layouts(layout, holdings)))
 
-
     # -- decisions --------------------------------------------------------------------------
 
     def _fleet_rev(self, snap: Snapshot, under: _Under) -> str:
