@@ -381,10 +381,10 @@ def admit_one(hw: Hardware, row: QueueRow) -> Admitted | QueueEntry | None:
                 return None
             preempted = victims
             snap = hw._snapshot()
-        until = None if lease is None else lease_end(lease)
         try:
+            # The lease is counted from the commit that records the placement, as for place.
             done = commit.place(
-                hw.store, prepared, decided, snap, under.capacities, source=SOURCE, lease_expires_at=until, admit=row.id, preempted=preempted,
+                hw.store, prepared, decided, snap, under.capacities, source=SOURCE, lease=lease, admit=row.id, preempted=preempted,
             )  # fmt: skip
         except StaleFleet:
             continue
@@ -404,10 +404,6 @@ def admit_one(hw: Hardware, row: QueueRow) -> Admitted | QueueEntry | None:
 
 FLEET_ROUNDS: Final = 5
 SOURCE: Final = "exa-hardware"
-
-
-def lease_end(lease: timedelta) -> str:
-    return rfc3339(time.time() + lease.total_seconds())  # as Hardware.place's leases
 
 
 def _fail(hw: Hardware, row: QueueRow, message: str) -> QueueEntry | None:

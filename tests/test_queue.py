@@ -278,6 +278,36 @@ def test_device_hours_used_in_the_period_stop_new_work_of_the_class(tmp_path: Pa
         hw.close()
 
 
+def test_a_larger_partition_is_given_only_within_the_projects_quota(backend: Backend, opa_home: Path) -> None:
+    """llm-pretraining may hold 4 amd devices (its cohort holds no more). A quarter that only a free
+    DPX half has room for is given the half while the project's quota has room for it; once the half
+    would take the project over (the quarter itself would not), the pool waits for the quota, naming
+    the half, and the policy's reference rule agrees."""
+    hw = open_hardware(backend, opa_home)
+    try:
+        mi = Pool("mi", "hpc", "amd", 2, "eu", cost_per_hour=4.0, carbon_factor=10, supports_fractions=True, model="mi300x")
+        hw.apply([mi, Pool("whole", "hpc", "amd", 3, "eu", cost_per_hour=10.0, carbon_factor=10)])
+        llm = {"project": "llm-pretraining"}
+        assert hw.place(Workload("three", "amd", count=3, **llm)).decision.pool == "whole"  # type: ignore[union-attr]
+        assert hw.place(Workload("c0", "amd", fraction=0.125, **llm)).decision.grant.profile == "cpx"  # type: ignore[union-attr]
+        assert hw.place(Workload("half", "amd", fraction=0.5)).decision.grant.profile == "dpx"  # type: ignore[union-attr]
+        # Device 0 runs CPX, device 1 DPX with one half free: a quarter gets that half (3.125 + 0.5 <= 4).
+        quarter = hw.place(Workload("q1", "amd", fraction=0.25, **llm))
+        assert isinstance(quarter.decision, Placement)
+        assert (quarter.decision.pool, quarter.decision.grant.profile, quarter.decision.grant.larger) == ("mi", "dpx", True)
+        hw.release(quarter.id)
+        for i in range(1, 5):  # four more CPX eighths: the project holds 3.625
+            assert hw.place(Workload(f"c{i}", "amd", fraction=0.125, **llm)).decision.grant.profile == "cpx"  # type: ignore[union-attr]
+        waiting = hw.place(Workload("q2", "amd", fraction=0.25, **llm), queue=True)
+        assert waiting.decision.outcome == "queued"
+        on_mi = next(v for v in waiting.decision.verdicts if v.pool == "mi")
+        assert on_mi.grant.profile == "dpx" and [r.code for r in on_mi.reasons] == ["quota_exceeded"]
+        assert on_mi.reasons[0].kind == "not_now" and on_mi.reasons[0].message.endswith("no room now for 0.500 more")
+        assert hw.replay(waiting.id).same
+    finally:
+        hw.close()
+
+
 # -- preemption -------------------------------------------------------------------------------------
 
 

@@ -40,7 +40,7 @@ from examlops_policy.model import (
     Workload,
     pool_spec,
 )
-from examlops_policy._core.verdicts import About, Answer, Confirmation, Limits, ShapeVerdict, Signature, WorkloadVerdict
+from examlops_policy._core.verdicts import About, Alternative, Answer, Confirmation, Limits, ShapeVerdict, Signature, WorkloadVerdict
 from examlops_policy._core.quota import QuotaLimits
 
 KEY_HEX: Final = 32  # 128 bits of SHA-256: content keys, not security
@@ -418,7 +418,22 @@ class _Decoder:
             profile=self.opt_text(get("profile"), f"{path}.profile"),
             why=self.opt_text(get("why"), f"{path}.why"),
             note=self.opt_text(get("note"), f"{path}.note"),
+            # Only a larger share says so (a grant stored before larger shares existed is not one).
+            larger=self.boolean(raw.get("larger", False), f"{path}.larger"),
         )
+
+    def alternatives(self, value: object, path: str) -> tuple[Alternative, ...]:
+        out = []
+        for i, item in enumerate(self.arr(value, path)):
+            cell = self.obj(item, f"{path}[{i}]")
+            out.append(
+                Alternative(
+                    self.grant(self.field(cell, "grant", f"{path}[{i}]"), f"{path}[{i}].grant"),
+                    self.limits(self.field(cell, "limits", f"{path}[{i}]"), f"{path}[{i}].limits"),
+                    self.quota(cell["quota"], f"{path}[{i}].quota") if "quota" in cell else None,
+                )
+            )
+        return tuple(out)
 
 
 def _jsonable(value: object) -> bool:
@@ -542,6 +557,7 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
                 d.reason(d.field(cell, "shortfall", path), f"{path}.shortfall"),
                 d.limits(d.field(cell, "limits", path), f"{path}.limits"),
                 d.quota(cell["quota"], f"{path}.quota") if "quota" in cell else None,
+                d.alternatives(d.field(cell, "alternatives", path), f"{path}.alternatives"),
             )
         )
     notes = [d.text(n, "verdicts.notes[]") for n in d.arr(d.field(top, "notes", "verdicts"), "verdicts.notes")]
@@ -564,7 +580,7 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
         if not 0 <= tier <= 3:
             raise d.fail(f"{path}.tier", "a tier from 0 to 3", tier)
         denials = d.arr(d.field(row, "denials", path), f"{path}.denials")
-        grant, shortfall, limits, quota = grants[index(d.field(row, "grant", path), len(grants), f"{path}.grant")]
+        grant, shortfall, limits, quota, alternatives = grants[index(d.field(row, "grant", path), len(grants), f"{path}.grant")]
         shapes[key] = ShapeVerdict(
             tier=tier,
             note=note(d.field(row, "note", path), f"{path}.note"),
@@ -576,6 +592,7 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
             limits=limits,
             note_budget=note(d.field(row, "note_budget", path), f"{path}.note_budget"),
             quota=quota,
+            alternatives=alternatives,
         )
     return Answer(cast("str | None", revision), workload, shapes, missing)
 
@@ -591,7 +608,16 @@ def grant_json(g: Grant) -> JSONObject:
     return {
         "requested": g.requested, "honored": g.honored, "share": g.share, "units": g.units, "devices": g.devices,
         "scheme": g.scheme, "geometry": g.geometry, "profile": g.profile, "why": g.why, "note": g.note,
+        **({"larger": True} if g.larger else {}),
     }  # fmt: skip
+
+
+def _limits_json(limits: Limits) -> JSONObject:
+    return {
+        "cost_per_hour": limits.cost_per_hour,
+        "carbon_per_hour": limits.carbon_per_hour,
+        "reasons": {"cost_per_hour": _opt_reason_json(limits.cost_reason), "carbon_per_hour": _opt_reason_json(limits.carbon_reason)},
+    }
 
 
 def _opt_reason_json(r: Reason | None) -> JSONValue:
@@ -607,14 +633,21 @@ def shape_verdict_json(v: ShapeVerdict) -> JSONObject:
         "denials": [reason_json(r) for r in v.denials],
         "grant": grant_json(v.grant),
         "shortfall": reason_json(v.shortfall),
-        "limits": {
-            "cost_per_hour": v.limits.cost_per_hour,
-            "carbon_per_hour": v.limits.carbon_per_hour,
-            "reasons": {"cost_per_hour": _opt_reason_json(v.limits.cost_reason), "carbon_per_hour": _opt_reason_json(v.limits.carbon_reason)},
-        },
+        "limits": _limits_json(v.limits),
         "blocks_burst": v.blocks_burst,
         **({"quota": quota_json(v.quota)} if v.quota is not None else {}),
+        # Stored only where there are any: a verdict set without them keeps its bytes (and key).
+        **({"alternatives": [alternative_json(a) for a in v.alternatives]} if v.alternatives else {}),
     }
+
+
+def alternative_json(a: Alternative) -> JSONObject:
+    """A larger share as the policy answers it: the grant, the budget's limits and (a policy with
+    the quota check) the quota's figures for it."""
+    return {
+        "grant": grant_json(a.grant), "limits": _limits_json(a.limits),
+        **({"quota": quota_json(a.quota)} if a.quota is not None else {}),
+    }  # fmt: skip
 
 
 def quota_json(q: QuotaLimits) -> JSONObject:
@@ -663,6 +696,7 @@ def shape_verdict_from_json(raw: object, where: str) -> ShapeVerdict:
         limits=d.limits(top["limits"], "verdict.limits") if "limits" in top else Limits(),
         note_budget=d.opt_text(top.get("note_budget"), "verdict.note_budget"),
         quota=d.quota(top["quota"], "verdict.quota") if "quota" in top else None,
+        alternatives=d.alternatives(top.get("alternatives", []), "verdict.alternatives"),
     )
 
 

@@ -5,8 +5,10 @@ arguments; nothing here touches OPA, the state store or the clock. Filter, then 
 piece of decision logic outside Rego, kept equal to the policy's own reference rule
 (``data.examlops.hardware.placement.decision``) by a property test through the real OPA:
 
-1. pools whose shape the policy denies are out; so are pools without room for the grant now, and
-   pools whose project's quota of their accelerator class has no room for it now;
+1. pools whose shape the policy denies are out; so are pools without room for the grant now, in
+   capacity and in the quota of the workload's project for their accelerator class (a pool gives
+   the first of its grants with room: the smallest share that covers the request, else a larger
+   one the budget allows, priced as granted);
 2. the lowest admissible tier wins (HPC before cloud, the requested accelerator before a stand-in);
 3. within it, what the workload optimises: the cheapest grant (price per device-hour x devices
    granted, a slice counting as its share), or the lowest carbon of the grant (then cost), or a
@@ -43,7 +45,7 @@ from examlops_policy.views import balanced_scores
 from examlops_policy._core import codec
 from examlops_policy._core import quota as quotas
 from examlops_policy._core.quota import NO_USE, QuotaUse
-from examlops_policy._core.verdicts import ShapeVerdict, WorkloadVerdict
+from examlops_policy._core.verdicts import Alternative, ShapeVerdict, WorkloadVerdict
 
 COST_DIGITS: Final = 9  # grant costs compare at this precision (Rego computes them in decimals)
 
@@ -66,6 +68,14 @@ def carbon_per_hour(pool: Pool, tables: Tables) -> float:
 def priced(pools: Sequence[Pool], tables: Tables) -> list[tuple[Pool, float, float]]:
     """Every pool in name order with its price and carbon per device-hour: the fleet's document."""
     return [(p, effective_cost(p, tables), carbon_per_hour(p, tables)) for p in sorted(pools, key=lambda p: p.name)]
+
+
+def _quota_over(lim: quotas.QuotaLimits | None, use: QuotaUse) -> tuple[Reason, ...]:
+    """A grant's quota reasons that depend on what the projects hold (none when its quota refuses
+    it whatever they hold: those are among the pool's denials)."""
+    if lim is None or not lim.counted:
+        return ()
+    return quotas.over(lim, use)
 
 
 def fits(grant: Grant, capacity: Capacity) -> bool:
@@ -143,16 +153,20 @@ class Judged:
         blocked: list[tuple[float, str, int]] = []
         requested_ok: set[int] = set()
         requested_over: set[int] = set()
+        # Per pool with larger shares that cover the request: the grants it may give, in order.
+        self.candidates: dict[int, tuple[Alternative, ...]] = {}
         for i, entry in enumerate(fleet.entries if judged else ()):
             v = shapes[entry.key]
             over = v.limits.over(entry.price, entry.carbon)
             always = v.quota.always if v.quota is not None else ()
             denials = (*v.denials, *over, *always)
             self.denials.append(denials)
+            if v.alternatives:
+                grants = v.candidates(entry.price, entry.carbon)
+                if len(grants) > 1:
+                    self.candidates[i] = grants
             if not denials:
-                cost, carbon = grant_cost(entry.price, v.grant), grant_cost(entry.carbon, v.grant)
-                key: tuple[object, ...] = (v.tier, carbon, cost, entry.pool.name) if objective == "carbon" else (v.tier, cost, entry.pool.name)
-                ranked.append((*key, i))
+                ranked.append((*self.key_of(i, v.grant), i))
                 if v.tier % 2 == 0:
                     requested_ok.add(v.tier)
             elif v.blocks_burst and not over and not always:
@@ -176,6 +190,47 @@ class Judged:
         self.ranked = sorted(ranked, key=lambda row: row[:-1])
         self.blocked = sorted(blocked)
 
+    def key_of(self, index: int, grant: Grant) -> tuple[object, ...]:
+        """Where pool ``index`` giving ``grant`` ranks: its tier, then the objective (the grant's
+        cost; or its carbon, then cost), then the pool's name."""
+        entry = self.fleet.entries[index]
+        cost = grant_cost(entry.price, grant)
+        if self.objective == "carbon":
+            return (self.verdict(index).tier, grant_cost(entry.carbon, grant), cost, entry.pool.name)
+        return (self.verdict(index).tier, cost, entry.pool.name)
+
+    def grant_for(self, index: int, capacity: Capacity, use: QuotaUse = NO_USE) -> Grant | None:
+        """What pool ``index`` gives with ``capacity`` while the projects hold ``use``: the first of
+        its grants with room in capacity and quota (the smallest covering share, then the larger
+        ones its budget allows), or None."""
+        grants = self.candidates.get(index)
+        if grants is None:
+            v = self.verdict(index)
+            return v.grant if fits(v.grant, capacity) and not _quota_over(v.quota, use) else None
+        return next((a.grant for a in grants if fits(a.grant, capacity) and not _quota_over(a.quota, use)), None)
+
+    def given(self, index: int, capacity: Capacity, use: QuotaUse) -> tuple[Grant, tuple[Reason, ...], bool]:
+        """What pool ``index`` gives now and why not, as the reference rule says it: the first grant
+        with room in capacity and quota (no reasons); else the first with room in capacity, and its
+        quota's reasons; else the smallest share, its quota's reasons and its capacity shortfall
+        (the flag)."""
+        v = self.verdict(index)
+        grants = self.candidates.get(index)
+        if grants is None:
+            over = _quota_over(v.quota, use)
+            return v.grant, over, not fits(v.grant, capacity)
+        first: tuple[Grant, tuple[Reason, ...]] | None = None
+        for a in grants:
+            if fits(a.grant, capacity):
+                over = _quota_over(a.quota, use)
+                if not over:
+                    return a.grant, (), False
+                if first is None:
+                    first = (a.grant, over)
+        if first is not None:
+            return first[0], first[1], False
+        return v.grant, _quota_over(v.quota, use), True
+
     def full_fallback(self, tier: int) -> bool:
         """A stand-in's tier where a better tier has a pool of the requested accelerator that
         passes every check (it is full): the fallback is for capacity."""
@@ -194,32 +249,26 @@ class Judged:
         """What the pools' quotas compare with (nothing: no quota counts what the projects hold)."""
         if not self.judged:
             return quotas.Needs()
-        return quotas.needs_of(v.quota for v in self.shapes.values())
+        return quotas.needs_of(q for v in self.shapes.values() for q in (v.quota, *(a.quota for a in v.alternatives)))
 
-    def quota_over(self, index: int, use: QuotaUse) -> tuple[Reason, ...]:
-        """The quota's reasons for the pool at ``index`` that depend on what the projects hold
-        (none when its quota refuses it whatever they hold: those are among its denials)."""
-        lim = self.verdict(index).quota
-        if lim is None or not lim.counted:
-            return ()
-        return quotas.over(lim, use)
-
-    def reasons(self, index: int, capacity: Capacity, use: QuotaUse) -> tuple[Reason, ...]:
-        """Every reason the pool at ``index`` is denied for now, in the policy's order: its shape's
-        denials, its budget's, its quota's, the workload's refusal of a fallback for budget, its
-        capacity shortfall."""
+    def verdict_now(self, index: int, capacity: Capacity, use: QuotaUse) -> tuple[Grant, tuple[Reason, ...]]:
+        """What pool ``index`` gives now (``given``) and every reason it is denied for, in the
+        policy's order: its shape's denials, its budget's, its quota's whatever the use, its quota's
+        given the use, the workload's refusal of a fallback for budget, its capacity shortfall."""
         static = self.denials[index]
-        dynamic = self.quota_over(index, use)
+        grant, dynamic, short = self.given(index, capacity, use)
         if dynamic and index in self.refused:
             static, refusal = static[:-1], static[-1:]
             dynamic = (*dynamic, *refusal)
-        v = self.verdict(index)
-        short = () if fits(v.grant, capacity) else (v.shortfall,)
-        return (*static, *dynamic, *short)
+        return grant, (*static, *dynamic, *((self.verdict(index).shortfall,) if short else ()))
+
+    def reasons(self, index: int, capacity: Capacity, use: QuotaUse) -> tuple[Reason, ...]:
+        """Every reason the pool at ``index`` is denied for now (``verdict_now``)."""
+        return self.verdict_now(index, capacity, use)[1]
 
     def room(self, index: int, capacity: Capacity, use: QuotaUse) -> bool:
-        """Room for the pool's grant now: its capacity and its project's quota."""
-        return fits(self.verdict(index).grant, capacity) and not self.quota_over(index, use)
+        """Room for one of the pool's grants now: its capacity and its project's quota."""
+        return self.grant_for(index, capacity, use) is not None
 
     @cached_property
     def static_counts(self) -> tuple[Mapping[str, int], tuple[bool | None, ...]]:
@@ -286,6 +335,7 @@ class Outcome:
     tier: int | None
     burst: BurstVerdict
     blocked_pool: int | None = None
+    grant: Grant | None = None  # what the chosen pool gives
 
 
 def select(judged: Judged, capacities: Sequence[Capacity], use: QuotaUse = NO_USE) -> Outcome:
@@ -299,14 +349,24 @@ def select(judged: Judged, capacities: Sequence[Capacity], use: QuotaUse = NO_US
         return Outcome(None, None, BurstVerdict(attempted=False))
     chosen: int | None = None
     tier: int | None = None
+    grant: Grant | None = None
     if judged.objective == "balanced":
-        chosen, tier = _balanced(judged, capacities, use)
+        chosen, tier, grant = _balanced(judged, capacities, use)
     else:
+        # In rank order of each pool's smallest grant: a pool that gives a larger one ranks where
+        # that one's cost puts it, never before, so the first pool whose smallest grant ranks at or
+        # after the best found so far ends the search.
+        best: tuple[object, ...] | None = None
         for row in judged.ranked:
-            index = int(row[-1])  # type: ignore[call-overload]
-            if judged.room(index, capacities[index], use):
-                chosen, tier = index, int(row[0])  # type: ignore[call-overload]
+            if best is not None and row[:-1] >= best:
                 break
+            index = int(row[-1])  # type: ignore[call-overload]
+            given = judged.grant_for(index, capacities[index], use)
+            if given is None:
+                continue
+            key = row[:-1] if given is judged.verdict(index).grant else judged.key_of(index, given)
+            if best is None or key < best:
+                best, chosen, tier, grant = key, index, int(row[0]), given  # type: ignore[call-overload]
     attempted = wv.burst_mode == "cloud" or (wv.burst_mode == "spill" and (tier is None or tier >= 2))
     if not attempted:
         burst = BurstVerdict(attempted=False)
@@ -315,32 +375,34 @@ def select(judged: Judged, capacities: Sequence[Capacity], use: QuotaUse = NO_US
     else:
         for _, name, i in judged.blocked:
             v = judged.verdict(i)
-            if judged.room(i, capacities[i], use):
+            if judged.grant_for(i, capacities[i], use) is not None:
                 pool = judged.fleet.entries[i].pool
                 burst = BurstVerdict(True, "blocked", name, pool.region, v.denials[0])
-                return Outcome(chosen, tier, burst, i)
+                return Outcome(chosen, tier, burst, i, grant)
         burst = BurstVerdict(attempted=True, verdict="unavailable")
-    return Outcome(chosen, tier, burst)
+    return Outcome(chosen, tier, burst, grant=grant)
 
 
-def _balanced(judged: Judged, capacities: Sequence[Capacity], use: QuotaUse = NO_USE) -> tuple[int | None, int | None]:
-    """The best tier's pools with room, scored by cost and carbon, each divided by the highest
-    among them, carbon weighted by ``carbon_weight``; then cost, then name."""
+def _balanced(judged: Judged, capacities: Sequence[Capacity], use: QuotaUse = NO_USE) -> tuple[int | None, int | None, Grant | None]:
+    """The best tier's pools with room (capacity and quota), scored by cost and carbon of what each
+    gives, each divided by the highest among them, carbon weighted by ``carbon_weight``; then cost,
+    then name."""
     tier: int | None = None
-    rows: list[tuple[float, float, str, int]] = []
+    rows: list[tuple[float, float, str, int, Grant]] = []
     for row in judged.ranked:
         t, index = int(row[0]), int(row[-1])  # type: ignore[call-overload]
         if tier is not None and t != tier:
             break
-        entry, v = judged.fleet.entries[index], judged.verdict(index)
-        if judged.room(index, capacities[index], use):
+        entry = judged.fleet.entries[index]
+        given = judged.grant_for(index, capacities[index], use)
+        if given is not None:
             tier = t
-            rows.append((grant_cost(entry.price, v.grant), grant_cost(entry.carbon, v.grant), entry.pool.name, index))
+            rows.append((grant_cost(entry.price, given), grant_cost(entry.carbon, given), entry.pool.name, index, given))
     if not rows:
-        return None, None
+        return None, None, None
     scores = balanced_scores([(r[0], r[1]) for r in rows], judged.carbon_weight)
     best = min(zip(scores, rows), key=lambda sr: (sr[0], sr[1][0], sr[1][2]))
-    return best[1][3], tier
+    return best[1][3], tier, best[1][4]
 
 
 def pool_verdicts(judged: Judged, capacities: Sequence[Capacity], tier: int | None, use: QuotaUse = NO_USE) -> tuple[PoolVerdict, ...]:
@@ -352,7 +414,7 @@ def pool_verdicts(judged: Judged, capacities: Sequence[Capacity], tier: int | No
     out = []
     for i, entry in enumerate(judged.fleet.entries):
         v = judged.shapes[entry.key]
-        denials = judged.reasons(i, capacities[i], use)
+        grant, denials = judged.verdict_now(i, capacities[i], use)
         admissible = not denials
         reasons: tuple[Reason, ...] = denials
         if admissible:
@@ -360,12 +422,12 @@ def pool_verdicts(judged: Judged, capacities: Sequence[Capacity], tier: int | No
             if preference is not None:
                 reasons = (preference,)
         eligible = admissible and tier is not None and v.tier == tier and wv.rejection is None
-        cost = grant_cost(entry.price, v.grant)
+        cost = grant_cost(entry.price, grant)
         pool = entry.pool
         out.append(
             PoolVerdict(
-                pool.name, eligible, admissible, v.tier, v.fallback, v.burst, reasons, v.grant, entry.price, v.note, cost,
-                pool.accelerator, pool.target, pool.region, grant_cost(entry.carbon, v.grant), pool.spot,
+                pool.name, eligible, admissible, v.tier, v.fallback, v.burst, reasons, grant, entry.price, v.note, cost,
+                pool.accelerator, pool.target, pool.region, grant_cost(entry.carbon, grant), pool.spot,
             )
         )  # fmt: skip
     return tuple(sorted(out, key=lambda p: (not p.eligible, p.tier, p.grant_cost_per_hour, p.pool)))
@@ -404,9 +466,8 @@ def summary(judged: Judged, capacities: Sequence[Capacity], workload: Workload, 
     for i, entry in enumerate(entries):
         v = shapes[entry.key]
         base = not_now[i]
-        dynamic = judged.quota_over(i, use)
-        if not fits(v.grant, capacities[i]):
-            dynamic = (*dynamic, v.shortfall)
+        _, quota_over, short = judged.given(i, capacities[i], use)
+        dynamic = (*quota_over, v.shortfall) if short else quota_over
         if not dynamic:
             capacity_only = capacity_only or base is True
             continue
@@ -446,9 +507,10 @@ def decide_over(
         return Rejection(workload, message, code, verdicts, outcome.burst, provenance, checks=checks)
     entry = judged.fleet.entries[outcome.chosen]
     v = judged.verdict(outcome.chosen)
+    grant = outcome.grant or v.grant
     pool = entry.pool
     note = v.note_full if judged.full_fallback(v.tier) else v.note_budget if judged.over_budget_fallback(v.tier) else v.note
-    notes = [n for n in (note, v.grant.note) if n]
+    notes = [n for n in (note, grant.note) if n]
     return Placement(
         workload=workload,
         pool=pool.name,
@@ -456,9 +518,9 @@ def decide_over(
         target=pool.target,
         region=pool.region,
         fallback=v.fallback,
-        fraction_honored=v.grant.honored,
+        fraction_honored=grant.honored,
         note="; ".join(notes) or None,
-        grant=v.grant,
+        grant=grant,
         cost_per_hour=entry.price,
         carbon_factor=carbon_per_hour(pool, tables),
         model=pool.model,

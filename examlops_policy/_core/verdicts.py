@@ -77,13 +77,26 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class Alternative:
+    """A larger share that also covers the request, with the budget's limits and the quota's figures
+    for it: what a pool gives when the smallest covering share has no room now (the policy's
+    fractions.alternatives)."""
+
+    grant: Grant
+    limits: Limits = Limits()
+    quota: QuotaLimits | None = None
+
+
+@dataclass(frozen=True)
 class ShapeVerdict:
     """The verdict for every pool of one shape: its tier, what denies it, what it would grant.
 
     ``note_full`` replaces ``note`` when the requested accelerator's pools pass every check but are
     full, ``note_budget`` when they pass every check but the budget; ``limits`` are the budget's per
     device-hour for this grant, ``quota`` the quota's figures for it (None: a verdict given before
-    the quota was a pool-stage check)."""
+    the quota was a pool-stage check). ``alternatives``: the larger shares that also cover the
+    request, smallest first (a pool gives the first of its grants with room, capacity and quota,
+    that the budget allows)."""
 
     tier: int
     note: str | None
@@ -95,6 +108,17 @@ class ShapeVerdict:
     limits: Limits = Limits()
     note_budget: str | None = None
     quota: QuotaLimits | None = None
+    alternatives: tuple[Alternative, ...] = ()
+
+    def candidates(self, price: float, carbon: float) -> tuple[Alternative, ...]:
+        """The grants a pool of this shape at this price and carbon per device-hour may give, in
+        order, each with its budget limits and quota figures: the smallest covering share, then
+        (when the budget allows that one) each larger one the budget allows and its quota does not
+        refuse whatever the projects hold."""
+        smallest = Alternative(self.grant, self.limits, self.quota)
+        if not self.alternatives or self.limits.over(price, carbon):
+            return (smallest,)
+        return (smallest, *(a for a in self.alternatives if not a.limits.over(price, carbon) and not (a.quota is not None and a.quota.always)))
 
     @property
     def fallback(self) -> bool:

@@ -53,6 +53,7 @@ shape_verdicts := {k: v |
 		"shortfall": g.shortfall,
 		"limits": g.limits,
 		"quota": g.quota,
+		"alternatives": g.alternatives,
 		"blocks_burst": row.blocks_burst,
 	}
 }
@@ -112,22 +113,26 @@ pool_verdict(p) := priced_verdict(p, v, p.carbon_per_hour) if {
 
 # A pool of a known shape with a price: the shape's verdict, its budget, its project's quota (what
 # the projects hold: input.quota_use, as the caller reads it from its store) and its capacity. The
-# quota's reasons whatever the use (quota_unknown, quota_too_small) deny the pool as its shape does.
+# pool gives the first of its grants (the smallest share that covers the request, then the larger
+# ones the budget allows, when the smallest is within it) with room now in capacity and quota;
+# with none, the first with room in capacity (and its quota's reasons); with none, the smallest
+# (its quota's reasons and its shortfall). The quota's reasons whatever the use (quota_unknown,
+# quota_too_small) deny the pool as its shape does.
 priced_verdict(p, v, carbon) := pv if {
-	fits := capacity.room(v.grant, object.get(p, "capacity", {}))
-	over := budget.exceeded(v.limits, {"cost_per_hour": p.cost_per_hour, "carbon_per_hour": carbon})
-	quota_over := quota.exceeded(v.quota, quota.use_of(v.quota, object.get(input, "quota_use", {})))
+	price := {"cost_per_hour": p.cost_per_hour, "carbon_per_hour": carbon}
+	o := offer(v, price, object.get(p, "capacity", {}), object.get(input, "quota_use", {}))
+	over := budget.exceeded(o.given.limits, price)
 	pv := {
 		"pool": p.name,
 		"tier": v.tier,
-		"denials": array.flatten([v.denials, over, quota_over, [v.shortfall | not fits]]),
+		"denials": array.flatten([v.denials, over, o.quota_over, [v.shortfall | not o.fits]]),
 		"shape_denied": ((count(v.denials) + count(over)) + count(v.quota.always)) > 0,
-		"fits": fits,
-		# Room for the grant now: its capacity, and its project's quota.
-		"room": count([1 | fits; count(quota_over) == 0]) > 0,
-		"grant": v.grant,
-		"grant_cost_per_hour": nine(p.cost_per_hour * v.grant.devices),
-		"grant_carbon_per_hour": nine(carbon * v.grant.devices),
+		"fits": o.fits,
+		# Room for one of its grants now: its capacity, and its project's quota.
+		"room": o.room,
+		"grant": o.given.grant,
+		"grant_cost_per_hour": nine(p.cost_per_hour * o.given.grant.devices),
+		"grant_carbon_per_hour": nine(carbon * o.given.grant.devices),
 		"cost_per_hour": p.cost_per_hour,
 		"fallback": v.fallback,
 		"burst": v.burst,
@@ -141,6 +146,45 @@ priced_verdict(p, v, carbon) := pv if {
 		"blocks_burst": count([1 | v.blocks_burst; count(over) == 0; count(v.quota.always) == 0]) > 0,
 	}
 }
+
+# The grants a pool of verdict v may give at this price, in order: the smallest share that covers
+# the request, then (when the budget allows that one) each larger share the budget allows and its
+# quota does not refuse whatever the projects hold.
+candidates(v, price) := array.concat([{"grant": v.grant, "limits": v.limits, "quota": v.quota}], [a |
+	count(budget.exceeded(v.limits, price)) == 0
+	some a in v.alternatives
+	count(budget.exceeded(a.limits, price)) == 0
+	count(a.quota.always) == 0
+])
+
+# What a pool of verdict v offers at this price, with this capacity, while the projects hold use:
+# whether one of its grants has room in capacity (fits) and in capacity and quota (room), the grant
+# it gives (granted) and that grant's quota reasons.
+offer(v, price, cap, use) := o if {
+	spacious := [c | some c in candidates(v, price); capacity.room(c.grant, cap)]
+	roomy := [c | some c in spacious; count(quota_reasons(c, use)) == 0]
+	given := granted(roomy, spacious, v)
+	o := {
+		"fits": count(spacious) > 0,
+		"room": count(roomy) > 0,
+		"given": given,
+		"quota_over": quota_reasons(given, use),
+	}
+}
+
+# A grant's quota reasons given what the projects hold.
+quota_reasons(c, use) := quota.exceeded(c.quota, quota.use_of(c.quota, use))
+
+# What a pool gives: the first grant with room in capacity and quota, else the first with room in
+# capacity, else the smallest.
+granted(roomy, _, _) := roomy[0] if count(roomy) > 0
+
+granted(roomy, spacious, _) := spacious[0] if {
+	count(roomy) == 0
+	count(spacious) > 0
+}
+
+granted(_, spacious, v) := {"grant": v.grant, "limits": v.limits, "quota": v.quota} if count(spacious) == 0
 
 unknown_verdict(p) := {
 	"pool": p.name,

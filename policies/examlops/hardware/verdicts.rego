@@ -118,18 +118,21 @@ note_list := sort({n | some row in tier_results; some n in array.slice(row, 1, 4
 note_index := {n: i | some i, n in note_list}
 
 # Per distinct grant: [projection, {grant, the shortfall reason, the budget's limits per device-hour,
-# the quota's figures for the grant (what the caller compares with what the projects hold)}]. The
-# quota reads the pool's accelerator class, one of the fields the grant reads.
+# the quota's figures for the grant (what the caller compares with what the projects hold), the
+# larger shares that also cover the request (each with its limits and quota figures), smallest
+# first}]. The quota reads the pool's accelerator class, one of the fields the grant reads.
 grant_rows := [[v, row] |
 	composer.valid
 	some v in sort({v | some v in grant_values})
 	p := fields_of(v, grant_fields)
 	g := fractions.grant(p, w)
+	larger := fractions.alternatives(p, w)
 	row := {
 		"grant": g,
-		"shortfall": capacity.shortfall(p, g),
+		"shortfall": capacity.shortfall_of(p, g, [a.profile | some a in larger]),
 		"limits": budget.limits(w, g),
 		"quota": quota.limits(w, p, g),
+		"alternatives": [{"grant": a, "limits": budget.limits(w, a), "quota": quota.limits(w, p, a)} | some a in larger],
 	}
 ]
 

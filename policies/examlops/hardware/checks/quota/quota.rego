@@ -9,7 +9,7 @@
 #   policy answers the figures per grant (limits) and the caller compares them with what the
 #   projects hold (exceeded), as for the budget.
 # custom:
-#   order: 85
+#   order: 86
 #   stage: pool
 #   reads:
 #     shape: [accelerator, model, supports_fractions, fixed_profile]

@@ -261,7 +261,7 @@ test_declared_codes_are_the_codes_given if {
 	}
 	given == {[code, c.kind] | some code, c in quota.about.custom.codes}
 	quota.about.custom.stage == "pool"
-	quota.about.custom.order == 85
+	quota.about.custom.order == 86
 }
 
 # A pool-stage check the composer runs: discovered from its metadata, published with the checks, its
