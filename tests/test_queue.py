@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from examlops_policy._core import leases
 from examlops_policy.errors import NotFoundError, SpecError
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Placement, Pool, Rejection, Workload
@@ -228,6 +229,21 @@ def test_the_lease_a_queued_workload_asked_for_is_its_placements(hw: Hardware) -
     assert report.admitted is not None
     placed = hw.decision(report.admitted.admitted[0].decision_id)
     assert placed.lease_expires_at is not None and placed.queued_id == queued.id
+    # Counted from the commit that records the placement, as for place.
+    assert leases.instant(placed.lease_expires_at) - leases.instant(placed.created_at) == timedelta(minutes=30)
+
+
+def test_undraining_a_pool_offers_the_queue_its_capacity(hw: Hardware) -> None:
+    """A drained pool takes no new grants (pool_drained, not now): work that only it could take
+    waits, and is admitted when the pool is undrained."""
+    hw.drain("small")
+    waiting = hw.place(amd("b"), queue=True)
+    assert waiting.decision.outcome == "queued" and dict(waiting.queue.waits_for) == {"pool_drained": 1}  # type: ignore[union-attr]
+    assert hw.drain("small").action == "unchanged" and hw.decision(waiting.id).queue.state == "queued"  # type: ignore[union-attr]
+    hw.undrain("small")
+    entry = hw.decision(waiting.id).queue
+    assert entry is not None and entry.state == "admitted"
+    assert isinstance(hw.decision(str(entry.admitted_by)).decision, Placement)
 
 
 # -- quotas ---------------------------------------------------------------------------------------
