@@ -32,7 +32,6 @@ if TYPE_CHECKING:
         StateUnreachable,
         StateUnusable,
     )
-    from examlops_policy._queueing import Submit
     from examlops_policy.hardware import Hardware
     from examlops_policy.model import (
         BurstVerdict,
@@ -74,6 +73,7 @@ if TYPE_CHECKING:
         ReleaseReport,
         Replay,
         Submission,
+        Submit,
         explain,
     )
 
@@ -87,7 +87,6 @@ _HOMES: Final = {
         "AuditIntegrityError", "ExaError", "ExecutorError", "NotFoundError", "PolicyError", "PolicyUnavailable", "SpecError",
         "StateBusy", "StateCorrupt", "StateError", "StateFull", "StateUnreachable", "StateUnusable",
     ),
-    "examlops_policy._queueing": ("Submit",),
     "examlops_policy.hardware": ("Hardware",),
     "examlops_policy.model": (
         "BurstVerdict", "Capacity", "Decision", "Grant", "Holding", "Placement", "Pool", "PoolState", "PoolVerdict", "Provenance",
@@ -97,7 +96,7 @@ _HOMES: Final = {
         "AdmissionReport", "Admitted", "BurstEvent", "Cancelled", "DecisionPage", "DecisionRecord", "DecisionSummary",
         "DiscoveryResult", "Explanation", "FinopsReport", "JobReport", "ModelsCost", "PoolChange", "PoolDetail", "PoolView",
         "Portability", "QueueEntry", "QueueListing", "QuotaRow", "ReconcileChange", "ReconcileReport", "ReleaseReport", "Replay",
-        "Submission", "explain",
+        "Submission", "Submit", "explain",
     ),
 }  # fmt: skip
 _HOME_OF: Final = {name: module for module, names in _HOMES.items() for name in names}

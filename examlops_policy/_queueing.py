@@ -37,7 +37,7 @@ from examlops_policy.errors import ExaError, ExecutorError, PolicyError, SpecErr
 from examlops_policy.model import Decision, JSONObject, JSONValue, Placement, Rejection, Workload
 from examlops_policy.store import StaleFleet
 from examlops_policy.store.api import GrantRow, QueueRow
-from examlops_policy.views import AdmissionReport, Admitted, Cancelled, DecisionRecord, QueueEntry, QueueListing, QuotaRow
+from examlops_policy.views import AdmissionReport, Admitted, Cancelled, DecisionRecord, QueueEntry, QueueListing, QuotaRow, Submit
 
 if TYPE_CHECKING:
     from examlops_policy._core.engine import Engine, Prepared
@@ -95,7 +95,6 @@ ORDER_RULE: Final = "examlops/queue/order/ranked"
 VICTIMS_RULE: Final = "examlops/queue/preemption/victims"
 REPORT_RULE: Final = "examlops/queue/quotas/report"
 SUBMIT_ATTEMPTS: Final = 3
-SCHEDULERS: Final = ("slurm", "kubernetes")
 # Words in an executor's error that say the scheduler did not answer (try again), not that it refused.
 _UNREACHABLE: Final = (
     "command not found", "no answer within", "Unable to contact", "Socket timed out", "Connection refused", "Unreachable",
@@ -135,44 +134,6 @@ def workload_from_spec(text: str) -> Workload:
 def asks(workload: Workload) -> float:
     """Devices the workload asks for, for the order (a fraction counts as its share)."""
     return float(workload.count * workload.nodes) if workload.fraction >= 1 else float(workload.fraction)
-
-
-@dataclass(frozen=True)
-class Submit:
-    """How a queued workload is handed to its scheduler once placed: ``slurm`` with the batch
-    script's text (written to a private file at submission), or ``kubernetes`` with an image (and
-    a namespace, a context, a kubeconfig, a command)."""
-
-    scheduler: str
-    options: Mapping[str, JSONValue]
-
-    def __post_init__(self) -> None:
-        if self.scheduler not in SCHEDULERS:
-            raise SpecError(f"expected one of {', '.join(SCHEDULERS)} (got {self.scheduler!r})", field="--submit")
-        if self.scheduler == "slurm" and not isinstance(self.options.get("script"), str):
-            raise SpecError("a batch script is needed to submit to Slurm once admitted", field="--script")
-        if self.scheduler == "kubernetes" and not self.options.get("image"):
-            raise SpecError("a container image is needed to submit to Kubernetes once admitted", field="--image")
-
-    @classmethod
-    def slurm(cls, script: Path) -> Submit:
-        """The script's text is kept (the job runs what it said when it was queued)."""
-        path = script.expanduser()
-        if not path.is_file():
-            raise SpecError("no such job script (a regular file is needed)", source=str(script), field="--script")
-        return cls("slurm", {"script": specs.read_text(path), "name": path.name})
-
-    @classmethod
-    def kubernetes(cls, image: str, **options: JSONValue) -> Submit:
-        return cls("kubernetes", {"image": image, **{k: v for k, v in options.items() if v not in (None, [], "")}})
-
-    def text(self) -> str:
-        return codec.canonical({"scheduler": self.scheduler, **self.options}).decode("utf-8")
-
-    @classmethod
-    def from_text(cls, text: str) -> Submit:
-        raw = cast(JSONObject, json.loads(text))
-        return cls(str(raw.pop("scheduler")), raw)
 
 
 # -- the order -------------------------------------------------------------------------------

@@ -27,14 +27,46 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Final, TextIO
+from typing import TYPE_CHECKING, Final, Protocol, TextIO
 
 from examlops_policy.errors import ExaError, PolicyError, PolicyUnavailable, StateError
 
 if TYPE_CHECKING:
-    from examlops_policy.hardware import Hardware
+    from examlops_policy._core.engine import Engine
+    from examlops_policy._reviewed import PolicySnapshot
+    from examlops_policy.views import AdmissionReport, ReconcileReport
 
 MAX_BACKOFF_S: Final = 300.0
+
+
+class Under(Protocol):
+    """The policy snapshot decisions are made under now."""
+
+    @property
+    def policy(self) -> PolicySnapshot: ...
+
+
+class Hardware(Protocol):
+    """What serving needs of the façade (``examlops_policy.hardware.Hardware``, which makes the
+    server: no import of it here): the policy snapshot and its engine, lease expiry, reconcile and
+    admission, and closing."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+    def _current(self, *, force: bool = False) -> Under: ...
+
+    def close_policy(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def expire_leases(self) -> list[str]: ...
+
+    def reconcile(
+        self, *, slurm: bool | None = None, kubernetes: Mapping[str, str | None] | None = None, admit: bool = True
+    ) -> tuple[ReconcileReport, AdmissionReport | None]: ...
+
+    def admit(self, *, limit: int | None = None) -> AdmissionReport: ...
 
 
 @dataclass

@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Final, TextIO, cast
 
 from examlops_policy._core import codec, commit, leases
 from examlops_policy._core.engine import Engine, Prepared, RevisionMismatch, differences, reference_input, same_policy
@@ -55,6 +55,7 @@ from examlops_policy.views import (
     ReleaseReport,
     Replay,
     Submission,
+    Submit,
 )
 
 if TYPE_CHECKING:  # the crypto, OPA-process and report stacks load only when a command needs them
@@ -67,7 +68,6 @@ if TYPE_CHECKING:  # the crypto, OPA-process and report stacks load only when a 
     from examlops_policy.opa import OpaConnection, OpaStatus, StopReport
     from examlops_policy.opa.bundle import Bundle
     from examlops_policy.report import ReportData
-    from examlops_policy._queueing import Submit
 
 DEFAULT_HOME: Final = Path("~/.local/share/examlops")
 SOURCE: Final = "exa-hardware"
@@ -621,6 +621,26 @@ class Hardware:
         if admit and _reconcile.freed(report):
             admitted, _ = self._freed()
         return report, admitted
+
+    def serve(
+        self,
+        *,
+        interval_s: float,
+        slurm: bool | None = None,
+        kubernetes: Mapping[str, str | None] | None = None,
+        out: TextIO | None = None,
+        once: bool = False,
+    ) -> int:
+        """``exa hardware serve``: reconcile, expire leases and admit every ``interval_s`` until
+        SIGTERM or SIGINT (``once``: one step), logging to ``out`` (see ``_serve``). This Hardware
+        is closed first: the loop opens its own on the same home (and again after a fault). The
+        exit status: 0, or 5 when the policy cannot be served at start."""
+        from examlops_policy._serve import Server
+
+        home = self.home
+        self.close()
+        server = Server(lambda: Hardware(home), interval_s=interval_s, slurm=slurm, kubernetes=kubernetes, out=out)
+        return server.run(home, once=once)
 
     def expire_leases(self) -> list[str]:
         """Release the placements whose lease ended (audited as ``expired``): their ids."""

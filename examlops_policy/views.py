@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, cast
 
+from examlops_policy.errors import SpecError
 from examlops_policy.model import Decision, Holding, JSONObject, JSONValue, Pool, PoolState, PoolVerdict, Reason
 
 # Balanced scores compare at this precision (as grant costs do, and as the policy rounds them).
@@ -380,6 +383,50 @@ def _plain(value: object) -> JSONValue:
 
 
 # -- the queue, quotas, reconcile -------------------------------------------------------------------
+
+SUBMIT_SCHEDULERS: Final = ("slurm", "kubernetes")
+
+
+@dataclass(frozen=True)
+class Submit:
+    """How a queued workload is handed to its scheduler once placed: ``slurm`` with the batch
+    script's text (written to a private file at submission), or ``kubernetes`` with an image (and
+    a namespace, a context, a kubeconfig, a command)."""
+
+    scheduler: str
+    options: Mapping[str, JSONValue]
+
+    def __post_init__(self) -> None:
+        if self.scheduler not in SUBMIT_SCHEDULERS:
+            raise SpecError(f"expected one of {', '.join(SUBMIT_SCHEDULERS)} (got {self.scheduler!r})", field="--submit")
+        if self.scheduler == "slurm" and not isinstance(self.options.get("script"), str):
+            raise SpecError("a batch script is needed to submit to Slurm once admitted", field="--script")
+        if self.scheduler == "kubernetes" and not self.options.get("image"):
+            raise SpecError("a container image is needed to submit to Kubernetes once admitted", field="--image")
+
+    @classmethod
+    def slurm(cls, script: Path) -> Submit:
+        """The script's text is kept (the job runs what it said when it was queued)."""
+        from examlops_policy import specs
+
+        path = script.expanduser()
+        if not path.is_file():
+            raise SpecError("no such job script (a regular file is needed)", source=str(script), field="--script")
+        return cls("slurm", {"script": specs.read_text(path), "name": path.name})
+
+    @classmethod
+    def kubernetes(cls, image: str, **options: JSONValue) -> Submit:
+        return cls("kubernetes", {"image": image, **{k: v for k, v in options.items() if v not in (None, [], "")}})
+
+    def text(self) -> str:
+        """As the queue stores it: compact, sorted-key JSON."""
+        return json.dumps({"scheduler": self.scheduler, **self.options}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    @classmethod
+    def from_text(cls, text: str) -> Submit:
+        raw = cast(JSONObject, json.loads(text))
+        return cls(str(raw.pop("scheduler")), raw)
+
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from reliability.backends import Backend, backend, fresh_backend  # noqa: F401  (backend: the fixture)
 from reliability.harness import violations
 from tests.conftest import EXA, run_exa, shared_opa_env
@@ -43,7 +45,7 @@ def _documents(text: str) -> list[str]:
     return docs
 
 
-
+@pytest.mark.opa  # the session's OPA, through shared_opa_env
 def test_admitters_placers_and_releasers_at_once_admit_nothing_twice(backend: Backend, tmp_path: Path) -> None:
     """4 admitters, 4 placers queueing work and 2 releasers against one state (SQLite or
     PostgreSQL): every queued workload is admitted at most once, no pool holds more than it has,

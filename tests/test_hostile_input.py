@@ -226,7 +226,7 @@ WORKLOAD_FILES = [
     ("workload-fraction-nan.yaml", FINITE),
     ("workload-fraction-inf.yaml", FINITE),
     ("workload-fraction-count.yaml", "count must be 1"),
-    ("workload-unknown-field.yaml", "unknown field(s): 'priority'"),
+    ("workload-unknown-field.yaml", "unknown field(s): 'urgency'"),
     ("workload-latin1.yaml", UTF8),
     ("workload-unhashable-key.yaml", "key"),
     ("workload-invalid-date.yaml", MALFORMED),

@@ -22,7 +22,7 @@ from examlops_policy.model import (
 from examlops_policy.views import DecisionRecord, decision_json
 
 if TYPE_CHECKING:
-    from examlops_policy._queueing import Submit
+    from examlops_policy.views import Submit
 
 # What a workload file says; given on the command line beside -f they would conflict.
 WORKLOAD_OPTIONS = (
@@ -95,7 +95,7 @@ def show(args: argparse.Namespace, console: Console, decision: Decision, record:
 
 def _submission(args: argparse.Namespace, queue: bool) -> Submit | None:
     """``--submit slurm --script F`` or ``--submit kubernetes --image I ...``: submitted once admitted."""
-    from examlops_policy._queueing import Submit
+    from examlops_policy.views import Submit
 
     if args.submit is None:
         given = [f"--{o}" for o in ("script", "image", "namespace", "context", "kubeconfig") if getattr(args, o, None)]

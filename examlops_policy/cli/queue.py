@@ -170,15 +170,9 @@ def cmd_reconcile(args: argparse.Namespace, hw: Hardware, console: Console) -> i
 
 
 def cmd_serve(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
-    from examlops_policy._serve import Server
-    from examlops_policy.hardware import Hardware as Made
-
     kubernetes = _kubernetes(args)
-    home = hw.home
-    hw.close()  # the server makes its own, and again after a fault
-    server = Server(lambda: Made(home), interval_s=args.interval.total_seconds(), slurm=True if args.slurm else None,
-                    kubernetes=kubernetes, out=console.file)  # fmt: skip
-    return server.run(home, once=args.once)
+    return hw.serve(interval_s=args.interval.total_seconds(), slurm=True if args.slurm else None, kubernetes=kubernetes,
+                    out=console.file, once=args.once)  # fmt: skip
 
 
 def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
