@@ -4,10 +4,11 @@
 --                              migrations. Used only to migrate (once per exa upgrade).
 --   app   (default exa_app)    what every `exa` process uses day to day. Owns nothing:
 --                              SELECT, INSERT, UPDATE, DELETE on the state tables (state, pools,
---                              decisions, allocations, holdings); SELECT, INSERT only on the
---                              records (audit_log, burst_events, capacity_log, fleets,
---                              verdict_sets); SELECT only on schema_migrations; USAGE, SELECT on
---                              the schema's sequences.
+--                              decisions, allocations, holdings, node_states); SELECT, INSERT,
+--                              UPDATE on the queue (a queued row changes state, never goes);
+--                              SELECT, INSERT only on the records (audit_log, burst_events,
+--                              capacity_log, fleets, verdict_sets); SELECT only on
+--                              schema_migrations; USAGE, SELECT on the schema's sequences.
 --                              No CREATE on the schema (or any other), no TEMP, no TRUNCATE,
 --                              REFERENCES or TRIGGER; not being an owner it cannot ALTER or DROP a
 --                              table, nor disable audit_log's append-only triggers.
@@ -149,12 +150,16 @@ GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA :"schema" TO :"app";
 -- burst_events.id is an identity column: INSERT advances its sequence without a grant on it; a
 -- serial column of a later migration would need USAGE.
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA :"schema" TO :"app";
--- The state tables: rows change as placements are made, released and renewed.
+-- The state tables: rows change as placements are made, released and renewed, and as reconcile
+-- finds nodes that take no work (node_states: a row while a node is not up).
 SELECT format('GRANT UPDATE, DELETE ON TABLE %I.%I TO %I', n.nspname, c.relname, :'app')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
-   AND c.relname IN ('state', 'pools', 'decisions', 'allocations', 'holdings')
+   AND c.relname IN ('state', 'pools', 'decisions', 'allocations', 'holdings', 'node_states')
  ORDER BY c.relname \gexec
+-- The queue: a waiting row is claimed, cancelled or failed (its state changes); none is deleted.
+SELECT format('GRANT UPDATE ON TABLE %I.queue TO %I', :'schema', :'app')
+ WHERE to_regclass(format('%I.queue', :'schema')) IS NOT NULL \gexec
 -- Which migrations ran is read, never written, by the app role (it cannot apply one anyway).
 SELECT format('REVOKE INSERT ON TABLE %I.schema_migrations FROM %I', :'schema', :'app')
  WHERE to_regclass(format('%I.schema_migrations', :'schema')) IS NOT NULL \gexec

@@ -155,3 +155,10 @@ def test_about_of_a_policy_from_before_the_pool_stage_and_texts_were_published_s
     assert about.texts == {} and about.signature.shape == tuple(raw["signature"]["shape"])
     with pytest.raises(PolicyError, match="at a stage this engine cannot run"):
         decode_about({**raw, "pool_stage": ["budget"]}, "test")
+
+
+def test_the_benchmarks_put_on_the_import_path_shadow_no_standard_module() -> None:
+    """This module puts benchmarks/ first on the import path of its test process, which processes
+    it spawns inherit: a benchmark named like a standard module (queue.py) would replace it there."""
+    shadowing = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if p.stem in sys.stdlib_module_names)
+    assert shadowing == []

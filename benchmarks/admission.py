@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Admission benchmark: how soon freed capacity reaches the queue, and how fast a queue is admitted.
 
-    .venv/bin/python benchmarks/queue.py                 # 1,000 queued over 1,000 pools
-    .venv/bin/python benchmarks/queue.py --queued 200 --pools 200 --latency-rounds 10
+    .venv/bin/python benchmarks/admission.py                 # 1,000 queued over 1,000 pools
+    .venv/bin/python benchmarks/admission.py --queued 200 --pools 200 --latency-rounds 10
 
 Through the product's own API, a real OPA (the managed local one) and SQLite (WAL, synchronous=FULL):
 
@@ -16,7 +16,7 @@ Through the product's own API, a real OPA (the managed local one) and SQLite (WA
   asks the policy's order once, then judges and places each waiting workload in turn.
 
 Figures taken on a shared, loaded machine are labelled "under load" (``--label``). Writes JSON
-(``--out``, default out/bench/queue.json). Everything lives in a temporary folder removed at the
+(``--out``, default out/bench/admission.json). Everything lives in a temporary folder removed at the
 end; the OPA server this run started is stopped.
 """
 
@@ -143,7 +143,7 @@ def main() -> int:
     parser.add_argument("--queued", type=int, default=1000)
     parser.add_argument("--latency-rounds", type=int, default=20)
     parser.add_argument("--label", default="under load", help="how the machine was when measured")
-    parser.add_argument("--out", type=Path, default=REPO / "out" / "bench" / "queue.json")
+    parser.add_argument("--out", type=Path, default=REPO / "out" / "bench" / "admission.json")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="exa-bench-queue-"))
     try:
