@@ -41,12 +41,14 @@ from examlops_policy.model import (
     pool_spec,
 )
 from examlops_policy._core.verdicts import About, Answer, Confirmation, Limits, ShapeVerdict, Signature, WorkloadVerdict
+from examlops_policy._core.waiting import WaitLimits
 
 KEY_HEX: Final = 32  # 128 bits of SHA-256: content keys, not security
-# The pool-stage checks this engine runs (selection compares each pool's capacity and price with
-# its shape's verdict, as the policy's reference decision does); the policy publishes its own set
-# in ``about`` and a policy with another set places nothing.
-POOL_STAGE: Final = ("budget", "capacity")
+# The pool-stage checks this engine runs (selection compares each pool's capacity, price and start
+# estimate with its shape's verdict and the workload's limits, as the policy's reference decision
+# does); the policy publishes its own set in ``about``, and a policy naming one this engine does
+# not run places nothing.
+POOL_STAGE: Final = ("budget", "capacity", "wait")
 # The message texts the policy gives (``about.texts``), which selection fills in with counts.
 TEXTS: Final = ("no_pools", "no_eligible_pool", "no_capacity", "reason_on_one", "reason_on_many", "separator")
 RECORD_VERSION: Final = 3  # 3: the state version decided at ("at"); 2: the capacity vector itself
@@ -95,6 +97,11 @@ def workload_input(workload: Workload) -> JSONObject:
         "project": workload.project,
         "spot": workload.spot,
         "allow_budget_fallback": workload.allow_budget_fallback,
+        # When it must start (the wait check reads them) and its time limit (what a scheduler is
+        # asked for: the policy does not read it, the record keeps it for submit).
+        "max_wait": workload.max_wait,
+        "deadline": workload.deadline,
+        "walltime": workload.walltime,
     }
 
 
@@ -423,9 +430,11 @@ def decode_about(raw: object, where: str) -> About:
     # A policy from before the pool stage was published ran exactly this engine's (impact compares
     # against such policies); one that publishes another set is refused.
     pool_stage = tuple(d.text(n, "about.pool_stage[]") for n in d.arr(top.get("pool_stage", list(POOL_STAGE)), "about.pool_stage"))
-    if unsupported or pool_stage != POOL_STAGE:
+    # (A policy from before a pool-stage check was added runs fewer: this engine runs those too.)
+    beyond = [n for n in pool_stage if n not in POOL_STAGE]
+    if unsupported or beyond:
         raise PolicyError(
-            f"{where}: the policy declares check(s) {', '.join(unsupported or pool_stage)} at a stage this engine cannot run "
+            f"{where}: the policy declares check(s) {', '.join(unsupported or beyond)} at a stage this engine cannot run "
             f"(its pool stage is {', '.join(POOL_STAGE)}); nothing is placed until the check is a shape-stage check"
         )
     # A policy from before it published its texts words its summaries itself (its reference rule).
@@ -498,6 +507,7 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
         preferences=preferences,
         request_rejected=d.opt_reason(d.field(top, "request_rejected", "verdicts"), "verdicts.request_rejected"),
         budget_fallback=d.opt_reason(d.field(top, "budget_fallback", "verdicts"), "verdicts.budget_fallback"),
+        wait=WaitLimits.from_json(d.field(top, "wait", "verdicts"), f"{where} (verdicts.wait)"),
     )
     if not d.boolean(d.field(top, "judged", "verdicts"), "verdicts.judged"):
         # An invalid workload is judged against no pool at all.
@@ -606,6 +616,8 @@ def workload_verdict_json(v: WorkloadVerdict) -> JSONObject:
         "preferences": [[t, sel, reason_json(r)] for (t, sel), r in sorted(v.preferences.items())],
         "request_rejected": None if v.request_rejected is None else reason_json(v.request_rejected),
         **({"budget_fallback": reason_json(v.budget_fallback)} if v.budget_fallback is not None else {}),
+        # Kept only where the workload has a limit (verdict sets from before the wait check had none).
+        **({"wait": v.wait.as_json()} if v.wait.any else {}),
     }
 
 
@@ -639,6 +651,7 @@ def workload_verdict_from_json(raw: object, where: str) -> WorkloadVerdict:
         preferences=prefs,
         request_rejected=d.opt_reason(top.get("request_rejected"), "request_rejected"),
         budget_fallback=d.opt_reason(top.get("budget_fallback"), "budget_fallback"),
+        wait=WaitLimits.from_json(top["wait"], f"{where} (wait limits)") if "wait" in top else WaitLimits(),
     )
 
 

@@ -5,11 +5,14 @@ arguments; nothing here touches OPA, the state store or the clock. Filter, then 
 piece of decision logic outside Rego, kept equal to the policy's own reference rule
 (``data.examlops.hardware.placement.decision``) by a property test through the real OPA:
 
-1. pools whose shape the policy denies are out; so are pools without room for the grant now;
+1. pools whose shape the policy denies are out; so are pools over the budget, pools that would not
+   start the workload in time (their start estimates against its max_wait and deadline, at the
+   decision's time: ``Starts``), and pools without room for the grant now;
 2. the lowest admissible tier wins (HPC before cloud, the requested accelerator before a stand-in);
 3. within it, what the workload optimises: the cheapest grant (price per device-hour x devices
-   granted, a slice counting as its share), or the lowest carbon of the grant (then cost), or a
-   balanced score of both; then the pool's name.
+   granted, a slice counting as its share), or the lowest carbon of the grant (then cost), or the
+   earliest start (a pool without an estimate last; then cost), or a balanced score of cost and
+   carbon; then the pool's name.
 
 The burst verdict and a rejection's summary follow from the same filter. Per-pool verdicts (for
 explanations) are built only when someone looks at them.
@@ -41,6 +44,7 @@ from examlops_policy.tables import Tables
 from examlops_policy.views import balanced_scores
 from examlops_policy._core import codec
 from examlops_policy._core.verdicts import ShapeVerdict, WorkloadVerdict
+from examlops_policy._core.waiting import Starts, exceeded
 
 COST_DIGITS: Final = 9  # grant costs compare at this precision (Rego computes them in decimals)
 
@@ -181,6 +185,36 @@ class Judged:
     def verdict(self, index: int) -> ShapeVerdict:
         return self.shapes[self.fleet.entries[index].key]
 
+    @property
+    def candidates(self) -> list[int]:
+        """The pools (fleet indexes) no check but capacity and the wait denies, in selection order
+        by cost: those whose start estimates a decision asks for."""
+        return [int(row[-1]) for row in self.ranked]  # type: ignore[call-overload]
+
+    def late(self, index: int, starts: Starts | None) -> tuple[Reason, ...]:
+        """The wait check's reasons for the pool at ``index``: its start estimate (in ``starts``)
+        against the workload's max_wait and deadline at the decision's time. Only candidates are
+        judged by their start (a pool denied otherwise says that alone); ValueError when the
+        workload has a limit and no decision time was given."""
+        limits = self.workload.wait
+        if not limits.any or self.denials[index]:
+            return ()
+        if starts is None:
+            raise ValueError("a workload with max_wait or a deadline is decided at a time, with its candidates' start estimates: none was given")
+        return exceeded(limits, starts.of(self.fleet.entries[index].pool.name), starts.now)
+
+    def order(self, starts: Starts | None) -> list[tuple[object, ...]]:
+        """The candidates in selection order for this decision: ``ranked``, or for ``optimize:
+        earliest`` by tier, then the earliest start (none last), then cost and name."""
+        if self.objective != "earliest":
+            return self.ranked
+
+        def start(row: tuple[object, ...]) -> tuple[object, ...]:
+            at = None if starts is None else starts.start_s(self.fleet.entries[int(row[-1])].pool.name)  # type: ignore[call-overload]
+            return (row[0], 1, 0) if at is None else (row[0], 0, at)
+
+        return sorted(self.ranked, key=start)
+
     @cached_property
     def static_counts(self) -> tuple[Mapping[str, int], tuple[bool | None, ...]]:
         """What a rejection's summary counts that no capacity changes: each code over the pools'
@@ -248,11 +282,14 @@ class Outcome:
     blocked_pool: int | None = None
 
 
-def select(judged: Judged, capacities: Sequence[Capacity]) -> Outcome:
+def select(judged: Judged, capacities: Sequence[Capacity], starts: Starts | None = None) -> Outcome:
     """Lowest admissible tier, then the objective (cheapest grant; or lowest carbon, then cost; or
-    the balanced score), then name; and what that means for bursting.
+    earliest start, then cost; or the balanced score), then name; and what that means for
+    bursting.
 
-    ``capacities`` are aligned with ``judged.fleet.entries``.
+    ``capacities`` are aligned with ``judged.fleet.entries``; ``starts``: the candidates' start
+    estimates and the decision's time (None: none asked for, which a workload with a wait limit
+    cannot be decided without).
     """
     wv = judged.workload
     if wv.rejection is not None:
@@ -260,11 +297,11 @@ def select(judged: Judged, capacities: Sequence[Capacity]) -> Outcome:
     chosen: int | None = None
     tier: int | None = None
     if judged.objective == "balanced":
-        chosen, tier = _balanced(judged, capacities)
+        chosen, tier = _balanced(judged, capacities, starts)
     else:
-        for row in judged.ranked:
+        for row in judged.order(starts):
             index = int(row[-1])  # type: ignore[call-overload]
-            if fits(judged.verdict(index).grant, capacities[index]):
+            if fits(judged.verdict(index).grant, capacities[index]) and not judged.late(index, starts):
                 chosen, tier = index, int(row[0])  # type: ignore[call-overload]
                 break
     attempted = wv.burst_mode == "cloud" or (wv.burst_mode == "spill" and (tier is None or tier >= 2))
@@ -283,7 +320,7 @@ def select(judged: Judged, capacities: Sequence[Capacity]) -> Outcome:
     return Outcome(chosen, tier, burst)
 
 
-def _balanced(judged: Judged, capacities: Sequence[Capacity]) -> tuple[int | None, int | None]:
+def _balanced(judged: Judged, capacities: Sequence[Capacity], starts: Starts | None) -> tuple[int | None, int | None]:
     """The best tier's pools with room, scored by cost and carbon, each divided by the highest
     among them, carbon weighted by ``carbon_weight``; then cost, then name."""
     tier: int | None = None
@@ -293,7 +330,7 @@ def _balanced(judged: Judged, capacities: Sequence[Capacity]) -> tuple[int | Non
         if tier is not None and t != tier:
             break
         entry, v = judged.fleet.entries[index], judged.verdict(index)
-        if fits(v.grant, capacities[index]):
+        if fits(v.grant, capacities[index]) and not judged.late(index, starts):
             tier = t
             rows.append((grant_cost(entry.price, v.grant), grant_cost(entry.carbon, v.grant), entry.pool.name, index))
     if not rows:
@@ -303,9 +340,10 @@ def _balanced(judged: Judged, capacities: Sequence[Capacity]) -> tuple[int | Non
     return best[1][3], tier
 
 
-def pool_verdicts(judged: Judged, capacities: Sequence[Capacity], tier: int | None) -> tuple[PoolVerdict, ...]:
-    """Every pool's verdict and reasons, as the policy's reference decision words them: eligible
-    first, then by tier, grant cost and name."""
+def pool_verdicts(judged: Judged, capacities: Sequence[Capacity], tier: int | None, starts: Starts | None = None) -> tuple[PoolVerdict, ...]:
+    """Every pool's verdict and reasons, as the policy's reference decision words them (its start
+    estimate beside them, where it was asked for): eligible first, then by tier, grant cost and
+    name."""
     if not judged.judged:
         return ()
     wv = judged.workload
@@ -313,7 +351,8 @@ def pool_verdicts(judged: Judged, capacities: Sequence[Capacity], tier: int | No
     for i, entry in enumerate(judged.fleet.entries):
         v = judged.shapes[entry.key]
         room = fits(v.grant, capacities[i])
-        denials = judged.denials[i] if room else (*judged.denials[i], v.shortfall)
+        late = judged.late(i, starts)
+        denials = (*judged.denials[i], *late) if room else (*judged.denials[i], *late, v.shortfall)
         admissible = not denials
         reasons: tuple[Reason, ...] = denials
         if admissible:
@@ -327,6 +366,7 @@ def pool_verdicts(judged: Judged, capacities: Sequence[Capacity], tier: int | No
             PoolVerdict(
                 pool.name, eligible, admissible, v.tier, v.fallback, v.burst, reasons, v.grant, entry.price, v.note, cost,
                 pool.accelerator, pool.target, pool.region, grant_cost(entry.carbon, v.grant), pool.spot,
+                None if starts is None else starts.of(pool.name),
             )
         )  # fmt: skip
     return tuple(sorted(out, key=lambda p: (not p.eligible, p.tier, p.grant_cost_per_hour, p.pool)))
@@ -348,7 +388,7 @@ def fill(template: str, **values: object) -> str:
     return template
 
 
-def summary(judged: Judged, capacities: Sequence[Capacity], workload: Workload) -> tuple[str, str]:
+def summary(judged: Judged, capacities: Sequence[Capacity], workload: Workload, starts: Starts | None = None) -> tuple[str, str]:
     """(code, message) when no pool is eligible: how many pools each reason stopped, in the
     policy's words (``judged.texts``; a message of a verdict set stored without them is empty: its
     record keeps the message). Counted from the denials per pool, as ``pool_verdicts`` words them,
@@ -364,12 +404,15 @@ def summary(judged: Judged, capacities: Sequence[Capacity], workload: Workload) 
     for i, entry in enumerate(entries):
         v = shapes[entry.key]
         base = not_now[i]
-        if fits(v.grant, capacities[i]):
+        extra = list(judged.late(i, starts))
+        if not fits(v.grant, capacities[i]):
+            extra.append(v.shortfall)
+        if not extra:
             capacity_only = capacity_only or base is True
             continue
-        short = v.shortfall
-        counts[short.code] = counts.get(short.code, 0) + 1
-        capacity_only = capacity_only or ((base is None or base) and short.kind == "not_now")
+        for r in extra:
+            counts[r.code] = counts.get(r.code, 0) + 1
+        capacity_only = capacity_only or ((base is None or base) and all(r.kind == "not_now" for r in extra))
     code = "no_capacity" if capacity_only else "no_eligible_pool"
     if not texts:
         return code, ""
@@ -385,20 +428,24 @@ def decide_over(
     capacities: Sequence[Capacity],
     tables: Tables,
     provenance: Provenance,
+    starts: Starts | None = None,
 ) -> Decision:
-    """A Placement on the pool selection chose, or a Rejection saying why there is none."""
-    outcome = select(judged, capacities)
-    verdicts = LazyVerdicts(lambda: pool_verdicts(judged, capacities, outcome.tier))
+    """A Placement on the pool selection chose, or a Rejection saying why there is none.
+    ``starts``: the candidates' start estimates and the decision's time (see ``select``); the
+    decision carries them, the chosen pool's as its own."""
+    outcome = select(judged, capacities, starts)
+    verdicts = LazyVerdicts(lambda: pool_verdicts(judged, capacities, outcome.tier, starts))
     wv = judged.workload
     checks = judged.checks
+    decided_at = None if starts is None else starts.now
     if wv.rejection is not None:
-        return Rejection(workload, wv.rejection.message, wv.rejection.code, verdicts, outcome.burst, provenance, checks=checks)
+        return Rejection(workload, wv.rejection.message, wv.rejection.code, verdicts, outcome.burst, provenance, checks=checks, decided_at=decided_at)
     if outcome.chosen is None:
         reason = outcome.burst.reason
         if outcome.burst.verdict == "blocked" and reason is not None:
-            return Rejection(workload, reason.message, reason.code, verdicts, outcome.burst, provenance, checks=checks)
-        code, message = summary(judged, capacities, workload)
-        return Rejection(workload, message, code, verdicts, outcome.burst, provenance, checks=checks)
+            return Rejection(workload, reason.message, reason.code, verdicts, outcome.burst, provenance, checks=checks, decided_at=decided_at)
+        code, message = summary(judged, capacities, workload, starts)
+        return Rejection(workload, message, code, verdicts, outcome.burst, provenance, checks=checks, decided_at=decided_at)
     entry = judged.fleet.entries[outcome.chosen]
     v = judged.verdict(outcome.chosen)
     pool = entry.pool
@@ -422,5 +469,7 @@ def decide_over(
         burst=outcome.burst,
         provenance=provenance,
         checks=checks,
+        estimate=None if starts is None else starts.of(pool.name),
+        decided_at=decided_at,
     )
 

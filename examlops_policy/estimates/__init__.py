@@ -32,82 +32,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Final, Literal
+from datetime import datetime, timezone
 
-from examlops_policy.model import JSONObject, JSONValue
-
-Source = Literal["slurm", "kubernetes", "table", "now"]
-SOURCES: Final[tuple[Source, ...]] = ("slurm", "kubernetes", "table", "now")
+# The estimate itself is a value of the decision (``model.StartEstimate``): decisions carry their
+# candidates' estimates.
+from examlops_policy.model import SOURCES, JSONValue, Source, StartEstimate, iso
 
 
 def utc_now() -> datetime:
     """The current instant, aware, in UTC."""
     return datetime.now(timezone.utc)
-
-
-def iso(moment: datetime) -> str:
-    """An aware instant as RFC 3339 UTC text with ``Z``, to the second (estimates have no finer grain)."""
-    return moment.astimezone(timezone.utc).replace(microsecond=0, tzinfo=None).isoformat() + "Z"
-
-
-@dataclass(frozen=True)
-class StartEstimate:
-    """When ``pool`` would start the workload (``at``; None: no estimate, ``reason`` says why),
-    who said so (``source``) and when (``observed_at``)."""
-
-    pool: str
-    at: datetime | None
-    source: Source
-    observed_at: datetime
-    detail: str
-    reason: str | None = None
-    facts: Mapping[str, JSONValue] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.source not in SOURCES:
-            raise ValueError(f"unknown estimate source {self.source!r} (expected one of {', '.join(SOURCES)})")
-        for name in ("at", "observed_at"):
-            value = getattr(self, name)
-            if value is not None and (value.tzinfo is None or value.utcoffset() is None):
-                raise ValueError(f"{name} must be an aware datetime (got {value!r})")
-        if (self.at is None) != (self.reason is not None):
-            raise ValueError("an estimate has a start or a reason why it has none, not both")
-
-    @property
-    def known(self) -> bool:
-        """True when there is an estimated start."""
-        return self.at is not None
-
-    def wait(self, now: datetime) -> timedelta | None:
-        """How long from ``now`` until the estimated start (zero when it is due); None: unknown."""
-        return None if self.at is None else max(timedelta(0), self.at - now)
-
-    def age(self, now: datetime) -> timedelta:
-        """How old the estimate is at ``now``."""
-        return max(timedelta(0), now - self.observed_at)
-
-    def as_json(self) -> JSONObject:
-        """The estimate as ``--json`` shows it: times as RFC 3339 UTC text."""
-        return {
-            "pool": self.pool,
-            "estimated_start": None if self.at is None else iso(self.at),
-            "estimate_source": self.source,
-            "observed_at": iso(self.observed_at),
-            "detail": self.detail,
-            "reason": self.reason,
-            "facts": dict(self.facts),
-        }
-
-    def policy_input(self) -> JSONObject:
-        """The estimate as the wait policy reads it (``input.pool.estimate``): whole epoch seconds
-        (the decision's time is given the same way, ``input.now``)."""
-        return {
-            "at": None if self.at is None else math.floor(self.at.timestamp()),
-            "source": self.source,
-            "observed_at": math.floor(self.observed_at.timestamp()),
-        }
 
 
 def duration_text(seconds: float) -> str:
