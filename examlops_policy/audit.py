@@ -308,7 +308,7 @@ def verify_records(
 def _columns_differ(document: str, columns: tuple[object, ...]) -> list[str]:
     """The columns (outcome, pool, cost_per_hour, carbon_factor) that disagree with the record."""
     record = json.loads(document)
-    if not isinstance(record, dict) or record.get("v") not in (2, 3):
+    if not isinstance(record, dict) or record.get("v") not in (2, 3, 4):
         return []
     outcome, pool, cost, carbon = columns[:4]
     differs = []

@@ -784,8 +784,11 @@ class StartEstimate:
         return self.at is not None
 
     def wait(self, now: datetime) -> timedelta | None:
-        """How long from ``now`` until the estimated start (zero when it is due); None: unknown."""
-        return None if self.at is None else max(timedelta(0), self.at - now)
+        """How long from ``now`` until the estimated start, in whole seconds as the wait policy
+        counts them (zero when it is due); None: unknown."""
+        if self.at is None:
+            return None
+        return timedelta(seconds=max(0, math.floor(self.at.timestamp()) - math.floor(now.timestamp())))
 
     def age(self, now: datetime) -> timedelta:
         """How old the estimate is at ``now``."""

@@ -25,13 +25,14 @@ from dataclasses import dataclass
 from typing import Final
 
 from examlops_policy.errors import NotFoundError, SpecError, StateError
-from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Placement, Pool, pool_spec
+from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Placement, Pool, iso, pool_spec
 from examlops_policy.store.api import BurstRow, DecisionRow, HeldRow, NewDecision, Rows, StaleFleet, StateRows, Transaction
 from examlops_policy.views import DecisionRecord, PoolChange
 from examlops_policy._core import codec, packing
 from examlops_policy._core.engine import Prepared
 from examlops_policy._core.selection import Judged, fits
 from examlops_policy._core.state import Capacities, Snapshot, merge
+from examlops_policy._core.waiting import Starts
 
 # A pool's accelerator, model, target, region or partitioning decides what its live grants are:
 # none of them may change while decisions hold its devices.
@@ -62,11 +63,14 @@ def place(
     source: str,
     request_id: str | None = None,
     lease_expires_at: str | None = None,
+    starts: Starts | None = None,
 ) -> Committed:
-    """Record ``decided`` (made on ``snapshot`` from ``prepared``) in one write transaction.
+    """Record ``decided`` (made on ``snapshot`` from ``prepared`` with the start estimates
+    ``starts``, gathered before) in one write transaction.
 
-    Raises StaleFleet when pools were added or changed since the snapshot; StateError when the
-    store refuses (nothing written).
+    Raises StaleFleet when pools were added or changed since the snapshot, or when selection now
+    chooses a pool whose start was not asked (decide again); StateError when the store refuses
+    (nothing written).
     """
     ident = uuid.uuid4().hex  # chosen once: a retry after a lost COMMIT can tell whether it landed
     made: list[DecisionRecord] = []
@@ -86,7 +90,10 @@ def place(
             snap, changed = merge(snapshot, _rows(txn, version, fleet, snapshot.version))
             indexes = [prepared.judged.fleet.index[n] for n in changed if n in prepared.judged.fleet.index]
             if stale(prepared.judged, decided, snap.capacities, indexes):
-                decision = prepared.decide(snap.capacities, capacities.tables, capacities_digest=snap.capacity_digest)
+                decision = prepared.decide(snap.capacities, capacities.tables, capacities_digest=snap.capacity_digest, starts=starts)
+                if isinstance(decision, Placement) and starts is not None and starts.of(decision.pool) is None:
+                    # Nothing waits on a scheduler under the lock: its start is asked before it.
+                    raise StaleFleet(f"pool {decision.pool!r}, chosen now, was not asked when it would start; asking again")
             else:
                 snap = snapshot  # decided on the snapshot's capacity, and still what selection gives now
         held: list[HeldRow] = []
@@ -102,7 +109,9 @@ def place(
                     "nothing was written (run exa hardware pool to see its devices)"
                 )
             decision = dataclasses.replace(decision, holdings=chosen)
-        record = _write(txn, ident, decision, prepared, snap.version, source=source, request_id=request_id, lease_expires_at=lease_expires_at)
+        record = _write(
+            txn, ident, decision, prepared, snap.version, source=source, request_id=request_id, lease_expires_at=lease_expires_at, starts=starts
+        )
         if isinstance(decision, Placement):
             state = snap.states[snap.index[decision.pool]]
             mine = [HeldRow(ident, h, decision.grant.share) for h in decision.holdings]
@@ -127,7 +136,8 @@ def stale(judged: Judged, decided: Decision, capacities: Sequence[Capacity], cha
     """Whether a decision made before the pools at ``changed`` (fleet indexes) changed capacity
     may no longer be what selection gives now: its pool changed, or a pool ranked before it has
     room now (for the balanced objective, any admissible pool of its tier or a better one changed);
-    a rejection, whenever any pool changed."""
+    a rejection, whenever any pool changed. (Start estimates do not change under the lock: they
+    were gathered before it.)"""
     if not changed:
         return False
     if not isinstance(decided, Placement):
@@ -142,7 +152,7 @@ def stale(judged: Judged, decided: Decision, capacities: Sequence[Capacity], cha
         if at is None:
             continue  # denied by its shape or budget: never chosen, whatever its room
         v = judged.verdict(i)
-        if judged.objective == "balanced":
+        if judged.objective in ("balanced", "earliest"):  # ranked per decision, not by cost alone
             if v.tier <= tier:
                 return True
         elif at < rank[chosen] and fits(v.grant, capacities[i]):
@@ -160,6 +170,7 @@ def _write(
     source: str,
     request_id: str | None,
     lease_expires_at: str | None,
+    starts: Starts | None = None,
 ) -> DecisionRecord:
     """The decision's documents, row, grant, burst event and audit entries."""
     now = txn.now()
@@ -167,7 +178,10 @@ def _write(
     txn.put_document("fleets", fleet.revision, lambda: fleet.document)
     txn.put_document("verdict_sets", prepared.verdict_set_key, lambda: prepared.verdict_set_bytes)
     placed = decision if isinstance(decision, Placement) else None
-    document = codec.encode_record(decision, workload=prepared.request.input, verdict_set=prepared.verdict_set_key, at=at, holdings=placed.holdings if placed else ())
+    document = codec.encode_record(
+        decision, workload=prepared.request.input, verdict_set=prepared.verdict_set_key, at=at, holdings=placed.holdings if placed else (), starts=starts
+    )
+    estimate = placed.estimate if placed else None
     record_digest = codec.digest(document)
     prov = decision.provenance
     burst = decision.burst
@@ -193,6 +207,8 @@ def _write(
             devices=placed.grant.devices if placed else None, cost_per_hour=placed.cost_per_hour if placed else None,
             carbon_factor=placed.carbon_factor if placed else None, lease_expires_at=lease_expires_at if placed else None,
             holdings=placed.holdings if placed else (), share=placed.grant.share if placed else 0.0, burst=burst_row,
+            estimated_start=None if estimate is None or estimate.at is None else iso(estimate.at),
+            estimate_source=None if estimate is None else estimate.source,
         )
     )  # fmt: skip
     if burst_row is not None:

@@ -30,7 +30,6 @@ Estimates are asked for outside the state's write lock: they wait on schedulers.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from datetime import datetime, timezone
 
@@ -38,42 +37,13 @@ from datetime import datetime, timezone
 # candidates' estimates.
 from examlops_policy.model import SOURCES, JSONValue, Source, StartEstimate, iso
 
+# Worded for people where decisions are (the command line renders views).
+from examlops_policy.views import duration_text, start_text
+
 
 def utc_now() -> datetime:
     """The current instant, aware, in UTC."""
     return datetime.now(timezone.utc)
-
-
-def duration_text(seconds: float) -> str:
-    """Whole seconds for people, the two largest units: ``45 s``, ``1 m 30 s``, ``2 h 05 m``,
-    ``1 d 01 h`` (the wait policy's ``duration_text``, which words ``max_wait`` in its
-    messages)."""
-    s = int(math.floor(seconds))
-    for size, big, small, next_size in ((86400, "d", "h", 3600), (3600, "h", "m", 60), (60, "m", "s", 1)):
-        if s >= size:
-            whole, part = divmod(s, size)
-            part //= next_size
-            return f"{whole} {big}" if part == 0 else f"{whole} {big} {part:02d} {small}"
-    return f"{s} s"
-
-
-def start_text(estimate: StartEstimate, now: datetime) -> str:
-    """An estimate for people, seen from ``now``: ``slurm: expected start 14:20 UTC (in 2 h 05 m)``,
-    ``now: starts now``, ``table: expected start 12:10 UTC (in 10 m; provisioning at most 10 m ...)``,
-    ``slurm: no estimate (Slurm's controller does not answer ...)``. A start on another day than
-    ``now`` says its date."""
-    if estimate.at is None:
-        return f"{estimate.source}: no estimate ({estimate.reason})"
-    wait = estimate.wait(now)
-    if estimate.source == "now" or (wait is not None and wait.total_seconds() < 1):
-        return f"{estimate.source}: starts now"
-    at = estimate.at.astimezone(timezone.utc)
-    when = at.strftime("%H:%M UTC") if at.date() == now.astimezone(timezone.utc).date() else at.strftime("%Y-%m-%d %H:%M UTC")
-    after = f"in {duration_text(wait.total_seconds())}" if wait is not None else ""
-    if estimate.source == "table" and "delay_s" in estimate.facts:
-        kind = "typical" if estimate.facts.get("typical") else "at most"
-        after += f"; provisioning {kind} {duration_text(float(str(estimate.facts['delay_s'])))}"
-    return f"{estimate.source}: expected start {when} ({after})"
 
 
 def unknown(pool: str, source: Source, reason: str, observed_at: datetime, facts: Mapping[str, JSONValue] | None = None) -> StartEstimate:

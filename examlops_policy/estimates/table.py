@@ -15,8 +15,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Final, cast
 
-import yaml
-
 from examlops_policy.errors import PolicyError
 from examlops_policy.estimates import StartEstimate, iso, unknown
 from examlops_policy.model import JSONObject, Pool
@@ -104,6 +102,8 @@ class ProvisioningTable:
 
 
 def _read(path: Path) -> JSONObject:
+    import yaml  # only when read from files (a policy snapshot's tables are parsed already)
+
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:

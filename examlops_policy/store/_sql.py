@@ -67,6 +67,12 @@ def epoch(ts: str) -> float:
     return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
 
 
+# A placement's actual start, as reconcile records it from its scheduler (the job's start time).
+# The one place the estimate-error figures read it from: reconcile's column
+# (decisions.job_started_at, the queue's migration) where the state has it, NULL until then.
+ACTUAL_START: Final = "NULL"
+
+
 def migrations(dialect: str) -> list[tuple[int, str]]:
     """``(version, script)`` from ``migrations/<dialect>/NNNN_name.sql``, in version order."""
     folder = resources.files("examlops_policy.store") / "migrations" / dialect
@@ -386,7 +392,7 @@ class SQLStore(ABC):
         sql = (
             "SELECT id, created_at, workload, outcome, pool, accelerator, model, region, fallback, fraction_honored, devices, "
             "cost_per_hour, carbon_factor, note, released_at, job_id, residency, policy_revision, verdicts, lease_expires_at, "
-            "scheduler, job_state "
+            f"scheduler, job_state, estimated_start, estimate_source, submitted_at, {ACTUAL_START} "
             f"FROM decisions WHERE {' AND '.join(where)} ORDER BY created_at DESC, id LIMIT ?"
         )
         rows = self._run(lambda: self._execute(sql, (*params, limit)).fetchall())
@@ -396,6 +402,7 @@ class SQLStore(ABC):
                 fallback=None if r[8] is None else bool(r[8]), fraction_honored=None if r[9] is None else bool(r[9]),
                 devices=r[10], cost_per_hour=r[11], carbon_factor=r[12], note=r[13], released_at=r[14], job_id=r[15],
                 residency=r[16], policy_revision=r[17], verdicts=r[18], lease_expires_at=r[19], scheduler=r[20], job_state=r[21],
+                estimated_start=r[22], estimate_source=r[23], submitted_at=r[24], actual_start=r[25],
             )  # fmt: skip
             for r in rows
         ]
@@ -597,13 +604,15 @@ class _SQLTransaction:
         self._execute(
             "INSERT INTO decisions (id, created_at, workload, outcome, pool, accelerator, model, target, region, fallback, "
             "fraction_honored, devices, cost_per_hour, carbon_factor, note, input_digest, policy_revision, opa_version, document, "
-            "record_digest, fleet_revision, verdict_set, request_id, lease_expires_at, created_ts, residency, verdicts, fraction) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "record_digest, fleet_revision, verdict_set, request_id, lease_expires_at, created_ts, residency, verdicts, fraction, "
+            "estimated_start, estimate_source) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 row.id, row.created_at, row.workload, row.outcome, row.pool, row.accelerator, row.model, row.target, row.region,
                 flag(row.fallback), flag(row.fraction_honored), row.devices, row.cost_per_hour, row.carbon_factor, row.note,
                 row.input_digest, row.policy_revision, row.opa_version, row.document, row.record_digest, row.fleet_revision,
                 row.verdict_set, row.request_id, row.lease_expires_at, epoch(row.created_at), row.residency, row.verdicts, row.fraction,
+                row.estimated_start, row.estimate_source,
             ),
         )  # fmt: skip
         if row.pool is not None and row.devices is not None:
@@ -645,9 +654,9 @@ class _SQLTransaction:
         # One job per placement: checked and set in one statement, so two concurrent submits cannot
         # both record theirs.
         updated = self._execute(
-            "UPDATE decisions SET job_id = ?, scheduler = ?, job_uid = ?, job_state = NULL "
+            "UPDATE decisions SET job_id = ?, scheduler = ?, job_uid = ?, job_state = NULL, submitted_at = ? "
             "WHERE id = ? AND job_id IS NULL AND outcome = 'placed' AND released_at IS NULL",
-            (job_id, scheduler, uid, ident),
+            (job_id, scheduler, uid, self.now(), ident),
         )
         if updated.rowcount == 0:
             raise SpecError(f"decision {ident[:12]} is not a live placement without a job; nothing was recorded")
