@@ -68,9 +68,9 @@ def place(
     """Record ``decided`` (made on ``snapshot`` from ``prepared`` with the start estimates
     ``starts``, gathered before) in one write transaction.
 
-    Raises StaleFleet when pools were added or changed since the snapshot, or when selection now
-    chooses a pool whose start was not asked (decide again); StateError when the store refuses
-    (nothing written).
+    Raises StaleFleet when pools were added or changed since the snapshot, or when selection,
+    depending on the estimates, now chooses a pool whose start was not asked (decide again);
+    StateError when the store refuses (nothing written).
     """
     ident = uuid.uuid4().hex  # chosen once: a retry after a lost COMMIT can tell whether it landed
     made: list[DecisionRecord] = []
@@ -91,8 +91,10 @@ def place(
             indexes = [prepared.judged.fleet.index[n] for n in changed if n in prepared.judged.fleet.index]
             if stale(prepared.judged, decided, snap.capacities, indexes):
                 decision = prepared.decide(snap.capacities, capacities.tables, capacities_digest=snap.capacity_digest, starts=starts)
-                if isinstance(decision, Placement) and starts is not None and starts.of(decision.pool) is None:
-                    # Nothing waits on a scheduler under the lock: its start is asked before it.
+                if isinstance(decision, Placement) and starts is not None and starts.of(decision.pool) is None and _by_start(prepared):
+                    # Selection depends on the estimates, and nothing waits on a scheduler under the
+                    # lock: a winner whose start was not asked is decided again. (Without a wait
+                    # limit or earliest the estimate only informs: the record says it was not asked.)
                     raise StaleFleet(f"pool {decision.pool!r}, chosen now, was not asked when it would start; asking again")
             else:
                 snap = snapshot  # decided on the snapshot's capacity, and still what selection gives now
@@ -126,6 +128,11 @@ def place(
         return Committed(made[-1]) if made else Committed(None, row)
 
     return store.transaction(work, landed=landed)
+
+
+def _by_start(prepared: Prepared) -> bool:
+    """Whether the workload's selection depends on start estimates (a wait limit, or earliest)."""
+    return prepared.judged.workload.wait.any or prepared.judged.objective == "earliest"
 
 
 def _rows(txn: Transaction, version: int, fleet: int, since: int) -> StateRows:

@@ -496,7 +496,8 @@ class SQLStore(ABC):
         """(id, document, record_digest, columns) of every decision, for ``audit verify``."""
         rows = self._run(
             lambda: self._execute(
-                "SELECT id, document, record_digest, outcome, pool, cost_per_hour, carbon_factor FROM decisions ORDER BY id"
+                "SELECT id, document, record_digest, outcome, pool, cost_per_hour, carbon_factor, estimated_start, estimate_source "
+                "FROM decisions ORDER BY id"
             ).fetchall(),
             consistent=True,
         )
