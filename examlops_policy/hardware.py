@@ -40,6 +40,7 @@ from examlops_policy.views import (
     DecisionPage,
     DecisionRecord,
     DiscoveryResult,
+    EstimateError,
     FinopsReport,
     JobReport,
     ModelsCost,
@@ -50,6 +51,8 @@ from examlops_policy.views import (
     ReleaseReport,
     Replay,
     Submission,
+    estimate_error_s,
+    estimate_errors,
 )
 
 if TYPE_CHECKING:  # the crypto, OPA-process and report stacks load only when a command needs them
@@ -586,6 +589,14 @@ class Hardware:
             round(sum(r.cost for r in rows), 6),
             round(sum(r.carbon_g for r in rows), 6),
         )
+
+    def estimate_errors(self, *, since: str | None = None, until: str | None = None) -> tuple[EstimateError, ...]:
+        """How far start estimates were from the actual starts of placements made over a period
+        (``since``/``until`` as for ``decision_page``): per estimate source, the median and 90th
+        percentile of actual minus estimated start, over the placements with both."""
+        start, end = _period(since, until)
+        rows = self.store.estimate_starts(since=start, until=end)
+        return estimate_errors([(source, error) for source, _, est, actual in rows if (error := estimate_error_s(est, actual)) is not None])
 
     def models_cost(self, hours: float | None = None) -> ModelsCost:
         """Cost and carbon per workload name (``exa models cost``), most expensive first."""

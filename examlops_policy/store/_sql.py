@@ -453,8 +453,8 @@ class SQLStore(ABC):
         span, span_params = self._span(hours, now)
         sql = (
             "SELECT workload, created_at, outcome, accelerator, region, devices * h, cost_per_hour * devices * h, "
-            f"carbon_factor * devices * h, fallback, fraction, fraction_honored, pool, fleet_revision FROM (SELECT *, {span} AS h FROM decisions "
-            f"WHERE 1 = 1{where}) d ORDER BY created_at"
+            "carbon_factor * devices * h, fallback, fraction, fraction_honored, pool, fleet_revision, estimate_source, estimated_start, "
+            f"actual_start FROM (SELECT *, {span} AS h, {ACTUAL_START} AS actual_start FROM decisions WHERE 1 = 1{where}) d ORDER BY created_at"
         )
 
         def work() -> tuple[list[JSONObject], list[JSONObject]]:
@@ -464,7 +464,7 @@ class SQLStore(ABC):
                 if r[2] == "placed":
                     row.update(device=r[3], region=r[4], device_hours=float(r[5] or 0), cost=float(r[6] or 0), carbon_g=float(r[7] or 0),
                                fallback=bool(r[8]), fraction=float(r[9]) if r[9] is not None else 1.0, fraction_honored=bool(r[10]),
-                               pool=r[11], fleet=r[12])  # fmt: skip
+                               pool=r[11], fleet=r[12], estimate_source=r[13], estimated_start=r[14], actual_start=r[15])  # fmt: skip
                 decisions.append(row)
             burst_where = where.replace("created_at", "b.created_at")
             bursts = [
@@ -474,6 +474,17 @@ class SQLStore(ABC):
             return decisions, bursts
 
         return self._run(work, consistent=True)
+
+    def estimate_starts(self, *, since: str | None = None, until: str | None = None) -> list[tuple[str, str, str, str]]:
+        """(estimate source, pool, estimated start, actual start) of the placements made over a
+        period that have both times, oldest first: what estimate errors are worked out from."""
+        where, params = _period(since, until)
+        sql = (
+            f"SELECT estimate_source, pool, estimated_start, actual_start FROM (SELECT *, {ACTUAL_START} AS actual_start FROM decisions "
+            f"WHERE outcome = 'placed' AND estimated_start IS NOT NULL{where}) d WHERE actual_start IS NOT NULL ORDER BY created_at, id"
+        )
+        rows = self._run(lambda: self._execute(sql, params).fetchall())
+        return [(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
 
     def burst_events(self, limit: int = 50) -> list[BurstEvent]:
         rows = self._run(
