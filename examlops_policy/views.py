@@ -12,6 +12,11 @@ from typing import TYPE_CHECKING, cast
 
 from examlops_policy.model import Decision, Holding, JSONObject, JSONValue, Pool, PoolState, PoolVerdict, Reason, StartEstimate
 
+# A start estimated within this many seconds of the decision's time is "now" for people: Slurm
+# answers in whole seconds, a free partition the second after it is asked (the wait policy's
+# slack, checks/wait).
+NOW_WITHIN_S = 1
+
 # Balanced scores compare at this precision (as grant costs do, and as the policy rounds them).
 SCORE_DIGITS = 9
 
@@ -358,7 +363,8 @@ def explain(decision: Decision) -> Explanation:
             e = v.estimate
             if e is None or e.at is None or now is None:
                 return (1, 0.0, v.grant_cost_per_hour, v.pool)
-            return (0, max(math.floor(e.at.timestamp()), math.floor(now.timestamp())), v.grant_cost_per_hour, v.pool)
+            at, moment = math.floor(e.at.timestamp()), math.floor(now.timestamp())
+            return (0, moment if at <= moment + NOW_WITHIN_S else at, v.grant_cost_per_hour, v.pool)
 
         standings = [Standing(v.pool, v.grant_cost_per_hour, v.grant_carbon_per_hour, None, v.estimate) for v in sorted(pool_rows, key=soonest)]
     else:
@@ -453,7 +459,7 @@ def start_text(estimate: StartEstimate, now: datetime) -> str:
     if estimate.at is None:
         return f"{estimate.source}: no estimate ({estimate.reason})"
     wait = estimate.wait(now)
-    if estimate.source == "now" or (wait is not None and wait.total_seconds() < 1):
+    if estimate.source == "now" or (wait is not None and wait.total_seconds() <= NOW_WITHIN_S):
         return f"{estimate.source}: starts now"
     at = estimate.at.astimezone(timezone.utc)
     when = at.strftime("%H:%M UTC") if at.date() == now.astimezone(timezone.utc).date() else at.strftime("%Y-%m-%d %H:%M UTC")
@@ -470,4 +476,4 @@ def wait_text(estimate: StartEstimate | None, now: datetime | None) -> str:
     if estimate is None or estimate.at is None or now is None:
         return "with no estimate"
     wait = estimate.wait(now)
-    return "now" if wait is None or wait.total_seconds() < 1 else f"in {duration_text(wait.total_seconds())}"
+    return "now" if wait is None or wait.total_seconds() <= NOW_WITHIN_S else f"in {duration_text(wait.total_seconds())}"

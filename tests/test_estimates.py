@@ -352,3 +352,15 @@ def test_a_pod_the_scheduler_cannot_place_waits_in_front_of_a_full_pool(cluster:
             except Exception:  # noqa: BLE001 - cleanup of what may not have been created
                 pass
         admin.close()
+
+
+def test_a_start_within_a_second_of_the_decision_is_now_for_people() -> None:
+    """Slurm answers in whole seconds, a free partition the second after it is asked: within the
+    wait policy's slack a start reads as now; two seconds on, it says so."""
+    from datetime import timedelta
+
+    now = datetime(2026, 12, 1, 12, 0, 0, 400000, tzinfo=timezone.utc)
+    soon = StartEstimate("p", now + timedelta(seconds=1), "slurm", now, "slurm: soon")
+    later = StartEstimate("p", now + timedelta(seconds=2), "slurm", now, "slurm: soon")
+    assert start_text(soon, now) == "slurm: starts now"
+    assert start_text(later, now) == "slurm: expected start 12:00 UTC (in 2 s)"

@@ -620,7 +620,7 @@ def test_a_fallback_for_budget_is_decided_alike_by_selection_the_policy_and_the_
 # 2026-12-01T12:00:00Z: the decision's time of the cases with start estimates.
 NOON = datetime(2026, 12, 1, 12, 0, 0, tzinfo=timezone.utc)
 # Starts relative to the decision: past (means now), now, soon, later; None: no estimate.
-OFFSETS = [-600, 0, 0, 600, 3600, 7200, None]
+OFFSETS = [-600, 0, 0, 1, 2, 600, 3600, 7200, None]
 
 
 @st.composite
@@ -655,8 +655,12 @@ def waiting_workloads(draw: st.DrawFn) -> Workload:
 
 
 def _start_s(starts: Starts, name: str) -> int | None:
+    """When a pool starts as the README says: its estimate, now when that is at most a second away."""
     e = starts.of(name)
-    return None if e is None or e.at is None else max(int(e.at.timestamp()), int(NOON.timestamp()))
+    if e is None or e.at is None:
+        return None
+    at, now = int(e.at.timestamp()), int(NOON.timestamp())
+    return now if at <= now + 1 else at
 
 
 @SETTINGS

@@ -103,7 +103,7 @@ def test_cost_alone_chooses_the_busy_partition_and_records_slurms_own_estimate(
         columns = db.execute("SELECT estimated_start, estimate_source FROM decisions WHERE id = ?", (record.id,)).fetchone()
     assert columns == (estimate.at.strftime("%Y-%m-%dT%H:%M:%SZ"), "slurm")
     again = hw.decision(record.id).decision
-    assert isinstance(again, Placement) and again.estimate == estimate
+    assert isinstance(again, Placement) and again.estimate is not None and again.estimate.as_json() == estimate.as_json()
     assert hw.replay(record.id).same
     shown = json.loads(run_exa(hw.home, "hardware", "explain", record.id, "--json", check=True).stdout)
     assert shown["estimated_start"] == columns[0] and shown["estimate_source"] == "slurm"

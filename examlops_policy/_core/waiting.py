@@ -179,10 +179,14 @@ class Starts:
         return self.estimates.get(pool)
 
     def start_s(self, pool: str) -> int | None:
-        """When ``pool`` would start (whole epoch seconds; an estimate in the past means now), or
-        None without an estimate: what ``optimize: earliest`` ranks by."""
+        """When ``pool`` would start (whole epoch seconds; an estimate in the past, or within the
+        slack of now, means now), or None without an estimate: what ``optimize: earliest`` ranks
+        by."""
         e = self.estimates.get(pool)
-        return None if e is None or e.at is None else max(epoch_s(e.at), self.now_s)
+        if e is None or e.at is None:
+            return None
+        at = epoch_s(e.at)
+        return self.now_s if at <= self.now_s + SLACK_S else at
 
     def policy_input(self, pool: str) -> JSONValue:
         """The pool's estimate as the policy reads it (``input.pools[].estimate``), or null."""

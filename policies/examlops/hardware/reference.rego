@@ -125,10 +125,13 @@ wait_limits := wait.limits(w)
 # A pool's start estimate ({at, source, observed_at} in whole epoch seconds; null: none given).
 estimate_of(p) := object.get(p, "estimate", null)
 
-# When a pool would start the workload: its estimate, or now when that is past; null without one.
-start_of(p) := max([estimate_of(p).at, input.now]) if {
+# When a pool would start the workload: its estimate, or now when that is past or within the
+# wait check's slack of now (estimates are whole seconds: a free partition answers the next one);
+# null without one.
+start_of(p) := input.now if {
 	is_number(estimate_of(p).at)
 	is_number(input.now)
+	estimate_of(p).at <= input.now + wait.slack
 } else := estimate_of(p).at if {
 	is_number(estimate_of(p).at)
 } else := null

@@ -997,6 +997,18 @@ test_earliest_breaks_a_tie_in_start_by_cost if {
 	d.pool == "cheap"
 }
 
+# Estimates are whole seconds: a start within the slack of now is now (a free Slurm partition
+# answers the second after it is asked), so cost decides between such pools.
+test_a_start_within_a_second_of_now_is_now if {
+	next_second := starting(pool("next-second", "hpc-nvidia", 1, 8), noon + 1)
+	d := decide_at(train({"optimize": "earliest"}), [free, next_second], noon)
+	d.verdicts["next-second"].start == noon
+	d.pool == "next-second"
+	two := starting(pool("two-seconds", "hpc-nvidia", 1, 8), noon + 2)
+	later := decide_at(train({"optimize": "earliest"}), [free, two], noon)
+	later.pool == "free"
+}
+
 test_earliest_stays_within_the_best_tier if {
 	stand_in := starting(pool("stand-in", "hpc-mi300", 1, 4), noon)
 	d := decide_at(train({"optimize": "earliest"}), [busy, stand_in], noon)
