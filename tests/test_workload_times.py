@@ -155,3 +155,16 @@ def test_they_reach_the_policy_and_decide(exa_home: Path) -> None:
     rejected = json.loads(late.stdout)
     assert rejected["code"] == "no_eligible_pool"
     assert {v["pool"]: [r["code"] for r in v["reasons"]] for v in rejected["verdicts"]} == {"cheap": ["deadline_passed"], "dear": ["deadline_passed"]}
+
+
+def test_a_recorded_walltime_is_the_time_limit_submit_sends(exa_home: Path, tmp_path: Path) -> None:
+    """The record keeps the walltime (it is part of the workload's input): submit asks Slurm for
+    it as ``--time``, in whole minutes."""
+    run_exa(exa_home, "hardware", "add-pool", "gpu-h100", "--target", "hpc", "--accelerator", "nvidia", "--count", "2",
+            "--region", "de-juelich", "--partition", "gpu", "--gres-type", "h100", check=True)  # fmt: skip
+    placed = json.loads(run_exa(exa_home, "hardware", "place", "w", "--accelerator", "nvidia", "--walltime", "90m", "--json", check=True).stdout)
+    assert placed["workload"]["walltime"] == 5400 and placed["estimate_source"] == "slurm"
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\ntrue\n")
+    shown = run_exa(exa_home, "hardware", "submit", placed["id"], "--script", str(script), "--dry-run", check=True).stdout
+    assert "--time=90 " in shown and "--partition=gpu" in shown
