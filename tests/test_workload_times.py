@@ -9,6 +9,7 @@ that they decide: a pool's start estimate against them."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -102,12 +103,15 @@ def test_a_yaml_duration_in_words_is_refused_by_the_schema_with_the_reader_s_wor
 def test_the_cli_reads_them_and_prints_them_in_the_decision(exa_home: Path) -> None:
     run_exa(exa_home, "hardware", "add-pool", "hpc-a", "--target", "hpc", "--accelerator", "nvidia", "--count", "4",
             "--region", "de-juelich", check=True)  # fmt: skip
+    # A deadline a day from now (one already passed is refused: deadline_passed), given at +01:00.
+    due = (datetime.now(timezone.utc) + timedelta(days=1)).replace(microsecond=0)
+    given = due.astimezone(timezone(timedelta(hours=1))).isoformat()
     out = run_exa(exa_home, "hardware", "place", "w", "--accelerator", "nvidia", "--optimize", "earliest", "--max-wait", "2h",
-                  "--deadline", "2026-12-01T15:00:00+01:00", "--walltime", "30m", "--dry-run", "--json", check=True)  # fmt: skip
+                  "--deadline", given, "--walltime", "30m", "--dry-run", "--json", check=True)  # fmt: skip
     decision = json.loads(out.stdout)
     assert decision["outcome"] == "placed"
     w = decision["workload"]
-    assert (w["optimize"], w["max_wait"], w["deadline"], w["walltime"]) == ("earliest", 7200, "2026-12-01T14:00:00Z", 1800)
+    assert (w["optimize"], w["max_wait"], w["deadline"], w["walltime"]) == ("earliest", 7200, due.strftime("%Y-%m-%dT%H:%M:%SZ"), 1800)
 
 
 @pytest.mark.parametrize(
