@@ -18,7 +18,7 @@ import functools
 import hashlib
 import json
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, cast
 
 from examlops_policy.errors import PolicyError, StateError
@@ -292,6 +292,26 @@ def decode_confirmation(raw: object, where: str) -> Confirmation:
 def shapes_patch(shapes: Mapping[str, JSONObject]) -> bytes:
     """A JSON Patch adding ``shapes`` to the fleet's shapes OPA holds as data."""
     return json.dumps([{"op": "add", "path": f"/{key}", "value": shape} for key, shape in sorted(shapes.items())], separators=(",", ":")).encode("utf-8")
+
+
+def json_bytes(value: object) -> bytes:
+    """``value`` as compact JSON (a document this layer stores in OPA)."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def views_key(keys: Iterable[str]) -> str:
+    """The key the fleet's views for exactly ``keys`` are stored under in OPA: the SHA-256 of the
+    keys, sorted, one per line (as the policy derives it, verdicts.key_of)."""
+    return hashlib.sha256("\n".join(sorted(keys)).encode("utf-8")).hexdigest()
+
+
+def stored_views_key(raw: object, where: str) -> str:
+    """The key the policy's ``views`` answer is for (the shapes it covers)."""
+    d = _Decoder(where)
+    key = d.obj(raw, "views").get("key")
+    if not isinstance(key, str) or not key.isalnum():
+        raise d.fail("views.key", "a hex digest", key)
+    return key
 
 
 def shapes_document(shapes: Mapping[str, JSONObject]) -> bytes:
