@@ -64,7 +64,7 @@ class OpaPolicy:
     def describe(self) -> str:
         return self._transport.describe
 
-    def _request(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+    def _request(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
         from examlops_policy.opa.transport import OpaUnreachable
 
         try:
@@ -72,8 +72,12 @@ class OpaPolicy:
         except OpaUnreachable as exc:
             raise exc.nothing_placed() from exc
 
-    def _query(self, rule: str, policy_input: JSONObject) -> object:
-        status, raw = self._request("POST", f"{PACKAGE_PATH}/{rule}", codec.query_body(policy_input))
+    def _query(self, rule: str, policy_input: JSONObject | None) -> object:
+        """The rule's answer to ``policy_input`` (None: a rule that reads no input, asked by GET)."""
+        if policy_input is None:
+            status, raw = self._request("GET", f"{PACKAGE_PATH}/{rule}", None)
+        else:
+            status, raw = self._request("POST", f"{PACKAGE_PATH}/{rule}", codec.query_body(policy_input))
         if status in (401, 403):
             raise PolicyUnavailable(f"{self._where} refused the query ({status}: {_message(raw)}): the token is missing or wrong; nothing was placed")
         if status != 200:
@@ -81,7 +85,8 @@ class OpaPolicy:
         return codec.result_of(raw, rule, self._where)
 
     def confirm(self) -> Confirmation:
-        confirmation = codec.decode_confirmation(self._query("confirm", {}), self._where)
+        # The smallest query there is: no input, no body; the revision and OPA's version back.
+        confirmation = codec.decode_confirmation(self._query("confirm", None), self._where)
         self._served = confirmation.revision
         return confirmation
 
@@ -109,7 +114,7 @@ class OpaPolicy:
             self._views.move_to_end(key)
             return
         served = self._served if self._served is not None else self.confirm().revision
-        status, raw = self._request("GET", f"{FLEET_PATH}/views/{key}/revision", b"")
+        status, raw = self._request("GET", f"{FLEET_PATH}/views/{key}/revision", None)
         held = json.loads(raw).get("result") if status == 200 else None
         if held is None or held != served:
             views = self._query("views", {"keys": list(keys)})
@@ -121,7 +126,7 @@ class OpaPolicy:
         self._views[key] = None
         while len(self._views) > VIEWS_KEPT:
             old, _ = self._views.popitem(last=False)
-            self._request("DELETE", f"{FLEET_PATH}/views/{old}", b"")
+            self._request("DELETE", f"{FLEET_PATH}/views/{old}", None)
 
     def _upload(self, shapes: Mapping[str, JSONObject]) -> None:
         if not shapes:
