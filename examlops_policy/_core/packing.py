@@ -286,21 +286,28 @@ def _stranded(layout: PoolLayout, d: _Device) -> int:
 
 @functools.lru_cache(maxsize=4096)
 def _stranded_memo(compute_slices: int, shares: tuple[Share, ...], memory: frozenset[int], compute: int) -> int:
-    fillings: set[tuple[int, ...]] = set()  # the compute slices of each instance, largest first
-
-    def fill(held: frozenset[int], used: int, chosen: tuple[int, ...]) -> None:
-        fillings.add(chosen)
-        for share in shares:
-            if used + share.compute > compute_slices or (chosen and share.compute > chosen[-1]):
-                continue
-            for start in share.starts:
-                run = frozenset(range(start, start + share.memory))
-                if not held & run:
-                    fill(held | run, used + share.compute, (*chosen, share.compute))
-
-    fill(memory, compute, ())
+    # Every way the free memory slices could still be filled: the compute slices of each instance,
+    # largest first.
+    fillings = _fillings(compute_slices, shares, memory, compute, compute_slices)
     maximal = [f for f in fillings if not any(len(g) > len(f) and _within(f, g) for g in fillings)]
     return sum(compute_slices - compute - sum(f) for f in maximal)
+
+
+@functools.lru_cache(maxsize=16384)
+def _fillings(compute_slices: int, shares: tuple[Share, ...], held: frozenset[int], used: int, cap: int) -> frozenset[tuple[int, ...]]:
+    """The ways a device holding memory slices ``held`` and ``used`` compute slices could still be
+    filled with instances of at most ``cap`` compute slices each, largest first (none among them).
+    Many orders of placing the same instances reach the same device: each is worked out once."""
+    found: set[tuple[int, ...]] = {()}
+    for share in shares:
+        if used + share.compute > compute_slices or share.compute > cap:
+            continue
+        for start in share.starts:
+            run = frozenset(range(start, start + share.memory))
+            if not held & run:
+                rest = _fillings(compute_slices, shares, held | run, used + share.compute, share.compute)
+                found.update((share.compute, *more) for more in rest)
+    return frozenset(found)
 
 
 def _within(small: tuple[int, ...], large: tuple[int, ...]) -> bool:
