@@ -277,7 +277,12 @@ class SQLStore(ABC):
     # -- the narrow API: reads -----------------------------------------------------------------
 
     def rows(self, since: int = -1) -> StateRows:
-        """The state and fleet versions and the pools changed after ``since``, in one read."""
+        """The state and fleet versions and the pools changed after ``since``, in one read (one
+        statement when nothing changed)."""
+        if since >= 0:
+            version, fleet = self._run(lambda: self._execute("SELECT version, fleet_version FROM state WHERE id = 1").fetchone())
+            if int(version) == since:
+                return StateRows(since, int(fleet), ())
 
         def work() -> StateRows:
             version, fleet = (int(v) for v in self._execute("SELECT version, fleet_version FROM state WHERE id = 1").fetchone())
