@@ -548,8 +548,31 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
     def note(value: object, path: str) -> str | None:
         return None if value is None else notes[index(value, len(notes), path)]
 
+    # Rows that say the same thing are one verdict: each distinct row is read once (the path that
+    # words an error is taken only for a row the quick checks below do not accept).
+    made: dict[_Row, ShapeVerdict] = {}
     shapes: dict[str, ShapeVerdict] = {}
     for key in set(keys) - set(missing):
+        row = rows.get(key)
+        same = _row_key(row, len(notes), len(reasons), len(grants))
+        if same is not None:
+            found = made.get(same)
+            if found is None:
+                tier, n, n_full, n_budget, denied, g, blocks = same
+                grant, shortfall, limits = grants[g]
+                found = made[same] = ShapeVerdict(
+                    tier=tier,
+                    note=None if n is None else notes[n],
+                    denials=tuple(reasons[j] for j in denied),
+                    grant=grant,
+                    shortfall=shortfall,
+                    blocks_burst=blocks,
+                    note_full=None if n_full is None else notes[n_full],
+                    limits=limits,
+                    note_budget=None if n_budget is None else notes[n_budget],
+                )
+            shapes[key] = found
+            continue
         path = f"verdicts.shapes[{key}]"
         row = d.obj(rows.get(key), path)
         tier = d.integer(d.field(row, "tier", path), f"{path}.tier")
@@ -569,6 +592,29 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
             note_budget=note(d.field(row, "note_budget", path), f"{path}.note_budget"),
         )
     return Answer(cast("str | None", revision), workload, shapes, missing)
+
+
+_Row = tuple[int, "int | None", "int | None", "int | None", tuple[int, ...], int, bool]
+
+
+def _row_key(row: object, notes: int, reasons: int, grants: int) -> _Row | None:
+    """A shape row as a hashable value when it is plainly well formed (whole numbers in range,
+    true or false), else None: the caller then reads it field by field and says what is wrong."""
+    if type(row) is not dict:
+        return None
+    try:
+        tier, denials, grant, blocks = row["tier"], row["denials"], row["grant"], row["blocks_burst"]
+        note, full, budget = row["note"], row["note_full"], row["note_budget"]
+    except KeyError:
+        return None
+    if type(tier) is not int or not 0 <= tier <= 3 or type(grant) is not int or not 0 <= grant < grants or type(blocks) is not bool:
+        return None
+    for n in (note, full, budget):
+        if n is not None and (type(n) is not int or not 0 <= n < notes):
+            return None
+    if type(denials) is not list or any(type(j) is not int or not 0 <= j < reasons for j in denials):
+        return None
+    return (tier, note, full, budget, tuple(denials), grant, blocks)
 
 
 # -- the stored form of verdicts (verdict sets) --------------------------------------------------
