@@ -230,11 +230,12 @@ shape_rows := {k: row |
 	composer.valid
 
 	# What every row looks up, bound once here rather than looked up again per shape (a rule
-	# referenced per shape costs a look-up of the rule each time).
-	views := fleet
-	tiered := tier_rows
-	in_order := denying_checks
-	denied := denied_views
+	# referenced per shape costs a look-up of the rule each time; hence the reassignments Regal
+	# would call pointless).
+	views := fleet # regal ignore:pointless-reassignment
+	tiered := tier_rows # regal ignore:pointless-reassignment
+	in_order := denying_checks # regal ignore:pointless-reassignment
+	denied := denied_views # regal ignore:pointless-reassignment
 	blocking := composer.burst_blocking
 	some k, g in views.grant.of
 	tr := tiered[views.tier.of[k]]
