@@ -55,11 +55,11 @@ def queue_fast(hw: Hardware, workload: Workload) -> str:
     order (what ``place(queue=True)`` asks first): the setup of a long queue stays linear."""
     under = hw._current()
     snap = hw._snapshot()
-    under, prepared, decided = hw._decide(Request(workload), snap, under)
+    under, prepared, starts, decided = hw._decide(Request(workload), snap, under)
     assert commit.queueable(decided), decided
     ident = uuid.uuid4().hex
     waits = intent(hw, workload, None, ident, lease=None, submission=None)
-    done = commit.place(hw.store, prepared, decided, snap, under.capacities, source=SOURCE, queue=waits, ident=ident)
+    done = commit.place(hw.store, prepared, decided, snap, under.capacities, source=SOURCE, queue=waits, ident=ident, starts=starts)
     assert done.record is not None and done.record.decision.outcome == "queued"
     return ident
 

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from examlops_policy._core.engine import Engine, Prepared
     from examlops_policy._core.records import Reader
     from examlops_policy._core.state import Capacities, Snapshot
+    from examlops_policy._core.waiting import Starts
     from examlops_policy._core.verdicts import PolicyEvaluator
     from examlops_policy.model import Pool
     from examlops_policy.store import Store
@@ -76,7 +77,7 @@ class Hardware(Protocol):
 
     def _snapshot(self) -> Snapshot: ...
 
-    def _decide(self, request: Request, snap: Snapshot, under: Any) -> tuple[Any, Prepared, Decision]: ...
+    def _decide(self, request: Request, snap: Snapshot, under: Any) -> tuple[Any, Prepared, Starts, Decision]: ...
 
     def decision(self, ident: str) -> DecisionRecord: ...
 
@@ -333,7 +334,7 @@ def admit_one(hw: Hardware, row: QueueRow) -> Admitted | QueueEntry | None:
     for _ in range(FLEET_ROUNDS):
         under = hw._current()
         snap = hw._snapshot()
-        under, prepared, decided = hw._decide(request, snap, under)
+        under, prepared, starts, decided = hw._decide(request, snap, under)
         if not isinstance(decided, Placement):
             if not commit.queueable(decided):
                 return _fail(hw, row, f"the policy now refuses it: {getattr(decided, 'reason', '')}")
@@ -345,7 +346,8 @@ def admit_one(hw: Hardware, row: QueueRow) -> Admitted | QueueEntry | None:
         try:
             # The lease is counted from the commit that records the placement, as for place.
             done = commit.place(
-                hw.store, prepared, decided, snap, under.capacities, source=SOURCE, lease=lease, admit=row.id, preempted=preempted,
+                hw.store, prepared, decided, snap, under.capacities, source=SOURCE, lease=lease, starts=starts, admit=row.id,
+                preempted=preempted,
             )  # fmt: skip
         except StaleFleet:
             continue

@@ -34,7 +34,9 @@ from examlops_policy._policy import Confirmation, OpaPolicy, PolicyEvaluator
 from examlops_policy.store import DecisionRow, StaleFleet, Store
 from examlops_policy._reviewed import Pinned, PolicySnapshot, Reviewed
 from examlops_policy.tables import Tables, policy_dir
+from examlops_policy._core.quota import NO_USE
 from examlops_policy._core.verdicts import About, Answer
+from examlops_policy._core.waiting import Starts
 from examlops_policy.views import (
     AdmissionReport,
     BurstEvent,
@@ -42,6 +44,7 @@ from examlops_policy.views import (
     DecisionPage,
     DecisionRecord,
     DiscoveryResult,
+    EstimateError,
     FinopsReport,
     JobReport,
     ModelsCost,
@@ -56,10 +59,14 @@ from examlops_policy.views import (
     Replay,
     Submission,
     Submit,
+    estimate_error_s,
+    estimate_errors,
 )
 
 if TYPE_CHECKING:  # the crypto, OPA-process and report stacks load only when a command needs them
     from examlops_policy import audit
+    from examlops_policy.estimates.gather import StartEstimator
+    from examlops_policy.estimates.slurm import SlurmEstimator
     from examlops_policy._impact import Impact
     from examlops_policy._policy_docs import DocsCheck
     from examlops_policy._policy_tools import LintReport, TestReport
@@ -192,10 +199,16 @@ class Hardware:
         store: Store | None = None,
         policy: PolicyEvaluator | None = None,
         tables: Tables | None = None,
+        estimator: StartEstimator | None = None,
     ) -> None:
         self.home = home or default_home()
         self._store = store
         self._policy = policy
+        # Who is asked when pools would start a workload (None: Slurm where a pool names a
+        # partition, the provisioning table of the policy snapshot for cloud pools, the free
+        # capacity for the rest; a Kubernetes cluster only when given here).
+        self._estimator = estimator
+        self._slurm: SlurmEstimator | None = None
         # The reviewed policy a decision is made under: its tables and their revision, read together
         # and noticed when the files change (tables passed in are pinned).
         self._reviewed: Reviewed | Pinned = Pinned(tables) if tables is not None else Reviewed()
@@ -270,6 +283,27 @@ class Hardware:
         if under.engine is None:
             under.engine = Engine(self.policy, under.policy.tables, reviewed=under.policy.revision)
         return under.engine
+
+    def estimator(self) -> StartEstimator:
+        """Who decisions ask when pools would start a workload (under the current policy snapshot)."""
+        return self._estimator_of(self._current())
+
+    def _estimator_of(self, under: _Under) -> StartEstimator:
+        if self._estimator is not None:
+            return self._estimator
+        if under.estimator is None:
+            from examlops_policy.estimates.gather import StartEstimator
+            from examlops_policy.estimates.slurm import SlurmEstimator
+            from examlops_policy.estimates.table import ProvisioningTable
+            from examlops_policy.executors.gres import load_gres_table
+
+            if self._slurm is None:
+                self._slurm = SlurmEstimator()  # its answers are cached across snapshots
+            root = under.policy.root
+            under.estimator = StartEstimator(
+                slurm=self._slurm, table=ProvisioningTable.from_tables(under.policy.tables), gres=lambda: load_gres_table(root)
+            )
+        return under.estimator
 
     def _prepare(
         self, request: Request | Workload, pools: Sequence[Pool], *, fleet_rev: str | None = None, under: _Under | None = None
@@ -400,17 +434,22 @@ class Hardware:
             rev = self._fleet_revs[key] = codec.fleet_revision(codec.fleet_document(priced(snap.pools, under.policy.tables)))
         return rev
 
-    def _decide(self, request: Request, snap: Snapshot, under: _Under) -> tuple[_Under, Prepared, Decision]:
-        """The policy's verdicts (outside any lock), then selection over the snapshot's capacity,
-        all under one policy snapshot (another one only when OPA serves another revision)."""
+    def _decide(self, request: Request, snap: Snapshot, under: _Under) -> tuple[_Under, Prepared, Starts, Decision]:
+        """The policy's verdicts, then the candidates' start estimates (both outside any lock),
+        then selection over the snapshot's capacity, all under one policy snapshot (another one
+        only when OPA serves another revision)."""
+        from examlops_policy._estimating import starts_for
+
         under, prepared = self._prepare(request, snap.pools, fleet_rev=self._fleet_rev(snap, under), under=under)
         if prepared.judged.fleet.revision != self._fleet_rev(snap, under):
             prepared = self._engine_of(under).prepare(request, snap.pools, fleet_rev=self._fleet_rev(snap, under))
+        tables = under.policy.tables
+        # What the projects hold, when a quota counts it (read again under the write lock).
         needs = prepared.judged.quota_needs
-        use = commit.read_quota(self.store, needs, under.policy.tables.unassigned, commit.epoch_of(self.store.now())) if not needs.empty else None
-        if use is None:
-            return under, prepared, prepared.decide(snap.capacities, under.policy.tables, capacities_digest=snap.capacity_digest)
-        return under, prepared, prepared.decide(snap.capacities, under.policy.tables, capacities_digest=snap.capacity_digest, quota=use)
+        use = commit.read_quota(self.store, needs, tables.unassigned, commit.epoch_of(self.store.now())) if not needs.empty else NO_USE
+        starts = starts_for(self._estimator_of(under), prepared, snap.capacities, tables, snap.capacity_digest, quota=use)
+        decided = prepared.decide(snap.capacities, tables, capacities_digest=snap.capacity_digest, starts=starts, quota=use)
+        return under, prepared, starts, decided
 
     def place(
         self,
@@ -452,7 +491,7 @@ class Hardware:
             _check_lease(lease)
         for _ in range(FLEET_ROUNDS):
             snap = self._snapshot()
-            under, prepared, decided = self._decide(request, snap, under)
+            under, prepared, starts, decided = self._decide(request, snap, under)
             ident = uuid.uuid4().hex
             waits = None
             if queue:
@@ -466,13 +505,15 @@ class Hardware:
                 # The lease is counted from the commit that records the placement.
                 done = commit.place(
                     self.store, prepared, decided, snap, under.capacities, source=SOURCE, request_id=request_id, lease=lease,
-                    queue=waits, ident=ident,
+                    starts=starts, queue=waits, ident=ident,
                 )  # fmt: skip
             except StaleFleet:
                 continue
             if done.record is None:
                 assert done.earlier is not None and request_id is not None
                 return self._with_queue(_same_request(self._record(done.earlier), request, request_id))
+            if done.after is not None:
+                self._snapshots.advance(snap.base or snap, *done.after)
             return self._with_queue(done.record)
         raise StateError(f"pools kept changing while {workload.name} was being placed ({FLEET_ROUNDS} rounds); nothing was placed")
 
@@ -504,14 +545,17 @@ class Hardware:
         under = self._current()
         specs.check_workload_facts(workload, under.policy.tables)
         if pools is None:
-            return self._decide(Request(workload), self._snapshot(), under)[2]
+            return self._decide(Request(workload), self._snapshot(), under)[3]
+        from examlops_policy._estimating import starts_for
+
         states = []
         for pool in pools:
             specs.check_pool_facts(pool, under.policy.tables)
             states.append(under.capacities.empty(pool))
         ordered = sorted(states, key=lambda s: s.pool.name)
         under, prepared = self._prepare(workload, [s.pool for s in ordered], under=under)
-        return prepared.decide([s.capacity for s in ordered], under.policy.tables)
+        capacities, tables = [s.capacity for s in ordered], under.policy.tables
+        return prepared.decide(capacities, tables, starts=starts_for(self._estimator_of(under), prepared, capacities, tables))
 
     def decisions(self, limit: int = 20) -> list[DecisionRecord]:
         """The most recent decisions, each in full (rebuilt from its record)."""
@@ -672,7 +716,9 @@ class Hardware:
         doc = self.decision_inputs(record.id)
         judged = judged_from(doc.fleet, doc.verdicts, fleet_rev)
         fleet = engine.fleet([e.pool for e in judged.fleet.entries], revision_now, about)
-        reference = self.policy.decision(reference_input(decision.workload, fleet, doc.capacities, about, decision.provenance.quota_use))
+        reference = self.policy.decision(
+            reference_input(decision.workload, fleet, doc.capacities, about, doc.starts, quota_use=decision.provenance.quota_use)
+        )
         diffs = differences(decision, reference)
         recorded = decision.provenance.policy_revision
         same_rev = same_policy(revision_now, recorded)
@@ -729,6 +775,14 @@ class Hardware:
             round(sum(r.cost for r in rows), 6),
             round(sum(r.carbon_g for r in rows), 6),
         )
+
+    def estimate_errors(self, *, since: str | None = None, until: str | None = None) -> tuple[EstimateError, ...]:
+        """How far start estimates were from the actual starts of placements made over a period
+        (``since``/``until`` as for ``decision_page``): per estimate source, the median and 90th
+        percentile of actual minus estimated start, over the placements with both."""
+        start, end = _period(since, until)
+        rows = self.store.estimate_starts(since=start, until=end)
+        return estimate_errors([(source, error) for source, _, est, actual in rows if (error := estimate_error_s(est, actual)) is not None])
 
     def models_cost(self, hours: float | None = None) -> ModelsCost:
         """Cost and carbon per workload name (``exa models cost``), most expensive first."""
@@ -932,6 +986,7 @@ class _Under:
     capacities: Capacities
     engine: Engine | None = None
     reader: Reader | None = None
+    estimator: StartEstimator | None = None
 
 
 def as_burst(workload: Workload) -> Workload:

@@ -106,6 +106,9 @@ class Tables:
     def default_priority(self) -> str | None:
         value = self.priorities.get("default")
         return None if value is None else str(value)
+    # Typical provisioning delays of cloud providers (provisioning.yaml): the start estimates of
+    # cloud pools with no scheduler to ask, read with the rest of the snapshot.
+    provisioning: JSONObject = field(default_factory=dict)
 
     def region_known(self, region: str) -> bool:
         return region in self.regions
@@ -337,6 +340,7 @@ def load_tables(root: Path | None = None) -> Tables:
             priorities=cast("JSONObject", merged.get("priorities") or {}),
             fair_share=cast("JSONObject", merged.get("fair_share") or {}),
             quotas=cast("JSONObject", merged.get("quotas") or {}),
+            provisioning=cast("JSONObject", merged.get("provisioning") or {}),
         )
     except KeyError as exc:
         raise PolicyError(f"{base}: table {exc} is missing") from exc

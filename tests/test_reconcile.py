@@ -131,6 +131,29 @@ def test_a_job_that_ended_releases_its_grant_with_its_end_state_and_times(hw: Ha
     assert violations(backend) == []
 
 
+def test_the_start_reconcile_records_is_the_actual_start_start_estimates_are_measured_against(hw: Hardware) -> None:
+    """A placement on a pool with free capacity is estimated to start now; Slurm says its job
+    started 90 s after that estimate: the decision lists, and the estimate-error figures count, 90 s."""
+    from datetime import datetime, timedelta
+
+    hw.apply([Pool("free-now", "hpc", "amd", 2, "eu", cost_per_hour=1.0, carbon_factor=10)])
+    record = hw.place(Workload("soon", "amd"))
+    estimate = record.decision.estimate  # type: ignore[union-attr]
+    assert estimate is not None and estimate.source == "now" and estimate.at is not None
+    hw.set_job(record.id, "301", scheduler="slurm")
+    started = (estimate.at + timedelta(seconds=90)).astimezone()  # squeue prints the controller's local time
+    slurm = Slurm()
+    slurm.jobs = {"301": f"RUNNING|{started.strftime('%Y-%m-%dT%H:%M:%S')}|Unknown|n1"}
+    report = _reconcile.reconcile(hw, slurm=True, runner=slurm)
+    assert [c.kind for c in report.changes] == ["started"]
+    row = next(r for r in hw.decision_page(limit=5).decisions if r.id == record.id)
+    # Slurm prints whole seconds: the start read back is within the second after estimate + 90 s.
+    assert row.actual_start is not None and row.estimate_error_s in (89, 90)
+    assert datetime.fromisoformat(row.actual_start.replace("Z", "+00:00")) == started.replace(microsecond=0)
+    (now_source,) = [e for e in hw.estimate_errors() if e.source == "now"]
+    assert now_source.decisions == 1 and now_source.median_s == row.estimate_error_s
+
+
 def test_a_second_run_with_no_change_writes_nothing(hw: Hardware) -> None:
     slurm = Slurm()
     submitted(hw, "done", "101")

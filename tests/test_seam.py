@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from examlops_policy._core.codec import content_key, decode_verdicts, workload_input
+from examlops_policy._core.codec import content_key, decode_verdicts, views_key, workload_input
 from examlops_policy._core.verdicts import Signature
+from examlops_policy._policy import FLEET_PATH, VIEWS_KEPT, VIEWS_MIN_KEYS, OpaPolicy
 from examlops_policy.errors import PolicyError
 from examlops_policy.model import Pool, Workload
-from examlops_policy.opa import connect
+from examlops_policy.opa import connect, stop_server
+from examlops_policy.tables import policy_dir
 from tests.conftest import ROOT, SEED_POOLS
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -110,6 +112,24 @@ def test_a_note_for_budget_and_a_forbidden_budget_fallback_decode(opa: Any) -> N
     assert {v.note_budget for v in answer.shapes.values() if not v.fallback} == {None}
 
 
+def test_the_wait_limits_decode(opa: Any) -> None:
+    """The workload's max_wait and deadline come back as the wait check's limits, with the reasons
+    a pool gets past them (its texts), once per workload."""
+    about = query(opa, "about", {})
+    signature = Signature(tuple(about["signature"]["shape"]), tuple(about["signature"]["workload"]))
+    assert {"max_wait", "deadline"} <= set(signature.workload) and "walltime" not in signature.workload
+    shapes = shapes_of(list(SEED_POOLS), signature)
+    w = Workload("soon", "nvidia", max_wait="2h", deadline="2026-12-01T14:00:00Z", walltime="30m")
+    raw = query(opa, "verdicts", {"workload": signature.workload_of(workload_input(w)), "keys": sorted(shapes), "shapes": shapes})
+    assert list(Draft202012Validator(SCHEMA).iter_errors(raw)) == []
+    wait = decode_verdicts(raw, sorted(shapes), "test").workload.wait
+    assert (wait.start_within_s, wait.start_by_s, wait.invalid) == (7200, 1796133600, None)
+    assert wait.reasons.max_wait is not None and wait.reasons.max_wait.message == "the pool is not expected to start the workload within max_wait 2 h"
+    assert wait.as_json() == raw["wait"]
+    plain = query(opa, "verdicts", {"workload": signature.workload_of(workload_input(Workload("w", "nvidia"))), "keys": [], "shapes": {}})
+    assert not decode_verdicts(plain, [], "test").workload.wait.any
+
+
 def _answer(opa: Any) -> tuple[dict[str, Any], list[str]]:
     about = query(opa, "about", {})
     signature = Signature(tuple(about["signature"]["shape"]), tuple(about["signature"]["workload"]))
@@ -128,6 +148,9 @@ def _answer(opa: Any) -> tuple[dict[str, Any], list[str]]:
         (lambda a, k: a.update(reasons={}), "expected an array", True),
         (lambda a, k: a["shapes"][k[0]].pop("note_budget"), "missing 'note_budget'", True),
         (lambda a, k: a.pop("budget_fallback"), "missing 'budget_fallback'", True),
+        (lambda a, k: a.pop("wait"), "missing 'wait'", True),
+        (lambda a, k: a["wait"].update(start_within_s="2h"), "expected a number or null", True),
+        (lambda a, k: a["wait"]["reasons"].update(unknown={"code": "x"}), "expected a reason", True),
         # An index past its list: the schema cannot say it; the decoder does.
         (lambda a, k: a["shapes"][k[0]].update(grant=99), "expected an index below", False),
         (lambda a, k: a["shapes"][k[0]].update(denials=[len(a["reasons"])]), "expected an index below", False),
@@ -145,16 +168,89 @@ def test_an_answer_that_breaks_the_schema_is_refused_whole(opa: Any, break_it: A
 def test_about_of_a_policy_from_before_the_pool_stage_and_texts_were_published_still_decodes(opa: Any) -> None:
     """``exa policy impact --against`` asks older policies too: they ran exactly this pool stage
     and worded their summaries themselves."""
-    from examlops_policy._core.codec import EARLIER_POOL_STAGE, POOL_STAGE, decode_about
+    from examlops_policy._core.codec import POOL_STAGE, decode_about
 
     raw = query(opa, "about", {})
     assert tuple(raw["pool_stage"]) == POOL_STAGE and set(raw["texts"]) >= {"no_capacity", "separator"}
-    assert decode_about({**raw, "pool_stage": list(EARLIER_POOL_STAGE)}, "test").checks
     older = {k: v for k, v in raw.items() if k not in ("pool_stage", "texts")}
     about = decode_about(older, "test")
     assert about.texts == {} and about.signature.shape == tuple(raw["signature"]["shape"])
-    with pytest.raises(PolicyError, match="at a stage this engine cannot run"):
-        decode_about({**raw, "pool_stage": ["budget"]}, "test")
+    # One from before the wait check ran budget and capacity alone: this engine runs those too.
+    assert decode_about({**raw, "pool_stage": ["budget", "capacity"]}, "test").signature == about.signature
+    # One from before the quota or the wait check ran: this engine runs those too.
+    assert decode_about({**raw, "pool_stage": ["budget", "capacity", "quota"]}, "test").checks
+    assert decode_about({**raw, "pool_stage": ["budget", "capacity", "wait"]}, "test").checks
+    # One that names a pool-stage check this engine does not run places nothing.
+    with pytest.raises(PolicyError, match="check\\(s\\) reservation at a stage this engine cannot run"):
+        decode_about({**raw, "pool_stage": ["budget", "capacity", "reservation"]}, "test")
+
+
+class Counting:
+    """A transport that remembers every request's method and path (less the key)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.describe = inner.describe
+        self.sent: list[tuple[str, str]] = []
+
+    def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+        self.sent.append((method, path.rsplit("/", 1)[0] if "/views/" in path else path))
+        return self.inner.request(method, path, body)  # type: ignore[no-any-return]
+
+    def count(self, method: str, path: str) -> int:
+        return self.sent.count((method, path))
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@pytest.mark.opa
+def test_the_fleet_views_are_stored_once_and_change_no_answer(tmp_path: Path) -> None:
+    """A verdict query over many keys has OPA work out the fleet's views once and store them; the
+    queries after it read them, and every answer is the one the shapes given inline get. A server
+    that lost its data (restarted) is given the shapes and the views again."""
+    connection = connect(tmp_path, policy_root=policy_dir())
+    try:
+        transport = Counting(connection.transport)
+        policy = OpaPolicy(transport)  # type: ignore[arg-type]
+        signature = policy.about().signature
+        shapes = shapes_of([s.pool for s in fleet.generate_fleet(120, 7)], signature)
+        keys = sorted(shapes)
+        assert len(keys) >= VIEWS_MIN_KEYS
+        views = f"{FLEET_PATH}/views"
+        for workload in WORKLOADS:
+            wsig = signature.workload_of(workload_input(workload))
+            inline = query(transport, "verdicts", {"workload": wsig, "keys": keys, "shapes": shapes})
+            assert policy.verdicts(wsig, keys, shapes) == decode_verdicts(inline, keys, "inline")
+            assert query(transport, "verdicts", {"workload": wsig, "keys": keys}) == inline
+        # On this fresh server: once before the shapes were uploaded (covering none: not stored), once after.
+        assert transport.count("POST", f"{PATH}/views") == 2 and transport.count("PUT", views) == 1
+        stored = json.loads(transport.request("GET", views)[1])["result"]
+        assert list(stored) == [views_key(keys)] and stored[views_key(keys)]["revision"] == policy.confirm().revision
+
+        # Another connection finds them stored, and asks for them no more.
+        other = Counting(connect(tmp_path, policy_root=policy_dir()).transport)
+        try:
+            OpaPolicy(other).verdicts(signature.workload_of(workload_input(WORKLOADS[2])), keys, shapes)  # type: ignore[arg-type]
+            assert other.count("POST", f"{PATH}/views") == 0 and other.count("PUT", views) == 0
+        finally:
+            other.close()
+
+        # A few key sets' views are kept per connection; the oldest is removed from OPA.
+        for n in range(VIEWS_KEPT + 1):
+            policy.verdicts(signature.workload_of(workload_input(WORKLOADS[0])), keys[n:], shapes)
+        assert transport.count("DELETE", views) == 1
+        assert len(json.loads(transport.request("GET", views)[1])["result"]) == VIEWS_KEPT
+
+        transport.request("DELETE", FLEET_PATH)
+        wsig = signature.workload_of(workload_input(WORKLOADS[1]))
+        assert policy.verdicts(wsig, keys, shapes) == decode_verdicts(
+            query(transport, "verdicts", {"workload": wsig, "keys": keys, "shapes": shapes}), keys, "inline"
+        )
+        assert transport.count("POST", f"{PATH}/views") == 2 + VIEWS_KEPT + 2  # before the shapes were back, and after
+        assert list(json.loads(transport.request("GET", views)[1])["result"]) != []
+    finally:
+        stop_server(tmp_path)
 
 
 def test_the_benchmarks_put_on_the_import_path_shadow_no_standard_module() -> None:

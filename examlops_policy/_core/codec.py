@@ -18,7 +18,8 @@ import functools
 import hashlib
 import json
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Final, cast
 
 from examlops_policy.errors import PolicyError, StateError
@@ -37,23 +38,26 @@ from examlops_policy.model import (
     Provenance,
     Reason,
     Rejection,
+    StartEstimate,
     Workload,
     pool_spec,
 )
 from examlops_policy._core.verdicts import About, Alternative, Answer, Confirmation, Limits, ShapeVerdict, Signature, WorkloadVerdict
 from examlops_policy._core.quota import QuotaLimits
+from examlops_policy._core.waiting import Starts, WaitLimits
 
 KEY_HEX: Final = 32  # 128 bits of SHA-256: content keys, not security
-# The pool-stage checks this engine runs (selection compares each pool's capacity and price with
-# its shape's verdict, as the policy's reference decision does); the policy publishes its own set
-# in ``about`` and a policy with another set places nothing.
-POOL_STAGE: Final = ("budget", "capacity", "quota")
-# The pool stage of policies from before the quota joined it (``exa policy impact --against`` asks
-# them): runnable, their verdicts carry no quota figures.
-EARLIER_POOL_STAGE: Final = ("budget", "capacity")
+# The pool-stage checks this engine runs (selection compares each pool's capacity, price, quota and
+# start estimate with its shape's verdict, what the projects hold and the workload's limits, as the
+# policy's reference decision does); the policy publishes its own set in ``about``, and a policy
+# naming one this engine does not run places nothing.
+POOL_STAGE: Final = ("budget", "capacity", "quota", "wait")
 # The message texts the policy gives (``about.texts``), which selection fills in with counts.
 TEXTS: Final = ("no_pools", "no_eligible_pool", "no_capacity", "reason_on_one", "reason_on_many", "separator")
-RECORD_VERSION: Final = 3  # 3: the state version decided at ("at"); 2: the capacity vector itself
+# 4: also the decision's time and its candidates' start estimates ("decided_at", "estimates");
+# 3: the state version decided at ("at"); 2: the capacity vector itself.
+RECORD_VERSION: Final = 4
+COMPACT_VERSIONS: Final = (2, 3, 4)
 # A packed capacity vector (records of version 2) never unpacks to more than this (an altered record
 # cannot exhaust memory).
 MAX_VECTOR_BYTES: Final = 64 * 1024 * 1024
@@ -99,6 +103,11 @@ def workload_input(workload: Workload) -> JSONObject:
         "project": workload.project,
         "spot": workload.spot,
         "allow_budget_fallback": workload.allow_budget_fallback,
+        # When it must start (the wait check reads them) and its time limit (what a scheduler is
+        # asked for: the policy does not read it, the record keeps it for submit).
+        "max_wait": workload.max_wait,
+        "deadline": workload.deadline,
+        "walltime": workload.walltime,
     }
 
 
@@ -298,6 +307,26 @@ def shapes_patch(shapes: Mapping[str, JSONObject]) -> bytes:
     return json.dumps([{"op": "add", "path": f"/{key}", "value": shape} for key, shape in sorted(shapes.items())], separators=(",", ":")).encode("utf-8")
 
 
+def json_bytes(value: object) -> bytes:
+    """``value`` as compact JSON (a document this layer stores in OPA)."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def views_key(keys: Iterable[str]) -> str:
+    """The key the fleet's views for exactly ``keys`` are stored under in OPA: the SHA-256 of the
+    keys, sorted, one per line (as the policy derives it, verdicts.key_of)."""
+    return hashlib.sha256("\n".join(sorted(keys)).encode("utf-8")).hexdigest()
+
+
+def stored_views_key(raw: object, where: str) -> str:
+    """The key the policy's ``views`` answer is for (the shapes it covers)."""
+    d = _Decoder(where)
+    key = d.obj(raw, "views").get("key")
+    if not isinstance(key, str) or not key.isalnum():
+        raise d.fail("views.key", "a hex digest", key)
+    return key
+
+
 def shapes_document(shapes: Mapping[str, JSONObject]) -> bytes:
     """The fleet's shapes as a document of their own (a server that holds none yet)."""
     return json.dumps({"shapes": dict(shapes)}, separators=(",", ":")).encode("utf-8")
@@ -464,10 +493,13 @@ def decode_about(raw: object, where: str) -> About:
     unsupported = [d.text(n, "about.unsupported_checks[]") for n in d.arr(top.get("unsupported_checks", []), "about.unsupported_checks")]
     # A policy from before the pool stage was published ran exactly this engine's (impact compares
     # against such policies); one that publishes another set is refused.
-    pool_stage = tuple(d.text(n, "about.pool_stage[]") for n in d.arr(top.get("pool_stage", list(EARLIER_POOL_STAGE)), "about.pool_stage"))
-    if unsupported or pool_stage not in (POOL_STAGE, EARLIER_POOL_STAGE):
+    pool_stage = tuple(d.text(n, "about.pool_stage[]") for n in d.arr(top.get("pool_stage", list(POOL_STAGE)), "about.pool_stage"))
+    # (A policy from before a pool-stage check was added runs fewer: this engine runs those too;
+    # its verdicts carry no figures of the checks it lacks, e.g. no quota.)
+    beyond = [n for n in pool_stage if n not in POOL_STAGE]
+    if unsupported or beyond:
         raise PolicyError(
-            f"{where}: the policy declares check(s) {', '.join(unsupported or pool_stage)} at a stage this engine cannot run "
+            f"{where}: the policy declares check(s) {', '.join(unsupported or beyond)} at a stage this engine cannot run "
             f"(its pool stage is {', '.join(POOL_STAGE)}); nothing is placed until the check is a shape-stage check"
         )
     # A policy from before it published its texts words its summaries itself (its reference rule).
@@ -540,6 +572,7 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
         preferences=preferences,
         request_rejected=d.opt_reason(d.field(top, "request_rejected", "verdicts"), "verdicts.request_rejected"),
         budget_fallback=d.opt_reason(d.field(top, "budget_fallback", "verdicts"), "verdicts.budget_fallback"),
+        wait=WaitLimits.from_json(d.field(top, "wait", "verdicts"), f"{where} (verdicts.wait)"),
     )
     if not d.boolean(d.field(top, "judged", "verdicts"), "verdicts.judged"):
         # An invalid workload is judged against no pool at all.
@@ -572,8 +605,33 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
     def note(value: object, path: str) -> str | None:
         return None if value is None else notes[index(value, len(notes), path)]
 
+    # Rows that say the same thing are one verdict: each distinct row is read once (the path that
+    # words an error is taken only for a row the quick checks below do not accept).
+    made: dict[_Row, ShapeVerdict] = {}
     shapes: dict[str, ShapeVerdict] = {}
     for key in set(keys) - set(missing):
+        row = rows.get(key)
+        same = _row_key(row, len(notes), len(reasons), len(grants))
+        if same is not None:
+            found = made.get(same)
+            if found is None:
+                tier, n, n_full, n_budget, denied, g, blocks = same
+                grant, shortfall, limits, quota, alternatives = grants[g]
+                found = made[same] = ShapeVerdict(
+                    tier=tier,
+                    note=None if n is None else notes[n],
+                    denials=tuple(reasons[j] for j in denied),
+                    grant=grant,
+                    shortfall=shortfall,
+                    blocks_burst=blocks,
+                    note_full=None if n_full is None else notes[n_full],
+                    limits=limits,
+                    note_budget=None if n_budget is None else notes[n_budget],
+                    quota=quota,
+                    alternatives=alternatives,
+                )
+            shapes[key] = found
+            continue
         path = f"verdicts.shapes[{key}]"
         row = d.obj(rows.get(key), path)
         tier = d.integer(d.field(row, "tier", path), f"{path}.tier")
@@ -595,6 +653,29 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
             alternatives=alternatives,
         )
     return Answer(cast("str | None", revision), workload, shapes, missing)
+
+
+_Row = tuple[int, "int | None", "int | None", "int | None", tuple[int, ...], int, bool]
+
+
+def _row_key(row: object, notes: int, reasons: int, grants: int) -> _Row | None:
+    """A shape row as a hashable value when it is plainly well formed (whole numbers in range,
+    true or false), else None: the caller then reads it field by field and says what is wrong."""
+    if type(row) is not dict:
+        return None
+    try:
+        tier, denials, grant, blocks = row["tier"], row["denials"], row["grant"], row["blocks_burst"]
+        note, full, budget = row["note"], row["note_full"], row["note_budget"]
+    except KeyError:
+        return None
+    if type(tier) is not int or not 0 <= tier <= 3 or type(grant) is not int or not 0 <= grant < grants or type(blocks) is not bool:
+        return None
+    for n in (note, full, budget):
+        if n is not None and (type(n) is not int or not 0 <= n < notes):
+            return None
+    if type(denials) is not list or any(type(j) is not int or not 0 <= j < reasons for j in denials):
+        return None
+    return (tier, note, full, budget, tuple(denials), grant, blocks)
 
 
 # -- the stored form of verdicts (verdict sets) --------------------------------------------------
@@ -679,6 +760,8 @@ def workload_verdict_json(v: WorkloadVerdict) -> JSONObject:
         "preferences": [[t, sel, reason_json(r)] for (t, sel), r in sorted(v.preferences.items())],
         "request_rejected": None if v.request_rejected is None else reason_json(v.request_rejected),
         **({"budget_fallback": reason_json(v.budget_fallback)} if v.budget_fallback is not None else {}),
+        # Kept only where the workload has a limit (verdict sets from before the wait check had none).
+        **({"wait": v.wait.as_json()} if v.wait.any else {}),
     }
 
 
@@ -714,6 +797,7 @@ def workload_verdict_from_json(raw: object, where: str) -> WorkloadVerdict:
         preferences=prefs,
         request_rejected=d.opt_reason(top.get("request_rejected"), "request_rejected"),
         budget_fallback=d.opt_reason(top.get("budget_fallback"), "budget_fallback"),
+        wait=WaitLimits.from_json(top["wait"], f"{where} (wait limits)") if "wait" in top else WaitLimits(),
     )
 
 
@@ -738,14 +822,17 @@ def encode_record(
     at: int | None = None,
     capacities: Sequence[Capacity] = (),
     holdings: Sequence[Holding] = (),
+    starts: Starts | None = None,
 ) -> bytes:
     """The record's bytes (compact, sorted-key JSON): the workload (its policy input), the fleet
     revision and verdict set it was judged on, the state version whose capacity it was decided at
-    (``at``; without it, version 2: the capacity vector itself), the outcome, its devices and its
-    provenance."""
+    (``at``; without it, version 2: the capacity vector itself), the decision's time and the start
+    estimates of the pools asked (``starts``; without them, version 3), the outcome, its devices
+    and its provenance."""
     prov = decision.provenance
+    version = 2 if at is None else RECORD_VERSION if starts is not None else 3
     doc: JSONObject = {
-        "v": RECORD_VERSION if at is not None else 2,
+        "v": version,
         "outcome": decision.outcome,
         "workload": workload,
         "fleet": prov.fleet_revision,
@@ -760,6 +847,8 @@ def encode_record(
             **({"quota_use": prov.quota_use} if prov.quota_use else {}),
         },
     }
+    if starts is not None and at is not None:
+        doc.update(starts_json(starts))
     if isinstance(decision, Placement):
         doc.update(
             pool=decision.pool,
@@ -773,15 +862,48 @@ def encode_record(
     return canonical(doc)
 
 
+def instant_json(moment: datetime) -> str:
+    """An aware instant as stored: RFC 3339 UTC with microseconds and ``Z``."""
+    return moment.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def starts_json(starts: Starts) -> JSONObject:
+    """A decision's time and the start estimates of the pools it asked (their ``as_json`` without
+    the pool's name, by pool), as a record keeps them."""
+    return {
+        "decided_at": instant_json(starts.now),
+        "estimates": {name: {k: v for k, v in e.as_json().items() if k != "pool"} for name, e in sorted(starts.estimates.items())},
+    }
+
+
+def starts_of(document: Mapping[str, object]) -> Starts | None:
+    """The decision's time and estimates a version-4 record keeps (None: an earlier record, decided
+    without them); StateError for an altered one."""
+    if document.get("v") != RECORD_VERSION:
+        return None
+    raw, when = document.get("estimates"), document.get("decided_at")
+    try:
+        if not isinstance(raw, dict) or not isinstance(when, str):
+            raise ValueError("no decision time or estimates")
+        now = datetime.fromisoformat(when.replace("Z", "+00:00"))
+        if now.tzinfo is None:
+            raise ValueError(f"a decision time without its offset: {when!r}")
+        estimates = {str(name): StartEstimate.from_json(cast(Mapping[str, object], e), str(name)) for name, e in raw.items()}
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise StateError(f"malformed start estimates in a stored decision: {exc}") from exc
+    return Starts(now, estimates)
+
+
 def is_compact(document: Mapping[str, object]) -> bool:
-    """A record that refers to its fleet and verdict set (version 2 or 3), not a full document."""
-    return document.get("v") in (2, RECORD_VERSION)
+    """A record that refers to its fleet and verdict set (version 2, 3 or 4), not a full document."""
+    return document.get("v") in COMPACT_VERSIONS
 
 
 def record_at(document: Mapping[str, object]) -> int | None:
-    """The state version a version-3 record was decided at (None: the record keeps its capacity)."""
+    """The state version a version-3 or -4 record was decided at (None: the record keeps its
+    capacity)."""
     at = document.get("at")
-    if document.get("v") == RECORD_VERSION:
+    if document.get("v") in (3, RECORD_VERSION):
         if isinstance(at, int) and not isinstance(at, bool) and at >= 0:
             return at
         raise StateError(f"malformed state version in a stored decision: {str(at)[:40]}")

@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from typing import Final, Protocol, TypeVar, cast
 
 from examlops_policy.errors import NotFoundError, SpecError, StateError
-from examlops_policy.model import Capacity, Decision, Holding, JSONObject, JSONValue, Placement, Pool, Rejection, pool_spec
+from examlops_policy.model import Capacity, Decision, Holding, JSONObject, JSONValue, Placement, Pool, PoolState, Rejection, iso, pool_spec
 from examlops_policy.store.api import (
     BurstRow, DecisionRow, HeldRow, NewDecision, NewQueued, PoolRow, QueueRow, Rows, StaleFleet, StateRows, Transaction,
 )  # fmt: skip
@@ -38,6 +38,7 @@ from examlops_policy._core.quota import NO_USE, QuotaUse
 from examlops_policy._core.engine import Prepared
 from examlops_policy._core.selection import Judged
 from examlops_policy._core.state import Capacities, Snapshot, merge
+from examlops_policy._core.waiting import Starts
 
 T = TypeVar("T")
 
@@ -61,6 +62,9 @@ class Committed:
     record: DecisionRecord | None
     earlier: DecisionRow | None = None
     not_admitted: str | None = None
+    # When the write changed nothing but the chosen pool, on top of the snapshot it was decided
+    # on: the state version after it and the pool's state then (the caller's next snapshot).
+    after: tuple[int, PoolState] | None = None
 
 
 @dataclass(frozen=True)
@@ -149,9 +153,11 @@ def place(
     ident: str | None = None,
     preempted: Sequence[str] = (),
     lease: timedelta | None = None,
+    starts: Starts | None = None,
 ) -> Committed:
-    """Record ``decided`` (made on ``snapshot`` from ``prepared``, and on what the projects held
-    for its quotas) in one write transaction.
+    """Record ``decided`` (made on ``snapshot`` from ``prepared`` with the start estimates
+    ``starts``, gathered before, and on what the projects held for its quotas) in one write
+    transaction.
 
     ``queue``: a workload whose pools are only full (``queueable``) is recorded as ``queued``, with
     its row in the queue, instead of rejected. ``admit``: the placement admits the queued record
@@ -161,7 +167,9 @@ def place(
     first, in the same transaction (audited as ``preempted``), whatever selection then finds.
 
     ``lease``: the placement's lease, counted from this commit (``lease_expires_at``: an end
-    given outright). Raises StaleFleet when pools were added or changed since the snapshot;
+    given outright). Raises StaleFleet when pools were added or changed since the snapshot, or
+    when selection, depending on the estimates, now chooses a pool whose start was not asked
+    (decide again; what expire released is committed first);
     StateError when the store refuses (nothing written).
     """
     ident = ident or uuid.uuid4().hex  # chosen once: a retry after a lost COMMIT can tell whether it landed
@@ -172,8 +180,13 @@ def place(
     # what the state version and the capacity log say.
     base = snapshot.base or snapshot
 
+    # Why a round ends without a record and is asked again (StaleFleet, once what it expired is
+    # committed): the fleet changed, or a winner's start was not asked.
+    retry: list[str] = []
+
     def work(txn: Transaction) -> Committed:
         made.clear()
+        retry.clear()
         expire(txn, capacities, source=source)
         for victim in preempted:
             grant = txn.grant_row(victim)
@@ -187,23 +200,33 @@ def place(
         if fleet != base.fleet_version:
             # Said once this commits: what expire released stays released (and a pool whose
             # removal waited on it stays removed), so the next round sees the fleet as it is.
+            retry.append("pools were added or changed while the policy was asked; asking again")
             return stale_fleet
         snap, decision = snapshot, decided
         # What the projects hold now, when a quota counts it: a decision made on other figures is
         # made again (selection, pure).
         use = read_quota(txn, needs, tables.unassigned, epoch_of(txn.now())) if not needs.empty else NO_USE
         quota_moved = not needs.empty and (prepared.quota_held(use).as_json() or None) != decided.provenance.quota_use
+        again = False
         if version != base.version or snapshot.base is not None:
             snap, changed = merge(base, _rows(txn, version, fleet, base.version))
             indexes = [prepared.judged.fleet.index[n] for n in changed if n in prepared.judged.fleet.index]
             # Decided on a view that saw ended leases: decided again on the state they left (the
             # record names its version, whose logged capacity its input digest must cover).
             if quota_moved or snapshot.base is not None or stale(prepared.judged, decided, snap.capacities, indexes):
-                decision = prepared.decide(snap.capacities, tables, capacities_digest=snap.capacity_digest, quota=use)
+                again = True
             else:
                 snap = snapshot  # decided on the snapshot's capacity, and still what selection gives now
         elif quota_moved:
-            decision = prepared.decide(snap.capacities, tables, capacities_digest=snap.capacity_digest, quota=use)
+            again = True
+        if again:
+            decision = prepared.decide(snap.capacities, tables, capacities_digest=snap.capacity_digest, starts=starts, quota=use)
+            if isinstance(decision, Placement) and starts is not None and starts.of(decision.pool) is None and _by_start(prepared):
+                # Selection depends on the estimates, and nothing waits on a scheduler under the
+                # lock: a winner whose start was not asked is decided again. (Without a wait
+                # limit or earliest the estimate only informs: the record says it was not asked.)
+                retry.append(f"pool {decision.pool!r}, chosen now, was not asked when it would start; asking again")
+                return stale_fleet
         if admit is not None:
             if not isinstance(decision, Placement):
                 return Committed(None, not_admitted="no_room")
@@ -233,19 +256,23 @@ def place(
         until = leases.lease_end(now, lease) if lease is not None else lease_expires_at
         record = _write(
             txn, ident, decision, prepared, snap.version, now=now, source=source, request_id=request_id, lease_expires_at=until,
-            queued_id=admit, project=project, priority=priority,
+            starts=starts, queued_id=admit, project=project, priority=priority,
         )  # fmt: skip
         if queued is not None:
             _enqueue(txn, ident, decision, queued, source=source)
         if admit is not None:
             txn.link_admitted(admit, ident)
             txn.audit("admit", {"queued_id": admit, "decision_id": ident, "pool": getattr(decision, "pool", None)}, source=source)
+        after = None
         if isinstance(decision, Placement):
             state = snap.states[snap.index[decision.pool]]
             mine = [HeldRow(ident, h, decision.grant.share) for h in decision.holdings]
-            _refresh(txn, capacities, state.pool, state.held_outside, txn.bump(), [*held, *mine])
+            bumped = txn.bump()
+            capacity, free = _refresh(txn, capacities, state.pool, state.held_outside, bumped, [*held, *mine])
+            if snap is snapshot and snapshot.base is None and version == snapshot.version:
+                after = (bumped, PoolState(state.pool, free, capacity, state.held_outside, state.removing))
         made.append(record)
-        return Committed(record)
+        return Committed(record, after=after)
 
     def landed(txn: Transaction) -> Committed | None:
         row = txn.by_id(ident)
@@ -256,8 +283,13 @@ def place(
     stale_fleet = Committed(None)
     done = store.transaction(work, landed=landed)
     if done is stale_fleet:
-        raise StaleFleet("pools were added or changed while the policy was asked; asking again")
+        raise StaleFleet(retry[-1])
     return done
+
+
+def _by_start(prepared: Prepared) -> bool:
+    """Whether the workload's selection depends on start estimates (a wait limit, or earliest)."""
+    return prepared.judged.workload.wait.any or prepared.judged.objective == "earliest"
 
 
 def _rows(txn: Transaction, version: int, fleet: int, since: int) -> StateRows:
@@ -268,7 +300,8 @@ def stale(judged: Judged, decided: Decision, capacities: Sequence[Capacity], cha
     """Whether a decision made before the pools at ``changed`` (fleet indexes) changed capacity
     may no longer be what selection gives now: its pool changed, or a pool ranked before it has
     room now (for the balanced objective, any admissible pool of its tier or a better one changed);
-    a rejection, whenever any pool changed."""
+    a rejection, whenever any pool changed. (Start estimates do not change under the lock: they
+    were gathered before it.)"""
     if not changed:
         return False
     if not isinstance(decided, Placement):
@@ -285,7 +318,7 @@ def stale(judged: Judged, decided: Decision, capacities: Sequence[Capacity], cha
         if at is None:
             continue  # denied by its shape or budget: never chosen, whatever its room
         v = judged.verdict(i)
-        if judged.objective == "balanced":
+        if judged.objective in ("balanced", "earliest"):  # ranked per decision, not by cost alone
             if v.tier <= tier:
                 return True
         elif judged.ranked[at][:-1] < at_best and judged.grant_for(i, capacities[i]) is not None:
@@ -304,6 +337,7 @@ def _write(
     source: str,
     request_id: str | None,
     lease_expires_at: str | None,
+    starts: Starts | None = None,
     queued_id: str | None = None,
     project: str | None = None,
     priority: str | None = None,
@@ -313,7 +347,10 @@ def _write(
     txn.put_document("fleets", fleet.revision, lambda: fleet.document)
     txn.put_document("verdict_sets", prepared.verdict_set_key, lambda: prepared.verdict_set_bytes)
     placed = decision if isinstance(decision, Placement) else None
-    document = codec.encode_record(decision, workload=prepared.request.input, verdict_set=prepared.verdict_set_key, at=at, holdings=placed.holdings if placed else ())
+    document = codec.encode_record(
+        decision, workload=prepared.request.input, verdict_set=prepared.verdict_set_key, at=at, holdings=placed.holdings if placed else (), starts=starts
+    )
+    estimate = placed.estimate if placed else None
     record_digest = codec.digest(document)
     prov = decision.provenance
     burst = decision.burst
@@ -340,6 +377,8 @@ def _write(
             carbon_factor=placed.carbon_factor if placed else None, lease_expires_at=lease_expires_at if placed else None,
             larger_partition=placed.grant.larger if placed else None,
             holdings=placed.holdings if placed else (), share=placed.grant.share if placed else 0.0, burst=burst_row,
+            estimated_start=None if estimate is None or estimate.at is None else iso(estimate.at),
+            estimate_source=None if estimate is None else estimate.source,
             queued_id=queued_id, project=project, priority=priority,
         )
     )  # fmt: skip
@@ -401,13 +440,16 @@ def _enqueue(txn: Transaction, ident: str, decision: Decision, queued: QueueInte
     txn.audit("queued", entry, source=source)
 
 
-def _refresh(txn: Transaction, capacities: Capacities, pool: Pool, held_outside: float, version: int, held: Sequence[HeldRow] | None = None) -> None:
+def _refresh(
+    txn: Transaction, capacities: Capacities, pool: Pool, held_outside: float, version: int, held: Sequence[HeldRow] | None = None
+) -> tuple[Capacity, float]:
     """Work out what ``pool`` can still place from what it holds (and what its nodes that take no
     work take out), and store it (and log it)."""
     states = txn.node_states(pool.name)
     busy = occupied(pool, txn.held(pool.name) if held is None else held, states)
     capacity, free = capacities.of(pool, busy, outside_of(pool, busy, states, held_outside))
     txn.set_capacity(pool.name, codec.capacity_text(capacity), free, version)
+    return capacity, free
 
 
 # -- releases and leases -------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Final, Generic, TypeVar, cast
@@ -26,7 +26,8 @@ from examlops_policy._core import codec
 from examlops_policy._core.quota import NO_USE, QuotaUse, relevant
 from examlops_policy._core.request import Request
 from examlops_policy._core.selection import Fleet, FleetEntry, Judged, decide_over, priced
-from examlops_policy._core.verdicts import About, PolicyEvaluator, ShapeVerdict, WorkloadVerdict
+from examlops_policy._core.verdicts import About, PolicyEvaluator, ShapeVerdict, Signature, WorkloadVerdict
+from examlops_policy._core.waiting import Starts
 
 MAX_VERDICTS: Final = 200_000
 MAX_JUDGED: Final = 64
@@ -52,6 +53,27 @@ class _Lru(Generic[K, V]):
         self._items.move_to_end(key)
         while len(self._items) > self._limit:
             self._items.popitem(last=False)
+
+
+class _Shapes(Mapping[str, JSONObject]):
+    """The shapes of the pools a verdict query asks about, by key: each worked out only when the
+    policy lacks it (to be uploaded), not for every query."""
+
+    def __init__(self, signature: Signature) -> None:
+        self.signature = signature
+        self.pools: dict[str, Pool] = {}
+
+    def __getitem__(self, key: str) -> JSONObject:
+        return self.signature.shape_of(self.pools[key])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.pools)
+
+    def __len__(self) -> int:
+        return len(self.pools)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.pools
 
 
 class RevisionMismatch(PolicyError):
@@ -109,11 +131,18 @@ class Prepared:
         return found
 
     def decide(
-        self, capacities: Sequence[Capacity], tables: Tables, *, capacities_digest: str | None = None, quota: QuotaUse = NO_USE
+        self,
+        capacities: Sequence[Capacity],
+        tables: Tables,
+        *,
+        capacities_digest: str | None = None,
+        starts: Starts | None = None,
+        quota: QuotaUse = NO_USE,
     ) -> Decision:
         """Selection over ``capacities`` (aligned with the fleet) and what the projects hold
         (``quota``, for the pools' quotas): pure, no OPA. ``capacities_digest``: their
-        ``codec.capacity_digest``, when the caller has it already."""
+        ``codec.capacity_digest``, when the caller has it already; ``starts``: the candidates'
+        start estimates and the decision's time (gathered by the caller, before any lock)."""
         fleet_rev = self.judged.fleet.revision
         held = self.quota_held(quota)
         counted = held.as_json() or None
@@ -125,7 +154,7 @@ class Prepared:
             fleet_revision=fleet_rev,
             quota_use=counted,
         )
-        return decide_over(self.judged, self.workload, capacities, tables, provenance, held)
+        return decide_over(self.judged, self.workload, capacities, tables, provenance, starts, held)
 
     def quota_held(self, quota: QuotaUse) -> QuotaUse:
         """Of what the projects hold, what this judgement's quotas count (what its record keeps)."""
@@ -215,13 +244,13 @@ class Engine:
 
     def _judge(self, revision: str, about: About, wsig: JSONObject, wkey: str, fleet: Fleet) -> tuple[Judged, bool]:
         shapes: dict[str, ShapeVerdict] = {}
-        wanted: dict[str, JSONObject] = {}
+        wanted = _Shapes(about.signature)
         for entry in fleet.entries:
             if entry.key in shapes or entry.key in wanted:
                 continue
             known = self._verdicts.get((revision, wkey, entry.key))
             if known is None:
-                wanted[entry.key] = about.signature.shape_of(entry.pool)
+                wanted.pools[entry.key] = entry.pool
             else:
                 shapes[entry.key] = known
         cached = self._workload_verdicts.get((revision, wkey))
@@ -258,11 +287,16 @@ class Engine:
 
 
 def reference_input(
-    workload: Request | Workload, fleet: Fleet, capacities: Sequence[Capacity], about: About, quota_use: JSONObject | None = None
+    workload: Request | Workload,
+    fleet: Fleet,
+    capacities: Sequence[Capacity],
+    about: About,
+    starts: Starts | None = None,
+    quota_use: JSONObject | None = None,
 ) -> JSONObject:
     """The input of the policy's complete reference rule (``decision``): the workload, every shape
-    inline, every pool with its shape key, price and capacity, and what the projects hold
-    (``quota_use``, when anything)."""
+    inline, every pool with its shape key, price, capacity and start estimate (where ``starts``
+    has one), the decision's time, and what the projects hold (``quota_use``, when anything)."""
     shapes: dict[str, JSONValue] = {}
     pools: list[JSONValue] = []
     for entry, capacity in zip(fleet.entries, capacities):
@@ -274,10 +308,13 @@ def reference_input(
                 "cost_per_hour": entry.price,
                 "carbon_per_hour": entry.carbon,
                 "capacity": {"whole": capacity.whole, "slices": dict(capacity.slices)},
+                **({"estimate": starts.policy_input(entry.pool.name)} if starts is not None and starts.of(entry.pool.name) else {}),
             }
         )
     request = workload if isinstance(workload, Request) else Request(workload)
     out: JSONObject = {"workload": request.input, "shapes": shapes, "pools": pools}
+    if starts is not None:
+        out["now"] = starts.now_s
     if quota_use:
         out["quota_use"] = quota_use
     return out

@@ -50,6 +50,16 @@ _GAVE_UP: Final[dict[Fault, str]] = {
     "disconnected": "the state database could not be reached",
 }
 _KEY_COLUMN: Final[dict[str, str]] = {"fleets": "revision", "verdict_sets": "key"}
+# The placements whose lease ended by a time and that are not released yet.
+_ENDED: Final = (
+    "FROM decisions d JOIN allocations a ON a.decision_id = d.id "
+    "WHERE d.lease_expires_at IS NOT NULL AND d.lease_expires_at < ? AND d.released_at IS NULL "
+    "AND d.job_id IS NULL AND a.released_at IS NULL"
+)
+# A row (the fleet version) only when the state is still at a version (and, with a time, no lease
+# has ended by then): one statement for the common read.
+_UNCHANGED: Final = "SELECT fleet_version FROM state WHERE id = 1 AND version = ?"
+_UNCHANGED_NOW: Final = _UNCHANGED + f" AND NOT EXISTS (SELECT 1 {_ENDED})"
 
 
 class Cursor(Protocol):
@@ -69,6 +79,12 @@ def utc_now() -> str:
 
 def epoch(ts: str) -> float:
     return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+# A placement's actual start, as reconcile records it from its scheduler (the job's start time).
+# The one place the estimate-error figures read it from: reconcile's column
+# (decisions.job_started_at, migration 0009).
+ACTUAL_START: Final = "job_started_at"
 
 
 def migrations(dialect: str) -> list[tuple[int, str]]:
@@ -286,7 +302,12 @@ class SQLStore(QueueReads, ABC):
 
     def rows(self, since: int = -1, *, now: str | None = None) -> StateRows:
         """The state and fleet versions and the pools changed after ``since``, in one read; with
-        ``now``, the leases ended by then and what the live grants of their pools hold."""
+        ``now``, the leases ended by then and what the live grants of their pools hold. One
+        statement when nothing changed since ``since`` (and no lease has ended by ``now``)."""
+        if since >= 0:
+            unchanged = self._run(lambda: self._execute(_UNCHANGED if now is None else _UNCHANGED_NOW, (since,) if now is None else (since, now)).fetchone())
+            if unchanged is not None:
+                return StateRows(since, int(unchanged[0]), ())
 
         def work() -> StateRows:
             version, fleet = (int(v) for v in self._execute("SELECT version, fleet_version FROM state WHERE id = 1").fetchone())
@@ -296,9 +317,7 @@ class SQLStore(QueueReads, ABC):
                 ended = tuple(
                     (str(r[0]), str(r[1]))
                     for r in self._execute(
-                        "SELECT d.id, a.pool FROM decisions d JOIN allocations a ON a.decision_id = d.id "
-                        "WHERE d.lease_expires_at IS NOT NULL AND d.lease_expires_at < ? AND d.released_at IS NULL "
-                        "AND d.job_id IS NULL AND a.released_at IS NULL ORDER BY a.pool, d.id",
+                        f"SELECT d.id, a.pool {_ENDED} ORDER BY a.pool, d.id",
                         (now,),
                     ).fetchall()
                 )
@@ -407,7 +426,7 @@ class SQLStore(QueueReads, ABC):
         sql = (
             "SELECT id, created_at, workload, outcome, pool, accelerator, model, region, fallback, fraction_honored, devices, "
             "cost_per_hour, carbon_factor, note, released_at, job_id, residency, policy_revision, verdicts, lease_expires_at, "
-            "scheduler, job_state, queued_id, larger_partition "
+            f"scheduler, job_state, queued_id, larger_partition, estimated_start, estimate_source, submitted_at, {ACTUAL_START} "
             f"FROM decisions WHERE {' AND '.join(where)} ORDER BY created_at DESC, id LIMIT ?"
         )
         rows = self._run(lambda: self._execute(sql, (*params, limit)).fetchall())
@@ -417,7 +436,8 @@ class SQLStore(QueueReads, ABC):
                 fallback=None if r[8] is None else bool(r[8]), fraction_honored=None if r[9] is None else bool(r[9]),
                 devices=r[10], cost_per_hour=r[11], carbon_factor=r[12], note=r[13], released_at=r[14], job_id=r[15],
                 residency=r[16], policy_revision=r[17], verdicts=r[18], lease_expires_at=r[19], scheduler=r[20], job_state=r[21],
-                queued_id=r[22], larger_partition=bool(r[23]),
+                queued_id=r[22], larger_partition=bool(r[23]), estimated_start=r[24], estimate_source=r[25], submitted_at=r[26],
+                actual_start=r[27],
             )  # fmt: skip
             for r in rows
         ]
@@ -470,8 +490,8 @@ class SQLStore(QueueReads, ABC):
         span, span_params = self._span(hours, now)
         sql = (
             "SELECT workload, created_at, outcome, accelerator, region, devices * h, cost_per_hour * devices * h, "
-            f"carbon_factor * devices * h, fallback, fraction, fraction_honored, pool, fleet_revision FROM (SELECT *, {span} AS h FROM decisions "
-            f"WHERE 1 = 1{where}) d ORDER BY created_at"
+            "carbon_factor * devices * h, fallback, fraction, fraction_honored, pool, fleet_revision, estimate_source, estimated_start, "
+            f"actual_start FROM (SELECT *, {span} AS h, {ACTUAL_START} AS actual_start FROM decisions WHERE 1 = 1{where}) d ORDER BY created_at"
         )
 
         def work() -> tuple[list[JSONObject], list[JSONObject]]:
@@ -481,7 +501,7 @@ class SQLStore(QueueReads, ABC):
                 if r[2] == "placed":
                     row.update(device=r[3], region=r[4], device_hours=float(r[5] or 0), cost=float(r[6] or 0), carbon_g=float(r[7] or 0),
                                fallback=bool(r[8]), fraction=float(r[9]) if r[9] is not None else 1.0, fraction_honored=bool(r[10]),
-                               pool=r[11], fleet=r[12])  # fmt: skip
+                               pool=r[11], fleet=r[12], estimate_source=r[13], estimated_start=r[14], actual_start=r[15])  # fmt: skip
                 decisions.append(row)
             burst_where = where.replace("created_at", "b.created_at")
             bursts = [
@@ -491,6 +511,17 @@ class SQLStore(QueueReads, ABC):
             return decisions, bursts
 
         return self._run(work, consistent=True)
+
+    def estimate_starts(self, *, since: str | None = None, until: str | None = None) -> list[tuple[str, str, str, str]]:
+        """(estimate source, pool, estimated start, actual start) of the placements made over a
+        period that have both times, oldest first: what estimate errors are worked out from."""
+        where, params = _period(since, until)
+        sql = (
+            f"SELECT estimate_source, pool, estimated_start, actual_start FROM (SELECT *, {ACTUAL_START} AS actual_start FROM decisions "
+            f"WHERE outcome = 'placed' AND estimated_start IS NOT NULL{where}) d WHERE actual_start IS NOT NULL ORDER BY created_at, id"
+        )
+        rows = self._run(lambda: self._execute(sql, params).fetchall())
+        return [(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
 
     def burst_events(self, limit: int = 50) -> list[BurstEvent]:
         rows = self._run(
@@ -513,7 +544,8 @@ class SQLStore(QueueReads, ABC):
         """(id, document, record_digest, columns) of every decision, for ``audit verify``."""
         rows = self._run(
             lambda: self._execute(
-                "SELECT id, document, record_digest, outcome, pool, cost_per_hour, carbon_factor FROM decisions ORDER BY id"
+                "SELECT id, document, record_digest, outcome, pool, cost_per_hour, carbon_factor, estimated_start, estimate_source "
+                "FROM decisions ORDER BY id"
             ).fetchall(),
             consistent=True,
         )
@@ -634,15 +666,15 @@ class _SQLTransaction(QueueWrites):
             "INSERT INTO decisions (id, created_at, workload, outcome, pool, accelerator, model, target, region, fallback, "
             "fraction_honored, devices, cost_per_hour, carbon_factor, note, input_digest, policy_revision, opa_version, document, "
             "record_digest, fleet_revision, verdict_set, request_id, lease_expires_at, created_ts, residency, verdicts, fraction, "
-            "lease_expires_ts, larger_partition, queued_id, project, priority) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "lease_expires_ts, larger_partition, estimated_start, estimate_source, queued_id, project, priority) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 row.id, row.created_at, row.workload, row.outcome, row.pool, row.accelerator, row.model, row.target, row.region,
                 flag(row.fallback), flag(row.fraction_honored), row.devices, row.cost_per_hour, row.carbon_factor, row.note,
                 row.input_digest, row.policy_revision, row.opa_version, row.document, row.record_digest, row.fleet_revision,
                 row.verdict_set, row.request_id, row.lease_expires_at, epoch(row.created_at), row.residency, row.verdicts, row.fraction,
                 None if row.lease_expires_at is None else epoch(row.lease_expires_at), flag(row.larger_partition),
-                row.queued_id, row.project, row.priority,
+                row.estimated_start, row.estimate_source, row.queued_id, row.project, row.priority,
             ),
         )  # fmt: skip
         if row.pool is not None and row.devices is not None:
@@ -685,9 +717,9 @@ class _SQLTransaction(QueueWrites):
         # One job per placement: checked and set in one statement, so two concurrent submits cannot
         # both record theirs.
         updated = self._execute(
-            "UPDATE decisions SET job_id = ?, scheduler = ?, job_uid = ?, job_state = NULL "
+            "UPDATE decisions SET job_id = ?, scheduler = ?, job_uid = ?, job_state = NULL, submitted_at = ? "
             "WHERE id = ? AND job_id IS NULL AND outcome = 'placed' AND released_at IS NULL",
-            (job_id, scheduler, uid, ident),
+            (job_id, scheduler, uid, self.now(), ident),
         )
         if updated.rowcount == 0:
             raise SpecError(f"decision {ident[:12]} is not a live placement without a job; nothing was recorded")

@@ -140,6 +140,9 @@ class NewDecision:
     holdings: tuple[Holding, ...] = ()
     share: float = 0.0
     burst: BurstRow | None = None
+    # When the chosen pool was expected to start it (RFC 3339 UTC; None: no estimate) and who said so.
+    estimated_start: str | None = None
+    estimate_source: str | None = None
     queued_id: str | None = None
     project: str | None = None
     priority: str | None = None

@@ -1,6 +1,7 @@
 package examlops.hardware.checks.quota_test
 
 import data.examlops.hardware.checks.quota
+import data.examlops.hardware.composer
 import data.examlops.hardware.placement
 import data.examlops.tables.accelerators
 import data.examlops.tables.budgets
@@ -270,6 +271,11 @@ test_the_composer_runs_quota_at_the_pool_stage if {
 	"quota" in {c.name | some c in placement.about.checks}
 	"quota" in placement.about.pool_stage
 	placement.about.unsupported_checks == []
+}
+
+# Without "quota" in the pool-stage set, the same check would stop every placement (fail closed).
+test_unrun_it_would_stop_every_placement if {
+	composer.unsupported_checks == ["quota"] with composer.pool_stage_checks as {"budget", "capacity", "wait"}
 }
 
 # --- the reviewed table ---------------------------------------------------------------------------
