@@ -96,11 +96,12 @@ class Case:
     pools: tuple[PricedPool, ...]
     capacities: tuple[Capacity, ...]
     starts: Starts | None = None  # a recorded decision's time and start estimates (None: none)
+    quota_use: JSONObject | None = None  # what the projects held for its quotas, as recorded (None: nothing)
 
     def policy_input(self, about: About) -> JSONObject:
         """The reference rule's input for a policy whose signature ``about`` gives."""
         entries = tuple(FleetEntry(p.pool, content_key(about.signature.shape_of(p.pool)), p.price, p.carbon) for p in self.pools)
-        return reference_input(self.workload, Fleet("impact", entries), self.capacities, about, self.starts)
+        return reference_input(self.workload, Fleet("impact", entries), self.capacities, about, self.starts, quota_use=self.quota_use)
 
 
 def recorded_cases(hw: Recorded, *, last: int | None = None, since: str | None = None) -> tuple[list[Case], list[str]]:
@@ -132,7 +133,10 @@ def recorded_cases(hw: Recorded, *, last: int | None = None, since: str | None =
             continue
         judged = judged_from(inputs.fleet, inputs.verdicts, fleet_rev)
         pools = tuple(PricedPool(e.pool, e.price, e.carbon) for e in judged.fleet.entries)
-        cases.append(Case(f"{label} ({record.decision.workload.name})", "recorded", record.decision.workload, pools, inputs.capacities, inputs.starts))
+        cases.append(Case(
+            f"{label} ({record.decision.workload.name})", "recorded", record.decision.workload, pools, inputs.capacities, inputs.starts,
+            record.decision.provenance.quota_use,
+        ))  # fmt: skip
     return cases, skipped
 
 

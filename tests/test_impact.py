@@ -128,6 +128,19 @@ def test_recorded_decisions_with_waiting_limits_are_compared_with_their_own_esti
     assert {r.label.split("(")[1].rstrip(")"): r.base.pool for r in result.results} == {"hurried": "cloud-frankfurt", "rushed": None}
 
 
+def test_recorded_decisions_are_compared_with_what_the_projects_held_for_their_quotas(hardware: Hardware) -> None:
+    """A decision that waited for its project's quota is asked again with what the projects held
+    then (else the quota would have room, and every such decision would look changed)."""
+    hardware.apply([Pool("big", "hpc", "nvidia", 40, "eu", cost_per_hour=0.5, carbon_factor=10)])
+    hardware.place(Workload("first", "nvidia", count=10, project="inference-eu"))  # inference-eu: 16 nvidia devices
+    waiting = hardware.place(Workload("second", "nvidia", count=10, project="inference-eu"), queue=True)
+    assert waiting.decision.outcome == "queued"
+    cases, _ = impact.recorded_cases(hardware, last=1)
+    assert cases[0].quota_use == {"devices": {"inference-eu": {"nvidia": 10.0}}}
+    result = impact.run_impact(str(POLICIES), cases, policy_root=POLICIES)
+    assert result.changed == () and result.results[0].base.pool is None
+
+
 def test_frankfurt_outside_the_eu_changes_exactly_the_recorded_decisions_that_used_it(recorded: Hardware, tmp_path: Path) -> None:
     head = frankfurt_in_ch(tmp_path / "policies")
     cases, _ = impact.recorded_cases(recorded)
