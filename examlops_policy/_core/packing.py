@@ -131,12 +131,16 @@ class _Device:
         return not self.whole and not self.memory and not self.partitions
 
 
-def _devices(layout: PoolLayout, holdings: Iterable[Holding]) -> list[_Device]:
-    devices = [_Device(i) for i in range(layout.devices)]
+def _devices(layout: PoolLayout, holdings: Iterable[Holding]) -> dict[int, _Device]:
+    """The devices that hold something, by index (never one object per device: a pool of a
+    million devices costs what its holdings cost). Every other device of the pool is empty."""
+    devices: dict[int, _Device] = {}
     for h in holdings:
         if not 0 <= h.device < layout.devices:
             continue  # a device beyond the pool's count (it shrank): nothing to place there
-        d = devices[h.device]
+        d = devices.get(h.device)
+        if d is None:
+            d = devices[h.device] = _Device(h.device)
         if h.profile is None or layout.kind == "fixed":
             d.whole = True
         elif layout.kind == "mig":
@@ -154,6 +158,18 @@ def _devices(layout: PoolLayout, holdings: Iterable[Holding]) -> list[_Device]:
             d.mode = share.units
             d.partitions.add(h.start)
     return devices
+
+
+def _empty_indices(layout: PoolLayout, taken: Mapping[int, object] | set[int], count: int) -> list[int]:
+    """The ``count`` lowest device indices that hold nothing (fewer when there are not so many):
+    O(count + devices taken), whatever the pool's size."""
+    out: list[int] = []
+    i = 0
+    while len(out) < count and i < layout.devices:
+        if i not in taken:
+            out.append(i)
+        i += 1
+    return out
 
 
 def _mig_free_starts(layout: PoolLayout, d: _Device, share: Share) -> list[int]:
@@ -181,18 +197,20 @@ def _outside(held_outside: float) -> int:
 
 def summarize(layout: PoolLayout, holdings: Sequence[Holding], held_outside: float = 0.0) -> Capacity:
     """What is still placeable: empty devices (``whole``) and, per profile, how many could still be
-    placed (each profile counted on its own, the pool as it is now)."""
+    placed (each profile counted on its own, the pool as it is now). Costs what the holdings cost,
+    not what the pool's device count is."""
     outside = _outside(held_outside)
     if layout.kind == "fixed":
         taken = {h.device for h in holdings if 0 <= h.device < layout.devices}
         return Capacity(0, {str(layout.fixed_profile): max(0, layout.devices - len(taken) - outside)})
     devices = _devices(layout, holdings)
-    empty = sum(1 for d in devices if d.empty)
+    held = [d for d in devices.values() if not d.empty]
+    empty = layout.devices - len(held)
     usable_empty = max(0, empty - outside)
     slices: dict[str, int] = {}
     for profile, share in layout.shares.items():
         per_empty = _fits(layout, _Device(-1), share)
-        partial = sum(_fits(layout, d, share) for d in devices if not d.empty)
+        partial = sum(_fits(layout, d, share) for d in held)
         slices[profile] = partial + usable_empty * per_empty
     return Capacity(usable_empty, slices)
 
@@ -201,29 +219,30 @@ def choose(
     layout: PoolLayout, holdings: Sequence[Holding], profile: str | None, units: int, held_outside: float = 0.0
 ) -> tuple[Holding, ...] | None:
     """Where a grant of ``units`` of ``profile`` (None: whole devices) goes, or None if it does not
-    fit. Deterministic for the same holdings."""
+    fit. Deterministic for the same holdings; costs what the holdings and the grant cost."""
     outside = _outside(held_outside)
     if layout.kind == "fixed":
         taken = {h.device for h in holdings}
-        free = [i for i in range(layout.devices) if i not in taken]
-        if profile != layout.fixed_profile or len(free) - outside < units:
+        free = layout.devices - len({i for i in taken if 0 <= i < layout.devices})
+        if profile != layout.fixed_profile or free - outside < units:
             return None
-        return tuple(Holding(i, profile) for i in free[:units])
+        return tuple(Holding(i, profile) for i in _empty_indices(layout, taken, units))
     devices = _devices(layout, holdings)
-    empty = [d for d in devices if d.empty]
+    held = {i: d for i, d in devices.items() if not d.empty}
+    empty = layout.devices - len(held)
     if profile is None:
-        if len(empty) - outside < units:
+        if empty - outside < units:
             return None
-        return tuple(Holding(d.index) for d in empty[:units])
+        return tuple(Holding(i) for i in _empty_indices(layout, held, units))
     share = layout.shares.get(profile)
     if share is None or units != 1:
         return None
-    usable_empty = len(empty) - outside
-    candidates = [d for d in devices if not d.empty] + (empty[:1] if usable_empty > 0 else [])
+    usable_empty = empty - outside
+    candidates = sorted(held.values(), key=lambda d: d.index) + [_Device(i) for i in _empty_indices(layout, held, 1 if usable_empty > 0 else 0)]
     best: tuple[tuple[object, ...], Holding] | None = None
     for d in candidates:
         for start in _starts(layout, d, share):
-            key = _loss(layout, devices, d, share, start)
+            key = _loss(layout, d, share, start)
             if best is None or key < best[0]:
                 best = (key, Holding(d.index, profile, start, share.units))
     return None if best is None else (best[1],)
@@ -237,7 +256,7 @@ def _starts(layout: PoolLayout, d: _Device, share: Share) -> list[int]:
     return [min(set(range(share.partitions)) - d.partitions)]
 
 
-def _loss(layout: PoolLayout, devices: list[_Device], d: _Device, share: Share, start: int) -> tuple[object, ...]:
+def _loss(layout: PoolLayout, d: _Device, share: Share, start: int) -> tuple[object, ...]:
     """The rank of putting ``share`` at ``start`` on ``d``: what the pool loses of each profile,
     largest first (an empty device used up counts first), then the room left on the device, then
     device and start."""
