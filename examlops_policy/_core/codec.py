@@ -30,6 +30,7 @@ from examlops_policy.model import (
     Grant,
     Holding,
     JSONObject,
+    NodeRoom,
     JSONValue,
     Placement,
     Pool,
@@ -40,7 +41,7 @@ from examlops_policy.model import (
     Workload,
     pool_spec,
 )
-from examlops_policy._core.verdicts import About, Answer, Confirmation, Limits, ShapeVerdict, Signature, WorkloadVerdict
+from examlops_policy._core.verdicts import SHAPE_FIELDS, About, Answer, Confirmation, Limits, ShapeVerdict, Signature, WorkloadVerdict
 
 KEY_HEX: Final = 32  # 128 bits of SHA-256: content keys, not security
 # The pool-stage checks this engine runs (selection compares each pool's capacity and price with
@@ -95,7 +96,23 @@ def workload_input(workload: Workload) -> JSONObject:
         "project": workload.project,
         "spot": workload.spot,
         "allow_budget_fallback": workload.allow_budget_fallback,
+        **node_asks(workload),
     }
+
+
+# What a workload asks of nodes, in its policy input only when it asks it (a workload that asks
+# nothing of nodes has the input, and the input digest, it had before nodes existed).
+NODE_ASKS: Final = ("cpu", "memory", "nodes", "topology", "topology_mode", "models", "isolation")
+_NODE_DEFAULTS: Final[dict[str, object]] = {"cpu": None, "memory": None, "nodes": 1, "topology": None, "topology_mode": None, "models": (), "isolation": "any"}
+
+
+def node_asks(workload: Workload) -> JSONObject:
+    out: JSONObject = {}
+    for name in NODE_ASKS:
+        value = getattr(workload, name)
+        if value != _NODE_DEFAULTS[name]:
+            out[name] = list(value) if isinstance(value, tuple) else value
+    return out
 
 
 def workload_from_json(raw: Mapping[str, object]) -> Workload:
@@ -103,10 +120,12 @@ def workload_from_json(raw: Mapping[str, object]) -> Workload:
     target = values.get("target")
     values["target"] = None if target == "any" else target
     values["capabilities"] = tuple(cast(list[str], values.get("capabilities", [])))
+    if "models" in values:
+        values["models"] = tuple(cast(list[str], values["models"]))
     return Workload(**values)  # type: ignore[arg-type]
 
 
-_WORKLOAD_FIELDS: Final = frozenset(workload_input(Workload("x", "cpu")))
+_WORKLOAD_FIELDS: Final = frozenset(workload_input(Workload("x", "cpu"))) | frozenset(NODE_ASKS)
 
 
 # -- pools, capacity, holdings -------------------------------------------------------------------
@@ -130,10 +149,36 @@ def pool_from_doc(doc: Mapping[str, object]) -> Pool:
 
 
 def capacity_json(capacity: Capacity) -> JSONValue:
-    """``whole`` alone, or ``[whole, {profile: n}]``: the compact form stored."""
+    """``whole`` alone, or ``[whole, {profile: n}]``: the compact form stored; a node-tracked
+    pool's ``[whole, {profile: n}, [node row, ...]]`` (``node_room_json``)."""
+    if capacity.nodes is not None:
+        return [capacity.whole, dict(sorted(capacity.slices.items())), [node_room_json(r) for r in capacity.nodes]]
     if not capacity.slices:
         return capacity.whole
     return [capacity.whole, dict(sorted(capacity.slices.items()))]
+
+
+def node_room_json(room: NodeRoom) -> JSONValue:
+    """``[whole, cpu, memory, shares, {profile: n}, block, switch, count]``."""
+    return [room.whole, room.cpu, room.memory, room.shares, dict(room.slices), room.block, room.switch, room.count]
+
+
+def _opt_int(raw: object) -> int | None:
+    if raw is None:
+        return None
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    raise ValueError(raw)
+
+
+def node_room_from_json(raw: object) -> NodeRoom:
+    if not isinstance(raw, list) or len(raw) != 8 or not isinstance(raw[4], dict):
+        raise ValueError(raw)
+    whole, shares, count = (_opt_int(raw[i]) for i in (0, 3, 7))
+    if whole is None or shares is None or count is None:
+        raise ValueError(raw)
+    slices = tuple(sorted((str(k), int(v)) for k, v in raw[4].items()))
+    return NodeRoom(whole, _opt_int(raw[1]), _opt_int(raw[2]), shares, slices, _opt_int(raw[5]), _opt_int(raw[6]), count)
 
 
 def capacity_text(capacity: Capacity) -> str:
@@ -145,6 +190,12 @@ def capacity_from_json(raw: object) -> Capacity:
         return Capacity(raw)
     if isinstance(raw, list) and len(raw) == 2 and isinstance(raw[0], int) and isinstance(raw[1], dict):
         return Capacity(raw[0], {str(k): int(v) for k, v in raw[1].items()})
+    if isinstance(raw, list) and len(raw) == 3 and isinstance(raw[0], int) and isinstance(raw[1], dict) and isinstance(raw[2], list):
+        try:
+            rooms = tuple(node_room_from_json(r) for r in raw[2])
+        except (ValueError, TypeError):
+            raise StateError(f"malformed capacity in the state: {str(raw)[:80]}") from None
+        return Capacity(raw[0], {str(k): int(v) for k, v in raw[1].items()}, rooms)
     raise StateError(f"malformed capacity in the state: {str(raw)[:80]}")
 
 
@@ -178,10 +229,10 @@ def capacity_vector(capacities: Sequence[Capacity]) -> JSONValue:
     """What every pool could still place, in fleet order, as records of version 2 stored it: the
     distinct values once and an index per pool."""
     values: list[JSONValue] = []
-    seen: dict[tuple[int, tuple[tuple[str, int], ...]], int] = {}
+    seen: dict[tuple[int, tuple[tuple[str, int], ...], tuple[NodeRoom, ...] | None], int] = {}
     at: list[JSONValue] = []
     for capacity in capacities:
-        key = (capacity.whole, tuple(sorted(capacity.slices.items())))
+        key = (capacity.whole, tuple(sorted(capacity.slices.items())), capacity.nodes)
         index = seen.get(key)
         if index is None:
             index = seen[key] = len(values)
@@ -391,6 +442,12 @@ class _Decoder:
             profile=self.opt_text(get("profile"), f"{path}.profile"),
             why=self.opt_text(get("why"), f"{path}.why"),
             note=self.opt_text(get("note"), f"{path}.note"),
+            # What a grant asks of nodes (absent from grants judged before nodes existed).
+            nodes=self.integer(raw.get("nodes", 1), f"{path}.nodes"),
+            cpu_milli=self.integer(raw.get("cpu_milli", 0), f"{path}.cpu_milli"),
+            memory_mib=self.integer(raw.get("memory_mib", 0), f"{path}.memory_mib"),
+            shares=None if raw.get("shares") is None else self.integer(raw.get("shares"), f"{path}.shares"),
+            topology=self.opt_text(raw.get("topology"), f"{path}.topology"),
         )
 
 
@@ -432,7 +489,7 @@ def decode_about(raw: object, where: str) -> About:
     raw_texts = d.obj(top.get("texts", {}), "about.texts")
     texts = {name: d.text(d.field(raw_texts, name, "about.texts"), f"about.texts.{name}") for name in TEXTS} if raw_texts else {}
     for name in signature.shape:
-        if name not in Pool.__dataclass_fields__:
+        if name not in SHAPE_FIELDS:
             raise PolicyError(f"{where}: the policy reads a pool field this library does not know: {name!r}")
     for name in signature.workload:
         if name not in _WORKLOAD_FIELDS:
@@ -559,10 +616,22 @@ def reason_json(r: Reason) -> JSONObject:
 
 
 def grant_json(g: Grant) -> JSONObject:
-    return {
+    """A grant as stored: what it asks of nodes only when it asks it."""
+    out: JSONObject = {
         "requested": g.requested, "honored": g.honored, "share": g.share, "units": g.units, "devices": g.devices,
         "scheme": g.scheme, "geometry": g.geometry, "profile": g.profile, "why": g.why, "note": g.note,
     }  # fmt: skip
+    if g.nodes != 1:
+        out["nodes"] = g.nodes
+    if g.cpu_milli:
+        out["cpu_milli"] = g.cpu_milli
+    if g.memory_mib:
+        out["memory_mib"] = g.memory_mib
+    if g.shares is not None:
+        out["shares"] = g.shares
+    if g.topology is not None:
+        out["topology"] = g.topology
+    return out
 
 
 def _opt_reason_json(r: Reason | None) -> JSONValue:

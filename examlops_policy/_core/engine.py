@@ -258,11 +258,26 @@ def reference_input(workload: Request | Workload, fleet: Fleet, capacities: Sequ
                 "shape": entry.key,
                 "cost_per_hour": entry.price,
                 "carbon_per_hour": entry.carbon,
-                "capacity": {"whole": capacity.whole, "slices": dict(capacity.slices)},
+                "capacity": capacity_input(capacity),
             }
         )
     request = workload if isinstance(workload, Request) else Request(workload)
     return {"workload": request.input, "shapes": shapes, "pools": pools}
+
+
+def capacity_input(capacity: Capacity) -> JSONObject:
+    """A pool's capacity as the policy's capacity check reads it (rows of a node-tracked pool as
+    objects)."""
+    out: JSONObject = {"whole": capacity.whole, "slices": dict(capacity.slices)}
+    if capacity.nodes is not None:
+        out["nodes"] = [
+            {
+                "whole": r.whole, "cpu": r.cpu, "memory": r.memory, "shares": r.shares, "slices": dict(r.slices),
+                "block": r.block, "switch": r.switch, "count": r.count,
+            }  # fmt: skip
+            for r in capacity.nodes
+        ]
+    return out
 
 
 def differences(decision: Decision, reference: Mapping[str, object]) -> list[str]:
