@@ -360,6 +360,11 @@ class NodeCapacity:
         d = self._devices[node].free
         return list(zip(d.starts, d.ends))
 
+    def is_free(self, node: int, device: int) -> bool:
+        """Whether device ``device`` of the node at position ``node`` holds nothing."""
+        d = self._devices[node]
+        return 0 <= device < d.count and d.free.contains(device)
+
     def lowest_free_device(self, node: int) -> int | None:
         d = self._devices[node]
         return d.free.lowest() if d.free.starts else None
@@ -509,6 +514,59 @@ class NodeCapacity:
         if grant.affinity is not None:
             self._count_affinity(i, grant.affinity, -1)
         self._changed(i)
+
+    def hold(
+        self,
+        node: int,
+        *,
+        whole: Iterable[int] = (),
+        shares: Mapping[int, int] | None = None,
+        cpu_milli: int = 0,
+        memory_mib: int = 0,
+        lowest: int = 0,
+    ) -> list[int]:
+        """Mark what is already held on the node at position ``node``, as recorded (this layer's
+        live grants, or work a scheduler reports that this layer did not place): devices held whole,
+        shares used by device, CPU and memory; then ``lowest`` more whole devices, the lowest free
+        ones (busy devices a scheduler counts without naming them). What a record says cannot be
+        refused, so nothing here raises: an index beyond the node or held already is skipped, CPU
+        and memory stop at none free. Choosing only ever takes what is free after this. Returns the
+        devices ``lowest`` took."""
+        d = self._devices[node]
+        taken = 0
+        for dev in whole:
+            if 0 <= dev < d.count and d.free.contains(dev):
+                d.free.remove(dev)
+                self.whole_free[node] -= 1
+                taken += self.unit
+        for dev, used in sorted((shares or {}).items()):
+            if used <= 0:
+                continue
+            if dev in d.shared:
+                left = max(0, d.shared[dev] - used)
+                taken += d.shared[dev] - left
+                d._set_shared(dev, left)
+            elif 0 <= dev < d.count and d.free.contains(dev):
+                d.free.remove(dev)
+                self.whole_free[node] -= 1
+                left = max(0, self.unit - used)
+                taken += self.unit - left
+                d._set_shared(dev, left)
+        lowest_taken: list[int] = []
+        for _ in range(min(lowest, int(self.whole_free[node]))):
+            dev = d.free.lowest()
+            d.free.remove(dev)
+            lowest_taken.append(dev)
+            self.whole_free[node] -= 1
+            taken += self.unit
+        self.free_milli[node] -= taken
+        self.allocated_milli += taken
+        if self.cpu_tracked[node]:
+            self.cpu_free[node] = max(0, int(self.cpu_free[node]) - cpu_milli)
+        if self.memory_total[node] != UNTRACKED:
+            self.memory_free[node] = max(0, int(self.memory_free[node]) - memory_mib)
+        self._changed(node)
+        return lowest_taken
 
     def set_state(self, name: str, state: NodeState) -> None:
         """Drain, take down or bring up a node: only ``up`` nodes take new grants; live ones stay."""

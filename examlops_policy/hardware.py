@@ -530,6 +530,12 @@ class Hardware:
         layer's own submitted, live placements are held outside it (audited per change)."""
         return commit.record_usage(self.store, self._capacities, usage, scheduler=scheduler, source=SOURCE)
 
+    def set_node_states(self, states: Mapping[str, str]) -> list[PoolChange]:
+        """Set the state of nodes by name (``up``, ``drained``, ``down``) in every pool that lists
+        them, in one audited write: only up nodes take new grants; live ones stay. The one place a
+        node's state changes (discovery and reconcile call it)."""
+        return commit.set_node_states(self.store, self._capacities, states, source=SOURCE)
+
     def burst_events(self, limit: int = 50) -> list[BurstEvent]:
         """Every burst attempt, allowed or blocked, most recent first."""
         return self.store.burst_events(limit)

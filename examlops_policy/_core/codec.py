@@ -28,8 +28,10 @@ from examlops_policy.model import (
     CheckInfo,
     Decision,
     Grant,
+    DeviceShare,
     Holding,
     JSONObject,
+    NodeAllocation,
     NodeRoom,
     JSONValue,
     Placement,
@@ -223,6 +225,28 @@ def holdings_from_json(raw: object) -> tuple[Holding, ...]:
     return tuple(
         Holding(int(cast(int, h[0])), cast("str | None", h[1]), cast("int | None", h[2]), cast("int | None", h[3])) for h in items
     )
+
+
+def allocations_json(allocations: Sequence[NodeAllocation]) -> list[JSONValue]:
+    """A grant node by node, as records and audit entries keep it: ``[node, holdings, share or
+    null ([device, shares]), cpu_milli, memory_mib]``."""
+    return [
+        [a.node, holdings_json(a.holdings), None if a.share is None else [a.share.device, a.share.shares], a.cpu_milli, a.memory_mib]
+        for a in allocations
+    ]
+
+
+def allocations_from_json(raw: object) -> tuple[NodeAllocation, ...]:
+    """``allocations_json``'s form read back; StateError for anything else (an altered record)."""
+    out = []
+    try:
+        for item in cast(list[list[object]], raw or []):
+            node, held, share, cpu, memory = item
+            shared = None if share is None else DeviceShare(int(cast(list[int], share)[0]), int(cast(list[int], share)[1]))
+            out.append(NodeAllocation(str(node), holdings_from_json(held), shared, int(cast(int, cpu)), int(cast(int, memory))))
+    except (TypeError, ValueError, IndexError) as exc:
+        raise StateError(f"malformed node allocations in a stored decision: {str(raw)[:80]}") from exc
+    return tuple(out)
 
 
 def capacity_vector(capacities: Sequence[Capacity]) -> JSONValue:
@@ -732,6 +756,7 @@ def encode_record(
     at: int | None = None,
     capacities: Sequence[Capacity] = (),
     holdings: Sequence[Holding] = (),
+    allocations: Sequence[NodeAllocation] = (),
 ) -> bytes:
     """The record's bytes (compact, sorted-key JSON): the workload (its policy input), the fleet
     revision and verdict set it was judged on, the state version whose capacity it was decided at
@@ -757,6 +782,7 @@ def encode_record(
         doc.update(
             pool=decision.pool,
             holdings=holdings_json(holdings),
+            **({"allocations": allocations_json(allocations)} if allocations else {}),
             cost_per_hour=decision.cost_per_hour,
             carbon_factor=decision.carbon_factor,
             grounded_carbon_per_hour=decision.grounded_carbon_per_hour,

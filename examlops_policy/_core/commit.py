@@ -25,19 +25,34 @@ from dataclasses import dataclass
 from typing import Final
 
 from examlops_policy.errors import NotFoundError, SpecError, StateError
-from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Placement, Pool, pool_spec
-from examlops_policy.store.api import BurstRow, DecisionRow, HeldRow, NewDecision, Rows, StaleFleet, StateRows, Transaction
+from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Node, NodeAllocation, Placement, Pool, pool_spec
+from examlops_policy.store.api import (
+    BurstRow,
+    DecisionRow,
+    HeldRow,
+    NewDecision,
+    NewNodeGrant,
+    NodeUsageRow,
+    PoolRow,
+    Rows,
+    StaleFleet,
+    StateRows,
+    Transaction,
+)
 from examlops_policy.views import DecisionRecord, PoolChange
-from examlops_policy._core import codec, packing
+from examlops_policy._core import codec, packing, rooms
 from examlops_policy._core.engine import Prepared
 from examlops_policy._core.selection import Judged, fits
-from examlops_policy._core.state import Capacities, Snapshot, merge
+from examlops_policy._core.state import Capacities, Sharing, Snapshot, merge, sharing_of
 
 # A pool's accelerator, model, target, region or partitioning decides what its live grants are:
 # none of them may change while decisions hold its devices.
 FROZEN_WHILE_HELD: Final = ("accelerator", "model", "target", "region", "supports_fractions", "fixed_profile")
 
-__all__ = ["Committed", "StaleFleet", "apply_pools", "ensure_layout", "expire", "mark_job", "place", "record_usage", "release", "renew", "set_job"]
+__all__ = [
+    "Committed", "StaleFleet", "apply_pools", "ensure_layout", "expire", "mark_job", "place", "record_usage", "release", "renew",
+    "set_job", "set_node_states",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -90,23 +105,42 @@ def place(
             else:
                 snap = snapshot  # decided on the snapshot's capacity, and still what selection gives now
         held: list[HeldRow] = []
+        room: rooms.Rooms | None = None
         if isinstance(decision, Placement):
             state = snap.states[snap.index[decision.pool]]
-            held = txn.held(decision.pool)
-            chosen = packing.choose(
-                capacities.layout(state.pool), [h.holding for h in held], decision.grant.profile, decision.grant.units, state.held_outside
-            )
-            if chosen is None:
-                raise StateError(
-                    f"pool {decision.pool!r}: its capacity summary says the grant fits but no device has room; "
-                    "nothing was written (run exa hardware pool to see its devices)"
+            if state.pool.node_tracked:
+                sharing = capacities.sharing(fleet, snap.pools)
+                room = _rooms(txn, capacities, state.pool, sharing)
+                allocations = rooms.choose(room, decision.grant, decision.workload)
+                if allocations is None:
+                    raise StateError(
+                        f"pool {decision.pool!r}: its capacity summary says the grant fits but no node has room; "
+                        "nothing was written (run exa hardware pool to see its nodes)"
+                    )
+                holdings = tuple(h for a in allocations for h in a.holdings)
+                decision = dataclasses.replace(decision, holdings=holdings, allocations=allocations)
+            else:
+                held = txn.held(decision.pool)
+                chosen = packing.choose(
+                    capacities.layout(state.pool), [h.holding for h in held], decision.grant.profile, decision.grant.units, state.held_outside
                 )
-            decision = dataclasses.replace(decision, holdings=chosen)
+                if chosen is None:
+                    raise StateError(
+                        f"pool {decision.pool!r}: its capacity summary says the grant fits but no device has room; "
+                        "nothing was written (run exa hardware pool to see its devices)"
+                    )
+                decision = dataclasses.replace(decision, holdings=chosen)
         record = _write(txn, ident, decision, prepared, snap.version, source=source, request_id=request_id, lease_expires_at=lease_expires_at)
         if isinstance(decision, Placement):
             state = snap.states[snap.index[decision.pool]]
-            mine = [HeldRow(ident, h, decision.grant.share) for h in decision.holdings]
-            _refresh(txn, capacities, state.pool, state.held_outside, txn.bump(), [*held, *mine])
+            version = txn.bump()
+            if room is not None:
+                capacity, free = rooms.summary(room)
+                txn.set_capacity(decision.pool, codec.capacity_text(capacity), free, version)
+                _refresh_sharers(txn, capacities, decision.pool, capacities.sharing(fleet, snap.pools), version)
+            else:
+                mine = [HeldRow(ident, h, decision.grant.share) for h in decision.holdings]
+                _refresh(txn, capacities, state.pool, state.held_outside, version, [*held, *mine])
         made.append(record)
         return Committed(record)
 
@@ -167,7 +201,10 @@ def _write(
     txn.put_document("fleets", fleet.revision, lambda: fleet.document)
     txn.put_document("verdict_sets", prepared.verdict_set_key, lambda: prepared.verdict_set_bytes)
     placed = decision if isinstance(decision, Placement) else None
-    document = codec.encode_record(decision, workload=prepared.request.input, verdict_set=prepared.verdict_set_key, at=at, holdings=placed.holdings if placed else ())
+    document = codec.encode_record(
+        decision, workload=prepared.request.input, verdict_set=prepared.verdict_set_key, at=at, holdings=placed.holdings if placed else (),
+        allocations=placed.allocations if placed else (),
+    )  # fmt: skip
     record_digest = codec.digest(document)
     prov = decision.provenance
     burst = decision.burst
@@ -193,6 +230,7 @@ def _write(
             devices=placed.grant.devices if placed else None, cost_per_hour=placed.cost_per_hour if placed else None,
             carbon_factor=placed.carbon_factor if placed else None, lease_expires_at=lease_expires_at if placed else None,
             holdings=placed.holdings if placed else (), share=placed.grant.share if placed else 0.0, burst=burst_row,
+            nodes=_node_grants(placed) if placed else (),
         )
     )  # fmt: skip
     if burst_row is not None:
@@ -213,6 +251,8 @@ def _write(
         "region": placed.region if placed else None,
         "devices": placed.grant.devices if placed else None,
         "holdings": [[h.device, h.profile, h.start] for h in placed.holdings] if placed else None,
+        # Node by node (a node-tracked pool): what is needed to rebuild what each node holds.
+        **({"allocations": codec.allocations_json(placed.allocations)} if placed and placed.allocations else {}),
         "fallback": placed.fallback if placed else None,
         "fraction_honored": placed.fraction_honored if placed else None,
         "reason": None if placed else decision.reason,  # type: ignore[union-attr]
@@ -227,10 +267,59 @@ def _write(
     return DecisionRecord(ident, now, dataclasses.replace(decision, decision_id=ident), None, None, request_id, lease_expires_at if placed else None)
 
 
-def _refresh(txn: Transaction, capacities: Capacities, pool: Pool, held_outside: float, version: int, held: Sequence[HeldRow] | None = None) -> None:
-    """Work out what ``pool`` can still place from what it holds, and store it (and log it)."""
-    capacity, free = capacities.of(pool, txn.held(pool.name) if held is None else held, held_outside)
-    txn.set_capacity(pool.name, codec.capacity_text(capacity), free, version)
+def _node_grants(placed: Placement) -> tuple[NewNodeGrant, ...]:
+    """A node-tracked grant's rows node by node (a share: its device, shares and share of a device)."""
+    return tuple(
+        NewNodeGrant(
+            a.node, a.holdings, None if a.share is None else (a.share.device, a.share.shares, placed.grant.share), a.cpu_milli, a.memory_mib,
+        )
+        for a in placed.allocations
+    )
+
+
+def _refresh(
+    txn: Transaction,
+    capacities: Capacities,
+    pool: Pool,
+    held_outside: float,
+    version: int,
+    held: Sequence[HeldRow] | None = None,
+    *,
+    sharing: Sharing | None = None,
+    before: PoolRow | None = None,
+) -> None:
+    """Work out what ``pool`` can still place from what it holds (a node-tracked pool: what is held
+    on its nodes, by it and by the pools sharing them, and what schedulers report busy there), and
+    store it (and log it); nothing when ``before`` says it is unchanged."""
+    if pool.node_tracked:
+        names = (sharing or Sharing({})).group(pool.name)
+        capacity, free = capacities.of(pool, txn.held_in(names), held_outside, txn.node_grants(names), txn.node_usage(names))
+    else:
+        capacity, free = capacities.of(pool, txn.held(pool.name) if held is None else held, held_outside)
+    text = codec.capacity_text(capacity)
+    if before is not None and before.capacity is not None and before.free is not None and abs(before.free - free) < 1e-9:
+        if before.capacity == text or codec.capacity_from_text(before.capacity) == capacity:
+            return
+    txn.set_capacity(pool.name, text, free, version)
+
+
+def _rooms(txn: Transaction, capacities: Capacities, pool: Pool, sharing: Sharing) -> rooms.Rooms:
+    names = sharing.group(pool.name)
+    return capacities.rooms_of(pool, txn.held_in(names), txn.node_grants(names), txn.node_usage(names))
+
+
+def _refresh_sharers(txn: Transaction, capacities: Capacities, name: str, sharing: Sharing, version: int) -> None:
+    """The pools sharing a node with ``name``, worked out again (what it holds is gone for them)."""
+    for other in sharing.group(name)[1:]:
+        row = txn.pool(other)
+        if row is not None:
+            _refresh(txn, capacities, codec.pool_from_text(row.spec), row.held_outside, version, sharing=sharing, before=row)
+
+
+def _fleet_sharing(txn: Transaction, capacities: Capacities) -> Sharing:
+    """Who shares nodes in the fleet as this transaction sees it."""
+    _, fleet = txn.state()
+    return capacities.sharing(fleet, lambda: [codec.pool_from_text(r.spec) for r in txn.pools(-1)])
 
 
 # -- releases and leases -------------------------------------------------------------------------
@@ -248,7 +337,14 @@ def _release(txn: Transaction, capacities: Capacities, ident: str, *, source: st
     name = txn.release(ident, txn.now())
     row = txn.pool(name)
     assert row is not None
-    _refresh(txn, capacities, codec.pool_from_text(row.spec), row.held_outside, txn.bump())
+    pool = codec.pool_from_text(row.spec)
+    version = txn.bump()
+    if pool.node_tracked:
+        sharing = _fleet_sharing(txn, capacities)
+        _refresh(txn, capacities, pool, row.held_outside, version, sharing=sharing)
+        _refresh_sharers(txn, capacities, name, sharing, version)
+    else:
+        _refresh(txn, capacities, pool, row.held_outside, version)
     txn.audit(kind, {"decision_id": ident}, source=source)
 
 
@@ -332,30 +428,7 @@ def apply_pools(store: Rows, capacities: Capacities, pools: Sequence[Pool], *, r
     def work(txn: Transaction) -> list[PoolChange]:
         changes.clear()
         expire(txn, capacities, source=source)
-        version: int | None = None
-        for pool in pools:
-            row = txn.pool(pool.name)
-            spec = specs[pool.name]
-            if row is not None and not replace:
-                raise SpecError(f"pool {pool.name!r} already exists (use 'exa hardware apply' to change it)", field="name")
-            if row is not None and row.spec == spec:
-                changes.append(PoolChange(pool.name, "unchanged"))
-                continue
-            if version is None:
-                version = txn.bump(fleet=True)
-            if row is None:
-                txn.add_pool(pool.name, spec, pool.count, version)
-                _refresh(txn, capacities, pool, 0.0, version, [])
-                changes.append(PoolChange(pool.name, "added"))
-            else:
-                before = pool_spec(codec.pool_from_text(row.spec))
-                after = pool_spec(pool)
-                fields = tuple(sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k)))
-                _check_change(txn, pool, fields)
-                txn.update_pool(pool.name, spec, pool.count)
-                _refresh(txn, capacities, pool, row.held_outside, version)
-                changes.append(PoolChange(pool.name, "updated", fields))
-            txn.audit("pool", {"pool": pool_spec(pool), "action": changes[-1].action}, source=source)
+        _apply(txn, capacities, pools, specs, changes, replace=replace, source=source)
         return list(changes)
 
     def landed(txn: Transaction) -> list[PoolChange] | None:
@@ -363,6 +436,51 @@ def apply_pools(store: Rows, capacities: Capacities, pools: Sequence[Pool], *, r
         return list(changes) if done else None
 
     return store.transaction(work, landed=landed)
+
+
+def _apply(
+    txn: Transaction, capacities: Capacities, pools: Sequence[Pool], specs: Mapping[str, str], changes: list[PoolChange], *, replace: bool, source: str
+) -> None:
+    """Register or update ``pools`` (specs as stored), audited, and work out again what they (and
+    the pools sharing their nodes) can place."""
+    version: int | None = None
+    touched: list[tuple[Pool, float]] = []
+    for pool in pools:
+        row = txn.pool(pool.name)
+        spec = specs[pool.name]
+        if row is not None and not replace:
+            raise SpecError(f"pool {pool.name!r} already exists (use 'exa hardware apply' to change it)", field="name")
+        if row is not None and row.spec == spec:
+            changes.append(PoolChange(pool.name, "unchanged"))
+            continue
+        if version is None:
+            version = txn.bump(fleet=True)
+        if row is None:
+            txn.add_pool(pool.name, spec, pool.count, version)
+            changes.append(PoolChange(pool.name, "added"))
+            touched.append((pool, 0.0))
+        else:
+            before = pool_spec(codec.pool_from_text(row.spec))
+            after = pool_spec(pool)
+            fields = tuple(sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k)))
+            _check_change(txn, pool, fields)
+            txn.update_pool(pool.name, spec, pool.count)
+            changes.append(PoolChange(pool.name, "updated", fields))
+            touched.append((pool, row.held_outside))
+        txn.audit("pool", {"pool": pool_spec(pool), "action": changes[-1].action}, source=source)
+    if version is None:
+        return
+    # Only listed nodes are shared: who shares what is read from the fleet when such a pool changed.
+    sharing = sharing_of(codec.pool_from_text(r.spec) for r in txn.pools(-1)) if any(p.nodes_named for p, _ in touched) else Sharing({})
+    done = {p.name for p, _ in touched}
+    for pool, outside in touched:
+        _refresh(txn, capacities, pool, outside, version, sharing=sharing)
+    for pool, _ in touched:
+        for other in sharing.group(pool.name)[1:]:
+            row = txn.pool(other)
+            if other not in done and row is not None:
+                done.add(other)
+                _refresh(txn, capacities, codec.pool_from_text(row.spec), row.held_outside, version, sharing=sharing, before=row)
 
 
 def _check_change(txn: Transaction, pool: Pool, fields: Sequence[str]) -> None:
@@ -378,7 +496,21 @@ def _check_change(txn: Transaction, pool: Pool, fields: Sequence[str]) -> None:
             "release them first (prices, carbon factor, capabilities and a larger count may change)",
             field=moved[0],
         )
-    beyond = sorted({h.holding.device for h in txn.held(pool.name) if h.holding.device >= pool.count})
+    if pool.node_tracked:
+        sizes = {n.name: n.devices for n in pool.node_list()}
+        lost = sorted(
+            {
+                f"{h.node}:{h.holding.device}" for h in txn.held(pool.name)
+                if h.node is not None and h.node != pool.name and (h.node not in sizes or h.holding.device >= sizes[h.node])
+            }
+        )  # fmt: skip
+        if lost:
+            raise SpecError(
+                f"pool {pool.name!r}: its nodes would drop node device(s) {', '.join(lost[:8])} that live decisions hold ({named}); "
+                "release them first",
+                field="nodes",
+            )
+    beyond = sorted({h.holding.device for h in txn.held(pool.name) if h.holding.device >= pool.count and h.node in (None, pool.name)})
     if beyond:
         raise SpecError(
             f"pool {pool.name!r}: count {pool.count} would drop device(s) {', '.join(map(str, beyond[:8]))} that "
@@ -387,28 +519,123 @@ def _check_change(txn: Transaction, pool: Pool, fields: Sequence[str]) -> None:
         )
 
 
-def record_usage(store: Rows, capacities: Capacities, usage: Mapping[str, float], *, scheduler: str, source: str) -> dict[str, float]:
+def record_usage(
+    store: Rows,
+    capacities: Capacities,
+    usage: Mapping[str, float],
+    *,
+    scheduler: str,
+    source: str,
+    nodes: Mapping[str, Sequence[NodeUsageRow]] | None = None,
+) -> dict[str, float]:
     """Record how many devices of each named pool its scheduler reports busy: those beyond this
-    layer's own submitted, live placements are held outside it. Returns the held-outside figure per
-    pool; an audit entry for each pool whose figure changed. NotFoundError for an unknown pool."""
+    layer's own submitted, live placements are held outside it. ``nodes``: for a node-tracked
+    pool, what is busy node by node (devices, their indices, shares, CPU, memory), recorded beyond
+    this layer's own submitted grants on each node (its capacity is worked out from these).
+    Returns the held-outside figure per pool; an audit entry for each pool whose figures changed.
+    NotFoundError for an unknown pool."""
+    per_node = nodes or {}
 
     def work(txn: Transaction) -> dict[str, float]:
         held: dict[str, float] = {}
         version: int | None = None
-        for name, busy in sorted(usage.items()):
+        sharing: Sharing | None = None
+        for name in sorted(set(usage) | set(per_node)):
             row = txn.pool(name)
             if row is None:
                 raise NotFoundError(f"no pool {name!r}")
+            pool = codec.pool_from_text(row.spec)
+            busy = usage.get(name)
             # Our own submitted, live placements are part of what the scheduler reports busy.
-            outside = round(max(0.0, busy - txn.submitted_devices(name)), 9)
+            outside = row.held_outside if busy is None else round(max(0.0, busy - txn.submitted_devices(name)), 9)
             held[name] = outside
+            changed_nodes: list[NodeUsageRow] | None = None
+            if name in per_node and pool.node_tracked:
+                if sharing is None:
+                    sharing = _fleet_sharing(txn, capacities)
+                beyond = _beyond_ours(txn, pool, sharing, per_node[name])
+                if beyond != txn.node_usage([name]):
+                    changed_nodes = beyond
+            if abs(row.held_outside - outside) <= 1e-9 and changed_nodes is None:
+                continue
+            if version is None:
+                version = txn.bump()
+            txn.set_held_outside(name, outside)
+            if changed_nodes is not None:
+                txn.set_node_usage(name, changed_nodes, scheduler)
+                txn.audit("node_usage", {"pool": name, "scheduler": scheduler, "nodes": [_usage_json(u) for u in changed_nodes]}, source=source)
+            _refresh(txn, capacities, pool, outside, version, sharing=sharing)
+            if sharing is not None:
+                _refresh_sharers(txn, capacities, name, sharing, version)
             if abs(row.held_outside - outside) > 1e-9:
-                if version is None:
-                    version = txn.bump()
-                txn.set_held_outside(name, outside)
-                _refresh(txn, capacities, codec.pool_from_text(row.spec), outside, version)
                 txn.audit("capacity", {"pool": name, "scheduler": scheduler, "busy": busy, "held_outside": outside}, source=source)
         return held
+
+    return store.transaction(work, landed=lambda txn: None)
+
+
+def _beyond_ours(txn: Transaction, pool: Pool, sharing: Sharing, busy: Sequence[NodeUsageRow]) -> list[NodeUsageRow]:
+    """What is busy on each of ``pool``'s nodes beyond this layer's own submitted, live grants there
+    (from every pool sharing the node), in node order; nodes with nothing beyond them left out."""
+    names = sharing.group(pool.name)
+    known = {n.name for n in pool.node_list()}
+    ours_devices: dict[str, set[int]] = {}
+    ours_shares: dict[str, int] = {}
+    for h in txn.held_in(names, submitted=True):
+        node = h.node if h.node is not None else pool.name
+        if h.shares is not None:
+            ours_shares[node] = ours_shares.get(node, 0) + h.shares
+        else:
+            ours_devices.setdefault(node, set()).add(h.holding.device)
+    ours_cpu: dict[str, int] = {}
+    ours_memory: dict[str, int] = {}
+    for g in txn.node_grants(names, submitted=True):
+        ours_cpu[g.node] = ours_cpu.get(g.node, 0) + g.cpu_milli
+        ours_memory[g.node] = ours_memory.get(g.node, 0) + g.memory_mib
+    out = []
+    for u in sorted(busy, key=lambda u: u.node):
+        if u.node not in known:
+            continue
+        mine = ours_devices.get(u.node, set())
+        row = NodeUsageRow(
+            pool.name, u.node,
+            max(0, u.devices - len(mine)),
+            tuple(sorted(set(u.indices) - mine)),
+            max(0, u.shares - ours_shares.get(u.node, 0)),
+            None if u.cpu_milli is None else max(0, u.cpu_milli - ours_cpu.get(u.node, 0)),
+            None if u.memory_mib is None else max(0, u.memory_mib - ours_memory.get(u.node, 0)),
+        )  # fmt: skip
+        if row.devices or row.shares or row.cpu_milli or row.memory_mib:
+            out.append(row)
+    return out
+
+
+def _usage_json(u: NodeUsageRow) -> JSONObject:
+    return {"node": u.node, "devices": u.devices, "indices": list(u.indices), "shares": u.shares, "cpu_milli": u.cpu_milli, "memory_mib": u.memory_mib}
+
+
+def set_node_states(store: Rows, capacities: Capacities, states: Mapping[str, str], *, source: str) -> list[PoolChange]:
+    """Set the state of named nodes (``up``, ``drained``, ``down``; a cordoned or NotReady
+    Kubernetes node, a Slurm DRAIN or DOWN) in every pool that lists them, in one audited write:
+    only up nodes take new grants, live ones stay. Nodes no pool lists are ignored; pools whose
+    nodes already have those states are unchanged."""
+    for node, state in states.items():
+        if state not in ("up", "drained", "down"):
+            raise SpecError(f"node {node!r}: state must be up, drained or down (got {state!r})", field="state")
+    changes: list[PoolChange] = []
+
+    def work(txn: Transaction) -> list[PoolChange]:
+        changes.clear()
+        expire(txn, capacities, source=source)
+        pools = []
+        for row in txn.pools(-1):
+            pool = codec.pool_from_text(row.spec)
+            listed = pool.nodes if isinstance(pool.nodes, tuple) else ()
+            if any(n.name in states and n.state != states[n.name] for n in listed):
+                nodes = tuple(dataclasses.replace(n, state=states[n.name]) if n.name in states else n for n in listed)
+                pools.append(dataclasses.replace(pool, nodes=nodes))
+        _apply(txn, capacities, pools, {p.name: codec.pool_text(p) for p in pools}, changes, replace=True, source=source)
+        return list(changes)
 
     return store.transaction(work, landed=lambda txn: None)
 
@@ -423,13 +650,32 @@ def ensure_layout(store: Rows, capacities: Capacities) -> None:
         if txn.layout() == capacities.digest:
             return
         version = txn.bump()
-        for row in txn.pools(-1):
-            pool = codec.pool_from_text(row.spec)
+        rows = txn.pools(-1)
+        pools = [(codec.pool_from_text(row.spec), row) for row in rows]
+        sharing = sharing_of(p for p, _ in pools)
+        for pool, row in pools:
             _backfill(txn, capacities, pool, row.held_outside)
-            _refresh(txn, capacities, pool, row.held_outside, version)
+            if pool.node_tracked:
+                _name_nodes(txn, pool)
+        for pool, row in pools:
+            # What comes out as it was is not written again (nor logged).
+            _refresh(txn, capacities, pool, row.held_outside, version, sharing=sharing, before=row)
         txn.set_layout(capacities.digest)
 
     store.transaction(work, landed=lambda txn: None)
+
+
+def _name_nodes(txn: Transaction, pool: Pool) -> None:
+    """Live holdings of a node-tracked pool recorded before grants named nodes (their node is the
+    pool's own name, their device counted across its nodes) get their node and its index there."""
+    names = {n.name for n in pool.node_list()}
+    if pool.name in names:
+        return  # the pool's one node is named like it: nothing to map
+    for h in txn.held(pool.name):
+        if h.node is None or h.node == pool.name:
+            found = rooms.flat_to_node(pool, h.holding.device)
+            if found is not None:
+                txn.move_holding(h, found[0], found[1])
 
 
 def _backfill(txn: Transaction, capacities: Capacities, pool: Pool, held_outside: float) -> None:

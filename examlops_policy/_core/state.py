@@ -11,14 +11,47 @@ or from an implementation of it in memory.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from examlops_policy.model import Capacity, Pool, PoolState
-from examlops_policy.store.api import HeldRow, PoolRow, Rows, StateRows
+from examlops_policy.store.api import HeldRow, NodeGrantRow, NodeUsageRow, PoolRow, Rows, StateRows
 from examlops_policy.tables import Tables
-from examlops_policy._core import codec, packing
+from examlops_policy._core import codec, packing, rooms
+
+# What the capacity summaries are worked out with beyond the tables: bumped when the way they are
+# worked out changes, so that stored ones are worked out again (``commit.ensure_layout``).
+# 2: node by node (node-tracked pools), grants recorded before they named nodes mapped to nodes.
+SUMMARY_VERSION = 2
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """Which pools share nodes: pools that list a node by the same name (overlapping Slurm
+    partitions) hold that node's capacity together, so what one grants is gone for the others."""
+
+    by_pool: Mapping[str, tuple[str, ...]]
+
+    def group(self, name: str) -> tuple[str, ...]:
+        """``name`` and the pools sharing a node with it."""
+        return (name, *self.by_pool.get(name, ()))
+
+
+def sharing_of(pools: Iterable[Pool]) -> Sharing:
+    """Who shares nodes with whom, from the pools' listed nodes (nodes a pool only counts, ``nodes:
+    N``, are its own)."""
+    by_node: dict[str, list[str]] = {}
+    for pool in pools:
+        if pool.nodes_named:
+            for node in pool.node_list():
+                by_node.setdefault(node.name, []).append(pool.name)
+    together: dict[str, set[str]] = {}
+    for names in by_node.values():
+        if len(names) > 1:
+            for name in names:
+                together.setdefault(name, set()).update(n for n in names if n != name)
+    return Sharing({name: tuple(sorted(others)) for name, others in together.items()})
 
 
 class Capacities:
@@ -27,11 +60,22 @@ class Capacities:
     def __init__(self, tables: Tables) -> None:
         self.tables = tables
         self._layouts: dict[Pool, packing.PoolLayout] = {}
+        self._sharing: tuple[int, Sharing] | None = None
+
+    def sharing(self, fleet_version: int, pools: Iterable[Pool] | Callable[[], Iterable[Pool]]) -> Sharing:
+        """Who shares nodes in the fleet at ``fleet_version`` (worked out once per fleet version
+        from ``pools``, or what ``pools()`` reads)."""
+        if self._sharing is None or self._sharing[0] != fleet_version:
+            found = sharing_of(pools() if callable(pools) else pools)
+            self._sharing = (fleet_version, found)
+        return self._sharing[1]
 
     @cached_property
     def digest(self) -> str:
-        """The digest of the rules capacities are worked out with (partitioning and geometry)."""
-        return codec.digest(codec.canonical({"partitioning": self.tables.partitioning, "geometry": self.tables.geometry}))
+        """The digest of the rules capacities are worked out with (partitioning and geometry, and
+        how summaries are made)."""
+        rules = {"partitioning": self.tables.partitioning, "geometry": self.tables.geometry, "summary": SUMMARY_VERSION}
+        return codec.digest(codec.canonical(rules))
 
     def layout(self, pool: Pool) -> packing.PoolLayout:
         layout = self._layouts.get(pool)
@@ -41,16 +85,34 @@ class Capacities:
             layout = self._layouts[pool] = packing.layout_of(pool, self.tables)
         return layout
 
-    def of(self, pool: Pool, held: Sequence[HeldRow], held_outside: float) -> tuple[Capacity, float]:
+    def of(
+        self,
+        pool: Pool,
+        held: Sequence[HeldRow],
+        held_outside: float,
+        grants: Sequence[NodeGrantRow] = (),
+        usage: Sequence[NodeUsageRow] = (),
+    ) -> tuple[Capacity, float]:
         """What ``pool`` can still place with ``held`` on it, and its devices free (shares summed;
-        a pool of fixed slices counts slices: each holding is one of its units)."""
+        a pool of fixed slices counts slices: each holding is one of its units). A node-tracked
+        pool node by node: ``held`` may hold rows of pools sharing its nodes, ``grants`` their CPU
+        and memory, ``usage`` what schedulers report busy on its nodes."""
         layout = self.layout(pool)
+        if pool.node_tracked:
+            return rooms.summary(rooms.build(pool, layout, held, grants, usage))
         capacity = packing.summarize(layout, [h.holding for h in held], held_outside)
         used = float(len(held)) if layout.kind == "fixed" else sum(h.share for h in held)
         return capacity, max(0.0, round(pool.count - held_outside - used, 9))
 
+    def rooms_of(self, pool: Pool, held: Sequence[HeldRow], grants: Sequence[NodeGrantRow] = (), usage: Sequence[NodeUsageRow] = ()) -> rooms.Rooms:
+        """A node-tracked pool's nodes with what is held on them, to choose where a grant goes."""
+        return rooms.build(pool, self.layout(pool), held, grants, usage)
+
     def empty(self, pool: Pool) -> PoolState:
         """The pool with nothing held on it (what-if decisions)."""
+        if pool.node_tracked:
+            capacity, free = self.of(pool, [], 0.0)
+            return PoolState(pool, free, capacity)
         return PoolState(pool, float(pool.count), packing.summarize(self.layout(pool), []))
 
 
