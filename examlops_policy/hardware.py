@@ -31,6 +31,7 @@ from examlops_policy._core.packing import describe, device_layouts
 from examlops_policy._core.selection import effective_cost, priced
 from examlops_policy._policy import Confirmation, OpaPolicy, PolicyEvaluator
 from examlops_policy.store import StaleFleet, Store
+from examlops_policy.store.api import NodeUsageRow
 from examlops_policy._reviewed import Pinned, PolicySnapshot, Reviewed
 from examlops_policy.tables import Tables, policy_dir
 from examlops_policy._core.verdicts import About, Answer
@@ -525,10 +526,13 @@ class Hardware:
         """Record a changed job state on a decision (e.g. ``missing``), audited."""
         return self.records.record(commit.mark_job(self.store, ident, state, source=SOURCE))
 
-    def record_usage(self, usage: Mapping[str, float], *, scheduler: str) -> dict[str, float]:
+    def record_usage(
+        self, usage: Mapping[str, float], *, scheduler: str, nodes: Mapping[str, Sequence[NodeUsageRow]] | None = None
+    ) -> dict[str, float]:
         """Record how many devices of each named pool its scheduler reports busy: those beyond this
-        layer's own submitted, live placements are held outside it (audited per change)."""
-        return commit.record_usage(self.store, self._capacities, usage, scheduler=scheduler, source=SOURCE)
+        layer's own submitted, live placements are held outside it (audited per change). ``nodes``:
+        what is busy node by node on pools of nodes (beyond this layer's submitted grants there)."""
+        return commit.record_usage(self.store, self._capacities, usage, scheduler=scheduler, source=SOURCE, nodes=nodes)
 
     def set_node_states(self, states: Mapping[str, str]) -> list[PoolChange]:
         """Set the state of nodes by name (``up``, ``drained``, ``down``) in every pool that lists

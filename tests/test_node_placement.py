@@ -231,3 +231,17 @@ def test_pools_that_share_nodes_share_their_capacity(hardware: Hardware) -> None
     assert placed(hardware, "next", count=4).pool == "batch"
     rejection = refused(hardware, "more", count=4, models=("a100",))
     assert rejection.code == "no_eligible_pool"
+
+
+def test_pools_of_other_devices_on_one_node_share_only_its_cpu_and_memory(hardware: Hardware) -> None:
+    """A node with 2 H100 and 2 MI300X (Slurm lists it in a partition per GRES type): the H100
+    pool's grants take nothing of the MI300Xs, but the cores they hold are gone for both."""
+    node = Node("vm", 2, cpu=8, memory="16Gi")
+    hardware.add_pool(Pool("h100s", "hpc", "nvidia", 2, "eu", model="h100", cost_per_hour=1.0, nodes=(node,)))
+    hardware.add_pool(Pool("mi300xs", "hpc", "amd", 2, "eu", model="mi300x", cost_per_hour=1.0, nodes=(node,)))
+    assert where(placed(hardware, "h", count=2, cpu=6)) == [("vm", (0, 1))]
+    rooms = {v.pool.name: v.state.capacity.nodes for v in hardware.pool_views()}
+    assert rooms["mi300xs"] is not None and [(r.whole, r.cpu) for r in rooms["mi300xs"]] == [(2, 2000)]
+    amd = placed(hardware, "a", accelerator="amd", count=2, cpu=2)
+    assert where(amd) == [("vm", (0, 1))]
+    assert reasons(refused(hardware, "more", accelerator="amd", cpu=1), "mi300xs")[0][0] == "capacity_exhausted"

@@ -292,8 +292,11 @@ def _refresh(
     on its nodes, by it and by the pools sharing them, and what schedulers report busy there), and
     store it (and log it); nothing when ``before`` says it is unchanged."""
     if pool.node_tracked:
-        names = (sharing or Sharing({})).group(pool.name)
-        capacity, free = capacities.of(pool, txn.held_in(names), held_outside, txn.node_grants(names), txn.node_usage(names))
+        sharing = sharing or Sharing({})
+        names = sharing.group(pool.name)
+        capacity, free = capacities.of(
+            pool, txn.held_in(names), held_outside, txn.node_grants(names), txn.node_usage(names), sharing.devices(pool.name)
+        )
     else:
         capacity, free = capacities.of(pool, txn.held(pool.name) if held is None else held, held_outside)
     text = codec.capacity_text(capacity)
@@ -305,7 +308,7 @@ def _refresh(
 
 def _rooms(txn: Transaction, capacities: Capacities, pool: Pool, sharing: Sharing) -> rooms.Rooms:
     names = sharing.group(pool.name)
-    return capacities.rooms_of(pool, txn.held_in(names), txn.node_grants(names), txn.node_usage(names))
+    return capacities.rooms_of(pool, txn.held_in(names), txn.node_grants(names), txn.node_usage(names), sharing.devices(pool.name))
 
 
 def _refresh_sharers(txn: Transaction, capacities: Capacities, name: str, sharing: Sharing, version: int) -> None:
@@ -540,6 +543,7 @@ def record_usage(
         held: dict[str, float] = {}
         version: int | None = None
         sharing: Sharing | None = None
+        dirty: list[str] = []
         for name in sorted(set(usage) | set(per_node)):
             row = txn.pool(name)
             if row is None:
@@ -564,11 +568,14 @@ def record_usage(
             if changed_nodes is not None:
                 txn.set_node_usage(name, changed_nodes, scheduler)
                 txn.audit("node_usage", {"pool": name, "scheduler": scheduler, "nodes": [_usage_json(u) for u in changed_nodes]}, source=source)
-            _refresh(txn, capacities, pool, outside, version, sharing=sharing)
-            if sharing is not None:
-                _refresh_sharers(txn, capacities, name, sharing, version)
+            dirty.extend((sharing or Sharing({})).group(name) if pool.node_tracked else (name,))
             if abs(row.held_outside - outside) > 1e-9:
                 txn.audit("capacity", {"pool": name, "scheduler": scheduler, "busy": busy, "held_outside": outside}, source=source)
+        # Each pool whose figures (or whose nodes' figures) changed, worked out again once.
+        for name in dict.fromkeys(dirty):
+            row = txn.pool(name)
+            if row is not None and version is not None:
+                _refresh(txn, capacities, codec.pool_from_text(row.spec), row.held_outside, version, sharing=sharing, before=row)
         return held
 
     return store.transaction(work, landed=lambda txn: None)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -68,10 +68,20 @@ def flat_to_node(pool: Pool, device: int) -> tuple[str, int] | None:
     return None
 
 
-def build(pool: Pool, layout: packing.PoolLayout, held: Sequence[HeldRow], grants: Sequence[NodeGrantRow] = (), usage: Sequence[NodeUsageRow] = ()) -> Rooms:
+def build(
+    pool: Pool,
+    layout: packing.PoolLayout,
+    held: Sequence[HeldRow],
+    grants: Sequence[NodeGrantRow] = (),
+    usage: Sequence[NodeUsageRow] = (),
+    same_devices: Collection[str] | None = None,
+) -> Rooms:
     """The pool's nodes with what ``held`` (live holdings of the pool and of the pools sharing its
     nodes), ``grants`` (their CPU and memory) and ``usage`` (what schedulers report busy beyond
-    them) put on them. Rows on other nodes are not this pool's and are left out."""
+    them) put on them. Rows on other nodes are not this pool's and are left out; devices held (or
+    reported busy) by a pool not in ``same_devices`` (default: this pool alone) are other devices
+    of the node, of which only CPU and memory count."""
+    mine = frozenset(same_devices) if same_devices is not None else frozenset({pool.name})
     nodes = pool.node_list()
     capacity = _nodes.NodeCapacity(
         (_nodes.Node(n.name, n.devices, pool.model, n.cpu_milli, n.memory_mib, n.state, n.labels) for n in nodes),  # type: ignore[arg-type]
@@ -83,7 +93,7 @@ def build(pool: Pool, layout: packing.PoolLayout, held: Sequence[HeldRow], grant
     shares: dict[int, dict[int, int]] = {}
     for row in held:
         where = _where(pool, index, row)
-        if where is None:
+        if where is None or (row.pool is not None and row.pool not in mine):
             continue
         i, device = where
         h = row.holding
@@ -107,19 +117,26 @@ def build(pool: Pool, layout: packing.PoolLayout, held: Sequence[HeldRow], grant
     for i in sorted(set(whole) | set(shares) | set(cpu) | set(memory)):
         capacity.hold(i, whole=sorted(whole.get(i, ())), shares=shares.get(i), cpu_milli=cpu.get(i, 0), memory_mib=memory.get(i, 0))
         rooms.taken[i] = set(whole.get(i, ())) | set(shares.get(i, {}))
-    outside: dict[int, NodeUsageRow] = {}
+    # A node in several pools is reported for each: its figures are the node's, counted once (the
+    # most any report says); its devices only from pools of these devices.
+    busy_devices: dict[int, NodeUsageRow] = {}
+    busy_cpu: dict[int, int] = {}
+    busy_memory: dict[int, int] = {}
     for u in usage:
         at = index.get(u.node)
-        if at is not None:
-            seen = outside.get(at)
-            # A node in several pools is reported for each: its figures are the node's, once.
-            if seen is None or (u.devices, u.shares, u.cpu_milli or 0, u.memory_mib or 0) > (seen.devices, seen.shares, seen.cpu_milli or 0, seen.memory_mib or 0):
-                outside[at] = u
-    for i, u in sorted(outside.items()):
-        named = [d for d in sorted(set(u.indices)) if capacity.is_free(i, d)]
+        if at is None:
+            continue
+        busy_cpu[at] = max(busy_cpu.get(at, 0), u.cpu_milli or 0)
+        busy_memory[at] = max(busy_memory.get(at, 0), u.memory_mib or 0)
+        seen = busy_devices.get(at)
+        if u.pool in mine and (seen is None or (u.devices, u.shares) > (seen.devices, seen.shares)):
+            busy_devices[at] = u
+    for i in sorted(set(busy_devices) | set(busy_cpu) | set(busy_memory)):
+        busy = busy_devices.get(i)
+        named = [d for d in sorted(set(busy.indices)) if capacity.is_free(i, d)] if busy is not None else []
         # Shares busy on unnamed devices count whole devices: never less than is busy.
-        extra = max(0, u.devices - len(u.indices)) + math.ceil(u.shares / capacity.unit)
-        took = capacity.hold(i, whole=named, cpu_milli=u.cpu_milli or 0, memory_mib=u.memory_mib or 0, lowest=extra)
+        extra = max(0, busy.devices - len(busy.indices)) + math.ceil(busy.shares / capacity.unit) if busy is not None else 0
+        took = capacity.hold(i, whole=named, cpu_milli=busy_cpu.get(i, 0), memory_mib=busy_memory.get(i, 0), lowest=extra)
         rooms.taken.setdefault(i, set()).update(named, took)
     return rooms
 

@@ -11,7 +11,7 @@ or from an implementation of it in memory.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -29,29 +29,44 @@ SUMMARY_VERSION = 2
 @dataclass(frozen=True)
 class Sharing:
     """Which pools share nodes: pools that list a node by the same name (overlapping Slurm
-    partitions) hold that node's capacity together, so what one grants is gone for the others."""
+    partitions) hold that node's CPU and memory together, and its devices too where they are the
+    same devices (the same accelerator, model and scheduler resource): what one grants is gone for
+    the others. Pools of other devices on the same node (a node's H100s and its MI300Xs) share
+    only its CPU and memory."""
 
     by_pool: Mapping[str, tuple[str, ...]]
+    same_devices: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     def group(self, name: str) -> tuple[str, ...]:
         """``name`` and the pools sharing a node with it."""
         return (name, *self.by_pool.get(name, ()))
 
+    def devices(self, name: str) -> frozenset[str]:
+        """``name`` and the pools whose devices on its nodes are its devices."""
+        return self.same_devices.get(name, frozenset({name}))
+
+
+def device_kind(pool: Pool) -> tuple[object, ...]:
+    """What makes two pools' devices on one node the same devices."""
+    return (pool.accelerator, pool.model, pool.gres_type, pool.fixed_profile)
+
 
 def sharing_of(pools: Iterable[Pool]) -> Sharing:
     """Who shares nodes with whom, from the pools' listed nodes (nodes a pool only counts, ``nodes:
     N``, are its own)."""
-    by_node: dict[str, list[str]] = {}
+    by_node: dict[str, list[Pool]] = {}
     for pool in pools:
         if pool.nodes_named:
             for node in pool.node_list():
-                by_node.setdefault(node.name, []).append(pool.name)
+                by_node.setdefault(node.name, []).append(pool)
     together: dict[str, set[str]] = {}
-    for names in by_node.values():
-        if len(names) > 1:
-            for name in names:
-                together.setdefault(name, set()).update(n for n in names if n != name)
-    return Sharing({name: tuple(sorted(others)) for name, others in together.items()})
+    same: dict[str, set[str]] = {}
+    for listed in by_node.values():
+        if len(listed) > 1:
+            for pool in listed:
+                together.setdefault(pool.name, set()).update(p.name for p in listed if p.name != pool.name)
+                same.setdefault(pool.name, {pool.name}).update(p.name for p in listed if device_kind(p) == device_kind(pool))
+    return Sharing({name: tuple(sorted(others)) for name, others in together.items()}, {name: frozenset(s) for name, s in same.items()})
 
 
 class Capacities:
@@ -92,6 +107,7 @@ class Capacities:
         held_outside: float,
         grants: Sequence[NodeGrantRow] = (),
         usage: Sequence[NodeUsageRow] = (),
+        same_devices: Collection[str] | None = None,
     ) -> tuple[Capacity, float]:
         """What ``pool`` can still place with ``held`` on it, and its devices free (shares summed;
         a pool of fixed slices counts slices: each holding is one of its units). A node-tracked
@@ -99,14 +115,21 @@ class Capacities:
         and memory, ``usage`` what schedulers report busy on its nodes."""
         layout = self.layout(pool)
         if pool.node_tracked:
-            return rooms.summary(rooms.build(pool, layout, held, grants, usage))
+            return rooms.summary(rooms.build(pool, layout, held, grants, usage, same_devices))
         capacity = packing.summarize(layout, [h.holding for h in held], held_outside)
         used = float(len(held)) if layout.kind == "fixed" else sum(h.share for h in held)
         return capacity, max(0.0, round(pool.count - held_outside - used, 9))
 
-    def rooms_of(self, pool: Pool, held: Sequence[HeldRow], grants: Sequence[NodeGrantRow] = (), usage: Sequence[NodeUsageRow] = ()) -> rooms.Rooms:
+    def rooms_of(
+        self,
+        pool: Pool,
+        held: Sequence[HeldRow],
+        grants: Sequence[NodeGrantRow] = (),
+        usage: Sequence[NodeUsageRow] = (),
+        same_devices: Collection[str] | None = None,
+    ) -> rooms.Rooms:
         """A node-tracked pool's nodes with what is held on them, to choose where a grant goes."""
-        return rooms.build(pool, self.layout(pool), held, grants, usage)
+        return rooms.build(pool, self.layout(pool), held, grants, usage, same_devices)
 
     def empty(self, pool: Pool) -> PoolState:
         """The pool with nothing held on it (what-if decisions)."""

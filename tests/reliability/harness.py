@@ -334,24 +334,29 @@ def violations(backend: Backend, reports: Sequence[PlacerReport] | None = None) 
 def node_violations(pools: dict[str, Pool], holdings: Sequence[Sequence[Any]], node_grants: Sequence[Sequence[Any]]) -> list[str]:
     """What live holdings (pool, node, device, profile, share, shares) and node grants (pool, node,
     cpu_milli, memory_mib) hold twice, node by node. A node a pool names is the same node in every
-    pool naming it; a node a pool only counts is its own."""
+    pool naming it (its devices the same devices where the pools' accelerator, model and scheduler
+    resource are the same); a node a pool only counts is its own."""
     found: list[str] = []
 
     def key(pool: str, node: str) -> tuple[str, str]:
         p = pools.get(pool)
         return ("", node) if p is not None and p.nodes_named else (pool, node)
 
+    def kind(pool: str) -> str:
+        p = pools.get(pool)
+        return repr((p.accelerator, p.model, p.gres_type, p.fixed_profile)) if p is not None else pool
+
     sizes: dict[tuple[str, str], tuple[int, int | None, int | None, int | None]] = {}
     for p in pools.values():
         for n in p.node_list():
             sizes[key(p.name, n.name)] = (n.devices, n.cpu_milli, n.memory_mib, p.shares_per_device)
-    per_device: dict[tuple[str, str, int], list[tuple[str | None, float, int | None]]] = {}
+    per_device: dict[tuple[str, str, str, int], list[tuple[str | None, float, int | None]]] = {}
     for pool, node, device, profile, share, shares in holdings:
         k = key(str(pool), str(node))
         if k in sizes and not 0 <= int(device) < sizes[k][0]:
             found.append(f"node {node}: device {device} beyond its {sizes[k][0]} devices")
-        per_device.setdefault((*k, int(device)), []).append((profile, float(share), None if shares is None else int(shares)))
-    for (_, node, device), held in sorted(per_device.items()):
+        per_device.setdefault((*k, kind(str(pool)), int(device)), []).append((profile, float(share), None if shares is None else int(shares)))
+    for (_, node, _, device), held in sorted(per_device.items()):
         whole = [h for h in held if h[0] is None and h[2] is None]
         if whole and len(held) > 1:
             found.append(f"node {node}: device {device} held whole and {len(held) - 1} more time(s)")
