@@ -20,14 +20,14 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
 
-from examlops_policy._core import codec, commit
+from examlops_policy._core import codec, commit, rooms
 from examlops_policy._core.engine import Engine, Prepared, RevisionMismatch, differences, reference_input, same_policy
 from examlops_policy._core.records import DecisionInputs, Reader, judged_from
 from examlops_policy._core.request import Request
 from examlops_policy._core.state import Capacities, Snapshot, Snapshots, state_of
 from examlops_policy.errors import NotFoundError, PolicyUnavailable, SpecError, StateError
-from examlops_policy.model import Decision, JSONObject, Placement, Pool, PoolState, Reason, Workload
-from examlops_policy._core.packing import describe, device_layouts
+from examlops_policy.model import Decision, JSONObject, NodeAllocation, Placement, Pool, PoolState, Reason, Workload
+from examlops_policy._core.packing import PoolLayout, describe, device_layouts
 from examlops_policy._core.selection import effective_cost, priced
 from examlops_policy._policy import Confirmation, OpaPolicy, PolicyEvaluator
 from examlops_policy.store import StaleFleet, Store
@@ -327,7 +327,7 @@ class Hardware:
         return PoolView(
             state=state,
             packing=layout.kind,
-            placeable=None if layout.kind == "whole" else describe(state.capacity, layout),
+            placeable=placeable_text(state, layout),
             cost_per_hour=effective_cost(pool, self.tables),
             cost_default=pool.cost_per_hour is None,
             carbon_per_hour=carbon.per_hour,
@@ -337,12 +337,21 @@ class Hardware:
         )
 
     def pool(self, name: str) -> PoolDetail:
-        """One pool device by device: what its live grants hold. NotFoundError for an unknown one."""
+        """One pool device by device (a node-tracked pool node by node): what its live grants
+        hold, and on its nodes what the pools sharing them and schedulers hold. NotFoundError for
+        an unknown one."""
         row, held = self.store.pool_row(name)
         state = state_of(row)
         holdings = [h.holding for h in held]
-        layout = self._capacities.layout(state.pool)
-        return PoolDetail(self._view(state), tuple(holdings), tuple(device_layouts(layout, holdings)))
+        capacities = self._capacities
+        layout = capacities.layout(state.pool)
+        if not state.pool.node_tracked:
+            return PoolDetail(self._view(state), tuple(holdings), tuple(device_layouts(layout, holdings)))
+        snap = self._snapshot()
+        sharing = capacities.sharing(snap.fleet_version, snap.pools)
+        rows, grants, usage = self.store.node_rows(sharing.group(name))
+        room = capacities.rooms_of(state.pool, rows, grants, usage, sharing.devices(name))
+        return PoolDetail(self._view(state), tuple(holdings), (), rooms.details(room))
 
     # -- decisions --------------------------------------------------------------------------
 
@@ -421,14 +430,34 @@ class Hardware:
         under = self._current()
         specs.check_workload_facts(workload, under.policy.tables)
         if pools is None:
-            return self._decide(Request(workload), self._snapshot(), under)[2]
+            snap = self._snapshot()
+            decided = self._decide(Request(workload), snap, under)[2]
+            return self._nodes_of(decided, under.capacities, snap)
         states = []
         for pool in pools:
             specs.check_pool_facts(pool, under.policy.tables)
             states.append(under.capacities.empty(pool))
         ordered = sorted(states, key=lambda s: s.pool.name)
         under, prepared = self._prepare(workload, [s.pool for s in ordered], under=under)
-        return prepared.decide([s.capacity for s in ordered], under.policy.tables)
+        decided = prepared.decide([s.capacity for s in ordered], under.policy.tables)
+        if isinstance(decided, Placement):
+            pool = next(s.pool for s in ordered if s.pool.name == decided.pool)
+            if pool.node_tracked:
+                return _with_nodes(decided, rooms.choose(under.capacities.rooms_of(pool, []), decided.grant, decided.workload))
+        return decided
+
+    def _nodes_of(self, decided: Decision, capacities: Capacities, snap: Snapshot) -> Decision:
+        """A placement on a pool of nodes with the node(s) and devices it would get now (what a
+        recorded one gets is chosen again, under the write lock, when it is committed)."""
+        if not isinstance(decided, Placement):
+            return decided
+        pool = snap.states[snap.index[decided.pool]].pool
+        if not pool.node_tracked:
+            return decided
+        sharing = capacities.sharing(snap.fleet_version, snap.pools)
+        rows, grants, usage = self.store.node_rows(sharing.group(pool.name))
+        room = capacities.rooms_of(pool, rows, grants, usage, sharing.devices(pool.name))
+        return _with_nodes(decided, rooms.choose(room, decided.grant, decided.workload))
 
     def decisions(self, limit: int = 20) -> list[DecisionRecord]:
         """The most recent decisions, each in full (rebuilt from its record)."""
@@ -760,6 +789,31 @@ class _Under:
     capacities: Capacities
     engine: Engine | None = None
     reader: Reader | None = None
+
+
+def _with_nodes(decided: Placement, allocations: tuple[NodeAllocation, ...] | None) -> Placement:
+    if allocations is None:
+        return decided
+    return dataclasses.replace(decided, allocations=allocations, holdings=tuple(h for a in allocations for h in a.holdings))
+
+
+def placeable_text(state: PoolState, layout: PoolLayout) -> str | None:
+    """What can still be placed, for people: slices (``1g x5, 3g x1``); on a pool of nodes, the
+    largest block of whole devices free on one node and, shared, the most shares free on one
+    device (None for a pool of whole devices counted as one node: its free devices say it)."""
+    rooms = state.capacity.nodes
+    if rooms is None:
+        return None if layout.kind == "whole" else describe(state.capacity, layout)
+    if not rooms:
+        return "no node up"
+    parts = [] if layout.kind == "whole" else [describe(state.capacity, layout)]
+    if layout.kind != "fixed":
+        parts.append(f"{max(r.whole for r in rooms)} whole on one node")
+    pool = state.pool
+    if pool.sharing is not None and pool.shares_per_device:
+        most = max(pool.shares_per_device if r.whole else r.shares for r in rooms)
+        parts.append(f"{most} of {pool.shares_per_device} shares on one device")
+    return " · ".join(parts)
 
 
 def as_burst(workload: Workload) -> Workload:

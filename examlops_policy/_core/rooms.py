@@ -31,6 +31,7 @@ from examlops_policy import _nodes
 from examlops_policy._node_packers import DEFAULT_PACKER, packer_named
 from examlops_policy.model import Capacity, DeviceShare, Grant, Holding, Node, NodeAllocation, NodeRoom, Pool, Workload
 from examlops_policy.store.api import HeldRow, NodeGrantRow, NodeUsageRow
+from examlops_policy.views import NodeDetail
 from examlops_policy._core import packing
 
 
@@ -272,3 +273,42 @@ def _choose_slice(rooms: Rooms, grant: Grant) -> tuple[NodeAllocation, ...] | No
         capacity.hold(i, whole=[h.device], cpu_milli=grant.cpu_milli, memory_mib=grant.memory_mib)
         return (NodeAllocation(node.name, chosen, None, grant.cpu_milli, grant.memory_mib),)
     return None
+
+
+def details(rooms: Rooms) -> tuple[NodeDetail, ...]:
+    """Each node of the pool with what is held on it, for ``exa hardware pool NAME``."""
+    capacity = rooms.capacity
+    out = []
+    for i, node in enumerate(rooms.nodes):
+        shared = dict(capacity.shared_free(i))
+        slices: dict[int, list[Holding]] = {}
+        for h in rooms.slices.get(i, ()):
+            slices.setdefault(h.device, []).append(h)
+        whole = sorted(rooms.taken.get(i, set()) - set(shared) - set(slices))
+        parts = [f"{_ranges(whole)} whole"] if whole else []
+        for device in sorted(set(shared) | set(slices)):
+            if device in slices:
+                held = sorted(slices[device], key=lambda h: (h.start or 0, h.profile or ""))
+                parts.append(f"{device}: " + ", ".join(f"{h.profile}@{h.start}" if h.start is not None else str(h.profile) for h in held))
+            else:
+                parts.append(f"{device}: {rooms.unit - shared[device]} of {rooms.unit} shares")
+        out.append(
+            NodeDetail(
+                node.name, node.state, node.devices, int(capacity.whole_free[i]), ", ".join(parts) or "nothing held",
+                node.cpu_milli, int(capacity.cpu_free[i]) if node.cpu_milli is not None else None,
+                node.memory_mib, int(capacity.memory_free[i]) if node.memory_mib is not None else None,
+                node.block, node.switch,
+            )  # fmt: skip
+        )
+    return tuple(out)
+
+
+def _ranges(indices: Sequence[int]) -> str:
+    """``0-2, 5``: sorted indices as runs."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
