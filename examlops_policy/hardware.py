@@ -20,7 +20,7 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
 
-from examlops_policy._core import codec, commit, rooms
+from examlops_policy._core import codec, commit
 from examlops_policy._core.engine import Engine, Prepared, RevisionMismatch, differences, reference_input, same_policy
 from examlops_policy._core.records import DecisionInputs, Reader, judged_from
 from examlops_policy._core.request import Request
@@ -347,6 +347,8 @@ class Hardware:
         layout = capacities.layout(state.pool)
         if not state.pool.node_tracked:
             return PoolDetail(self._view(state), tuple(holdings), tuple(device_layouts(layout, holdings)))
+        from examlops_policy._core import rooms
+
         snap = self._snapshot()
         sharing = capacities.sharing(snap.fleet_version, snap.pools)
         rows, grants, usage = self.store.node_rows(sharing.group(name))
@@ -443,6 +445,8 @@ class Hardware:
         if isinstance(decided, Placement):
             pool = next(s.pool for s in ordered if s.pool.name == decided.pool)
             if pool.node_tracked:
+                from examlops_policy._core import rooms
+
                 return _with_nodes(decided, rooms.choose(under.capacities.rooms_of(pool, []), decided.grant, decided.workload))
         return decided
 
@@ -454,6 +458,8 @@ class Hardware:
         pool = snap.states[snap.index[decided.pool]].pool
         if not pool.node_tracked:
             return decided
+        from examlops_policy._core import rooms
+
         sharing = capacities.sharing(snap.fleet_version, snap.pools)
         rows, grants, usage = self.store.node_rows(sharing.group(pool.name))
         room = capacities.rooms_of(pool, rows, grants, usage, sharing.devices(pool.name))

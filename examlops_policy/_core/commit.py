@@ -22,7 +22,7 @@ import dataclasses
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from examlops_policy.errors import NotFoundError, SpecError, StateError
 from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Node, NodeAllocation, Placement, Pool, pool_spec
@@ -40,10 +40,13 @@ from examlops_policy.store.api import (
     Transaction,
 )
 from examlops_policy.views import DecisionRecord, PoolChange
-from examlops_policy._core import codec, packing, rooms
+from examlops_policy._core import codec, packing
 from examlops_policy._core.engine import Prepared
 from examlops_policy._core.selection import Judged, fits
 from examlops_policy._core.state import Capacities, Sharing, Snapshot, merge, sharing_of
+
+if TYPE_CHECKING:  # the node packer (numpy) loads only where a pool has nodes
+    from examlops_policy._core.rooms import Rooms
 
 # A pool's accelerator, model, target, region or partitioning decides what its live grants are:
 # none of them may change while decisions hold its devices.
@@ -105,10 +108,12 @@ def place(
             else:
                 snap = snapshot  # decided on the snapshot's capacity, and still what selection gives now
         held: list[HeldRow] = []
-        room: rooms.Rooms | None = None
+        room: Rooms | None = None
         if isinstance(decision, Placement):
             state = snap.states[snap.index[decision.pool]]
             if state.pool.node_tracked:
+                from examlops_policy._core import rooms
+
                 sharing = capacities.sharing(fleet, snap.pools)
                 room = _rooms(txn, capacities, state.pool, sharing)
                 allocations = rooms.choose(room, decision.grant, decision.workload)
@@ -135,6 +140,8 @@ def place(
             state = snap.states[snap.index[decision.pool]]
             version = txn.bump()
             if room is not None:
+                from examlops_policy._core import rooms
+
                 capacity, free = rooms.summary(room)
                 txn.set_capacity(decision.pool, codec.capacity_text(capacity), free, version)
                 _refresh_sharers(txn, capacities, decision.pool, capacities.sharing(fleet, snap.pools), version)
@@ -306,7 +313,7 @@ def _refresh(
     txn.set_capacity(pool.name, text, free, version)
 
 
-def _rooms(txn: Transaction, capacities: Capacities, pool: Pool, sharing: Sharing) -> rooms.Rooms:
+def _rooms(txn: Transaction, capacities: Capacities, pool: Pool, sharing: Sharing) -> Rooms:
     names = sharing.group(pool.name)
     return capacities.rooms_of(pool, txn.held_in(names), txn.node_grants(names), txn.node_usage(names), sharing.devices(pool.name))
 
@@ -675,6 +682,8 @@ def ensure_layout(store: Rows, capacities: Capacities) -> None:
 def _name_nodes(txn: Transaction, pool: Pool) -> None:
     """Live holdings of a node-tracked pool recorded before grants named nodes (their node is the
     pool's own name, their device counted across its nodes) get their node and its index there."""
+    from examlops_policy._core import rooms
+
     names = {n.name for n in pool.node_list()}
     if pool.name in names:
         return  # the pool's one node is named like it: nothing to map

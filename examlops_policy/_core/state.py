@@ -14,11 +14,15 @@ import hashlib
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from examlops_policy.model import Capacity, Pool, PoolState
 from examlops_policy.store.api import HeldRow, NodeGrantRow, NodeUsageRow, PoolRow, Rows, StateRows
 from examlops_policy.tables import Tables
-from examlops_policy._core import codec, packing, rooms
+from examlops_policy._core import codec, packing
+
+if TYPE_CHECKING:  # the node packer (numpy) loads only where a pool has nodes
+    from examlops_policy._core.rooms import Rooms
 
 # What the capacity summaries are worked out with beyond the tables: bumped when the way they are
 # worked out changes, so that stored ones are worked out again (``commit.ensure_layout``).
@@ -115,6 +119,8 @@ class Capacities:
         and memory, ``usage`` what schedulers report busy on its nodes."""
         layout = self.layout(pool)
         if pool.node_tracked:
+            from examlops_policy._core import rooms
+
             return rooms.summary(rooms.build(pool, layout, held, grants, usage, same_devices))
         capacity = packing.summarize(layout, [h.holding for h in held], held_outside)
         used = float(len(held)) if layout.kind == "fixed" else sum(h.share for h in held)
@@ -127,8 +133,10 @@ class Capacities:
         grants: Sequence[NodeGrantRow] = (),
         usage: Sequence[NodeUsageRow] = (),
         same_devices: Collection[str] | None = None,
-    ) -> rooms.Rooms:
+    ) -> Rooms:
         """A node-tracked pool's nodes with what is held on them, to choose where a grant goes."""
+        from examlops_policy._core import rooms
+
         return rooms.build(pool, self.layout(pool), held, grants, usage, same_devices)
 
     def empty(self, pool: Pool) -> PoolState:

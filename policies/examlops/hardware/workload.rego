@@ -96,35 +96,48 @@ known := {
 }
 
 errors(w) := [e |
-	some e in [
-		# Required fields without a default: an absent one is invalid, not silently skipped.
-		unknown("accelerator", object.get(w, "accelerator", null), known.accelerator),
-		unknown("engine", object.get(w, "engine", null), known.engine),
-		unknown("target", w.target, known.target),
-		unknown("residency", w.residency, known.residency),
-		data_region_error(w.data_region),
-		fraction_error(w.fraction),
-		count_error(w.count, w.fraction),
-		type_error("capabilities", w.capabilities, is_tags(w.capabilities)),
-		type_error("allow_burst", w.allow_burst, is_boolean(w.allow_burst)),
-		type_error("allow_cpu_fallback", w.allow_cpu_fallback, is_boolean(w.allow_cpu_fallback)),
-		unknown("optimize", w.optimize, known.optimize),
-		type_error("carbon_weight", w.carbon_weight, is_share(w.carbon_weight)),
-		type_error("max_cost_per_hour", w.max_cost_per_hour, is_cap(w.max_cost_per_hour)),
-		type_error("max_carbon_per_hour", w.max_carbon_per_hour, is_cap(w.max_carbon_per_hour)),
-		project_error(w.project),
-		unknown("spot", w.spot, known.spot),
-		type_error("allow_budget_fallback", w.allow_budget_fallback, is_boolean(w.allow_budget_fallback)),
-		type_error("cpu", w.cpu, is_amount(w.cpu)),
-		type_error("memory", w.memory, is_amount(w.memory)),
-		nodes_error(w.nodes, w.fraction),
-		optional("topology", w.topology),
-		optional("topology_mode", w.topology_mode),
-		unknown("isolation", w.isolation, known.isolation),
-		type_error("models", w.models, is_tags(w.models)),
-		model_error(w.models),
-	]
+	some e in array.concat(
+		[
+			# Required fields without a default: an absent one is invalid, not silently skipped.
+			unknown("accelerator", object.get(w, "accelerator", null), known.accelerator),
+			unknown("engine", object.get(w, "engine", null), known.engine),
+			unknown("target", w.target, known.target),
+			unknown("residency", w.residency, known.residency),
+			data_region_error(w.data_region),
+			fraction_error(w.fraction),
+			count_error(w.count, w.fraction),
+			type_error("capabilities", w.capabilities, is_tags(w.capabilities)),
+			type_error("allow_burst", w.allow_burst, is_boolean(w.allow_burst)),
+			type_error("allow_cpu_fallback", w.allow_cpu_fallback, is_boolean(w.allow_cpu_fallback)),
+			unknown("optimize", w.optimize, known.optimize),
+			type_error("carbon_weight", w.carbon_weight, is_share(w.carbon_weight)),
+			type_error("max_cost_per_hour", w.max_cost_per_hour, is_cap(w.max_cost_per_hour)),
+			type_error("max_carbon_per_hour", w.max_carbon_per_hour, is_cap(w.max_carbon_per_hour)),
+			project_error(w.project),
+			unknown("spot", w.spot, known.spot),
+			type_error("allow_budget_fallback", w.allow_budget_fallback, is_boolean(w.allow_budget_fallback)),
+		],
+		node_errors(w),
+	)
 	e != null
+]
+
+# What a workload asks of nodes: checked only when it asks anything (most workloads do not).
+node_fields := ["cpu", "memory", "nodes", "topology", "topology_mode", "models", "isolation"]
+
+node_defaults := object.filter(defaults, node_fields)
+
+node_errors(w) := [] if {
+	object.filter(w, node_fields) == node_defaults
+} else := [
+	type_error("cpu", w.cpu, is_amount(w.cpu)),
+	type_error("memory", w.memory, is_amount(w.memory)),
+	nodes_error(w.nodes, w.fraction),
+	optional("topology", w.topology),
+	optional("topology_mode", w.topology_mode),
+	unknown("isolation", w.isolation, known.isolation),
+	type_error("models", w.models, is_tags(w.models)),
+	model_error(w.models),
 ]
 
 unknown(field, value, known) := null if {
