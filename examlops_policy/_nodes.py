@@ -175,6 +175,20 @@ class _FreeRanges:
         i = bisect.bisect_right(self.starts, index) - 1
         return i >= 0 and index < self.ends[i]
 
+    def take_lowest(self, count: int) -> list[int]:
+        """Take the ``count`` lowest free indices (there must be so many), whole ranges at a time."""
+        out: list[int] = []
+        while len(out) < count:
+            start, end = self.starts[0], self.ends[0]
+            take = min(count - len(out), end - start)
+            out.extend(range(start, start + take))
+            if start + take == end:
+                del self.starts[0]
+                del self.ends[0]
+            else:
+                self.starts[0] = start + take
+        return out
+
     def remove(self, index: int) -> None:
         """Take ``index`` (it must be free), splitting its range."""
         i = bisect.bisect_right(self.starts, index) - 1
@@ -552,13 +566,9 @@ class NodeCapacity:
                 left = max(0, self.unit - used)
                 taken += self.unit - left
                 d._set_shared(dev, left)
-        lowest_taken: list[int] = []
-        for _ in range(min(lowest, int(self.whole_free[node]))):
-            dev = d.free.lowest()
-            d.free.remove(dev)
-            lowest_taken.append(dev)
-            self.whole_free[node] -= 1
-            taken += self.unit
+        lowest_taken = d.free.take_lowest(min(lowest, int(self.whole_free[node])))
+        self.whole_free[node] -= len(lowest_taken)
+        taken += self.unit * len(lowest_taken)
         self.free_milli[node] -= taken
         self.allocated_milli += taken
         if self.cpu_tracked[node]:

@@ -424,9 +424,11 @@ class Hardware:
         backend = str(cast(JSONObject, under.policy.tables.accelerators[accelerator])["backend"])
         return Portability(engine, accelerator, backend, reason)
 
-    def what_if(self, workload: Workload, pools: Sequence[Pool] | None = None) -> Decision:
+    def what_if(self, workload: Workload, pools: Sequence[Pool] | None = None, *, where: bool = False) -> Decision:
         """Decide without recording or reserving: over ``pools`` (nothing held on them) or the
-        current state."""
+        current state. ``where``: a placement on a pool of nodes also says the node(s) and devices
+        it would get now (its nodes are read; a recorded placement's are chosen again when it is
+        committed)."""
         from examlops_policy import specs
 
         under = self._current()
@@ -434,7 +436,7 @@ class Hardware:
         if pools is None:
             snap = self._snapshot()
             decided = self._decide(Request(workload), snap, under)[2]
-            return self._nodes_of(decided, under.capacities, snap)
+            return self._nodes_of(decided, under.capacities, snap) if where else decided
         states = []
         for pool in pools:
             specs.check_pool_facts(pool, under.policy.tables)
@@ -442,7 +444,7 @@ class Hardware:
         ordered = sorted(states, key=lambda s: s.pool.name)
         under, prepared = self._prepare(workload, [s.pool for s in ordered], under=under)
         decided = prepared.decide([s.capacity for s in ordered], under.policy.tables)
-        if isinstance(decided, Placement):
+        if where and isinstance(decided, Placement):
             pool = next(s.pool for s in ordered if s.pool.name == decided.pool)
             if pool.node_tracked:
                 from examlops_policy._core import rooms

@@ -16,7 +16,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+import dataclasses
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Final, Union
 
 from examlops_policy import quantities
@@ -419,7 +421,7 @@ class Pool:
         nodes existed (its shape, capacity and grants unchanged)."""
         return self.nodes is not None or self.sharing is not None
 
-    @property
+    @cached_property
     def node_sizes(self) -> tuple[tuple[int, int | None, int | None, int | None, int | None, int], ...] | None:
         """What the policy sees of the pool's nodes (its shape's ``node_sizes``), None when the pool
         is not node-tracked: rows ``(devices, cpu_milli, memory_mib, block, switch, count)``,
@@ -429,6 +431,9 @@ class Pool:
         state: a drained or down node may come back (capacity says what is up now)."""
         if not self.node_tracked:
             return None
+        if not isinstance(self.nodes, tuple):  # N identical nodes, or the pool as one node
+            first = self.node_list()[0]
+            return ((first.devices, first.cpu_milli, first.memory_mib, None, None, self.nodes or 1),)
         nodes = self.node_list()
         blocks = {b: i for i, b in enumerate(sorted({n.block for n in nodes if n.block is not None}))}
         switches = {b: i for i, b in enumerate(sorted({n.switch for n in nodes if n.switch is not None}))}
@@ -449,13 +454,19 @@ class Pool:
     def node_list(self) -> tuple[Node, ...]:
         """The pool's nodes, each said in full: the listed ones; N identical nodes named
         ``<pool>-<i>``; or, with no node information, one node named like the pool that holds
-        ``count`` devices (CPU and memory not tracked)."""
+        ``count`` devices (CPU and memory not tracked). Worked out once per pool."""
         if isinstance(self.nodes, tuple):
             return self.nodes
-        if self.nodes is None:
+        return self._counted_nodes
+
+    @cached_property
+    def _counted_nodes(self) -> tuple[Node, ...]:
+        if self.nodes is None or isinstance(self.nodes, tuple):
             return (Node(self.name, self.count),)
         each = self.count // self.nodes
-        return tuple(Node(f"{self.name}-{i}", each, self.cpu_per_node, self.memory_per_node) for i in range(self.nodes))
+        first = Node(f"{self.name}-0", each, self.cpu_per_node, self.memory_per_node)
+        # The same node N times but for its name (checked once: the names differ only by number).
+        return (first, *(dataclasses.replace(first, name=f"{self.name}-{i}") for i in range(1, self.nodes)))
 
 
 # Fields that joined Pool later: left out of a pool's stored spec while they have their default,

@@ -109,13 +109,19 @@ def place(
                 snap = snapshot  # decided on the snapshot's capacity, and still what selection gives now
         held: list[HeldRow] = []
         room: Rooms | None = None
+        current: PoolRow | None = None
         if isinstance(decision, Placement):
             state = snap.states[snap.index[decision.pool]]
             if state.pool.node_tracked:
                 from examlops_policy._core import rooms
 
                 sharing = capacities.sharing(fleet, snap.pools)
-                room = _rooms(txn, capacities, state.pool, sharing)
+                # A pool that shares no node, unchanged since this process last wrote it, is as this
+                # process left it: nothing to read again.
+                current = txn.pool(decision.pool) if len(sharing.group(decision.pool)) == 1 else None
+                room = capacities.kept_rooms(decision.pool, current.version, current.spec) if current is not None else None
+                if room is None:
+                    room = _rooms(txn, capacities, state.pool, sharing)
                 allocations = rooms.choose(room, decision.grant, decision.workload)
                 if allocations is None:
                     raise StateError(
@@ -144,6 +150,8 @@ def place(
 
                 capacity, free = rooms.summary(room)
                 txn.set_capacity(decision.pool, codec.capacity_text(capacity), free, version)
+                if current is not None:
+                    capacities.keep_rooms(decision.pool, version, current.spec, room)
                 _refresh_sharers(txn, capacities, decision.pool, capacities.sharing(fleet, snap.pools), version)
             else:
                 mine = [HeldRow(ident, h, decision.grant.share) for h in decision.holdings]
@@ -551,6 +559,7 @@ def record_usage(
         version: int | None = None
         sharing: Sharing | None = None
         dirty: list[str] = []
+        own: set[str] = set()
         for name in sorted(set(usage) | set(per_node)):
             row = txn.pool(name)
             if row is None:
@@ -573,16 +582,20 @@ def record_usage(
                 version = txn.bump()
             txn.set_held_outside(name, outside)
             if changed_nodes is not None:
+                own.add(name)
                 txn.set_node_usage(name, changed_nodes, scheduler)
                 txn.audit("node_usage", {"pool": name, "scheduler": scheduler, "nodes": [_usage_json(u) for u in changed_nodes]}, source=source)
             dirty.extend((sharing or Sharing({})).group(name) if pool.node_tracked else (name,))
             if abs(row.held_outside - outside) > 1e-9:
                 txn.audit("capacity", {"pool": name, "scheduler": scheduler, "busy": busy, "held_outside": outside}, source=source)
-        # Each pool whose figures (or whose nodes' figures) changed, worked out again once.
+        # Each pool whose figures (or whose nodes' figures) changed, worked out again once: a pool
+        # whose own figures changed at this version whatever its summary says (its nodes' busy
+        # devices may differ while the counts do not: rooms kept by version must be read again).
         for name in dict.fromkeys(dirty):
             row = txn.pool(name)
             if row is not None and version is not None:
-                _refresh(txn, capacities, codec.pool_from_text(row.spec), row.held_outside, version, sharing=sharing, before=row)
+                _refresh(txn, capacities, codec.pool_from_text(row.spec), row.held_outside, version, sharing=sharing,
+                         before=None if name in own else row)  # fmt: skip
         return held
 
     return store.transaction(work, landed=lambda txn: None)

@@ -80,6 +80,24 @@ class Capacities:
         self.tables = tables
         self._layouts: dict[Pool, packing.PoolLayout] = {}
         self._sharing: tuple[int, Sharing] | None = None
+        # A pool's nodes as this process last wrote them, by pool: (the pool row's version and spec
+        # then, the rooms). Reused by the next write that finds the row unchanged (nothing else
+        # wrote the pool since); see ``kept_rooms``.
+        self._rooms: dict[str, tuple[int, str, Rooms]] = {}
+
+    def kept_rooms(self, name: str, version: int, spec: str) -> Rooms | None:
+        """The rooms this process left ``name`` with, if the pool is still at that version with that
+        spec (every write that changes what a pool's nodes hold sets its version). Taken: a caller
+        that changes it keeps it again (``keep_rooms``) only once its write is in."""
+        found = self._rooms.pop(name, None)
+        if found is None or found[0] != version or found[1] != spec:
+            return None
+        return found[2]
+
+    def keep_rooms(self, name: str, version: int, spec: str, room: Rooms) -> None:
+        if len(self._rooms) > 256:
+            self._rooms.clear()
+        self._rooms[name] = (version, spec, room)
 
     def sharing(self, fleet_version: int, pools: Iterable[Pool] | Callable[[], Iterable[Pool]]) -> Sharing:
         """Who shares nodes in the fleet at ``fleet_version`` (worked out once per fleet version
