@@ -12,8 +12,8 @@ version can be read back (``capacities_at``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeVar
 
 from examlops_policy.model import Holding, JSONObject
@@ -29,7 +29,9 @@ class StaleFleet(Exception):
 @dataclass(frozen=True)
 class PoolRow:
     """A pool as stored: its spec and capacity as the core wrote them (text), the devices free
-    (shares summed, for people), those held outside this layer, and its last change's version."""
+    (shares summed, for people), those held outside this layer, and its last change's version.
+    ``removed``: it left the fleet (the row stays for the records that name it); ``removing``: since
+    when it is to go once its last live grant ends."""
 
     name: str
     spec: str
@@ -37,16 +39,8 @@ class PoolRow:
     free: float | None
     held_outside: float
     version: int
-
-
-@dataclass(frozen=True)
-class StateRows:
-    """The state version and fleet version, with the pools changed since the version asked for
-    (every pool when asked since -1), in name order; read in one consistent read."""
-
-    version: int
-    fleet_version: int
-    pools: tuple[PoolRow, ...]
+    removed: bool = False
+    removing: str | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +83,21 @@ class NodeUsageRow:
     shares: int = 0
     cpu_milli: int | None = None
     memory_mib: int | None = None
+
+
+@dataclass(frozen=True)
+class StateRows:
+    """The state version and fleet version, with the pools changed since the version asked for
+    (every pool when asked since -1; removed ones among them when they changed), in name order;
+    read in one consistent read. Asked with a time, also the live placements whose lease had ended
+    by then (``ended``: (decision id, pool)) and what every live grant of those pools holds
+    (``held``), so that a read can see those leases ended before any write releases them."""
+
+    version: int
+    fleet_version: int
+    pools: tuple[PoolRow, ...]
+    ended: tuple[tuple[str, str], ...] = ()
+    held: Mapping[str, tuple[HeldRow, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -152,6 +161,7 @@ class NewDecision:
     cost_per_hour: float | None = None
     carbon_factor: float | None = None
     lease_expires_at: str | None = None
+    larger_partition: bool | None = None
     holdings: tuple[Holding, ...] = ()
     share: float = 0.0
     burst: BurstRow | None = None
@@ -226,9 +236,19 @@ class Transaction(Protocol):
         """Devices of ``pool`` held by live placements that were handed to a scheduler."""
         ...
 
-    def add_pool(self, name: str, spec: str, count: int, version: int) -> None: ...
+    def add_pool(self, name: str, spec: str, count: int, version: int) -> None:
+        """Register a pool (a removed pool of that name comes back, with nothing held outside)."""
+        ...
 
     def update_pool(self, name: str, spec: str, count: int) -> None: ...
+
+    def remove_pool(self, name: str, version: int) -> None:
+        """The pool leaves the fleet at ``version`` (its row stays for the records that name it)."""
+        ...
+
+    def set_removing(self, name: str, since: str | None, version: int) -> None:
+        """Mark the pool, at ``version``, to go when its last live grant ends (None: not any more)."""
+        ...
 
     def set_capacity(self, pool: str, capacity: str, free: float, version: int) -> None:
         """A pool's capacity changed at ``version``: store it and append it to the capacity log."""
@@ -257,8 +277,9 @@ class Transaction(Protocol):
         """The decision, its grant's allocation and holdings, and its burst event."""
         ...
 
-    def release(self, ident: str, now: str) -> str:
-        """Free what a placement holds; the pool it held. SpecError when it placed nothing."""
+    def release(self, ident: str, at: str) -> str:
+        """Free what a placement holds, released at ``at`` (now, or when its lease ended); the pool
+        it held. SpecError when it placed nothing."""
         ...
 
     def renew(self, ident: str, lease_expires_at: str) -> None:
@@ -295,7 +316,13 @@ class Transaction(Protocol):
 class Rows(Protocol):
     """The reads the decision core makes outside a write transaction, and the write transaction."""
 
-    def rows(self, since: int = -1) -> StateRows: ...
+    def now(self) -> str:
+        """The store's time now (ISO 8601 UTC), as a write would record it."""
+        ...
+
+    def rows(self, since: int = -1, *, now: str | None = None) -> StateRows:
+        """See ``StateRows``; ``now``: also the leases ended by then."""
+        ...
 
     def layout(self) -> str | None:
         """The digest of the packing rules the stored capacities were worked out with."""

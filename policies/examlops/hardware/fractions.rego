@@ -4,16 +4,18 @@
 #   The grant: what a pool of a shape gives the workload. A fraction below 1.0 is honored only where
 #   the pool enables partitioning (supports_fractions) and the device can really be cut into isolated
 #   shares (data.examlops.tables.partitioning, by model where the pool names one, else by vendor):
-#   the smallest share that covers the request. A pool whose scheduler exposes fixed slices
-#   (fixed_profile, e.g. Slurm's gpu:1g.10gb) gives its slices as they are. A pool that shares its
-#   devices (sharing: time-slice or mps, in shares_per_device shares) gives a fraction as the fewest
-#   shares of ONE device that cover it, and says it is shared without isolation. Elsewhere the
-#   workload gets whole devices and the grant says so (honored = false) with the reason.
+#   the smallest share that covers the request, or, when that one has no room now, a larger share
+#   that covers it (alternatives: smallest first, each flagged larger and priced as granted; the
+#   caller takes the first with room that the budget allows). A pool whose scheduler exposes fixed
+#   slices (fixed_profile, e.g. Slurm's gpu:1g.10gb) gives its slices as they are. A pool that shares
+#   its devices (sharing: time-slice or mps, in shares_per_device shares) gives a fraction as the
+#   fewest shares of ONE device that cover it, and says it is shared without isolation. Elsewhere
+#   the workload gets whole devices and the grant says so (honored = false) with the reason.
 #
-#   The grant also says what the pool must hold per node: units (devices or slices) or shares on
-#   each of `nodes` nodes (a gang, all or nothing), beside cpu_milli and memory_mib of each node's
-#   own, and the topology level the gang's nodes must share when it is required (null otherwise).
-#   devices, what is priced and accounted, counts every node of the gang.
+#   The grant (and each alternative) also says what the pool must hold per node: units (devices or
+#   slices) or shares on each of `nodes` nodes (a gang, all or nothing), beside cpu_milli and
+#   memory_mib of each node's own, and the topology level the gang's nodes must share when it is
+#   required (null otherwise). devices, what is priced and accounted, counts every node of the gang.
 # custom:
 #   reads:
 #     shape: [accelerator, model, supports_fractions, fixed_profile, sharing, shares_per_device]
@@ -39,16 +41,17 @@ scheme(shape) := partitioning.schemes[scheme_name(shape)]
 # grant.units of grant.profile (null: whole devices), or grant.shares of one device, on each of
 # grant.nodes nodes, is what the pool's capacity must hold; grant.devices is the share of devices
 # held, which is what is priced and accounted.
-grant(shape, w) := object.union(d, {
+grant(shape, w) := per_node(per_device(shape, w), w)
+
+# A grant of one device's worth (whole devices, slices or a share) with what it asks of each node.
+per_node(d, w) := object.union(d, {
 	"nodes": gang(w),
 	"cpu_milli": milli(object.get(w, "cpu", null)),
 	"memory_mib": mib(object.get(w, "memory", null)),
 	"shares": object.get(d, "shares", null),
 	"topology": required_topology(w),
 	"devices": d.devices * gang(w),
-}) if {
-	d := per_device(shape, w)
-}
+})
 
 per_device(shape, w) := fixed(shape, w) if {
 	fixed_profile(shape) != null
@@ -144,6 +147,37 @@ shared(shape, w) := {
 } if {
 	n := shape.shares_per_device
 	k := min([n, max([1, ceil((w.fraction * n) - 0.000000001)])])
+}
+
+# The larger shares that also cover the request, smallest first: what a pool gives instead when the
+# smallest covering share (the grant) has no room now. Each is a grant of its own, flagged larger,
+# whose devices are what is priced and budgeted; its note says why the workload holds more than it
+# asked for. Empty where the grant is not a share cut for the request (whole devices, fixed slices).
+alternatives(shape, w) := [per_node(larger(sc, s, w, g), w) |
+	fixed_profile(shape) == null
+	w.fraction < 1
+	shape.supports_fractions == true
+	sc := scheme(shape)
+	g := partial(shape, w)
+	some s in sc.slices
+	s.units / sc.of > g.share
+]
+
+larger(sc, s, w, g) := {
+	"requested": w.fraction,
+	"honored": true,
+	"share": s.units / sc.of,
+	"units": 1,
+	"devices": s.units / sc.of,
+	"scheme": sc.kind,
+	"geometry": sc.geometry,
+	"profile": s.profile,
+	"why": null,
+	"note": sprintf(
+		"no %s had room: fraction %v honored with a larger partition, %s, priced as granted",
+		[g.profile, w.fraction, s.profile],
+	),
+	"larger": true,
 }
 
 # Fixed slices: each unit is one slice of the pool's profile. Undefined (and the partition check

@@ -195,3 +195,29 @@ test_what_a_node_lacks_in_words[name] if {
 	r := capacity.shortfall(h100, grant)
 	[r.code, r.kind, r.message] == [code, "not_now", message]
 }
+
+# With larger shares that also cover the request, the shortfall names them: none of them (within the
+# budget) had room either.
+test_shortfall_names_the_larger_shares_tried if {
+	mi300x := {"accelerator": "amd", "model": "mi300x", "fixed_profile": null}
+	capacity.shortfall_of(mi300x, slice_grant("qpx", 1), ["dpx", "spx"]) == {
+		"code": "slice_unavailable",
+		"kind": "not_now",
+		"message": "no MI300X in the pool has room for a qpx beside the slices it holds, nor for a larger one the budget allows (dpx, spx)",
+		"details": {"units": 1, "profile": "qpx", "larger": ["dpx", "spx"]},
+	}
+}
+
+test_shortfall_without_larger_shares_is_the_plain_one if {
+	capacity.shortfall_of(h100, slice_grant("4g.40gb", 1), []) == capacity.shortfall(h100, slice_grant("4g.40gb", 1))
+	capacity.shortfall_of(h100, whole_grant(2), []) == capacity.shortfall(h100, whole_grant(2))
+}
+
+test_shortfall_of_a_grant_asking_cpu_of_a_node_stays_node_by_node if {
+	mi300x := {"accelerator": "amd", "model": "mi300x", "fixed_profile": null}
+	g := object.union(slice_grant("qpx", 1), {"cpu_milli": 2000})
+	r := capacity.shortfall_of(mi300x, g, ["dpx", "spx"])
+	r == capacity.shortfall(mi300x, g)
+	not r.details.larger
+	contains(r.message, "on one node")
+}
