@@ -274,6 +274,10 @@ def test_the_capacity_log_starts_from_the_previous_state_and_new_records_name_th
 @pytest.fixture()
 def from_before_nodes(before_nodes_state: tuple[Path, dict[str, str]], tmp_path: Path, opa_home: Path) -> Iterator[tuple[Hardware, dict[str, str]]]:
     hw, ids = _open_copy(before_nodes_state, tmp_path, opa_home)
+    try:
+        yield hw, ids
+    finally:
+        hw.close()
 
 
 # -- the release before migration 0007: leases that end on time, pools that leave -------------------
