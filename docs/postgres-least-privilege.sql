@@ -4,10 +4,10 @@
 --                              migrations. Used only to migrate (once per exa upgrade).
 --   app   (default exa_app)    what every `exa` process uses day to day. Owns nothing:
 --                              SELECT, INSERT, UPDATE, DELETE on the state tables (state, pools,
---                              decisions, allocations, holdings, node_states); SELECT, INSERT,
+--                              decisions, allocations, holdings, node_usage); SELECT, INSERT,
 --                              UPDATE on the queue (a queued row changes state, never goes);
 --                              SELECT, INSERT only on the records (audit_log, burst_events,
---                              capacity_log, fleets, verdict_sets); SELECT only on
+--                              capacity_log, fleets, verdict_sets, node_grants); SELECT only on
 --                              schema_migrations; USAGE, SELECT on the schema's sequences.
 --                              No CREATE on the schema (or any other), no TEMP, no TRUNCATE,
 --                              REFERENCES or TRIGGER; not being an owner it cannot ALTER or DROP a
@@ -155,7 +155,7 @@ GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA :"schema" TO :"app";
 SELECT format('GRANT UPDATE, DELETE ON TABLE %I.%I TO %I', n.nspname, c.relname, :'app')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
-   AND c.relname IN ('state', 'pools', 'decisions', 'allocations', 'holdings', 'node_states')
+   AND c.relname IN ('state', 'pools', 'decisions', 'allocations', 'holdings', 'node_usage')
  ORDER BY c.relname \gexec
 -- The queue: a waiting row is claimed, cancelled or failed (its state changes); none is deleted.
 SELECT format('GRANT UPDATE ON TABLE %I.queue TO %I', :'schema', :'app')
@@ -163,7 +163,7 @@ SELECT format('GRANT UPDATE ON TABLE %I.queue TO %I', :'schema', :'app')
 -- Which migrations ran is read, never written, by the app role (it cannot apply one anyway).
 SELECT format('REVOKE INSERT ON TABLE %I.schema_migrations FROM %I', :'schema', :'app')
  WHERE to_regclass(format('%I.schema_migrations', :'schema')) IS NOT NULL \gexec
--- audit_log, burst_events, capacity_log, fleets, verdict_sets keep SELECT, INSERT: the audit
+-- audit_log, burst_events, capacity_log, fleets, verdict_sets, node_grants keep SELECT, INSERT: the audit
 -- chain and the records it covers are appended to, never changed. (audit_log's triggers refuse UPDATE, DELETE
 -- and TRUNCATE even for the owner; without the privilege the app role is refused before them.)
 

@@ -5,8 +5,9 @@ For every live placement with a job, in one read per scheduler: a job that ended
 failed, cancelled, timed out, deleted: Slurm ``squeue --states=all``, then ``sacct`` for jobs
 slurmctld no longer holds; the Kubernetes Jobs this layer created, in one list) releases its grant
 with the job's end state and times; a job that runs gets its actual start recorded (once). A node a
-scheduler reports drained, down, cordoned or NotReady takes its devices out of its pools' capacity,
-and gives them back when it is up; grants on a node that went down are flagged (not released: the
+scheduler reports drained, down, cordoned or NotReady takes its devices out of its pools' capacity
+(its state in every pool that lists it, as discovery sets it: ``commit.reconcile_node``), and gives
+them back when it is up; grants on a node that went down are flagged (not released: the
 scheduler decides whether their jobs died). Each change is one audited transaction, written only
 when it differs from what is stored: a run with no change writes nothing. A scheduler that cannot
 be read changes nothing of its own and does not stop the others.
@@ -140,25 +141,27 @@ def _started(hw: Host, g: GrantRow, at: str, scheduler: str) -> list[ReconcileCh
 
 
 def _nodes(hw: Host, observed: Mapping[str, str], scheduler: str, serves: object) -> list[ReconcileChange]:
-    """Write each node whose state differs from the stored one (nothing when none does)."""
-    stored = {(r.pool, r.node): r.state for r in hw.store.node_state_rows()}
-    changes: list[ReconcileChange] = []
+    """Set each node whose state, as its scheduler reports it, differs from the one the pools
+    listing it record (``commit.reconcile_node``: in every pool that lists it at once); nothing is
+    written when none differs."""
+    wanted: dict[str, str] = {}
     for state in hw.pools():
         if not callable(serves) or not serves(state):
             continue
         for node in state.pool.node_list():
             seen = observed.get(node.name)
-            if seen is None:
-                continue  # the scheduler does not report it: nothing is known
-            want = None if seen == "up" else seen
-            if stored.get((state.pool.name, node.name)) == want:
-                continue
-            flagged = commit.node_state(hw.store, hw._capacities, state.pool.name, node.name, want, scheduler=scheduler, source=SOURCE)
-            text = f"{scheduler} node {node.name} of pool {state.pool.name}: {seen}" + (
-                f"; grants on it flagged: {', '.join(f[:12] for f in flagged)}" if flagged and want == "down" else ""
-            )
-            kind = "node_up" if want is None else "node_down" if want == "down" else "node"
-            changes.append(ReconcileChange(kind, scheduler, None, None, seen, state.pool.name, node.name, text=text))
+            if seen is not None and seen != node.state:  # None: the scheduler does not report it
+                wanted.setdefault(node.name, seen)
+    changes: list[ReconcileChange] = []
+    for name, seen in sorted(wanted.items()):
+        pools, flagged = commit.reconcile_node(hw.store, hw._capacities, name, seen, scheduler=scheduler, source=SOURCE)
+        if not pools:
+            continue
+        text = f"{scheduler} node {name} of pool{'s' if len(pools) > 1 else ''} {', '.join(pools)}: {seen}" + (
+            f"; grants on it flagged: {', '.join(f[:12] for f in flagged)}" if flagged and seen == "down" else ""
+        )
+        kind = "node_up" if seen == "up" else "node_down" if seen == "down" else "node"
+        changes.append(ReconcileChange(kind, scheduler, None, None, seen, pools[0], name, text=text))
     return changes
 
 

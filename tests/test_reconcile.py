@@ -62,8 +62,8 @@ def hw(backend: Backend, opa_home: Path) -> Any:
     made.close()
 
 
-def submitted(hw: Hardware, name: str, job_id: str, count: int = 2) -> str:
-    record = hw.place(Workload(name, "nvidia", count=count))
+def submitted(hw: Hardware, name: str, job_id: str, count: int = 2, nodes: int = 1) -> str:
+    record = hw.place(Workload(name, "nvidia", count=count, nodes=nodes))
     hw.set_job(record.id, job_id, scheduler="slurm")
     return record.id
 
@@ -220,7 +220,7 @@ def test_an_unreachable_slurm_changes_nothing(hw: Hardware) -> None:
 
 def test_a_reconciled_job_end_admits_the_queue(hw: Hardware) -> None:
     slurm = Slurm()
-    ident = submitted(hw, "all", "401", count=6)
+    ident = submitted(hw, "all", "401", count=2, nodes=3)  # two devices on each of the three nodes
     waiting = hw.place(Workload("next", "nvidia", count=2), queue=True)
     assert waiting.decision.outcome == "queued"
     slurm.jobs = {"401": "COMPLETED|2026-12-01T14:00:00|2026-12-01T14:10:00|n1"}

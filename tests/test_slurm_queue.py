@@ -109,8 +109,9 @@ def test_a_drained_node_leaves_its_pool_at_the_next_reconcile_and_comes_back(slu
         done = run_command(["scontrol", "update", *args], timeout=30, env={**os.environ, **slurm})
         assert done.ok, done.reason()
 
+    # exa-n3 is drained at every start, and discovery recorded it so: nothing to change.
     first = exa_json(exa_home, slurm, "hardware", "reconcile", "--slurm")["changes"]
-    assert ("node", "exa-n3", "drained") in {(c["kind"], c["node"], c["state"]) for c in first}  # drained at every start
+    assert [c for c in first if c["node"] is not None] == []
     assert free() == 4
     scontrol("nodename=exa-n2", "state=drain", "reason=exa-queue-test")
     try:

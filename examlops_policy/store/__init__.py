@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from examlops_policy.model import JSONObject
 from examlops_policy.store.api import (
-    DecisionRow, Document, GrantRow, HeldRow, NodeStateRow, PoolRow, QueueRow, StaleFleet, StateRows, Transaction,
+    DecisionRow, Document, GrantRow, HeldRow, NodeGrantRow, NodeUsageRow, PoolRow, QueueRow, StaleFleet, StateRows, Transaction,
 )  # fmt: skip
 from examlops_policy.views import BurstEvent, DecisionSummary, FinopsRow, WorkloadCost
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["DecisionRow", "GrantRow", "HeldRow", "NodeStateRow", "PoolRow", "QueueRow", "StaleFleet", "StateRows", "Store", "Transaction"]
+__all__ = ["DecisionRow", "GrantRow", "HeldRow", "PoolRow", "QueueRow", "StaleFleet", "StateRows", "Store", "Transaction"]
 
 
 class Store(Protocol):
@@ -60,6 +60,11 @@ class Store(Protocol):
 
     def document(self, kind: Document, key: str) -> str:
         """A stored fleet or verdict-set document; StateError when it is missing."""
+        ...
+
+    def node_rows(self, pools: Sequence[str]) -> tuple[list[HeldRow], list[NodeGrantRow], list[NodeUsageRow]]:
+        """What the live grants on ``pools`` hold, node by node, and what schedulers report busy on
+        their nodes, in one consistent read."""
         ...
 
     # -- reads ---------------------------------------------------------------------------------
@@ -139,7 +144,5 @@ class Store(Protocol):
     def grant(self, ident: str) -> GrantRow | None: ...
 
     def preempted(self) -> list[GrantRow]: ...
-
-    def node_state_rows(self) -> list[NodeStateRow]: ...
 
     def close(self) -> None: ...

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, Final, Protocol, TypeVar
 
 from examlops_policy.errors import NotFoundError, SpecError
-from examlops_policy.store.api import GrantRow, NewQueued, NodeStateRow, QueueRow, QueueState
+from examlops_policy.store.api import GrantRow, NewQueued, QueueRow, QueueState
 
 T = TypeVar("T")
 _QUEUE_COLUMNS: Final = (
@@ -161,10 +161,6 @@ class QueueReads:
         )
         return [_grant_row(r) for r in self._run(lambda: self._execute(sql).fetchall(), consistent=True)]
 
-    def node_state_rows(self) -> list[NodeStateRow]:
-        rows = self._run(lambda: self._execute("SELECT pool, node, state, scheduler, since FROM node_states ORDER BY pool, node").fetchall())
-        return [NodeStateRow(*map(str, r)) for r in rows]
-
 
 def _quota_held(execute: Callable[..., _Cursor], pairs: Sequence[tuple[str, str]], unassigned: str) -> dict[tuple[str, str], float]:
     if not pairs:
@@ -237,26 +233,6 @@ class QueueWrites:
 
     def device_hours(self, project: str, accelerator: str, since_ts: float, now_ts: float, unassigned: str) -> float:
         return _device_hours(self._execute, project, accelerator, since_ts, now_ts, unassigned)
-
-    def node_states(self, pool: str) -> dict[str, str]:
-        return {str(n): str(s) for n, s in self._execute("SELECT node, state FROM node_states WHERE pool = ?", (pool,)).fetchall()}
-
-    def set_node_state(self, pool: str, node: str, state: str | None, scheduler: str, now: str) -> bool:
-        if state is None:
-            return self._execute("DELETE FROM node_states WHERE pool = ? AND node = ?", (pool, node)).rowcount == 1
-        changed = self._execute(
-            "UPDATE node_states SET state = ?, scheduler = ?, since = ? WHERE pool = ? AND node = ? AND state <> ?",
-            (state, scheduler, now, pool, node, state),
-        ).rowcount
-        if changed:
-            return True
-        return (
-            self._execute(
-                "INSERT INTO node_states (pool, node, state, scheduler, since) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                (pool, node, state, scheduler, now),
-            ).rowcount
-            == 1
-        )
 
     def job_ended(self, ident: str, state: str, started_at: str | None, ended_at: str | None) -> None:
         self._execute(

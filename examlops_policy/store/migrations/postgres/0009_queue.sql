@@ -42,12 +42,3 @@ CREATE TABLE queue (
 CREATE INDEX queue_waiting ON queue(queued_ts, id) WHERE state = 'queued';
 CREATE INDEX queue_admitted ON queue(admitted_by) WHERE admitted_by IS NOT NULL;
 CREATE INDEX queue_preempted ON queue(preempted_from) WHERE preempted_from IS NOT NULL;
-
-CREATE TABLE node_states (
-    pool        TEXT COLLATE "C" NOT NULL REFERENCES pools(name),
-    node        TEXT COLLATE "C" NOT NULL,
-    state       TEXT NOT NULL CHECK (state IN ('drained', 'down')),
-    scheduler   TEXT NOT NULL,
-    since       TEXT COLLATE "C" NOT NULL,
-    PRIMARY KEY (pool, node)
-);

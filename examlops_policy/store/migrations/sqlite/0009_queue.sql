@@ -58,15 +58,3 @@ CREATE TABLE queue (
 CREATE INDEX queue_waiting ON queue(queued_ts, id) WHERE state = 'queued';
 CREATE INDEX queue_admitted ON queue(admitted_by) WHERE admitted_by IS NOT NULL;
 CREATE INDEX queue_preempted ON queue(preempted_from) WHERE preempted_from IS NOT NULL;
-
--- Nodes a scheduler reports not taking work (reconcile): drained (Slurm DRAIN, a cordoned
--- Kubernetes node) or down (Slurm DOWN, a NotReady node). A node that is up has no row. Their
--- devices are out of their pool's capacity until the node is up again.
-CREATE TABLE node_states (
-    pool        TEXT NOT NULL REFERENCES pools(name),
-    node        TEXT NOT NULL,
-    state       TEXT NOT NULL CHECK (state IN ('drained', 'down')),
-    scheduler   TEXT NOT NULL,
-    since       TEXT NOT NULL,
-    PRIMARY KEY (pool, node)
-);
