@@ -140,9 +140,9 @@ class LayerPlacer:
         ]  # fmt: skip
         self.packer = packer
         self.fleet_rev = codec.fleet_revision(codec.fleet_document(priced(ordered, engine.tables)))
-        self._judged: dict[_nodes.NodeRequest, tuple[Workload, Judged]] = {}
+        self._judged: dict[object, tuple[Workload, Judged]] = {}
         seen: dict[str, tuple[str | None, int]] = {}
-        nodes = []
+        nodes: list[_nodes.Node] = []
         for p in ordered:
             for n in p.node_list():
                 devices = n.devices if p.accelerator != "cpu" else 0
@@ -157,28 +157,34 @@ class LayerPlacer:
                 nodes.append(_nodes.Node(n.name, devices, p.model if devices else None, n.cpu_milli, n.memory_mib))
         self._capacity = _nodes.NodeCapacity(nodes)
         self.judged_new = 0  # workload signatures judged (an OPA query each at most)
+        self.refused: dict[str, int] = {}  # requests the policy refused outright, by reason code
 
     @property
     def capacity(self) -> _nodes.NodeCapacity:
         """Every node, holding every grant (what the fragmentation figure reads)."""
         return self._capacity
 
-    def judged(self, request: _nodes.NodeRequest) -> tuple[Workload, Judged]:
-        """The request's workload and the fleet judged for it (OPA asked once per signature)."""
-        found = self._judged.get(request)
+    def judged(self, request: _nodes.NodeRequest | Workload) -> tuple[Workload, Judged]:
+        """The request's workload and the fleet judged for it (OPA asked once per signature; a
+        workload's name is not part of it)."""
+        key: object = dataclasses.replace(request, name="workload") if isinstance(request, Workload) else request
+        found = self._judged.get(key)
         if found is None:
-            workload = self.workload(request)
+            workload = request if isinstance(request, Workload) else self.workload(request)
             prepared = self.engine.prepare(workload, self.pools, fleet_rev=self.fleet_rev, confirmed=self.confirmed)
-            found = self._judged[request] = (workload, prepared.judged)
+            found = self._judged[key] = (workload, prepared.judged)
             self.judged_new += 1
         return found
 
-    def decide(self, request: _nodes.NodeRequest) -> Placed | None:
-        """Place ``request``: the pool selection chooses and the node(s) its packer chooses, held;
-        None when no pool is admitted with room."""
+    def decide(self, request: _nodes.NodeRequest | Workload) -> Placed | None:
+        """Place ``request`` (a trace's request, or a workload): the pool selection chooses and the
+        node(s) its packer chooses, held; None when no pool is admitted with room."""
         workload, judged = self.judged(request)
         outcome = select(judged, self.summaries)
         if outcome.chosen is None:
+            rejection = judged.workload.rejection
+            if rejection is not None:  # refused whatever the capacity: counted by its reason
+                self.refused[rejection.code] = self.refused.get(rejection.code, 0) + 1
             return None
         i = outcome.chosen
         grant = outcome.grant or judged.verdict(i).grant
