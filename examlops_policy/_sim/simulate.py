@@ -175,7 +175,7 @@ def simulate_events(engine: Engine, trace: GenericTrace, *, packers: Sequence[st
         placer = LayerPlacer(engine, confirmed, trace.pools, packer=packer, expected=expected)
         runs.append(PackerRun(packer, (_events(placer, trace, packer),), placer.judged_new, _refused([placer])))
     _confirm_same(engine, confirmed)
-    return Simulation(name, confirmed[0], None, (0,), tuple(runs), points=(100,), pools=tuple(p.name for p in trace.pools))
+    return Simulation(name, confirmed[0], None, (0,), tuple(runs), points=(100,), pools=tuple(sorted(p.name for p in trace.pools)))
 
 
 def _events(placer: LayerPlacer, trace: GenericTrace, packer: str) -> ReplayResult:
