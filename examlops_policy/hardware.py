@@ -752,12 +752,14 @@ class Hardware:
         packers: Sequence[str] = ("exa",),
         policy: Path | None = None,
         region: str = "eu",
+        pools: str = "model",
     ) -> Simulation:
         """Replay a trace against a fleet in memory through the placement path (the policy's
         verdicts from the real OPA, the core's selection, the node packer ``place`` uses): nothing
         is written, nothing audited. ``format`` ``openb``: ``nodes`` the node list, ``pods`` the pod
         list, the openb protocol (demand tuned to ``inflate`` x the GPU capacity, one replay per
-        seed, none leaving), the GPU pools in ``region``; ``generic``: ``pods`` a trace
+        seed, none leaving), the GPU pools in ``region``, one per GPU model (``pools`` ``one``: one
+        pool of every GPU node, for a trace that names no model); ``generic``: ``pods`` a trace
         (``schemas/trace.schema.json``; ``nodes``, when given, a pools file replacing its pools),
         in time order, work leaving when its duration ends. ``policy``: a policy folder to judge
         with instead of the reviewed one (its own OPA, stopped afterwards). One run per packer.
@@ -778,6 +780,8 @@ class Hardware:
                 raise SpecError(f"inflate is a ratio in (0, 10] (got {inflate!r})", field="inflate")
             if not seeds:
                 raise SpecError("give at least one seed", field="seeds")
+            if pools not in ("model", "one"):
+                raise SpecError(f"pools are grouped by model or as one (got {pools!r})", field="pools")
 
         def run(engine: Engine, tables: Tables) -> Simulation:
             if format == "openb":
@@ -789,7 +793,7 @@ class Hardware:
                 fleet = read_openb_nodes(nodes)
                 listed = read_openb_pods(pods, fleet)
                 return sim.simulate_openb(
-                    engine, fleet, listed, trace=Path(pods).name, seeds=seeds, inflate=inflate, packers=packers, region=region
+                    engine, fleet, listed, trace=Path(pods).name, seeds=seeds, inflate=inflate, packers=packers, region=region, grouping=pools
                 )  # fmt: skip
             from examlops_policy import specs
             from examlops_policy._sim.generic import read_trace, with_pools

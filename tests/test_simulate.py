@@ -20,7 +20,7 @@ from examlops_policy._nodes import NodeRequest
 from examlops_policy._sim.layer import LayerPlacer, fleet_pools, workload_of
 from examlops_policy.errors import SpecError
 from examlops_policy.hardware import Hardware
-from examlops_policy.model import Grant, Pool
+from examlops_policy.model import Grant, NodeAllocation, Pool
 from examlops_policy.tables import load_tables
 from tests.conftest import run_exa
 
@@ -88,7 +88,7 @@ def test_the_replay_goes_through_the_layers_selection_pool_by_pool(hardware: Har
     assert placer.judged_new == 1  # one signature: the policy was asked once
     # The CPU pool sees the 4 cores the GPU pods took: 12 of 16 left.
     cpu = placer.summaries[[p.name for p in placer.pools].index("cpu")]
-    assert cpu.nodes is not None and sorted(r.cpu for r in cpu.nodes for _ in range(r.count)) == [6000, 6000]
+    assert cpu.nodes is not None and sorted(int(r.cpu or 0) for r in cpu.nodes for _ in range(r.count)) == [6000, 6000]
 
 
 def test_work_that_ends_gives_back_its_devices_and_cpu_on_every_pool_sharing_the_node(hardware: Hardware) -> None:
@@ -180,7 +180,9 @@ def test_a_generic_trace_places_by_price_and_frees_what_ends(hardware: Hardware,
         r = run.results[0]
         assert (r.placed, r.failed) == (4, {"cpu": 0, "share": 0, "one": 0, "multi": 1})
         assert r.allocated_milli == 4000  # w2 and w4 hold all four GPUs at the end
-    assert sim.to_json()["alloc_pct"] == {"100": 100.0}
+    curve = sim.to_json()["alloc_pct"]
+    assert isinstance(curve, dict) and curve["0"] == 0.0 and max(float(v) for v in curve.values()) == 100.0  # type: ignore[arg-type]
+    assert "allocation at the end 100.00 %, at most 100.00 %" in sim.lines()[2]
 
 
 def test_a_generic_trace_with_a_bad_entry_names_its_line_and_column(hardware: Hardware, tmp_path: Path) -> None:
@@ -231,7 +233,7 @@ def test_a_summary_worked_out_for_the_changed_nodes_equals_one_worked_out_whole(
     room = Capacities(tables).rooms_of(pool, [])
     rooms.summary(room)
     rng = random.Random(3)
-    held = []
+    held: list[tuple[NodeAllocation, ...]] = []
     for _ in range(300):
         if held and rng.random() < 0.3:
             gone = held.pop(rng.randrange(len(held)))
@@ -266,6 +268,15 @@ def test_the_cli_prints_the_issues_json_keys_and_writes_the_plot(exa_home: Path,
     assert not (exa_home / "state.db").exists() or "decision" not in run_exa(exa_home, "audit", "verify").stdout.lower()
     bad = run_exa(exa_home, "hardware", "simulate", "--nodes", str(nodes), "--pods", str(pods), "--seeds", "x")
     assert bad.returncode == 2 and "--seeds" in bad.stderr
+
+
+def test_one_pool_of_every_gpu_node_packs_across_models_and_refuses_a_trace_naming_models(hardware: Hardware, tmp_path: Path) -> None:
+    nodes, pods = tiny(tmp_path, "a,1000,1024,1,1000,\nb,1000,1024,2,1000,\nc,1000,1024,1,1000,\n")
+    sim = hardware.simulate(pods, nodes, inflate=1.0, seeds=[5], pools="one")
+    assert sim.pools == ("cpu", "gpu") and sim.runs[0].results[0].placed == 3
+    named = write(tmp_path / "named.csv", PODS + "a,1000,1024,1,1000,T4\n")
+    with pytest.raises(SpecError, match="--pools model"):
+        hardware.simulate(named, nodes, pools="one")
 
 
 def test_pools_of_the_trace_share_each_nodes_cpu_with_the_host_pool() -> None:

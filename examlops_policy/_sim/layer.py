@@ -54,20 +54,34 @@ def pool_name(model: str) -> str:
     return model.lower()
 
 
-def fleet_pools(nodes: Sequence[_nodes.Node], *, region: str, target: str = "hpc", accelerator: str = "nvidia") -> list[Pool]:
+GROUPINGS = ("model", "one")
+"""How a trace's device nodes become pools: one pool per device model (the policy's ``models``
+rule can then tell them apart), or one pool of them all naming no model (a fleet whose work never
+names a model: the traced cluster's own scheduler sees one pool)."""
+
+ONE_POOL = "gpu"
+
+
+def fleet_pools(
+    nodes: Sequence[_nodes.Node], *, region: str, target: str = "hpc", accelerator: str = "nvidia", grouping: str = "model"
+) -> list[Pool]:
     """A trace's nodes as pools, in the order given (the order that breaks ties): a pool of nodes
-    per device model, devices shared in thousandths; and the ``cpu`` pool listing every node with
-    CPU, its cores as devices."""
-    by_model: dict[str, list[_nodes.Node]] = {}
+    per device model (``grouping`` ``one``: one pool ``gpu`` of every device node, naming no
+    model), devices shared in thousandths; and the ``cpu`` pool listing every node with CPU, its
+    cores as devices."""
+    if grouping not in GROUPINGS:
+        raise SpecError(f"unknown grouping {grouping!r}; known: {', '.join(GROUPINGS)}", field="pools")
+    by_model: dict[str | None, list[_nodes.Node]] = {}
     for n in nodes:
         if n.devices and n.model is not None:
-            by_model.setdefault(n.model, []).append(n)
+            by_model.setdefault(n.model if grouping == "model" else None, []).append(n)
     pools = []
     for model, listed in by_model.items():
         pools.append(
             Pool(
-                pool_name(model), target, accelerator, sum(n.devices for n in listed), region, model=model.lower(),
-                nodes=tuple(_node(n, n.devices) for n in listed), sharing="time-slice", shares_per_device=SHARES,
+                pool_name(model) if model is not None else ONE_POOL, target, accelerator, sum(n.devices for n in listed), region,
+                model=model.lower() if model is not None else None, nodes=tuple(_node(n, n.devices) for n in listed), sharing="time-slice",
+                shares_per_device=SHARES,
             )  # fmt: skip
         )
     hosts = [n for n in nodes if n.cpu_milli is not None and n.cpu_milli >= _nodes.MILLI]

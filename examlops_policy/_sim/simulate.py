@@ -62,10 +62,10 @@ class PackerRun:
         mean = self.alloc_pct
         return {
             "packer": self.packer,
-            "alloc_pct": {str(x): mean[x] for x in points if x in mean},
+            "alloc_pct": {str(x): mean[x] for x in (points or sorted(mean)) if x in mean},
             "per_seed": [
                 {
-                    "seed": r.seed, "alloc_pct": {str(x): r.alloc_pct[x] for x in points if x in r.alloc_pct}, "pods": r.pods,
+                    "seed": r.seed, "alloc_pct": {str(x): r.alloc_pct[x] for x in (points or sorted(r.alloc_pct)) if x in r.alloc_pct}, "pods": r.pods,
                     "placed": r.placed, "failed": dict(r.failed), "fragmentation_pct": round(r.fragmentation_pct, 2),
                     "seconds": round(r.seconds, 3), "placements_per_second": round(r.placements_per_second, 1),
                 }  # fmt: skip
@@ -102,10 +102,21 @@ class Simulation:
         return out
 
     def lines(self) -> list[str]:
-        out = [
-            f"Replayed {self.trace} through the placement path (policy {self.policy_revision[:19]}..., pools {', '.join(self.pools)})",
-            f"seeds {', '.join(map(str, self.seeds))}" + (f", demand tuned to {round(self.inflate * 100)} % of GPU capacity" if self.inflate else ""),
-        ]
+        out = [f"Replayed {self.trace} through the placement path (policy {self.policy_revision[:19]}..., pools {', '.join(self.pools)})"]
+        if self.inflate is None:
+            out.append("in time order, work leaving when its duration ends; allocation: devices held / devices, in %")
+            for run in self.runs:
+                r = run.results[0]
+                lost = r.failed
+                held = [100.0 * u / max(1, r.capacity_milli) for _, u in r.events]
+                out.append(
+                    f"{run.packer}: {r.placed} of {r.pods} placed; failed cpu/share/one/multi {lost['cpu']}/{lost['share']}/{lost['one']}/{lost['multi']}; "
+                    f"allocation at the end {held[-1]:.2f} %, at most {max(held):.2f} %"
+                )
+                if run.refused:
+                    out.append("  refused by the policy whatever the capacity: " + ", ".join(f"{c} x{n}" for c, n in run.refused.items()))
+            return out
+        out.append(f"seeds {', '.join(map(str, self.seeds))}, GPU demand tuned to {round(self.inflate * 100)} % of GPU capacity")
         for run in self.runs:
             mean = run.alloc_pct
             at = "  ".join(f"{x} %: {mean[x]}" for x in self.points if x in mean)
@@ -136,8 +147,10 @@ def simulate_openb(
     inflate: float,
     packers: Sequence[str],
     region: str,
+    grouping: str = "model",
 ) -> Simulation:
-    """The openb protocol for each seed and packer, each placement through a ``LayerPlacer``."""
+    """The openb protocol for each seed and packer, each placement through a ``LayerPlacer``
+    (the fleet's pools by ``grouping``, see ``layer.fleet_pools``)."""
     known = set(engine.tables.models)
     for node in nodes:
         if node.model is not None and node.model.lower() not in known:
@@ -146,6 +159,8 @@ def simulate_openb(
         unknown = sorted(m for m in pod.request.models or () if m.lower() not in known)
         if unknown:
             raise SpecError(f"GPU model {unknown[0]!r} is not in the policy's models table", source=pod.source, field="gpu_spec")
+        if pod.request.models and grouping != "model":
+            raise SpecError("the pod names GPU models: replay it with a pool per model (--pools model)", source=pod.source, field="gpu_spec")
     confirmed = engine.confirm()
     expected = expected_workload(pods)
     runs = []
@@ -154,7 +169,7 @@ def simulate_openb(
         placers: list[LayerPlacer] = []
 
         def build(ordered: Sequence[_nodes.Node], seed: int, packer: str = packer, placers: list[LayerPlacer] = placers) -> LayerPlacer:
-            placer = LayerPlacer(engine, confirmed, fleet_pools(ordered, region=region), packer=packer, expected=expected, seed=seed)
+            placer = LayerPlacer(engine, confirmed, fleet_pools(ordered, region=region, grouping=grouping), packer=packer, expected=expected, seed=seed)
             placers.append(placer)
             return placer
 
@@ -175,7 +190,7 @@ def simulate_events(engine: Engine, trace: GenericTrace, *, packers: Sequence[st
         placer = LayerPlacer(engine, confirmed, trace.pools, packer=packer, expected=expected)
         runs.append(PackerRun(packer, (_events(placer, trace, packer),), placer.judged_new, _refused([placer])))
     _confirm_same(engine, confirmed)
-    return Simulation(name, confirmed[0], None, (0,), tuple(runs), points=(100,), pools=tuple(sorted(p.name for p in trace.pools)))
+    return Simulation(name, confirmed[0], None, (), tuple(runs), points=(), pools=tuple(sorted(p.name for p in trace.pools)))
 
 
 def _events(placer: LayerPlacer, trace: GenericTrace, packer: str) -> ReplayResult:

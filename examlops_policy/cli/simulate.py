@@ -34,7 +34,7 @@ def cmd_simulate(args: argparse.Namespace, hw: Hardware, console: Console) -> in
     packers = [p for group in (args.packer or [["exa"]]) for p in group]
     result = hw.simulate(
         Path(args.pods), Path(args.nodes) if args.nodes else None, format=args.format, inflate=args.inflate, seeds=seeds_of(args.seeds),
-        packers=packers, policy=Path(args.policy) if args.policy else None, region=args.region,
+        packers=packers, policy=Path(args.policy) if args.policy else None, region=args.region, pools=args.pools,
     )  # fmt: skip
     if args.plot:
         try:
@@ -63,5 +63,7 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
     p.add_argument("--packer", nargs="+", action="append", metavar="NAME", help="node packer(s) to replay with (default exa, the one place uses)")
     p.add_argument("--policy", metavar="DIR", help="judge with the policy in DIR (its own OPA) instead of the reviewed one")
     p.add_argument("--region", default="eu", help="openb: the region of the fleet's pools (default eu)")
+    p.add_argument("--pools", choices=["model", "one"], default="model",
+                   help="openb: a pool per GPU model (default; the models rule tells them apart), or one pool of every GPU node")
     p.add_argument("--plot", metavar="FILE.svg", help="write allocation against arrived demand as an SVG")
     p.set_defaults(handler=cmd_simulate)
