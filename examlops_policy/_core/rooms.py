@@ -23,8 +23,10 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
+import operator
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -172,16 +174,14 @@ class _Tally:
     rooms: list[NodeRoom | None]
     free: list[float]
     counted: dict[NodeRoom, int]
-    # Each room counted as a row of the summary (the room with its count), the rooms in the
-    # summary's order (with where each sorts), and the whole devices and slices of them all.
-    rows: dict[NodeRoom, NodeRoom] = field(default_factory=dict)
-    order: list[tuple[tuple[object, ...], NodeRoom]] = field(default_factory=list)
+    # The rooms counted in the summary's order: [where it sorts, the room, its row (the room with
+    # its count)]; and the whole devices and slices of them all.
+    order: list[list[object]] = field(default_factory=list)
     whole: int = 0
     slices: dict[str, int] = field(default_factory=dict)
 
     def start(self) -> None:
-        self.rows = {room: dataclasses.replace(room, count=n) for room, n in self.counted.items()}
-        self.order = sorted(((_order(room), room) for room in self.counted), key=lambda kr: kr[0])
+        self.order = sorted(([_order(room), room, dataclasses.replace(room, count=n)] for room, n in self.counted.items()), key=_first)
         self.whole = 0
         self.slices = {}
         for room, n in self.counted.items():
@@ -195,16 +195,24 @@ class _Tally:
     def count(self, room: NodeRoom, step: int) -> None:
         n = self.counted.get(room, 0) + step
         self._total(room, step)
-        if n:
-            if room not in self.counted:
-                key = _order(room)
-                self.order.insert(bisect.bisect_left(self.order, key, key=lambda kr: kr[0]), (key, room))
-            self.counted[room] = n
-            self.rows[room] = dataclasses.replace(room, count=n)
+        key = _order(room)
+        at = bisect.bisect_left(self.order, key, key=_first)
+        if not n:
+            del self.order[at], self.counted[room]
+            return
+        row = dataclasses.replace(room, count=n)
+        if room in self.counted:
+            self.order[at][2] = row
         else:
-            key = _order(room)
-            del self.order[bisect.bisect_left(self.order, key, key=lambda kr: kr[0])]
-            del self.counted[room], self.rows[room]
+            self.order.insert(at, [key, room, row])
+        self.counted[room] = n
+
+
+def _first(entry: list[object]) -> tuple[object, ...]:
+    return entry[0]  # type: ignore[return-value]
+
+
+_third = operator.itemgetter(2)
 
 
 def _node_room(rooms: Rooms, tally: _Tally, i: int) -> tuple[NodeRoom | None, float]:
@@ -266,8 +274,7 @@ def summary(rooms: Rooms, changed: Collection[int] | None = None) -> tuple[Capac
     free = 0.0
     for f in tally.free:
         free += f
-    by_room = tally.rows
-    rows = tuple(by_room[room] for _, room in tally.order)
+    rows = cast("tuple[NodeRoom, ...]", tuple(map(_third, tally.order)))
     if layout.kind == "fixed":
         total_slices = {str(layout.fixed_profile): total_slices.get(str(layout.fixed_profile), 0)}
     elif layout.kind in packing.PARTITIONED:
