@@ -190,6 +190,22 @@ def markdown(summary: Sequence[dict[str, object]], meta: dict[str, object]) -> s
     return "\n".join(lines)
 
 
+def combine(paths: Sequence[str], labels: Sequence[str], workload: str, data: str, svg: str) -> None:
+    """One plot of ``workload``'s mean curves from several runs' JSON (each labelled), beside the
+    published FGD mean."""
+    lines = []
+    for path, label in zip(paths, labels):
+        doc = json.loads(Path(path).read_text())
+        runs = [Run(**{**r, "alloc_pct": {int(k): v for k, v in r["alloc_pct"].items()}})
+                for r in ({k: v for k, v in r.items() if k != "placements_per_second"} for r in doc["results"])]
+        for packer, curve in mean_curves(runs, workload).items():
+            lines.append(Line(f"{packer}, {label}", curve))
+    ref = published(Path(data) / "published_allocation.csv").get((workload, "fgd"))
+    if ref:
+        lines.append(Line("fgd (published)", {int(x): v for x, v in ref.items()}, dashed=True))
+    Path(svg).write_text(allocation_svg(lines, title=f"openb {workload}: GPU allocation, mean of seeds 42-51", x_min=50, y_min=50))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--seeds", default="42-51")
@@ -205,7 +221,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--pools", choices=["model", "one"], default="model", help="layer: a pool per GPU model, or one pool of every GPU node")
     ap.add_argument("--home", default=str(ROOT / "out" / "bench" / "openb-home"), help="layer: the state home whose OPA judges")
     ap.add_argument("--note", default="Timings taken under load (a shared 2-core machine) unless said otherwise.")
+    ap.add_argument("--combine", nargs="+", metavar="LABEL=JSON", help="plot earlier runs' mean curves together (--workloads: the first)")
+    ap.add_argument("--svg", default=str(ROOT / "out" / "bench" / "openb-combined.svg"), help="where --combine writes its plot")
     args = ap.parse_args(argv)
+    if args.combine:
+        pairs = [c.split("=", 1) for c in args.combine]
+        combine([p for _, p in pairs], [label for label, _ in pairs], args.workloads.split(",")[0], args.data, args.svg)
+        print(f"wrote {args.svg}")
+        return 0
     seeds = seeds_of(args.seeds)
     packers = [p for p in args.packers.split(",") if p]
     workloads = [w for w in args.workloads.split(",") if w]
