@@ -9,11 +9,19 @@ HTTP(S)). Everything that goes wrong fails closed: no verdict, no placement.
 The fleet's shapes live in OPA as data (``data.examlops_fleet.shapes[<key>]``, content-addressed),
 so a verdict query carries only the workload's signature fields and the shape keys; a key OPA does
 not hold (a new shape, or a restarted server) is uploaded and the query asked once more.
+
+What each check, the tier and the grant see of the shapes (their *views*), and the denials of the
+checks that read no workload field, depend only on the policy revision and the shapes, not on the
+workload: for a query over many keys the policy works them out once (the ``views`` entry point)
+and they are stored beside the shapes (``data.examlops_fleet.views[<key>]``, the key the policy
+derives from the shape keys; a few per process). A verdict query for exactly those keys under the
+same revision reads them instead of working them out again; the answer is the same either way.
 """
 
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Final, Protocol
 
@@ -25,6 +33,11 @@ from examlops_policy._core.verdicts import About, Answer, Confirmation, PolicyEv
 PACKAGE_PATH: Final = "/v1/data/examlops/hardware/placement"
 FLEET_PATH: Final = "/v1/data/examlops_fleet"
 UPLOAD_ROUNDS: Final = 3
+# A verdict query over at least this many keys has the fleet's views stored first (below it,
+# working them out in the query costs about what reading them saves).
+VIEWS_MIN_KEYS: Final = 32
+# The views stored per connection (the oldest is removed from OPA when another is stored).
+VIEWS_KEPT: Final = 4
 
 
 class Transport(Protocol):
@@ -44,11 +57,14 @@ class OpaPolicy:
     def __init__(self, transport: Transport) -> None:
         self._transport = transport
         self._where = f"OPA at {transport.describe}"
+        # The keys of the views this connection stored (or found stored), oldest first.
+        self._views: OrderedDict[str, None] = OrderedDict()
+        self._served: str | None = None  # the revision the last confirm said OPA serves
 
     def describe(self) -> str:
         return self._transport.describe
 
-    def _request(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+    def _request(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
         from examlops_policy.opa.transport import OpaUnreachable
 
         try:
@@ -56,8 +72,12 @@ class OpaPolicy:
         except OpaUnreachable as exc:
             raise exc.nothing_placed() from exc
 
-    def _query(self, rule: str, policy_input: JSONObject) -> object:
-        status, raw = self._request("POST", f"{PACKAGE_PATH}/{rule}", codec.query_body(policy_input))
+    def _query(self, rule: str, policy_input: JSONObject | None) -> object:
+        """The rule's answer to ``policy_input`` (None: a rule that reads no input, asked by GET)."""
+        if policy_input is None:
+            status, raw = self._request("GET", f"{PACKAGE_PATH}/{rule}", None)
+        else:
+            status, raw = self._request("POST", f"{PACKAGE_PATH}/{rule}", codec.query_body(policy_input))
         if status in (401, 403):
             raise PolicyUnavailable(f"{self._where} refused the query ({status}: {_message(raw)}): the token is missing or wrong; nothing was placed")
         if status != 200:
@@ -65,7 +85,10 @@ class OpaPolicy:
         return codec.result_of(raw, rule, self._where)
 
     def confirm(self) -> Confirmation:
-        return codec.decode_confirmation(self._query("confirm", {}), self._where)
+        # The smallest query there is: no input, no body; the revision and OPA's version back.
+        confirmation = codec.decode_confirmation(self._query("confirm", None), self._where)
+        self._served = confirmation.revision
+        return confirmation
 
     def about(self) -> About:
         return codec.decode_about(self._query("about", {}), self._where)
@@ -73,15 +96,43 @@ class OpaPolicy:
     def verdicts(self, workload: JSONObject, keys: Sequence[str], shapes: Mapping[str, JSONObject]) -> Answer:
         policy_input: JSONObject = {"workload": workload, "keys": list(keys)}
         for _ in range(UPLOAD_ROUNDS):
+            if len(keys) >= VIEWS_MIN_KEYS:
+                self._store_views(keys)
             answer = codec.decode_verdicts(self._query("verdicts", policy_input), keys, self._where)
             if not answer.missing:
                 return answer
             self._upload({k: shapes[k] for k in answer.missing if k in shapes})
         raise PolicyError(f"{self._where} keeps losing the fleet's shapes (uploaded {UPLOAD_ROUNDS} times); nothing was placed")
 
+    def _store_views(self, keys: Sequence[str]) -> None:
+        """Have OPA hold the views of the shapes of ``keys`` under the revision it serves: once per
+        key set and connection, and not again when another connection stored them. Not while some
+        shape is missing there (the views then cover fewer shapes, under another key): the verdict
+        query says which, and they are uploaded first."""
+        key = codec.views_key(keys)
+        if key in self._views:
+            self._views.move_to_end(key)
+            return
+        served = self._served if self._served is not None else self.confirm().revision
+        status, raw = self._request("GET", f"{FLEET_PATH}/views/{key}/revision", None)
+        held = json.loads(raw).get("result") if status == 200 else None
+        if held is None or held != served:
+            views = self._query("views", {"keys": list(keys)})
+            if codec.stored_views_key(views, self._where) != key:
+                return
+            status, raw = self._request("PUT", f"{FLEET_PATH}/views/{key}", codec.json_bytes(views))
+            if status not in (200, 204):
+                raise PolicyError(f"{self._where} refused the fleet's views ({status}): {_message(raw)}")
+        self._views[key] = None
+        while len(self._views) > VIEWS_KEPT:
+            old, _ = self._views.popitem(last=False)
+            self._request("DELETE", f"{FLEET_PATH}/views/{old}", None)
+
     def _upload(self, shapes: Mapping[str, JSONObject]) -> None:
         if not shapes:
             raise PolicyError(f"{self._where} asked for shapes this fleet does not have")
+        # The server lacks shapes (a new one, or restarted): what it held of views is not known.
+        self._views.clear()
         status, raw = self._request("PATCH", f"{FLEET_PATH}/shapes", codec.shapes_patch(shapes))
         if status == 404:
             # No shapes yet (a fresh server): create them.

@@ -69,3 +69,17 @@ def test_a_workload_file_and_node_options_conflict(exa_home: Path) -> None:
     path = Path(__file__).resolve().parent.parent / "examples" / "nodes" / "gang.yaml"
     result = run_exa(exa_home, "hardware", "place", "-f", str(path), "--nodes", "2", "--cpu", "4")
     assert result.returncode == 2 and "--nodes, --cpu would conflict with it" in result.stderr, result.stderr
+
+
+def test_a_placement_says_where_on_which_nodes_once_with_its_explanation(exa_home: Path) -> None:
+    run_exa(exa_home, *POOL, "--nodes", "2", "--cpu-per-node", "32", check=True)
+    placed = run_exa(exa_home, "hardware", "place", "gang", "--accelerator", "nvidia", "--count", "2", "--nodes", "2", "--cpu", "4",
+                     "--explain", check=True).stdout  # fmt: skip
+    where = ["  on node ai-0: devices 0-1 · 4 CPU cores", "  on node ai-1: devices 0-1 · 4 CPU cores"]
+    lines = placed.splitlines()
+    assert lines[:3] == ["✓ gang → pool ai · nvidia on hpc", *where]
+    assert sum(line in where for line in lines) == 2, placed
+    ident = next(line.split()[1] for line in lines if line.startswith("decision "))
+    explained = run_exa(exa_home, "hardware", "explain", ident[:12], check=True).stdout.splitlines()
+    assert explained[0].startswith(f"decision {ident} · ") and explained[1:4] == lines[:3]
+    assert sum(line in where for line in explained) == 2

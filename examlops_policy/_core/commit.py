@@ -26,7 +26,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Final, TypeVar
 
 from examlops_policy.errors import NotFoundError, SpecError, StateError
-from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Node, NodeAllocation, Placement, Pool, pool_spec
+from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Node, NodeAllocation, Placement, Pool, PoolState, pool_spec
 from examlops_policy.store.api import (
     BurstRow,
     DecisionRow,
@@ -68,6 +68,9 @@ class Committed:
 
     record: DecisionRecord | None
     earlier: DecisionRow | None = None
+    # When the write changed nothing but the chosen pool, on top of the snapshot it was decided
+    # on: the state version after it and the pool's state then (the caller's next snapshot).
+    after: tuple[int, PoolState] | None = None
 
 
 # -- placements ----------------------------------------------------------------------------------
@@ -156,22 +159,28 @@ def place(
         now = txn.now()
         until = leases.lease_end(now, lease) if lease is not None else lease_expires_at
         record = _write(txn, ident, decision, prepared, snap.version, now=now, source=source, request_id=request_id, lease_expires_at=until)
+        after = None
         if isinstance(decision, Placement):
             state = snap.states[snap.index[decision.pool]]
-            version = txn.bump()
+            bumped = txn.bump()
+            alone = True
             if room is not None:
                 from examlops_policy._core import rooms
 
                 capacity, free = rooms.summary(room)
-                txn.set_capacity(decision.pool, codec.capacity_text(capacity), free, version)
+                txn.set_capacity(decision.pool, codec.capacity_text(capacity), free, bumped)
                 if current is not None:
-                    capacities.keep_rooms(decision.pool, version, current.spec, room)
-                _refresh_sharers(txn, capacities, decision.pool, capacities.sharing(fleet, snap.pools), version)
+                    capacities.keep_rooms(decision.pool, bumped, current.spec, room)
+                sharing = capacities.sharing(fleet, snap.pools)
+                _refresh_sharers(txn, capacities, decision.pool, sharing, bumped)
+                alone = len(sharing.group(decision.pool)) == 1  # else the pools sharing its nodes changed too
             else:
                 mine = [HeldRow(ident, h, decision.grant.share) for h in decision.holdings]
-                _refresh(txn, capacities, state.pool, state.held_outside, version, [*held, *mine])
+                capacity, free = _refresh(txn, capacities, state.pool, state.held_outside, bumped, [*held, *mine])
+            if alone and snap is snapshot and snapshot.base is None and version == snapshot.version:
+                after = (bumped, PoolState(state.pool, free, capacity, state.held_outside, state.removing))
         made.append(record)
-        return Committed(record)
+        return Committed(record, after=after)
 
     def landed(txn: Transaction) -> Committed | None:
         row = txn.by_id(ident)
@@ -323,10 +332,10 @@ def _refresh(
     *,
     sharing: Sharing | None = None,
     before: PoolRow | None = None,
-) -> None:
+) -> tuple[Capacity, float]:
     """Work out what ``pool`` can still place from what it holds (a node-tracked pool: what is held
     on its nodes, by it and by the pools sharing them, and what schedulers report busy there), and
-    store it (and log it); nothing when ``before`` says it is unchanged."""
+    store it (and log it); nothing when ``before`` says it is unchanged. Returns what it worked out."""
     if pool.node_tracked:
         if sharing is None:
             sharing = _fleet_sharing(txn, capacities)
@@ -339,8 +348,9 @@ def _refresh(
     text = codec.capacity_text(capacity)
     if before is not None and before.capacity is not None and before.free is not None and abs(before.free - free) < 1e-9:
         if before.capacity == text or codec.capacity_from_text(before.capacity) == capacity:
-            return
+            return capacity, free
     txn.set_capacity(pool.name, text, free, version)
+    return capacity, free
 
 
 def _rooms(txn: Transaction, capacities: Capacities, pool: Pool, sharing: Sharing) -> Rooms:

@@ -234,9 +234,8 @@ def print_explanation(console: Console, decision: Decision) -> None:
     eligible = sum(1 for v in verdicts if v.eligible)
     console.print(f"  {'eligible':<{width}} {eligible:>5}")
     if isinstance(decision, Placement):
+        # Where on which node(s): said once, by the placement's own lines above the explanation.
         console.print(f"Chosen: {decision.pool}, {why_chosen(decision, explain(decision), eligible)}.")
-        for line in allocation_lines(decision):
-            console.print(f"  {line}")
     prov = decision.provenance
     console.print(
         Text(

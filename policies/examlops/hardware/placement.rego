@@ -8,6 +8,9 @@
 #                the message texts, from the packages' own metadata (composer)
 #     verdicts   compact per-shape verdicts for input.keys (verdicts; its answer's schema is
 #                schemas/verdicts-answer.schema.json)
+#     views      what the checks, the tier and the grant see of the shapes of input.keys: the
+#                caller may store it under data.examlops_fleet.views[views.key] for verdict
+#                queries over the same keys (verdicts)
 #     decision   the complete reference decision over input.pools with their capacity and prices
 #                (reference)
 #
@@ -58,6 +61,16 @@ about := {
 #   data.examlops_fleet.shapes), every field named (schemas/verdicts-answer.schema.json).
 # entrypoint: true
 verdicts := judged.answer
+
+# METADATA
+# title: views
+# description: >-
+#   What each check, the tier and the grant see of the shapes of input.keys (from
+#   data.examlops_fleet.shapes), and the denials of the checks that read no workload field: a
+#   function of the revision and the shapes alone. Stored under data.examlops_fleet.views[key],
+#   it spares every verdict query for exactly these keys under this revision working it out again.
+# entrypoint: true
+views := judged.views
 
 # METADATA
 # title: decision
