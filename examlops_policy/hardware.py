@@ -807,7 +807,15 @@ class Hardware:
 
         if policy is None:
             under = self._current()
-            return run(self._engine_of(under), under.policy.tables)
+            try:
+                return run(self._engine_of(under), under.policy.tables)
+            except RevisionMismatch:
+                # The files changed (or OPA serves another revision): looked at again, a local OPA
+                # restarted on them, and the replay made again under that one policy, once.
+                under = self._current(force=True)
+                if isinstance(self._policy, ManagedPolicy) and not os.environ.get("EXA_OPA_URL"):
+                    self._policy.close()
+                return run(self._engine_of(under), under.policy.tables)
         import tempfile
 
         from examlops_policy.opa.scratch import scratch_opa

@@ -285,3 +285,35 @@ def test_pools_of_the_trace_share_each_nodes_cpu_with_the_host_pool() -> None:
     assert set(by) == {"t4", "cpu"}
     assert [n.name for n in by["cpu"].node_list()] == ["n0", "n1"] and [n.devices for n in by["cpu"].node_list()] == [8, 4]
     assert isinstance(by["t4"], Pool) and by["t4"].sharing == "time-slice" and by["t4"].shares_per_device == 1000
+
+
+class _ChangesAfterFirstConfirm:
+    """The real OPA, but a second confirmation says another revision is served (a policy deployed
+    while a replay ran)."""
+
+    def __init__(self, policy: object) -> None:
+        self.policy = policy
+        self.confirmed = 0
+
+    def confirm(self) -> object:
+        import dataclasses
+
+        real = self.policy.confirm()  # type: ignore[attr-defined]
+        self.confirmed += 1
+        return real if self.confirmed == 1 else dataclasses.replace(real, revision="sha256:" + "0" * 64)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.policy, name)
+
+
+def test_a_replay_decides_under_one_policy_and_says_so_when_it_changed_meanwhile(hardware: Hardware, tmp_path: Path) -> None:
+    from examlops_policy._core.engine import Engine
+    from examlops_policy._sim import read_openb_nodes, read_openb_pods
+    from examlops_policy._sim.simulate import simulate_openb
+    from examlops_policy.errors import PolicyError
+
+    nodes, pods = tiny(tmp_path, "a,1000,1024,1,1000,\n")
+    fleet = read_openb_nodes(nodes)
+    engine = Engine(_ChangesAfterFirstConfirm(hardware.policy), hardware.tables, reviewed=None)  # type: ignore[arg-type]
+    with pytest.raises(PolicyError, match="the policy changed during the replay"):
+        simulate_openb(engine, fleet, read_openb_pods(pods, fleet), trace="t", seeds=[1], inflate=1.0, packers=["exa"], region="eu")
