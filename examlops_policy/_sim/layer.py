@@ -155,20 +155,21 @@ class LayerPlacer:
         self.packer = packer
         self.fleet_rev = codec.fleet_revision(codec.fleet_document(priced(ordered, engine.tables)))
         self._judged: dict[object, tuple[Workload, Judged]] = {}
-        seen: dict[str, tuple[str | None, int]] = {}
-        nodes: list[_nodes.Node] = []
+        # Every node once: its devices from the device pools listing it, its CPU and memory.
+        hosts: dict[str, Node] = {}
+        devices: dict[str, tuple[int, str | None]] = {}
         for p in ordered:
             for n in p.node_list():
-                devices = n.devices if p.accelerator != "cpu" else 0
-                if n.name in seen:
-                    before = seen[n.name]
-                    if devices and before[1] and before[0] != p.model:
-                        raise SpecError(f"node {n.name!r} is listed with {before[0]} devices and with {p.model} devices", field="nodes")
-                    if devices <= before[1]:
-                        continue
-                    nodes = [m for m in nodes if m.name != n.name]
-                seen[n.name] = (p.model, devices)
-                nodes.append(_nodes.Node(n.name, devices, p.model if devices else None, n.cpu_milli, n.memory_mib))
+                hosts.setdefault(n.name, n)
+                if p.accelerator != "cpu":
+                    seen = devices.setdefault(n.name, (n.devices, p.model))
+                    if seen != (n.devices, p.model):
+                        raise SpecError(
+                            f"node {n.name!r} is listed with {seen[0]} {seen[1] or 'unnamed'} devices and with {n.devices} {p.model or 'unnamed'} "
+                            "devices; a replay holds one kind of device per node",
+                            field="nodes",
+                        )  # fmt: skip
+        nodes = [_nodes.Node(name, *devices.get(name, (0, None)), n.cpu_milli, n.memory_mib) for name, n in hosts.items()]
         self._capacity = _nodes.NodeCapacity(nodes)
         self.judged_new = 0  # workload signatures judged (an OPA query each at most)
         self.refused: dict[str, int] = {}  # requests the policy refused outright, by reason code
