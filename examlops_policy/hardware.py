@@ -819,12 +819,12 @@ class Hardware:
         import tempfile
 
         from examlops_policy.opa.scratch import scratch_opa
-        from examlops_policy.tables import load_tables
 
-        root = Path(policy)
-        tables = load_tables(root)
-        with tempfile.TemporaryDirectory(prefix="exa-sim-") as scratch, scratch_opa(root, Path(scratch) / "opa") as served:
-            return run(Engine(served.policy, tables, reviewed=served.revision), tables)
+        # The folder's tables and revision read together as the files are now (never a cached
+        # read); its OPA must serve that revision (else RevisionMismatch: the files changed).
+        candidate = Reviewed(Path(policy)).current(force=True)
+        with tempfile.TemporaryDirectory(prefix="exa-sim-") as scratch, scratch_opa(candidate.root, Path(scratch) / "opa") as served:
+            return run(Engine(served.policy, candidate.tables, reviewed=candidate.revision), candidate.tables)
 
     # -- the policy engine ------------------------------------------------------------------
 

@@ -317,3 +317,28 @@ def test_a_replay_decides_under_one_policy_and_says_so_when_it_changed_meanwhile
     engine = Engine(_ChangesAfterFirstConfirm(hardware.policy), hardware.tables, reviewed=None)  # type: ignore[arg-type]
     with pytest.raises(PolicyError, match="the policy changed during the replay"):
         simulate_openb(engine, fleet, read_openb_pods(pods, fleet), trace="t", seeds=[1], inflate=1.0, packers=["exa"], region="eu")
+
+
+def test_a_candidate_policy_folder_judges_the_replay_on_its_own_opa(hardware: Hardware, tmp_path: Path) -> None:
+    import shutil
+
+    from examlops_policy.tables import policy_dir, revision
+
+    candidate = tmp_path / "candidate"
+    shutil.copytree(policy_dir(), candidate)
+    nodes, pods = tiny(tmp_path, "a,1000,1024,1,1000,T4\nb,1000,1024,1,1000,\n")
+    sim = hardware.simulate(pods, nodes, inflate=0.5, seeds=[1], policy=candidate)
+    assert sim.policy_revision.split("@")[0] == revision(candidate).split("@")[0] and sim.runs[0].results[0].placed == 2
+    # The candidate's models table no longer knows V100M16: the trace is refused, naming it.
+    models = candidate / "examlops" / "tables" / "models.yaml"
+    models.write_text(models.read_text().replace("  v100m16:\n", "  v100m16-gone:\n"))
+    with pytest.raises(SpecError, match="'V100M16' of node 'n1' is not in the policy's models table"):
+        hardware.simulate(pods, nodes, inflate=1.0, seeds=[1], policy=candidate)
+
+
+def test_a_candidate_fleet_replaces_a_generic_traces_pools(hardware: Hardware, tmp_path: Path) -> None:
+    trace = write(tmp_path / "trace.yaml", TRACE)
+    fleet = write(tmp_path / "pools.yaml", TRACE.split("workloads:")[0].replace("devices: 2, cpu: 8, memory: 16Gi}\n  - name: h100-eu", "devices: 4, cpu: 8, memory: 16Gi}\n  - name: h100-eu"))
+    sim = hardware.simulate(trace, fleet, format="generic")
+    r = sim.runs[0].results[0]
+    assert (r.placed, r.failed["multi"]) == (5, 0)  # four T4s: w3 fits beside w2 and w1
