@@ -762,7 +762,8 @@ class Hardware:
         list, the openb protocol (demand tuned to ``inflate`` x the GPU capacity, one replay per
         seed, none leaving), the GPU pools in ``region``, one per GPU model (``pools`` ``one``: one
         pool of every GPU node, for a trace that names no model); ``generic``: ``pods`` a trace
-        (``schemas/trace.schema.json``; ``nodes``, when given, a pools file replacing its pools),
+        (``schemas/trace.schema.json``; ``nodes``, when given, a pools file replacing its pools), or
+        a workload list in CSV beside ``nodes``, a node list in CSV (``_sim.generic``'s columns),
         in time order, work leaving when its duration ends. ``policy``: a policy folder to judge
         with instead of the reviewed one (its own OPA, stopped afterwards). One run per packer.
 
@@ -798,11 +799,16 @@ class Hardware:
                     engine, fleet, listed, trace=Path(pods).name, seeds=seeds, inflate=inflate, packers=packers, region=region, grouping=pools
                 )  # fmt: skip
             from examlops_policy import specs
-            from examlops_policy._sim.generic import read_trace, with_pools
+            from examlops_policy._sim.generic import read_csv_trace, read_trace, with_pools
 
-            trace = read_trace(pods, tables)
-            if nodes is not None:
-                trace = with_pools(trace, specs.pools_from_file(nodes, tables))
+            if Path(pods).suffix.lower() == ".csv":
+                if nodes is None:
+                    raise SpecError("a generic trace in CSV needs its node list (--nodes FILE.csv)", field="nodes")
+                trace = read_csv_trace(nodes, pods, tables)
+            else:
+                trace = read_trace(pods, tables)
+                if nodes is not None:
+                    trace = with_pools(trace, specs.pools_from_file(nodes, tables))
             return sim.simulate_events(engine, trace, packers=packers, name=Path(pods).name)
 
         if policy is None:

@@ -342,3 +342,45 @@ def test_a_candidate_fleet_replaces_a_generic_traces_pools(hardware: Hardware, t
     sim = hardware.simulate(trace, fleet, format="generic")
     r = sim.runs[0].results[0]
     assert (r.placed, r.failed["multi"]) == (5, 0)  # four T4s: w3 fits beside w2 and w1
+
+
+NODES_CSV = """node,pool,region,accelerator,model,devices,cpu,memory,cost_per_hour
+a,t4-eu,eu,nvidia,t4,2,8,16Gi,0.4
+b,h100-eu,eu,nvidia,h100,2,8,16Gi,3.0
+"""
+WORKLOADS_CSV = """name,arrival,duration,accelerator,count,fraction,cpu,memory,models
+w1,0,10,nvidia,2,,2,,
+w2,1,,nvidia,2,,2,,
+w3,2,,nvidia,2,,2,,
+w4,10,,nvidia,2,,2,,
+w5,11,,cpu,,,4,,
+"""
+
+
+def test_a_generic_trace_in_csv_is_the_same_trace(hardware: Hardware, tmp_path: Path) -> None:
+    nodes, workloads = write(tmp_path / "nodes.csv", NODES_CSV), write(tmp_path / "workloads.csv", WORKLOADS_CSV)
+    sim = hardware.simulate(workloads, nodes, format="generic")
+    yaml_sim = hardware.simulate(write(tmp_path / "trace.yaml", TRACE), format="generic")
+    assert sim.pools == yaml_sim.pools
+    r, y = sim.runs[0].results[0], yaml_sim.runs[0].results[0]
+    assert (r.placed, r.failed, r.events) == (y.placed, y.failed, y.events)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "workloads", "where", "column"),
+    [
+        (NODES_CSV + "c,t4-eu,us,nvidia,t4,2,8,16Gi,0.4\n", WORKLOADS_CSV, ("nodes.csv", 4), "region"),
+        (NODES_CSV.replace("b,h100-eu,eu,nvidia,h100,2,", "b,h100-eu,eu,nvidia,h100,two,"), WORKLOADS_CSV, ("nodes.csv", 3), "devices"),
+        (NODES_CSV, WORKLOADS_CSV.replace("w3,2,,nvidia,2,", "w3,2,,nvidia,-2,"), ("workloads.csv", 4), "count"),
+        (NODES_CSV, WORKLOADS_CSV.replace("w4,10,", "w4,soon,"), ("workloads.csv", 5), "arrival"),
+        (NODES_CSV, WORKLOADS_CSV.replace("w2,1,,nvidia,2,,2,,", "w2,1,,nvidia,2,,2"), ("workloads.csv", 3), None),
+    ],
+)
+def test_a_bad_csv_cell_is_named_by_file_line_and_column(
+    hardware: Hardware, tmp_path: Path, nodes: str, workloads: str, where: tuple[str, int], column: str | None
+) -> None:
+    files = {"nodes.csv": write(tmp_path / "nodes.csv", nodes), "workloads.csv": write(tmp_path / "workloads.csv", workloads)}
+    with pytest.raises(SpecError) as err:
+        hardware.simulate(files["workloads.csv"], files["nodes.csv"], format="generic")
+    assert err.value.source == f"{files[where[0]]} line {where[1]}"
+    assert err.value.field == column or (column is not None and (err.value.field or "").endswith(column)), err.value

@@ -12,7 +12,11 @@ YAML, typed by ``schemas/trace.schema.json``.
 devices (``cpu`` with one region, else ``cpu-<region>``): work asking for accelerator ``cpu``
 goes there, sharing the node's CPU and memory with the device pools listing it.
 
-Bad input is one ``SpecError`` naming the file, the line and column of the entry, and the field.
+Or the same in CSV (``read_csv_trace``): a node list, one node a row with its pool's facts
+(``NODE_COLUMNS``), and a workload list (``WORKLOAD_COLUMNS``).
+
+Bad input is one ``SpecError`` naming the file, the line and column of the entry, and the field
+(in CSV: the file and line, and the column by name).
 """
 
 from __future__ import annotations
@@ -187,3 +191,96 @@ def with_pools(trace: GenericTrace, pools: list[Pool]) -> GenericTrace:
     if any(not p.nodes_named for p in pools):
         raise SpecError("a simulated fleet's pools list their nodes (nodes: [{name, devices, cpu, memory}, ...])", field="nodes")
     return GenericTrace((*pools, *_host_pools(pools, {p.name: p.name for p in pools})), trace.workloads)
+
+
+NODE_COLUMNS = ("node", "pool", "region", "accelerator", "model", "devices", "cpu", "memory", "cost_per_hour")
+"""A generic node list in CSV: one node a row, with its pool's facts (optional columns: ``target``,
+``sharing``, ``shares_per_device``, ``block``, ``switch``); a pool's facts agree on all its rows."""
+WORKLOAD_COLUMNS = ("name", "arrival", "duration", "accelerator", "count", "fraction", "cpu", "memory", "models")
+"""A generic workload list in CSV: ``models`` as ``a100|h100``; empty cells: the default (``duration``: it stays)."""
+POOL_COLUMNS = ("region", "accelerator", "model", "cost_per_hour", "target", "sharing", "shares_per_device")
+
+
+def _value(text: str) -> object:
+    """A cell as YAML would read it: a whole number, a number, else the text (``64Gi``)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def read_csv_trace(nodes_path: str | Path, workloads_path: str | Path, tables: Tables, *, host_cpu: bool = True) -> GenericTrace:
+    """A generic trace from two CSV files; SpecError naming the file, line and column."""
+    from examlops_policy import specs
+    from examlops_policy._sim.trace import _count, _rows
+
+    nodes_path, workloads_path = Path(nodes_path), Path(workloads_path)
+    facts: dict[str, dict[str, object]] = {}
+    lines: dict[str, list[int]] = {}
+    listed: dict[str, list[dict[str, object]]] = {}
+    for line, row in _rows(nodes_path, NODE_COLUMNS):
+        where = f"{nodes_path} line {line}"
+        pool = row["pool"]
+        mine = {c: _value(row[c]) for c in POOL_COLUMNS if row.get(c, "") != ""}
+        first = facts.setdefault(pool, mine)
+        for column in sorted(set(first) | set(mine)):
+            if first.get(column) != mine.get(column):
+                raise SpecError(
+                    f"pool {pool!r} says {first.get(column)!r} on line {lines[pool][0]}, {mine.get(column)!r} here: a pool's facts agree on all its rows",
+                    source=where, field=column,
+                )  # fmt: skip
+        lines.setdefault(pool, []).append(line)
+        devices = _count(row, "devices", where)
+        if devices < 1:
+            raise SpecError("a node has at least 1 device", source=where, field="devices")
+        node: dict[str, object] = {"name": row["node"], "devices": devices}
+        for column in ("cpu", "memory", "block", "switch"):
+            if row.get(column, "") != "":
+                node[column] = _value(row[column])
+        listed.setdefault(pool, []).append(node)
+    pools = []
+    for name, pool_facts in facts.items():
+        try:
+            pools.append(specs.pool_from_mapping({"name": name, "target": "hpc", **pool_facts, "nodes": listed[name]}, source="", tables=tables))
+        except SpecError as exc:
+            field = exc.field or ""
+            at = lines[name][0]
+            if field.startswith("nodes["):
+                k, _, field = field[len("nodes[") :].partition("].")
+                at = lines[name][int(k)] if k.isdigit() and int(k) < len(lines[name]) else at
+            raise SpecError(exc.detail, source=f"{nodes_path} line {at}", field=field or None) from exc
+    if host_cpu:
+        pools.extend(_host_pools(pools, {p.name: p.name for p in pools}))
+    workloads = []
+    for line, row in _rows(workloads_path, WORKLOAD_COLUMNS):
+        where = f"{workloads_path} line {line}"
+        values: dict[str, object] = {"name": row["name"], "accelerator": row["accelerator"]}
+        for column in ("count", "fraction", "cpu", "memory"):
+            if row[column] != "":
+                values[column] = _value(row[column])
+        if row["models"]:
+            values["models"] = tuple(m for m in row["models"].split("|") if m)
+        try:
+            workload = specs.workload_from_mapping(values, source=where)
+            specs.check_workload_facts(workload, tables)
+        except SpecError as exc:
+            raise SpecError(exc.detail, source=where, field=exc.field) from exc
+        times: list[float | None] = []
+        for column in ("arrival", "duration"):
+            text = row[column]
+            if column == "duration" and text == "":
+                times.append(None)
+                continue
+            try:
+                value = float(text)
+            except ValueError:
+                value = -1.0
+            if not (value >= 0 if column == "arrival" else value > 0) or value != value or value == float("inf"):
+                raise SpecError(f"expected seconds, a number {'>= 0' if column == 'arrival' else '> 0'} (got {text!r})", source=where, field=column)
+            times.append(value)
+        workloads.append(TraceWorkload(workload, cast(float, times[0]), times[1], line))
+    if not workloads:
+        raise SpecError("the workload list holds no workload", source=str(workloads_path))
+    return GenericTrace(tuple(pools), tuple(workloads))
