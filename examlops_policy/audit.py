@@ -306,9 +306,10 @@ def verify_records(
 
 
 def _columns_differ(document: str, columns: tuple[object, ...]) -> list[str]:
-    """The columns (outcome, pool, cost_per_hour, carbon_factor) that disagree with the record."""
+    """The columns (outcome, pool, cost_per_hour, carbon_factor; for a record with start estimates
+    estimated_start and estimate_source, the chosen pool's) that disagree with the record."""
     record = json.loads(document)
-    if not isinstance(record, dict) or record.get("v") not in (2, 3):
+    if not isinstance(record, dict) or record.get("v") not in (2, 3, 4):
         return []
     outcome, pool, cost, carbon = columns[:4]
     differs = []
@@ -319,6 +320,13 @@ def _columns_differ(document: str, columns: tuple[object, ...]) -> list[str]:
     for name, value in (("cost_per_hour", cost), ("carbon_factor", carbon)):
         if value != record.get(name):
             differs.append(name)
+    if record.get("v") == 4 and len(columns) >= 6:
+        estimates = record.get("estimates")
+        chosen = estimates.get(str(pool)) if isinstance(estimates, dict) and outcome == "placed" else None
+        recorded = chosen if isinstance(chosen, dict) else {}
+        for name, value in (("estimated_start", columns[4]), ("estimate_source", columns[5])):
+            if value != recorded.get(name):
+                differs.append(name)
     return differs
 
 

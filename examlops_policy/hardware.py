@@ -35,11 +35,13 @@ from examlops_policy.store.api import NodeUsageRow
 from examlops_policy._reviewed import Pinned, PolicySnapshot, Reviewed
 from examlops_policy.tables import Tables, policy_dir
 from examlops_policy._core.verdicts import About, Answer
+from examlops_policy._core.waiting import Starts
 from examlops_policy.views import (
     BurstEvent,
     DecisionPage,
     DecisionRecord,
     DiscoveryResult,
+    EstimateError,
     FinopsReport,
     JobReport,
     ModelsCost,
@@ -50,10 +52,14 @@ from examlops_policy.views import (
     ReleaseReport,
     Replay,
     Submission,
+    estimate_error_s,
+    estimate_errors,
 )
 
 if TYPE_CHECKING:  # the crypto, OPA-process and report stacks load only when a command needs them
     from examlops_policy import audit
+    from examlops_policy.estimates.gather import StartEstimator
+    from examlops_policy.estimates.slurm import SlurmEstimator
     from examlops_policy._impact import Impact
     from examlops_policy._policy_docs import DocsCheck
     from examlops_policy._policy_tools import LintReport, TestReport
@@ -183,10 +189,16 @@ class Hardware:
         store: Store | None = None,
         policy: PolicyEvaluator | None = None,
         tables: Tables | None = None,
+        estimator: StartEstimator | None = None,
     ) -> None:
         self.home = home or default_home()
         self._store = store
         self._policy = policy
+        # Who is asked when pools would start a workload (None: Slurm where a pool names a
+        # partition, the provisioning table of the policy snapshot for cloud pools, the free
+        # capacity for the rest; a Kubernetes cluster only when given here).
+        self._estimator = estimator
+        self._slurm: SlurmEstimator | None = None
         # The reviewed policy a decision is made under: its tables and their revision, read together
         # and noticed when the files change (tables passed in are pinned).
         self._reviewed: Reviewed | Pinned = Pinned(tables) if tables is not None else Reviewed()
@@ -261,6 +273,27 @@ class Hardware:
         if under.engine is None:
             under.engine = Engine(self.policy, under.policy.tables, reviewed=under.policy.revision)
         return under.engine
+
+    def estimator(self) -> StartEstimator:
+        """Who decisions ask when pools would start a workload (under the current policy snapshot)."""
+        return self._estimator_of(self._current())
+
+    def _estimator_of(self, under: _Under) -> StartEstimator:
+        if self._estimator is not None:
+            return self._estimator
+        if under.estimator is None:
+            from examlops_policy.estimates.gather import StartEstimator
+            from examlops_policy.estimates.slurm import SlurmEstimator
+            from examlops_policy.estimates.table import ProvisioningTable
+            from examlops_policy.executors.gres import load_gres_table
+
+            if self._slurm is None:
+                self._slurm = SlurmEstimator()  # its answers are cached across snapshots
+            root = under.policy.root
+            under.estimator = StartEstimator(
+                slurm=self._slurm, table=ProvisioningTable.from_tables(under.policy.tables), gres=lambda: load_gres_table(root)
+            )
+        return under.estimator
 
     def _prepare(
         self, request: Request | Workload, pools: Sequence[Pool], *, fleet_rev: str | None = None, under: _Under | None = None
@@ -401,13 +434,18 @@ class Hardware:
             rev = self._fleet_revs[key] = codec.fleet_revision(codec.fleet_document(priced(snap.pools, under.policy.tables)))
         return rev
 
-    def _decide(self, request: Request, snap: Snapshot, under: _Under) -> tuple[_Under, Prepared, Decision]:
-        """The policy's verdicts (outside any lock), then selection over the snapshot's capacity,
-        all under one policy snapshot (another one only when OPA serves another revision)."""
+    def _decide(self, request: Request, snap: Snapshot, under: _Under) -> tuple[_Under, Prepared, Starts, Decision]:
+        """The policy's verdicts, then the candidates' start estimates (both outside any lock),
+        then selection over the snapshot's capacity, all under one policy snapshot (another one
+        only when OPA serves another revision)."""
+        from examlops_policy._estimating import starts_for
+
         under, prepared = self._prepare(request, snap.pools, fleet_rev=self._fleet_rev(snap, under), under=under)
         if prepared.judged.fleet.revision != self._fleet_rev(snap, under):
             prepared = self._engine_of(under).prepare(request, snap.pools, fleet_rev=self._fleet_rev(snap, under))
-        return under, prepared, prepared.decide(snap.capacities, under.policy.tables, capacities_digest=snap.capacity_digest)
+        tables = under.policy.tables
+        starts = starts_for(self._estimator_of(under), prepared, snap.capacities, tables, snap.capacity_digest)
+        return under, prepared, starts, prepared.decide(snap.capacities, tables, capacities_digest=snap.capacity_digest, starts=starts)
 
     def place(self, workload: Workload, *, request_id: str | None = None, lease: timedelta | None = None) -> DecisionRecord:
         """Decide and record: devices, decision, burst event and audit entries, atomically.
@@ -434,10 +472,12 @@ class Hardware:
             _check_lease(lease)
         for _ in range(FLEET_ROUNDS):
             snap = self._snapshot()
-            under, prepared, decided = self._decide(request, snap, under)
+            under, prepared, starts, decided = self._decide(request, snap, under)
             try:
                 # The lease is counted from the commit that records the placement.
-                done = commit.place(self.store, prepared, decided, snap, under.capacities, source=SOURCE, request_id=request_id, lease=lease)
+                done = commit.place(
+                    self.store, prepared, decided, snap, under.capacities, source=SOURCE, request_id=request_id, lease=lease, starts=starts
+                )
             except StaleFleet:
                 continue
             if done.record is None:
@@ -474,15 +514,18 @@ class Hardware:
         specs.check_workload_facts(workload, under.policy.tables)
         if pools is None:
             snap = self._snapshot()
-            decided = self._decide(Request(workload), snap, under)[2]
+            decided = self._decide(Request(workload), snap, under)[3]
             return self._nodes_of(decided, under.capacities, snap) if where else decided
+        from examlops_policy._estimating import starts_for
+
         states = []
         for pool in pools:
             specs.check_pool_facts(pool, under.policy.tables)
             states.append(under.capacities.empty(pool))
         ordered = sorted(states, key=lambda s: s.pool.name)
         under, prepared = self._prepare(workload, [s.pool for s in ordered], under=under)
-        decided = prepared.decide([s.capacity for s in ordered], under.policy.tables)
+        capacities, tables = [s.capacity for s in ordered], under.policy.tables
+        decided = prepared.decide(capacities, tables, starts=starts_for(self._estimator_of(under), prepared, capacities, tables))
         if where and isinstance(decided, Placement):
             pool = next(s.pool for s in ordered if s.pool.name == decided.pool)
             if pool.node_tracked:
@@ -493,7 +536,8 @@ class Hardware:
 
     def _nodes_of(self, decided: Decision, capacities: Capacities, snap: Snapshot) -> Decision:
         """A placement on a pool of nodes with the node(s) and devices it would get now (what a
-        recorded one gets is chosen again, under the write lock, when it is committed)."""
+        recorded one gets is chosen again, under the write lock, when it is committed); a grant
+        whose lease ended holds nothing there."""
         if not isinstance(decided, Placement):
             return decided
         pool = snap.states[snap.index[decided.pool]].pool
@@ -503,6 +547,9 @@ class Hardware:
 
         sharing = capacities.sharing(snap.fleet_version, snap.pools)
         rows, grants, usage = self.store.node_rows(sharing.group(pool.name))
+        if snap.ended:
+            rows = [r for r in rows if r.decision_id not in snap.ended]
+            grants = [g for g in grants if g.decision_id not in snap.ended]
         room = capacities.rooms_of(pool, rows, grants, usage, sharing.devices(pool.name))
         return _with_nodes(decided, rooms.choose(room, decided.grant, decided.workload))
 
@@ -576,7 +623,7 @@ class Hardware:
         doc = self.decision_inputs(record.id)
         judged = judged_from(doc.fleet, doc.verdicts, fleet_rev)
         fleet = engine.fleet([e.pool for e in judged.fleet.entries], revision_now, about)
-        reference = self.policy.decision(reference_input(decision.workload, fleet, doc.capacities, about))
+        reference = self.policy.decision(reference_input(decision.workload, fleet, doc.capacities, about, doc.starts))
         diffs = differences(decision, reference)
         recorded = decision.provenance.policy_revision
         same_rev = same_policy(revision_now, recorded)
@@ -642,6 +689,14 @@ class Hardware:
             round(sum(r.cost for r in rows), 6),
             round(sum(r.carbon_g for r in rows), 6),
         )
+
+    def estimate_errors(self, *, since: str | None = None, until: str | None = None) -> tuple[EstimateError, ...]:
+        """How far start estimates were from the actual starts of placements made over a period
+        (``since``/``until`` as for ``decision_page``): per estimate source, the median and 90th
+        percentile of actual minus estimated start, over the placements with both."""
+        start, end = _period(since, until)
+        rows = self.store.estimate_starts(since=start, until=end)
+        return estimate_errors([(source, error) for source, _, est, actual in rows if (error := estimate_error_s(est, actual)) is not None])
 
     def models_cost(self, hours: float | None = None) -> ModelsCost:
         """Cost and carbon per workload name (``exa models cost``), most expensive first."""
@@ -934,6 +989,7 @@ class _Under:
     capacities: Capacities
     engine: Engine | None = None
     reader: Reader | None = None
+    estimator: StartEstimator | None = None
 
 
 def _with_nodes(decided: Placement, allocations: tuple[NodeAllocation, ...] | None) -> Placement:

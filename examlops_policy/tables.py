@@ -16,7 +16,7 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
@@ -86,6 +86,9 @@ class Tables:
     accounting: JSONObject
     geometry: JSONObject
     fallback: JSONObject
+    # Typical provisioning delays of cloud providers (provisioning.yaml): the start estimates of
+    # cloud pools with no scheduler to ask, read with the rest of the snapshot.
+    provisioning: JSONObject = field(default_factory=dict)
 
     def region_known(self, region: str) -> bool:
         return region in self.regions
@@ -313,6 +316,7 @@ def load_tables(root: Path | None = None) -> Tables:
             accounting=cast("JSONObject", merged["accounting"]),
             geometry=cast("JSONObject", merged["geometry"]),
             fallback=cast("JSONObject", merged["fallback"]),
+            provisioning=cast("JSONObject", merged.get("provisioning") or {}),
         )
     except KeyError as exc:
         raise PolicyError(f"{base}: table {exc} is missing") from exc

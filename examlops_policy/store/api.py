@@ -165,6 +165,9 @@ class NewDecision:
     holdings: tuple[Holding, ...] = ()
     share: float = 0.0
     burst: BurstRow | None = None
+    # When the chosen pool was expected to start it (RFC 3339 UTC; None: no estimate) and who said so.
+    estimated_start: str | None = None
+    estimate_source: str | None = None
     # A node-tracked grant node by node: each node's holdings (or its share: (device, shares) with
     # the share of a device it is), CPU and memory. Empty: ``holdings`` on the pool's one node.
     nodes: tuple[NewNodeGrant, ...] = ()

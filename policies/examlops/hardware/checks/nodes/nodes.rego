@@ -26,9 +26,16 @@ import data.examlops.hardware.reason
 about := [e.annotations | some e in rego.metadata.chain(); e.annotations.scope == "package"][0]
 
 deny contains r if {
+	asks_of_nodes(input.shape, input.workload)
 	g := fractions.grant(input.shape, input.workload)
 	some r in too_small(object.get(input.shape, "node_sizes", null), g, input.shape)
 }
+
+# Only a pool of nodes, or a gang, can be too small here (a pool without node information is one
+# node that holds what it holds): anything else is passed without working out its grant.
+asks_of_nodes(shape, _) if object.get(shape, "node_sizes", null) != null
+
+asks_of_nodes(_, w) if fractions.gang(w) > 1
 
 # node_sizes rows: [devices, cpu_milli, memory_mib, block, switch, count]; cpu or memory null: not
 # tracked (never a limit).

@@ -31,10 +31,12 @@ import data.examlops.hardware.reason
 about := [e.annotations | some e in rego.metadata.chain(); e.annotations.scope == "package"][0]
 
 deny contains r if {
-	g := fractions.grant(input.shape, input.workload)
-	g.topology != null
+	# A required topology of a gang on a pool of nodes; anything else is passed before its grant.
+	object.get(input.workload, "topology", null) != null
 	rows := object.get(input.shape, "node_sizes", null)
 	rows != null
+	g := fractions.grant(input.shape, input.workload)
+	g.topology != null
 	nodes.able(rows, g) >= asks.nodes(g)
 	some r in apart(rows, g, input.shape)
 }
