@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from examlops_policy.opa.procs import ProcessIdentity
 from examlops_policy.opa.server import Record, ServerPaths, read_record, write_record
 from examlops_policy.opa.transport import Endpoint, OpaTransport
 from tests.conftest import EXA, run_exa
-from tests.opa_support import opa_pids_for, wait_until
+from tests.opa_support import opa_pids_for, suspend, wait_until
 from tests.disk_support import fill, small_tmpfs
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (needs root)")
@@ -122,7 +121,7 @@ def test_deleting_the_home_stops_its_server(home: Path) -> None:
 
 def test_a_sigstopped_opa_is_really_stopped_and_the_report_says_how(home: Path) -> None:
     server = ensure_server(home)
-    os.kill(server.pid, signal.SIGSTOP)
+    suspend(server.pid)
     result = local_exa(home, "opa", "stop")
     assert result.returncode == 0, result.stderr
     assert f"OPA (pid {server.pid}) did not exit on SIGTERM (it was stopped, state T); killed with SIGKILL" in result.stdout
@@ -133,7 +132,7 @@ def test_a_sigstopped_opa_is_really_stopped_and_the_report_says_how(home: Path) 
 
 def test_a_sigstopped_supervisor_is_stopped_too(home: Path) -> None:
     server = ensure_server(home)
-    os.kill(server.supervisor_pid, signal.SIGSTOP)
+    suspend(server.supervisor_pid)
     result = local_exa(home, "opa", "stop")
     assert result.returncode == 0, result.stderr
     assert f"OPA (pid {server.pid}) stopped on SIGTERM" in result.stdout
@@ -216,7 +215,7 @@ def test_a_hung_server_is_replaced_by_the_next_connection(home: Path) -> None:
     from examlops_policy.opa import connect
 
     hung = ensure_server(home)
-    os.kill(hung.pid, signal.SIGSTOP)
+    suspend(hung.pid)  # stopped for sure: kill() alone leaves it answering for a moment
     connection = connect(home, timeout=1.0)
     assert connection.server is not None and connection.server.pid != hung.pid
     assert gone(hung.pid) and opa_pids_for(home) == {connection.server.pid}
