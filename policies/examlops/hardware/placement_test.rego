@@ -1,5 +1,6 @@
 package examlops.hardware.placement_test
 
+import data.examlops.fleet
 import data.examlops.hardware.checks
 import data.examlops.hardware.fractions
 import data.examlops.hardware.placement
@@ -398,11 +399,26 @@ test_verdicts_list_missing_keys_sorted if {
 	object.keys(v.shapes) == {"hpc-nvidia"}
 }
 
+# The fleet's data as the layer stores it: each shape under its content key (examlops.fleet).
+key_of := {name: fleet.key(s) | some name, s in shapes}
+
+stored_shapes := {fleet.key(s): s | some s in shapes}
+
 test_verdicts_read_shapes_from_fleet_data if {
-	v := placement.verdicts with input as {"workload": train({}), "keys": ["hpc-nvidia", "cloud-a100", "nope"]}
-		with data.examlops_fleet.shapes as shapes
-	object.keys(v.shapes) == {"hpc-nvidia", "cloud-a100"}
+	v := placement.verdicts with input as {"workload": train({}), "keys": [key_of["hpc-nvidia"], key_of["cloud-a100"], "nope"]}
+		with data.examlops_fleet.shapes as stored_shapes
+	object.keys(v.shapes) == {key_of["hpc-nvidia"], key_of["cloud-a100"]}
 	v.missing == ["nope"]
+}
+
+# A stored shape rewritten in place (a cloud pool moved into the EU) is not judged: its key is
+# missing, and the caller uploads the shape again.
+test_verdicts_do_not_read_a_stored_shape_that_no_longer_hashes_to_its_key if {
+	k := key_of["cloud-a100"]
+	moved := object.union(shapes["cloud-a100"], {"region": "eu"})
+	v := placement.verdicts with input as {"workload": train({}), "keys": [k]} with data.examlops_fleet.shapes as {k: moved}
+	v.missing == [k]
+	object.keys(v.shapes) == set()
 }
 
 test_input_shapes_win_over_fleet_data if {
@@ -935,11 +951,12 @@ test_no_eligible_pool_summary if {
 
 # Without input.shapes the decision reads the pools' shapes from the fleet's data.
 test_decision_reads_shapes_from_fleet_data if {
-	d := placement.decision with input as {"workload": train({"accelerator": "tpu"}), "pools": spec_pools}
-		with data.examlops_fleet.shapes as shapes
+	pools := [object.union(p, {"shape": key_of[p.shape]}) | some p in spec_pools]
+	d := placement.decision with input as {"workload": train({"accelerator": "tpu"}), "pools": pools}
+		with data.examlops_fleet.shapes as stored_shapes
 	d.pool == "hpc-mi300"
 	object.keys(d.verdicts) == {"hpc-nvidia", "hpc-mi300", "cloud-a100"}
-	placement.keys == {"hpc-nvidia", "hpc-mi300", "cloud-a100"} with input as {"workload": train({}), "pools": spec_pools}
+	placement.keys == {p.shape | some p in pools} with input as {"workload": train({}), "pools": pools}
 }
 
 test_verdict_fields if {
