@@ -28,6 +28,10 @@ them back to `verify_chain`. Design: /work/shared/reference/audit-log.md.
                 its audit entry holds, or whose columns differ from its record; entry (0 when it has
                 a decision with no audit entry; a stored fleet or verdict set  none)
                 whose bytes no longer hash to its key
+    state       a table differs from the state the chain describes: a column,  the entry that says
+                a row no entry accounts for, a row an entry needs that is gone  otherwise (0: none)
+                (``_chain_state``: decisions, allocations, holdings, burst
+                events, pools, releases, leases, jobs)
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ GENESIS: Final[bytes] = bytes(32)
 DOMAIN_TAG: Final[bytes] = b"examlops-audit-v1\x00"
 ORIGIN: Final = "examlops.example/audit"
 
-ProblemKind = Literal["edited", "deleted", "reordered", "inserted", "truncated", "mismatch", "signature", "damaged", "record"]
+ProblemKind = Literal["edited", "deleted", "reordered", "inserted", "truncated", "mismatch", "signature", "damaged", "record", "state"]
 
 _ED25519: Final = 0x01  # signed-note signature type byte for Ed25519
 _MAX_SIGNATURES: Final = 100  # the limit golang.org/x/mod/sumdb/note applies

@@ -445,13 +445,11 @@ class Hardware(PolicyReview):
     # -- audit ------------------------------------------------------------------------------
 
     def verify_audit(self, checkpoint: audit.Checkpoint | None = None, key: audit.VerifierKey | None = None) -> audit.VerifyReport:
-        """The chain, the decision records it vouches for and the stored fleets and verdict sets;
-        with ``checkpoint`` (and ``key``), the anchor too."""
-        from examlops_policy import audit
+        """The chain, the decision records it vouches for, the stored fleets and verdict sets, and every
+        table held to the state the chain describes; with ``checkpoint`` (and ``key``), the anchor too."""
+        from examlops_policy.store import _audit_read
 
-        rows = self.store.audit_rows()
-        report = audit.verify_chain(rows, checkpoint, public_key=key)
-        return audit.verify_records(report, rows, self.store.records_for_audit(), self.store.stored_documents())
+        return _audit_read.verify(self.store, checkpoint, key)  # every table held to the chain, too
 
     def checkpoint(self, *, origin: str | None = None, key: audit.SigningKey | None = None) -> audit.Checkpoint:
         """A checkpoint (size and head) of a log that verifies, signed with ``key`` when given;

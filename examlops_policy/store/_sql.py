@@ -648,6 +648,9 @@ class SQLStore(ABC):
             "verdicts": prov.verdicts,
             "record_digest": record_digest,
             "request_id": request_id,
+            # The row's own times, so that exa audit verify can hold the tables to them.
+            "created_at": now,
+            "lease_expires_at": lease_expires_at if placed else None,
         }
         burst = decision.burst
         if burst.attempted:
@@ -759,7 +762,7 @@ class SQLStore(ABC):
             "SELECT p.spec, p.held_outside FROM pools p JOIN allocations a ON a.pool = p.name WHERE a.decision_id = ?", (row[0],)
         ).fetchone()
         self._refresh_pool(pool_from_json(pool_row[0]), float(pool_row[1]), self._bump())
-        self._append_audit(kind, {"decision_id": row[0]}, source=source)
+        self._append_audit(kind, {"decision_id": row[0], "released_at": now}, source=source)
         return (row[0], row[1], row[2], now, *row[4:])
 
     def release(self, ident: str, *, source: str = SOURCE) -> Release:

@@ -1,0 +1,454 @@
+"""What the audit chain says the state is, and every table held to it (``exa audit verify``).
+
+The chain proves its own entries (``audit.verify_chain``) and, through each decision's record
+digest, the stored records (``audit.verify_records``). The tables beside it are what placements,
+releases and capacity are read from, so they are held to the chain too: ``replay`` rebuilds, from
+the entries alone, the pools (their spec and what their scheduler holds outside this layer), every
+decision with its burst attempt, devices, release, lease and job; ``compare`` then names each
+difference with the tables as stored, and each row no entry accounts for:
+
+    decisions       every column an entry (or the record it vouches for) states: workload,
+                    outcome, pool, accelerator, model, target, region, devices, fallback,
+                    fraction_honored, the rejection's note, digests and revisions, request id,
+                    residency, fraction, price and carbon, created/released times (and their epoch
+                    seconds), lease end, job id, scheduler, job uid, job state
+    allocations     one per placement: its pool, devices, times and release
+    holdings        the devices (and slices) each placement holds, as its entry lists them
+    burst_events    one per burst attempt: workload, residency, pool, region, verdict, reason
+    pools           spec and count as the last pool entry, held_outside as the last capacity
+                    entry; free and the capacity summary as the live holdings give them
+
+Fields an older entry does not carry are not compared (entries before this version did not hold
+the rows' own times). A chain that does not verify on its own (an entry edited, deleted, inserted,
+reordered, damaged, or the log cut short) describes no state: its problems are reported alone.
+Pure: the rows come from ``store._audit_read``, in one consistent read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Final, cast
+
+from examlops_policy.audit import AuditRow, Problem, VerifyReport
+from examlops_policy._engine import pool_from_doc
+from examlops_policy.model import Holding, Pool
+
+DECISION_COLUMNS: Final = (
+    "id", "created_at", "workload", "outcome", "pool", "accelerator", "model", "target", "region", "fallback",
+    "fraction_honored", "devices", "cost_per_hour", "carbon_factor", "note", "input_digest", "policy_revision",
+    "opa_version", "released_at", "job_id", "document", "record_digest", "fleet_revision", "verdict_set",
+    "request_id", "lease_expires_at", "created_ts", "released_ts", "residency", "verdicts", "fraction", "scheduler",
+    "job_uid", "job_state",
+)  # fmt: skip
+ALLOCATION_COLUMNS: Final = ("decision_id", "pool", "devices", "created_at", "released_at")
+HOLDING_COLUMNS: Final = ("decision_id", "pool", "device", "profile", "start", "units", "share")
+BURST_COLUMNS: Final = ("id", "created_at", "decision_id", "workload", "residency", "pool", "region", "verdict", "reason_code", "reason")
+POOL_COLUMNS: Final = ("name", "spec", "count", "held_outside", "free", "capacity")
+# The decision columns an entry states by the same name.
+_ENTRY_FIELDS: Final = (
+    "workload", "outcome", "pool", "accelerator", "region", "devices", "fallback", "fraction_honored", "input_digest",
+    "policy_revision", "opa_version", "verdicts", "record_digest", "request_id", "created_at",
+)  # fmt: skip
+Row = Mapping[str, object]
+_CHAIN_BROKEN: Final = frozenset({"edited", "deleted", "reordered", "inserted", "truncated", "damaged"})
+# What a pool's capacity summary (as stored, JSON) and the devices its live holdings take are:
+# (pool, [(holding, share)], held outside) -> (summary, devices held).
+Summary = Callable[[Pool, Sequence[tuple[Holding, float]], float], tuple[object, float]]
+
+
+@dataclass(frozen=True)
+class StateRows:
+    """Every table ``compare`` holds to the chain, as rows (tuples in the ``*_COLUMNS`` order).
+
+    ``fleets``: stored fleet documents by revision. ``summary``: what a pool's free count and
+    capacity summary are for its live holdings (None: the summaries were made with other
+    partitioning tables than the verifier's, and are not compared).
+    """
+
+    decisions: Sequence[tuple[object, ...]]
+    allocations: Sequence[tuple[object, ...]]
+    holdings: Sequence[tuple[object, ...]]
+    burst_events: Sequence[tuple[object, ...]]
+    pools: Sequence[tuple[object, ...]]
+    fleets: Mapping[str, str]
+    summary: Summary | None = None
+
+
+@dataclass
+class _Decision:
+    seq: int
+    entry: dict[str, object]
+    burst: tuple[int, dict[str, object]] | None = None
+    released: tuple[int, dict[str, object]] | None = None
+    lease: tuple[int, object] | None = None
+    job: tuple[int, dict[str, object]] | None = None
+    job_state: tuple[int, object] | None = None
+
+
+@dataclass
+class _Pool:
+    seq: int
+    spec: dict[str, object]
+    held_outside: tuple[int, float] = (0, 0.0)
+
+
+@dataclass
+class ChainState:
+    """The state the entries describe (``replay``)."""
+
+    decisions: dict[str, _Decision] = field(default_factory=dict)
+    pools: dict[str, _Pool] = field(default_factory=dict)
+    stray: list[tuple[int, str]] = field(default_factory=list)  # entries about decisions not in the chain
+
+
+def replay(entries: Iterable[tuple[int, dict[str, object]]]) -> ChainState:
+    """The state the entries (seq, entry) describe, applied in seq order."""
+    state = ChainState()
+    for seq, entry in entries:
+        kind = entry.get("kind")
+        if kind == "pool":
+            spec = entry.get("pool")
+            if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+                old = state.pools.get(spec["name"])
+                state.pools[spec["name"]] = _Pool(seq, spec, old.held_outside if old else (0, 0.0))
+            continue
+        if kind == "capacity":
+            pool = state.pools.get(str(entry.get("pool")))
+            if pool is not None and isinstance(entry.get("held_outside"), (int, float)):
+                pool.held_outside = (seq, float(cast(float, entry["held_outside"])))
+            continue
+        ident = entry.get("decision_id")
+        if not isinstance(ident, str):
+            continue
+        if kind == "decision":
+            earlier = state.decisions.get(ident)  # its burst entry comes first, in the same transaction
+            state.decisions[ident] = _Decision(seq, entry, burst=earlier.burst if earlier is not None else None)
+            continue
+        decision = state.decisions.get(ident)
+        if decision is None:
+            if kind == "burst":
+                # A burst entry precedes its decision's entry in the same transaction.
+                state.decisions[ident] = _Decision(0, {}, burst=(seq, entry))
+            else:
+                state.stray.append((seq, ident))
+            continue
+        if kind == "burst":
+            decision.burst = (seq, entry)
+        elif kind in ("release", "expired"):
+            decision.released = (seq, entry)
+        elif kind == "renew":
+            decision.lease = (seq, entry.get("lease_expires_at"))
+        elif kind == "submit":
+            decision.job = (seq, entry)
+            decision.job_state = (seq, None)
+        elif kind == "job":
+            decision.job_state = (seq, entry.get("state"))
+    for ident, decision in list(state.decisions.items()):
+        if decision.seq == 0 and decision.burst is not None:  # a burst entry whose decision entry is gone
+            state.stray.append((decision.burst[0], ident))
+            del state.decisions[ident]
+    return state
+
+
+def entries_of(rows: Iterable[AuditRow]) -> list[tuple[int, dict[str, object]]]:
+    """(seq, entry) of every row whose bytes are a JSON object (the chain walk reports the rest)."""
+    out = []
+    for row in rows:
+        try:
+            entry = json.loads(row.canonical)
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(entry, dict):
+            out.append((row.seq, entry))
+    return out
+
+
+def _number(a: object, b: object) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    try:
+        x, y = float(cast(float, a)), float(cast(float, b))
+    except (TypeError, ValueError):
+        return False
+    return abs(x - y) <= 1e-9 * max(1.0, abs(x), abs(y))
+
+
+def _same(a: object, b: object) -> bool:
+    """Values as a table and an entry hold them: numbers by value, booleans as 0/1."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return (None if a is None else int(cast(int, a))) == (None if b is None else int(cast(int, b)))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return _number(a, b)
+    return a == b
+
+
+def _epoch(ts: object) -> float | None:
+    if not isinstance(ts, str):
+        return None
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _shown(value: object) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+class _Report:
+    def __init__(self) -> None:
+        self.found: list[Problem] = []
+
+    def add(self, seq: int, message: str) -> None:
+        self.found.append(Problem(seq, "state", message))
+
+    def differs(self, table: str, column: str, key: str, actual: object, expected: object, seq: int, *, number: bool = False) -> None:
+        same = _number(actual, expected) if number else _same(actual, expected)
+        if not same:
+            self.add(seq, f"{table}.{column} of {key} is {_shown(actual)}, the audit log (entry {seq}) says {_shown(expected)}")
+
+
+def _record(row: Row, audited: object) -> dict[str, object] | None:
+    """The decision's stored record, when it still hashes to the digest its entry holds."""
+    document = row.get("document")
+    if not isinstance(document, str) or not isinstance(audited, str):
+        return None
+    if "sha256:" + hashlib.sha256(document.encode("utf-8")).hexdigest() != audited:
+        return None  # reported by verify_records as an edited record
+    try:
+        doc = json.loads(document)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) and doc.get("v") == 2 else None
+
+
+def compare(chain: ChainState, rows: StateRows, *, chain_lost: bool) -> list[Problem]:
+    """Every difference between the tables and the state the chain describes (see the module
+    docstring). ``chain_lost``: entries are missing from the chain, so rows without an entry are
+    not reported again (the chain's problem explains them)."""
+    out = _Report()
+    fleets: dict[str, dict[str, dict[str, object]]] = {}
+
+    def fleet_pool(revision: object, name: object) -> dict[str, object] | None:
+        if not isinstance(revision, str) or not isinstance(name, str):
+            return None
+        if revision not in fleets:
+            pools: dict[str, dict[str, object]] = {}
+            try:
+                doc = json.loads(rows.fleets.get(revision, "null"))
+                for item in doc["pools"]:
+                    pools[item["pool"]["name"]] = item["pool"]
+            except (ValueError, TypeError, KeyError):
+                pass
+            fleets[revision] = pools
+        return fleets[revision].get(name)
+
+    decisions = {str(r[0]): dict(zip(DECISION_COLUMNS, r)) for r in rows.decisions}
+    allocations = {str(r[0]): dict(zip(ALLOCATION_COLUMNS, r)) for r in rows.allocations}
+    holdings: dict[str, list[Row]] = {}
+    for r in rows.holdings:
+        holdings.setdefault(str(r[0]), []).append(dict(zip(HOLDING_COLUMNS, r)))
+    bursts: dict[str, list[Row]] = {}
+    for r in rows.burst_events:
+        bursts.setdefault(str(r[2]), []).append(dict(zip(BURST_COLUMNS, r)))
+
+    for seq, ident in chain.stray:
+        if not chain_lost:
+            out.add(seq, f"audit entry {seq} speaks of decision {ident[:12]}, which no decision entry records")
+    for ident, d in sorted(chain.decisions.items(), key=lambda kv: kv[1].seq):
+        row = decisions.get(ident)
+        if row is None:
+            out.add(d.seq, f"decision {ident[:12]} is in the audit log (entry {d.seq}) but not in the decisions table: its row was deleted")
+            continue
+        _compare_decision(out, ident, d, row, _record(row, d.entry.get("record_digest")), fleet_pool)
+        _compare_allocation(out, ident, d, row, allocations.pop(ident, None))
+        _compare_holdings(out, ident, d, row, holdings.pop(ident, None))
+        _compare_bursts(out, ident, d, row, bursts.pop(ident, None))
+    if not chain_lost:
+        for ident in sorted(allocations):
+            out.add(0, f"allocations has a row for decision {ident[:12]}, which no placement entry in the audit log accounts for")
+        for ident in sorted(holdings):
+            out.add(0, f"holdings has {len(holdings[ident])} row(s) for decision {ident[:12]}, which no placement entry in the audit log accounts for")
+        for ident, found in sorted(bursts.items()):
+            out.add(0, f"burst_events has {len(found)} row(s) for decision {ident[:12]}, which no burst entry in the audit log accounts for")
+    _compare_pools(out, chain, rows, decisions, chain_lost=chain_lost)
+    return out.found
+
+
+def _compare_decision(
+    out: _Report, ident: str, d: _Decision, row: Row, record: dict[str, object] | None,
+    fleet_pool: Callable[[object, object], dict[str, object] | None],
+) -> None:  # fmt: skip
+    key, e, seq = ident[:12], d.entry, d.seq
+    for name in _ENTRY_FIELDS:
+        if name in e:
+            out.differs("decisions", name, key, row.get(name), e[name], seq)
+    placed = e.get("outcome") == "placed"
+    if "reason" in e and not placed:
+        out.differs("decisions", "note", key, row.get("note"), e["reason"], seq)
+    if "created_at" in e:
+        out.differs("decisions", "created_ts", key, row.get("created_ts"), _epoch(e["created_at"]), seq, number=True)
+    if "lease_expires_at" in e or d.lease is not None:
+        lease_seq, lease = d.lease if d.lease is not None else (seq, e.get("lease_expires_at"))
+        out.differs("decisions", "lease_expires_at", key, row.get("lease_expires_at"), lease, lease_seq)
+    if d.released is None:
+        if row.get("released_at") is not None or row.get("released_ts") is not None:
+            out.add(seq, f"decisions.released_at of {key} is {_shown(row.get('released_at'))}, but the audit log records no release of it")
+    else:
+        rseq, rentry = d.released
+        if row.get("released_at") is None:
+            out.add(rseq, f"decisions.released_at of {key} is null, but the audit log (entry {rseq}) records its release")
+        elif "released_at" in rentry:
+            out.differs("decisions", "released_at", key, row.get("released_at"), rentry["released_at"], rseq)
+            out.differs("decisions", "released_ts", key, row.get("released_ts"), _epoch(rentry["released_at"]), rseq, number=True)
+    if d.job is None:
+        if row.get("job_id") is not None:
+            out.add(seq, f"decisions.job_id of {key} is {_shown(row.get('job_id'))}, but the audit log records no submission of it")
+    else:
+        jseq, job = d.job
+        for name in ("job_id", "scheduler", "job_uid"):
+            if name in job or name == "job_uid":
+                out.differs("decisions", name, key, row.get(name), job.get(name), jseq)
+    if d.job_state is not None:
+        out.differs("decisions", "job_state", key, row.get("job_state"), d.job_state[1], d.job_state[0])
+    elif row.get("job_state") is not None:
+        out.add(seq, f"decisions.job_state of {key} is {_shown(row.get('job_state'))}, but the audit log records no job state for it")
+    if record is None:
+        return
+    workload = record.get("workload") if isinstance(record.get("workload"), dict) else {}
+    assert isinstance(workload, dict)
+    for column, value in (("residency", workload.get("residency")), ("fraction", workload.get("fraction")),
+                          ("fleet_revision", record.get("fleet")), ("verdict_set", record.get("verdicts"))):  # fmt: skip
+        out.differs("decisions", column, key, row.get(column), value, seq)
+    if placed:
+        spec = fleet_pool(record.get("fleet"), record.get("pool"))
+        if spec is not None:
+            for column in ("model", "target"):
+                out.differs("decisions", column, key, row.get(column), spec.get(column), seq)
+
+
+def _compare_allocation(out: _Report, ident: str, d: _Decision, row: Row, alloc: Row | None) -> None:
+    key, e, seq = ident[:12], d.entry, d.seq
+    if e.get("outcome") != "placed":
+        if alloc is not None:
+            out.add(seq, f"allocations has a row for decision {key}, which the audit log (entry {seq}) records as {e.get('outcome')}")
+        return
+    if alloc is None:
+        out.add(seq, f"allocations has no row for decision {key}, which the audit log (entry {seq}) records as placed: its row was deleted")
+        return
+    if "pool" in e:
+        out.differs("allocations", "pool", key, alloc.get("pool"), e["pool"], seq)
+    if "devices" in e:
+        out.differs("allocations", "devices", key, alloc.get("devices"), e["devices"], seq)
+    if "created_at" in e:
+        out.differs("allocations", "created_at", key, alloc.get("created_at"), e["created_at"], seq)
+    if d.released is None:
+        if alloc.get("released_at") is not None:
+            out.add(seq, f"allocations.released_at of {key} is {_shown(alloc.get('released_at'))}, but the audit log records no release of it")
+    else:
+        rseq, rentry = d.released
+        if alloc.get("released_at") is None:
+            out.add(rseq, f"allocations.released_at of {key} is null, but the audit log (entry {rseq}) records its release")
+        elif "released_at" in rentry:
+            out.differs("allocations", "released_at", key, alloc.get("released_at"), rentry["released_at"], rseq)
+
+
+def _compare_holdings(out: _Report, ident: str, d: _Decision, row: Row, found: list[Row] | None) -> None:
+    key, e, seq = ident[:12], d.entry, d.seq
+    listed = e.get("holdings")
+    if e.get("outcome") != "placed":
+        if found:
+            out.add(seq, f"holdings has {len(found)} row(s) for decision {key}, which the audit log (entry {seq}) records as {e.get('outcome')}")
+        return
+    if not isinstance(listed, list):
+        return  # an entry from before devices were recorded
+    want = sorted((tuple(h) for h in listed if isinstance(h, list)), key=repr)
+    have = sorted(((h.get("device"), h.get("profile"), h.get("start")) for h in found or []), key=repr)
+    if want != have:
+        out.add(seq, f"holdings of decision {key} are {_shown([list(h) for h in have])}, the audit log (entry {seq}) says {_shown([list(h) for h in want])}")
+        return
+    devices = e.get("devices")
+    for h in found or []:
+        if "pool" in e:
+            out.differs("holdings", "pool", f"{key} device {h.get('device')}", h.get("pool"), e["pool"], seq)
+        if isinstance(devices, (int, float)) and want:
+            out.differs("holdings", "share", f"{key} device {h.get('device')}", h.get("share"), float(devices) / len(want), seq, number=True)
+
+
+def _compare_bursts(out: _Report, ident: str, d: _Decision, row: Row, found: list[Row] | None) -> None:
+    key = ident[:12]
+    if d.burst is None:
+        if found:
+            out.add(d.seq, f"burst_events has {len(found)} row(s) for decision {key}, whose audit entries record no burst attempt")
+        return
+    seq, entry = d.burst
+    if not found:
+        out.add(seq, f"burst_events has no row for the burst attempt of decision {key} (entry {seq}, {entry.get('verdict')}): its row was deleted")
+        return
+    if len(found) > 1:
+        out.add(seq, f"burst_events has {len(found)} rows for the one burst attempt of decision {key} (entry {seq})")
+    event = found[0]
+    for name in ("workload", "residency", "pool", "region", "verdict", "reason"):
+        if name in entry:
+            out.differs("burst_events", name, key, event.get(name), entry[name], seq)
+    out.differs("burst_events", "created_at", key, event.get("created_at"), row.get("created_at"), seq)
+
+
+def _compare_pools(out: _Report, chain: ChainState, rows: StateRows, decisions: Mapping[str, Row], *, chain_lost: bool) -> None:
+    live: dict[str, list[tuple[Holding, float]]] = {}
+    # A holding is live while its allocation is (the release sets both; compared above).
+    released = {ident for ident, row in decisions.items() if row.get("released_at") is not None}
+    for r in rows.holdings:
+        h = dict(zip(HOLDING_COLUMNS, r))
+        if str(h["decision_id"]) in released:
+            continue
+        holding = Holding(int(cast(int, h["device"])), cast("str | None", h["profile"]), cast("int | None", h["start"]), cast("int | None", h["units"]))
+        live.setdefault(str(h["pool"]), []).append((holding, float(cast(float, h["share"]))))
+    seen = set()
+    for r in rows.pools:
+        p = dict(zip(POOL_COLUMNS, r))
+        name = str(p["name"])
+        seen.add(name)
+        expected = chain.pools.get(name)
+        if expected is None:
+            if not chain_lost:
+                out.add(0, f"pools has a row {name!r}, which no pool entry in the audit log adds")
+            continue
+        try:
+            spec = json.loads(str(p["spec"]))
+        except ValueError:
+            spec = p["spec"]
+        if spec != expected.spec:
+            changed = sorted(k for k in set(spec) | set(expected.spec) if spec.get(k) != expected.spec.get(k)) if isinstance(spec, dict) else ["spec"]
+            detail = ", ".join(f"{k} {_shown(spec.get(k) if isinstance(spec, dict) else spec)} (the log: {_shown(expected.spec.get(k))})" for k in changed[:4])
+            out.add(expected.seq, f"pools.spec of {name!r} differs from its last pool entry ({expected.seq}): {detail}")
+        out.differs("pools", "count", repr(name), p["count"], expected.spec.get("count"), expected.seq)
+        held_seq, held = expected.held_outside
+        out.differs("pools", "held_outside", repr(name), p["held_outside"], held, held_seq, number=True)
+        if rows.summary is not None and isinstance(spec, dict) and spec == expected.spec:
+            pool = pool_from_doc(spec)
+            capacity, held_devices = rows.summary(pool, live.get(name, []), held)
+            free = max(0.0, round(pool.count - held - held_devices, 9))
+            out.differs("pools", "free", repr(name), p["free"], free, expected.seq, number=True)
+            stored = json.loads(str(p["capacity"])) if isinstance(p["capacity"], str) else p["capacity"]
+            if stored != capacity:
+                out.add(expected.seq, f"pools.capacity of {name!r} is {_shown(stored)}, its live holdings give {_shown(capacity)}")
+    for name, expected in sorted(chain.pools.items()):
+        if name not in seen:
+            out.add(expected.seq, f"pool {name!r} is in the audit log (entry {expected.seq}) but not in the pools table: its row was deleted")
+
+
+def verify_state(report: VerifyReport, rows: Iterable[AuditRow], state: StateRows) -> VerifyReport:
+    """``report`` with every difference between the tables and the chain added (kind ``state``)."""
+    if any(p.kind in _CHAIN_BROKEN for p in report.problems):
+        # The state cannot be rebuilt from a chain that lost, gained or altered entries: its own
+        # problems say what to restore first, and the tables are held to it once it verifies.
+        return report
+    found = compare(replay(entries_of(rows)), state, chain_lost=False)
+    problems = (*report.problems, *found)
+    return VerifyReport(not problems, report.size, report.head, problems)
