@@ -144,7 +144,7 @@ def home(shared_home: Path, baseline: tuple[Path, State]) -> Iterator[Path]:
     yield shared_home
     if snapshot(shared_home) != baseline[1]:
         stop_server(shared_home)
-        for suffix in ("", "-wal", "-shm"):
+        for suffix in ("", "-wal", "-shm", ".head"):  # .head: its record of the audit head goes back too
             (shared_home / f"state.db{suffix}").unlink(missing_ok=True)
         shutil.copy2(baseline[0] / "state.db", shared_home / "state.db")
 
