@@ -207,7 +207,9 @@ def test_a_connection_knows_when_its_local_server_stopped_and_connect_starts_it_
     first = connect(home)
     assert first.server is not None and first.still_serving()
     wait_until(lambda: not first.still_serving(), 30, "the connection sees its idle server stop")
-    assert gone(first.server.pid)
+    # An exiting process stops being the recorded one (its command line is gone) a moment before
+    # it is gone from the process table: not serving first, then gone.
+    wait_until(lambda: gone(first.server.pid), 10, "the idle OPA is gone")
     again = connect(home)
     assert again.server is not None and again.server.pid != first.server.pid and again.still_serving()
     first.transport.close()
