@@ -3,12 +3,16 @@
     .venv/bin/python benchmarks/audit_verify.py [--decisions 100000] [--home DIR] [--runs 3]
 
 The state is made by the product itself, through the library's façade on the managed local OPA
-(``Hardware(home).place/burst/release``): 12 pools (HPC AMD and NVIDIA with MIG slices, cloud in
-the US and the EU), a mix of whole-device placements, fractions, fallbacks, rejections, allowed and
-blocked bursts, every placement released again later (so the pools never fill; about a third of
-the audit entries are releases). Only the SQLite commit's fsync is turned off while it is made
-(``PRAGMA synchronous=OFF``): the rows, holdings, records and audit entries are the product's.
-``--home`` keeps the state (a later run with the same ``--home`` and count reuses it).
+(``Hardware(home).place/burst``): 600 pools of 4 devices (HPC AMD, NVIDIA H100 and A100 with MIG
+slices, Gaudi, CPU; cloud NVIDIA in the US and the EU, TPU, AMD), a mix of whole-device
+placements, fractions, fallbacks, rejections, allowed and blocked bursts, every placement made
+with a lease of ``--lease`` seconds, so the next write after it ends releases it (audited as
+``expired``) and the fleet never fills. (Small pools and leases keep the build's writes cheap:
+a write's capacity queries read every holding its pool ever had, and a release by id scans the
+decisions, so a few large pools with explicit releases slow down as the history grows.) Only the
+SQLite commit's fsync is turned off while the state is made (``PRAGMA synchronous=OFF``): the rows,
+holdings, records and audit entries are the product's. ``--home`` keeps the state (a later run
+with the same ``--home`` and count reuses it).
 
 Then ``exa audit verify --json`` runs ``--runs`` times as a fresh process (the figure cron and CI
 see: start, open, one read of the log and every table, chain, records, state), and once in-process
@@ -25,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,20 +41,22 @@ from examlops_policy.model import Pool, Workload  # noqa: E402
 from examlops_policy.opa import stop_server  # noqa: E402
 
 EXA = Path(sys.executable).parent / "exa"
-POOLS = [
-    Pool("hpc-mi300-a", "hpc", "amd", 64, "eu"),
-    Pool("hpc-mi300-b", "hpc", "amd", 64, "eu-central-1", cost_per_hour=2.1),
-    Pool("hpc-h100-a", "hpc", "nvidia", 64, "eu", model="h100", supports_fractions=True),
-    Pool("hpc-h100-b", "hpc", "nvidia", 64, "eu-west-3", model="h100", supports_fractions=True),
-    Pool("hpc-a100", "hpc", "nvidia", 64, "eu", model="a100", supports_fractions=True),
-    Pool("hpc-gaudi", "hpc", "intel-gaudi", 64, "eu"),
-    Pool("hpc-cpu", "hpc", "cpu", 128, "eu"),
-    Pool("cloud-us-east", "cloud", "nvidia", 128, "us-east-1", cost_per_hour=3.0),
-    Pool("cloud-us-west", "cloud", "nvidia", 128, "us-west-2", cost_per_hour=2.9),
-    Pool("cloud-fra", "cloud", "nvidia", 128, "eu-central-1", cost_per_hour=3.4),
-    Pool("cloud-tpu", "cloud", "tpu", 64, "us", cost_per_hour=4.0),
-    Pool("cloud-amd-eu", "cloud", "amd", 64, "eu-west-1", cost_per_hour=2.6),
+TEMPLATES = [
+    ("hpc-mi300", dict(target="hpc", accelerator="amd", region="eu")),
+    ("hpc-h100", dict(target="hpc", accelerator="nvidia", region="eu-west-3", model="h100", supports_fractions=True)),
+    ("hpc-a100", dict(target="hpc", accelerator="nvidia", region="eu", model="a100", supports_fractions=True)),
+    ("hpc-gaudi", dict(target="hpc", accelerator="intel-gaudi", region="eu")),
+    ("hpc-cpu", dict(target="hpc", accelerator="cpu", region="eu")),
+    ("cloud-us", dict(target="cloud", accelerator="nvidia", region="us-east-1", cost_per_hour=3.0)),
+    ("cloud-fra", dict(target="cloud", accelerator="nvidia", region="eu-central-1", cost_per_hour=3.4)),
+    ("cloud-tpu", dict(target="cloud", accelerator="tpu", region="us", cost_per_hour=4.0)),
+    ("cloud-amd", dict(target="cloud", accelerator="amd", region="eu-west-1", cost_per_hour=2.6)),
 ]
+POOLS = [
+    Pool(f"{name}-{i:03d}", count=4, **spec)  # type: ignore[arg-type]
+    for i in range(600 // len(TEMPLATES) + 1)
+    for name, spec in TEMPLATES
+][:600]
 MIX = [
     ("place", Workload("train", "amd", engine="vllm", count=2)),
     ("place", Workload("serve", "nvidia", engine="vllm", fraction=0.5)),
@@ -59,27 +66,22 @@ MIX = [
     ("place", Workload("not-portable", "amd", engine="sglang")),
     ("burst", Workload("eu-data", "nvidia", residency="eu-only", allow_burst=True)),
     ("burst", Workload("open-data", "nvidia", allow_burst=True)),
-    ("place", Workload("train", "amd", engine="vllm", count=4)),
+    ("place", Workload("train", "amd", engine="vllm", count=3)),
     ("place", Workload("serve", "nvidia", engine="vllm", count=1)),
 ]
-KEEP_LIVE = 60  # placements held at once; each is released this many placements later
 
 
-def build(home: Path, decisions: int) -> dict[str, float]:
+def build(home: Path, decisions: int, lease_s: float) -> dict[str, float]:
     """Record ``decisions`` decisions in ``home`` through the façade (see the module docstring)."""
     began = time.monotonic()
     hw = Hardware(home)
     try:
         hw.apply(POOLS)
         hw.store._db.execute("PRAGMA synchronous=OFF")  # type: ignore[attr-defined]
-        live: list[str] = []
+        lease = timedelta(seconds=lease_s)
         for i in range(decisions):
             kind, workload = MIX[i % len(MIX)]
-            record = (hw.burst if kind == "burst" else hw.place)(workload)
-            if record.decision.ok:
-                live.append(record.id)
-            if len(live) > KEEP_LIVE:
-                hw.release(live.pop(0))
+            (hw.burst if kind == "burst" else hw.place)(workload, lease=lease)
             if i and i % 10_000 == 0:
                 print(f"  {i} decisions, {time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)
     finally:
@@ -103,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decisions", type=int, default=100_000)
     parser.add_argument("--home", type=Path, help="keep the state here (reused when it holds as many decisions)")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--lease", type=float, default=5.0, help="seconds a placement is held before its lease ends (the build)")
     args = parser.parse_args(argv)
     opa = ROOT / ".tools" / "bin" / "opa"
     if "EXA_OPA_BIN" not in os.environ and opa.is_file():
@@ -113,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, object] = {"decisions_asked": args.decisions, "home": str(home)}
     if not (home / "state.db").exists() or count(home, "decisions") != args.decisions:
         print(f"building a state of {args.decisions} decisions in {home} ...", file=sys.stderr, flush=True)
-        result.update(build(home, args.decisions))
+        result.update(build(home, args.decisions, args.lease))
     result.update(
         decisions=count(home, "decisions"), audit_entries=count(home, "audit_log"), holdings=count(home, "holdings"),
         burst_events=count(home, "burst_events"), state_mb=round((home / "state.db").stat().st_size / 2**20, 1),
