@@ -142,10 +142,12 @@ def main(argv: list[str] | None = None) -> int:
         read = time.monotonic() - began
         report = audit.verify_chain(rows)
         chain = time.monotonic() - began - read
+        entries = chain_state.entries_of(rows)
+        verified: dict[str, dict[str, object]] = {}
         decisions = [(str(r[0]), str(r[20]), r[21], (r[3], r[4], r[12], r[13])) for r in state.decisions]
-        report = audit.verify_records(report, rows, decisions, documents)  # type: ignore[arg-type]
+        report = audit.verify_records(report, rows, decisions, documents, entries=entries, records=verified)  # type: ignore[arg-type]
         records = time.monotonic() - began - read - chain
-        report = chain_state.verify_state(report, rows, state)
+        report = chain_state.verify_state(report, rows, state, entries=entries, records=verified)
         checked = time.monotonic() - began - read - chain - records
     finally:
         hw.close()

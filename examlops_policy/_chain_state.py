@@ -208,13 +208,19 @@ class _Report:
         self.found.append(Problem(seq, "state", message))
 
     def differs(self, table: str, column: str, key: str, actual: object, expected: object, seq: int, *, number: bool = False) -> None:
+        if actual == expected:  # the common case, decided at once (True == 1 and 2 == 2.0 included)
+            return
         same = _number(actual, expected) if number else _same(actual, expected)
         if not same:
             self.add(seq, f"{table}.{column} of {key} is {_shown(actual)}, the audit log (entry {seq}) says {_shown(expected)}")
 
 
-def _record(row: Row, audited: object) -> dict[str, object] | None:
-    """The decision's stored record, when it still hashes to the digest its entry holds."""
+def _record(row: Row, audited: object, verified: Mapping[str, dict[str, object]] | None) -> dict[str, object] | None:
+    """The decision's stored record, when it still hashes to the digest its entry holds (taken from
+    ``verified`` when ``audit.verify_records`` parsed it already)."""
+    if verified is not None:
+        found = verified.get(str(row.get("id")))
+        return found if found is not None and found.get("v") == 2 else None
     document = row.get("document")
     if not isinstance(document, str) or not isinstance(audited, str):
         return None
@@ -227,10 +233,13 @@ def _record(row: Row, audited: object) -> dict[str, object] | None:
     return doc if isinstance(doc, dict) and doc.get("v") == 2 else None
 
 
-def compare(chain: ChainState, rows: StateRows, *, chain_lost: bool) -> list[Problem]:
+def compare(
+    chain: ChainState, rows: StateRows, *, chain_lost: bool, records: Mapping[str, dict[str, object]] | None = None
+) -> list[Problem]:
     """Every difference between the tables and the state the chain describes (see the module
     docstring). ``chain_lost``: entries are missing from the chain, so rows without an entry are
-    not reported again (the chain's problem explains them)."""
+    not reported again (the chain's problem explains them). ``records``: the decisions' records that
+    ``audit.verify_records`` found to hash to their entries, parsed (else they are read here)."""
     out = _Report()
     fleets: dict[str, dict[str, dict[str, object]]] = {}
 
@@ -265,7 +274,7 @@ def compare(chain: ChainState, rows: StateRows, *, chain_lost: bool) -> list[Pro
         if row is None:
             out.add(d.seq, f"decision {ident[:12]} is in the audit log (entry {d.seq}) but not in the decisions table: its row was deleted")
             continue
-        _compare_decision(out, ident, d, row, _record(row, d.entry.get("record_digest")), fleet_pool)
+        _compare_decision(out, ident, d, row, _record(row, d.entry.get("record_digest"), records), fleet_pool)
         _compare_allocation(out, ident, d, row, allocations.pop(ident, None))
         _compare_holdings(out, ident, d, row, holdings.pop(ident, None))
         _compare_bursts(out, ident, d, row, bursts.pop(ident, None))
@@ -443,12 +452,20 @@ def _compare_pools(out: _Report, chain: ChainState, rows: StateRows, decisions: 
             out.add(expected.seq, f"pool {name!r} is in the audit log (entry {expected.seq}) but not in the pools table: its row was deleted")
 
 
-def verify_state(report: VerifyReport, rows: Iterable[AuditRow], state: StateRows) -> VerifyReport:
-    """``report`` with every difference between the tables and the chain added (kind ``state``)."""
+def verify_state(
+    report: VerifyReport,
+    rows: Iterable[AuditRow],
+    state: StateRows,
+    *,
+    entries: list[tuple[int, dict[str, object]]] | None = None,
+    records: Mapping[str, dict[str, object]] | None = None,
+) -> VerifyReport:
+    """``report`` with every difference between the tables and the chain added (kind ``state``).
+    ``entries`` and ``records``: what ``entries_of`` and ``audit.verify_records`` parsed already."""
     if any(p.kind in _CHAIN_BROKEN for p in report.problems):
         # The state cannot be rebuilt from a chain that lost, gained or altered entries: its own
         # problems say what to restore first, and the tables are held to it once it verifies.
         return report
-    found = compare(replay(entries_of(rows)), state, chain_lost=False)
+    found = compare(replay(entries if entries is not None else entries_of(rows)), state, chain_lost=False, records=records)
     problems = (*report.problems, *found)
     return VerifyReport(not problems, report.size, report.head, problems)

@@ -76,5 +76,7 @@ def verify(store: Store, checkpoint: audit.Checkpoint | None = None, key: audit.
          tuple(r[index[c]] for c in ("outcome", "pool", "cost_per_hour", "carbon_factor")))
         for r in state.decisions
     ]  # fmt: skip
-    report = audit.verify_records(report, rows, records, documents)  # type: ignore[arg-type]
-    return chain_state.verify_state(report, rows, state)
+    entries = chain_state.entries_of(rows)  # parsed once, for both
+    verified: dict[str, dict[str, object]] = {}
+    report = audit.verify_records(report, rows, records, documents, entries=entries, records=verified)  # type: ignore[arg-type]
+    return chain_state.verify_state(report, rows, state, entries=entries, records=verified)
