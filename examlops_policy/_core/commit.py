@@ -222,6 +222,9 @@ def _write(
         "verdicts": prov.verdicts,
         "record_digest": record_digest,
         "request_id": request_id,
+        # The row's own times, so that exa audit verify can hold the tables to them.
+        "created_at": now,
+        "lease_expires_at": lease_expires_at if placed else None,
     }
     txn.audit("decision", summary, source=source)
     return DecisionRecord(ident, now, dataclasses.replace(decision, decision_id=ident), None, None, request_id, lease_expires_at if placed else None)
@@ -245,11 +248,12 @@ def expire(txn: Transaction, capacities: Capacities, *, source: str) -> list[str
 
 
 def _release(txn: Transaction, capacities: Capacities, ident: str, *, source: str, kind: str) -> None:
-    name = txn.release(ident, txn.now())
+    now = txn.now()
+    name = txn.release(ident, now)
     row = txn.pool(name)
     assert row is not None
     _refresh(txn, capacities, codec.pool_from_text(row.spec), row.held_outside, txn.bump())
-    txn.audit(kind, {"decision_id": ident}, source=source)
+    txn.audit(kind, {"decision_id": ident, "released_at": now}, source=source)
 
 
 def release(store: Rows, capacities: Capacities, ident: str, *, source: str) -> tuple[DecisionRow, bool]:

@@ -22,8 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from examlops_policy.errors import StateError
 from examlops_policy.model import JSONObject
-from examlops_policy.store.api import DecisionRow, Document, HeldRow, PoolRow, StaleFleet, StateRows, Transaction
+from examlops_policy.store.api import AuditedState, DecisionRow, Document, HeldRow, PoolRow, StaleFleet, StateRows, Transaction
 from examlops_policy.views import BurstEvent, DecisionSummary, FinopsRow, WorkloadCost
 
 if TYPE_CHECKING:
@@ -31,11 +32,14 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["DecisionRow", "HeldRow", "PoolRow", "StaleFleet", "StateRows", "Store", "Transaction"]
+__all__ = ["AuditedState", "DecisionRow", "HeldRow", "PoolRow", "StaleFleet", "StateRows", "Store", "Transaction"]
 
 
 class Store(Protocol):
     """Durable state for placements (see the module docstring for the contract)."""
+
+    # Why writes are refused (a state opened read-only: a read-only mount, a full disk), else None.
+    read_only: StateError | None
 
     # -- the narrow API the decision core uses (store.api.Rows) --------------------------------
 
@@ -98,8 +102,9 @@ class Store(Protocol):
         """The whole audit chain in seq order."""
         ...
 
-    def records_for_audit(self) -> list[tuple[str, str, str | None, tuple[object, ...]]]: ...
-
-    def stored_documents(self) -> list[tuple[str, str]]: ...
+    def audited_state(self) -> AuditedState:
+        """The audit log, the stored documents and every table the log describes, in one
+        consistent read (``exa audit verify``)."""
+        ...
 
     def close(self) -> None: ...

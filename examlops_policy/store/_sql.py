@@ -27,7 +27,7 @@ from typing import Any, Final, Literal, Protocol, TypeVar
 from examlops_policy import audit
 from examlops_policy.errors import NotFoundError, SpecError, StateBusy, StateCorrupt, StateError, StateFull, StateUnreachable
 from examlops_policy.model import Holding, JSONObject
-from examlops_policy.store.api import DecisionRow, Document, HeldRow, NewDecision, PoolRow, StateRows, Transaction
+from examlops_policy.store.api import AUDITED, AuditedState, DecisionRow, Document, HeldRow, NewDecision, PoolRow, StateRows, Transaction
 from examlops_policy.views import BurstEvent, DecisionSummary, FinopsRow, WorkloadCost
 
 BACKOFF_S: Final = 0.05
@@ -86,6 +86,7 @@ class SQLStore(ABC):
 
     dialect: str  # the migrations folder
     where: str  # names the database in messages (never with a password)
+    read_only: StateError | None = None  # why writes are refused (None: a writable state)
 
     def __init__(self, *, clock: Callable[[], str], attempts: int) -> None:
         if attempts < 1:
@@ -344,9 +345,11 @@ class SQLStore(ABC):
         return [_pool_row(r) for r in rows]
 
     def _held(self, pool: str) -> list[HeldRow]:
+        # From the pool's live allocations (their partial index) to their holdings (by decision):
+        # what this reads is what the pool holds now, never every holding it ever had.
         rows = self._execute(
-            "SELECT h.decision_id, h.device, h.profile, h.start, h.units, h.share FROM holdings h "
-            "JOIN allocations a ON a.decision_id = h.decision_id WHERE h.pool = ? AND a.released_at IS NULL",
+            "SELECT h.decision_id, h.device, h.profile, h.start, h.units, h.share FROM holdings h WHERE h.decision_id IN "
+            "(SELECT a.decision_id FROM allocations a WHERE a.pool = ? AND a.released_at IS NULL)",
             (pool,),
         ).fetchall()
         return [
@@ -357,7 +360,10 @@ class SQLStore(ABC):
     def _find(self, ident: str) -> DecisionRow:
         if not ident or not all(c in "0123456789abcdef" for c in ident):
             raise NotFoundError(f"no decision {ident!r} (ids are hexadecimal)")
-        rows = self._execute(f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE id LIKE ? LIMIT 2", (ident + "%",)).fetchall()
+        # A range on the primary key (ids are hexadecimal; the prefix's last character plus one
+        # bounds every id that begins with it): a search, where LIKE would scan the table.
+        after = ident[:-1] + chr(ord(ident[-1]) + 1)
+        rows = self._execute(f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE id >= ? AND id < ? ORDER BY id LIMIT 2", (ident, after)).fetchall()
         if not rows:
             raise NotFoundError(f"no decision {ident!r}")
         if len(rows) > 1:
@@ -485,23 +491,24 @@ class SQLStore(ABC):
         )
         return [_audit_row(r) for r in rows]
 
-    def records_for_audit(self) -> list[tuple[str, str, str | None, Row]]:
-        """(id, document, record_digest, columns) of every decision, for ``audit verify``."""
-        rows = self._run(
-            lambda: self._execute(
-                "SELECT id, document, record_digest, outcome, pool, cost_per_hour, carbon_factor FROM decisions ORDER BY id"
-            ).fetchall(),
-            consistent=True,
-        )
-        return [(r[0], r[1], r[2], tuple(r[3:])) for r in rows]
+    def audited_state(self) -> AuditedState:
+        """The audit log, the stored documents and every table it describes, in one read-only
+        transaction (``store.api.AuditedState``)."""
 
-    def stored_documents(self) -> list[tuple[str, str]]:
-        """(key, document) of every stored fleet and verdict set, for ``audit verify``."""
-        rows = self._run(
-            lambda: self._execute("SELECT revision, document FROM fleets UNION ALL SELECT key, document FROM verdict_sets").fetchall(),
-            consistent=True,
-        )
-        return [(r[0], r[1]) for r in rows]
+        def work() -> AuditedState:
+            log = [_audit_row(r) for r in self._execute("SELECT seq, prev_hash, entry_hash, entry FROM audit_log ORDER BY seq").fetchall()]
+            documents = [
+                (str(r[0]), str(r[1]))
+                for r in self._execute("SELECT revision, document FROM fleets UNION ALL SELECT key, document FROM verdict_sets").fetchall()
+            ]
+            tables = {
+                table: [tuple(r) for r in self._execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {order}").fetchall()]
+                for table, (columns, order) in AUDITED.items()
+            }
+            version, layout = self._execute("SELECT version, layout FROM state WHERE id = 1").fetchone()
+            return AuditedState(log, documents, tables, int(version), layout)
+
+        return self._run(work, consistent=True)
 
 
 

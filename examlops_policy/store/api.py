@@ -12,11 +12,14 @@ version can be read back (``capacities_at``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Final, Literal, Protocol, TypeVar
 
 from examlops_policy.model import Holding, JSONObject
+
+if TYPE_CHECKING:
+    from examlops_policy.audit import AuditRow
 
 T = TypeVar("T")
 Document = Literal["fleets", "verdict_sets"]
@@ -246,3 +249,38 @@ class Rows(Protocol):
         times on conflicts; ``landed`` settles a connection lost while committing (what the
         committed work returned, or None when nothing landed)."""
         ...
+
+
+# -- what exa audit verify reads --------------------------------------------------------------------
+
+# The tables the audit chain describes, each with the columns it is read with (in this order) and
+# the order its rows come in.
+AUDITED: Final[Mapping[str, tuple[tuple[str, ...], str]]] = {
+    "decisions": ((
+        "id", "created_at", "workload", "outcome", "pool", "accelerator", "model", "target", "region", "fallback",
+        "fraction_honored", "devices", "cost_per_hour", "carbon_factor", "note", "input_digest", "policy_revision",
+        "opa_version", "released_at", "job_id", "document", "record_digest", "fleet_revision", "verdict_set",
+        "request_id", "lease_expires_at", "created_ts", "released_ts", "residency", "verdicts", "fraction", "scheduler",
+        "job_uid", "job_state",
+    ), "id"),
+    "allocations": (("decision_id", "pool", "devices", "created_at", "released_at"), "decision_id"),
+    "holdings": (("decision_id", "pool", "device", "profile", "start", "units", "share"), "decision_id, device"),
+    "burst_events": (("id", "created_at", "decision_id", "workload", "residency", "pool", "region", "verdict", "reason_code", "reason"), "id"),
+    "pools": (("name", "spec", "count", "held_outside", "free", "capacity", "version"), "name"),
+    "capacity_log": (("version", "pool", "capacity"), "version, pool"),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class AuditedState:
+    """What ``exa audit verify`` holds to the chain, read in ONE consistent read (a write committed
+    meanwhile cannot show up as a row without its entry): the audit log, the stored fleet and
+    verdict-set documents as (key, document), every table of ``AUDITED`` as rows (tuples in its
+    column order), the state version and the digest of the packing rules the stored capacities
+    were worked out with."""
+
+    log: Sequence[AuditRow]
+    documents: Sequence[tuple[str, str]]
+    tables: Mapping[str, Sequence[tuple[object, ...]]]
+    version: int
+    layout: str | None

@@ -4,7 +4,8 @@
 #   Per-shape verdicts, compact: the answer a caller decodes and keeps per (policy revision,
 #   workload signature, shape key). A pool's verdict depends only on its shape, the workload's
 #   signature fields and the policy revision, so the caller asks again only for shapes it has none
-#   for (keys in input.keys; shapes from input.shapes, else data.examlops_fleet.shapes).
+#   for (keys in input.keys; shapes from input.shapes, else data.examlops_fleet.shapes, read only
+#   when a stored shape hashes to its key: examlops.fleet).
 #
 #   Each check runs once per distinct projection of the shapes onto the fields it declares, and sees
 #   only those (and the workload's fields it declares): a fleet repeats a few accelerators, targets
@@ -17,6 +18,7 @@
 #   - input.workload: schema["workload.schema"]
 package examlops.hardware.verdicts
 
+import data.examlops.fleet
 import data.examlops.hardware.checks
 import data.examlops.hardware.checks.budget
 import data.examlops.hardware.checks.capacity
@@ -37,7 +39,7 @@ keys := {k | some k in input.keys} if {
 shape_of(k) := s if {
 	s := input.shapes[k]
 } else := s if {
-	s := data.examlops_fleet.shapes[k]
+	s := fleet.shape(k) # only a stored shape that hashes to its key (examlops.fleet)
 }
 
 # Every signature field present (null where a shape lacks it), so that a projection is the same

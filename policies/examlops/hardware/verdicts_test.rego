@@ -1,5 +1,6 @@
 package examlops.hardware.verdicts_test
 
+import data.examlops.fleet
 import data.examlops.hardware.composer
 import data.examlops.hardware.placement
 import data.examlops.hardware.reference_test as fx
@@ -76,11 +77,26 @@ test_verdicts_list_missing_keys_sorted if {
 	object.keys(v.shapes) == {"hpc-nvidia"}
 }
 
+# The fleet's data as the layer stores it: each shape under its content key (examlops.fleet).
+key_of := {name: fleet.key(s) | some name, s in fx.shapes}
+
+stored_shapes := {fleet.key(s): s | some s in fx.shapes}
+
 test_verdicts_read_shapes_from_fleet_data if {
-	v := placement.verdicts with input as {"workload": fx.train({}), "keys": ["hpc-nvidia", "cloud-a100", "nope"]}
-		with data.examlops_fleet.shapes as fx.shapes
-	object.keys(v.shapes) == {"hpc-nvidia", "cloud-a100"}
+	v := placement.verdicts with input as {"workload": fx.train({}), "keys": [key_of["hpc-nvidia"], key_of["cloud-a100"], "nope"]}
+		with data.examlops_fleet.shapes as stored_shapes
+	object.keys(v.shapes) == {key_of["hpc-nvidia"], key_of["cloud-a100"]}
 	v.missing == ["nope"]
+}
+
+# A stored shape rewritten in place (a cloud pool moved into the EU) is not judged: its key is
+# missing, and the caller uploads the shape again.
+test_verdicts_do_not_read_a_stored_shape_that_no_longer_hashes_to_its_key if {
+	k := key_of["cloud-a100"]
+	moved := object.union(fx.shapes["cloud-a100"], {"region": "eu"})
+	v := placement.verdicts with input as {"workload": fx.train({}), "keys": [k]} with data.examlops_fleet.shapes as {k: moved}
+	v.missing == [k]
+	object.keys(v.shapes) == set()
 }
 
 test_input_shapes_win_over_fleet_data if {
