@@ -9,11 +9,14 @@
   over its Unix socket with its token.
 
 Either way the revision of the bundle OPA serves (``GET /v1/data/system/bundles``) must have the
-content digest of the policy files here, and the digest the policy computes of the tables it
-evaluates must be the digest of the table files here (``content``): a server without a bundle,
-with another revision, or with other tables under the reviewed revision's label, is a PolicyError
-and nothing is decided. (The local OPA's content is proven once, when it starts: it loads only a
-bundle signed with a key made for that start, and OPA refuses writes under the bundle's roots.)
+content digest of the policy files here: a server without a bundle, or with another revision, is a
+PolicyError and nothing is decided. The revision is only a label, so what an external OPA serves is
+proven by content too: its policy computes the digest of the tables it evaluates (``content``),
+which the connection carries (``tables_digest``; a policy that reports none is refused here) and
+every decision holds to the digest of the tables of the policy snapshot it is made under
+(``_core.engine.Engine.confirm``). The local OPA's content is proven when it starts: it loads
+only a bundle signed with a key made for that start, its starter checks the digest its policy
+reports, and OPA refuses writes under the bundle's roots.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pathlib import Path
 from examlops_policy.errors import PolicyError
 from examlops_policy.model import JSONObject
 from examlops_policy.opa.bundle import content_digest
-from examlops_policy.opa.content import content_problem, prove_content, served_content
+from examlops_policy.opa.content import content_problem, served_content
 from examlops_policy.opa.server import OpaServer, Record, ServerPaths, ensure_running, locked, read_record, read_token, stop_server
 from examlops_policy.opa.transport import DEFAULT_TIMEOUT_S, Endpoint, OpaTransport, OpaUnreachable, served_bundle
 from examlops_policy.tables import policy_dir, revision
@@ -53,9 +56,9 @@ class OpaConnection:
     expected_revision: str
     describe: str
     server: OpaServer | None = None
-    # External: the digest its policy gave of the tables it evaluates (proven to be the reviewed
-    # files' when connecting; every decision then holds it to its own policy snapshot's). None for
-    # the local OPA, whose signed bundle proves its content at its start.
+    # External: the digest its policy gave of the tables it evaluates, which every decision holds to
+    # its own policy snapshot's. None for the local OPA, whose signed bundle proves its content at
+    # its start.
     tables_digest: str | None = None
 
     def still_serving(self) -> bool:
@@ -122,7 +125,10 @@ def connect(home: Path, *, policy_root: Path | None = None, timeout: float = DEF
     if transport is not None:
         bundle = served_bundle(transport)
         served = check_revision(None if bundle is None else bundle.revision, local, transport.describe, root)
-        content = prove_content(transport, root)  # the revision is a label: prove the tables by their digest
+        # The revision is a label: the tables are proven by their digest, decision by decision.
+        content = served_content(transport)
+        if content.tables_digest is None:
+            raise PolicyError(f"OPA at {transport.describe}: {content_problem(content, root)}; nothing was placed")
         return OpaConnection(transport, served, transport.describe, tables_digest=content.tables_digest)
     paths = ServerPaths(home)
     server = ensure_running(paths, root, local)

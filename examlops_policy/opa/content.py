@@ -7,7 +7,9 @@ trust it:
   (``data.examlops.provenance.content``: ``json.marshal(data.examlops.tables)``, compact with
   sorted keys). ``tables_digest(root)`` computes the same digest from the reviewed table files
   here, so a bundle whose manifest names the reviewed revision but whose tables were edited is
-  refused (``prove_content``), on an external OPA as on the local one.
+  refused: on an external OPA by every decision, which holds the digest its connection got to the
+  digest of its own policy snapshot's tables (``_core.engine.Engine.confirm``); on the local one
+  when it starts (``prove_content``); in ``exa policy status`` and ``exa opa status``.
 - **Everything, on the local OPA.** The local OPA loads only a bundle signed by a key made for
   that one start (``bundle.Signer.ephemeral``); the signature covers every file of the bundle, the
   rules and the manifest included (see ``server``).
@@ -17,7 +19,9 @@ The digest is reproducible without OPA: ``read_tables`` reads the YAML files as 
 OPA's ``json.marshal`` does (keys sorted by their UTF-8 bytes; ``<``, ``>``, ``&``, U+2028 and
 U+2029 escaped; numbers as their literal text). Every bundle build checks that OPA reads the
 tables as ``read_tables`` does (``bundle._stage``) and writes the bundle's ``data.json`` with
-``canonical_json``, so OPA echoes the very bytes hashed here.
+``canonical_json``, so OPA echoes the very bytes hashed here. The digest of a set of table files is
+kept in the compiled cache beside the tables (``tables.compiled``), so that a process that finds
+it there reads no YAML.
 """
 
 from __future__ import annotations
