@@ -162,12 +162,12 @@ GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA :"schema" TO :"app";
 -- serial column of a later migration would need USAGE.
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA :"schema" TO :"app";
 -- The state tables: only the columns that change after a row is written, as placements are
--- released, leases renewed, jobs recorded and pools edited (holdings never change; nothing is
--- ever deleted).
+-- released, leases renewed, jobs recorded and pools edited, drained, removed or registered again
+-- under a removed pool's name (holdings never change; nothing is ever deleted).
 SELECT format('GRANT UPDATE (%s) ON TABLE %I.%I TO %I', cols, n.nspname, c.relname, :'app')
   FROM (VALUES ('state', 'version, fleet_version, layout'),
-               ('pools', 'spec, count, updated_at, held_outside, version, free, capacity'),
-               ('decisions', 'released_at, released_ts, lease_expires_at, job_id, scheduler, job_uid, job_state'),
+               ('pools', 'spec, count, created_at, updated_at, held_outside, version, free, capacity, removed_at, removing_since'),
+               ('decisions', 'released_at, released_ts, lease_expires_at, lease_expires_ts, job_id, scheduler, job_uid, job_state'),
                ('allocations', 'released_at')) AS g(tbl, cols)
   JOIN pg_class c ON c.relname = g.tbl JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')

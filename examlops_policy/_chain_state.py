@@ -11,17 +11,23 @@ difference with the tables as stored, and each row no entry accounts for:
                     outcome, pool, accelerator, model, target, region, devices, fallback,
                     fraction_honored, the rejection's note, digests and revisions, request id,
                     residency, fraction, price and carbon, created/released times (and their epoch
-                    seconds), lease end, job id, scheduler, job uid, job state
+                    seconds), lease end (and its epoch seconds), a larger partition, job id,
+                    scheduler, job uid, job state
     allocations     one per placement: its pool, devices, times and release
     holdings        the devices (and slices) each placement holds, as its entry lists them
     burst_events    one per burst attempt: workload, residency, pool, region, verdict, reason
     pools           spec and count as the last pool entry, held_outside as the last capacity
-                    entry; free and the capacity summary as the live holdings give them
+                    entry (a pool registered again under a removed pool's name starts from none);
+                    removed_at and removing_since as the pool entries that removed it or asked
+                    for its removal say; free and the capacity summary as the live holdings give
+                    them
     capacity_log    what every pool could place at the state version each decision was decided
                     at (a record of version 3 names that version, not the capacities): what the
                     log gives back for it must hash to the input digest of the record its audit
                     entry vouches for, as when the decision is read; a pool's latest entry must be
-                    its capacity and version in pools, and no entry may lie beyond the state's
+                    its capacity in pools, at or before its version there (a removal, or one
+                    asked for, moves the version without changing the capacity), and no entry may
+                    lie beyond the state's
                     version. (An entry no decision was decided at, and not a pool's latest, is read
                     by nothing and so not compared.)
 
@@ -56,7 +62,7 @@ LOG_COLUMNS: Final = AUDITED["capacity_log"][0]
 # The decision columns an entry states by the same name.
 _ENTRY_FIELDS: Final = (
     "workload", "outcome", "pool", "accelerator", "region", "devices", "fallback", "fraction_honored", "input_digest",
-    "policy_revision", "opa_version", "verdicts", "record_digest", "request_id", "created_at",
+    "policy_revision", "opa_version", "verdicts", "record_digest", "request_id", "created_at", "larger_partition",
 )  # fmt: skip
 Row = Mapping[str, object]
 _CHAIN_BROKEN: Final = frozenset({"edited", "deleted", "reordered", "inserted", "truncated", "damaged"})
@@ -82,6 +88,10 @@ class _Pool:
     seq: int
     spec: dict[str, object]
     held_outside: tuple[int, float] = (0, 0.0)
+    # (entry, its time or None when the entry predates carrying it): when it left the fleet, and
+    # since when it is to go once its last live grant ends.
+    removed: tuple[int, object] | None = None
+    removing: tuple[int, object] | None = None
 
 
 @dataclass
@@ -99,10 +109,7 @@ def replay(entries: Iterable[tuple[int, dict[str, object]]]) -> ChainState:
     for seq, entry in entries:
         kind = entry.get("kind")
         if kind == "pool":
-            spec = entry.get("pool")
-            if isinstance(spec, dict) and isinstance(spec.get("name"), str):
-                old = state.pools.get(spec["name"])
-                state.pools[spec["name"]] = _Pool(seq, spec, old.held_outside if old else (0, 0.0))
+            _replay_pool(state, seq, entry)
             continue
         if kind == "capacity":
             pool = state.pools.get(str(entry.get("pool")))
@@ -140,6 +147,28 @@ def replay(entries: Iterable[tuple[int, dict[str, object]]]) -> ChainState:
             state.stray.append((decision.burst[0], ident))
             del state.decisions[ident]
     return state
+
+
+def _replay_pool(state: ChainState, seq: int, entry: dict[str, object]) -> None:
+    """A pool entry: registered or changed (its spec), drained or undrained (its spec, and a
+    removal cancelled), removed, or its removal asked for (its name)."""
+    spec, action = entry.get("pool"), entry.get("action")
+    if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+        old = state.pools.get(spec["name"])
+        if old is None or action == "added":  # new, or registered again after its removal
+            state.pools[spec["name"]] = _Pool(seq, spec)
+            return
+        old.seq, old.spec = seq, spec
+        if entry.get("removal_cancelled"):
+            old.removing = None
+        return
+    pool = state.pools.get(spec) if isinstance(spec, str) else None
+    if pool is None:
+        return
+    if action == "removed":
+        pool.removed, pool.removing = (seq, entry.get("removed_at")), None
+    elif action == "removal_pending":
+        pool.removing = (seq, entry.get("removing_since"))
 
 
 def entries_of(rows: Iterable[AuditRow]) -> list[tuple[int, dict[str, object]]]:
@@ -325,6 +354,7 @@ def _compare_decision(
     if "lease_expires_at" in e or d.lease is not None:
         lease_seq, lease = d.lease if d.lease is not None else (seq, e.get("lease_expires_at"))
         out.differs("decisions", "lease_expires_at", key, row.get("lease_expires_at"), lease, lease_seq)
+        out.differs("decisions", "lease_expires_ts", key, row.get("lease_expires_ts"), _epoch(lease), lease_seq, number=True)
     if d.released is None:
         if row.get("released_at") is not None or row.get("released_ts") is not None:
             out.add(seq, f"decisions.released_at of {key} is {_shown(row.get('released_at'))}, but the audit log records no release of it")
@@ -461,6 +491,14 @@ def _compare_pools(
         out.differs("pools", "count", repr(name), p["count"], expected.spec.get("count"), expected.seq)
         held_seq, held = expected.held_outside
         out.differs("pools", "held_outside", repr(name), p["held_outside"], held, held_seq, number=True)
+        for column, said, what in (("removed_at", expected.removed, "removal"), ("removing_since", expected.removing, "pending removal")):
+            if said is None:
+                if p[column] is not None:
+                    out.add(expected.seq, f"pools.{column} of {name!r} is {_shown(p[column])}, but the audit log records no {what} of it")
+            elif p[column] is None:
+                out.add(said[0], f"pools.{column} of {name!r} is null, but the audit log (entry {said[0]}) records its {what}")
+            elif said[1] is not None:
+                out.differs("pools", column, repr(name), p[column], said[1], said[0])
         if summary is not None and isinstance(spec, dict) and spec == expected.spec:
             capacity, free = summary(codec.pool_from_doc(spec), live.get(name, []), held)
             out.differs("pools", "free", repr(name), p["free"], free, expected.seq, number=True)
@@ -512,11 +550,11 @@ def _compare_capacity_log(out: _Report, state: AuditedState, decided: list[tuple
             continue
         if last is None:
             out.add(0, f"capacity_log has no entry for pool {name!r}, whose capacity in pools is {_text(p['capacity'])}")
-        elif last["capacity"] != p["capacity"] or last["version"] != p["version"]:
+        elif last["capacity"] != p["capacity"] or not cast(int, last["version"]) <= cast(int, p["version"]):
             out.add(
                 0,
                 f"capacity_log's latest entry for pool {name!r} is {_text(last['capacity'])} at state version {last['version']}, "
-                f"but pools holds {_text(p['capacity'])} from version {p['version']}",
+                f"but pools holds {_text(p['capacity'])} at version {p['version']}",
             )
     decided.sort(key=lambda d: (d[0], d[1]))
     current: dict[str, bytes | None] = {}

@@ -20,7 +20,7 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
 
-from examlops_policy._core import codec, commit
+from examlops_policy._core import codec, commit, leases
 from examlops_policy._core.engine import Engine, Prepared, RevisionMismatch, differences, reference_input, same_policy
 from examlops_policy._core.records import DecisionInputs, Reader, judged_from
 from examlops_policy._core.request import Request
@@ -30,7 +30,7 @@ from examlops_policy.model import Decision, JSONObject, Placement, Pool, PoolSta
 from examlops_policy._core.packing import describe, device_layouts
 from examlops_policy._core.selection import effective_cost, priced
 from examlops_policy._policy import Confirmation, OpaPolicy, PolicyEvaluator
-from examlops_policy.store import StaleFleet, Store
+from examlops_policy.store import DecisionRow, StaleFleet, Store
 from examlops_policy._reviewed import Pinned, PolicySnapshot, Reviewed
 from examlops_policy.tables import Tables, policy_dir
 from examlops_policy._core.verdicts import About, Answer
@@ -176,11 +176,6 @@ def open_store(home: Path) -> Store:
     return SQLiteStore(home / "state.db")
 
 
-def lease_end(lease: timedelta, now: datetime | None = None) -> str:
-    end = (now or datetime.now(timezone.utc)) + lease
-    return end.isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
 class Hardware:
     """Pools, placements and their records, as ``exa hardware`` offers them."""
 
@@ -247,7 +242,12 @@ class Hardware:
         return self._current().capacities
 
     def _snapshot(self) -> Snapshot:
-        return self._snapshots.read(self.store)
+        """The state as of now: every pool with what it can place, leases that ended seen ended."""
+        return self._snapshots.read(self.store, self._capacities)
+
+    def _record(self, row: DecisionRow) -> DecisionRecord:
+        """A recorded decision as of now: a placement whose lease ended is released at its end."""
+        return self.records.record(leases.as_read(row, self.store.now()))
 
     @property
     def policy(self) -> PolicyEvaluator:
@@ -300,23 +300,43 @@ class Hardware:
         """Register a new pool; SpecError for a name already registered or facts the tables refuse."""
         from examlops_policy import specs
 
-        specs.check_pool_facts(pool, self.tables)
+        specs.check_pool_facts(specs.check_registrable(pool), self.tables)
         return commit.apply_pools(self.store, self._capacities, [pool], replace=False, source=SOURCE)[0]
 
-    def apply(self, pools: Sequence[Pool]) -> list[PoolChange]:
+    def apply(self, pools: Sequence[Pool], *, prune: bool = False, dry_run: bool = False) -> list[PoolChange]:
         """Register or update pools (idempotent). A pool that live decisions hold keeps its
-        accelerator, model, target, region and partitioning, and no device they hold: SpecError."""
+        accelerator, model, target, region and partitioning, and no device they hold: SpecError.
+        A registered pool keeps its drained state. ``prune``: registered pools not among ``pools``
+        are removed, as ``remove_pool`` removes them (all or nothing). ``dry_run``: what would
+        change, refusals included, with nothing written."""
         from examlops_policy import specs
 
         for pool in pools:
-            specs.check_pool_facts(pool, self.tables)
-        return commit.apply_pools(self.store, self._capacities, pools, replace=True, source=SOURCE)
+            specs.check_pool_facts(specs.check_registrable(pool), self.tables)
+        return commit.apply_pools(self.store, self._capacities, pools, replace=True, source=SOURCE, prune=prune, dry_run=dry_run)
 
-    def apply_file(self, path: Path) -> list[PoolChange]:
+    def apply_file(self, path: Path, *, prune: bool = False, dry_run: bool = False) -> list[PoolChange]:
         """``apply`` the pools of a reviewed YAML file (``pools: [...]``)."""
         from examlops_policy.specs import pools_from_file
 
-        return self.apply(pools_from_file(path, self.tables))
+        return self.apply(pools_from_file(path, self.tables), prune=prune, dry_run=dry_run)
+
+    def drain(self, name: str, *, dry_run: bool = False) -> PoolChange:
+        """Drain a pool: it takes no new grants (the policy denies it, ``pool_drained``, not_now),
+        and the grants it holds are kept. Audited; ``unchanged`` when it is drained already.
+        NotFoundError for an unknown pool; ``dry_run``: what would change, nothing written."""
+        return commit.set_drained(self.store, self._capacities, name, True, source=SOURCE, dry_run=dry_run)
+
+    def undrain(self, name: str, *, dry_run: bool = False) -> PoolChange:
+        """Let a drained pool take new grants again (a pending removal is cancelled). Audited."""
+        return commit.set_drained(self.store, self._capacities, name, False, source=SOURCE, dry_run=dry_run)
+
+    def remove_pool(self, name: str, *, dry_run: bool = False) -> PoolChange:
+        """Remove a pool from the fleet (its decisions stay readable). Without live grants it goes
+        now; drained, with live grants, it goes when the last of them ends (``removal_pending``);
+        not drained, with live grants, SpecError naming them (nothing written). Audited.
+        NotFoundError for an unknown pool; ``dry_run``: what would change, nothing written."""
+        return commit.remove_pools(self.store, self._capacities, [name], source=SOURCE, dry_run=dry_run)[0]
 
     def pools(self) -> list[PoolState]:
         """Every pool with what it can still place, cheapest first (then by name)."""
@@ -345,9 +365,15 @@ class Hardware:
         )
 
     def pool(self, name: str) -> PoolDetail:
-        """One pool device by device: what its live grants hold. NotFoundError for an unknown one."""
+        """One pool device by device: what its live grants hold (a grant whose lease ended holds
+        nothing). NotFoundError for an unknown one."""
+        ended = self._snapshot().ended
         row, held = self.store.pool_row(name)
         state = state_of(row)
+        if ended and any(h.decision_id in ended for h in held):
+            held = [h for h in held if h.decision_id not in ended]
+            capacity, free = self._capacities.of(state.pool, held, state.held_outside)
+            state = PoolState(state.pool, free, capacity, state.held_outside, state.removing)
         holdings = [h.holding for h in held]
         layout = self._capacities.layout(state.pool)
         return PoolDetail(self._view(state), tuple(holdings), tuple(device_layouts(layout, holdings)))
@@ -376,9 +402,12 @@ class Hardware:
         """Decide and record: devices, decision, burst event and audit entries, atomically.
 
         ``request_id`` makes the call idempotent: a retry with the same key returns the decision
-        recorded the first time and reserves nothing more. ``lease``: a placement neither submitted
-        to a scheduler nor renewed before it ends is released by the next write (audited as
-        ``expired``). Raises SpecError, PolicyUnavailable/PolicyError (nothing placed), StateError.
+        recorded the first time and reserves nothing more (a retry after the placement was released,
+        or its lease ended, says so: ``released_at``). ``lease``: counted from the commit; a
+        placement neither submitted to a scheduler nor renewed before it ends holds nothing from
+        then on (every read sees it ended; the next write releases it, stamped with the lease's end,
+        audited as ``expired``). Raises SpecError, PolicyUnavailable/PolicyError (nothing placed),
+        StateError.
         """
         from examlops_policy import specs
 
@@ -389,20 +418,20 @@ class Hardware:
             specs.check_request_id(request_id)
             found = self.store.request_row(request_id)
             if found is not None:
-                return _same_request(self.records.record(found), request, request_id)
-        until = None if lease is None else lease_end(_check_lease(lease))
+                return _same_request(self._record(found), request, request_id)
+        if lease is not None:
+            _check_lease(lease)
         for _ in range(FLEET_ROUNDS):
             snap = self._snapshot()
             under, prepared, decided = self._decide(request, snap, under)
             try:
-                done = commit.place(
-                    self.store, prepared, decided, snap, under.capacities, source=SOURCE, request_id=request_id, lease_expires_at=until
-                )
+                # The lease is counted from the commit that records the placement.
+                done = commit.place(self.store, prepared, decided, snap, under.capacities, source=SOURCE, request_id=request_id, lease=lease)
             except StaleFleet:
                 continue
             if done.record is None:
                 assert done.earlier is not None and request_id is not None
-                return _same_request(self.records.record(done.earlier), request, request_id)
+                return _same_request(self._record(done.earlier), request, request_id)
             return done.record
         raise StateError(f"pools kept changing while {workload.name} was being placed ({FLEET_ROUNDS} rounds); nothing was placed")
 
@@ -440,7 +469,8 @@ class Hardware:
 
     def decisions(self, limit: int = 20) -> list[DecisionRecord]:
         """The most recent decisions, each in full (rebuilt from its record)."""
-        return [self.records.record(row) for row in self.store.decision_rows(limit)]
+        now = self.store.now()
+        return [self.records.record(leases.as_read(row, now)) for row in self.store.decision_rows(limit)]
 
     def decision_page(self, *, limit: int = 20, since: str | None = None, until: str | None = None, cursor: str | None = None) -> DecisionPage:
         """A page of decisions from their columns, newest first (``since``/``until``: ISO 8601 UTC
@@ -455,13 +485,18 @@ class Hardware:
                 raise SpecError("a cursor is CREATED_AT/ID, as the previous page gave it", field="cursor")
             before = (created, ident)
         start, end = _period(since, until)
-        rows = self.store.decision_summaries(limit=limit, since=start, until=end, before=before)
+        now = self.store.now()
+        rows = [
+            dataclasses.replace(r, lease_ended=leases.by_lease(r.released_at, r.lease_expires_at, r.job_id))
+            for r in (leases.as_read(r, now) for r in self.store.decision_summaries(limit=limit, since=start, until=end, before=before))
+        ]
         more = f"{rows[-1].created_at}/{rows[-1].id}" if len(rows) == limit and rows else None
         return DecisionPage(tuple(rows), more)
 
     def decision(self, ident: str) -> DecisionRecord:
-        """A decision by id or unique id prefix, rebuilt with every pool's verdict as it was made."""
-        return self.records.record(self.store.decision_row(ident))
+        """A decision by id or unique id prefix, rebuilt with every pool's verdict as it was made
+        (``released_at``: its release, or the end of a lease that ended)."""
+        return self._record(self.store.decision_row(ident))
 
     def release(self, ident: str, *, kubeconfig: str | None = None, context: str | None = None) -> ReleaseReport:
         """Free what a placement holds; a Kubernetes Job it was submitted as is deleted first
@@ -476,13 +511,16 @@ class Hardware:
             namespace, _, name = record.job_id.partition("/")
             with KubernetesCluster.connect(kubeconfig, context) as cluster:
                 deleted = cluster.delete_job(namespace, name, uid=record.job_uid)
+        pool = getattr(record.decision, "pool", None)
+        pending = pool is not None and any(s.pool.name == pool and s.removing is not None for s in self._snapshot().states)
         row, already = commit.release(self.store, self._capacities, record.id, source=SOURCE)
-        return ReleaseReport(self.records.record(row), already, deleted)
+        removed = pending and pool not in self._snapshot().index
+        return ReleaseReport(self.records.record(row), already, deleted, removed)
 
     def renew(self, ident: str, lease: timedelta) -> DecisionRecord:
-        """Move a live placement's lease end to ``lease`` from now."""
-        until = lease_end(_check_lease(lease))
-        return self.records.record(commit.renew(self.store, self._capacities, ident, until, source=SOURCE))
+        """Move a live placement's lease end to ``lease`` from now. SpecError for a placement that
+        was released or whose lease has ended (saying when)."""
+        return self.records.record(commit.renew(self.store, self._capacities, ident, _check_lease(lease), source=SOURCE))
 
     def replay(self, ident: str) -> Replay:
         """Ask the policy again, with the input a recorded decision was made on (its workload, its

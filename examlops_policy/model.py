@@ -303,6 +303,10 @@ class Pool:
     workloads without partitioning, each split into ``shares_per_device`` shares (1000: a
     granularity of one thousandth). A share gives no memory isolation under time-slicing and no
     fault isolation under either.
+
+    ``drained``: the pool takes no new grants and keeps the ones it holds (the policy denies it,
+    ``pool_drained``). It is set by ``Hardware.drain``/``undrain`` and kept by ``apply``; a pool is
+    not registered drained.
     """
 
     name: str
@@ -328,6 +332,7 @@ class Pool:
     memory_per_node: int | None = None
     sharing: str | None = None
     shares_per_device: int | None = None
+    drained: bool = False
 
     def __post_init__(self) -> None:
         owner = f"pool {self.name!r}" if isinstance(self.name, str) else "pool"
@@ -356,6 +361,7 @@ class Pool:
         _optional_name(owner, "gres_type", self.gres_type, what="a GRES type")
         _optional_name(owner, "fixed_profile", self.fixed_profile, what="a slice profile")
         _check_bool(owner, "spot", self.spot)
+        _check_bool(owner, "drained", self.drained)
         if self.price_source is not None and not (isinstance(self.price_source, str) and _SOURCE_RE.fullmatch(self.price_source)):
             raise _bad("price_source", f"must say where the price came from, e.g. skypilot:v7/aws/vms.csv@001367d22a00 (got {self.price_source!r})", owner)
         if self.model is not None:
@@ -431,7 +437,7 @@ class Pool:
 
 # Fields that joined Pool later: left out of a pool's stored spec while they have their default,
 # so a pool registered before them reads back unchanged.
-_LATER_DEFAULTS: Final[dict[str, object]] = {"spot": False}
+_LATER_DEFAULTS: Final[dict[str, object]] = {"spot": False, "drained": False}
 
 
 def pool_spec(pool: Pool) -> JSONObject:
@@ -509,6 +515,7 @@ class PoolState:
     free: float
     capacity: Capacity = field(default_factory=lambda: Capacity(0))
     held_outside: float = 0.0
+    removing: str | None = None  # since when it is to go once its last live grant ends (it is drained)
 
     @classmethod
     def empty(cls, pool: Pool) -> PoolState:
@@ -674,7 +681,9 @@ class Grant:
 
     ``share`` is one unit's share of a device, ``devices`` the devices held in all (shares
     summed): what is priced and accounted. ``honored`` is False when a fraction was asked for and a
-    whole device is given instead (``why`` says why).
+    whole device is given instead (``why`` says why). ``larger`` is True when the fraction is
+    honored with a larger share than the smallest that covers it, because that one had no room
+    (the note says so; it is priced as granted).
     """
 
     requested: float
@@ -687,6 +696,7 @@ class Grant:
     profile: str | None = None
     why: str | None = None
     note: str | None = None
+    larger: bool = False
 
 
 @dataclass(frozen=True)

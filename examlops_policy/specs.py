@@ -358,6 +358,19 @@ def _count_from_nodes(values: Mapping[str, object], source: str, field: str) -> 
     return {}
 
 
+def check_registrable(pool: Pool, *, source: str | None = None, field: str = "") -> Pool:
+    """A pool as it may be registered (added or applied): not drained. Whether a registered pool
+    is drained is set by ``exa hardware drain``/``undrain`` and kept by add-pool and apply."""
+    if pool.drained:
+        raise SpecError(
+            "a pool is not registered drained: drain it with 'exa hardware drain NAME' (Hardware.drain) once it is registered; "
+            "apply keeps a registered pool's drained state",
+            source=source or f"pool {pool.name!r}",
+            field=f"{field}.drained" if field else "drained",
+        )
+    return pool
+
+
 def pool_from_mapping(data: Mapping[str, object], *, source: str = "pool", field: str = "", tables: Tables | None = None) -> Pool:
     """Build and check one Pool from a mapping (command-line options or one entry of a file)."""
     values = {k: v for k, v in data.items() if v is not None}
@@ -366,6 +379,7 @@ def pool_from_mapping(data: Mapping[str, object], *, source: str = "pool", field
     if "count" not in values:
         values.update(_count_from_nodes(values, source, field))
     pool = cast(Pool, _build(Pool, values, source, field))
+    check_registrable(pool, source=source, field=field)
     return check_pool_facts(pool, tables or load_tables(), source=source, field=field)
 
 

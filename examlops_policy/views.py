@@ -20,11 +20,16 @@ if TYPE_CHECKING:  # for annotations only: the OPA stack loads when a command ne
 
 @dataclass(frozen=True)
 class PoolChange:
-    """What applying a pool did: ``added``, ``updated`` or ``unchanged``."""
+    """What a change to a pool did (or, previewed, would do): ``added``, ``updated``, ``unchanged``,
+    ``drained``, ``undrained``, ``removed``, or ``removal_pending`` (a drained pool whose live
+    grants keep it until the last of them ends). ``holders``: the live decisions holding its
+    devices; ``removal_cancelled``: undraining it cancelled a pending removal."""
 
     name: str
     action: str
     changed_fields: tuple[str, ...] = ()
+    holders: tuple[str, ...] = ()
+    removal_cancelled: bool = False
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class DecisionRecord:
     scheduler: str | None = None
     job_uid: str | None = None
     job_state: str | None = None
+    lease_ended: bool = False  # released because its lease ended (at ``released_at``, the lease's end)
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,8 @@ class DecisionSummary:
     lease_expires_at: str | None
     scheduler: str | None = None
     job_state: str | None = None
+    larger_partition: bool = False
+    lease_ended: bool = False
 
 
 @dataclass(frozen=True)
@@ -245,6 +253,7 @@ class ReleaseReport:
     record: DecisionRecord
     already: bool
     job_deleted: bool | None = None
+    pool_removed: bool = False  # its pool's removal was pending on it: the pool is gone now
 
 
 @dataclass(frozen=True)
@@ -327,7 +336,7 @@ def decision_json(decision: Decision, record: DecisionRecord | None = None) -> d
         body.update(
             id=record.id, decision_id=record.id, created_at=record.created_at, released_at=record.released_at, job_id=record.job_id,
             request_id=record.request_id, lease_expires_at=record.lease_expires_at, scheduler=record.scheduler, job_uid=record.job_uid,
-            job_state=record.job_state,
+            job_state=record.job_state, lease_ended=record.lease_ended,
         )  # fmt: skip
     return body
 

@@ -1,20 +1,25 @@
 """``exa audit verify`` holds every table to the state the audit chain describes: each edit below,
 made directly in the database (the chain untouched), is named (table, column, row, both values)
 and the command exits 7. The state is made by the real CLI and OPA: pools, placements (one with a
-lease, one released, one fraction), a blocked and an allowed burst, a capacity report."""
+lease, one released, one fraction), a blocked and an allowed burst, a capacity report; and the
+pool lifecycle: a lease that ended (released at its end by the next write), a pool removed, a pool
+removed and registered again, a drained pool whose removal waits on its live grant."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import sqlite3
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from examlops_policy.hardware import Hardware
+from examlops_policy.model import Pool, Workload
 from examlops_policy.opa import stop_server
 from tests.conftest import run_exa
 
@@ -29,6 +34,7 @@ class Made:
     released: str  # a released placement
     blocked: str  # an eu-only burst, blocked
     allowed: str  # an open burst, allowed to cloud-us
+    ended: str  # a placement whose lease ended, released at its end by a later write
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +58,17 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Made]:
     hw = Hardware(home)
     try:
         hw.record_usage({"hpc-mi300": 5.0}, scheduler="slurm")  # 2 of ours are not submitted: 5 outside
+        hw.add_pool(Pool("spare", "hpc", "amd", 2, "eu", cost_per_hour=0.5))
+        ended = hw.place(Workload("short", "amd", engine="vllm"), lease=timedelta(seconds=1)).id
+        hw.add_pool(Pool("back", "cloud", "nvidia", 2, "us-east-1"))
+        hw.record_usage({"back": 1.0}, scheduler="slurm")
+        time.sleep(1.2)
+        hw.remove_pool("back")  # this write first releases the ended lease, at its end
+        hw.add_pool(Pool("back", "cloud", "nvidia", 2, "us-east-1"))  # registered again: nothing held outside
+        hw.add_pool(Pool("gone", "cloud", "nvidia", 2, "us-east-1"))
+        hw.remove_pool("gone")
+        hw.drain("cloud-us")
+        assert hw.remove_pool("cloud-us").action == "removal_pending"  # the allowed burst holds it
     finally:
         hw.close()
     stop_server(home)
@@ -59,7 +76,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Made]:
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.close()
     assert run_exa(home, "audit", "verify").returncode == 0
-    yield Made(home, live, leased, released, blocked, allowed)
+    yield Made(home, live, leased, released, blocked, allowed, ended)
 
 
 def edited(made: Made, tmp_path: Path, *statements: str) -> Path:
@@ -127,6 +144,16 @@ EDITS = [
     ("free", ["UPDATE pools SET free = 8 WHERE name = 'hpc-mi300'"], ["pools.free of 'hpc-mi300' is 8"]),
     ("capacity", ["UPDATE pools SET capacity = '8' WHERE name = 'hpc-mi300'"], ["pools.capacity of 'hpc-mi300' is 8"]),
     ("pool deleted", ["DELETE FROM pools WHERE name = 'cloud-us'"], ["pool 'cloud-us' is in the audit log", "its row was deleted"]),
+    # Leases that end on time, partitions, pools that leave the fleet.
+    ("lease epoch", ["UPDATE decisions SET lease_expires_ts = lease_expires_ts + 3600 WHERE id = '{leased}'"], ["decisions.lease_expires_ts of {leased12}"]),
+    ("larger partition", ["UPDATE decisions SET larger_partition = 1 WHERE id = '{live}'"], ["decisions.larger_partition of {live12} is 1", "says false"]),
+    ("lease's end", ["UPDATE decisions SET released_at = '2031-01-01T00:00:00.000000Z' WHERE id = '{ended}'"], ["decisions.released_at of {ended12}"]),
+    ("removal undone", ["UPDATE pools SET removed_at = NULL WHERE name = 'gone'"], ["pools.removed_at of 'gone' is null", "records its removal"]),
+    ("removal time", ["UPDATE pools SET removed_at = '2020-01-01T00:00:00.000000Z' WHERE name = 'gone'"], ["pools.removed_at of 'gone'", '"2020-01-01']),
+    ("pool removed", ["UPDATE pools SET removed_at = '2031-01-01T00:00:00.000000Z' WHERE name = 'hpc-mi300'"], ["pools.removed_at of 'hpc-mi300'", "records no removal"]),
+    ("pending removal dropped", ["UPDATE pools SET removing_since = NULL WHERE name = 'cloud-us'"], ["pools.removing_since of 'cloud-us' is null"]),
+    ("pending removal added", ["UPDATE pools SET removing_since = '2031-01-01T00:00:00.000000Z' WHERE name = 'hpc-mi300'"], ["pools.removing_since of 'hpc-mi300'", "records no pending removal"]),
+    ("held outside before removal", ["UPDATE pools SET held_outside = 1 WHERE name = 'back'"], ["pools.held_outside of 'back' is 1"]),
     # The capacity log: what a decision was decided at (records name the state version), and each
     # pool's latest capacity.
     (
@@ -161,7 +188,7 @@ EDITS = [
 
 @pytest.mark.parametrize(("what", "statements", "expected"), EDITS, ids=[e[0] for e in EDITS])
 def test_a_table_edited_behind_the_chain_is_named_and_exits_7(made: Made, tmp_path: Path, what: str, statements: list[str], expected: list[str]) -> None:
-    ids = {"live": made.live, "leased": made.leased, "released": made.released, "blocked": made.blocked, "allowed": made.allowed}
+    ids = {"live": made.live, "leased": made.leased, "released": made.released, "blocked": made.blocked, "allowed": made.allowed, "ended": made.ended}
     fill = {**ids, **{f"{k}12": v[:12] for k, v in ids.items()}}
     home = edited(made, tmp_path, *(s.format(**fill) for s in statements))
     named(problems(home), *(e.format(**fill) for e in expected))
@@ -179,3 +206,17 @@ def test_an_inserted_row_no_entry_accounts_for_is_named(made: Made, tmp_path: Pa
 def test_the_untouched_state_verifies(made: Made) -> None:
     result = run_exa(made.home, "audit", "verify", "--json")
     assert result.returncode == 0 and json.loads(result.stdout)["problems"] == []
+
+
+def test_a_lease_that_ended_is_released_at_its_end_in_the_tables_and_the_chain(made: Made) -> None:
+    db = sqlite3.connect(made.home / "state.db")
+    try:
+        lease_end, released = db.execute("SELECT lease_expires_at, released_at FROM decisions WHERE id = ?", (made.ended,)).fetchone()
+        entries = [json.loads(e) for (e,) in db.execute("SELECT entry FROM audit_log ORDER BY seq")]
+    finally:
+        db.close()
+    assert released == lease_end
+    assert [e["released_at"] for e in entries if e.get("decision_id") == made.ended and e["kind"] == "expired"] == [lease_end]
+    removed = [e for e in entries if e["kind"] == "pool" and e.get("action") in ("removed", "removal_pending")]
+    assert [(e["pool"], e["action"]) for e in removed] == [("back", "removed"), ("gone", "removed"), ("cloud-us", "removal_pending")]
+    assert all(isinstance(e.get("removed_at", e.get("removing_since")), str) for e in removed)

@@ -10,6 +10,7 @@ so a wrong table fails these tests too. Random sequences are tests/test_invarian
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from examlops_policy import Placement, Pool, Rejection, Workload
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Holding, PoolVerdict
 from examlops_policy.specs import workload_from_file
+from tests.conftest import run_exa
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -122,14 +124,19 @@ def test_1_three_halves_on_two_h100s_one_4g_per_device_and_the_third_falls_back_
     assert third.grant_cost_per_hour == pytest.approx(1.5)
     h100 = verdict(third, "h100x2")
     assert (h100.eligible, h100.admissible) == (False, False)
-    assert reasons(h100) == [("slice_unavailable", "no H100 in the pool has room for a 4g.40gb beside the slices it holds")]
+    # Nor is there room for the one larger slice that covers a half (a 7g: a device of its own).
+    assert reasons(h100) == [
+        ("slice_unavailable", "no H100 in the pool has room for a 4g.40gb beside the slices it holds, nor for a larger one the budget allows (7g.80gb)")
+    ]
     assert h100.reasons[0].kind == "not_now"
 
     # The MI300X's second DPX partition, then nothing anywhere: no_capacity, each pool saying why.
     assert placed(hw, "half-3", fraction=0.5)[1].holdings == (Holding(0, "dpx", 1, 4),)
     fifth = refused(hw, "half-4", fraction=0.5)
     assert (fifth.code, fifth.reason) == ("no_capacity", "no pool has free capacity for half-4 (2 checked: slice_unavailable on 2 pools)")
-    assert reasons(verdict(fifth, "mi300x")) == [("slice_unavailable", "no MI300X in the pool has room for a dpx beside the slices it holds")]
+    assert reasons(verdict(fifth, "mi300x")) == [
+        ("slice_unavailable", "no MI300X in the pool has room for a dpx beside the slices it holds, nor for a larger one the budget allows (spx)")
+    ]
     assert hw.pool("h100x2").holdings == (Holding(0, "4g.40gb", 0, 4), Holding(1, "4g.40gb", 0, 4))
     assert_real_geometry(hw, "h100x2")
     assert_real_geometry(hw, "mi300x")
@@ -154,7 +161,10 @@ def test_2_3g_and_3g_fill_an_h100_so_a_1g_is_refused_though_the_shares_sum_to_on
     c = refused(hw, "c", fraction=0.1)
     assert (c.code, c.reason) == ("no_capacity", "no pool has free capacity for c (1 checked: slice_unavailable on 1 pool)")
     v = verdict(c, "h100")
-    assert reasons(v) == [("slice_unavailable", "no H100 in the pool has room for a 1g.10gb beside the slices it holds")]
+    assert reasons(v) == [
+        ("slice_unavailable", "no H100 in the pool has room for a 1g.10gb beside the slices it holds, nor for a larger one the budget allows "
+         "(2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb)")
+    ]  # fmt: skip
     assert (v.grant.profile, v.grant_cost_per_hour) == ("1g.10gb", r9(2.0 / 7))
     assert hw.pool("h100").holdings == (Holding(0, "3g.40gb", 4, 3), Holding(0, "3g.40gb", 0, 3))
     assert_real_geometry(hw, "h100")
@@ -171,7 +181,9 @@ def test_2_a_4g_beside_a_3g_and_1g_slices_where_they_strand_least(hardware: Hard
     assert hw.pool("h100").devices == ("1g.10gb@0, 1g.10gb@1, 3g.40gb@4",)
     assert hw.pool("h100").view.placeable == "1g x2, 2g x1"
     d = refused(hw, "d", fraction=0.5)
-    assert reasons(verdict(d, "h100")) == [("slice_unavailable", "no H100 in the pool has room for a 4g.40gb beside the slices it holds")]
+    assert reasons(verdict(d, "h100")) == [
+        ("slice_unavailable", "no H100 in the pool has room for a 4g.40gb beside the slices it holds, nor for a larger one the budget allows (7g.80gb)")
+    ]
     # The 2g that is still placeable goes to the one start left (2).
     assert placed(hw, "e", fraction=0.25)[1].holdings == (Holding(0, "2g.20gb", 2, 2),)
     assert hw.pool("h100").view.placeable == "none"  # 7 compute slices used
@@ -215,7 +227,10 @@ def test_2_seven_1g_fill_an_h100_and_memory_slice_7_is_no_1g_start(hardware: Har
     # strand a slice.
     assert starts[0] == 0
     eighth = refused(hw, "s7", fraction=0.1)
-    assert reasons(verdict(eighth, "h100")) == [("slice_unavailable", "no H100 in the pool has room for a 1g.10gb beside the slices it holds")]
+    assert reasons(verdict(eighth, "h100")) == [
+        ("slice_unavailable", "no H100 in the pool has room for a 1g.10gb beside the slices it holds, nor for a larger one the budget allows "
+         "(2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb)")
+    ]  # fmt: skip
     assert_real_geometry(hw, "h100")
 
 
@@ -249,10 +264,20 @@ def test_3_mi300x_runs_one_partition_mode_per_device_and_an_empty_device_switche
     assert hw.pool("mi300x").devices == ("cpx mode: 1/8 partitions held", "dpx mode: 1/2 partitions held")
     assert hw.pool("mi300x").view.placeable == "cpx x7, dpx x1"
 
-    # A QPX partition fits no device: one runs CPX (7 of 8 free), the other DPX (1 of 2 free).
-    q1 = refused(hw, "q1", "amd", fraction=0.25)
-    assert (q1.code, q1.reason) == ("no_capacity", "no pool has free capacity for q1 (1 checked: slice_unavailable on 1 pool)")
-    assert reasons(verdict(q1, "mi300x")) == [("slice_unavailable", "no MI300X in the pool has room for a qpx beside the slices it holds")]
+    # A QPX partition fits no device: one runs CPX (7 of 8 free), the other DPX (1 of 2 free). The
+    # free DPX half is the smallest partition that covers a quarter: granted, flagged larger, priced
+    # as granted ($4/h x 1/2).
+    q1_id, q1 = placed(hw, "q1", "amd", fraction=0.25)
+    assert (q1.grant.profile, q1.grant.larger, q1.holdings, q1.grant_cost_per_hour) == ("dpx", True, (Holding(1, "dpx", 1, 4),), 2.0)
+    assert q1.note == "no qpx had room: fraction 0.25 honored with a larger partition, dpx, priced as granted"
+    assert hw.pool("mi300x").devices == ("cpx mode: 1/8 partitions held", "dpx mode: 2/2 partitions held")
+    # Now nothing covers a quarter: CPX partitions are too small, and device 1 is full.
+    q0 = refused(hw, "q0", "amd", fraction=0.25)
+    assert (q0.code, q0.reason) == ("no_capacity", "no pool has free capacity for q0 (1 checked: slice_unavailable on 1 pool)")
+    assert reasons(verdict(q0, "mi300x")) == [
+        ("slice_unavailable", "no MI300X in the pool has room for a qpx beside the slices it holds, nor for a larger one the budget allows (dpx, spx)")
+    ]
+    hw.release(q1_id)
 
     c2_id, c2 = placed(hw, "c2", "amd", fraction=0.125)
     assert c2.holdings == (Holding(0, "cpx", 1, 1),)
@@ -502,3 +527,28 @@ def test_8_release_frees_exactly_the_slice_held_and_it_is_used_again(hardware: H
     assert (whole_after.holdings, whole_after.grant.profile, whole_after.grant_cost_per_hour) == ((Holding(1),), None, 2.0)
     assert hw.pool("h100x2").devices == ("4g.40gb@0", "whole device held")
     assert_real_geometry(hw, "h100x2")
+
+
+def test_3_through_the_cli_a_quarter_takes_the_free_dpx_half_not_a_stand_in(exa_home: Path) -> None:
+    """Issue 25 item 1, as a user types it: one MI300X half held in DPX mode, an NVIDIA pool beside.
+    A 0.25 request gets the free DPX half (flagged, priced as granted), not "no capacity" and not
+    the NVIDIA pool with "requested amd pools are full"; then the MI300X is really full."""
+    for args in (
+        ("mi300x", "--accelerator", "amd", "--model", "MI300X", "--cost-per-hour", "4.0"),
+        ("nv", "--accelerator", "nvidia", "--cost-per-hour", "2.0"),
+    ):
+        run_exa(exa_home, "hardware", "add-pool", args[0], "--target", "hpc", "--count", "1", "--region", "eu", "--supports-fractions", *args[1:], check=True)
+    run_exa(exa_home, "hardware", "place", "half", "--accelerator", "amd", "--fraction", "0.5", check=True)
+    quarter = run_exa(exa_home, "hardware", "place", "quarter", "--accelerator", "amd", "--fraction", "0.25")
+    assert quarter.returncode == 0, quarter.stderr
+    assert quarter.stdout.splitlines() == [
+        "✓ quarter → pool mi300x · amd on hpc",
+        "  no qpx had room: fraction 0.25 honored with a larger partition, dpx, priced as granted",
+        "  fraction 0.25 honored as AMD compute partition dpx (0.5 of a device) on device 0",
+    ]
+    rows = {line.split()[2]: line for line in run_exa(exa_home, "hardware", "decisions", check=True).stdout.splitlines()[2:]}
+    assert rows["quarter"].endswith("larger-partition") and not rows["half"].endswith("larger-partition")
+    listed = {d["workload"]: d for d in json.loads(run_exa(exa_home, "hardware", "decisions", "--json", check=True).stdout)}
+    assert listed["quarter"]["devices"] == 0.5 and listed["quarter"]["larger_partition"] is True
+    third = run_exa(exa_home, "hardware", "place", "third", "--accelerator", "amd", "--fraction", "0.25")
+    assert third.stdout.splitlines()[:2] == ["✓ third → pool nv · nvidia on hpc (fallback)", "  requested amd pools are full — fell back to nvidia"]

@@ -10,7 +10,9 @@ against a small reference oracle written here from the reviewed tables
   no-egress also HPC only and in the data's jurisdiction, restricted also in the data's own
   region (EU HPC only without a data region); each class admits a subset of the laxer one's pools;
 * capabilities: the pool (plus its model's table entry) advertises every requested tag;
-* capacity: the grant fits what the pool can place (empty devices, or a placeable slice);
+* capacity: the grant fits what the pool can place (empty devices, or a placeable slice); a
+  fraction gets the smallest slice that covers it, or, when that one has no room, the smallest
+  larger one with room that the budget allows (flagged larger, priced as granted);
 * HPC first: cloud only by burst (target cloud, or allow_burst when no HPC pool can take it);
   fallback tiers (requested accelerator before a stand-in the reviewed fallback table allows;
   never a CPU unless the workload allows it);
@@ -132,6 +134,7 @@ class Expected:
     profile: str | None
     codes: frozenset[str]
     tier: int
+    larger: bool = False
 
     @property
     def admissible(self) -> bool:
@@ -154,6 +157,17 @@ def expected_grant(pool: Pool, w: Workload) -> tuple[bool, float, str | None, in
     return True, best["units"] / of, best["profile"], 1
 
 
+def covering_slices(pool: Pool, w: Workload) -> list[tuple[float, str]]:
+    """(devices, profile) of every slice of the pool's scheme that covers the fraction, smallest
+    first; empty where the pool cannot partition or no fraction is asked."""
+    scheme = partition_scheme(pool)
+    if scheme is None or w.fraction >= 1:
+        return []
+    of = scheme["of"]
+    slices = sorted((s for s in scheme["slices"] if Fraction(s["units"], of) >= Fraction(w.fraction)), key=lambda s: s["units"])
+    return [(s["units"] / of, s["profile"]) for s in slices]
+
+
 def room(pool: Pool, capacity: Capacity | None, profile: str | None, units: int) -> bool:
     if capacity is EMPTY:
         return profile is not None or pool.count >= units
@@ -163,6 +177,15 @@ def room(pool: Pool, capacity: Capacity | None, profile: str | None, units: int)
 def expect(pool: Pool, capacity: Capacity | None, w: Workload) -> Expected:
     target = w.target or "any"
     honored, devices, profile, units = expected_grant(pool, w)
+    # The pool gives the first of its grants with room: the smallest covering slice, then (when the
+    # budget allows that one) each larger covering slice the budget allows.
+    options = [(devices, profile)]
+    if pool.region in REGIONS and not over_budget(pool, w, devices):
+        options += [(d, p) for d, p in covering_slices(pool, w)[1:] if not over_budget(pool, w, d)]
+    fitting = [o for o in options if room(pool, capacity, o[1], units)]
+    larger = bool(fitting) and fitting[0] != options[0]
+    if fitting:
+        devices, profile = fitting[0]
     codes: set[str] = set()
     if not portable(w.engine, pool.accelerator):
         codes.add("backend_unsupported")
@@ -178,16 +201,18 @@ def expect(pool: Pool, capacity: Capacity | None, w: Workload) -> Expected:
         codes.add("residency_forbids")
     if not may_stand_in(w.accelerator, pool.accelerator, w.allow_cpu_fallback):
         codes.add("fallback_not_allowed")
+    if pool.drained:
+        codes.add("pool_drained")
     if pool.spot and w.spot == "never":
         codes.add("spot_not_accepted")
     elif not pool.spot and w.spot == "require":
         codes.add("spot_required")
     if pool.region in REGIONS and over_budget(pool, w, devices):
         codes.add("budget_exceeded")
-    if not room(pool, capacity, profile, units):
+    if not fitting:
         codes.add("capacity_exhausted" if profile is None else "slice_unavailable")
     tier = 2 * (pool.target == "cloud") + (pool.accelerator != w.accelerator)
-    return Expected(honored, devices, profile, frozenset(codes), tier)
+    return Expected(honored, devices, profile, frozenset(codes), tier, larger)
 
 
 def cost(pool: Pool) -> float:
@@ -326,6 +351,7 @@ def check(decision: Decision, w: Workload, pools: Sequence[Pool], capacities: di
         assert v.grant.honored == e.honored, v.pool
         assert v.grant.devices == pytest.approx(e.devices, abs=1e-9), v.pool
         assert v.grant.profile == e.profile, v.pool
+        assert v.grant.larger == e.larger, v.pool
         assert v.cost_per_hour == cost(by_name[v.pool]), v.pool
 
     assert decision.burst.attempted == want.burst_attempted
@@ -420,6 +446,7 @@ def pools_strategy(draw: st.DrawFn, min_size: int = 0, max_size: int = 7) -> lis
                 capabilities=tuple(draw(st.lists(st.sampled_from(TAGS), max_size=2, unique=True))),
                 model=model,
                 spot=draw(st.sampled_from([False, False, False, True])),
+                drained=draw(st.sampled_from([False, False, False, False, False, True])),
             )
         )
     return pools
@@ -625,7 +652,10 @@ def test_recorded_placements_never_oversubscribe(
     home = tmp_path_factory.mktemp("store")
     store_hw = Hardware(home=home, policy=hw.policy, tables=hw.tables)
     try:
-        store_hw.apply(pools)
+        store_hw.apply([dataclasses.replace(p, drained=False) for p in pools])
+        for p in pools:
+            if p.drained:
+                store_hw.drain(p.name)  # a pool is drained once registered
         for w in ws:
             before = {s.pool.name: s.capacity for s in store_hw.pools()}
             record = store_hw.place(w)
@@ -725,10 +755,17 @@ def test_random_slice_requests_and_releases_never_overlap_or_mix_modes(
                     mine = set(record.decision.holdings)
                     after = store_hw.pool("p").holdings
                     assert sorted(map(repr, after)) == sorted(map(repr, [*before, *mine])), "a placement moved other slices"
+                    # The smallest covering slice with room: a larger one only when the smaller have none.
+                    covering = [c for _, c in covering_slices(pool, w)]
+                    if covering:
+                        fitting = [c for c in covering if choose(layout, before, c, 1) is not None]
+                        assert record.decision.grant.profile == fitting[0]
+                        assert record.decision.grant.larger == (fitting[0] != covering[0])
                 else:
-                    # Refused only when the grant really fits on no device.
+                    # Refused only when neither the grant nor a larger slice that covers it fits on any device.
                     grant = next(v.grant for v in record.decision.verdicts if v.pool == "p")
                     assert choose(layout, before, grant.profile, grant.units) is None
+                    assert all(choose(layout, before, c, 1) is None for _, c in covering_slices(pool, w))
             elif live:
                 ident = live.pop(int(value * len(live)))
                 released = store_hw.decision(ident).decision
@@ -744,6 +781,96 @@ def test_random_slice_requests_and_releases_never_overlap_or_mix_modes(
             assert state.capacity == summarize(layout, holdings), "the stored summary is not what the devices hold"
             for profile, n in state.capacity.slices.items():
                 assert (n > 0) == (choose(layout, holdings, profile, 1) is not None), f"summary and packer disagree on {profile}"
+        assert store_hw.verify_audit().ok
+    finally:
+        store_hw.close()
+
+
+def amd_takes(pool: Pool, holdings: Sequence[Holding], profile: str | None) -> bool:
+    """Whether one more ``profile`` (None: a whole device) fits on the MI300X-class pool, from the
+    geometry table alone: a device runs one mode at a time, and takes a partition of its mode while
+    it holds fewer than the mode's partitions, or any mode (or a whole device) when it is empty."""
+    scheme = partition_scheme(pool)
+    assert scheme is not None
+    partitions = {s["profile"]: GEOMETRY[scheme["geometry"]]["shares"][str(s["units"])]["partitions"] for s in scheme["slices"]}
+    held: dict[int, list[Holding]] = {}
+    for h in holdings:
+        held.setdefault(h.device, []).append(h)
+    for device in range(pool.count):
+        mine = held.get(device, [])
+        if not mine:
+            return True
+        if profile is not None and all(h.profile == profile for h in mine) and len(mine) < partitions[profile]:
+            return True
+    return False
+
+
+@st.composite
+def amd_sequences(draw: st.DrawFn) -> tuple[Pool, list[tuple[str, float]]]:
+    """An MI300X-class pool (beside an NVIDIA pool that may stand in for it) and a random sequence
+    of fraction requests and releases."""
+    model = draw(st.sampled_from(["mi300x", "mi325x"]))
+    pool = Pool("amd-p", "hpc", "amd", draw(st.integers(1, 2)), "eu", model=model, supports_fractions=True)
+    steps = draw(
+        st.lists(
+            st.tuples(st.just("place"), st.sampled_from([1 / 8, 0.2, 0.25, 0.3, 0.5, 0.6, 1.0]))
+            | st.tuples(st.just("release"), st.floats(0, 1, exclude_max=True)),
+            min_size=2,
+            max_size=16,
+        )
+    )
+    return pool, steps
+
+
+@settings(SETTINGS, max_examples=max(10, SETTINGS.max_examples // 4))
+@given(case=amd_sequences())
+@example(case=(Pool("amd-p", "hpc", "amd", 1, "eu", model="mi300x", supports_fractions=True), [("place", 0.5), ("place", 0.25), ("place", 0.5)]))
+@example(case=(Pool("amd-p", "hpc", "amd", 1, "eu", model="mi300x", supports_fractions=True), [("place", 0.25), ("place", 0.125), ("place", 0.25)]))
+def test_amd_fractions_take_the_smallest_free_partition_that_covers_them(
+    hw: Hardware, tmp_path_factory: pytest.TempPathFactory, case: tuple[Pool, list[tuple[str, float]]]
+) -> None:
+    """AMD fraction requests and releases on a real store, an NVIDIA pool beside: each request gets
+    the smallest partition that covers it among those a device can take now (a larger one is
+    flagged, priced as granted, and said in the note), goes to the NVIDIA stand-in only when no
+    covering partition fits, and Python selection equals the policy's reference rule at every step."""
+    from examlops_policy._core.engine import differences, reference_input
+
+    amd, steps = case
+    nvidia = Pool("nv-p", "hpc", "nvidia", 1, "eu", supports_fractions=True)
+    store_hw = Hardware(home=tmp_path_factory.mktemp("amd"), policy=hw.policy, tables=hw.tables)
+    live: list[str] = []
+    try:
+        store_hw.apply([amd, nvidia])
+        for action, value in steps:
+            if action == "release":
+                if live:
+                    store_hw.release(live.pop(int(value * len(live))))
+                continue
+            w = Workload(f"w{len(live)}", "amd", engine="generic", fraction=value, target="hpc")
+            before = store_hw.pool("amd-p").holdings
+            states = sorted(store_hw.pools(), key=lambda s: s.pool.name)
+            prepared = store_hw.engine.prepare(w, [s.pool for s in states])
+            caps = [s.capacity for s in states]
+            reference = store_hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about))
+            assert differences(prepared.decide(caps, store_hw.tables), reference) == []
+            covering = [c for _, c in covering_slices(amd, w)] or [None]
+            takes = [c for c in covering if amd_takes(amd, before, c)]
+            record = store_hw.place(w)
+            decision = record.decision
+            if takes:
+                assert isinstance(decision, Placement) and decision.pool == "amd-p", (covering, before, decision)
+                assert decision.grant.profile == takes[0]
+                larger = takes[0] != covering[0]
+                assert decision.grant.larger == larger
+                assert ("honored with a larger partition" in (decision.note or "")) == larger
+                assert decision.grant_cost_per_hour == pytest.approx(cost(amd) * decision.grant.devices)
+            else:
+                assert not (isinstance(decision, Placement) and decision.pool == "amd-p")
+                amd_verdict = next(v for v in decision.verdicts if v.pool == "amd-p")
+                assert [r.code for r in amd_verdict.reasons if r.kind == "not_now"] == ["slice_unavailable" if covering[0] else "capacity_exhausted"]
+            if isinstance(decision, Placement):
+                live.append(record.id)
+            assert_devices_sound(amd, store_hw.pool("amd-p").holdings)
         assert store_hw.verify_audit().ok
     finally:
         store_hw.close()

@@ -12,6 +12,9 @@ migrations run, and the state works on.
   capacity, packed): its records stay readable and rebuild, explanations included, and replay;
   the capacity log starts from every pool's capacity as it was; new records name the state
   version they were decided at.
+* ``BEFORE_LEASE_ENDS``, the release before leases ended on time and pools could leave the fleet
+  (migration 0007): a lease it granted that has ended is seen ended and billed to its end, the
+  next write releases it at that end, and pools can be drained and removed.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +38,7 @@ from tests.conftest import ROOT
 
 OLD = "94886a3ef398bade9708bb1679c4b433faa1d028"  # the release before per-device capacity
 PREVIOUS = "d9af34adab665f3243dec84fc5716d0dc545a7ef"  # the release before the capacity log
+BEFORE_LEASE_ENDS = "3c6852f0908a4c9c913f347f0b3a9addc6094713"  # the release before migration 0007
 
 
 def _old_tree(tmp_path: Path, commit: str = OLD) -> Path:
@@ -54,8 +59,11 @@ def _old_exa(tree: Path, home: Path, *args: str) -> subprocess.CompletedProcess[
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, cwd=tree, timeout=120)
 
 
-def _written_by(commit: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
-    """A state folder an earlier release wrote, and its decision ids by workload name."""
+def _written_by(
+    commit: str, tmp_path_factory: pytest.TempPathFactory, leased: bool = False
+) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A state folder an earlier release wrote, and its decision ids by workload name (``leased``:
+    with a placement on a one-second lease, ended by the time this returns)."""
     base = tmp_path_factory.mktemp("migration")
     tree = _old_tree(base, commit)
     home = base / "home"
@@ -80,6 +88,11 @@ def _written_by(commit: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         # Full decisions (the old release) or their summaries (later ones): the workload, or its name.
         ids = {(d["workload"]["name"] if isinstance(d["workload"], dict) else d["workload"]): d["id"] for d in listed}
         assert _old_exa(tree, home, "hardware", "release", ids["done"]).returncode == 0
+        if leased:  # last: no later write of that release may release it
+            result = _old_exa(tree, home, "hardware", "place", "leased", "--accelerator", "amd", "--engine", "vllm", "--target", "hpc", "--lease", "1s", "--json")
+            assert result.returncode == 0, (result.stdout, result.stderr)
+            ids["leased"] = json.loads(result.stdout)["id"]
+            time.sleep(1.2)
         yield home, ids
     finally:
         _old_exa(tree, home, "opa", "stop")
@@ -93,6 +106,11 @@ def old_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
 @pytest.fixture(scope="module")
 def previous_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
     yield from _written_by(PREVIOUS, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def leased_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    yield from _written_by(BEFORE_LEASE_ENDS, tmp_path_factory, leased=True)
 
 
 def _open_copy(state: tuple[Path, dict[str, str]], tmp_path: Path, opa_home: Path) -> tuple[Hardware, dict[str, str]]:
@@ -221,3 +239,45 @@ def test_the_capacity_log_starts_from_the_previous_state_and_new_records_name_th
     assert hw.finops(10).decisions == 5
     report = hw.verify_audit()
     assert report.ok, report.problems
+
+
+# -- the release before migration 0007: leases that end on time, pools that leave -------------------
+
+
+@pytest.fixture()
+def from_before_lease_ends(leased_state: tuple[Path, dict[str, str]], tmp_path: Path, opa_home: Path) -> Iterator[tuple[Hardware, dict[str, str]]]:
+    hw, ids = _open_copy(leased_state, tmp_path, opa_home)
+    try:
+        yield hw, ids
+    finally:
+        hw.close()
+
+
+def test_a_lease_an_earlier_release_granted_ends_on_time_after_the_migration(from_before_lease_ends: tuple[Hardware, dict[str, str]]) -> None:
+    import sqlite3
+
+    from examlops_policy._core import leases
+
+    hw, ids = from_before_lease_ends
+    views = {v.pool.name: v for v in hw.pool_views()}  # opened: migrated
+    with sqlite3.connect(hw.home / "state.db") as db:
+        end, end_ts, released = db.execute(
+            "SELECT lease_expires_at, lease_expires_ts, released_at FROM decisions WHERE id = ?", (ids["leased"],)
+        ).fetchone()
+    assert released is None and end_ts == pytest.approx(leases.instant(end).timestamp(), abs=1e-3)
+    # Seen ended before any write: two live amd placements (train, tpu-job) hold 2 of 4 devices.
+    assert views["hpc-mi300"].state.free == 2
+    record = hw.decision(ids["leased"])
+    assert (record.released_at, record.lease_ended) == (end, True)
+    # Billed to the lease's end, before any write and after the write that releases it at that end.
+    held = (leases.instant(end) - leases.instant(record.created_at)).total_seconds() / 3600
+
+    def billed() -> float:
+        return {r.workload: r.device_hours for r in hw.models_cost().rows}["leased"]
+
+    assert billed() == pytest.approx(held, abs=1e-6)
+    assert isinstance(hw.place(Workload("after", accelerator="amd", engine="vllm", target="hpc")).decision, Placement)
+    with sqlite3.connect(hw.home / "state.db") as db:
+        assert db.execute("SELECT released_at FROM decisions WHERE id = ?", (ids["leased"],)).fetchone()[0] == end
+    assert billed() == pytest.approx(held, abs=1e-6)
+    assert hw.verify_audit().ok

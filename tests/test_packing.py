@@ -6,6 +6,7 @@ unit tests of the pure part (``examlops_policy._core.packing``), with the review
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -126,6 +127,53 @@ def test_an_amd_device_in_one_mode_fills_to_its_partition_count() -> None:
 
 
 # -- fixed slices ----------------------------------------------------------------------------------
+
+
+def test_an_amd_device_half_held_in_dpx_takes_no_qpx_but_the_other_dpx_half() -> None:
+    """The case a larger partition is for: a device in DPX mode with one half held takes no QPX (one
+    mode per device), but the free DPX half covers a quarter."""
+    one = Pool("mi", "hpc", "amd", 1, "eu", model="mi300x", supports_fractions=True)
+    held = fill(one, "dpx")
+    assert placeable(one, held).slices == {"cpx": 0, "qpx": 0, "dpx": 1, "spx": 0}
+    assert place(one, held, "qpx") is None
+    assert place(one, held, "dpx") == (Holding(0, "dpx", 1, 4),)
+
+
+def _mig_layouts() -> list[list[tuple[str, int]]]:
+    """Every set of MIG instances one device can hold together (profile, start), by the geometry
+    table alone: allowed starts, runs that do not overlap, compute slices adding up to at most 7."""
+    scheme: Any = TABLES.scheme_for("nvidia", "h100")
+    geometry: Any = TABLES.geometry["mig-7c8m"]
+    shares = [(geometry["shares"][str(s["units"])], str(s["profile"])) for s in scheme["slices"]]
+    out: list[list[tuple[str, int]]] = []
+
+    def grow(layout: list[tuple[str, int]], memory: frozenset[int], compute: int, after: tuple[int, int]) -> None:
+        out.append(layout)
+        for k, (share, profile) in enumerate(shares):
+            for start in share["starts"]:
+                run = frozenset(range(start, start + share["memory"]))
+                if (k, start) > after and not memory & run and compute + share["compute"] <= geometry["compute_slices"]:
+                    grow([*layout, (profile, start)], memory | run, compute + share["compute"], (k, start))
+
+    grow([], frozenset(), 0, (-1, -1))
+    return out
+
+
+def test_on_the_reviewed_mig_geometry_a_larger_slice_never_fits_where_a_smaller_one_does_not() -> None:
+    """Why a MIG fraction never needs a larger slice on the reviewed tables: over every layout one
+    H100 can hold, whenever a larger profile still fits, every smaller one does too (the rule that
+    gives a larger share when the smallest covering one has no room applies to MIG alike; a
+    geometry without this property would use it)."""
+    one = Pool("h", "hpc", "nvidia", 1, "eu", model="h100", supports_fractions=True)
+    layout = packing.layout_of(one, TABLES)
+    order = layout.profiles_large_first[::-1]
+    layouts = _mig_layouts()
+    assert len(layouts) > 50
+    for held in layouts:
+        slices = packing.summarize(layout, [Holding(0, p, start, layout.shares[p].units) for p, start in held]).slices
+        for i, small in enumerate(order):
+            for large in order[i + 1 :]:
+                assert not (slices[large] > 0 and slices[small] == 0), (held, small, large)
 
 
 def test_a_pool_of_fixed_slices_counts_its_slices_and_gives_only_its_profile() -> None:

@@ -49,8 +49,8 @@ EXPECTED_GRANTS = {
 }
 EXPECTED_COLUMN_UPDATES = {
     "state": ["version", "fleet_version", "layout"],
-    "pools": ["spec", "count", "updated_at", "held_outside", "version", "free", "capacity"],
-    "decisions": ["released_at", "released_ts", "lease_expires_at", "job_id", "scheduler", "job_uid", "job_state"],
+    "pools": ["spec", "count", "created_at", "updated_at", "held_outside", "version", "free", "capacity", "removed_at", "removing_since"],
+    "decisions": ["released_at", "released_ts", "lease_expires_at", "lease_expires_ts", "job_id", "scheduler", "job_uid", "job_state"],
     "allocations": ["released_at"],
 }
 REFUSED = [
@@ -288,17 +288,25 @@ def test_the_app_role_places_releases_and_verifies_through_the_cli(migrated: Set
         run_exa(home, "hardware", "release", first["id"], check=True, env=env)
         again = run_exa(home, "hardware", "place", "b", "--accelerator", "amd", "--engine", "vllm", check=True, env=env)
         assert "hpc-mi300" in again.stdout
-        burst = run_exa(home, "hardware", "burst", "c", "--accelerator", "nvidia", "--residency", "open", "--allow-burst", env=env)
+        burst = run_exa(home, "hardware", "burst", "c", "--accelerator", "nvidia", "--residency", "open", "--allow-burst", "--json", env=env)
         assert burst.returncode == 0, burst.stdout + burst.stderr
         events = json.loads(run_exa(home, "hardware", "burst-events", "--json", check=True, env=env).stdout)
         assert [e["verdict"] for e in events] == ["allowed"]
+        # A lease renewed; a pool drained, its removal waiting on its live grant, removed when that
+        # ends, and registered again under its name: the columns these change are the app role's.
+        run_exa(home, "hardware", "renew", json.loads(burst.stdout)["id"], "--lease", "2h", check=True, env=env)
+        run_exa(home, "hardware", "drain", "cloud-a100", check=True, env=env)
+        assert "removal" in run_exa(home, "hardware", "remove-pool", "cloud-a100", check=True, env=env).stdout
+        run_exa(home, "hardware", "release", json.loads(burst.stdout)["id"], check=True, env=env)
+        run_exa(home, "hardware", "add-pool", "cloud-a100", "--target", "cloud", "--accelerator", "nvidia",
+                "--count", "8", "--region", "us", check=True, env=env)  # fmt: skip
         verified = run_exa(home, "audit", "verify", check=True, env=env)
         assert "✓ audit log verifies" in verified.stdout
         assert not (home / "state.db").exists()
     finally:
         run_exa(home, "opa", "stop", env=env)
     kinds = [json.loads(row.canonical)["kind"] for row in chain(migrated)]
-    assert (kinds.count("decision"), kinds.count("release"), kinds.count("burst")) == (3, 1, 1)
+    assert (kinds.count("decision"), kinds.count("release"), kinds.count("burst"), kinds.count("renew")) == (3, 2, 1, 1)
 
 
 @pytest.mark.parametrize("statement", REFUSED)

@@ -218,7 +218,7 @@ def _step(command: str, output: list[str]) -> Iterator[tuple[str, list[str], int
 def _available(service: str) -> str | None:
     """None when ``service`` can be used, else why not."""
     if service == "kubernetes":
-        if not (ROOT / ".exa-services" / "k8s" / "kubeconfig").is_file():
+        if not (ROOT / ".exa-services" / "k8s" / "env").is_file():  # written by k8s-up, removed by k8s-down
             return "no local Kubernetes control plane (scripts/k8s-up)"
         if shutil.which("kubectl") is None:
             return "kubectl is not installed"

@@ -40,7 +40,7 @@ from examlops_policy.model import (
     Workload,
     pool_spec,
 )
-from examlops_policy._core.verdicts import About, Answer, Confirmation, Limits, ShapeVerdict, Signature, WorkloadVerdict
+from examlops_policy._core.verdicts import About, Alternative, Answer, Confirmation, Limits, ShapeVerdict, Signature, WorkloadVerdict
 
 KEY_HEX: Final = 32  # 128 bits of SHA-256: content keys, not security
 # The pool-stage checks this engine runs (selection compares each pool's capacity and price with
@@ -391,7 +391,21 @@ class _Decoder:
             profile=self.opt_text(get("profile"), f"{path}.profile"),
             why=self.opt_text(get("why"), f"{path}.why"),
             note=self.opt_text(get("note"), f"{path}.note"),
+            # Only a larger share says so (a grant stored before larger shares existed is not one).
+            larger=self.boolean(raw.get("larger", False), f"{path}.larger"),
         )
+
+    def alternatives(self, value: object, path: str) -> tuple[Alternative, ...]:
+        out = []
+        for i, item in enumerate(self.arr(value, path)):
+            cell = self.obj(item, f"{path}[{i}]")
+            out.append(
+                Alternative(
+                    self.grant(self.field(cell, "grant", f"{path}[{i}]"), f"{path}[{i}].grant"),
+                    self.limits(self.field(cell, "limits", f"{path}[{i}]"), f"{path}[{i}].limits"),
+                )
+            )
+        return tuple(out)
 
 
 def _jsonable(value: object) -> bool:
@@ -514,6 +528,7 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
                 d.grant(d.field(cell, "grant", path), f"{path}.grant"),
                 d.reason(d.field(cell, "shortfall", path), f"{path}.shortfall"),
                 d.limits(d.field(cell, "limits", path), f"{path}.limits"),
+                d.alternatives(d.field(cell, "alternatives", path), f"{path}.alternatives"),
             )
         )
     notes = [d.text(n, "verdicts.notes[]") for n in d.arr(d.field(top, "notes", "verdicts"), "verdicts.notes")]
@@ -536,7 +551,7 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
         if not 0 <= tier <= 3:
             raise d.fail(f"{path}.tier", "a tier from 0 to 3", tier)
         denials = d.arr(d.field(row, "denials", path), f"{path}.denials")
-        grant, shortfall, limits = grants[index(d.field(row, "grant", path), len(grants), f"{path}.grant")]
+        grant, shortfall, limits, alternatives = grants[index(d.field(row, "grant", path), len(grants), f"{path}.grant")]
         shapes[key] = ShapeVerdict(
             tier=tier,
             note=note(d.field(row, "note", path), f"{path}.note"),
@@ -547,6 +562,7 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
             note_full=note(d.field(row, "note_full", path), f"{path}.note_full"),
             limits=limits,
             note_budget=note(d.field(row, "note_budget", path), f"{path}.note_budget"),
+            alternatives=alternatives,
         )
     return Answer(cast("str | None", revision), workload, shapes, missing)
 
@@ -562,7 +578,16 @@ def grant_json(g: Grant) -> JSONObject:
     return {
         "requested": g.requested, "honored": g.honored, "share": g.share, "units": g.units, "devices": g.devices,
         "scheme": g.scheme, "geometry": g.geometry, "profile": g.profile, "why": g.why, "note": g.note,
+        **({"larger": True} if g.larger else {}),
     }  # fmt: skip
+
+
+def _limits_json(limits: Limits) -> JSONObject:
+    return {
+        "cost_per_hour": limits.cost_per_hour,
+        "carbon_per_hour": limits.carbon_per_hour,
+        "reasons": {"cost_per_hour": _opt_reason_json(limits.cost_reason), "carbon_per_hour": _opt_reason_json(limits.carbon_reason)},
+    }
 
 
 def _opt_reason_json(r: Reason | None) -> JSONValue:
@@ -578,12 +603,10 @@ def shape_verdict_json(v: ShapeVerdict) -> JSONObject:
         "denials": [reason_json(r) for r in v.denials],
         "grant": grant_json(v.grant),
         "shortfall": reason_json(v.shortfall),
-        "limits": {
-            "cost_per_hour": v.limits.cost_per_hour,
-            "carbon_per_hour": v.limits.carbon_per_hour,
-            "reasons": {"cost_per_hour": _opt_reason_json(v.limits.cost_reason), "carbon_per_hour": _opt_reason_json(v.limits.carbon_reason)},
-        },
+        "limits": _limits_json(v.limits),
         "blocks_burst": v.blocks_burst,
+        # Stored only where there are any: a verdict set without them keeps its bytes (and key).
+        **({"alternatives": [{"grant": grant_json(a.grant), "limits": _limits_json(a.limits)} for a in v.alternatives]} if v.alternatives else {}),
     }
 
 
@@ -622,6 +645,7 @@ def shape_verdict_from_json(raw: object, where: str) -> ShapeVerdict:
         note_full=d.opt_text(top.get("note_full"), "verdict.note_full"),
         limits=d.limits(top["limits"], "verdict.limits") if "limits" in top else Limits(),
         note_budget=d.opt_text(top.get("note_budget"), "verdict.note_budget"),
+        alternatives=d.alternatives(top.get("alternatives", []), "verdict.alternatives"),
     )
 
 

@@ -11,33 +11,39 @@ the record names the state version whose capacity it was decided at; the store's
 (appended only for pools whose capacity changed) gives every pool's capacity at that version back.
 
 The other writes that change what pools hold or can place run here too, so that the store holds no
-decision logic: releases (and leases that ended, released by the next write), pools registered or
-changed, devices a scheduler reports busy, and capacities worked out again when the packing rules
-change.
+decision logic: releases (and leases that ended: every write first releases them, stamped with the
+time their lease ended, in ``expire``), pools registered or changed, devices a scheduler reports
+busy, and capacities worked out again when the packing rules change.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from datetime import timedelta
+from typing import Final, TypeVar
 
 from examlops_policy.errors import NotFoundError, SpecError, StateError
 from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Placement, Pool, pool_spec
-from examlops_policy.store.api import BurstRow, DecisionRow, HeldRow, NewDecision, Rows, StaleFleet, StateRows, Transaction
+from examlops_policy.store.api import BurstRow, DecisionRow, HeldRow, NewDecision, PoolRow, Rows, StaleFleet, StateRows, Transaction
 from examlops_policy.views import DecisionRecord, PoolChange
-from examlops_policy._core import codec, packing
+from examlops_policy._core import codec, leases, packing
 from examlops_policy._core.engine import Prepared
-from examlops_policy._core.selection import Judged, fits
+from examlops_policy._core.selection import Judged
 from examlops_policy._core.state import Capacities, Snapshot, merge
+
+T = TypeVar("T")
 
 # A pool's accelerator, model, target, region or partitioning decides what its live grants are:
 # none of them may change while decisions hold its devices.
 FROZEN_WHILE_HELD: Final = ("accelerator", "model", "target", "region", "supports_fractions", "fixed_profile")
 
-__all__ = ["Committed", "StaleFleet", "apply_pools", "ensure_layout", "expire", "mark_job", "place", "record_usage", "release", "renew", "set_job"]
+__all__ = [
+    "Committed", "StaleFleet", "apply_pools", "ensure_layout", "expire", "mark_job", "place", "record_usage", "release", "remove_pools",
+    "renew", "set_drained", "set_job",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -62,14 +68,19 @@ def place(
     source: str,
     request_id: str | None = None,
     lease_expires_at: str | None = None,
+    lease: timedelta | None = None,
 ) -> Committed:
     """Record ``decided`` (made on ``snapshot`` from ``prepared``) in one write transaction.
 
-    Raises StaleFleet when pools were added or changed since the snapshot; StateError when the
-    store refuses (nothing written).
+    ``lease``: the placement's lease, counted from this commit (``lease_expires_at``: an end
+    given outright). Raises StaleFleet when pools were added or changed since the snapshot;
+    StateError when the store refuses (nothing written).
     """
     ident = uuid.uuid4().hex  # chosen once: a retry after a lost COMMIT can tell whether it landed
     made: list[DecisionRecord] = []
+    # A snapshot that sees ended leases is a view as of a time; the stored one it was made from is
+    # what the state version and the capacity log say.
+    base = snapshot.base or snapshot
 
     def work(txn: Transaction) -> Committed:
         made.clear()
@@ -79,13 +90,17 @@ def place(
             if earlier is not None:
                 return Committed(None, earlier)
         version, fleet = txn.state()
-        if fleet != snapshot.fleet_version:
-            raise StaleFleet("pools were added or changed while the policy was asked; asking again")
+        if fleet != base.fleet_version:
+            # Said once this commits: what expire released stays released (and a pool whose
+            # removal waited on it stays removed), so the next round sees the fleet as it is.
+            return stale_fleet
         snap, decision = snapshot, decided
-        if version != snapshot.version:
-            snap, changed = merge(snapshot, _rows(txn, version, fleet, snapshot.version))
+        if version != base.version or snapshot.base is not None:
+            snap, changed = merge(base, _rows(txn, version, fleet, base.version))
             indexes = [prepared.judged.fleet.index[n] for n in changed if n in prepared.judged.fleet.index]
-            if stale(prepared.judged, decided, snap.capacities, indexes):
+            # Decided on a view that saw ended leases: decided again on the state they left (the
+            # record names its version, whose logged capacity its input digest must cover).
+            if snapshot.base is not None or stale(prepared.judged, decided, snap.capacities, indexes):
                 decision = prepared.decide(snap.capacities, capacities.tables, capacities_digest=snap.capacity_digest)
             else:
                 snap = snapshot  # decided on the snapshot's capacity, and still what selection gives now
@@ -102,7 +117,9 @@ def place(
                     "nothing was written (run exa hardware pool to see its devices)"
                 )
             decision = dataclasses.replace(decision, holdings=chosen)
-        record = _write(txn, ident, decision, prepared, snap.version, source=source, request_id=request_id, lease_expires_at=lease_expires_at)
+        now = txn.now()
+        until = leases.lease_end(now, lease) if lease is not None else lease_expires_at
+        record = _write(txn, ident, decision, prepared, snap.version, now=now, source=source, request_id=request_id, lease_expires_at=until)
         if isinstance(decision, Placement):
             state = snap.states[snap.index[decision.pool]]
             mine = [HeldRow(ident, h, decision.grant.share) for h in decision.holdings]
@@ -116,7 +133,11 @@ def place(
             return None
         return Committed(made[-1]) if made else Committed(None, row)
 
-    return store.transaction(work, landed=landed)
+    stale_fleet = Committed(None)
+    done = store.transaction(work, landed=landed)
+    if done is stale_fleet:
+        raise StaleFleet("pools were added or changed while the policy was asked; asking again")
+    return done
 
 
 def _rows(txn: Transaction, version: int, fleet: int, since: int) -> StateRows:
@@ -137,6 +158,8 @@ def stale(judged: Judged, decided: Decision, capacities: Sequence[Capacity], cha
         return True
     rank = judged.rank
     tier = judged.verdict(chosen).tier
+    # Where the decision ranks with what its pool gives (a larger share ranks after the smallest).
+    at_best = judged.key_of(chosen, decided.grant)
     for i in changed:
         at = rank.get(i)
         if at is None:
@@ -145,7 +168,7 @@ def stale(judged: Judged, decided: Decision, capacities: Sequence[Capacity], cha
         if judged.objective == "balanced":
             if v.tier <= tier:
                 return True
-        elif at < rank[chosen] and fits(v.grant, capacities[i]):
+        elif judged.ranked[at][:-1] < at_best and judged.grant_for(i, capacities[i]) is not None:
             return True
     return False
 
@@ -157,12 +180,12 @@ def _write(
     prepared: Prepared,
     at: int,
     *,
+    now: str,
     source: str,
     request_id: str | None,
     lease_expires_at: str | None,
 ) -> DecisionRecord:
-    """The decision's documents, row, grant, burst event and audit entries."""
-    now = txn.now()
+    """The decision's documents, row, grant, burst event and audit entries, recorded at ``now``."""
     fleet = prepared.judged.fleet
     txn.put_document("fleets", fleet.revision, lambda: fleet.document)
     txn.put_document("verdict_sets", prepared.verdict_set_key, lambda: prepared.verdict_set_bytes)
@@ -192,6 +215,7 @@ def _write(
             fallback=placed.fallback if placed else None, fraction_honored=placed.fraction_honored if placed else None,
             devices=placed.grant.devices if placed else None, cost_per_hour=placed.cost_per_hour if placed else None,
             carbon_factor=placed.carbon_factor if placed else None, lease_expires_at=lease_expires_at if placed else None,
+            larger_partition=placed.grant.larger if placed else None,
             holdings=placed.holdings if placed else (), share=placed.grant.share if placed else 0.0, burst=burst_row,
         )
     )  # fmt: skip
@@ -225,6 +249,7 @@ def _write(
         # The row's own times, so that exa audit verify can hold the tables to them.
         "created_at": now,
         "lease_expires_at": lease_expires_at if placed else None,
+        "larger_partition": placed.grant.larger if placed else None,
     }
     txn.audit("decision", summary, source=source)
     return DecisionRecord(ident, now, dataclasses.replace(decision, decision_id=ident), None, None, request_id, lease_expires_at if placed else None)
@@ -240,20 +265,31 @@ def _refresh(txn: Transaction, capacities: Capacities, pool: Pool, held_outside:
 
 
 def expire(txn: Transaction, capacities: Capacities, *, source: str) -> list[str]:
-    """Release placements whose lease ended and that were neither submitted nor renewed."""
+    """Release placements whose lease ended and that were neither submitted nor renewed, each at
+    the time its lease ended (audited as ``expired``). Every write calls it first, under the write
+    lock, so nothing is decided or written beside a lease that has ended; it returns the ids it
+    released (capacity was freed on their pools)."""
     rows = txn.lease_ended(txn.now())
     for row in rows:
-        _release(txn, capacities, row.id, source=source, kind="expired")
+        assert row.lease_expires_at is not None
+        _release(txn, capacities, row.id, source=source, kind="expired", at=row.lease_expires_at)
     return [r.id for r in rows]
 
 
-def _release(txn: Transaction, capacities: Capacities, ident: str, *, source: str, kind: str) -> None:
-    now = txn.now()
-    name = txn.release(ident, now)
+def _release(txn: Transaction, capacities: Capacities, ident: str, *, source: str, kind: str, at: str | None = None) -> None:
+    at = at or txn.now()
+    name = txn.release(ident, at)
     row = txn.pool(name)
     assert row is not None
     _refresh(txn, capacities, codec.pool_from_text(row.spec), row.held_outside, txn.bump())
-    txn.audit(kind, {"decision_id": ident, "released_at": now}, source=source)
+    # The row's own time (for an expired lease, its end, earlier than this write), so that exa
+    # audit verify can hold the tables to it.
+    txn.audit(kind, {"decision_id": ident, "released_at": at}, source=source)
+    if row.removing is not None and not txn.holders(name):
+        # A pool asked to go while this grant held it: its last one has ended, so it goes now.
+        now = txn.now()
+        txn.remove_pool(name, txn.bump(fleet=True), at=now)
+        txn.audit("pool", {"pool": name, "action": "removed", "removal_asked_at": row.removing, "after": ident, "removed_at": now}, source=source)
 
 
 def release(store: Rows, capacities: Capacities, ident: str, *, source: str) -> tuple[DecisionRow, bool]:
@@ -275,17 +311,36 @@ def release(store: Rows, capacities: Capacities, ident: str, *, source: str) -> 
     return store.transaction(work, landed=landed)
 
 
-def renew(store: Rows, capacities: Capacities, ident: str, lease_expires_at: str, *, source: str) -> DecisionRow:
-    """Move a live placement's lease end (audited)."""
+def renew(store: Rows, capacities: Capacities, ident: str, lease: timedelta, *, source: str) -> DecisionRow:
+    """Move a live placement's lease end to ``lease`` from now (audited). SpecError, with nothing
+    renewed, for a placement that was released or whose lease ended (the lease's end is recorded
+    as its release then)."""
 
     def work(txn: Transaction) -> DecisionRow:
         expire(txn, capacities, source=source)
         row = txn.find(ident)
-        txn.renew(row.id, lease_expires_at)
-        txn.audit("renew", {"decision_id": row.id, "lease_expires_at": lease_expires_at}, source=source)
+        if row.released_at is not None:
+            return row  # over: said below, once what expire released is committed
+        until = leases.lease_end(txn.now(), lease)
+        txn.renew(row.id, until)
+        txn.audit("renew", {"decision_id": row.id, "lease_expires_at": until}, source=source)
         return txn.find(row.id)
 
-    return store.transaction(work, landed=lambda txn: None)
+    row = store.transaction(work, landed=lambda txn: None)
+    _live(row, "a live placement", "nothing was renewed")
+    return row
+
+
+def _live(row: DecisionRow, wanted: str, nothing: str) -> None:
+    """SpecError for a placement that no longer holds its devices, saying since when and why."""
+    if row.released_at is None:
+        return
+    why = (
+        f"its lease ended at {row.released_at} and its devices were released"
+        if leases.by_lease(row.released_at, row.lease_expires_at, row.job_id)
+        else f"it was released at {row.released_at}"
+    )
+    raise SpecError(f"decision {row.id[:12]} is not {wanted}: {why}; {nothing}", field="ID")
 
 
 def set_job(store: Rows, capacities: Capacities, ident: str, job_id: str, *, scheduler: str, uid: str | None, source: str) -> DecisionRow:
@@ -294,6 +349,8 @@ def set_job(store: Rows, capacities: Capacities, ident: str, job_id: str, *, sch
     def work(txn: Transaction) -> DecisionRow:
         expire(txn, capacities, source=source)
         row = txn.find(ident)
+        if row.released_at is not None:
+            return row  # over: said below, once what expire released is committed
         txn.set_job(row.id, job_id, scheduler, uid)
         entry: JSONObject = {"decision_id": row.id, "scheduler": scheduler, "job_id": job_id}
         if uid is not None:
@@ -303,9 +360,11 @@ def set_job(store: Rows, capacities: Capacities, ident: str, job_id: str, *, sch
 
     def landed(txn: Transaction) -> DecisionRow | None:
         row = txn.find(ident)
-        return row if row.job_id == job_id else None
+        return row if row.job_id == job_id or row.released_at is not None else None
 
-    return store.transaction(work, landed=landed)
+    row = store.transaction(work, landed=landed)
+    _live(row, "a live placement without a job", "nothing was recorded")
+    return row
 
 
 def mark_job(store: Rows, ident: str, state: str, *, source: str) -> DecisionRow:
@@ -326,20 +385,28 @@ def mark_job(store: Rows, ident: str, state: str, *, source: str) -> DecisionRow
 # -- pools ---------------------------------------------------------------------------------------
 
 
-def apply_pools(store: Rows, capacities: Capacities, pools: Sequence[Pool], *, replace: bool, source: str) -> list[PoolChange]:
+def apply_pools(
+    store: Rows, capacities: Capacities, pools: Sequence[Pool], *, replace: bool, source: str, prune: bool = False, dry_run: bool = False
+) -> list[PoolChange]:
     """Register pools. ``replace=False`` refuses an existing name; ``True`` updates it, but not its
     accelerator, model, target, region or partitioning while decisions hold its devices, nor a
-    count that would drop a device they hold."""
-    specs = {pool.name: codec.pool_text(pool) for pool in pools}
+    count that would drop a device they hold. A registered pool keeps its drained state.
+    ``prune``: every registered pool not among ``pools`` is removed (as ``remove_pools``: refused,
+    with nothing written, for one that live grants hold unless it is drained). ``dry_run``: what
+    would change, the same refusals included, with nothing written."""
+    specs: dict[str, str] = {}
     changes: list[PoolChange] = []
 
     def work(txn: Transaction) -> list[PoolChange]:
         changes.clear()
+        specs.clear()
         expire(txn, capacities, source=source)
         version: int | None = None
-        for pool in pools:
-            row = txn.pool(pool.name)
-            spec = specs[pool.name]
+        for given in pools:
+            row = txn.pool(given.name)
+            # What a pools file says is the pool's hardware; whether it is drained is kept.
+            pool = dataclasses.replace(given, drained=True) if row is not None and codec.pool_from_text(row.spec).drained else given
+            spec = specs[pool.name] = codec.pool_text(pool)
             if row is not None and not replace:
                 raise SpecError(f"pool {pool.name!r} already exists (use 'exa hardware apply' to change it)", field="name")
             if row is not None and row.spec == spec:
@@ -360,13 +427,143 @@ def apply_pools(store: Rows, capacities: Capacities, pools: Sequence[Pool], *, r
                 _refresh(txn, capacities, pool, row.held_outside, version)
                 changes.append(PoolChange(pool.name, "updated", fields))
             txn.audit("pool", {"pool": pool_spec(pool), "action": changes[-1].action}, source=source)
+        if prune:
+            given_names = {p.name for p in pools}
+            gone = [row.name for row in txn.pools(-1) if not row.removed and row.name not in given_names]
+            changes.extend(_remove(txn, gone, source=source))
         return list(changes)
 
     def landed(txn: Transaction) -> list[PoolChange] | None:
-        done = len(changes) == len(pools) and all((row := txn.pool(name)) is not None and row.spec == spec for name, spec in specs.items())
-        return list(changes) if done else None
+        done = len(changes) >= len(pools) and all((row := txn.pool(name)) is not None and row.spec == spec for name, spec in specs.items())
+        removed = all(txn.pool(c.name) is None for c in changes if c.action == "removed")
+        return list(changes) if done and removed else None
 
-    return store.transaction(work, landed=landed)
+    return _transaction(store, work, landed, dry_run)
+
+
+# -- pool lifecycle: drain, undrain, remove ---------------------------------------------------------
+
+
+class _Preview(Exception):
+    """Carries what a write would have done out of a transaction that is then rolled back."""
+
+    def __init__(self, result: object) -> None:
+        super().__init__("preview")
+        self.result = result
+
+
+def _transaction(store: Rows, work: Callable[[Transaction], T], landed: Callable[[Transaction], T | None], dry_run: bool) -> T:
+    """``work`` in one write transaction; ``dry_run``: the same work, its result kept and every
+    write it made rolled back (a preview by the very code that would write, refusals included)."""
+    if not dry_run:
+        return store.transaction(work, landed=landed)
+
+    def preview(txn: Transaction) -> T:
+        raise _Preview(work(txn))
+
+    try:
+        store.transaction(preview, landed=lambda txn: None)
+    except _Preview as done:
+        return done.result  # type: ignore[return-value]
+    raise AssertionError("a preview always ends in _Preview")
+
+
+def _named(holders: Sequence[str]) -> str:
+    return ", ".join(h[:12] for h in holders[:5]) + (f" and {len(holders) - 5} more" if len(holders) > 5 else "")
+
+
+def _pool_row(txn: Transaction, name: str) -> PoolRow:
+    row = txn.pool(name)
+    if row is None:
+        raise NotFoundError(f"no pool {name!r}")
+    return row
+
+
+def set_drained(store: Rows, capacities: Capacities, name: str, drained: bool, *, source: str, dry_run: bool = False) -> PoolChange:
+    """Drain a pool (it takes no new grants: the policy denies it, ``pool_drained``; the grants it
+    holds are kept) or undrain it (undraining also cancels a pending removal). Audited; nothing is
+    written when it is so already. NotFoundError for an unknown pool."""
+
+    def work(txn: Transaction) -> PoolChange:
+        expire(txn, capacities, source=source)
+        row = _pool_row(txn, name)
+        pool = codec.pool_from_text(row.spec)
+        holders = tuple(txn.holders(name))
+        if pool.drained == drained:
+            return PoolChange(name, "unchanged", holders=holders)
+        version = txn.bump(fleet=True)
+        changed = dataclasses.replace(pool, drained=drained)
+        txn.update_pool(name, codec.pool_text(changed), changed.count)
+        _refresh(txn, capacities, changed, row.held_outside, version)
+        cancelled = not drained and row.removing is not None
+        if cancelled:
+            txn.set_removing(name, None, version)
+        action = "drained" if drained else "undrained"
+        entry: JSONObject = {"pool": pool_spec(changed), "action": action, "live_grants": len(holders)}
+        if cancelled:
+            entry["removal_cancelled"] = True
+        txn.audit("pool", entry, source=source)
+        return PoolChange(name, action, ("drained",), holders, cancelled)
+
+    def landed(txn: Transaction) -> PoolChange | None:
+        row = txn.pool(name)
+        return PoolChange(name, "drained" if drained else "undrained", ("drained",)) if row and codec.pool_from_text(row.spec).drained == drained else None
+
+    return _transaction(store, work, landed, dry_run)
+
+
+def remove_pools(store: Rows, capacities: Capacities, names: Sequence[str], *, source: str, dry_run: bool = False) -> list[PoolChange]:
+    """Remove pools from the fleet (their rows stay for the records that name them). One without
+    live grants goes now; a drained one that live grants hold goes when the last of them ends
+    (``removal_pending``); one that live grants hold and is not drained is refused, naming them,
+    and then nothing is written. Audited. NotFoundError for an unknown pool."""
+
+    def work(txn: Transaction) -> list[PoolChange]:
+        expire(txn, capacities, source=source)
+        for name in names:
+            _pool_row(txn, name)
+        return _remove(txn, names, source=source)
+
+    def landed(txn: Transaction) -> list[PoolChange] | None:
+        rows = {name: txn.pool(name) for name in names}
+        if any(row is not None and row.removing is None for row in rows.values()):
+            return None
+        return [PoolChange(name, "removed" if row is None else "removal_pending") for name, row in rows.items()]
+
+    return _transaction(store, work, landed, dry_run)
+
+
+def _remove(txn: Transaction, names: Sequence[str], *, source: str) -> list[PoolChange]:
+    out: list[PoolChange] = []
+    refused: list[tuple[str, tuple[str, ...]]] = []
+    for name in names:
+        row = _pool_row(txn, name)
+        holders = tuple(txn.holders(name))
+        if row.removing is not None:
+            out.append(PoolChange(name, "removal_pending", holders=holders))
+        elif not holders:
+            now = txn.now()
+            txn.remove_pool(name, txn.bump(fleet=True), at=now)
+            txn.audit("pool", {"pool": name, "action": "removed", "removed_at": now}, source=source)
+            out.append(PoolChange(name, "removed"))
+        elif codec.pool_from_text(row.spec).drained:
+            now = txn.now()
+            txn.set_removing(name, now, txn.bump())
+            txn.audit("pool", {"pool": name, "action": "removal_pending", "live_grants": list(holders), "removing_since": now}, source=source)
+            out.append(PoolChange(name, "removal_pending", holders=holders))
+        else:
+            refused.append((name, holders))
+    if refused:
+        pools = "; ".join(
+            f"pool {name!r}: {len(holders)} live grant{'s hold' if len(holders) > 1 else ' holds'} it ({_named(holders)})" for name, holders in refused
+        )
+        drain = f"exa hardware drain {refused[0][0]}" if len(refused) == 1 else "exa hardware drain NAME"
+        raise SpecError(
+            f"cannot remove {pools}, and {'it is' if len(refused) == 1 else 'they are'} not drained. Drain first ({drain}: no new grants, "
+            "and the pool goes when its last live grant ends), or release the grants; nothing was changed",
+            field="name",
+        )
+    return out
 
 
 def _check_change(txn: Transaction, pool: Pool, fields: Sequence[str]) -> None:
@@ -374,7 +571,7 @@ def _check_change(txn: Transaction, pool: Pool, fields: Sequence[str]) -> None:
     holders = txn.holders(pool.name)
     if not holders:
         return
-    named = ", ".join(h[:12] for h in holders[:5]) + (f" and {len(holders) - 5} more" if len(holders) > 5 else "")
+    named = _named(holders)
     moved = [f for f in fields if f in FROZEN_WHILE_HELD]
     if moved:
         raise SpecError(
@@ -382,11 +579,13 @@ def _check_change(txn: Transaction, pool: Pool, fields: Sequence[str]) -> None:
             "release them first (prices, carbon factor, capabilities and a larger count may change)",
             field=moved[0],
         )
-    beyond = sorted({h.holding.device for h in txn.held(pool.name) if h.holding.device >= pool.count})
+    dropped = [h for h in txn.held(pool.name) if h.holding.device >= pool.count]
+    beyond = sorted({h.holding.device for h in dropped})
     if beyond:
+        # Named: the grants on the devices the count would drop.
         raise SpecError(
             f"pool {pool.name!r}: count {pool.count} would drop device(s) {', '.join(map(str, beyond[:8]))} that "
-            f"live decisions hold ({named}); release them first",
+            f"live decisions hold ({_named(sorted({h.decision_id for h in dropped}))}); release them first",
             field="count",
         )
 
@@ -428,6 +627,8 @@ def ensure_layout(store: Rows, capacities: Capacities) -> None:
             return
         version = txn.bump()
         for row in txn.pools(-1):
+            if row.removed:
+                continue
             pool = codec.pool_from_text(row.spec)
             _backfill(txn, capacities, pool, row.held_outside)
             _refresh(txn, capacities, pool, row.held_outside, version)

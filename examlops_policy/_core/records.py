@@ -23,7 +23,7 @@ from examlops_policy.model import Capacity, Decision, JSONObject, Placement, Pro
 from examlops_policy.store.api import DecisionRow, Document
 from examlops_policy.tables import Tables
 from examlops_policy.views import DecisionRecord
-from examlops_policy._core import codec
+from examlops_policy._core import codec, leases
 from examlops_policy._core.selection import Fleet, FleetEntry, Judged, decide_over
 from examlops_policy._core.state import aligned
 from examlops_policy._core.verdicts import Signature
@@ -215,7 +215,7 @@ class Reader:
     def record(self, row: DecisionRow) -> DecisionRecord:
         return DecisionRecord(
             row.id, row.created_at, self.decision(row), row.released_at, row.job_id, row.request_id, row.lease_expires_at,
-            row.scheduler, row.job_uid, row.job_state,
+            row.scheduler, row.job_uid, row.job_state, leases.by_lease(row.released_at, row.lease_expires_at, row.job_id),
         )  # fmt: skip
 
     def inputs(self, row: DecisionRow) -> DecisionInputs:

@@ -5,7 +5,9 @@ arguments; nothing here touches OPA, the state store or the clock. Filter, then 
 piece of decision logic outside Rego, kept equal to the policy's own reference rule
 (``data.examlops.hardware.placement.decision``) by a property test through the real OPA:
 
-1. pools whose shape the policy denies are out; so are pools without room for the grant now;
+1. pools whose shape the policy denies are out; so are pools without room for the grant now (a
+   pool gives the first of its grants with room: the smallest share that covers the request, else
+   a larger one the budget allows, priced as granted);
 2. the lowest admissible tier wins (HPC before cloud, the requested accelerator before a stand-in);
 3. within it, what the workload optimises: the cheapest grant (price per device-hour x devices
    granted, a slice counting as its share), or the lowest carbon of the grant (then cost), or a
@@ -138,15 +140,19 @@ class Judged:
         blocked: list[tuple[float, str, int]] = []
         requested_ok: set[int] = set()
         requested_over: set[int] = set()
+        # Per pool with larger shares that cover the request: the grants it may give, in order.
+        self.candidates: dict[int, tuple[Grant, ...]] = {}
         for i, entry in enumerate(fleet.entries if judged else ()):
             v = shapes[entry.key]
             over = v.limits.over(entry.price, entry.carbon)
             denials = (*v.denials, *over)
             self.denials.append(denials)
+            if v.alternatives:
+                grants = v.candidates(entry.price, entry.carbon)
+                if len(grants) > 1:
+                    self.candidates[i] = grants
             if not denials:
-                cost, carbon = grant_cost(entry.price, v.grant), grant_cost(entry.carbon, v.grant)
-                key: tuple[object, ...] = (v.tier, carbon, cost, entry.pool.name) if objective == "carbon" else (v.tier, cost, entry.pool.name)
-                ranked.append((*key, i))
+                ranked.append((*self.key_of(i, v.grant), i))
                 if v.tier % 2 == 0:
                     requested_ok.add(v.tier)
             elif v.blocks_burst and not over:
@@ -167,6 +173,24 @@ class Judged:
             blocked = [row for row in blocked if row[-1] not in refused]
         self.ranked = sorted(ranked, key=lambda row: row[:-1])
         self.blocked = sorted(blocked)
+
+    def key_of(self, index: int, grant: Grant) -> tuple[object, ...]:
+        """Where pool ``index`` giving ``grant`` ranks: its tier, then the objective (the grant's
+        cost; or its carbon, then cost), then the pool's name."""
+        entry = self.fleet.entries[index]
+        cost = grant_cost(entry.price, grant)
+        if self.objective == "carbon":
+            return (self.verdict(index).tier, grant_cost(entry.carbon, grant), cost, entry.pool.name)
+        return (self.verdict(index).tier, cost, entry.pool.name)
+
+    def grant_for(self, index: int, capacity: Capacity) -> Grant | None:
+        """What pool ``index`` gives with ``capacity``: the first of its grants with room (the
+        smallest covering share, then the larger ones its budget allows), or None."""
+        grants = self.candidates.get(index)
+        if grants is None:
+            grant = self.verdict(index).grant
+            return grant if fits(grant, capacity) else None
+        return next((g for g in grants if fits(g, capacity)), None)
 
     def full_fallback(self, tier: int) -> bool:
         """A stand-in's tier where a better tier has a pool of the requested accelerator that
@@ -246,6 +270,7 @@ class Outcome:
     tier: int | None
     burst: BurstVerdict
     blocked_pool: int | None = None
+    grant: Grant | None = None  # what the chosen pool gives
 
 
 def select(judged: Judged, capacities: Sequence[Capacity]) -> Outcome:
@@ -259,14 +284,24 @@ def select(judged: Judged, capacities: Sequence[Capacity]) -> Outcome:
         return Outcome(None, None, BurstVerdict(attempted=False))
     chosen: int | None = None
     tier: int | None = None
+    grant: Grant | None = None
     if judged.objective == "balanced":
-        chosen, tier = _balanced(judged, capacities)
+        chosen, tier, grant = _balanced(judged, capacities)
     else:
+        # In rank order of each pool's smallest grant: a pool that gives a larger one ranks where
+        # that one's cost puts it, never before, so the first pool whose smallest grant ranks at or
+        # after the best found so far ends the search.
+        best: tuple[object, ...] | None = None
         for row in judged.ranked:
-            index = int(row[-1])  # type: ignore[call-overload]
-            if fits(judged.verdict(index).grant, capacities[index]):
-                chosen, tier = index, int(row[0])  # type: ignore[call-overload]
+            if best is not None and row[:-1] >= best:
                 break
+            index = int(row[-1])  # type: ignore[call-overload]
+            given = judged.grant_for(index, capacities[index])
+            if given is None:
+                continue
+            key = row[:-1] if given is judged.verdict(index).grant else judged.key_of(index, given)
+            if best is None or key < best:
+                best, chosen, tier, grant = key, index, int(row[0]), given  # type: ignore[call-overload]
     attempted = wv.burst_mode == "cloud" or (wv.burst_mode == "spill" and (tier is None or tier >= 2))
     if not attempted:
         burst = BurstVerdict(attempted=False)
@@ -275,32 +310,33 @@ def select(judged: Judged, capacities: Sequence[Capacity]) -> Outcome:
     else:
         for _, name, i in judged.blocked:
             v = judged.verdict(i)
-            if fits(v.grant, capacities[i]):
+            if judged.grant_for(i, capacities[i]) is not None:
                 pool = judged.fleet.entries[i].pool
                 burst = BurstVerdict(True, "blocked", name, pool.region, v.denials[0])
-                return Outcome(chosen, tier, burst, i)
+                return Outcome(chosen, tier, burst, i, grant)
         burst = BurstVerdict(attempted=True, verdict="unavailable")
-    return Outcome(chosen, tier, burst)
+    return Outcome(chosen, tier, burst, grant=grant)
 
 
-def _balanced(judged: Judged, capacities: Sequence[Capacity]) -> tuple[int | None, int | None]:
-    """The best tier's pools with room, scored by cost and carbon, each divided by the highest
-    among them, carbon weighted by ``carbon_weight``; then cost, then name."""
+def _balanced(judged: Judged, capacities: Sequence[Capacity]) -> tuple[int | None, int | None, Grant | None]:
+    """The best tier's pools with room, scored by cost and carbon of what each gives, each divided
+    by the highest among them, carbon weighted by ``carbon_weight``; then cost, then name."""
     tier: int | None = None
-    rows: list[tuple[float, float, str, int]] = []
+    rows: list[tuple[float, float, str, int, Grant]] = []
     for row in judged.ranked:
         t, index = int(row[0]), int(row[-1])  # type: ignore[call-overload]
         if tier is not None and t != tier:
             break
-        entry, v = judged.fleet.entries[index], judged.verdict(index)
-        if fits(v.grant, capacities[index]):
+        entry = judged.fleet.entries[index]
+        given = judged.grant_for(index, capacities[index])
+        if given is not None:
             tier = t
-            rows.append((grant_cost(entry.price, v.grant), grant_cost(entry.carbon, v.grant), entry.pool.name, index))
+            rows.append((grant_cost(entry.price, given), grant_cost(entry.carbon, given), entry.pool.name, index, given))
     if not rows:
-        return None, None
+        return None, None, None
     scores = balanced_scores([(r[0], r[1]) for r in rows], judged.carbon_weight)
     best = min(zip(scores, rows), key=lambda sr: (sr[0], sr[1][0], sr[1][2]))
-    return best[1][3], tier
+    return best[1][3], tier, best[1][4]
 
 
 def pool_verdicts(judged: Judged, capacities: Sequence[Capacity], tier: int | None) -> tuple[PoolVerdict, ...]:
@@ -312,7 +348,9 @@ def pool_verdicts(judged: Judged, capacities: Sequence[Capacity], tier: int | No
     out = []
     for i, entry in enumerate(judged.fleet.entries):
         v = judged.shapes[entry.key]
-        room = fits(v.grant, capacities[i])
+        given = judged.grant_for(i, capacities[i])
+        room = given is not None
+        grant = given or v.grant
         denials = judged.denials[i] if room else (*judged.denials[i], v.shortfall)
         admissible = not denials
         reasons: tuple[Reason, ...] = denials
@@ -321,12 +359,12 @@ def pool_verdicts(judged: Judged, capacities: Sequence[Capacity], tier: int | No
             if preference is not None:
                 reasons = (preference,)
         eligible = admissible and tier is not None and v.tier == tier and wv.rejection is None
-        cost = grant_cost(entry.price, v.grant)
+        cost = grant_cost(entry.price, grant)
         pool = entry.pool
         out.append(
             PoolVerdict(
-                pool.name, eligible, admissible, v.tier, v.fallback, v.burst, reasons, v.grant, entry.price, v.note, cost,
-                pool.accelerator, pool.target, pool.region, grant_cost(entry.carbon, v.grant), pool.spot,
+                pool.name, eligible, admissible, v.tier, v.fallback, v.burst, reasons, grant, entry.price, v.note, cost,
+                pool.accelerator, pool.target, pool.region, grant_cost(entry.carbon, grant), pool.spot,
             )
         )  # fmt: skip
     return tuple(sorted(out, key=lambda p: (not p.eligible, p.tier, p.grant_cost_per_hour, p.pool)))
@@ -364,7 +402,7 @@ def summary(judged: Judged, capacities: Sequence[Capacity], workload: Workload) 
     for i, entry in enumerate(entries):
         v = shapes[entry.key]
         base = not_now[i]
-        if fits(v.grant, capacities[i]):
+        if judged.grant_for(i, capacities[i]) is not None:
             capacity_only = capacity_only or base is True
             continue
         short = v.shortfall
@@ -401,9 +439,10 @@ def decide_over(
         return Rejection(workload, message, code, verdicts, outcome.burst, provenance, checks=checks)
     entry = judged.fleet.entries[outcome.chosen]
     v = judged.verdict(outcome.chosen)
+    grant = outcome.grant or v.grant
     pool = entry.pool
     note = v.note_full if judged.full_fallback(v.tier) else v.note_budget if judged.over_budget_fallback(v.tier) else v.note
-    notes = [n for n in (note, v.grant.note) if n]
+    notes = [n for n in (note, grant.note) if n]
     return Placement(
         workload=workload,
         pool=pool.name,
@@ -411,9 +450,9 @@ def decide_over(
         target=pool.target,
         region=pool.region,
         fallback=v.fallback,
-        fraction_honored=v.grant.honored,
+        fraction_honored=grant.honored,
         note="; ".join(notes) or None,
-        grant=v.grant,
+        grant=grant,
         cost_per_hour=entry.price,
         carbon_factor=carbon_per_hour(pool, tables),
         model=pool.model,

@@ -4,8 +4,10 @@
 pool's capacity summary and free devices from what its live grants hold. ``Snapshot`` is the fleet
 with every pool's capacity at one state version, in name order, with the digest of the capacity
 vector a decision's input digest covers; ``Snapshots`` keeps the last one and merges in only the
-pools changed since. Nothing here touches a database: the rows come from the store's narrow API,
-or from an implementation of it in memory.
+pools changed since. A read sees a lease that ended as ended before any write releases it: the
+snapshot it gets has those pools' capacity worked out without the ended grants (``as_of``), and
+names the stored snapshot it was worked out from (``base``). Nothing here touches a database: the
+rows come from the store's narrow API, or from an implementation of it in memory.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ class Capacities:
 def state_of(row: PoolRow) -> PoolState:
     """A pool as the store holds it, decoded."""
     capacity = codec.capacity_from_text(row.capacity) if row.capacity is not None else Capacity(0)
-    return PoolState(codec.pool_from_text(row.spec), float(row.free if row.free is not None else 0.0), capacity, float(row.held_outside))
+    return PoolState(codec.pool_from_text(row.spec), float(row.free if row.free is not None else 0.0), capacity, float(row.held_outside), row.removing)
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,10 @@ class Snapshot:
     fleet_version: int
     states: tuple[PoolState, ...]
     fragments: tuple[bytes, ...] = field(default=(), repr=False, compare=False)
+    # A view of the state as of a time, not the state stored at ``version``: the stored snapshot it
+    # was worked out from, and the placements it sees as ended (their leases ended, not yet released).
+    base: Snapshot | None = field(default=None, repr=False, compare=False)
+    ended: frozenset[str] = frozenset()
 
     @cached_property
     def index(self) -> Mapping[str, int]:
@@ -103,8 +109,9 @@ def merge(previous: Snapshot | None, rows: StateRows) -> tuple[Snapshot, frozens
         if (rows.version, rows.fleet_version) == (previous.version, previous.fleet_version):
             return previous, frozenset()
         return Snapshot(rows.version, rows.fleet_version, previous.states, previous.fragments), frozenset()
-    changed = {r.name: state_of(r) for r in rows.pools}
-    if previous is not None and all(name in previous.index for name in changed):
+    removed = {r.name for r in rows.pools if r.removed}
+    changed = {r.name: state_of(r) for r in rows.pools if not r.removed}
+    if previous is not None and not removed and all(name in previous.index for name in changed):
         states = list(previous.states)
         frags = list(previous.fragments) if len(previous.fragments) == len(states) else [_fragment(s.capacity) for s in states]
         capacities = list(previous.capacities)
@@ -128,25 +135,53 @@ def merge(previous: Snapshot | None, rows: StateRows) -> tuple[Snapshot, frozens
     merged = {s.pool.name: s for s in (previous.states if previous is not None else ())}
     before = dict(merged)
     merged.update(changed)
+    for name in removed:
+        merged.pop(name, None)
     ordered = tuple(merged[n] for n in sorted(merged))
-    moved = {n for n, s in changed.items() if n not in before or before[n].capacity != s.capacity}
+    moved = {n for n, s in changed.items() if n not in before or before[n].capacity != s.capacity} | (removed & set(before))
     return Snapshot(rows.version, rows.fleet_version, ordered, tuple(_fragment(s.capacity) for s in ordered)), frozenset(moved)
 
 
+def as_of(snapshot: Snapshot, rows: StateRows, capacities: Capacities) -> Snapshot:
+    """``snapshot`` (stored) as a read at the time ``rows`` were asked for sees it: the pools whose
+    live grants include ended leases, with their capacity worked out without them."""
+    if not rows.ended:
+        return snapshot
+    ended = frozenset(ident for ident, _ in rows.ended)
+    states = list(snapshot.states)
+    frags = list(snapshot.fragments) if len(snapshot.fragments) == len(states) else [_fragment(s.capacity) for s in states]
+    for name in sorted({pool for _, pool in rows.ended}):
+        at = snapshot.index.get(name)
+        if at is None:
+            continue
+        state = states[at]
+        held = [h for h in rows.held.get(name, ()) if h.decision_id not in ended]
+        capacity, free = capacities.of(state.pool, held, state.held_outside)
+        states[at] = PoolState(state.pool, free, capacity, state.held_outside, state.removing)
+        frags[at] = _fragment(capacity)
+    view = Snapshot(snapshot.version, snapshot.fleet_version, tuple(states), tuple(frags), base=snapshot, ended=ended)
+    view.__dict__["index"] = snapshot.index
+    return view
+
+
 class Snapshots:
-    """The last snapshot a process read, kept: reading the state again reads only what changed."""
+    """The last snapshot a process read, kept: reading the state again reads only what changed.
+
+    Read with ``capacities``, the snapshot is the state as of now: leases that ended are seen ended
+    (``as_of``); the stored snapshot is what is kept."""
 
     def __init__(self) -> None:
         self.last: Snapshot | None = None
 
-    def read(self, store: Rows) -> Snapshot:
+    def read(self, store: Rows, capacities: Capacities | None = None) -> Snapshot:
         previous = self.last
-        rows = store.rows(-1 if previous is None else previous.version)
+        now = None if capacities is None else store.now()
+        rows = store.rows(-1 if previous is None else previous.version, now=now)
         if previous is not None and rows.version < previous.version:
-            previous, rows = None, store.rows(-1)  # another state behind the same store: start again
+            previous, rows = None, store.rows(-1, now=now)  # another state behind the same store: start again
         snapshot, _ = merge(previous, rows)
         self.last = snapshot
-        return snapshot
+        return snapshot if capacities is None else as_of(snapshot, rows, capacities)
 
     def forget(self) -> None:
         self.last = None

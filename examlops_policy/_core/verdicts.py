@@ -76,12 +76,22 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class Alternative:
+    """A larger share that also covers the request, with the budget's limits for it: what a pool
+    gives when the smallest covering share has no room now (the policy's fractions.alternatives)."""
+
+    grant: Grant
+    limits: Limits = Limits()
+
+
+@dataclass(frozen=True)
 class ShapeVerdict:
     """The verdict for every pool of one shape: its tier, what denies it, what it would grant.
 
     ``note_full`` replaces ``note`` when the requested accelerator's pools pass every check but are
     full, ``note_budget`` when they pass every check but the budget; ``limits`` are the budget's per
-    device-hour for this grant."""
+    device-hour for this grant. ``alternatives``: the larger shares that also cover the request,
+    smallest first (a pool gives the first of its grants with room that the budget allows)."""
 
     tier: int
     note: str | None
@@ -92,6 +102,15 @@ class ShapeVerdict:
     note_full: str | None = None
     limits: Limits = Limits()
     note_budget: str | None = None
+    alternatives: tuple[Alternative, ...] = ()
+
+    def candidates(self, price: float, carbon: float) -> tuple[Grant, ...]:
+        """The grants a pool of this shape at this price and carbon per device-hour may give, in
+        order: the smallest covering share, then (when the budget allows that one) each larger one
+        the budget allows."""
+        if not self.alternatives or self.limits.over(price, carbon):
+            return (self.grant,)
+        return (self.grant, *(a.grant for a in self.alternatives if not a.limits.over(price, carbon)))
 
     @property
     def fallback(self) -> bool:

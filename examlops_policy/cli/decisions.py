@@ -142,7 +142,7 @@ def cmd_explain(args: argparse.Namespace, hw: Hardware, console: Console) -> int
     if args.json:
         render.dump_json(console, decision_json(record.decision, record))
         return exits.OK
-    console.print(f"decision {record.id} · {record.created_at}" + (f" · released {record.released_at}" if record.released_at else ""))
+    console.print(f"decision {record.id} · {record.created_at}" + render.ended_text(record))
     render.print_decision(console, record.decision)
     render.print_explanation(console, record.decision)
     return exits.OK
@@ -153,14 +153,20 @@ def cmd_release(args: argparse.Namespace, hw: Hardware, console: Console) -> int
     record = result.record
     if args.json:
         render.dump_json(console, {"id": record.id, "decision_id": record.id, "released_at": record.released_at,
-                                   "already_released": result.already, "job_deleted": result.job_deleted})  # fmt: skip
+                                   "already_released": result.already, "job_deleted": result.job_deleted,
+                                   "pool_removed": result.pool_removed})  # fmt: skip
         return exits.OK
     d = record.decision
     assert isinstance(d, Placement)
     if result.already:
-        console.print(f"decision {record.id[:12]} was already released at {record.released_at}; nothing changed")
+        if record.lease_ended:
+            console.print(f"decision {record.id[:12]}: its lease ended at {record.released_at}, which released it; nothing changed")
+        else:
+            console.print(f"decision {record.id[:12]} was already released at {record.released_at}; nothing changed")
         return exits.OK
     console.print(f"✓ released {render.grant_text(d.grant, d.accelerator)} on {d.pool} (decision {record.id[:12]})")
+    if result.pool_removed:
+        console.print(f"- {d.pool} removed: its removal was pending on its last live grant, this one")
     if result.job_deleted is not None:
         gone = "deleted" if result.job_deleted else "already gone"
         console.print(f"  Kubernetes Job {record.job_id}: {gone}")

@@ -15,7 +15,7 @@ from examlops_policy.cli.args import Commands
 from examlops_policy.cli import exits, render
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import ACCELERATORS, POOL_TARGETS, SHARING, Pool, node_spec
-from examlops_policy.views import DiscoveryResult, PoolView
+from examlops_policy.views import DiscoveryResult, PoolChange, PoolView
 
 MARKS = {"add": "+", "update": "~", "unchanged": "=", "stale": "?"}
 
@@ -60,7 +60,7 @@ def view_json(v: PoolView) -> dict[str, object]:
     return {
         **pool_json(v.pool), "free": s.free,
         "capacity": {"empty_devices": s.capacity.whole, "placeable": dict(s.capacity.slices)},
-        "packing": v.packing, "placeable": v.placeable,
+        "packing": v.packing, "placeable": v.placeable, "removal_pending_since": s.removing,
         "effective_cost_per_hour": v.cost_per_hour, "carbon_per_hour": v.carbon_per_hour,
         "cost_from_tables": v.cost_default, "carbon_from_tables": v.carbon_default, "carbon_method": v.carbon_method,
     }  # fmt: skip
@@ -84,17 +84,71 @@ def cmd_add_pool(args: argparse.Namespace, hw: Hardware, console: Console) -> in
     return exits.OK
 
 
-def cmd_apply(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
-    changes = hw.apply_file(Path(args.file))
+CHANGE_MARKS = {"added": "+", "updated": "~", "unchanged": "=", "drained": "~", "undrained": "~", "removed": "-", "removal_pending": "-"}
+
+
+def change_json(c: PoolChange) -> dict[str, object]:
+    return {"pool": c.name, "action": c.action, "changed": list(c.changed_fields), "live_grants": list(c.holders),
+            "removal_cancelled": c.removal_cancelled}  # fmt: skip
+
+
+def grants_text(holders: tuple[str, ...]) -> str:
+    """``live grant (ab12...)`` or ``3 live grants (ab12..., cd34..., ef56...)``."""
+    named = ", ".join(h[:12] for h in holders[:5]) + (f" and {len(holders) - 5} more" if len(holders) > 5 else "")
+    return f"live grant ({named})" if len(holders) == 1 else f"{len(holders)} live grants ({named})"
+
+
+def change_line(c: PoolChange) -> str:
+    """One pool's change as the diff shows it: a mark (+ added, ~ changed, = unchanged, - removed),
+    the pool and what happens to it."""
+    one = len(c.holders) == 1
+    if c.action == "removal_pending":
+        what = f"removal pending: drained, it goes when {'its' if one else 'the last of its'} {grants_text(c.holders)} ends"
+    elif c.action == "drained":
+        kept = f"; its {grants_text(c.holders)} {'is' if one else 'are'} kept" if c.holders else ""
+        what = f"drained: takes no new grants{kept}"
+    elif c.action == "undrained":
+        what = "undrained: takes new grants again" + ("; its pending removal is cancelled" if c.removal_cancelled else "")
+    else:
+        what = c.action + (f" ({', '.join(c.changed_fields)})" if c.changed_fields else "")
+    return f"{CHANGE_MARKS[c.action]} {c.name} {what}"
+
+
+def show_changes(args: argparse.Namespace, console: Console, changes: list[PoolChange], *, summary: bool) -> None:
     if args.json:
-        render.dump_json(console, [{"pool": c.name, "action": c.action, "changed": list(c.changed_fields)} for c in changes])
-        return exits.OK
+        # apply: the list of changes; drain, undrain, remove-pool: the one change.
+        render.dump_json(console, [change_json(c) for c in changes] if summary else {**change_json(changes[0]), "dry_run": args.dry_run})
+        return
     for c in changes:
-        detail = f" ({', '.join(c.changed_fields)})" if c.changed_fields else ""
-        mark = {"added": "+", "updated": "~", "unchanged": "="}[c.action]
-        console.print(f"{mark} {c.name} {c.action}{detail}")
-    counts = {a: sum(1 for c in changes if c.action == a) for a in ("added", "updated", "unchanged")}
-    console.print(f"{counts['added']} added, {counts['updated']} updated, {counts['unchanged']} unchanged")
+        console.print(change_line(c))
+    if summary:
+        counts = {a: sum(1 for c in changes if c.action == a) for a in ("added", "updated", "unchanged", "removed", "removal_pending")}
+        line = f"{counts['added']} added, {counts['updated']} updated, {counts['unchanged']} unchanged"
+        if getattr(args, "prune", False):
+            line += f", {counts['removed']} removed" + (f", {counts['removal_pending']} removal pending" if counts["removal_pending"] else "")
+        console.print(line)
+    if args.dry_run:
+        console.print("dry run: nothing was changed (run it again without --dry-run to make these changes)")
+
+
+def cmd_apply(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    changes = hw.apply_file(Path(args.file), prune=args.prune, dry_run=args.dry_run)
+    show_changes(args, console, changes, summary=True)
+    return exits.OK
+
+
+def cmd_drain(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    change = (hw.drain if args.handler_name == "drain" else hw.undrain)(args.name, dry_run=args.dry_run)
+    if change.action == "unchanged" and not args.json:
+        state = "drained already" if args.handler_name == "drain" else "not drained"
+        console.print(f"= {change.name} {state}; nothing changed")
+        return exits.OK
+    show_changes(args, console, [change], summary=False)
+    return exits.OK
+
+
+def cmd_remove_pool(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    show_changes(args, console, [hw.remove_pool(args.name, dry_run=args.dry_run)], summary=False)
     return exits.OK
 
 
@@ -236,7 +290,22 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
 
     p = hardware.add_parser("apply", parents=[common], help="register or update pools from a reviewed YAML file")
     p.add_argument("-f", "--file", required=True)
+    p.add_argument("--prune", action="store_true",
+                   help="also remove registered pools the file leaves out (refused for one live grants hold unless it is drained)")
+    p.add_argument("--dry-run", action="store_true", help="show what would change; change nothing")
     p.set_defaults(handler=cmd_apply)
+
+    for name, text in (("drain", "stop new grants on a pool; the grants it holds are kept"), ("undrain", "let a drained pool take new grants again")):
+        p = hardware.add_parser(name, parents=[common], help=text)
+        p.add_argument("name")
+        p.add_argument("--dry-run", action="store_true", help="show what would change; change nothing")
+        p.set_defaults(handler=cmd_drain, handler_name=name)
+
+    p = hardware.add_parser("remove-pool", parents=[common],
+                            help="remove a pool (one that live grants hold: only once drained, and it goes when the last ends)")
+    p.add_argument("name")
+    p.add_argument("--dry-run", action="store_true", help="show what would change; change nothing")
+    p.set_defaults(handler=cmd_remove_pool)
 
     p = hardware.add_parser("pools", parents=[common], help="list pools, cheapest first, with what each can still place")
     p.set_defaults(handler=cmd_pools)

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 
 from examlops_policy.cli.console import Console, Text
 
-from examlops_policy.model import Decision, Grant, Placement, PoolVerdict, Rejection, article
+from examlops_policy.model import Decision, Grant, Placement, PoolState, PoolVerdict, Rejection, article
 from examlops_policy.views import DecisionRecord, DecisionSummary, Explanation, PoolDetail, PoolView, Standing, explain
 
 Cell = str | Text
@@ -116,12 +116,21 @@ def print_decision(console: Console, decision: Decision) -> None:
 
 
 def print_released_retry(console: Console, record: DecisionRecord) -> None:
-    """A retry of a request whose placement was released since: it holds nothing now."""
+    """A retry of a request whose placement was released since, or whose lease ended: it holds
+    nothing now."""
+    when = f"lease ended {record.released_at}" if record.lease_ended else f"released {record.released_at}"
     console.print(Text(
-        f"  released {record.released_at}: request id {record.request_id!r} was placed by decision {record.id[:12]} "
+        f"  {when}: request id {record.request_id!r} was placed by decision {record.id[:12]} "
         "and holds nothing now (nothing was placed again; use a new request id to place it again)",
         style="yellow",
     ))  # fmt: skip
+
+
+def ended_text(record: DecisionRecord) -> str:
+    """`` · released T`` or `` · lease ended T`` for a placement that holds nothing now; else empty."""
+    if record.released_at is None:
+        return ""
+    return f" · lease ended {record.released_at}" if record.lease_ended else f" · released {record.released_at}"
 
 
 def _verdict_cell(v: PoolVerdict) -> Text:
@@ -222,7 +231,7 @@ def print_pools(console: Console, views: Sequence[PoolView]) -> None:
     for v in views:
         p, s = v.pool, v.state
         rows.append([
-            p.name, p.target, p.accelerator, p.model or "-", p.region, f"{number(s.free)}/{p.count}", v.placeable or "-",
+            p.name + state_suffix(s), p.target, p.accelerator, p.model or "-", p.region, f"{number(s.free)}/{p.count}", v.placeable or "-",
             f"{v.cost_per_hour:.2f}" + ("*" if v.cost_default else ""),
             number(v.carbon_per_hour), v.carbon_method, ",".join(p.capabilities) or "-",
         ])  # fmt: skip
@@ -233,6 +242,16 @@ def print_pools(console: Console, views: Sequence[PoolView]) -> None:
     legend = {v.carbon_method: v.carbon_method_text for v in views}
     for method, text in sorted(legend.items()):
         console.print(Text(f"carbon from {method}: {text}", style="dim"))
+    if any(v.pool.drained for v in views):
+        console.print(Text("drained: takes no new grants, keeps its live ones (exa hardware undrain NAME); "
+                           "removal pending: goes when its last live grant ends", style="dim"))  # fmt: skip
+
+
+def state_suffix(state: PoolState) -> str:
+    """`` (drained)`` or `` (drained, removal pending)`` after a pool's name; else nothing."""
+    if state.removing is not None:
+        return " (drained, removal pending)"
+    return " (drained)" if state.pool.drained else ""
 
 
 PACKING = {"whole": "whole devices", "mig": "MIG", "amd-compute-partition": "AMD compute partitions"}
@@ -242,6 +261,10 @@ def print_pool(console: Console, detail: PoolDetail) -> None:
     view = detail.view
     p, state = view.pool, view.state
     console.print(f"pool {p.name} · {p.count} × {p.accelerator}{' ' + p.model if p.model else ''} on {p.target} in {p.region}")
+    if state.removing is not None:
+        console.print(Text(f"  drained, removal pending since {state.removing}: it goes when its last live grant ends", style="yellow"))
+    elif p.drained:
+        console.print(Text("  drained: takes no new grants, keeps its live ones (exa hardware undrain to take new ones)", style="yellow"))
     packing = f"fixed {p.fixed_profile} slices" if view.packing == "fixed" else PACKING[view.packing]
     console.print(f"  packing: {packing} · free {number(state.free)}/{p.count}"
                   + (f" · placeable {view.placeable}" if view.placeable is not None else "")
@@ -254,7 +277,10 @@ def print_decisions(console: Console, summaries: Sequence[DecisionSummary]) -> N
     rows: list[list[Cell]] = []
     for s in summaries:
         if s.outcome == "placed":
-            flags = [f for f, on in (("fallback", s.fallback), ("whole-device", s.fraction_honored is False), ("released", s.released_at is not None)) if on]
+            flags = [f for f, on in (
+                ("fallback", s.fallback), ("whole-device", s.fraction_honored is False), ("larger-partition", s.larger_partition),
+                ("lease-ended", s.lease_ended), ("released", s.released_at is not None and not s.lease_ended),
+            ) if on]  # fmt: skip
             rows.append([s.id[:12], s.created_at[:19], s.workload, Text("placed", style="green"), s.pool or "-", s.accelerator or "-", s.region or "-", ",".join(flags)])
         else:
             outcome = Text("blocked", style="yellow") if s.outcome == "blocked" else Text("rejected", style="red")

@@ -17,6 +17,8 @@ def live_placement(record: DecisionRecord, pool: Pool, *, nothing: str) -> Place
     short = record.id[:12]
     if not isinstance(decision, Placement):
         raise SpecError(f"decision {short} placed nothing, so there is nothing {nothing}", field="ID")
+    if record.released_at is not None and record.lease_ended:
+        raise SpecError(f"decision {short}: its lease ended at {record.released_at} and its devices were released; place the workload again", field="ID")
     if record.released_at is not None:
         raise SpecError(f"decision {short} was released at {record.released_at}; place the workload again", field="ID")
     if pool.name != decision.pool:

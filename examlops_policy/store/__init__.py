@@ -45,8 +45,13 @@ class Store(Protocol):
 
     def transaction(self, work: Callable[[Transaction], T], *, landed: Callable[[Transaction], T | None] | None = None) -> T: ...
 
-    def rows(self, since: int = -1) -> StateRows:
-        """The state and fleet versions, with the pools changed after ``since``, in name order."""
+    def now(self) -> str:
+        """The store's time now, as a write would record it."""
+        ...
+
+    def rows(self, since: int = -1, *, now: str | None = None) -> StateRows:
+        """The state and fleet versions, with the pools changed after ``since``, in name order;
+        with ``now``, the leases ended by then and what the live grants of their pools hold."""
         ...
 
     def layout(self) -> str | None: ...

@@ -40,7 +40,7 @@ violation) or ``disconnected`` (the connection was lost; reconnect first)."""
 T = TypeVar("T")
 Row = tuple[Any, ...]
 _DECISION_COLUMNS: Final = "id, created_at, document, released_at, job_id, request_id, lease_expires_at, scheduler, job_uid, job_state"
-_POOL_COLUMNS: Final = "name, spec, capacity, free, held_outside, version"
+_POOL_COLUMNS: Final = "name, spec, capacity, free, held_outside, version, removed_at, removing_since"
 _GAVE_UP: Final[dict[Fault, str]] = {
     "conflict": "the state database stayed locked or kept conflicting",
     "disconnected": "the state database could not be reached",
@@ -277,14 +277,31 @@ class SQLStore(ABC):
 
     # -- the narrow API: reads -----------------------------------------------------------------
 
-    def rows(self, since: int = -1) -> StateRows:
-        """The state and fleet versions and the pools changed after ``since``, in one read."""
+    def now(self) -> str:
+        """The time now, as a write would record it."""
+        return self._clock()
+
+    def rows(self, since: int = -1, *, now: str | None = None) -> StateRows:
+        """The state and fleet versions and the pools changed after ``since``, in one read; with
+        ``now``, the leases ended by then and what the live grants of their pools hold."""
 
         def work() -> StateRows:
             version, fleet = (int(v) for v in self._execute("SELECT version, fleet_version FROM state WHERE id = 1").fetchone())
-            if version == since:
-                return StateRows(version, fleet, ())
-            return StateRows(version, fleet, tuple(self._pool_rows(since)))
+            ended: tuple[tuple[str, str], ...] = ()
+            held: dict[str, tuple[HeldRow, ...]] = {}
+            if now is not None:
+                ended = tuple(
+                    (str(r[0]), str(r[1]))
+                    for r in self._execute(
+                        "SELECT d.id, a.pool FROM decisions d JOIN allocations a ON a.decision_id = d.id "
+                        "WHERE d.lease_expires_at IS NOT NULL AND d.lease_expires_at < ? AND d.released_at IS NULL "
+                        "AND d.job_id IS NULL AND a.released_at IS NULL ORDER BY a.pool, d.id",
+                        (now,),
+                    ).fetchall()
+                )
+                held = {pool: tuple(self._held(pool)) for pool in sorted({pool for _, pool in ended})}
+            pools = () if version == since else tuple(self._pool_rows(since))
+            return StateRows(version, fleet, pools, ended, held)
 
         return self._run(work, consistent=True)
 
@@ -315,7 +332,7 @@ class SQLStore(ABC):
         """One pool and what its live grants hold; NotFoundError for an unknown one."""
 
         def work() -> tuple[PoolRow, list[HeldRow]]:
-            row = self._execute(f"SELECT {_POOL_COLUMNS} FROM pools WHERE name = ?", (name,)).fetchone()
+            row = self._execute(f"SELECT {_POOL_COLUMNS} FROM pools WHERE name = ? AND removed_at IS NULL", (name,)).fetchone()
             if row is None:
                 raise NotFoundError(f"no pool {name!r}")
             return _pool_row(row), self._held(name)
@@ -392,7 +409,7 @@ class SQLStore(ABC):
         sql = (
             "SELECT id, created_at, workload, outcome, pool, accelerator, model, region, fallback, fraction_honored, devices, "
             "cost_per_hour, carbon_factor, note, released_at, job_id, residency, policy_revision, verdicts, lease_expires_at, "
-            "scheduler, job_state "
+            "scheduler, job_state, larger_partition "
             f"FROM decisions WHERE {' AND '.join(where)} ORDER BY created_at DESC, id LIMIT ?"
         )
         rows = self._run(lambda: self._execute(sql, (*params, limit)).fetchall())
@@ -402,6 +419,7 @@ class SQLStore(ABC):
                 fallback=None if r[8] is None else bool(r[8]), fraction_honored=None if r[9] is None else bool(r[9]),
                 devices=r[10], cost_per_hour=r[11], carbon_factor=r[12], note=r[13], released_at=r[14], job_id=r[15],
                 residency=r[16], policy_revision=r[17], verdicts=r[18], lease_expires_at=r[19], scheduler=r[20], job_state=r[21],
+                larger_partition=bool(r[22]),
             )  # fmt: skip
             for r in rows
         ]
@@ -433,11 +451,13 @@ class SQLStore(ABC):
         return [(*r[:n], int(r[n]), *(round(float(v), 6) for v in r[n + 1 :])) for r in rows]
 
     def _span(self, hours: float | None, now: str | None) -> tuple[str, list[object]]:
-        """The SQL for the hours a placement counts (``hours``, else held until release or now)."""
+        """The SQL for the hours a placement counts (``hours``, else held until its release, the
+        end of a lease that ended without a job, or now)."""
         if hours is not None:
             return "?", [hours]
         end = epoch(now or self._clock())
-        return "(CASE WHEN COALESCE(released_ts, ?) > created_ts THEN COALESCE(released_ts, ?) - created_ts ELSE 0 END) / 3600.0", [end, end]
+        until = "COALESCE(released_ts, CASE WHEN job_id IS NULL AND lease_expires_ts < ? THEN lease_expires_ts END, ?)"
+        return f"(CASE WHEN {until} > created_ts THEN {until} - created_ts ELSE 0 END) / 3600.0", [end, end, end, end]
 
     def cost_by_workload(self, *, hours: float | None = None, since: str | None = None, until: str | None = None, now: str | None = None) -> list[WorkloadCost]:
         """Cost and carbon of placements per workload name, summed in SQL, most expensive first."""
@@ -534,7 +554,7 @@ class _SQLTransaction:
         return self._store._pool_rows(since)
 
     def pool(self, name: str) -> PoolRow | None:
-        row = self._execute(f"SELECT {_POOL_COLUMNS} FROM pools WHERE name = ?", (name,)).fetchone()
+        row = self._execute(f"SELECT {_POOL_COLUMNS} FROM pools WHERE name = ? AND removed_at IS NULL", (name,)).fetchone()
         return None if row is None else _pool_row(row)
 
     def held(self, pool: str) -> list[HeldRow]:
@@ -557,11 +577,23 @@ class _SQLTransaction:
     def add_pool(self, name: str, spec: str, count: int, version: int) -> None:
         now = self.now()
         self._execute(
-            "INSERT INTO pools (name, spec, count, created_at, updated_at, version) VALUES (?, ?, ?, ?, ?, ?)", (name, spec, count, now, now, version)
+            "INSERT INTO pools (name, spec, count, created_at, updated_at, version) VALUES (?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, count = excluded.count, created_at = excluded.created_at, "
+            "updated_at = excluded.updated_at, version = excluded.version, held_outside = 0, removed_at = NULL, removing_since = NULL",
+            (name, spec, count, now, now, version),
         )
 
     def update_pool(self, name: str, spec: str, count: int) -> None:
         self._execute("UPDATE pools SET spec = ?, count = ?, updated_at = ? WHERE name = ?", (spec, count, self.now(), name))
+
+    def remove_pool(self, name: str, version: int, *, at: str | None = None) -> None:
+        now = at or self.now()
+        self._execute(
+            "UPDATE pools SET removed_at = ?, removing_since = NULL, updated_at = ?, version = ? WHERE name = ?", (now, now, version, name)
+        )
+
+    def set_removing(self, name: str, since: str | None, version: int) -> None:
+        self._execute("UPDATE pools SET removing_since = ?, version = ? WHERE name = ?", (since, version, name))
 
     def set_capacity(self, pool: str, capacity: str, free: float, version: int) -> None:
         self._execute("UPDATE pools SET capacity = ?, free = ?, version = ? WHERE name = ?", (capacity, free, version, pool))
@@ -604,13 +636,15 @@ class _SQLTransaction:
         self._execute(
             "INSERT INTO decisions (id, created_at, workload, outcome, pool, accelerator, model, target, region, fallback, "
             "fraction_honored, devices, cost_per_hour, carbon_factor, note, input_digest, policy_revision, opa_version, document, "
-            "record_digest, fleet_revision, verdict_set, request_id, lease_expires_at, created_ts, residency, verdicts, fraction) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "record_digest, fleet_revision, verdict_set, request_id, lease_expires_at, created_ts, residency, verdicts, fraction, "
+            "lease_expires_ts, larger_partition) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 row.id, row.created_at, row.workload, row.outcome, row.pool, row.accelerator, row.model, row.target, row.region,
                 flag(row.fallback), flag(row.fraction_honored), row.devices, row.cost_per_hour, row.carbon_factor, row.note,
                 row.input_digest, row.policy_revision, row.opa_version, row.document, row.record_digest, row.fleet_revision,
                 row.verdict_set, row.request_id, row.lease_expires_at, epoch(row.created_at), row.residency, row.verdicts, row.fraction,
+                None if row.lease_expires_at is None else epoch(row.lease_expires_at), flag(row.larger_partition),
             ),
         )  # fmt: skip
         if row.pool is not None and row.devices is not None:
@@ -633,17 +667,18 @@ class _SQLTransaction:
                 (ident, pool, h.device, h.profile, h.start, h.units, share),
             )
 
-    def release(self, ident: str, now: str) -> str:
-        found = self._execute("UPDATE allocations SET released_at = ? WHERE decision_id = ? AND released_at IS NULL RETURNING pool", (now, ident))
+    def release(self, ident: str, at: str) -> str:
+        found = self._execute("UPDATE allocations SET released_at = ? WHERE decision_id = ? AND released_at IS NULL RETURNING pool", (at, ident))
         row = found.fetchone()
         if row is None:
             raise SpecError(f"decision {ident[:12]} placed nothing, so there is nothing to release")
-        self._execute("UPDATE decisions SET released_at = ?, released_ts = ? WHERE id = ?", (now, epoch(now), ident))
+        self._execute("UPDATE decisions SET released_at = ?, released_ts = ? WHERE id = ?", (at, epoch(at), ident))
         return str(row[0])
 
     def renew(self, ident: str, lease_expires_at: str) -> None:
         updated = self._execute(
-            "UPDATE decisions SET lease_expires_at = ? WHERE id = ? AND released_at IS NULL AND outcome = 'placed'", (lease_expires_at, ident)
+            "UPDATE decisions SET lease_expires_at = ?, lease_expires_ts = ? WHERE id = ? AND released_at IS NULL AND outcome = 'placed'",
+            (lease_expires_at, epoch(lease_expires_at), ident),
         )
         if updated.rowcount == 0:
             raise SpecError(f"decision {ident[:12]} is not a live placement; nothing was renewed")
@@ -684,8 +719,11 @@ class _SQLTransaction:
 
 
 def _pool_row(row: Row) -> PoolRow:
-    name, spec, capacity, free, held_outside, version = row
-    return PoolRow(str(name), str(spec), None if capacity is None else str(capacity), None if free is None else float(free), float(held_outside), int(version))
+    name, spec, capacity, free, held_outside, version, removed_at, removing_since = row
+    return PoolRow(
+        str(name), str(spec), None if capacity is None else str(capacity), None if free is None else float(free), float(held_outside), int(version),
+        removed_at is not None, None if removing_since is None else str(removing_since),
+    )  # fmt: skip
 
 
 def _period(since: str | None, until: str | None) -> tuple[str, list[object]]:

@@ -13,7 +13,7 @@ version can be read back (``capacities_at``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal, Protocol, TypeVar
 
 from examlops_policy.model import Holding, JSONObject
@@ -32,7 +32,9 @@ class StaleFleet(Exception):
 @dataclass(frozen=True)
 class PoolRow:
     """A pool as stored: its spec and capacity as the core wrote them (text), the devices free
-    (shares summed, for people), those held outside this layer, and its last change's version."""
+    (shares summed, for people), those held outside this layer, and its last change's version.
+    ``removed``: it left the fleet (the row stays for the records that name it); ``removing``: since
+    when it is to go once its last live grant ends."""
 
     name: str
     spec: str
@@ -40,16 +42,8 @@ class PoolRow:
     free: float | None
     held_outside: float
     version: int
-
-
-@dataclass(frozen=True)
-class StateRows:
-    """The state version and fleet version, with the pools changed since the version asked for
-    (every pool when asked since -1), in name order; read in one consistent read."""
-
-    version: int
-    fleet_version: int
-    pools: tuple[PoolRow, ...]
+    removed: bool = False
+    removing: str | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +53,21 @@ class HeldRow:
     decision_id: str
     holding: Holding
     share: float
+
+
+@dataclass(frozen=True)
+class StateRows:
+    """The state version and fleet version, with the pools changed since the version asked for
+    (every pool when asked since -1; removed ones among them when they changed), in name order;
+    read in one consistent read. Asked with a time, also the live placements whose lease had ended
+    by then (``ended``: (decision id, pool)) and what every live grant of those pools holds
+    (``held``), so that a read can see those leases ended before any write releases them."""
+
+    version: int
+    fleet_version: int
+    pools: tuple[PoolRow, ...]
+    ended: tuple[tuple[str, str], ...] = ()
+    held: Mapping[str, tuple[HeldRow, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -122,6 +131,7 @@ class NewDecision:
     cost_per_hour: float | None = None
     carbon_factor: float | None = None
     lease_expires_at: str | None = None
+    larger_partition: bool | None = None
     holdings: tuple[Holding, ...] = ()
     share: float = 0.0
     burst: BurstRow | None = None
@@ -160,9 +170,20 @@ class Transaction(Protocol):
         """Devices of ``pool`` held by live placements that were handed to a scheduler."""
         ...
 
-    def add_pool(self, name: str, spec: str, count: int, version: int) -> None: ...
+    def add_pool(self, name: str, spec: str, count: int, version: int) -> None:
+        """Register a pool (a removed pool of that name comes back, with nothing held outside)."""
+        ...
 
     def update_pool(self, name: str, spec: str, count: int) -> None: ...
+
+    def remove_pool(self, name: str, version: int, *, at: str | None = None) -> None:
+        """The pool leaves the fleet at ``version``, removed at ``at`` (None: now); its row stays for
+        the records that name it."""
+        ...
+
+    def set_removing(self, name: str, since: str | None, version: int) -> None:
+        """Mark the pool, at ``version``, to go when its last live grant ends (None: not any more)."""
+        ...
 
     def set_capacity(self, pool: str, capacity: str, free: float, version: int) -> None:
         """A pool's capacity changed at ``version``: store it and append it to the capacity log."""
@@ -191,8 +212,9 @@ class Transaction(Protocol):
         """The decision, its grant's allocation and holdings, and its burst event."""
         ...
 
-    def release(self, ident: str, now: str) -> str:
-        """Free what a placement holds; the pool it held. SpecError when it placed nothing."""
+    def release(self, ident: str, at: str) -> str:
+        """Free what a placement holds, released at ``at`` (now, or when its lease ended); the pool
+        it held. SpecError when it placed nothing."""
         ...
 
     def renew(self, ident: str, lease_expires_at: str) -> None:
@@ -229,7 +251,13 @@ class Transaction(Protocol):
 class Rows(Protocol):
     """The reads the decision core makes outside a write transaction, and the write transaction."""
 
-    def rows(self, since: int = -1) -> StateRows: ...
+    def now(self) -> str:
+        """The store's time now (ISO 8601 UTC), as a write would record it."""
+        ...
+
+    def rows(self, since: int = -1, *, now: str | None = None) -> StateRows:
+        """See ``StateRows``; ``now``: also the leases ended by then."""
+        ...
 
     def layout(self) -> str | None:
         """The digest of the packing rules the stored capacities were worked out with."""
@@ -261,12 +289,12 @@ AUDITED: Final[Mapping[str, tuple[tuple[str, ...], str]]] = {
         "fraction_honored", "devices", "cost_per_hour", "carbon_factor", "note", "input_digest", "policy_revision",
         "opa_version", "released_at", "job_id", "document", "record_digest", "fleet_revision", "verdict_set",
         "request_id", "lease_expires_at", "created_ts", "released_ts", "residency", "verdicts", "fraction", "scheduler",
-        "job_uid", "job_state",
+        "job_uid", "job_state", "lease_expires_ts", "larger_partition",
     ), "id"),
     "allocations": (("decision_id", "pool", "devices", "created_at", "released_at"), "decision_id"),
     "holdings": (("decision_id", "pool", "device", "profile", "start", "units", "share"), "decision_id, device"),
     "burst_events": (("id", "created_at", "decision_id", "workload", "residency", "pool", "region", "verdict", "reason_code", "reason"), "id"),
-    "pools": (("name", "spec", "count", "held_outside", "free", "capacity", "version"), "name"),
+    "pools": (("name", "spec", "count", "held_outside", "free", "capacity", "version", "removed_at", "removing_since"), "name"),
     "capacity_log": (("version", "pool", "capacity"), "version, pool"),
 }  # fmt: skip
 

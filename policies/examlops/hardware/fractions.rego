@@ -4,7 +4,9 @@
 #   The grant: what a pool of a shape gives the workload. A fraction below 1.0 is honored only where
 #   the pool enables partitioning (supports_fractions) and the device can really be cut into isolated
 #   shares (data.examlops.tables.partitioning, by model where the pool names one, else by vendor):
-#   the smallest share that covers the request. A pool whose scheduler exposes fixed slices
+#   the smallest share that covers the request, or, when that one has no room now, a larger share
+#   that covers it (alternatives: smallest first, each flagged larger and priced as granted; the
+#   caller takes the first with room that the budget allows). A pool whose scheduler exposes fixed slices
 #   (fixed_profile, e.g. Slurm's gpu:1g.10gb) gives its slices as they are. Elsewhere the workload
 #   gets whole devices and the grant says so (honored = false) with the reason.
 # custom:
@@ -78,6 +80,37 @@ partial(shape, w) := {
 	sc := scheme(shape)
 	covering := [s | some s in sc.slices; s.units / sc.of >= w.fraction]
 	s := covering[0]
+}
+
+# The larger shares that also cover the request, smallest first: what a pool gives instead when the
+# smallest covering share (the grant) has no room now. Each is a grant of its own, flagged larger,
+# whose devices are what is priced and budgeted; its note says why the workload holds more than it
+# asked for. Empty where the grant is not a share cut for the request (whole devices, fixed slices).
+alternatives(shape, w) := [larger(sc, s, w, g) |
+	fixed_profile(shape) == null
+	w.fraction < 1
+	shape.supports_fractions == true
+	sc := scheme(shape)
+	g := partial(shape, w)
+	some s in sc.slices
+	s.units / sc.of > g.share
+]
+
+larger(sc, s, w, g) := {
+	"requested": w.fraction,
+	"honored": true,
+	"share": s.units / sc.of,
+	"units": 1,
+	"devices": s.units / sc.of,
+	"scheme": sc.kind,
+	"geometry": sc.geometry,
+	"profile": s.profile,
+	"why": null,
+	"note": sprintf(
+		"no %s had room: fraction %v honored with a larger partition, %s, priced as granted",
+		[g.profile, w.fraction, s.profile],
+	),
+	"larger": true,
 }
 
 # Fixed slices: each unit is one slice of the pool's profile. Undefined (and the partition check

@@ -310,3 +310,41 @@ test_about_reads if {
 		"workload": ["fraction", "count"],
 	}
 }
+
+# --- larger shares that also cover the request (alternatives) -----------------------------------------
+
+test_alternatives_are_the_larger_covering_shares_smallest_first if {
+	alts := fractions.alternatives(amd({"model": "mi300x"}), share(0.25))
+	[a.profile | some a in alts] == ["dpx", "spx"]
+	[a.devices | some a in alts] == [0.5, 1]
+	every a in alts {
+		a.larger == true
+		a.honored == true
+		a.units == 1
+		a.scheme == "amd-compute-partition"
+		a.note == sprintf("no qpx had room: fraction 0.25 honored with a larger partition, %s, priced as granted", [a.profile])
+	}
+}
+
+test_alternatives_on_mig_start_above_the_grant if {
+	g := fractions.grant(nvidia({"model": "h100"}), share(0.25))
+	g.profile == "2g.20gb"
+	alts := fractions.alternatives(nvidia({"model": "h100"}), share(0.25))
+	[a.profile | some a in alts] == ["3g.40gb", "4g.40gb", "7g.80gb"]
+	every a in alts {
+		a.share > g.share
+	}
+}
+
+no_alternative_cases := {
+	"whole devices": {"shape": amd({"model": "mi300x"}), "w": {"fraction": 1, "count": 2}},
+	"the largest share already": {"shape": amd({"model": "mi300x"}), "w": share(0.9)},
+	"partitioning off": {"shape": amd({"model": "mi300x", "supports_fractions": false}), "w": share(0.25)},
+	"no partitioning for the model": {"shape": nvidia({"model": "t4"}), "w": share(0.25)},
+	"fixed slices": {"shape": nvidia({"model": "h100", "fixed_profile": "1g.10gb"}), "w": share(0.1)},
+}
+
+test_no_alternatives_where_no_larger_share_is_cut[name] if {
+	some name, tc in no_alternative_cases
+	fractions.alternatives(tc.shape, tc.w) == []
+}

@@ -51,6 +51,7 @@ shape_verdicts := {k: v |
 		"grant": g.grant,
 		"shortfall": g.shortfall,
 		"limits": g.limits,
+		"alternatives": g.alternatives,
 		"blocks_burst": row.blocks_burst,
 	}
 }
@@ -108,19 +109,26 @@ pool_verdict(p) := priced_verdict(p, v, p.carbon_per_hour) if {
 	v := shape_verdicts[p.shape]
 } else := unknown_verdict(p)
 
-# A pool of a known shape with a price: the shape's verdict, its budget and its capacity.
+# A pool of a known shape with a price: the shape's verdict, its budget and its capacity. The pool
+# gives the first of its grants (the smallest share that covers the request, then the larger ones
+# the budget allows, when the smallest is within it) that has room now; with none, the smallest
+# (and its shortfall).
 priced_verdict(p, v, carbon) := pv if {
-	fits := capacity.room(v.grant, object.get(p, "capacity", {}))
-	over := budget.exceeded(v.limits, {"cost_per_hour": p.cost_per_hour, "carbon_per_hour": carbon})
+	price := {"cost_per_hour": p.cost_per_hour, "carbon_per_hour": carbon}
+	cap := object.get(p, "capacity", {})
+	roomy := [c | some c in candidates(v, price); capacity.room(c.grant, cap)]
+	fits := count(roomy) > 0
+	given := granted(roomy, v)
+	over := budget.exceeded(given.limits, price)
 	pv := {
 		"pool": p.name,
 		"tier": v.tier,
 		"denials": array.flatten([v.denials, over, [v.shortfall | not fits]]),
 		"shape_denied": (count(v.denials) + count(over)) > 0,
 		"fits": fits,
-		"grant": v.grant,
-		"grant_cost_per_hour": nine(p.cost_per_hour * v.grant.devices),
-		"grant_carbon_per_hour": nine(carbon * v.grant.devices),
+		"grant": given.grant,
+		"grant_cost_per_hour": nine(p.cost_per_hour * given.grant.devices),
+		"grant_carbon_per_hour": nine(carbon * given.grant.devices),
 		"cost_per_hour": p.cost_per_hour,
 		"fallback": v.fallback,
 		"burst": v.burst,
@@ -134,6 +142,18 @@ priced_verdict(p, v, carbon) := pv if {
 		"blocks_burst": count([1 | v.blocks_burst; count(over) == 0]) > 0,
 	}
 }
+
+# The grants a pool of verdict v may give at this price, in order: the smallest share that covers
+# the request, then (when the budget allows that one) each larger share the budget allows.
+candidates(v, price) := array.concat([{"grant": v.grant, "limits": v.limits}], [a |
+	count(budget.exceeded(v.limits, price)) == 0
+	some a in v.alternatives
+	count(budget.exceeded(a.limits, price)) == 0
+])
+
+granted(roomy, _) := roomy[0] if count(roomy) > 0
+
+granted(roomy, v) := {"grant": v.grant, "limits": v.limits} if count(roomy) == 0
 
 unknown_verdict(p) := {
 	"pool": p.name,

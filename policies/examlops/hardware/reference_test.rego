@@ -40,6 +40,7 @@ shapes := {
 	"cloud-virginia": shape({"target": "cloud", "region": "us-east-1"}),
 	"cloud-mars": shape({"target": "cloud", "region": "mars-1"}),
 	"cloud-amd": shape({"target": "cloud", "accelerator": "amd", "region": "us"}),
+	"hpc-mi300x": shape({"accelerator": "amd", "model": "mi300x", "supports_fractions": true}),
 }
 
 pool(name, key, cost, whole) := {
@@ -426,7 +427,7 @@ test_fraction_grant_is_what_capacity_checks if {
 	d := decide(half, [no_room])
 	d.verdicts["hpc-nvidia"].grant.profile == "4g"
 	codes(d.verdicts["hpc-nvidia"]) == ["slice_unavailable"]
-	d.verdicts["hpc-nvidia"].reasons[0].message == "no nvidia in the pool has room for a 4g beside the slices it holds"
+	d.verdicts["hpc-nvidia"].reasons[0].message == "no nvidia in the pool has room for a 4g beside the slices it holds, nor for a larger one the budget allows (7g)"
 	d.reason.code == "no_capacity"
 	room := object.union(no_room, {"capacity": {"whole": 0, "slices": {"4g": 1}}})
 	d2 := decide(half, [room])
@@ -944,4 +945,61 @@ test_a_pool_with_a_malformed_carbon_figure_is_denied if {
 	d := decide(train({}), [object.union(hpc_nvidia, {"carbon_per_hour": "lots"})])
 	d.verdicts["hpc-nvidia"].admissible == false
 	d.pool == null
+}
+
+# --- a fraction given a larger share when the smallest that covers it has no room ---------------------
+
+# One MI300X running DPX with one half held: a 0.25 (qpx) cannot go beside it (one mode per device),
+# but the free DPX half covers it: granted, flagged larger, priced as granted; an NVIDIA stand-in is
+# not needed.
+mi300x_half_held := {
+	"name": "hpc-mi300x", "shape": "hpc-mi300x", "cost_per_hour": 1.8, "carbon_per_hour": 250,
+	"capacity": {"whole": 0, "slices": {"cpx": 0, "qpx": 0, "dpx": 1, "spx": 0}},
+}
+
+amd_quarter := train({"accelerator": "amd", "fraction": 0.25})
+
+test_a_fraction_takes_the_smallest_free_partition_that_covers_it if {
+	nvidia_room := object.union(hpc_nvidia, {"capacity": {"whole": 8, "slices": {"2g": 24}}})
+	d := decide(amd_quarter, [mi300x_half_held, nvidia_room])
+	d.outcome == "placed"
+	d.pool == "hpc-mi300x"
+	v := d.verdicts["hpc-mi300x"]
+	v.grant.profile == "dpx"
+	v.grant.larger == true
+	v.grant_cost_per_hour == 0.9
+	d.note == "no qpx had room: fraction 0.25 honored with a larger partition, dpx, priced as granted"
+	codes(d.verdicts["hpc-nvidia"]) == ["fallback_not_needed"]
+}
+
+# A budget that the larger share would exceed: not given; the pool is short of room (not_now), and
+# its reason names the shares tried.
+test_a_larger_share_over_the_budget_is_not_given if {
+	d := decide(object.union(amd_quarter, {"max_cost_per_hour": 0.5}), [mi300x_half_held])
+	d.outcome == "rejected"
+	d.reason.code == "no_capacity"
+	v := d.verdicts["hpc-mi300x"]
+	v.grant.profile == "qpx"
+	codes(v) == ["slice_unavailable"]
+	contains(v.reasons[0].message, "nor for a larger one the budget allows (dpx, spx)")
+}
+
+# With room for the smallest share, it is given (never a larger one).
+test_the_smallest_share_with_room_is_given if {
+	roomy := object.union(mi300x_half_held, {"capacity": {"whole": 1, "slices": {"cpx": 8, "qpx": 4, "dpx": 3, "spx": 1}}})
+	d := decide(amd_quarter, [roomy])
+	d.verdicts["hpc-mi300x"].grant.profile == "qpx"
+	object.get(d.verdicts["hpc-mi300x"].grant, "larger", false) == false
+	d.note == null
+}
+
+# A cheaper pool's smallest share ranks first, but a pool that can only give a larger one ranks
+# where that one's cost puts it.
+test_a_larger_share_is_ranked_by_what_it_costs if {
+	cheap_full := object.union(mi300x_half_held, {"name": "cheap", "cost_per_hour": 1.0})
+	dearer := object.union(mi300x_half_held, {"name": "dearer", "cost_per_hour": 1.5, "capacity": {"whole": 1, "slices": {"qpx": 4, "dpx": 2}}})
+	d := decide(amd_quarter, [cheap_full, dearer])
+	d.pool == "dearer"
+	d.verdicts.dearer.grant_cost_per_hour == 0.375
+	d.verdicts.cheap.grant_cost_per_hour == 0.5
 }

@@ -118,12 +118,20 @@ note_list := sort({n | some row in tier_results; some n in array.slice(row, 1, 4
 
 note_index := {n: i | some i, n in note_list}
 
-# Per distinct grant: [projection, {grant, the shortfall reason, the budget's limits per device-hour}].
-grant_rows := [[v, {"grant": g, "shortfall": capacity.shortfall(p, g), "limits": budget.limits(w, g)}] |
+# Per distinct grant: [projection, {grant, the shortfall reason, the budget's limits per device-hour,
+# the larger shares that also cover the request (each with its limits), smallest first}].
+grant_rows := [[v, row] |
 	composer.valid
 	some v in sort({v | some v in grant_values})
 	p := fields_of(v, grant_fields)
 	g := fractions.grant(p, w)
+	larger := fractions.alternatives(p, w)
+	row := {
+		"grant": g,
+		"shortfall": capacity.shortfall_of(p, g, [a.profile | some a in larger]),
+		"limits": budget.limits(w, g),
+		"alternatives": [{"grant": a, "limits": budget.limits(w, a)} | some a in larger],
+	}
 ]
 
 grant_index := {p: i | some i, [p, _] in grant_rows}

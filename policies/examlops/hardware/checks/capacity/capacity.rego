@@ -65,6 +65,25 @@ shortfall(shape, grant) := reason.make(
 	{"units": grant.units, "profile": grant.profile},
 )
 
+# The reason a pool short of capacity gets when larger shares also cover the request (``larger``:
+# their profiles, smallest first) and none of them the budget allows has room either.
+shortfall_of(shape, grant, []) := shortfall(shape, grant)
+
+shortfall_of(shape, grant, larger) := reason.make(
+	"slice_unavailable",
+	"not_now",
+	sprintf(
+		concat("", [
+			"no %s in the pool has room for a %s beside the slices it holds, ",
+			"nor for a larger one the budget allows (%s)",
+		]),
+		[device(shape), grant.profile, concat(", ", larger)],
+	),
+	{"units": grant.units, "profile": grant.profile, "larger": larger},
+) if {
+	count(larger) > 0
+}
+
 device(shape) := upper(shape.model) if object.get(shape, "model", null) != null
 
 else := shape.accelerator

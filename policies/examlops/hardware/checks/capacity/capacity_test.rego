@@ -117,3 +117,20 @@ test_about if {
 	a.custom.reads == {"shape": ["accelerator", "model", "fixed_profile"], "workload": []}
 	object.keys(a.custom.codes) == {"capacity_exhausted", "slice_unavailable"}
 }
+
+# With larger shares that also cover the request, the shortfall names them: none of them (within the
+# budget) had room either.
+test_shortfall_names_the_larger_shares_tried if {
+	mi300x := {"accelerator": "amd", "model": "mi300x", "fixed_profile": null}
+	capacity.shortfall_of(mi300x, slice_grant("qpx", 1), ["dpx", "spx"]) == {
+		"code": "slice_unavailable",
+		"kind": "not_now",
+		"message": "no MI300X in the pool has room for a qpx beside the slices it holds, nor for a larger one the budget allows (dpx, spx)",
+		"details": {"units": 1, "profile": "qpx", "larger": ["dpx", "spx"]},
+	}
+}
+
+test_shortfall_without_larger_shares_is_the_plain_one if {
+	capacity.shortfall_of(h100, slice_grant("4g.40gb", 1), []) == capacity.shortfall(h100, slice_grant("4g.40gb", 1))
+	capacity.shortfall_of(h100, whole_grant(2), []) == capacity.shortfall(h100, whole_grant(2))
+}
