@@ -363,10 +363,12 @@ class SQLStore(ABC):
 
     def _held(self, pool: str) -> list[HeldRow]:
         # From the pool's live allocations (their partial index) to their holdings (by decision):
-        # what this reads is what the pool holds now, never every holding it ever had.
+        # what this reads is what the pool holds now, never every holding it ever had. In the
+        # order the grants were made (then by device), whatever order the ids came in.
         rows = self._execute(
-            "SELECT h.decision_id, h.device, h.profile, h.start, h.units, h.share FROM holdings h WHERE h.decision_id IN "
-            "(SELECT a.decision_id FROM allocations a WHERE a.pool = ? AND a.released_at IS NULL)",
+            "SELECT h.decision_id, h.device, h.profile, h.start, h.units, h.share FROM allocations a "
+            "JOIN holdings h ON h.decision_id = a.decision_id WHERE a.pool = ? AND a.released_at IS NULL "
+            "ORDER BY a.created_at, a.decision_id, h.device, h.start",
             (pool,),
         ).fetchall()
         return [

@@ -168,8 +168,8 @@ class SQLiteStore(SQLStore):
         try:
             doc = json.loads(self.head_file.read_text(encoding="utf-8"))
             return int(doc["audit_size"]), str(doc["audit_head"])
-        except FileNotFoundError:
-            return None
+        except (FileNotFoundError, NotADirectoryError):
+            return None  # nothing recorded (a home that is not a folder is refused as unusable when opened)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise StateCorrupt(
                 f"{self.head_file} cannot be read ({exc}): it records how far this home's audit log reached; "
