@@ -85,13 +85,19 @@ class TestReport:
         return not self.failed and self.coverage is not None and self.coverage >= self.threshold
 
 
+# Each Rego test's deadline. OPA's default (5 s) catches a hang but also fails the property-style
+# tests (2-4 s each on an idle 2-core machine) whenever the machine is busy; 120 s still catches a
+# hang.
+TEST_TIMEOUT = "--timeout=120s"
+
+
 def run_tests(policy_root: Path | None = None, *, threshold: float = COVERAGE_THRESHOLD, opa: Path | None = None) -> TestReport:
     """Run the policy's Rego tests, then measure coverage (only when every test passed: OPA
     reports no coverage otherwise). Raises PolicyUnavailable when OPA cannot run, PolicyError when
     the policy does not compile."""
     root = policy_root or policy_dir()
     binary = str(opa or opa_binary())
-    done = _run([binary, "test", str(root)], "run the policy tests")
+    done = _run([binary, "test", TEST_TIMEOUT, str(root)], "run the policy tests")
     output = (done.stdout + done.stderr).strip()
     if done.returncode not in (0, 2):
         raise PolicyError(f"opa test could not run the policy tests in {root} (does the policy compile?):\n{output[-2000:]}")
@@ -100,7 +106,7 @@ def run_tests(policy_root: Path | None = None, *, threshold: float = COVERAGE_TH
     passed_tests = int(passed.group(1)) if passed else 0
     if failed:
         return TestReport(passed_tests, failed, None, threshold, output)
-    cov = _run([binary, "test", "--coverage", str(root)], "measure the policy's test coverage")
+    cov = _run([binary, "test", TEST_TIMEOUT, "--coverage", str(root)], "measure the policy's test coverage")
     try:
         coverage = float(json.loads(cov.stdout)["coverage"])
     except (ValueError, LookupError, TypeError) as exc:

@@ -432,6 +432,8 @@ class Hardware:
             if done.record is None:
                 assert done.earlier is not None and request_id is not None
                 return _same_request(self._record(done.earlier), request, request_id)
+            if done.after is not None:
+                self._snapshots.advance(snap.base or snap, *done.after)
             return done.record
         raise StateError(f"pools kept changing while {workload.name} was being placed ({FLEET_ROUNDS} rounds); nothing was placed")
 

@@ -119,3 +119,34 @@ def test_an_altered_capacity_log_is_caught_when_the_decision_is_read(hardware: H
             fresh.decision(record.id)
     finally:
         fresh.close()
+
+
+def test_a_process_s_own_placement_advances_its_snapshot_without_reading_the_pool_back(hardware: Hardware) -> None:
+    """After a placement that changed only its pool, the next snapshot is the one the store would
+    give, and reading it costs one statement (the state version), not a read of the pool."""
+    from examlops_policy._core.state import Snapshots
+
+    hardware.apply([*FLEET, Pool("mig", "hpc", "nvidia", 2, "eu", model="a100", supports_fractions=True)])
+    statements: list[str] = []
+    for workload in [AMD, AMD, Workload("half", "nvidia", fraction=0.5, target="hpc"), AMD, AMD]:
+        record = hardware.place(workload)
+        db = hardware.store._db  # type: ignore[attr-defined]
+        db.set_trace_callback(statements.append)
+        try:
+            snap = hardware._snapshot()
+        finally:
+            db.set_trace_callback(None)
+        fresh = Snapshots().read(hardware.store)
+        assert (snap.version, snap.fleet_version, snap.states, snap.capacity_digest) == (
+            fresh.version, fresh.fleet_version, fresh.states, fresh.capacity_digest,
+        )  # fmt: skip
+        if isinstance(record.decision, Placement):
+            assert len(statements) == 1 and statements[0].startswith("SELECT fleet_version FROM state WHERE id = 1 AND version = "), statements
+        statements.clear()
+    # Another process's write in between is read from the store as before.
+    other = Hardware(hardware.home, store=None, policy=hardware.policy)
+    try:
+        other.place(AMD)
+    finally:
+        other.close()
+    assert hardware._snapshot().states == Snapshots().read(hardware.store).states

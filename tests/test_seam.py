@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from examlops_policy._core.codec import content_key, decode_verdicts, workload_input
+from examlops_policy._core.codec import content_key, decode_verdicts, views_key, workload_input
 from examlops_policy._core.verdicts import Signature
+from examlops_policy._policy import FLEET_PATH, VIEWS_KEPT, VIEWS_MIN_KEYS, OpaPolicy
 from examlops_policy.errors import PolicyError
 from examlops_policy.model import Pool, Workload
-from examlops_policy.opa import connect
+from examlops_policy.opa import connect, stop_server
+from examlops_policy.tables import policy_dir
 from tests.conftest import ROOT, SEED_POOLS
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -154,3 +156,97 @@ def test_about_of_a_policy_from_before_the_pool_stage_and_texts_were_published_s
     assert about.texts == {} and about.signature.shape == tuple(raw["signature"]["shape"])
     with pytest.raises(PolicyError, match="at a stage this engine cannot run"):
         decode_about({**raw, "pool_stage": ["budget"]}, "test")
+
+
+class Counting:
+    """A transport that remembers every request's method and path (less the key)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.describe = inner.describe
+        self.sent: list[tuple[str, str]] = []
+
+    def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+        self.sent.append((method, path.rsplit("/", 1)[0] if "/views/" in path else path))
+        return self.inner.request(method, path, body)  # type: ignore[no-any-return]
+
+    def count(self, method: str, path: str) -> int:
+        return self.sent.count((method, path))
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@pytest.mark.opa
+def test_the_fleet_views_are_stored_once_and_change_no_answer(tmp_path: Path) -> None:
+    """A connection that asks about a key set again has OPA work out the fleet's views once and
+    store them; the queries after it read them (they carry their digest), and every answer is the
+    one the shapes given inline get. Views found stored are not read by another connection, and
+    views rewritten in place are not read at all. A server that lost its data (restarted) is given
+    the shapes and the views again."""
+    import hashlib
+
+    from examlops_policy.opa.content import canonical_json
+
+    connection = connect(tmp_path, policy_root=policy_dir())
+    try:
+        transport = Counting(connection.transport)
+        policy = OpaPolicy(transport)  # type: ignore[arg-type]
+        signature = policy.about().signature
+        shapes = shapes_of([s.pool for s in fleet.generate_fleet(120, 7)], signature)
+        keys = sorted(shapes)
+        assert len(keys) >= VIEWS_MIN_KEYS
+        views = f"{FLEET_PATH}/views"
+        for workload in WORKLOADS:
+            wsig = signature.workload_of(workload_input(workload))
+            inline = query(transport, "verdicts", {"workload": wsig, "keys": keys, "shapes": shapes})
+            assert policy.verdicts(wsig, keys, shapes) == decode_verdicts(inline, keys, "inline")
+            assert query(transport, "verdicts", {"workload": wsig, "keys": keys}) == inline
+        # Asked about once (nothing stored), then stored once, when asked about again.
+        assert transport.count("POST", f"{PATH}/views") == 1 and transport.count("PUT", views) == 1
+        stored = json.loads(transport.request("GET", views)[1])["result"]
+        assert list(stored) == [views_key(keys)] and stored[views_key(keys)]["revision"] == policy.confirm().revision
+        # What the verdict queries carry is what the stored views hash to (as OPA's json.marshal
+        # writes them), so they are read.
+        digest = policy._views[views_key(keys)][1]
+        assert hashlib.sha256(canonical_json(stored[views_key(keys)])).hexdigest() == digest
+
+        # Rewritten in place with the token (every check made to see the views of another):
+        # no longer what they hash to, so not read; the answers stay the shapes' own.
+        tampered = dict(stored[views_key(keys)])
+        tampered["fixed"] = {}
+        tampered["checks"] = {name: {**c, "views": list(reversed(c["views"]))} for name, c in tampered["checks"].items()}
+        assert transport.request("PUT", f"{views}/{views_key(keys)}", json.dumps(tampered).encode())[0] in (200, 204)
+        for workload in WORKLOADS:
+            wsig = signature.workload_of(workload_input(workload))
+            inline = query(transport, "verdicts", {"workload": wsig, "keys": keys, "shapes": shapes})
+            assert policy.verdicts(wsig, keys, shapes) == decode_verdicts(inline, keys, "inline"), workload.name
+        assert transport.count("POST", f"{PATH}/views") == 1  # the connection holds its digest: it did not ask again
+
+        # Another connection does not read views it finds stored: it stores its own once it asks again.
+        other = Counting(connect(tmp_path, policy_root=policy_dir()).transport)
+        try:
+            mine = OpaPolicy(other)  # type: ignore[arg-type]
+            for workload in WORKLOADS[:3]:
+                mine.verdicts(signature.workload_of(workload_input(workload)), keys, shapes)
+            assert other.count("POST", f"{PATH}/views") == 1 and other.count("PUT", views) == 1
+        finally:
+            other.close()
+
+        # A few key sets' views are kept per connection; the oldest is removed from OPA.
+        for n in range(VIEWS_KEPT + 1):
+            for _ in range(2):
+                policy.verdicts(signature.workload_of(workload_input(WORKLOADS[0])), keys[n:], shapes)
+        assert transport.count("DELETE", views) == 1
+        assert len(json.loads(transport.request("GET", views)[1])["result"]) == VIEWS_KEPT
+
+        transport.request("DELETE", FLEET_PATH)
+        wsig = signature.workload_of(workload_input(WORKLOADS[1]))
+        assert policy.verdicts(wsig, keys[2:], shapes) == decode_verdicts(
+            query(transport, "verdicts", {"workload": wsig, "keys": keys[2:], "shapes": shapes}), keys[2:], "inline"
+        )
+        # Asked with the digest it held, told the shapes are gone, it uploads them and stores the views again.
+        assert transport.count("POST", f"{PATH}/views") == 1 + VIEWS_KEPT + 1
+        assert list(json.loads(transport.request("GET", views)[1])["result"]) != []
+    finally:
+        stop_server(tmp_path)

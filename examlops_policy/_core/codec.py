@@ -18,7 +18,7 @@ import functools
 import hashlib
 import json
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, cast
 
 from examlops_policy.errors import PolicyError, StateError
@@ -294,6 +294,31 @@ def shapes_patch(shapes: Mapping[str, JSONObject]) -> bytes:
     return json.dumps([{"op": "add", "path": f"/{key}", "value": shape} for key, shape in sorted(shapes.items())], separators=(",", ":")).encode("utf-8")
 
 
+def json_bytes(value: object) -> bytes:
+    """``value`` as compact JSON (a document this layer stores in OPA)."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def views_key(keys: Iterable[str]) -> str:
+    """The key the fleet's views for exactly ``keys`` are stored under in OPA: the SHA-256 of the
+    keys, sorted, one per line (as the policy derives it, verdicts.key_of)."""
+    return hashlib.sha256("\n".join(sorted(keys)).encode("utf-8")).hexdigest()
+
+
+def stored_views(raw: object, where: str) -> tuple[JSONObject, str, str]:
+    """The policy's ``views`` answer: the views to store, the key they are for (the shapes they
+    cover) and their digest (what a verdict query carries for the stored views to be read)."""
+    d = _Decoder(where)
+    top = d.obj(raw, "views")
+    views = d.obj(top.get("views"), "views.views")
+    key, digest = views.get("key"), top.get("digest")
+    if not isinstance(key, str) or not key.isalnum():
+        raise d.fail("views.views.key", "a hex digest", key)
+    if not isinstance(digest, str) or not digest.isalnum():
+        raise d.fail("views.digest", "a hex digest", digest)
+    return cast(JSONObject, views), key, digest
+
+
 def shapes_document(shapes: Mapping[str, JSONObject]) -> bytes:
     """The fleet's shapes as a document of their own (a server that holds none yet)."""
     return json.dumps({"shapes": dict(shapes)}, separators=(",", ":")).encode("utf-8")
@@ -543,8 +568,32 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
     def note(value: object, path: str) -> str | None:
         return None if value is None else notes[index(value, len(notes), path)]
 
+    # Rows that say the same thing are one verdict: each distinct row is read once (the path that
+    # words an error is taken only for a row the quick checks below do not accept).
+    made: dict[_Row, ShapeVerdict] = {}
     shapes: dict[str, ShapeVerdict] = {}
     for key in set(keys) - set(missing):
+        row = rows.get(key)
+        same = _row_key(row, len(notes), len(reasons), len(grants))
+        if same is not None:
+            found = made.get(same)
+            if found is None:
+                tier, n, n_full, n_budget, denied, g, blocks = same
+                grant, shortfall, limits, alternatives = grants[g]
+                found = made[same] = ShapeVerdict(
+                    tier=tier,
+                    note=None if n is None else notes[n],
+                    denials=tuple(reasons[j] for j in denied),
+                    grant=grant,
+                    shortfall=shortfall,
+                    blocks_burst=blocks,
+                    note_full=None if n_full is None else notes[n_full],
+                    limits=limits,
+                    note_budget=None if n_budget is None else notes[n_budget],
+                    alternatives=alternatives,
+                )
+            shapes[key] = found
+            continue
         path = f"verdicts.shapes[{key}]"
         row = d.obj(rows.get(key), path)
         tier = d.integer(d.field(row, "tier", path), f"{path}.tier")
@@ -565,6 +614,29 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
             alternatives=alternatives,
         )
     return Answer(cast("str | None", revision), workload, shapes, missing)
+
+
+_Row = tuple[int, "int | None", "int | None", "int | None", tuple[int, ...], int, bool]
+
+
+def _row_key(row: object, notes: int, reasons: int, grants: int) -> _Row | None:
+    """A shape row as a hashable value when it is plainly well formed (whole numbers in range,
+    true or false), else None: the caller then reads it field by field and says what is wrong."""
+    if type(row) is not dict:
+        return None
+    try:
+        tier, denials, grant, blocks = row["tier"], row["denials"], row["grant"], row["blocks_burst"]
+        note, full, budget = row["note"], row["note_full"], row["note_budget"]
+    except KeyError:
+        return None
+    if type(tier) is not int or not 0 <= tier <= 3 or type(grant) is not int or not 0 <= grant < grants or type(blocks) is not bool:
+        return None
+    for n in (note, full, budget):
+        if n is not None and (type(n) is not int or not 0 <= n < notes):
+            return None
+    if type(denials) is not list or any(type(j) is not int or not 0 <= j < reasons for j in denials):
+        return None
+    return (tier, note, full, budget, tuple(denials), grant, blocks)
 
 
 # -- the stored form of verdicts (verdict sets) --------------------------------------------------

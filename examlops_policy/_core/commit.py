@@ -26,7 +26,7 @@ from datetime import timedelta
 from typing import Final, TypeVar
 
 from examlops_policy.errors import NotFoundError, SpecError, StateError
-from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Placement, Pool, pool_spec
+from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Placement, Pool, PoolState, pool_spec
 from examlops_policy.store.api import BurstRow, DecisionRow, HeldRow, NewDecision, PoolRow, Rows, StaleFleet, StateRows, Transaction
 from examlops_policy.views import DecisionRecord, PoolChange
 from examlops_policy._core import codec, leases, packing
@@ -53,6 +53,9 @@ class Committed:
 
     record: DecisionRecord | None
     earlier: DecisionRow | None = None
+    # When the write changed nothing but the chosen pool, on top of the snapshot it was decided
+    # on: the state version after it and the pool's state then (the caller's next snapshot).
+    after: tuple[int, PoolState] | None = None
 
 
 # -- placements ----------------------------------------------------------------------------------
@@ -120,12 +123,16 @@ def place(
         now = txn.now()
         until = leases.lease_end(now, lease) if lease is not None else lease_expires_at
         record = _write(txn, ident, decision, prepared, snap.version, now=now, source=source, request_id=request_id, lease_expires_at=until)
+        after = None
         if isinstance(decision, Placement):
             state = snap.states[snap.index[decision.pool]]
             mine = [HeldRow(ident, h, decision.grant.share) for h in decision.holdings]
-            _refresh(txn, capacities, state.pool, state.held_outside, txn.bump(), [*held, *mine])
+            bumped = txn.bump()
+            capacity, free = _refresh(txn, capacities, state.pool, state.held_outside, bumped, [*held, *mine])
+            if snap is snapshot and snapshot.base is None and version == snapshot.version:
+                after = (bumped, PoolState(state.pool, free, capacity, state.held_outside, state.removing))
         made.append(record)
-        return Committed(record)
+        return Committed(record, after=after)
 
     def landed(txn: Transaction) -> Committed | None:
         row = txn.by_id(ident)
@@ -255,10 +262,13 @@ def _write(
     return DecisionRecord(ident, now, dataclasses.replace(decision, decision_id=ident), None, None, request_id, lease_expires_at if placed else None)
 
 
-def _refresh(txn: Transaction, capacities: Capacities, pool: Pool, held_outside: float, version: int, held: Sequence[HeldRow] | None = None) -> None:
+def _refresh(
+    txn: Transaction, capacities: Capacities, pool: Pool, held_outside: float, version: int, held: Sequence[HeldRow] | None = None
+) -> tuple[Capacity, float]:
     """Work out what ``pool`` can still place from what it holds, and store it (and log it)."""
     capacity, free = capacities.of(pool, txn.held(pool.name) if held is None else held, held_outside)
     txn.set_capacity(pool.name, codec.capacity_text(capacity), free, version)
+    return capacity, free
 
 
 # -- releases and leases -------------------------------------------------------------------------

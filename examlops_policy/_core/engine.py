@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Final, Generic, TypeVar, cast
@@ -25,7 +25,7 @@ from examlops_policy.tables import Tables
 from examlops_policy._core import codec
 from examlops_policy._core.request import Request
 from examlops_policy._core.selection import Fleet, FleetEntry, Judged, decide_over, priced
-from examlops_policy._core.verdicts import About, PolicyEvaluator, ShapeVerdict, WorkloadVerdict
+from examlops_policy._core.verdicts import About, PolicyEvaluator, ShapeVerdict, Signature, WorkloadVerdict
 
 MAX_VERDICTS: Final = 200_000
 MAX_JUDGED: Final = 64
@@ -51,6 +51,27 @@ class _Lru(Generic[K, V]):
         self._items.move_to_end(key)
         while len(self._items) > self._limit:
             self._items.popitem(last=False)
+
+
+class _Shapes(Mapping[str, JSONObject]):
+    """The shapes of the pools a verdict query asks about, by key: each worked out only when the
+    policy lacks it (to be uploaded), not for every query."""
+
+    def __init__(self, signature: Signature) -> None:
+        self.signature = signature
+        self.pools: dict[str, Pool] = {}
+
+    def __getitem__(self, key: str) -> JSONObject:
+        return self.signature.shape_of(self.pools[key])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.pools)
+
+    def __len__(self) -> int:
+        return len(self.pools)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.pools
 
 
 class RevisionMismatch(PolicyError):
@@ -213,13 +234,13 @@ class Engine:
 
     def _judge(self, revision: str, about: About, wsig: JSONObject, wkey: str, fleet: Fleet) -> tuple[Judged, bool]:
         shapes: dict[str, ShapeVerdict] = {}
-        wanted: dict[str, JSONObject] = {}
+        wanted = _Shapes(about.signature)
         for entry in fleet.entries:
             if entry.key in shapes or entry.key in wanted:
                 continue
             known = self._verdicts.get((revision, wkey, entry.key))
             if known is None:
-                wanted[entry.key] = about.signature.shape_of(entry.pool)
+                wanted.pools[entry.key] = entry.pool
             else:
                 shapes[entry.key] = known
         cached = self._workload_verdicts.get((revision, wkey))

@@ -131,12 +131,15 @@ class _Device:
         return not self.whole and not self.memory and not self.partitions
 
 
-def _devices(layout: PoolLayout, holdings: Iterable[Holding]) -> list[_Device]:
-    devices = [_Device(i) for i in range(layout.devices)]
+def _devices(layout: PoolLayout, holdings: Iterable[Holding]) -> dict[int, _Device]:
+    """The devices some holding names, by index (every other device is empty: only counted)."""
+    held: dict[int, _Device] = {}
     for h in holdings:
         if not 0 <= h.device < layout.devices:
             continue  # a device beyond the pool's count (it shrank): nothing to place there
-        d = devices[h.device]
+        d = held.get(h.device)
+        if d is None:
+            d = held[h.device] = _Device(h.device)
         if h.profile is None or layout.kind == "fixed":
             d.whole = True
         elif layout.kind == "mig":
@@ -153,7 +156,24 @@ def _devices(layout: PoolLayout, holdings: Iterable[Holding]) -> list[_Device]:
                 continue
             d.mode = share.units
             d.partitions.add(h.start)
-    return devices
+    return held
+
+
+def _in_use(held: Mapping[int, _Device]) -> list[_Device]:
+    """The devices that are not empty, in index order."""
+    return [held[i] for i in sorted(held) if not held[i].empty]
+
+
+def _free(devices: int, taken: Iterable[int], n: int) -> list[int]:
+    """The first ``n`` device indexes below ``devices`` that are not ``taken``."""
+    skip = set(taken)
+    out: list[int] = []
+    i = 0
+    while len(out) < n and i < devices:
+        if i not in skip:
+            out.append(i)
+        i += 1
+    return out
 
 
 def _mig_free_starts(layout: PoolLayout, d: _Device, share: Share) -> list[int]:
@@ -186,13 +206,12 @@ def summarize(layout: PoolLayout, holdings: Sequence[Holding], held_outside: flo
     if layout.kind == "fixed":
         taken = {h.device for h in holdings if 0 <= h.device < layout.devices}
         return Capacity(0, {str(layout.fixed_profile): max(0, layout.devices - len(taken) - outside)})
-    devices = _devices(layout, holdings)
-    empty = sum(1 for d in devices if d.empty)
-    usable_empty = max(0, empty - outside)
+    devices = _in_use(_devices(layout, holdings))
+    usable_empty = max(0, layout.devices - len(devices) - outside)
     slices: dict[str, int] = {}
     for profile, share in layout.shares.items():
         per_empty = _fits(layout, _Device(-1), share)
-        partial = sum(_fits(layout, d, share) for d in devices if not d.empty)
+        partial = sum(_fits(layout, d, share) for d in devices)
         slices[profile] = partial + usable_empty * per_empty
     return Capacity(usable_empty, slices)
 
@@ -204,26 +223,28 @@ def choose(
     fit. Deterministic for the same holdings."""
     outside = _outside(held_outside)
     if layout.kind == "fixed":
-        taken = {h.device for h in holdings}
-        free = [i for i in range(layout.devices) if i not in taken]
-        if profile != layout.fixed_profile or len(free) - outside < units:
+        taken = {h.device for h in holdings if 0 <= h.device < layout.devices}
+        if profile != layout.fixed_profile or layout.devices - len(taken) - outside < units:
             return None
-        return tuple(Holding(i, profile) for i in free[:units])
-    devices = _devices(layout, holdings)
-    empty = [d for d in devices if d.empty]
+        return tuple(Holding(i, profile) for i in _free(layout.devices, taken, units))
+    held = _devices(layout, holdings)
+    devices = _in_use(held)
+    empty = layout.devices - len(devices)
+    in_use = (d.index for d in devices)
     if profile is None:
-        if len(empty) - outside < units:
+        if empty - outside < units:
             return None
-        return tuple(Holding(d.index) for d in empty[:units])
+        return tuple(Holding(i) for i in _free(layout.devices, in_use, units))
     share = layout.shares.get(profile)
     if share is None or units != 1:
         return None
-    usable_empty = len(empty) - outside
-    candidates = [d for d in devices if not d.empty] + (empty[:1] if usable_empty > 0 else [])
+    candidates = list(devices)
+    if empty - outside > 0:
+        candidates += [held.get(i) or _Device(i) for i in _free(layout.devices, in_use, 1)]
     best: tuple[tuple[object, ...], Holding] | None = None
     for d in candidates:
         for start in _starts(layout, d, share):
-            key = _loss(layout, devices, d, share, start)
+            key = _loss(layout, d, share, start)
             if best is None or key < best[0]:
                 best = (key, Holding(d.index, profile, start, share.units))
     return None if best is None else (best[1],)
@@ -237,7 +258,7 @@ def _starts(layout: PoolLayout, d: _Device, share: Share) -> list[int]:
     return [min(set(range(share.partitions)) - d.partitions)]
 
 
-def _loss(layout: PoolLayout, devices: list[_Device], d: _Device, share: Share, start: int) -> tuple[object, ...]:
+def _loss(layout: PoolLayout, d: _Device, share: Share, start: int) -> tuple[object, ...]:
     """The rank of putting ``share`` at ``start`` on ``d``: what the pool loses of each profile,
     largest first (an empty device used up counts first), then the room left on the device, then
     device and start."""
@@ -265,21 +286,28 @@ def _stranded(layout: PoolLayout, d: _Device) -> int:
 
 @functools.lru_cache(maxsize=4096)
 def _stranded_memo(compute_slices: int, shares: tuple[Share, ...], memory: frozenset[int], compute: int) -> int:
-    fillings: set[tuple[int, ...]] = set()  # the compute slices of each instance, largest first
-
-    def fill(held: frozenset[int], used: int, chosen: tuple[int, ...]) -> None:
-        fillings.add(chosen)
-        for share in shares:
-            if used + share.compute > compute_slices or (chosen and share.compute > chosen[-1]):
-                continue
-            for start in share.starts:
-                run = frozenset(range(start, start + share.memory))
-                if not held & run:
-                    fill(held | run, used + share.compute, (*chosen, share.compute))
-
-    fill(memory, compute, ())
+    # Every way the free memory slices could still be filled: the compute slices of each instance,
+    # largest first.
+    fillings = _fillings(compute_slices, shares, memory, compute, compute_slices)
     maximal = [f for f in fillings if not any(len(g) > len(f) and _within(f, g) for g in fillings)]
     return sum(compute_slices - compute - sum(f) for f in maximal)
+
+
+@functools.lru_cache(maxsize=16384)
+def _fillings(compute_slices: int, shares: tuple[Share, ...], held: frozenset[int], used: int, cap: int) -> frozenset[tuple[int, ...]]:
+    """The ways a device holding memory slices ``held`` and ``used`` compute slices could still be
+    filled with instances of at most ``cap`` compute slices each, largest first (none among them).
+    Many orders of placing the same instances reach the same device: each is worked out once."""
+    found: set[tuple[int, ...]] = {()}
+    for share in shares:
+        if used + share.compute > compute_slices or share.compute > cap:
+            continue
+        for start in share.starts:
+            run = frozenset(range(start, start + share.memory))
+            if not held & run:
+                rest = _fillings(compute_slices, shares, held | run, used + share.compute, share.compute)
+                found.update((share.compute, *more) for more in rest)
+    return frozenset(found)
 
 
 def _within(small: tuple[int, ...], large: tuple[int, ...]) -> bool:

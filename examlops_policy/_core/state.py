@@ -112,26 +112,7 @@ def merge(previous: Snapshot | None, rows: StateRows) -> tuple[Snapshot, frozens
     removed = {r.name for r in rows.pools if r.removed}
     changed = {r.name: state_of(r) for r in rows.pools if not r.removed}
     if previous is not None and not removed and all(name in previous.index for name in changed):
-        states = list(previous.states)
-        frags = list(previous.fragments) if len(previous.fragments) == len(states) else [_fragment(s.capacity) for s in states]
-        capacities = list(previous.capacities)
-        moved = set()
-        same_pools = rows.fleet_version == previous.fleet_version
-        for name, state in changed.items():
-            i = previous.index[name]
-            same_pools = same_pools and states[i].pool == state.pool
-            if states[i].capacity != state.capacity:
-                moved.add(name)
-                frags[i] = _fragment(state.capacity)
-                capacities[i] = state.capacity
-            states[i] = state
-        result = Snapshot(rows.version, rows.fleet_version, tuple(states), tuple(frags))
-        # The same pools in the same order: what is worked out per pool name carries over.
-        result.__dict__["index"] = previous.index
-        result.__dict__["capacities"] = capacities
-        if same_pools:
-            result.__dict__["pools"] = previous.pools
-        return result, frozenset(moved)
+        return _replaced(previous, rows.version, rows.fleet_version, changed)
     merged = {s.pool.name: s for s in (previous.states if previous is not None else ())}
     before = dict(merged)
     merged.update(changed)
@@ -140,6 +121,30 @@ def merge(previous: Snapshot | None, rows: StateRows) -> tuple[Snapshot, frozens
     ordered = tuple(merged[n] for n in sorted(merged))
     moved = {n for n, s in changed.items() if n not in before or before[n].capacity != s.capacity} | (removed & set(before))
     return Snapshot(rows.version, rows.fleet_version, ordered, tuple(_fragment(s.capacity) for s in ordered)), frozenset(moved)
+
+
+def _replaced(previous: Snapshot, version: int, fleet_version: int, changed: Mapping[str, PoolState]) -> tuple[Snapshot, frozenset[str]]:
+    """``previous`` with the states of some of its pools replaced, at ``version``."""
+    states = list(previous.states)
+    frags = list(previous.fragments) if len(previous.fragments) == len(states) else [_fragment(s.capacity) for s in states]
+    capacities = list(previous.capacities)
+    moved = set()
+    same_pools = fleet_version == previous.fleet_version
+    for name, state in changed.items():
+        i = previous.index[name]
+        same_pools = same_pools and states[i].pool == state.pool
+        if states[i].capacity != state.capacity:
+            moved.add(name)
+            frags[i] = _fragment(state.capacity)
+            capacities[i] = state.capacity
+        states[i] = state
+    result = Snapshot(version, fleet_version, tuple(states), tuple(frags))
+    # The same pools in the same order: what is worked out per pool name carries over.
+    result.__dict__["index"] = previous.index
+    result.__dict__["capacities"] = capacities
+    if same_pools:
+        result.__dict__["pools"] = previous.pools
+    return result, frozenset(moved)
 
 
 def as_of(snapshot: Snapshot, rows: StateRows, capacities: Capacities) -> Snapshot:
@@ -182,6 +187,13 @@ class Snapshots:
         snapshot, _ = merge(previous, rows)
         self.last = snapshot
         return snapshot if capacities is None else as_of(snapshot, rows, capacities)
+
+    def advance(self, base: Snapshot, version: int, state: PoolState) -> None:
+        """This process's own write made ``base`` into ``version`` by changing one pool to
+        ``state`` and nothing else: the next read starts from there instead of reading that pool
+        back (only when ``base`` is still the last snapshot read)."""
+        if self.last is base and version == base.version + 1 and state.pool.name in base.index:
+            self.last, _ = _replaced(base, version, base.fleet_version, {state.pool.name: state})
 
     def forget(self) -> None:
         self.last = None

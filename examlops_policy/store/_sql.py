@@ -46,6 +46,16 @@ _GAVE_UP: Final[dict[Fault, str]] = {
     "disconnected": "the state database could not be reached",
 }
 _KEY_COLUMN: Final[dict[str, str]] = {"fleets": "revision", "verdict_sets": "key"}
+# The placements whose lease ended by a time and that are not released yet.
+_ENDED: Final = (
+    "FROM decisions d JOIN allocations a ON a.decision_id = d.id "
+    "WHERE d.lease_expires_at IS NOT NULL AND d.lease_expires_at < ? AND d.released_at IS NULL "
+    "AND d.job_id IS NULL AND a.released_at IS NULL"
+)
+# A row (the fleet version) only when the state is still at a version (and, with a time, no lease
+# has ended by then): one statement for the common read.
+_UNCHANGED: Final = "SELECT fleet_version FROM state WHERE id = 1 AND version = ?"
+_UNCHANGED_NOW: Final = _UNCHANGED + f" AND NOT EXISTS (SELECT 1 {_ENDED})"
 
 
 class Cursor(Protocol):
@@ -283,7 +293,12 @@ class SQLStore(ABC):
 
     def rows(self, since: int = -1, *, now: str | None = None) -> StateRows:
         """The state and fleet versions and the pools changed after ``since``, in one read; with
-        ``now``, the leases ended by then and what the live grants of their pools hold."""
+        ``now``, the leases ended by then and what the live grants of their pools hold. One
+        statement when nothing changed since ``since`` (and no lease has ended by ``now``)."""
+        if since >= 0:
+            unchanged = self._run(lambda: self._execute(_UNCHANGED if now is None else _UNCHANGED_NOW, (since,) if now is None else (since, now)).fetchone())
+            if unchanged is not None:
+                return StateRows(since, int(unchanged[0]), ())
 
         def work() -> StateRows:
             version, fleet = (int(v) for v in self._execute("SELECT version, fleet_version FROM state WHERE id = 1").fetchone())
@@ -293,9 +308,7 @@ class SQLStore(ABC):
                 ended = tuple(
                     (str(r[0]), str(r[1]))
                     for r in self._execute(
-                        "SELECT d.id, a.pool FROM decisions d JOIN allocations a ON a.decision_id = d.id "
-                        "WHERE d.lease_expires_at IS NOT NULL AND d.lease_expires_at < ? AND d.released_at IS NULL "
-                        "AND d.job_id IS NULL AND a.released_at IS NULL ORDER BY a.pool, d.id",
+                        f"SELECT d.id, a.pool {_ENDED} ORDER BY a.pool, d.id",
                         (now,),
                     ).fetchall()
                 )

@@ -25,3 +25,19 @@ test_a_shape_changed_in_place_is_not_read if {
 test_a_key_with_no_shape_is_not_read if {
 	not fleet.shape(k) with data.examlops_fleet.shapes as {}
 }
+
+views := {"revision": "r1", "key": "abc", "checks": {"residency": {"views": [{"region": "us-east-1"}]}}}
+
+test_views_that_hash_to_the_digest_given_with_them_are_read if {
+	fleet.views("abc", fleet.digest(views)) == views with data.examlops_fleet.views as {"abc": views}
+}
+
+test_views_changed_in_place_are_not_read if {
+	moved := json.patch(views, [{"op": "replace", "path": "/checks/residency/views/0/region", "value": "eu-west-3"}])
+	not fleet.views("abc", fleet.digest(views)) with data.examlops_fleet.views as {"abc": moved}
+}
+
+test_views_without_a_digest_are_not_read if {
+	not fleet.views("abc", "") with data.examlops_fleet.views as {"abc": views}
+	not fleet.views("abc", fleet.digest(views)) with data.examlops_fleet.views as {}
+}

@@ -42,17 +42,19 @@ shape_of(k) := s if {
 	s := fleet.shape(k) # only a stored shape that hashes to its key (examlops.fleet)
 }
 
-# Every signature field present (null where a shape lacks it), so that a projection is the same
-# object whether a field was given as null or left out.
+# Keys the caller asked about that have no shape here (the caller uploads them and asks again).
+missing := sort([k | some k in keys; not shape_of(k)])
+
+# --- the fleet's views: what each check, the tier and the grant see of each shape -----------------
+
+# Every signature field present (null where a shape lacks it), so that a view is the same whether a
+# field was given as null or left out.
 blank := {f: null | some f in composer.signature.shape}
 
 judged := {k: object.union(blank, s) |
 	some k in keys
 	s := shape_of(k)
 }
-
-# Keys the caller asked about that have no shape here (the caller uploads them and asks again).
-missing := sort([k | some k in keys; not judged[k]])
 
 shape_fields_of := {name: composer.reads(composer.check_about[name], "shape") | some name in composer.shape_checks}
 
@@ -61,31 +63,88 @@ tier_fields := composer.reads(tiers.about, "shape")
 
 grant_fields := composer.reads(fractions.about, "shape")
 
-# Each shape's values of some fields, in their order, by shape key: what a check (or the tier, or
-# the grant) is worked out once for. Each is cut once per shape.
-cut(fields) := {k: [s[f] | some f in fields] | some k, s in judged}
+# A check that reads no workload field judges a shape the same for every workload.
+fleet_only(name) if composer.reads(composer.check_about[name], "workload") == []
 
-shape_values := {name: cut(fields) | some name, fields in shape_fields_of}
+# The views of the judged shapes: per check (and for the tier and the grant) the distinct values of
+# the fields it declares, sorted ("values": each in the fields' order), and each shape key's index
+# among them ("of"); a check sees a view as an object of only its fields ("views"). The checks that
+# read no workload field are judged here once ("fixed": their sorted denials per view). A function
+# of the policy revision and the shapes alone: the caller may store it for its fleet under
+# data.examlops_fleet.views[key] and every verdict query for exactly these keys reads it from there.
+views := {
+	"revision": composer.revision,
+	"key": key_of(object.keys(judged)),
+	"checks": {name: object.union(view_sets[name], {"views": seen[name]}) | some name in composer.shape_checks},
+	"fixed": {name: [sort(d) |
+		some view in seen[name]
 
-tier_values := cut(tier_fields)
+		# Each check sees only its view of the shape: with input is the point here.
+		# regal ignore:with-outside-test-context
+		d := checks[name].deny with input as {"shape": view, "workload": {}}
+	] |
+		some name in composer.shape_checks
+		fleet_only(name)
+	},
+	"tier": indexed(judged, tier_fields),
+	"grant": indexed(judged, grant_fields),
+}
 
-grant_values := cut(grant_fields)
+view_sets := {name: indexed(judged, fields) | some name, fields in shape_fields_of}
+
+# What a check sees of each of its views: an object of only its fields.
+seen := {name: views |
+	some name, fields in shape_fields_of
+	views := [fields_of(v, fields) | some v in view_sets[name].values]
+}
+
+# The key the views of exactly these shape keys are stored under.
+key_of(shape_keys) := crypto.sha256(concat("\n", sort(shape_keys)))
+
+# Each shape's values of some fields, in their order: distinct, sorted, and each shape's index.
+values_of(shapes, fields) := sort({[s[f] | some f in fields] | some s in shapes})
+
+indexed(shapes, fields) := {"values": values, "of": {k: at[[s[f] | some f in fields]] | some k, s in shapes}} if {
+	values := values_of(shapes, fields)
+	at := {v: i | some i, v in values}
+}
 
 # The shape a check sees: only the fields it declares.
 fields_of(v, fields) := {f: v[i] | some i, f in fields}
 
-# check_results[name][values]: the check's denials, sorted, of one projection of the shapes.
-check_results := {name: results |
+# The views this query is judged over: the stored ones for exactly these keys under this revision
+# when the shapes are the fleet's (not given inline), none is missing and the stored views hash to
+# the digest the caller had with them (input.views; examlops.fleet), else worked out here.
+views_used := stored if {
+	not input.shapes
+	count(missing) == 0
+	composer.revision != null
+	stored := fleet.views(key_of(keys), input.views)
+	stored.revision == composer.revision
+} else := views
+
+# --- the verdicts --------------------------------------------------------------------------------
+
+# check_results[name][i]: the check's denials, sorted, of its i-th view (as stored for a check
+# that reads no workload field).
+check_results := object.union(fixed_results, judged_results)
+
+fixed_results := {name: {i: ds | some i, ds in results} |
+	composer.valid
+	some name, results in views_used.fixed
+}
+
+judged_results := {name: results |
 	composer.valid
 	some name in composer.shape_checks
-	fields := shape_fields_of[name]
+	not fleet_only(name)
 	wproj := object.filter(w, composer.reads(composer.check_about[name], "workload"))
-	results := {v: ds |
-		some v in {v | some v in shape_values[name]}
+	results := {i: ds |
+		some i, view in views_used.checks[name].views
 
-		# Each check sees only its projection of the shape: with input is the point here.
+		# Each check sees only its view of the shape: with input is the point here.
 		# regal ignore:with-outside-test-context
-		d := checks[name].deny with input as {"shape": fields_of(v, fields), "workload": wproj}
+		d := checks[name].deny with input as {"shape": view, "workload": wproj}
 		ds := sort(d)
 	}
 }
@@ -107,9 +166,9 @@ reason_list := sort({r |
 
 reason_index := {r: i | some i, r in reason_list}
 
-tier_results := {v: [t, tiers.note(p, w, t), tiers.note_full(p, w, t), tiers.note_budget(p, w, t)] |
+tier_results := {i: [t, tiers.note(p, w, t), tiers.note_full(p, w, t), tiers.note_budget(p, w, t)] |
 	composer.valid
-	some v in {v | some v in tier_values}
+	some i, v in views_used.tier.values
 	p := fields_of(v, tier_fields)
 	t := tiers.tier(p, w)
 }
@@ -118,11 +177,12 @@ note_list := sort({n | some row in tier_results; some n in array.slice(row, 1, 4
 
 note_index := {n: i | some i, n in note_list}
 
-# Per distinct grant: [projection, {grant, the shortfall reason, the budget's limits per device-hour,
-# the larger shares that also cover the request (each with its limits), smallest first}].
+# Per distinct grant, in the order of its values: [values, {grant, the shortfall reason, the
+# budget's limits per device-hour, the larger shares that also cover the request (each with its
+# limits), smallest first}]. A shape's grant is its grant view's index.
 grant_rows := [[v, row] |
 	composer.valid
-	some v in sort({v | some v in grant_values})
+	some v in views_used.grant.values
 	p := fields_of(v, grant_fields)
 	g := fractions.grant(p, w)
 	larger := fractions.alternatives(p, w)
@@ -134,45 +194,63 @@ grant_rows := [[v, row] |
 	}
 ]
 
-grant_index := {p: i | some i, [p, _] in grant_rows}
-
-# A cloud pool stopped only by data governance (checks declaring blocks_burst, e.g. residency):
-# what a blocked burst names.
-blocks_burst(t, denied) if {
-	count(denied) > 0
-	tiers.is_burst(t)
-	every row in denied {
-		row[0] in composer.burst_blocking
+# Per denying check, the views it denies, each with its denials by index into reason_list (the views
+# it does not deny are left out: a shape's denials are one look-up per denying check).
+denied_views := {name: denied |
+	some name in denying_checks
+	denied := {i: [reason_index[r] | some r in ds] |
+		some i, ds in check_results[name]
+		ds != []
 	}
 }
 
-else := false
+# Per tier view: the tier and its notes by index (null: none).
+tier_rows := {i: {"tier": t, "note": note_at(note), "note_full": note_at(full), "note_budget": note_at(over)} |
+	some i, [t, note, full, over] in tier_results
+}
 
 note_at(null) := null
 
 note_at(n) := note_index[n] if n != null
 
+# A cloud pool stopped only by data governance (checks declaring blocks_burst, e.g. residency):
+# what a blocked burst names. hits: [check, denials] of the checks that deny the shape.
+blocks_burst(t, hits, blocking) if {
+	count(hits) > 0
+	tiers.is_burst(t)
+	every hit in hits {
+		hit[0] in blocking
+	}
+}
+
+else := false
+
 # Per shape: the tier (fallback when odd, burst from 2), the notes by index (null: none; the note,
 # the note when the requested accelerator's pools are full, the note when they are over the
 # budget), the denials by index, the grant by index, and whether the shape's denials alone block a
-# burst.
+# burst. (What every shape looks up is bound once, before the shapes are gone through.)
 shape_rows := {k: row |
 	composer.valid
-	some k in object.keys(judged)
-	[t, note, full, over] := tier_results[tier_values[k]]
-	denied := [[name, ds] |
-		some name in denying_checks
-		ds := check_results[name][shape_values[name][k]]
-		ds != []
-	]
+
+	# What every row looks up, bound once here rather than looked up again per shape (a rule
+	# referenced per shape costs a look-up of the rule each time; hence the reassignments Regal
+	# would call pointless).
+	views := views_used # regal ignore:pointless-reassignment
+	tiered := tier_rows # regal ignore:pointless-reassignment
+	in_order := denying_checks # regal ignore:pointless-reassignment
+	denied := denied_views # regal ignore:pointless-reassignment
+	blocking := composer.burst_blocking
+	some k, g in views.grant.of
+	tr := tiered[views.tier.of[k]]
+	hits := [[name, ids] | some name in in_order; ids := denied[name][views.checks[name].of[k]]]
 	row := {
-		"tier": t,
-		"note": note_at(note),
-		"note_full": note_at(full),
-		"note_budget": note_at(over),
-		"denials": [reason_index[r] | some [_, ds] in denied; some r in ds],
-		"grant": grant_index[grant_values[k]],
-		"blocks_burst": blocks_burst(t, denied),
+		"tier": tr.tier,
+		"note": tr.note,
+		"note_full": tr.note_full,
+		"note_budget": tr.note_budget,
+		"denials": [i | some [_, ids] in hits; some i in ids],
+		"grant": g,
+		"blocks_burst": blocks_burst(tr.tier, hits, blocking),
 	}
 }
 

@@ -264,3 +264,137 @@ test_without_a_cap_the_verdicts_have_no_budget_note_and_forbid_nothing if {
 		row.note_budget == null
 	}
 }
+
+# --- the fleet's views, stored -------------------------------------------------------------------------
+
+# A bundle's manifest with a revision, as OPA publishes it (stored views are read only under one).
+bundles(revision) := {"b": {"manifest": {"roots": ["examlops"], "revision": revision}}}
+
+fleet_names := ["hpc-nvidia", "hpc-mi300", "cloud-a100", "hpc-h100", "hpc-h100-1g", "cloud-frankfurt", "cloud-mars", "cloud-amd"]
+
+# The fleet's shapes as the layer stores them: under their content keys.
+fleet_keys := [key_of[name] | some name in fleet_names]
+
+given := v if {
+	v := placement.views with input as {"keys": fleet_keys}
+		with data.examlops_fleet.shapes as stored_shapes
+		with data.system.bundles as bundles("r1")
+}
+
+fleet_views := given.views
+
+# The verdicts for the fleet's keys with the shapes as fleet data, `stored` as its stored views and
+# `digest` as the digest the caller had with them.
+stored_answer(w, stored, revision, digest) := v if {
+	v := placement.verdicts with input as {"workload": w, "keys": fleet_keys, "views": digest}
+		with data.examlops_fleet.shapes as stored_shapes
+		with data.examlops_fleet.views as stored
+		with data.system.bundles as bundles(revision)
+}
+
+# Worked out in the query: no views stored.
+computed(w, revision) := stored_answer(w, {}, revision, given.digest)
+
+stored_workloads := [
+	fx.train({}),
+	fx.train({"accelerator": "tpu", "allow_burst": true, "residency": "eu-only"}),
+	fx.train({"target": "cloud", "capabilities": ["fp8"], "fraction": 0.5}),
+	fx.train({"residency": "restricted", "data_region": "de-juelich", "allow_cpu_fallback": true}),
+	fx.train({"fraction": 2}),
+]
+
+test_views_depend_on_the_revision_and_the_shapes_alone if {
+	fleet_views.revision == "r1"
+	fleet_views.key == verdicts.key_of(fleet_keys)
+	object.keys(fleet_views.grant.of) == {k | some k in fleet_keys}
+
+	# One view per distinct value of the fields a check reads; the checks that read no workload
+	# field are judged here, once.
+	count(fleet_views.checks.target.views) == 2
+	object.keys(fleet_views.fixed) == {name |
+		some name in composer.shape_checks
+		composer.reads(composer.check_about[name], "workload") == []
+	}
+	"export_control" in object.keys(fleet_views.fixed)
+	count(fleet_views.fixed.export_control) == count(fleet_views.checks.export_control.views)
+
+	# With their digest: what stored views must hash to, to be read.
+	given.digest == fleet.digest(fleet_views)
+}
+
+test_stored_views_give_the_same_answer if {
+	every w in stored_workloads {
+		stored_answer(w, {fleet_views.key: fleet_views}, "r1", given.digest) == computed(w, "r1")
+	}
+}
+
+# Views altered after they were stored: what the answer then says shows they were read.
+tampered := json.patch(fleet_views, [{"op": "replace", "path": "/checks/target/views", "value": [
+	{"target": "hpc"},
+	{"target": "cloud"},
+]}])
+
+test_stored_views_are_read if {
+	w := fx.train({"target": "hpc"})
+
+	# (As if the caller had been given these views and their digest.)
+	stored_answer(w, {fleet_views.key: tampered}, "r1", fleet.digest(tampered)) != computed(w, "r1")
+}
+
+# Rewritten in place with the token (a check made to see another target, region or price): they
+# no longer hash to the digest the caller had with them, and are worked out again instead.
+test_views_rewritten_in_place_are_not_read if {
+	w := fx.train({"target": "hpc"})
+	stored_answer(w, {fleet_views.key: tampered}, "r1", given.digest) == computed(w, "r1")
+	moved := json.patch(fleet_views, [{"op": "replace", "path": "/fixed", "value": {}}])
+	every v in stored_workloads {
+		stored_answer(v, {fleet_views.key: moved}, "r1", given.digest) == computed(v, "r1")
+	}
+}
+
+test_views_without_the_digest_are_not_read if {
+	w := fx.train({"target": "hpc"})
+	v := placement.verdicts with input as {"workload": w, "keys": fleet_keys}
+		with data.examlops_fleet.shapes as stored_shapes
+		with data.examlops_fleet.views as {fleet_views.key: tampered}
+		with data.system.bundles as bundles("r1")
+	v == computed(w, "r1")
+}
+
+test_views_stored_under_another_revision_are_not_read if {
+	w := fx.train({"target": "hpc"})
+	stored_answer(w, {fleet_views.key: tampered}, "r2", fleet.digest(tampered)) == computed(w, "r2")
+}
+
+test_views_stored_for_other_keys_are_not_read if {
+	w := fx.train({"target": "hpc"})
+	other := verdicts.key_of(array.slice(fleet_keys, 1, 8))
+	stored_answer(w, {other: tampered}, "r1", fleet.digest(tampered)) == computed(w, "r1")
+}
+
+test_views_are_not_read_for_inline_shapes_or_with_a_shape_missing if {
+	w := fx.train({"target": "hpc"})
+	inline := placement.verdicts with input as {"workload": w, "keys": fleet_keys, "shapes": stored_shapes, "views": fleet.digest(tampered)}
+		with data.examlops_fleet.views as {fleet_views.key: tampered}
+		with data.system.bundles as bundles("r1")
+	inline == computed(w, "r1")
+	mars := key_of["cloud-mars"]
+	lacking := placement.verdicts with input as {"workload": w, "keys": fleet_keys, "views": fleet.digest(tampered)}
+		with data.examlops_fleet.shapes as object.remove(stored_shapes, [mars])
+		with data.examlops_fleet.views as {fleet_views.key: tampered}
+		with data.system.bundles as bundles("r1")
+	lacking.missing == [mars]
+	lacking == placement.verdicts with input as {"workload": w, "keys": fleet_keys}
+		with data.examlops_fleet.shapes as object.remove(stored_shapes, [mars])
+		with data.system.bundles as bundles("r1")
+}
+
+# Views worked out while a shape was missing are keyed by the shapes they cover: never read for
+# the keys asked.
+test_views_of_fewer_shapes_are_keyed_by_what_they_cover if {
+	partial := placement.views with input as {"keys": fleet_keys}
+		with data.examlops_fleet.shapes as object.remove(stored_shapes, [key_of["cloud-mars"]])
+		with data.system.bundles as bundles("r1")
+	partial.views.key != fleet_views.key
+	count(partial.views.grant.of) == count(fleet_keys) - 1
+}
