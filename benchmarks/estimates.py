@@ -15,6 +15,21 @@ live) and put back as they were at the end. For each size N it measures, over ``
 * ``gather_cold``: ``StartEstimator.estimate`` over N candidate pools, building each pool's
   request as ``submit`` would (``grant_request``) and asking Slurm with an empty cache.
 
+Then decisions per second with estimates (``decisions``): a ``Hardware`` over the N Slurm pools
+(a real OPA, the managed local one, and SQLite state in a temporary folder) decides
+(``what_if``: verdicts, estimates before any lock, selection; nothing recorded) for a ``cost``
+workload (the chosen pool's estimate only: one question) and an ``optimize: earliest`` one (every
+candidate's: N questions), each cold (the estimator's cache off: every decision asks Slurm) and
+warm (answers reused within the cache's lifetime), beside the same decisions with no Slurm to ask
+(``no_slurm``: every Slurm pool "no estimate" at once).
+
+With ``--error-jobs K`` it measures the estimates' error against what happened: K placements on
+free benchmark partitions and K on a partition filled by a job of a one-minute time limit (each
+placement records Slurm's estimate, is submitted with ``exa``'s Slurm executor, and its actual
+start is read back from ``squeue``): per source and case, the median and 90th percentile of
+actual minus estimated start (``views.estimate_errors``). The filled case waits for the filling
+job's limit (about a minute and a half).
+
 Figures are estimates per second (N / the batch's wall time) and the batch's milliseconds. Every
 estimate of every run is checked to be known (a partition whose answer is missing fails the run);
 ``--check`` also compares each with ``sbatch --test-only`` asked directly for the same request
@@ -48,6 +63,9 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
 from examlops_policy.estimates.gather import EstimateRequest, StartEstimator  # noqa: E402
+from examlops_policy.hardware import Hardware  # noqa: E402
+from examlops_policy.opa import stop_server  # noqa: E402
+from examlops_policy.views import estimate_errors  # noqa: E402
 from examlops_policy.estimates.slurm import SlurmEstimator, run_in_utc, slurm_time  # noqa: E402
 from examlops_policy.executors.slurm import SlurmRequest  # noqa: E402
 from examlops_policy.model import Grant, Pool, Workload  # noqa: E402
@@ -77,7 +95,11 @@ def declare(n: int) -> None:
 
 
 def pools(n: int) -> list[Pool]:
-    return [Pool(f"bench-{i}-h100", "hpc", "nvidia", 4, "de-juelich", model="h100", partition=f"bench-{i}", gres_type="h100") for i in range(n)]
+    # Prices differ so that cost picks one pool (bench-0, the cheapest) and earliest sees them all.
+    return [
+        Pool(f"bench-{i}-h100", "hpc", "nvidia", 4, "de-juelich", model="h100", partition=f"bench-{i}", gres_type="h100", cost_per_hour=1.0 + i / 100)
+        for i in range(n)
+    ]
 
 
 def requests(n: int) -> list[tuple[str, SlurmRequest]]:
@@ -154,12 +176,121 @@ def measure(n: int, rounds: int, parallel: int, check: bool) -> dict[str, Any]:
     }
 
 
+def decisions(n: int, count: int, parallel: int, work: Path) -> dict[str, Any]:
+    """Decisions per second over the N benchmark pools, with estimates cold and warm, and without Slurm."""
+    out: dict[str, Any] = {}
+    for name, objective in (("cost", "cost"), ("earliest", "earliest")):
+        w = Workload("exa-bench", "nvidia", walltime=1800, optimize=objective)
+        for mode, estimator in (
+            ("cold", StartEstimator(slurm=SlurmEstimator(parallel=parallel, ttl_s=0))),
+            ("warm", StartEstimator(slurm=SlurmEstimator(parallel=parallel, ttl_s=300))),
+            ("no_slurm", StartEstimator(slurm=None)),
+        ):
+            home = work / f"decide-{n}-{name}-{mode}"
+            hw = Hardware(home, estimator=estimator)
+            try:
+                hw.apply(pools(n))
+                hw.what_if(w)  # the verdicts asked once; the OPA started
+                seconds = []
+                asked = 0
+                for _ in range(count):
+                    before = estimator.slurm.asked if estimator.slurm else 0
+                    t, d = timed(lambda: hw.what_if(w))
+                    seconds.append(t)
+                    asked += (estimator.slurm.asked if estimator.slurm else 0) - before
+                    expected = "bench-0-h100"
+                    if getattr(d, "pool", None) != expected:
+                        raise RuntimeError(f"{name}/{mode}: placed on {getattr(d, 'pool', None)}, expected {expected}")
+                    asked_pools = [v.estimate for v in getattr(d, "verdicts", ()) if v.estimate is not None]
+                    if mode != "no_slurm" and not all(e.known for e in asked_pools):
+                        raise RuntimeError(f"{name}/{mode}: an estimate is missing")
+                med = statistics.median(seconds)
+                out[f"{name}_{mode}"] = {
+                    "decisions_per_s": round(1 / med, 1),
+                    "decision_ms": {"median": round(med * 1000, 2), "min": round(min(seconds) * 1000, 2), "max": round(max(seconds) * 1000, 2)},
+                    "sbatch_per_decision": round(asked / count, 1),
+                    "decisions": count,
+                }
+            finally:
+                hw.close()
+                stop_server(home)
+    return out
+
+
+def _squeue_start(job: str, timeout_s: float) -> datetime | None:
+    """The job's actual start once it runs (squeue %S of a RUNNING or finished-running job)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done = run_in_utc(["squeue", "--noheader", f"--jobs={job}", "--format=%T|%S"], 30)
+        row = done.stdout.strip().split("|")
+        if len(row) == 2 and row[0] in ("RUNNING", "COMPLETING", "COMPLETED"):
+            return slurm_time(row[1])
+        time.sleep(0.5)
+    return None
+
+
+def estimate_error(k: int, work: Path) -> dict[str, Any]:
+    """Decisions with Slurm's estimate, their grant submitted as ``submit`` sends it, the actual
+    start read back: the error per case (a free partition, a filled one)."""
+    from examlops_policy.executors.gres import load_gres_table
+    from examlops_policy.executors.slurm import grant_request
+    from examlops_policy.model import Placement
+
+    script = work / "job.sh"
+    script.write_text("#!/bin/sh\nsleep 20\n")
+    script.chmod(0o755)
+    home = work / "error"
+    hw = Hardware(home, estimator=StartEstimator(slurm=SlurmEstimator(ttl_s=0)))
+    gres = load_gres_table()
+    jobs: list[str] = []
+    out: dict[str, Any] = {}
+    try:
+        free, busy = pools(2)
+        for case, pool in (("free", free), ("busy", busy)):
+            if case == "busy":
+                # The benchmark partitions' nodes (exa-n[1-2]) filled by one job of a one-minute
+                # limit (Slurm ends it at its limit): it starts once the free case's jobs are done.
+                fill = run_in_utc(["sbatch", "--parsable", "--partition=bench-1", "--job-name=exa-bench-fill", "--time=1", "--nodes=2",
+                                   "--exclusive", "--wrap=sleep 600"], 30)  # fmt: skip
+                if not fill.ok:
+                    raise RuntimeError(f"could not fill bench-1: {fill.stderr.strip()[:200]}")
+                jobs.append(fill.stdout.strip().split(";")[0])
+                if _squeue_start(jobs[-1], 120) is None:
+                    raise RuntimeError("the filling job did not start")
+            pairs = []
+            for i in range(k):
+                w = Workload(f"exa-bench-{case}-{i}", "nvidia", walltime=60)
+                decision = hw.what_if(w, [pool])
+                if not isinstance(decision, Placement) or decision.estimate is None or decision.estimate.at is None:  # noqa: SIM102
+                    raise RuntimeError(f"{case}: no estimate ({getattr(getattr(decision, 'estimate', None), 'reason', decision)})")
+                request = grant_request(w, decision.grant, (), pool, gres, decision_id=f"bench{i}", script=script)
+                sent = run_in_utc(request.argv(), 30)
+                if not sent.ok:
+                    raise RuntimeError(f"{case}: sbatch refused: {sent.stderr.strip()[:200]}")
+                jobs.append(sent.stdout.strip().split(";")[0])
+                actual = _squeue_start(jobs[-1], 240)
+                if actual is None:
+                    raise RuntimeError(f"{case}: job {jobs[-1]} did not start")
+                at = decision.estimate.at
+                pairs.append((decision.estimate.source, float(math.floor(actual.timestamp()) - math.floor(at.timestamp()))))
+            (e,) = estimate_errors(pairs)
+            out[case] = {"source": e.source, "placements": e.decisions, "median_s": e.median_s, "p90_s": e.p90_s, "errors_s": [p[1] for p in pairs]}
+    finally:
+        for job in jobs:
+            run_in_utc(["scancel", job], 30)
+        hw.close()
+        stop_server(home)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="4,16,64", help="partition counts (default 4,16,64; at most 256)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per size (medians reported; default 5)")
     parser.add_argument("--parallel", type=int, default=8, help="the estimator's concurrent questions (default 8)")
     parser.add_argument("--check", action="store_true", help="compare every estimate with sbatch --test-only asked directly")
+    parser.add_argument("--decisions", type=int, default=5, help="decisions per objective and mode for decisions per second (0: skip; default 5)")
+    parser.add_argument("--error-jobs", type=int, default=0, help="placements per case submitted to measure the estimate error (default 0: skip)")
     parser.add_argument("--out", type=Path, default=REPO / "out" / "bench" / "estimates.json", help="JSON results")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -172,18 +303,36 @@ def main() -> int:
     before = bench_partitions()
     load_before = [round(x, 2) for x in os.getloadavg()]
     results: list[dict[str, Any]] = []
+    errors: dict[str, Any] = {}
+    import tempfile
+
+    work = Path(tempfile.mkdtemp(prefix="exa-bench-estimates-"))
     try:
-        declare(max(sizes))
+        declare(max(sizes + [2]))
         for n in sizes:
             row = measure(n, args.rounds, args.parallel, args.check)
+            if args.decisions > 0:
+                row["decisions"] = decisions(n, args.decisions, args.parallel, work)
+                d = row["decisions"]
+                print(f"{n:>3} partitions: decisions/s cost cold {d['cost_cold']['decisions_per_s']} warm {d['cost_warm']['decisions_per_s']} "
+                      f"(no Slurm {d['cost_no_slurm']['decisions_per_s']}) · earliest cold {d['earliest_cold']['decisions_per_s']} "
+                      f"({d['earliest_cold']['sbatch_per_decision']} sbatch each) warm {d['earliest_warm']['decisions_per_s']} "
+                      f"(no Slurm {d['earliest_no_slurm']['decisions_per_s']})", flush=True)  # fmt: skip
             results.append(row)
             print(f"{n:>3} partitions: sbatch --test-only alone {row['sbatch_alone']['estimates_per_s']:>7}/s "
                   f"({row['sbatch_alone']['batch_ms']['median']} ms) · estimator cold {row['estimator_cold']['estimates_per_s']:>7}/s "
                   f"({row['estimator_cold']['batch_ms']['median']} ms) · warm {row['estimator_warm']['estimates_per_s']:>9}/s "
                   f"· gather cold {row['gather_cold']['estimates_per_s']:>7}/s · x{row['speedup_cold_vs_alone']} vs alone"
                   + (f" · {len(row['mismatches'])} mismatch(es)" if row["mismatches"] else ""), flush=True)  # fmt: skip
+        if args.error_jobs > 0:
+            errors = estimate_error(args.error_jobs, work)
+            for case, e in errors.items():
+                print(f"estimate error ({case} partition, {e['source']}, {e['placements']} jobs): median {e['median_s']:+.0f} s, p90 {e['p90_s']:+.0f} s", flush=True)
     finally:
         declare(before)
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
     load_after = [round(x, 2) for x in os.getloadavg()]
     doc = {
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -192,6 +341,7 @@ def main() -> int:
         "parallel": args.parallel,
         "rounds": args.rounds,
         "results": results,
+        "estimate_error": errors,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")

@@ -167,7 +167,7 @@ GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA :"schema" TO :"app";
 SELECT format('GRANT UPDATE (%s) ON TABLE %I.%I TO %I', cols, n.nspname, c.relname, :'app')
   FROM (VALUES ('state', 'version, fleet_version, layout'),
                ('pools', 'spec, count, created_at, updated_at, held_outside, version, free, capacity, removed_at, removing_since'),
-               ('decisions', 'released_at, released_ts, lease_expires_at, lease_expires_ts, job_id, scheduler, job_uid, job_state'),
+               ('decisions', 'released_at, released_ts, lease_expires_at, lease_expires_ts, job_id, scheduler, job_uid, job_state, submitted_at'),
                ('allocations', 'released_at')) AS g(tbl, cols)
   JOIN pg_class c ON c.relname = g.tbl JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')

@@ -38,7 +38,7 @@ def verify(
     state = store.audited_state()
     report = audit.verify_chain(state.log, checkpoint, public_key=key)
     index = {name: i for i, name in enumerate(chain_state.DECISION_COLUMNS)}
-    columns = [index[c] for c in ("outcome", "pool", "cost_per_hour", "carbon_factor")]
+    columns = [index[c] for c in ("outcome", "pool", "cost_per_hour", "carbon_factor", "estimated_start", "estimate_source")]
     records = [
         (str(r[0]), str(r[index["document"]]), r[index["record_digest"]], tuple(r[i] for i in columns))
         for r in state.tables["decisions"]

@@ -12,7 +12,8 @@ difference with the tables as stored, and each row no entry accounts for:
                     fraction_honored, the rejection's note, digests and revisions, request id,
                     residency, fraction, price and carbon, created/released times (and their epoch
                     seconds), lease end (and its epoch seconds), a larger partition, job id,
-                    scheduler, job uid, job state
+                    scheduler, job uid, job state, when it was submitted; the chosen pool's start
+                    estimate and its source as its record says (``audit.verify_records``)
     allocations     one per placement: its pool, devices, times and release
     holdings        the devices (and slices) each placement holds, as its entry lists them
     burst_events    one per burst attempt: workload, residency, pool, region, verdict, reason
@@ -65,6 +66,8 @@ _ENTRY_FIELDS: Final = (
     "policy_revision", "opa_version", "verdicts", "record_digest", "request_id", "created_at", "larger_partition",
 )  # fmt: skip
 Row = Mapping[str, object]
+# The record versions that name the state version they were decided at (3; 4 with start estimates).
+_DECIDED_AT: Final = (3, 4)
 _CHAIN_BROKEN: Final = frozenset({"edited", "deleted", "reordered", "inserted", "truncated", "damaged"})
 # What a pool's capacity summary (JSON) and its free devices are, for what its live grants hold
 # and what its scheduler holds outside this layer: (pool, held, held outside) -> (summary, free).
@@ -319,7 +322,7 @@ def compare(
             continue
         record = _record(row, d.entry.get("record_digest"), records)
         _compare_decision(out, ident, d, row, record, fleets)
-        if record is not None and record.get("v") == codec.RECORD_VERSION:
+        if record is not None and record.get("v") in _DECIDED_AT:
             at = record.get("at")
             if isinstance(at, int) and not isinstance(at, bool):
                 decided.append((at, d.seq, ident, record))
@@ -366,13 +369,16 @@ def _compare_decision(
             out.differs("decisions", "released_at", key, row.get("released_at"), rentry["released_at"], rseq)
             out.differs("decisions", "released_ts", key, row.get("released_ts"), _epoch(rentry["released_at"]), rseq, number=True)
     if d.job is None:
-        if row.get("job_id") is not None:
-            out.add(seq, f"decisions.job_id of {key} is {_shown(row.get('job_id'))}, but the audit log records no submission of it")
+        for name in ("job_id", "submitted_at"):
+            if row.get(name) is not None:
+                out.add(seq, f"decisions.{name} of {key} is {_shown(row.get(name))}, but the audit log records no submission of it")
     else:
         jseq, job = d.job
         for name in ("job_id", "scheduler", "job_uid"):
             if name in job or name == "job_uid":
                 out.differs("decisions", name, key, row.get(name), job.get(name), jseq)
+        if "submitted_at" in job:
+            out.differs("decisions", "submitted_at", key, row.get("submitted_at"), job["submitted_at"], jseq)
     if d.job_state is not None:
         out.differs("decisions", "job_state", key, row.get("job_state"), d.job_state[1], d.job_state[0])
     elif row.get("job_state") is not None:

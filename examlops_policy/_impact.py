@@ -38,6 +38,7 @@ from examlops_policy.model import Capacity, JSONObject, JSONValue, Pool, Workloa
 from examlops_policy._core.selection import Fleet, FleetEntry, carbon_per_hour, effective_cost
 from examlops_policy._core.codec import content_key
 from examlops_policy._core.verdicts import About
+from examlops_policy._core.waiting import Starts
 
 if TYPE_CHECKING:
     from examlops_policy._core.records import DecisionInputs
@@ -94,11 +95,12 @@ class Case:
     workload: Workload
     pools: tuple[PricedPool, ...]
     capacities: tuple[Capacity, ...]
+    starts: Starts | None = None  # a recorded decision's time and start estimates (None: none)
 
     def policy_input(self, about: About) -> JSONObject:
         """The reference rule's input for a policy whose signature ``about`` gives."""
         entries = tuple(FleetEntry(p.pool, content_key(about.signature.shape_of(p.pool)), p.price, p.carbon) for p in self.pools)
-        return reference_input(self.workload, Fleet("impact", entries), self.capacities, about)
+        return reference_input(self.workload, Fleet("impact", entries), self.capacities, about, self.starts)
 
 
 def recorded_cases(hw: Recorded, *, last: int | None = None, since: str | None = None) -> tuple[list[Case], list[str]]:
@@ -130,7 +132,7 @@ def recorded_cases(hw: Recorded, *, last: int | None = None, since: str | None =
             continue
         judged = judged_from(inputs.fleet, inputs.verdicts, fleet_rev)
         pools = tuple(PricedPool(e.pool, e.price, e.carbon) for e in judged.fleet.entries)
-        cases.append(Case(f"{label} ({record.decision.workload.name})", "recorded", record.decision.workload, pools, inputs.capacities))
+        cases.append(Case(f"{label} ({record.decision.workload.name})", "recorded", record.decision.workload, pools, inputs.capacities, inputs.starts))
     return cases, skipped
 
 

@@ -326,8 +326,9 @@ def _parsed(rows: Iterable[AuditRow]) -> Iterable[tuple[int, Mapping[str, object
 
 
 def _columns_differ(record: object, columns: tuple[object, ...]) -> list[str]:
-    """The columns (outcome, pool, cost_per_hour, carbon_factor) that disagree with the record."""
-    if not isinstance(record, dict) or record.get("v") not in (2, 3):
+    """The columns (outcome, pool, cost_per_hour, carbon_factor; for a record with start estimates
+    estimated_start and estimate_source, the chosen pool's) that disagree with the record."""
+    if not isinstance(record, dict) or record.get("v") not in (2, 3, 4):
         return []
     outcome, pool, cost, carbon = columns[:4]
     differs = []
@@ -338,6 +339,13 @@ def _columns_differ(record: object, columns: tuple[object, ...]) -> list[str]:
     for name, value in (("cost_per_hour", cost), ("carbon_factor", carbon)):
         if value != record.get(name):
             differs.append(name)
+    if record.get("v") == 4 and len(columns) >= 6:
+        estimates = record.get("estimates")
+        chosen = estimates.get(str(pool)) if isinstance(estimates, dict) and outcome == "placed" else None
+        recorded = chosen if isinstance(chosen, dict) else {}
+        for name, value in (("estimated_start", columns[4]), ("estimate_source", columns[5])):
+            if value != recorded.get(name):
+                differs.append(name)
     return differs
 
 

@@ -34,11 +34,13 @@ from examlops_policy.store import DecisionRow, StaleFleet, Store
 from examlops_policy._reviewed import Pinned, PolicySnapshot, Reviewed
 from examlops_policy.tables import Tables, policy_dir
 from examlops_policy._core.verdicts import About, Answer
+from examlops_policy._core.waiting import Starts
 from examlops_policy.views import (
     BurstEvent,
     DecisionPage,
     DecisionRecord,
     DiscoveryResult,
+    EstimateError,
     FinopsReport,
     JobReport,
     ModelsCost,
@@ -49,10 +51,14 @@ from examlops_policy.views import (
     ReleaseReport,
     Replay,
     Submission,
+    estimate_error_s,
+    estimate_errors,
 )
 
 if TYPE_CHECKING:  # the crypto, OPA-process and report stacks load only when a command needs them
     from examlops_policy import audit
+    from examlops_policy.estimates.gather import StartEstimator
+    from examlops_policy.estimates.slurm import SlurmEstimator
     from examlops_policy._impact import Impact
     from examlops_policy._policy_docs import DocsCheck
     from examlops_policy._policy_tools import LintReport, TestReport
@@ -186,10 +192,16 @@ class Hardware:
         store: Store | None = None,
         policy: PolicyEvaluator | None = None,
         tables: Tables | None = None,
+        estimator: StartEstimator | None = None,
     ) -> None:
         self.home = home or default_home()
         self._store = store
         self._policy = policy
+        # Who is asked when pools would start a workload (None: Slurm where a pool names a
+        # partition, the provisioning table of the policy snapshot for cloud pools, the free
+        # capacity for the rest; a Kubernetes cluster only when given here).
+        self._estimator = estimator
+        self._slurm: SlurmEstimator | None = None
         # The reviewed policy a decision is made under: its tables and their revision, read together
         # and noticed when the files change (tables passed in are pinned).
         self._reviewed: Reviewed | Pinned = Pinned(tables) if tables is not None else Reviewed()
@@ -266,6 +278,27 @@ class Hardware:
         if under.engine is None:
             under.engine = Engine(self.policy, under.policy.tables, reviewed=under.policy.revision, reviewed_tables=under.policy.tables_digest)
         return under.engine
+
+    def estimator(self) -> StartEstimator:
+        """Who decisions ask when pools would start a workload (under the current policy snapshot)."""
+        return self._estimator_of(self._current())
+
+    def _estimator_of(self, under: _Under) -> StartEstimator:
+        if self._estimator is not None:
+            return self._estimator
+        if under.estimator is None:
+            from examlops_policy.estimates.gather import StartEstimator
+            from examlops_policy.estimates.slurm import SlurmEstimator
+            from examlops_policy.estimates.table import ProvisioningTable
+            from examlops_policy.executors.gres import load_gres_table
+
+            if self._slurm is None:
+                self._slurm = SlurmEstimator()  # its answers are cached across snapshots
+            root = under.policy.root
+            under.estimator = StartEstimator(
+                slurm=self._slurm, table=ProvisioningTable.from_tables(under.policy.tables), gres=lambda: load_gres_table(root)
+            )
+        return under.estimator
 
     def _prepare(
         self, request: Request | Workload, pools: Sequence[Pool], *, fleet_rev: str | None = None, under: _Under | None = None
@@ -390,13 +423,18 @@ class Hardware:
             rev = self._fleet_revs[key] = codec.fleet_revision(codec.fleet_document(priced(snap.pools, under.policy.tables)))
         return rev
 
-    def _decide(self, request: Request, snap: Snapshot, under: _Under) -> tuple[_Under, Prepared, Decision]:
-        """The policy's verdicts (outside any lock), then selection over the snapshot's capacity,
-        all under one policy snapshot (another one only when OPA serves another revision)."""
+    def _decide(self, request: Request, snap: Snapshot, under: _Under) -> tuple[_Under, Prepared, Starts, Decision]:
+        """The policy's verdicts, then the candidates' start estimates (both outside any lock),
+        then selection over the snapshot's capacity, all under one policy snapshot (another one
+        only when OPA serves another revision)."""
+        from examlops_policy._estimating import starts_for
+
         under, prepared = self._prepare(request, snap.pools, fleet_rev=self._fleet_rev(snap, under), under=under)
         if prepared.judged.fleet.revision != self._fleet_rev(snap, under):
             prepared = self._engine_of(under).prepare(request, snap.pools, fleet_rev=self._fleet_rev(snap, under))
-        return under, prepared, prepared.decide(snap.capacities, under.policy.tables, capacities_digest=snap.capacity_digest)
+        tables = under.policy.tables
+        starts = starts_for(self._estimator_of(under), prepared, snap.capacities, tables, snap.capacity_digest)
+        return under, prepared, starts, prepared.decide(snap.capacities, tables, capacities_digest=snap.capacity_digest, starts=starts)
 
     def place(self, workload: Workload, *, request_id: str | None = None, lease: timedelta | None = None) -> DecisionRecord:
         """Decide and record: devices, decision, burst event and audit entries, atomically.
@@ -423,10 +461,12 @@ class Hardware:
             _check_lease(lease)
         for _ in range(FLEET_ROUNDS):
             snap = self._snapshot()
-            under, prepared, decided = self._decide(request, snap, under)
+            under, prepared, starts, decided = self._decide(request, snap, under)
             try:
                 # The lease is counted from the commit that records the placement.
-                done = commit.place(self.store, prepared, decided, snap, under.capacities, source=SOURCE, request_id=request_id, lease=lease)
+                done = commit.place(
+                    self.store, prepared, decided, snap, under.capacities, source=SOURCE, request_id=request_id, lease=lease, starts=starts
+                )
             except StaleFleet:
                 continue
             if done.record is None:
@@ -460,14 +500,17 @@ class Hardware:
         under = self._current()
         specs.check_workload_facts(workload, under.policy.tables)
         if pools is None:
-            return self._decide(Request(workload), self._snapshot(), under)[2]
+            return self._decide(Request(workload), self._snapshot(), under)[3]
+        from examlops_policy._estimating import starts_for
+
         states = []
         for pool in pools:
             specs.check_pool_facts(pool, under.policy.tables)
             states.append(under.capacities.empty(pool))
         ordered = sorted(states, key=lambda s: s.pool.name)
         under, prepared = self._prepare(workload, [s.pool for s in ordered], under=under)
-        return prepared.decide([s.capacity for s in ordered], under.policy.tables)
+        capacities, tables = [s.capacity for s in ordered], under.policy.tables
+        return prepared.decide(capacities, tables, starts=starts_for(self._estimator_of(under), prepared, capacities, tables))
 
     def decisions(self, limit: int = 20) -> list[DecisionRecord]:
         """The most recent decisions, each in full (rebuilt from its record)."""
@@ -539,7 +582,7 @@ class Hardware:
         doc = self.decision_inputs(record.id)
         judged = judged_from(doc.fleet, doc.verdicts, fleet_rev)
         fleet = engine.fleet([e.pool for e in judged.fleet.entries], revision_now, about)
-        reference = self.policy.decision(reference_input(decision.workload, fleet, doc.capacities, about))
+        reference = self.policy.decision(reference_input(decision.workload, fleet, doc.capacities, about, doc.starts))
         diffs = differences(decision, reference)
         recorded = decision.provenance.policy_revision
         same_rev = same_policy(revision_now, recorded)
@@ -596,6 +639,14 @@ class Hardware:
             round(sum(r.cost for r in rows), 6),
             round(sum(r.carbon_g for r in rows), 6),
         )
+
+    def estimate_errors(self, *, since: str | None = None, until: str | None = None) -> tuple[EstimateError, ...]:
+        """How far start estimates were from the actual starts of placements made over a period
+        (``since``/``until`` as for ``decision_page``): per estimate source, the median and 90th
+        percentile of actual minus estimated start, over the placements with both."""
+        start, end = _period(since, until)
+        rows = self.store.estimate_starts(since=start, until=end)
+        return estimate_errors([(source, error) for source, _, est, actual in rows if (error := estimate_error_s(est, actual)) is not None])
 
     def models_cost(self, hours: float | None = None) -> ModelsCost:
         """Cost and carbon per workload name (``exa models cost``), most expensive first."""
@@ -797,6 +848,7 @@ class _Under:
     capacities: Capacities
     engine: Engine | None = None
     reader: Reader | None = None
+    estimator: StartEstimator | None = None
 
 
 def as_burst(workload: Workload) -> Workload:

@@ -17,7 +17,8 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Union
+from datetime import datetime, timedelta, timezone
+from typing import Final, Literal, Union
 
 from examlops_policy import quantities
 from examlops_policy.errors import SpecError
@@ -719,6 +720,9 @@ class PoolVerdict:
     region: str = ""
     grant_carbon_per_hour: float = 0.0
     spot: bool = False  # spot (preemptible) capacity: the provider may reclaim it
+    # When the pool would start the workload, from whoever can know it (None: not asked: only
+    # candidates are, and for a workload without max_wait, deadline or earliest only the chosen one).
+    estimate: StartEstimate | None = None
 
 
 @dataclass(frozen=True)
@@ -748,6 +752,103 @@ class Provenance:
     fleet_revision: str | None = None
 
 
+# -- start estimates -----------------------------------------------------------------------------
+
+# Who said when a pool would start a workload (``StartEstimate.source``): Slurm itself, a Kubernetes
+# cluster, the reviewed provisioning table, or the layer's own account of free capacity (now).
+Source = Literal["slurm", "kubernetes", "table", "now"]
+SOURCES: Final[tuple[Source, ...]] = ("slurm", "kubernetes", "table", "now")
+
+
+def iso(moment: datetime) -> str:
+    """An aware instant as RFC 3339 UTC text with ``Z``, to the second (estimates have no finer grain)."""
+    return moment.astimezone(timezone.utc).replace(microsecond=0, tzinfo=None).isoformat() + "Z"
+
+
+@dataclass(frozen=True)
+class StartEstimate:
+    """When ``pool`` would start the workload (``at``; None: no estimate, ``reason`` says why),
+    who said so (``source``) and when (``observed_at``)."""
+
+    pool: str
+    at: datetime | None
+    source: Source
+    observed_at: datetime
+    detail: str
+    reason: str | None = None
+    facts: Mapping[str, JSONValue] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"unknown estimate source {self.source!r} (expected one of {', '.join(SOURCES)})")
+        for name in ("at", "observed_at"):
+            value = getattr(self, name)
+            if value is not None and (value.tzinfo is None or value.utcoffset() is None):
+                raise ValueError(f"{name} must be an aware datetime (got {value!r})")
+        if (self.at is None) != (self.reason is not None):
+            raise ValueError("an estimate has a start or a reason why it has none, not both")
+
+    @property
+    def known(self) -> bool:
+        """True when there is an estimated start."""
+        return self.at is not None
+
+    def wait(self, now: datetime) -> timedelta | None:
+        """How long from ``now`` until the estimated start, in whole seconds as the wait policy
+        counts them (zero when it is due); None: unknown."""
+        if self.at is None:
+            return None
+        return timedelta(seconds=max(0, math.floor(self.at.timestamp()) - math.floor(now.timestamp())))
+
+    def age(self, now: datetime) -> timedelta:
+        """How old the estimate is at ``now``."""
+        return max(timedelta(0), now - self.observed_at)
+
+    def as_json(self) -> JSONObject:
+        """The estimate as ``--json`` shows it: times as RFC 3339 UTC text."""
+        return {
+            "pool": self.pool,
+            "estimated_start": None if self.at is None else iso(self.at),
+            "estimate_source": self.source,
+            "observed_at": iso(self.observed_at),
+            "detail": self.detail,
+            "reason": self.reason,
+            "facts": dict(self.facts),
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, object], pool: str | None = None) -> StartEstimate:
+        """An estimate as ``as_json`` wrote it (a decision's record keeps its candidates' so);
+        ValueError for anything else."""
+        at, observed = raw.get("estimated_start"), raw.get("observed_at")
+        source, detail, reason, facts = raw.get("estimate_source"), raw.get("detail"), raw.get("reason"), raw.get("facts") or {}
+        name = pool if pool is not None else raw.get("pool")
+        if not (isinstance(name, str) and isinstance(observed, str) and isinstance(detail, str) and isinstance(facts, dict)):
+            raise ValueError(f"not a start estimate: {str(dict(raw))[:120]}")
+        if at is not None and not isinstance(at, str) or reason is not None and not isinstance(reason, str):
+            raise ValueError(f"not a start estimate: {str(dict(raw))[:120]}")
+        return cls(name, None if at is None else _moment(at), source, _moment(observed), detail, reason, facts)  # type: ignore[arg-type]
+
+    def policy_input(self) -> JSONObject:
+        """The estimate as the wait policy reads it (``input.pool.estimate``): whole epoch seconds
+        (the decision's time is given the same way, ``input.now``)."""
+        return {
+            "at": None if self.at is None else math.floor(self.at.timestamp()),
+            "source": self.source,
+            "observed_at": math.floor(self.observed_at.timestamp()),
+        }
+
+
+def _moment(text: str) -> datetime:
+    """RFC 3339 text (``iso``'s) as an aware instant; ValueError for anything else."""
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        raise ValueError(f"a time without its offset: {text!r}")
+    return moment
+
+
+
+
 @dataclass(frozen=True)
 class Placement:
     """A workload placed on a pool; ``holdings`` are the devices (and slices) it holds, and
@@ -773,6 +874,10 @@ class Placement:
     holdings: tuple[Holding, ...] = ()
     checks: tuple[CheckInfo, ...] = ()
     allocations: tuple[NodeAllocation, ...] = ()
+    # When the chosen pool is expected to start it (its StartEstimate; None: none was asked for, as
+    # in decisions from before estimates), and the decision's time the estimates were judged at.
+    estimate: StartEstimate | None = None
+    decided_at: datetime | None = None
 
     ok: bool = field(default=True, init=False)
 
@@ -804,6 +909,7 @@ class Rejection:
     provenance: Provenance
     decision_id: str | None = None
     checks: tuple[CheckInfo, ...] = ()
+    decided_at: datetime | None = None  # the time the candidates' start estimates were judged at
 
     ok: bool = field(default=False, init=False)
 

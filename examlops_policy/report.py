@@ -26,7 +26,7 @@ from typing import Final, Literal
 
 from examlops_policy.accounting import CARBON_METHODS
 from examlops_policy.errors import SpecError
-from examlops_policy.views import FinopsRow, WorkloadCost
+from examlops_policy.views import EstimateError, FinopsRow, WorkloadCost, duration_text, estimate_error_s, estimate_errors
 
 OUTCOMES: Final = ("placed", "rejected", "blocked")
 BURST_VERDICTS: Final = ("allowed", "blocked", "unavailable")
@@ -101,6 +101,9 @@ class ReportData:
     currency: str = "USD"
     # gCO2e per carbon method (a key of accounting.CARBON_METHODS, or "unrecorded"), largest first.
     carbon_methods: tuple[tuple[str, float], ...] = ()
+    # How far start estimates were from the actual starts, per estimate source (slurm, kubernetes,
+    # table, now), over the placements with both.
+    estimate_errors: tuple[EstimateError, ...] = ()
 
 
 # --- from plain rows -----------------------------------------------------------------------------
@@ -167,7 +170,9 @@ def report_from_rows(
     and ``region`` (str), ``device_hours``, ``cost``, ``carbon_g`` (numbers >= 0, default 0),
     ``fallback`` (bool), ``fraction`` (requested share of a device, default 1.0),
     ``fraction_honored`` (bool) and ``carbon_method`` (how its carbon per device-hour was found: a
-    key of ``accounting.CARBON_METHODS``; absent or None: not recorded). A burst row: ``residency`` (str) and ``verdict`` (allowed,
+    key of ``accounting.CARBON_METHODS``; absent or None: not recorded) and, where its start was
+    estimated and its job's actual start is known, ``estimate_source``, ``estimated_start`` and
+    ``actual_start`` (RFC 3339). A burst row: ``residency`` (str) and ``verdict`` (allowed,
     blocked or unavailable). Raises ``SpecError`` naming the row and field; a decision outside
     the period is an error too (the caller selects the period).
     """
@@ -188,6 +193,7 @@ def report_from_rows(
     workloads: dict[str, list[float]] = {}
     placements = fallbacks = requested = honored = 0
     methods: dict[str, float] = {}
+    errors: list[tuple[str, float]] = []
     for index, row in enumerate(decisions):
 
         def where(key: str, index: int = index) -> str:
@@ -218,6 +224,15 @@ def report_from_rows(
         if method is not None and method not in CARBON_METHODS:
             raise SpecError(f"expected one of {', '.join(CARBON_METHODS)} (got {method!r:.60})", field=where("carbon_method"))
         methods[str(method or "unrecorded")] = methods.get(str(method or "unrecorded"), 0.0) + carbon
+        estimated, actual = row.get("estimated_start"), row.get("actual_start")
+        if estimated is not None and actual is not None:
+            source = _text(row, "estimate_source", where("estimate_source"))
+            try:
+                error = estimate_error_s(_text(row, "estimated_start", where("estimated_start")), _text(row, "actual_start", where("actual_start")))
+            except ValueError:
+                raise SpecError(f"expected RFC 3339 times (got {estimated!r:.40} and {actual!r:.40})", field=where("actual_start")) from None
+            if error is not None:
+                errors.append((str(source), error))
         spent[3] += hours
         placements += 1
         fallbacks += _flag(row, "fallback", where("fallback"))
@@ -258,6 +273,7 @@ def report_from_rows(
         ),
         currency=currency,
         carbon_methods=tuple(sorted(((m, round(g, 6)) for m, g in methods.items()), key=lambda mg: (-mg[1], mg[0]))),
+        estimate_errors=estimate_errors(errors),
     )
 
 
@@ -283,6 +299,12 @@ def _carbon(grams: float) -> str:
     if 0 < grams < 0.05:
         return "<0.1 g CO₂e"
     return f"{grams:,.1f} g CO₂e"
+
+
+def _signed_duration(seconds: float) -> str:
+    """An estimate's error for people: ``+2 h 05 m`` later, ``-30 s`` sooner, ``0 s``."""
+    sign = "+" if seconds > 0 else "-" if seconds < 0 else ""
+    return sign + duration_text(abs(seconds))
 
 
 def _share(part: int, whole: int) -> str:
@@ -614,6 +636,21 @@ def render_html(data: ReportData) -> str:
         ),
         "</div></div></section>",
     ]  # fmt: skip
+
+    errs = data.estimate_errors
+    parts += [
+        '<section aria-labelledby="starts-h"><h2 id="starts-h">Start estimates against actual starts</h2>',
+        _table(
+            "Actual minus estimated start, per estimate source (positive: later than estimated)",
+            [("Estimated by", False), ("Placements", True), ("Median", True), ("90th percentile", True)],
+            ([escape(e.source), f"{e.decisions:,}", _signed_duration(e.median_s), _signed_duration(e.p90_s)] for e in errs),
+            "table-estimates",
+        )
+        if errs
+        else '<p id="no-estimates">No placement in the period has both an estimated start and its job\'s actual start '
+        "(reconcile records actual starts).</p>",
+        "</section>",
+    ]
 
     parts += [
         "<footer>Cost uses each pool's price per device-hour (or the reviewed default); carbon each pool's gCO₂e "

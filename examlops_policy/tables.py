@@ -17,7 +17,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
@@ -93,6 +93,9 @@ class Tables:
     accounting: JSONObject
     geometry: JSONObject
     fallback: JSONObject
+    # Typical provisioning delays of cloud providers (provisioning.yaml): the start estimates of
+    # cloud pools with no scheduler to ask, read with the rest of the snapshot.
+    provisioning: JSONObject = field(default_factory=dict)
 
     def region_known(self, region: str) -> bool:
         return region in self.regions
@@ -336,6 +339,7 @@ def load_tables(root: Path | None = None) -> Tables:
             accounting=cast("JSONObject", merged["accounting"]),
             geometry=cast("JSONObject", merged["geometry"]),
             fallback=cast("JSONObject", merged["fallback"]),
+            provisioning=cast("JSONObject", merged.get("provisioning") or {}),
         )
     except KeyError as exc:
         raise PolicyError(f"{base}: table {exc} is missing") from exc

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
-from examlops_policy.model import Decision, Holding, JSONObject, JSONValue, Pool, PoolState, PoolVerdict, Reason
+from examlops_policy.model import Decision, Holding, JSONObject, JSONValue, Pool, PoolState, PoolVerdict, Reason, StartEstimate
+
+# A start estimated within this many seconds of the decision's time is "now" for people: Slurm
+# answers in whole seconds, a free partition the second after it is asked (the wait policy's
+# slack, checks/wait).
+NOW_WITHIN_S = 1
 
 # Balanced scores compare at this precision (as grant costs do, and as the policy rounds them).
 SCORE_DIGITS = 9
@@ -78,6 +85,58 @@ class DecisionSummary:
     job_state: str | None = None
     larger_partition: bool = False
     lease_ended: bool = False
+    # When the chosen pool was expected to start it (RFC 3339 UTC) and who said so; when its job was
+    # handed to a scheduler, and when it really started (reconcile, from the scheduler).
+    estimated_start: str | None = None
+    estimate_source: str | None = None
+    submitted_at: str | None = None
+    actual_start: str | None = None
+
+    @property
+    def estimate_error_s(self) -> float | None:
+        """How much later than estimated the job really started (seconds; negative: sooner), where
+        both are known."""
+        return estimate_error_s(self.estimated_start, self.actual_start)
+
+
+def _epoch(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def estimate_error_s(estimated: str | None, actual: str | None) -> float | None:
+    """Actual start minus estimated start, in whole seconds (None unless both are known)."""
+    if estimated is None or actual is None:
+        return None
+    return float(math.floor(_epoch(actual)) - math.floor(_epoch(estimated)))
+
+
+@dataclass(frozen=True)
+class EstimateError:
+    """How far start estimates of one kind (``source``: slurm, kubernetes, table, now) were from
+    the actual starts: over ``decisions`` placements with both, the median and 90th percentile of
+    actual minus estimated start, in seconds (positive: later than estimated)."""
+
+    source: str
+    decisions: int
+    median_s: float
+    p90_s: float
+
+
+def estimate_errors(pairs: Sequence[tuple[str, float]]) -> tuple[EstimateError, ...]:
+    """Per estimate source, from (source, error in seconds) pairs: the median (the mean of the two
+    middle values for an even count) and the 90th percentile (nearest rank: the smallest error at
+    least 90% of them do not exceed)."""
+    by_source: dict[str, list[float]] = {}
+    for source, error in pairs:
+        by_source.setdefault(source, []).append(error)
+    out = []
+    for source, errors in sorted(by_source.items()):
+        errors.sort()
+        n = len(errors)
+        median = errors[n // 2] if n % 2 else (errors[n // 2 - 1] + errors[n // 2]) / 2
+        p90 = errors[max(0, math.ceil(0.9 * n) - 1)]
+        out.append(EstimateError(source, n, float(median), float(p90)))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -280,6 +339,7 @@ class Standing:
     cost_per_hour: float
     carbon_per_hour: float
     score: float | None = None
+    estimate: StartEstimate | None = None  # when it would start (where it was asked)
 
 
 @dataclass(frozen=True)
@@ -291,6 +351,7 @@ class Explanation:
     objective: str
     carbon_weight: float
     standings: tuple[Standing, ...]
+    decided_at: datetime | None = None  # the decision's time, its estimates judged at
 
 
 def explain(decision: Decision) -> Explanation:
@@ -303,17 +364,30 @@ def explain(decision: Decision) -> Explanation:
     if w.optimize == "balanced":
         scores = balanced_scores([(v.grant_cost_per_hour, v.grant_carbon_per_hour) for v in pool_rows], w.carbon_weight)
         ranked = sorted(zip(pool_rows, scores), key=lambda r: (r[1], r[0].grant_cost_per_hour, r[0].pool))
-        standings = [Standing(v.pool, v.grant_cost_per_hour, v.grant_carbon_per_hour, s) for v, s in ranked]
+        standings = [Standing(v.pool, v.grant_cost_per_hour, v.grant_carbon_per_hour, s, v.estimate) for v, s in ranked]
+    elif w.optimize == "earliest":
+        now = decision.decided_at
+
+        def soonest(v: PoolVerdict) -> tuple[object, ...]:
+            e = v.estimate
+            if e is None or e.at is None or now is None:
+                return (1, 0.0, v.grant_cost_per_hour, v.pool)
+            at, moment = math.floor(e.at.timestamp()), math.floor(now.timestamp())
+            return (0, moment if at <= moment + NOW_WITHIN_S else at, v.grant_cost_per_hour, v.pool)
+
+        standings = [Standing(v.pool, v.grant_cost_per_hour, v.grant_carbon_per_hour, None, v.estimate) for v in sorted(pool_rows, key=soonest)]
     else:
         carbon = w.optimize == "carbon"
 
         def order(v: PoolVerdict) -> tuple[float, ...]:
             return (v.grant_carbon_per_hour, v.grant_cost_per_hour) if carbon else (v.grant_cost_per_hour,)
 
-        standings = [Standing(v.pool, v.grant_cost_per_hour, v.grant_carbon_per_hour) for v in sorted(pool_rows, key=lambda v: (*order(v), v.pool))]
+        standings = [
+            Standing(v.pool, v.grant_cost_per_hour, v.grant_carbon_per_hour, None, v.estimate) for v in sorted(pool_rows, key=lambda v: (*order(v), v.pool))
+        ]
     # The winner first even where room, not rank, decided (a cheaper pool full at commit time).
     standings.sort(key=lambda s: s.pool != chosen)
-    return Explanation(tier, w.optimize, w.carbon_weight, tuple(standings))
+    return Explanation(tier, w.optimize, w.carbon_weight, tuple(standings), decision.decided_at)
 
 
 def balanced_scores(rows: Sequence[tuple[float, float]], carbon_weight: float) -> list[float]:
@@ -329,9 +403,17 @@ def balanced_scores(rows: Sequence[tuple[float, float]], carbon_weight: float) -
 
 
 def decision_json(decision: Decision, record: DecisionRecord | None = None) -> dict[str, object]:
-    """A decision as ``--json`` prints it (``outcome`` first, then every field); with its record,
-    the record's id, times, job and lease."""
+    """A decision as ``--json`` prints it (``outcome`` first, then every field, each pool's start
+    estimate under its verdict where it was asked; the chosen pool's as the decision's own:
+    ``estimated_start``, ``estimate_source``, ``estimate_observed_at`` and, without a start,
+    ``estimate_reason``); with its record, the record's id, times, job and lease."""
     body: dict[str, object] = {"outcome": decision.outcome, **cast(JSONObject, _plain(decision))}
+    estimate = getattr(decision, "estimate", None)
+    shown = estimate.as_json() if isinstance(estimate, StartEstimate) else {}
+    body.update(
+        estimated_start=shown.get("estimated_start"), estimate_source=shown.get("estimate_source"),
+        estimate_observed_at=shown.get("observed_at"), estimate_reason=shown.get("reason"),
+    )  # fmt: skip
     if record is not None:
         body.update(
             id=record.id, decision_id=record.id, created_at=record.created_at, released_at=record.released_at, job_id=record.job_id,
@@ -349,6 +431,10 @@ def _field_names(cls: type) -> tuple[str, ...]:
 def _plain(value: object) -> JSONValue:
     """Like ``dataclasses.asdict`` without its deep copies (a large fleet's explanation holds
     thousands of verdicts sharing reason and grant objects)."""
+    if isinstance(value, StartEstimate):
+        return value.as_json()
+    if isinstance(value, datetime):
+        return value.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {name: _plain(getattr(value, name)) for name in _field_names(type(value))}
     if isinstance(value, (tuple, list)) or (isinstance(value, Sequence) and not isinstance(value, (str, bytes))):
@@ -356,3 +442,47 @@ def _plain(value: object) -> JSONValue:
     if isinstance(value, dict):
         return {str(key): _plain(item) for key, item in value.items()}
     return cast(JSONValue, value)
+
+
+# -- start estimates, for people -----------------------------------------------------------------
+
+
+def duration_text(seconds: float) -> str:
+    """Whole seconds for people, the two largest units: ``45 s``, ``1 m 30 s``, ``2 h 05 m``,
+    ``1 d 01 h`` (the wait policy's ``duration_text``, which words ``max_wait`` in its
+    messages)."""
+    s = int(math.floor(seconds))
+    for size, big, small, next_size in ((86400, "d", "h", 3600), (3600, "h", "m", 60), (60, "m", "s", 1)):
+        if s >= size:
+            whole, part = divmod(s, size)
+            part //= next_size
+            return f"{whole} {big}" if part == 0 else f"{whole} {big} {part:02d} {small}"
+    return f"{s} s"
+
+
+def start_text(estimate: StartEstimate, now: datetime) -> str:
+    """An estimate for people, seen from ``now``: ``slurm: expected start 14:20 UTC (in 2 h 05 m)``,
+    ``now: starts now``, ``table: expected start 12:10 UTC (in 10 m; provisioning at most 10 m ...)``,
+    ``slurm: no estimate (Slurm's controller does not answer ...)``. A start on another day than
+    ``now`` says its date."""
+    if estimate.at is None:
+        return f"{estimate.source}: no estimate ({estimate.reason})"
+    wait = estimate.wait(now)
+    if estimate.source == "now" or (wait is not None and wait.total_seconds() <= NOW_WITHIN_S):
+        return f"{estimate.source}: starts now"
+    at = estimate.at.astimezone(timezone.utc)
+    when = at.strftime("%H:%M UTC") if at.date() == now.astimezone(timezone.utc).date() else at.strftime("%Y-%m-%d %H:%M UTC")
+    after = f"in {duration_text(wait.total_seconds())}" if wait is not None else ""
+    if estimate.source == "table" and "delay_s" in estimate.facts:
+        kind = "typical" if estimate.facts.get("typical") else "at most"
+        after += f"; provisioning {kind} {duration_text(float(str(estimate.facts['delay_s'])))}"
+    return f"{estimate.source}: expected start {when} ({after})"
+
+
+def wait_text(estimate: StartEstimate | None, now: datetime | None) -> str:
+    """When a pool would start, in a few words, seen from the decision's time ``now``: ``now``,
+    ``in 2 h 05 m``, or ``with no estimate``."""
+    if estimate is None or estimate.at is None or now is None:
+        return "with no estimate"
+    wait = estimate.wait(now)
+    return "now" if wait is None or wait.total_seconds() <= NOW_WITHIN_S else f"in {duration_text(wait.total_seconds())}"

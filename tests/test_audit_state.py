@@ -2,7 +2,7 @@
 made directly in the database (the chain untouched), is named (table, column, row, both values)
 and the command exits 7. The state is made by the real CLI and OPA: pools, placements (one with a
 lease, one released, one fraction), a blocked and an allowed burst, a capacity report; and the
-pool lifecycle: a lease that ended (released at its end by the next write), a pool removed, a pool
+pool lifecycle: a job recorded, a lease that ended (released at its end by the next write), a pool removed, a pool
 removed and registered again, a drained pool whose removal waits on its live grant."""
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Made]:
     hw = Hardware(home)
     try:
         hw.record_usage({"hpc-mi300": 5.0}, scheduler="slurm")  # 2 of ours are not submitted: 5 outside
+        hw.set_job(leased, "4711", scheduler="slurm")  # handed to a scheduler since
         hw.add_pool(Pool("spare", "hpc", "amd", 2, "eu", cost_per_hour=0.5))
         ended = hw.place(Workload("short", "amd", engine="vllm"), lease=timedelta(seconds=1)).id
         hw.add_pool(Pool("back", "cloud", "nvidia", 2, "us-east-1"))
@@ -119,6 +120,10 @@ EDITS = [
     ("created epoch", ["UPDATE decisions SET created_ts = created_ts + 3600 WHERE id = '{live}'"], ["decisions.created_ts of {live12}"]),
     ("lease", ["UPDATE decisions SET lease_expires_at = '2099-01-01T00:00:00.000000Z' WHERE id = '{leased}'"], ["decisions.lease_expires_at of {leased12}"]),
     ("job", ["UPDATE decisions SET job_id = '4242', scheduler = 'slurm' WHERE id = '{live}'"], ["decisions.job_id of {live12}", "no submission"]),
+    ("job moved", ["UPDATE decisions SET job_id = '4242' WHERE id = '{leased}'"], ["decisions.job_id of {leased12}", '"4711"']),
+    ("submission time", ["UPDATE decisions SET submitted_at = '2020-01-01T00:00:00.000000Z' WHERE id = '{leased}'"], ["decisions.submitted_at of {leased12}"]),
+    ("submitted without a job", ["UPDATE decisions SET submitted_at = '2031-01-01T00:00:00.000000Z' WHERE id = '{live}'"],
+     ["decisions.submitted_at of {live12}", "no submission"]),
     (
         "released and holdings deleted",
         ["UPDATE decisions SET released_at = '2026-12-01T00:00:00.000000Z', released_ts = 1 WHERE id = '{live}'",

@@ -15,6 +15,8 @@ import pytest
 
 from examlops_policy._core import commit
 from examlops_policy._core.request import Request
+from examlops_policy._core.waiting import Starts
+from examlops_policy.store import StaleFleet
 from examlops_policy.errors import StateError
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Placement, Pool, Rejection, Workload
@@ -28,11 +30,16 @@ FLEET = [
 
 
 def decided(hw: Hardware, workload: Workload) -> tuple[object, object, object, object]:
-    """A placement selected outside the lock, not committed yet."""
+    """A placement selected outside the lock, not committed yet (with the start estimates it was
+    selected with: ``starts[hw]``)."""
     snap = hw._snapshot()
     under = hw._current()
-    _, prepared, decision = hw._decide(Request(workload), snap, under)
+    _, prepared, gathered, decision = hw._decide(Request(workload), snap, under)
+    starts[id(hw)] = gathered
     return snap, under, prepared, decision
+
+
+starts: dict[int, Starts] = {}
 
 
 def record_doc(hw: Hardware, ident: str) -> dict[str, object]:
@@ -47,7 +54,7 @@ def test_a_change_to_a_pool_that_does_not_matter_keeps_the_selection_and_its_ver
     assert isinstance(decision, Placement) and decision.pool == "amd-a"
     # Meanwhile a pool ranked after the chosen one loses a device (its scheduler reports it busy).
     assert hardware.record_usage({"amd-c": 1}, scheduler="slurm") == {"amd-c": 1}
-    done = commit.place(hardware.store, prepared, decision, snap, under.capacities, source="exa-test")  # type: ignore[arg-type]
+    done = commit.place(hardware.store, prepared, decision, snap, under.capacities, source="exa-test", starts=starts[id(hardware)])  # type: ignore[arg-type]
     assert done.record is not None
     assert done.record.decision.provenance.input_digest == decision.provenance.input_digest  # type: ignore[attr-defined]
     assert record_doc(hardware, done.record.id)["at"] == snap.version  # type: ignore[attr-defined]
@@ -62,14 +69,37 @@ def test_the_chosen_pool_filled_meanwhile_re_runs_the_selection_under_the_lock(h
     snap, under, prepared, decision = decided(hardware, AMD)
     assert isinstance(decision, Placement) and decision.pool == "amd-a"
     hardware.place(Workload("first", "amd", engine="vllm", target="hpc"))  # takes amd-a's only device
-    done = commit.place(hardware.store, prepared, decision, snap, under.capacities, source="exa-test")  # type: ignore[arg-type]
+    done = commit.place(hardware.store, prepared, decision, snap, under.capacities, source="exa-test", starts=starts[id(hardware)])  # type: ignore[arg-type]
     assert done.record is not None
     placed = done.record.decision
     assert isinstance(placed, Placement) and placed.pool == "amd-b"
     assert placed.provenance.input_digest != decision.provenance.input_digest  # decided on the capacity of now
     assert record_doc(hardware, done.record.id)["at"] == snap.version + 1  # type: ignore[attr-defined]
     assert hardware.decision(done.record.id).decision.pool == "amd-b"  # type: ignore[union-attr]
+    # Only amd-a was asked when it would start (the workload has no wait limit): the record says
+    # amd-b's start was not asked, and reads back so.
+    assert placed.estimate is None and record_doc(hardware, done.record.id)["estimates"].keys() == {"amd-a"}  # type: ignore[union-attr]
+    assert hardware.decision(done.record.id).decision.estimate is None  # type: ignore[union-attr]
     assert hardware.verify_audit().ok
+
+
+def test_a_winner_under_the_lock_whose_start_was_not_asked_is_decided_again(hardware: Hardware) -> None:
+    """Under earliest (or a wait limit), selection depends on every candidate's estimate, all asked
+    before the lock: a winner under the lock whose start is not among them (here: estimates lost
+    on purpose) sends the decision back rather than be chosen without one."""
+    hardware.apply(FLEET)
+    hurried = Workload("hurried", "amd", engine="vllm", target="hpc", optimize="earliest")
+    snap, under, prepared, decision = decided(hardware, hurried)
+    assert isinstance(decision, Placement) and decision.pool == "amd-a"
+    assert set(starts[id(hardware)].estimates) == {"amd-a", "amd-b", "amd-c"}
+    hardware.place(Workload("first", "amd", engine="vllm", target="hpc"))  # takes amd-a's only device
+    fewer = Starts(starts[id(hardware)].now, {"amd-a": starts[id(hardware)].estimates["amd-a"]})
+    with pytest.raises(StaleFleet, match="'amd-b', chosen now, was not asked"):
+        commit.place(hardware.store, prepared, decision, snap, under.capacities, source="exa-test", starts=fewer)  # type: ignore[arg-type]
+    # As the façade places it: asked again, every candidate's start known.
+    record = hardware.place(hurried)
+    assert isinstance(record.decision, Placement) and record.decision.pool == "amd-b"
+    assert record.decision.estimate is not None and record.decision.estimate.source == "now"
 
 
 def test_a_pool_ranked_before_the_chosen_one_with_room_again_re_runs_the_selection(hardware: Hardware) -> None:
@@ -78,7 +108,7 @@ def test_a_pool_ranked_before_the_chosen_one_with_room_again_re_runs_the_selecti
     snap, under, prepared, decision = decided(hardware, AMD)
     assert isinstance(decision, Placement) and decision.pool == "amd-b"
     hardware.release(first.id)  # amd-a has room again, and is cheaper
-    done = commit.place(hardware.store, prepared, decision, snap, under.capacities, source="exa-test")  # type: ignore[arg-type]
+    done = commit.place(hardware.store, prepared, decision, snap, under.capacities, source="exa-test", starts=starts[id(hardware)])  # type: ignore[arg-type]
     assert done.record is not None and isinstance(done.record.decision, Placement) and done.record.decision.pool == "amd-a"
 
 
@@ -88,7 +118,7 @@ def test_a_rejection_is_decided_again_when_any_pool_changed(hardware: Hardware) 
     snap, under, prepared, decision = decided(hardware, AMD)
     assert isinstance(decision, Rejection) and decision.code == "no_capacity"
     hardware.release(first.id)
-    done = commit.place(hardware.store, prepared, decision, snap, under.capacities, source="exa-test")  # type: ignore[arg-type]
+    done = commit.place(hardware.store, prepared, decision, snap, under.capacities, source="exa-test", starts=starts[id(hardware)])  # type: ignore[arg-type]
     assert done.record is not None and isinstance(done.record.decision, Placement)
 
 

@@ -295,6 +295,43 @@ def test_3_mi300x_runs_one_partition_mode_per_device_and_an_empty_device_switche
     assert_real_geometry(hw, "mi300x")
 
 
+def test_3_earliest_ranks_a_larger_partition_by_its_cost_without_estimates_and_by_its_start_with_them(hardware: Hardware) -> None:
+    """``optimize: earliest`` decided with no start estimates at all (a record from before them,
+    replayed; the engine's own ``decide``) ranks every pool as "no estimate", so by cost: a pool
+    that only has room for a larger partition ranks where that one's cost puts it. With estimates,
+    the soonest start wins, whatever the partition it has room for costs. Both as the policy's
+    reference decision decides."""
+    from datetime import datetime, timedelta, timezone
+
+    from examlops_policy._core.engine import differences, reference_input
+    from examlops_policy._core.waiting import Starts
+    from examlops_policy.model import StartEstimate
+
+    hw = hardware
+    hw.add_pool(mi300xs("a", 1, price=4.0))
+    hw.add_pool(mi300xs("b", 1, price=6.0))
+    assert placed(hw, "d1", "amd", fraction=0.5)[1].pool == "a"  # device 0 of a runs DPX, one half free
+    # A quarter: a's QPX ($1.00/h) has no room, its free DPX half costs $2.00/h; b's QPX $1.50/h.
+    w = Workload("q", accelerator="amd", fraction=0.25, optimize="earliest")
+    states = sorted((v.state for v in hw.pool_views()), key=lambda s: s.pool.name)
+    decision = hw.engine.decide(w, states)
+    assert isinstance(decision, Placement)
+    assert (decision.pool, decision.grant.profile, decision.grant_cost_per_hour) == ("b", "qpx", 1.5)
+    prepared = hw.engine.prepare(w, [s.pool for s in states])
+    caps = [s.capacity for s in states]
+    assert differences(decision, hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about))) == []
+    # With estimates, the start ranks first: a starts now (its larger partition, at its cost), b in an hour.
+    now = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+    starts = Starts(now, {
+        "a": StartEstimate("a", now, "now", now, "now: free"), "b": StartEstimate("b", now + timedelta(hours=1), "slurm", now, "slurm: in 1 h"),
+    })  # fmt: skip
+    soonest = prepared.decide(caps, hw.tables, starts=starts)
+    assert isinstance(soonest, Placement)
+    assert (soonest.pool, soonest.grant.profile, soonest.grant.larger, soonest.grant_cost_per_hour) == ("a", "dpx", True, 2.0)
+    assert soonest.estimate == starts.of("a")
+    assert differences(soonest, hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about, starts))) == []
+
+
 # -- 4. the cheapest grant, not the cheapest device ---------------------------------------------------
 
 

@@ -25,7 +25,7 @@ from examlops_policy.estimates.slurm import SlurmEstimator
 from examlops_policy.estimates.table import ProvisioningTable
 from examlops_policy.executors.command import CommandResult
 from examlops_policy.executors.kubernetes_api import KubernetesCluster, KubernetesError, PendingPod
-from examlops_policy.model import Grant, Node, Pool, Workload
+from examlops_policy.model import Grant, Node, Placement, Pool, Workload
 from examlops_policy.tables import load_tables, policy_dir
 from tests.conftest import ROOT
 
@@ -352,3 +352,45 @@ def test_a_pod_the_scheduler_cannot_place_waits_in_front_of_a_full_pool(cluster:
             except Exception:  # noqa: BLE001 - cleanup of what may not have been created
                 pass
         admin.close()
+
+
+def test_a_start_within_a_second_of_the_decision_is_now_for_people() -> None:
+    """Slurm answers in whole seconds, a free partition the second after it is asked: within the
+    wait policy's slack a start reads as now; two seconds on, it says so."""
+    from datetime import timedelta
+
+    now = datetime(2026, 12, 1, 12, 0, 0, 400000, tzinfo=timezone.utc)
+    soon = StartEstimate("p", now + timedelta(seconds=1), "slurm", now, "slurm: soon")
+    later = StartEstimate("p", now + timedelta(seconds=2), "slurm", now, "slurm: soon")
+    assert start_text(soon, now) == "slurm: starts now"
+    assert start_text(later, now) == "slurm: expected start 12:00 UTC (in 2 s)"
+
+
+@pytest.mark.kubernetes
+def test_a_decision_asks_the_cluster_for_its_pools_and_records_the_answer(cluster: KubernetesCluster, tmp_path: Path, opa_home: Path) -> None:
+    """Through the façade, given the cluster: its pool (nodes named) starts now by the cluster's
+    account, a cloud pool elsewhere only after provisioning (the table), so the earliest start is
+    the cluster's, dearer as it is; the decision records the source."""
+    from examlops_policy.hardware import Hardware, ManagedPolicy
+    from examlops_policy.store.sqlite import SQLiteStore
+
+    run = secrets.token_hex(3)
+    pools = [
+        Pool(f"k8s-{run}", "cloud", "nvidia", 2, "us-east-1", model="h100", cost_per_hour=6.0, nodes=(Node(f"exa-{run}-absent", 2),)),
+        Pool("aws-h100", "cloud", "nvidia", 8, "eu-central-1", model="h100", cost_per_hour=4.0),
+    ]
+    estimator = StartEstimator(kubernetes=KubernetesEstimator(cluster))
+    hw = Hardware(tmp_path, store=SQLiteStore(tmp_path / "state.db"), policy=ManagedPolicy(opa_home), estimator=estimator)
+    try:
+        hw.apply(pools)
+        record = hw.place(Workload("train", "nvidia", target="cloud", optimize="earliest"))
+        decision = record.decision
+        assert isinstance(decision, Placement) and decision.pool == f"k8s-{run}"
+        assert decision.estimate is not None and decision.estimate.source == "kubernetes" and decision.estimate.known
+        table = next(v.estimate for v in decision.verdicts if v.pool == "aws-h100")
+        assert table is not None and table.source == "table" and table.facts["delay_s"] == 600
+        assert hw.decision(record.id).decision.estimate.source == "kubernetes"  # type: ignore[union-attr]
+        cheapest = hw.what_if(Workload("train", "nvidia", target="cloud"))
+        assert getattr(cheapest, "pool", None) == "aws-h100"
+    finally:
+        hw.close()

@@ -114,6 +114,20 @@ def test_recorded_decisions_replay_unchanged_under_the_same_policy(recorded: Har
                       "open-cloud": "cloud-frankfurt", "hpc": "hpc-nvidia"}  # fmt: skip
 
 
+def test_recorded_decisions_with_waiting_limits_are_compared_with_their_own_estimates(hardware: Hardware) -> None:
+    """A recorded decision that depended on start estimates is asked again with the estimates and
+    the time it was decided with (else every pool would be judged without one)."""
+    hardware.apply(list(FLEET))
+    hurried = hardware.place(Workload("hurried", "nvidia", engine="vllm", target="cloud", max_wait="15m"))
+    rushed = hardware.place(Workload("rushed", "nvidia", engine="vllm", target="cloud", max_wait="5m"))
+    assert getattr(hurried.decision, "pool", None) == "cloud-frankfurt" and rushed.decision.outcome == "rejected"
+    cases, _ = impact.recorded_cases(hardware, last=2)
+    assert all(c.starts is not None and c.starts.of("cloud-frankfurt") is not None for c in cases)
+    result = impact.run_impact(str(POLICIES), cases, policy_root=POLICIES)
+    assert result.changed == ()
+    assert {r.label.split("(")[1].rstrip(")"): r.base.pool for r in result.results} == {"hurried": "cloud-frankfurt", "rushed": None}
+
+
 def test_frankfurt_outside_the_eu_changes_exactly_the_recorded_decisions_that_used_it(recorded: Hardware, tmp_path: Path) -> None:
     head = frankfurt_in_ch(tmp_path / "policies")
     cases, _ = impact.recorded_cases(recorded)

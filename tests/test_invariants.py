@@ -27,6 +27,7 @@ import dataclasses
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,8 @@ from hypothesis import strategies as st
 
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Decision, Placement, Pool, PoolState, Rejection, Workload
-from examlops_policy.model import Capacity, Holding
+from examlops_policy.model import Capacity, Holding, StartEstimate
+from examlops_policy._core.waiting import Starts
 from examlops_policy.opa import stop_server
 from tests.conftest import open_hardware
 
@@ -640,6 +642,89 @@ def test_a_fallback_for_budget_is_decided_alike_by_selection_the_policy_and_the_
     check(decision, w, pools, capacities)
     reference = hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about))
     assert differences(decision, reference) == []
+
+
+# 2026-12-01T12:00:00Z: the decision's time of the cases with start estimates.
+NOON = datetime(2026, 12, 1, 12, 0, 0, tzinfo=timezone.utc)
+# Starts relative to the decision: past (means now), now, soon, later; None: no estimate.
+OFFSETS = [-600, 0, 0, 1, 2, 600, 3600, 7200, None]
+
+
+@st.composite
+def starts_for(draw: st.DrawFn, pools: list[Pool]) -> Starts:
+    """Start estimates for some of the pools (a pool not named has none; one named may have no
+    start, with its reason), at NOON."""
+    estimates = {}
+    for p in pools:
+        if draw(st.integers(0, 4)) == 0:
+            continue  # not asked
+        offset = draw(st.sampled_from(OFFSETS))
+        source = draw(st.sampled_from(["slurm", "table", "now", "kubernetes"]))
+        if offset is None:
+            estimates[p.name] = StartEstimate(p.name, None, source, NOON, f"{source}: no estimate: busy", "busy")
+        else:
+            estimates[p.name] = StartEstimate(p.name, NOON + timedelta(seconds=offset), source, NOON, f"{source}: soon")
+    return Starts(NOON, estimates)
+
+
+@st.composite
+def waiting_workloads(draw: st.DrawFn) -> Workload:
+    """A workload of the free strategy with the waiting fields drawn: the earliest start, max_wait
+    and a deadline (some already passed), often together."""
+    w = draw(workloads())
+    return dataclasses.replace(
+        w,
+        optimize=draw(st.sampled_from(["earliest", "earliest", "cost", w.optimize])),
+        max_wait=draw(st.sampled_from([None, None, 0, 600, 3600, 86400])),
+        deadline=draw(st.sampled_from([None, None, "2026-12-01T13:00:00Z", "2026-12-01T11:00:00Z", "2026-12-02T12:00:00+01:00"])),
+        walltime=draw(st.sampled_from([None, 1800])),
+    )
+
+
+def _start_s(starts: Starts, name: str) -> int | None:
+    """When a pool starts as the README says: its estimate, now when that is at most a second away."""
+    e = starts.of(name)
+    if e is None or e.at is None:
+        return None
+    at, now = int(e.at.timestamp()), int(NOON.timestamp())
+    return now if at <= now + 1 else at
+
+
+@SETTINGS
+@given(pools=pools_strategy(min_size=1), w=waiting_workloads(), data=st.data())
+def test_selection_with_start_estimates_equals_the_policys_reference_decision(
+    hw: Hardware, pools: list[Pool], w: Workload, data: st.DataObject
+) -> None:
+    """With start estimates, max_wait, deadlines and the earliest start, Python selection and the
+    policy's reference rule give the same pool or rejection and the same reasons; and, from the
+    estimates alone: the chosen pool starts within the workload's limits, and under earliest no
+    other eligible pool of its tier starts sooner."""
+    from examlops_policy._core.engine import differences, reference_input
+
+    capacities = data.draw(capacities_for(pools))
+    starts = data.draw(starts_for(pools))
+    states = sorted(states_of(pools, capacities, hw.tables), key=lambda s: s.pool.name)
+    prepared = hw.engine.prepare(w, [s.pool for s in states])
+    caps = [s.capacity for s in states]
+    decision = prepared.decide(caps, hw.tables, starts=starts)
+    reference = hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about, starts))
+    assert differences(decision, reference) == []
+    if not isinstance(decision, Placement):
+        return
+    assert decision.estimate == starts.of(decision.pool)
+    start = _start_s(starts, decision.pool)
+    now = int(NOON.timestamp())
+    if w.max_wait is not None:
+        assert start is not None and start <= now + w.max_wait + 1
+    if w.deadline is not None:
+        deadline = int(datetime.fromisoformat(w.deadline.replace("Z", "+00:00")).timestamp())
+        assert now <= deadline + 1 and start is not None and start <= deadline + 1
+    if w.optimize == "earliest":
+        rivals = [_start_s(starts, v.pool) for v in decision.verdicts if v.eligible and v.pool != decision.pool]
+        if start is None:
+            assert all(r is None for r in rivals)
+        else:
+            assert all(r is None or r >= start for r in rivals)
 
 
 @settings(SETTINGS, max_examples=max(5, SETTINGS.max_examples // 8))

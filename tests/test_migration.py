@@ -15,6 +15,10 @@ migrations run, and the state works on.
 * ``BEFORE_LEASE_ENDS``, the release before leases ended on time and pools could leave the fleet
   (migration 0007): a lease it granted that has ended is seen ended and billed to its end, the
   next write releases it at that end, and pools can be drained and removed.
+* ``BEFORE_ESTIMATES``, the release before start estimates (records of version 3, which name the
+  state version; it accepted ``optimize: earliest`` and ranked it as cost, and kept no max_wait):
+  its records rebuild and replay as they were decided, their estimate columns empty; new records
+  keep their estimates (version 4) and fill the columns.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from tests.conftest import ROOT
 OLD = "94886a3ef398bade9708bb1679c4b433faa1d028"  # the release before per-device capacity
 PREVIOUS = "d9af34adab665f3243dec84fc5716d0dc545a7ef"  # the release before the capacity log
 BEFORE_LEASE_ENDS = "3c6852f0908a4c9c913f347f0b3a9addc6094713"  # the release before migration 0007
+BEFORE_ESTIMATES = "3c6852f0908a4c9c913f347f0b3a9addc6094713"  # the release before start estimates
 
 
 def _old_tree(tmp_path: Path, commit: str = OLD) -> Path:
@@ -60,10 +65,11 @@ def _old_exa(tree: Path, home: Path, *args: str) -> subprocess.CompletedProcess[
 
 
 def _written_by(
-    commit: str, tmp_path_factory: pytest.TempPathFactory, leased: bool = False
+    commit: str, tmp_path_factory: pytest.TempPathFactory, more: tuple[tuple[str, ...], ...] = (), leased: bool = False
 ) -> Iterator[tuple[Path, dict[str, str]]]:
-    """A state folder an earlier release wrote, and its decision ids by workload name (``leased``:
-    with a placement on a one-second lease, ended by the time this returns)."""
+    """A state folder an earlier release wrote (``more``: commands after the common ones), and its
+    decision ids by workload name (``leased``: with a placement on a one-second lease, ended by the
+    time this returns)."""
     base = tmp_path_factory.mktemp("migration")
     tree = _old_tree(base, commit)
     home = base / "home"
@@ -79,6 +85,7 @@ def _written_by(
             ("hardware", "place", "bad", "--accelerator", "amd", "--engine", "sglang"),
             ("hardware", "burst", "eu-data", "--accelerator", "nvidia", "--residency", "eu-only", "--allow-burst"),
             ("hardware", "place", "done", "--accelerator", "amd", "--engine", "vllm", "--target", "hpc"),
+            *more,
         ):  # fmt: skip
             result = _old_exa(tree, home, *args)
             assert result.returncode in (0, 3, 4), (args, result.stdout, result.stderr)
@@ -113,6 +120,13 @@ def leased_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pat
     yield from _written_by(BEFORE_LEASE_ENDS, tmp_path_factory, leased=True)
 
 
+@pytest.fixture(scope="module")
+def before_estimates_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    yield from _written_by(BEFORE_ESTIMATES, tmp_path_factory, (
+        ("hardware", "place", "soonest", "--accelerator", "nvidia", "--engine", "vllm", "--optimize", "earliest", "--max-wait", "1h"),
+    ))  # fmt: skip
+
+
 def _open_copy(state: tuple[Path, dict[str, str]], tmp_path: Path, opa_home: Path) -> tuple[Hardware, dict[str, str]]:
     import shutil
 
@@ -126,6 +140,16 @@ def _open_copy(state: tuple[Path, dict[str, str]], tmp_path: Path, opa_home: Pat
 def migrated(old_state: tuple[Path, dict[str, str]], tmp_path: Path, opa_home: Path) -> Iterator[tuple[Hardware, dict[str, str]]]:
     """This release on a copy of the old state (each test migrates afresh)."""
     hw, ids = _open_copy(old_state, tmp_path, opa_home)
+    try:
+        yield hw, ids
+    finally:
+        hw.close()
+
+
+@pytest.fixture()
+def from_before_estimates(before_estimates_state: tuple[Path, dict[str, str]], tmp_path: Path, opa_home: Path) -> Iterator[tuple[Hardware, dict[str, str]]]:
+    """This release on a copy of the state the release before start estimates wrote."""
+    hw, ids = _open_copy(before_estimates_state, tmp_path, opa_home)
     try:
         yield hw, ids
     finally:
@@ -230,7 +254,7 @@ def test_the_capacity_log_starts_from_the_previous_state_and_new_records_name_th
     record = hw.place(Workload("after", accelerator="nvidia", engine="vllm", fraction=0.25))
     assert isinstance(record.decision, Placement) and record.decision.pool == "hpc-nvidia"
     doc = _records(hw)[record.id]
-    assert doc["v"] == 3 and "capacity" not in doc and isinstance(doc["at"], int)
+    assert doc["v"] == 4 and "capacity" not in doc and isinstance(doc["at"], int)
     # Read back, the new record and the old ones rebuild to what they recorded, explanations alike.
     again = hw.decision(record.id).decision
     assert [(v.pool, [r.code for r in v.reasons]) for v in again.verdicts] == [(v.pool, [r.code for r in v.reasons]) for v in record.decision.verdicts]
@@ -281,3 +305,39 @@ def test_a_lease_an_earlier_release_granted_ends_on_time_after_the_migration(fro
         assert db.execute("SELECT released_at FROM decisions WHERE id = ?", (ids["leased"],)).fetchone()[0] == end
     assert billed() == pytest.approx(held, abs=1e-6)
     assert hw.verify_audit().ok
+
+
+# -- the release before start estimates: records of version 3 ---------------------------------------
+
+
+def test_records_from_before_start_estimates_rebuild_and_new_ones_keep_theirs(from_before_estimates: tuple[Hardware, dict[str, str]]) -> None:
+    import sqlite3
+
+    hw, ids = from_before_estimates
+    before = _records(hw)
+    assert {doc["v"] for doc in before.values()} == {3}
+    # Decided without estimates: read back so (no decision time, no estimate), explanations as made.
+    soonest = hw.decision(ids["soonest"]).decision
+    assert isinstance(soonest, Placement) and soonest.pool == "hpc-nvidia"
+    assert soonest.estimate is None and soonest.decided_at is None and soonest.workload.max_wait is None
+    infer = hw.decision(ids["infer"]).decision
+    assert {v.pool: [r.code for r in v.reasons] for v in infer.verdicts} == {
+        "hpc-nvidia": [], "hpc-mi300": ["fallback_not_needed"], "cloud-a100": ["burst_not_allowed"],
+    }  # fmt: skip
+    assert hw.replay(ids["soonest"]).same and hw.replay(ids["eu-data"]).same
+    assert _records(hw) == before  # reading rewrote nothing
+    page = {d.workload: d for d in hw.decision_page(limit=50).decisions}
+    assert page["soonest"].estimated_start is None and page["soonest"].estimate_source is None
+    # New placements keep their candidates' estimates and fill the columns.
+    record = hw.place(Workload("after", accelerator="amd", engine="vllm", target="hpc", max_wait="1h", walltime="30m"))
+    assert isinstance(record.decision, Placement) and record.decision.pool == "hpc-mi300"
+    doc = _records(hw)[record.id]
+    assert doc["v"] == 4 and doc["workload"]["max_wait"] == 3600 and doc["workload"]["walltime"] == 1800
+    assert doc["estimates"]["hpc-mi300"]["estimate_source"] == "now"
+    with sqlite3.connect(hw.home / "state.db") as db:
+        columns = db.execute("SELECT estimated_start, estimate_source FROM decisions WHERE id = ?", (record.id,)).fetchone()
+    assert columns == (doc["estimates"]["hpc-mi300"]["estimated_start"], "now")
+    assert hw.decision(record.id).decision.workload.walltime == 1800
+    assert hw.replay(record.id).same
+    report = hw.verify_audit()
+    assert report.ok, report.problems

@@ -139,10 +139,10 @@ def test_malformed_verdicts_are_refused(opa_with) -> None:  # type: ignore[no-un
 
 
 def test_a_policy_with_another_pool_stage_places_nothing(opa_with) -> None:  # type: ignore[no-untyped-def]
-    """The pool stage is closed: selection makes the budget and capacity comparisons itself, so a
-    policy that declares another set is refused, whatever its verdicts say."""
+    """The pool stage is closed: selection makes the budget, capacity and wait comparisons itself,
+    so a policy that declares a pool-stage check beyond them is refused, whatever its verdicts say."""
     url = opa_with(FAKE_ABOUT.replace('"pool_stage": ["budget", "capacity"]', '"pool_stage": ["budget", "capacity", "quota"]'))
-    with pytest.raises(PolicyError, match="check\\(s\\) budget, capacity, quota at a stage this engine cannot run"):
+    with pytest.raises(PolicyError, match="check\\(s\\) quota at a stage this engine cannot run"):
         evaluate(url)
 
 
@@ -150,7 +150,8 @@ def test_verdicts_missing_a_shape_are_refused(opa_with) -> None:  # type: ignore
     url = opa_with(
         FAKE_ABOUT
         + 'verdicts := {"confirm": confirm, "judged": true, "rejection": null, "burst_mode": null, "missing": [], "reasons": [],'
-        ' "grants": [], "notes": [], "shapes": {}, "preferences": [], "request_rejected": null, "budget_fallback": null}\n'
+        ' "grants": [], "notes": [], "shapes": {}, "preferences": [], "request_rejected": null, "budget_fallback": null,'
+        ' "wait": {"start_within_s": null, "start_by_s": null, "invalid": null, "reasons": {}}}\n'
     )
     with pytest.raises(PolicyError, match="malformed answer at verdicts.shapes.*expected an object, got null"):
         evaluate(url)

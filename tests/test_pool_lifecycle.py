@@ -121,11 +121,11 @@ def test_a_placement_decided_before_a_drain_committed_is_decided_again(hw: Hardw
     """Concurrency: a placer that judged the fleet before the drain cannot commit onto the drained
     pool (the fleet changed: it asks again), and its next round goes elsewhere."""
     snap = hw._snapshot()
-    under, prepared, decided = hw._decide(Request(ONE), snap, hw._current())
+    under, prepared, starts, decided = hw._decide(Request(ONE), snap, hw._current())
     assert isinstance(decided, Placement) and decided.pool == "cheap"
     hw.drain("cheap")
     with pytest.raises(StaleFleet):
-        commit.place(hw.store, prepared, decided, snap, under.capacities, source="test")
+        commit.place(hw.store, prepared, decided, snap, under.capacities, source="test", starts=starts)
     assert placed_on(hw)[1] == "dear"
 
 

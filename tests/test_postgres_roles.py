@@ -50,7 +50,7 @@ EXPECTED_GRANTS = {
 EXPECTED_COLUMN_UPDATES = {
     "state": ["version", "fleet_version", "layout"],
     "pools": ["spec", "count", "created_at", "updated_at", "held_outside", "version", "free", "capacity", "removed_at", "removing_since"],
-    "decisions": ["released_at", "released_ts", "lease_expires_at", "lease_expires_ts", "job_id", "scheduler", "job_uid", "job_state"],
+    "decisions": ["released_at", "released_ts", "lease_expires_at", "lease_expires_ts", "job_id", "scheduler", "job_uid", "job_state", "submitted_at"],
     "allocations": ["released_at"],
 }
 REFUSED = [

@@ -48,19 +48,22 @@ def test_an_altered_vector_is_a_state_error(raw: object) -> None:
 
 
 def test_a_column_that_disagrees_with_its_record_is_named_by_the_audit(seeded: Hardware) -> None:
-    """Records name the state version they were decided at (version 3); their columns are still
-    held to what they record."""
+    """Records name the state version they were decided at and keep their start estimates (version
+    4); their columns are still held to what they record, the chosen pool's estimate among them."""
     import json
     import sqlite3
 
     record = seeded.place(Workload("train", accelerator="amd", engine="vllm", target="hpc"))
     with sqlite3.connect(seeded.home / "state.db") as db:
         (doc,) = db.execute("SELECT document FROM decisions WHERE id = ?", (record.id,)).fetchone()
-        assert json.loads(doc)["v"] == 3
-        db.execute("UPDATE decisions SET cost_per_hour = 0.01 WHERE id = ?", (record.id,))
+        stored = json.loads(doc)
+        assert stored["v"] == 4 and stored["estimates"][stored["pool"]]["estimate_source"] == "now"
+        db.execute("UPDATE decisions SET cost_per_hour = 0.01, estimate_source = 'slurm' WHERE id = ?", (record.id,))
     report = seeded.verify_audit()
     assert not report.ok
-    assert [p.message for p in report.problems] == [f"decision {record.id[:12]}: its cost_per_hour column(s) differ from its audited record"]
+    assert [p.message for p in report.problems] == [
+        f"decision {record.id[:12]}: its cost_per_hour, estimate_source column(s) differ from its audited record"
+    ]
 
 
 def test_a_fallback_for_budget_and_a_forbidden_one_read_back_as_they_were_decided(hardware: Hardware) -> None:

@@ -112,6 +112,24 @@ def test_a_note_for_budget_and_a_forbidden_budget_fallback_decode(opa: Any) -> N
     assert {v.note_budget for v in answer.shapes.values() if not v.fallback} == {None}
 
 
+def test_the_wait_limits_decode(opa: Any) -> None:
+    """The workload's max_wait and deadline come back as the wait check's limits, with the reasons
+    a pool gets past them (its texts), once per workload."""
+    about = query(opa, "about", {})
+    signature = Signature(tuple(about["signature"]["shape"]), tuple(about["signature"]["workload"]))
+    assert {"max_wait", "deadline"} <= set(signature.workload) and "walltime" not in signature.workload
+    shapes = shapes_of(list(SEED_POOLS), signature)
+    w = Workload("soon", "nvidia", max_wait="2h", deadline="2026-12-01T14:00:00Z", walltime="30m")
+    raw = query(opa, "verdicts", {"workload": signature.workload_of(workload_input(w)), "keys": sorted(shapes), "shapes": shapes})
+    assert list(Draft202012Validator(SCHEMA).iter_errors(raw)) == []
+    wait = decode_verdicts(raw, sorted(shapes), "test").workload.wait
+    assert (wait.start_within_s, wait.start_by_s, wait.invalid) == (7200, 1796133600, None)
+    assert wait.reasons.max_wait is not None and wait.reasons.max_wait.message == "the pool is not expected to start the workload within max_wait 2 h"
+    assert wait.as_json() == raw["wait"]
+    plain = query(opa, "verdicts", {"workload": signature.workload_of(workload_input(Workload("w", "nvidia"))), "keys": [], "shapes": {}})
+    assert not decode_verdicts(plain, [], "test").workload.wait.any
+
+
 def _answer(opa: Any) -> tuple[dict[str, Any], list[str]]:
     about = query(opa, "about", {})
     signature = Signature(tuple(about["signature"]["shape"]), tuple(about["signature"]["workload"]))
@@ -130,6 +148,9 @@ def _answer(opa: Any) -> tuple[dict[str, Any], list[str]]:
         (lambda a, k: a.update(reasons={}), "expected an array", True),
         (lambda a, k: a["shapes"][k[0]].pop("note_budget"), "missing 'note_budget'", True),
         (lambda a, k: a.pop("budget_fallback"), "missing 'budget_fallback'", True),
+        (lambda a, k: a.pop("wait"), "missing 'wait'", True),
+        (lambda a, k: a["wait"].update(start_within_s="2h"), "expected a number or null", True),
+        (lambda a, k: a["wait"]["reasons"].update(unknown={"code": "x"}), "expected a reason", True),
         # An index past its list: the schema cannot say it; the decoder does.
         (lambda a, k: a["shapes"][k[0]].update(grant=99), "expected an index below", False),
         (lambda a, k: a["shapes"][k[0]].update(denials=[len(a["reasons"])]), "expected an index below", False),
@@ -154,8 +175,11 @@ def test_about_of_a_policy_from_before_the_pool_stage_and_texts_were_published_s
     older = {k: v for k, v in raw.items() if k not in ("pool_stage", "texts")}
     about = decode_about(older, "test")
     assert about.texts == {} and about.signature.shape == tuple(raw["signature"]["shape"])
-    with pytest.raises(PolicyError, match="at a stage this engine cannot run"):
-        decode_about({**raw, "pool_stage": ["budget"]}, "test")
+    # One from before the wait check ran budget and capacity alone: this engine runs those too.
+    assert decode_about({**raw, "pool_stage": ["budget", "capacity"]}, "test").signature == about.signature
+    # One that names a pool-stage check this engine does not run places nothing.
+    with pytest.raises(PolicyError, match="check\\(s\\) quota at a stage this engine cannot run"):
+        decode_about({**raw, "pool_stage": ["budget", "capacity", "quota"]}, "test")
 
 
 class Counting:

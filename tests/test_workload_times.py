@@ -2,14 +2,14 @@
 ``deadline`` and ``walltime``, checked on construction, from YAML and from the command line like
 every other field (SpecError naming the field), held as whole seconds and RFC 3339 UTC text.
 
-They are read by the wait policy (checks/wait) and the start estimates (``estimates``); the
-decision core does not send them to the policy yet, so a placement does not depend on them: the
-last test holds that (it fails the day they reach the policy's input, which must then come with
-the estimates that give them a meaning)."""
+They reach the policy with the workload (max_wait and deadline are the wait check's reads, part of
+the workload signature) and the records (walltime, for submit's ``--time``); the last tests hold
+that they decide: a pool's start estimate against them."""
 
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -103,12 +103,15 @@ def test_a_yaml_duration_in_words_is_refused_by_the_schema_with_the_reader_s_wor
 def test_the_cli_reads_them_and_prints_them_in_the_decision(exa_home: Path) -> None:
     run_exa(exa_home, "hardware", "add-pool", "hpc-a", "--target", "hpc", "--accelerator", "nvidia", "--count", "4",
             "--region", "de-juelich", check=True)  # fmt: skip
+    # A deadline a day from now (one already passed is refused: deadline_passed), given at +01:00.
+    due = (datetime.now(timezone.utc) + timedelta(days=1)).replace(microsecond=0)
+    given = due.astimezone(timezone(timedelta(hours=1))).isoformat()
     out = run_exa(exa_home, "hardware", "place", "w", "--accelerator", "nvidia", "--optimize", "earliest", "--max-wait", "2h",
-                  "--deadline", "2026-12-01T15:00:00+01:00", "--walltime", "30m", "--dry-run", "--json", check=True)  # fmt: skip
+                  "--deadline", given, "--walltime", "30m", "--dry-run", "--json", check=True)  # fmt: skip
     decision = json.loads(out.stdout)
     assert decision["outcome"] == "placed"
     w = decision["workload"]
-    assert (w["optimize"], w["max_wait"], w["deadline"], w["walltime"]) == ("earliest", 7200, "2026-12-01T14:00:00Z", 1800)
+    assert (w["optimize"], w["max_wait"], w["deadline"], w["walltime"]) == ("earliest", 7200, due.strftime("%Y-%m-%dT%H:%M:%SZ"), 1800)
 
 
 @pytest.mark.parametrize(
@@ -133,15 +136,39 @@ def test_the_cli_refuses_them_beside_a_workload_file(exa_home: Path, tmp_path: P
     assert "--max-wait would conflict" in result.stderr
 
 
-def test_they_do_not_change_a_decision_yet(exa_home: Path) -> None:
-    """Until selection is given start estimates, the same pool wins with or without them, and the
-    policy sees the same workload (the recorded input digest is the same)."""
+def test_they_reach_the_policy_and_decide(exa_home: Path) -> None:
+    """Pools with room start now: a max_wait of 0 s still takes the cheapest; the workload the
+    policy sees carries the limits (another input digest); a deadline already passed takes no pool
+    (deadline_passed, never: exit 3); the walltime is recorded."""
+    from datetime import datetime, timedelta, timezone
+
     run_exa(exa_home, "hardware", "add-pool", "cheap", "--target", "hpc", "--accelerator", "nvidia", "--count", "2",
             "--region", "de-juelich", "--cost-per-hour", "1", check=True)  # fmt: skip
     run_exa(exa_home, "hardware", "add-pool", "dear", "--target", "hpc", "--accelerator", "nvidia", "--count", "2",
             "--region", "de-juelich", "--cost-per-hour", "3", check=True)  # fmt: skip
+    soon = (datetime.now(timezone.utc) + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
     plain = json.loads(run_exa(exa_home, "hardware", "place", "w", "--accelerator", "nvidia", "--dry-run", "--json", check=True).stdout)
     timed = json.loads(run_exa(exa_home, "hardware", "place", "w", "--accelerator", "nvidia", "--max-wait", "0s", "--walltime", "1h",
-                               "--deadline", "2026-12-01T14:00:00Z", "--dry-run", "--json", check=True).stdout)  # fmt: skip
+                               "--deadline", soon, "--dry-run", "--json", check=True).stdout)  # fmt: skip
     assert plain["pool"] == timed["pool"] == "cheap"
-    assert plain["provenance"]["input_digest"] == timed["provenance"]["input_digest"]
+    assert timed["estimate_source"] == "now" and timed["workload"]["walltime"] == 3600
+    assert plain["provenance"]["input_digest"] != timed["provenance"]["input_digest"]
+    passed = (datetime.now(timezone.utc) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    late = run_exa(exa_home, "hardware", "place", "w", "--accelerator", "nvidia", "--deadline", passed, "--json")
+    assert late.returncode == 3, late.stderr
+    rejected = json.loads(late.stdout)
+    assert rejected["code"] == "no_eligible_pool"
+    assert {v["pool"]: [r["code"] for r in v["reasons"]] for v in rejected["verdicts"]} == {"cheap": ["deadline_passed"], "dear": ["deadline_passed"]}
+
+
+def test_a_recorded_walltime_is_the_time_limit_submit_sends(exa_home: Path, tmp_path: Path) -> None:
+    """The record keeps the walltime (it is part of the workload's input): submit asks Slurm for
+    it as ``--time``, in whole minutes."""
+    run_exa(exa_home, "hardware", "add-pool", "gpu-h100", "--target", "hpc", "--accelerator", "nvidia", "--count", "2",
+            "--region", "de-juelich", "--partition", "gpu", "--gres-type", "h100", check=True)  # fmt: skip
+    placed = json.loads(run_exa(exa_home, "hardware", "place", "w", "--accelerator", "nvidia", "--walltime", "90m", "--json", check=True).stdout)
+    assert placed["workload"]["walltime"] == 5400 and placed["estimate_source"] == "slurm"
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\ntrue\n")
+    shown = run_exa(exa_home, "hardware", "submit", placed["id"], "--script", str(script), "--dry-run", check=True).stdout
+    assert "--time=90 " in shown and "--partition=gpu" in shown

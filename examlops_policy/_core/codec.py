@@ -19,6 +19,7 @@ import hashlib
 import json
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Final, cast
 
 from examlops_policy.errors import PolicyError, StateError
@@ -37,19 +38,25 @@ from examlops_policy.model import (
     Provenance,
     Reason,
     Rejection,
+    StartEstimate,
     Workload,
     pool_spec,
 )
 from examlops_policy._core.verdicts import About, Alternative, Answer, Confirmation, Limits, ShapeVerdict, Signature, WorkloadVerdict
+from examlops_policy._core.waiting import Starts, WaitLimits
 
 KEY_HEX: Final = 32  # 128 bits of SHA-256: content keys, not security
-# The pool-stage checks this engine runs (selection compares each pool's capacity and price with
-# its shape's verdict, as the policy's reference decision does); the policy publishes its own set
-# in ``about`` and a policy with another set places nothing.
-POOL_STAGE: Final = ("budget", "capacity")
+# The pool-stage checks this engine runs (selection compares each pool's capacity, price and start
+# estimate with its shape's verdict and the workload's limits, as the policy's reference decision
+# does); the policy publishes its own set in ``about``, and a policy naming one this engine does
+# not run places nothing.
+POOL_STAGE: Final = ("budget", "capacity", "wait")
 # The message texts the policy gives (``about.texts``), which selection fills in with counts.
 TEXTS: Final = ("no_pools", "no_eligible_pool", "no_capacity", "reason_on_one", "reason_on_many", "separator")
-RECORD_VERSION: Final = 3  # 3: the state version decided at ("at"); 2: the capacity vector itself
+# 4: also the decision's time and its candidates' start estimates ("decided_at", "estimates");
+# 3: the state version decided at ("at"); 2: the capacity vector itself.
+RECORD_VERSION: Final = 4
+COMPACT_VERSIONS: Final = (2, 3, 4)
 # A packed capacity vector (records of version 2) never unpacks to more than this (an altered record
 # cannot exhaust memory).
 MAX_VECTOR_BYTES: Final = 64 * 1024 * 1024
@@ -95,6 +102,11 @@ def workload_input(workload: Workload) -> JSONObject:
         "project": workload.project,
         "spot": workload.spot,
         "allow_budget_fallback": workload.allow_budget_fallback,
+        # When it must start (the wait check reads them) and its time limit (what a scheduler is
+        # asked for: the policy does not read it, the record keeps it for submit).
+        "max_wait": workload.max_wait,
+        "deadline": workload.deadline,
+        "walltime": workload.walltime,
     }
 
 
@@ -462,9 +474,11 @@ def decode_about(raw: object, where: str) -> About:
     # A policy from before the pool stage was published ran exactly this engine's (impact compares
     # against such policies); one that publishes another set is refused.
     pool_stage = tuple(d.text(n, "about.pool_stage[]") for n in d.arr(top.get("pool_stage", list(POOL_STAGE)), "about.pool_stage"))
-    if unsupported or pool_stage != POOL_STAGE:
+    # (A policy from before a pool-stage check was added runs fewer: this engine runs those too.)
+    beyond = [n for n in pool_stage if n not in POOL_STAGE]
+    if unsupported or beyond:
         raise PolicyError(
-            f"{where}: the policy declares check(s) {', '.join(unsupported or pool_stage)} at a stage this engine cannot run "
+            f"{where}: the policy declares check(s) {', '.join(unsupported or beyond)} at a stage this engine cannot run "
             f"(its pool stage is {', '.join(POOL_STAGE)}); nothing is placed until the check is a shape-stage check"
         )
     # A policy from before it published its texts words its summaries itself (its reference rule).
@@ -537,6 +551,7 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
         preferences=preferences,
         request_rejected=d.opt_reason(d.field(top, "request_rejected", "verdicts"), "verdicts.request_rejected"),
         budget_fallback=d.opt_reason(d.field(top, "budget_fallback", "verdicts"), "verdicts.budget_fallback"),
+        wait=WaitLimits.from_json(d.field(top, "wait", "verdicts"), f"{where} (verdicts.wait)"),
     )
     if not d.boolean(d.field(top, "judged", "verdicts"), "verdicts.judged"):
         # An invalid workload is judged against no pool at all.
@@ -701,6 +716,8 @@ def workload_verdict_json(v: WorkloadVerdict) -> JSONObject:
         "preferences": [[t, sel, reason_json(r)] for (t, sel), r in sorted(v.preferences.items())],
         "request_rejected": None if v.request_rejected is None else reason_json(v.request_rejected),
         **({"budget_fallback": reason_json(v.budget_fallback)} if v.budget_fallback is not None else {}),
+        # Kept only where the workload has a limit (verdict sets from before the wait check had none).
+        **({"wait": v.wait.as_json()} if v.wait.any else {}),
     }
 
 
@@ -735,6 +752,7 @@ def workload_verdict_from_json(raw: object, where: str) -> WorkloadVerdict:
         preferences=prefs,
         request_rejected=d.opt_reason(top.get("request_rejected"), "request_rejected"),
         budget_fallback=d.opt_reason(top.get("budget_fallback"), "budget_fallback"),
+        wait=WaitLimits.from_json(top["wait"], f"{where} (wait limits)") if "wait" in top else WaitLimits(),
     )
 
 
@@ -759,14 +777,17 @@ def encode_record(
     at: int | None = None,
     capacities: Sequence[Capacity] = (),
     holdings: Sequence[Holding] = (),
+    starts: Starts | None = None,
 ) -> bytes:
     """The record's bytes (compact, sorted-key JSON): the workload (its policy input), the fleet
     revision and verdict set it was judged on, the state version whose capacity it was decided at
-    (``at``; without it, version 2: the capacity vector itself), the outcome, its devices and its
-    provenance."""
+    (``at``; without it, version 2: the capacity vector itself), the decision's time and the start
+    estimates of the pools asked (``starts``; without them, version 3), the outcome, its devices
+    and its provenance."""
     prov = decision.provenance
+    version = 2 if at is None else RECORD_VERSION if starts is not None else 3
     doc: JSONObject = {
-        "v": RECORD_VERSION if at is not None else 2,
+        "v": version,
         "outcome": decision.outcome,
         "workload": workload,
         "fleet": prov.fleet_revision,
@@ -780,6 +801,8 @@ def encode_record(
             "verdicts": prov.verdicts,
         },
     }
+    if starts is not None and at is not None:
+        doc.update(starts_json(starts))
     if isinstance(decision, Placement):
         doc.update(
             pool=decision.pool,
@@ -793,15 +816,48 @@ def encode_record(
     return canonical(doc)
 
 
+def instant_json(moment: datetime) -> str:
+    """An aware instant as stored: RFC 3339 UTC with microseconds and ``Z``."""
+    return moment.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def starts_json(starts: Starts) -> JSONObject:
+    """A decision's time and the start estimates of the pools it asked (their ``as_json`` without
+    the pool's name, by pool), as a record keeps them."""
+    return {
+        "decided_at": instant_json(starts.now),
+        "estimates": {name: {k: v for k, v in e.as_json().items() if k != "pool"} for name, e in sorted(starts.estimates.items())},
+    }
+
+
+def starts_of(document: Mapping[str, object]) -> Starts | None:
+    """The decision's time and estimates a version-4 record keeps (None: an earlier record, decided
+    without them); StateError for an altered one."""
+    if document.get("v") != RECORD_VERSION:
+        return None
+    raw, when = document.get("estimates"), document.get("decided_at")
+    try:
+        if not isinstance(raw, dict) or not isinstance(when, str):
+            raise ValueError("no decision time or estimates")
+        now = datetime.fromisoformat(when.replace("Z", "+00:00"))
+        if now.tzinfo is None:
+            raise ValueError(f"a decision time without its offset: {when!r}")
+        estimates = {str(name): StartEstimate.from_json(cast(Mapping[str, object], e), str(name)) for name, e in raw.items()}
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise StateError(f"malformed start estimates in a stored decision: {exc}") from exc
+    return Starts(now, estimates)
+
+
 def is_compact(document: Mapping[str, object]) -> bool:
-    """A record that refers to its fleet and verdict set (version 2 or 3), not a full document."""
-    return document.get("v") in (2, RECORD_VERSION)
+    """A record that refers to its fleet and verdict set (version 2, 3 or 4), not a full document."""
+    return document.get("v") in COMPACT_VERSIONS
 
 
 def record_at(document: Mapping[str, object]) -> int | None:
-    """The state version a version-3 record was decided at (None: the record keeps its capacity)."""
+    """The state version a version-3 or -4 record was decided at (None: the record keeps its
+    capacity)."""
     at = document.get("at")
-    if document.get("v") == RECORD_VERSION:
+    if document.get("v") in (3, RECORD_VERSION):
         if isinstance(at, int) and not isinstance(at, bool) and at >= 0:
             return at
         raise StateError(f"malformed state version in a stored decision: {str(at)[:40]}")

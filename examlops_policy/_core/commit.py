@@ -26,13 +26,14 @@ from datetime import timedelta
 from typing import Final, TypeVar
 
 from examlops_policy.errors import NotFoundError, SpecError, StateError
-from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Placement, Pool, PoolState, pool_spec
+from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Placement, Pool, PoolState, iso, pool_spec
 from examlops_policy.store.api import BurstRow, DecisionRow, HeldRow, NewDecision, PoolRow, Rows, StaleFleet, StateRows, Transaction
 from examlops_policy.views import DecisionRecord, PoolChange
 from examlops_policy._core import codec, leases, packing
 from examlops_policy._core.engine import Prepared
 from examlops_policy._core.selection import Judged
 from examlops_policy._core.state import Capacities, Snapshot, merge
+from examlops_policy._core.waiting import Starts
 
 T = TypeVar("T")
 
@@ -72,11 +73,15 @@ def place(
     request_id: str | None = None,
     lease_expires_at: str | None = None,
     lease: timedelta | None = None,
+    starts: Starts | None = None,
 ) -> Committed:
-    """Record ``decided`` (made on ``snapshot`` from ``prepared``) in one write transaction.
+    """Record ``decided`` (made on ``snapshot`` from ``prepared`` with the start estimates
+    ``starts``, gathered before) in one write transaction.
 
     ``lease``: the placement's lease, counted from this commit (``lease_expires_at``: an end
-    given outright). Raises StaleFleet when pools were added or changed since the snapshot;
+    given outright). Raises StaleFleet when pools were added or changed since the snapshot, or
+    when selection, depending on the estimates, now chooses a pool whose start was not asked
+    (decide again; what expire released is committed first);
     StateError when the store refuses (nothing written).
     """
     ident = uuid.uuid4().hex  # chosen once: a retry after a lost COMMIT can tell whether it landed
@@ -85,8 +90,13 @@ def place(
     # what the state version and the capacity log say.
     base = snapshot.base or snapshot
 
+    # Why a round ends without a record and is asked again (StaleFleet, once what it expired is
+    # committed): the fleet changed, or a winner's start was not asked.
+    retry: list[str] = []
+
     def work(txn: Transaction) -> Committed:
         made.clear()
+        retry.clear()
         expire(txn, capacities, source=source)
         if request_id is not None:
             earlier = txn.by_request(request_id)
@@ -96,6 +106,7 @@ def place(
         if fleet != base.fleet_version:
             # Said once this commits: what expire released stays released (and a pool whose
             # removal waited on it stays removed), so the next round sees the fleet as it is.
+            retry.append("pools were added or changed while the policy was asked; asking again")
             return stale_fleet
         snap, decision = snapshot, decided
         if version != base.version or snapshot.base is not None:
@@ -104,7 +115,13 @@ def place(
             # Decided on a view that saw ended leases: decided again on the state they left (the
             # record names its version, whose logged capacity its input digest must cover).
             if snapshot.base is not None or stale(prepared.judged, decided, snap.capacities, indexes):
-                decision = prepared.decide(snap.capacities, capacities.tables, capacities_digest=snap.capacity_digest)
+                decision = prepared.decide(snap.capacities, capacities.tables, capacities_digest=snap.capacity_digest, starts=starts)
+                if isinstance(decision, Placement) and starts is not None and starts.of(decision.pool) is None and _by_start(prepared):
+                    # Selection depends on the estimates, and nothing waits on a scheduler under the
+                    # lock: a winner whose start was not asked is decided again. (Without a wait
+                    # limit or earliest the estimate only informs: the record says it was not asked.)
+                    retry.append(f"pool {decision.pool!r}, chosen now, was not asked when it would start; asking again")
+                    return stale_fleet
             else:
                 snap = snapshot  # decided on the snapshot's capacity, and still what selection gives now
         held: list[HeldRow] = []
@@ -122,7 +139,9 @@ def place(
             decision = dataclasses.replace(decision, holdings=chosen)
         now = txn.now()
         until = leases.lease_end(now, lease) if lease is not None else lease_expires_at
-        record = _write(txn, ident, decision, prepared, snap.version, now=now, source=source, request_id=request_id, lease_expires_at=until)
+        record = _write(
+            txn, ident, decision, prepared, snap.version, now=now, source=source, request_id=request_id, lease_expires_at=until, starts=starts
+        )
         after = None
         if isinstance(decision, Placement):
             state = snap.states[snap.index[decision.pool]]
@@ -143,8 +162,13 @@ def place(
     stale_fleet = Committed(None)
     done = store.transaction(work, landed=landed)
     if done is stale_fleet:
-        raise StaleFleet("pools were added or changed while the policy was asked; asking again")
+        raise StaleFleet(retry[-1])
     return done
+
+
+def _by_start(prepared: Prepared) -> bool:
+    """Whether the workload's selection depends on start estimates (a wait limit, or earliest)."""
+    return prepared.judged.workload.wait.any or prepared.judged.objective == "earliest"
 
 
 def _rows(txn: Transaction, version: int, fleet: int, since: int) -> StateRows:
@@ -155,7 +179,8 @@ def stale(judged: Judged, decided: Decision, capacities: Sequence[Capacity], cha
     """Whether a decision made before the pools at ``changed`` (fleet indexes) changed capacity
     may no longer be what selection gives now: its pool changed, or a pool ranked before it has
     room now (for the balanced objective, any admissible pool of its tier or a better one changed);
-    a rejection, whenever any pool changed."""
+    a rejection, whenever any pool changed. (Start estimates do not change under the lock: they
+    were gathered before it.)"""
     if not changed:
         return False
     if not isinstance(decided, Placement):
@@ -172,7 +197,7 @@ def stale(judged: Judged, decided: Decision, capacities: Sequence[Capacity], cha
         if at is None:
             continue  # denied by its shape or budget: never chosen, whatever its room
         v = judged.verdict(i)
-        if judged.objective == "balanced":
+        if judged.objective in ("balanced", "earliest"):  # ranked per decision, not by cost alone
             if v.tier <= tier:
                 return True
         elif judged.ranked[at][:-1] < at_best and judged.grant_for(i, capacities[i]) is not None:
@@ -191,13 +216,17 @@ def _write(
     source: str,
     request_id: str | None,
     lease_expires_at: str | None,
+    starts: Starts | None = None,
 ) -> DecisionRecord:
     """The decision's documents, row, grant, burst event and audit entries, recorded at ``now``."""
     fleet = prepared.judged.fleet
     txn.put_document("fleets", fleet.revision, lambda: fleet.document)
     txn.put_document("verdict_sets", prepared.verdict_set_key, lambda: prepared.verdict_set_bytes)
     placed = decision if isinstance(decision, Placement) else None
-    document = codec.encode_record(decision, workload=prepared.request.input, verdict_set=prepared.verdict_set_key, at=at, holdings=placed.holdings if placed else ())
+    document = codec.encode_record(
+        decision, workload=prepared.request.input, verdict_set=prepared.verdict_set_key, at=at, holdings=placed.holdings if placed else (), starts=starts
+    )
+    estimate = placed.estimate if placed else None
     record_digest = codec.digest(document)
     prov = decision.provenance
     burst = decision.burst
@@ -224,6 +253,8 @@ def _write(
             carbon_factor=placed.carbon_factor if placed else None, lease_expires_at=lease_expires_at if placed else None,
             larger_partition=placed.grant.larger if placed else None,
             holdings=placed.holdings if placed else (), share=placed.grant.share if placed else 0.0, burst=burst_row,
+            estimated_start=None if estimate is None or estimate.at is None else iso(estimate.at),
+            estimate_source=None if estimate is None else estimate.source,
         )
     )  # fmt: skip
     if burst_row is not None:
@@ -361,8 +392,10 @@ def set_job(store: Rows, capacities: Capacities, ident: str, job_id: str, *, sch
         row = txn.find(ident)
         if row.released_at is not None:
             return row  # over: said below, once what expire released is committed
-        txn.set_job(row.id, job_id, scheduler, uid)
-        entry: JSONObject = {"decision_id": row.id, "scheduler": scheduler, "job_id": job_id}
+        now = txn.now()
+        txn.set_job(row.id, job_id, scheduler, uid, at=now)
+        # The row's own time, so that exa audit verify can hold the table to it.
+        entry: JSONObject = {"decision_id": row.id, "scheduler": scheduler, "job_id": job_id, "submitted_at": now}
         if uid is not None:
             entry["job_uid"] = uid
         txn.audit("submit", entry, source=source)

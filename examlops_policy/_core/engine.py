@@ -26,6 +26,7 @@ from examlops_policy._core import codec
 from examlops_policy._core.request import Request
 from examlops_policy._core.selection import Fleet, FleetEntry, Judged, decide_over, priced
 from examlops_policy._core.verdicts import About, PolicyEvaluator, ShapeVerdict, Signature, WorkloadVerdict
+from examlops_policy._core.waiting import Starts
 
 MAX_VERDICTS: Final = 200_000
 MAX_JUDGED: Final = 64
@@ -128,9 +129,13 @@ class Prepared:
             found = self.memo["key"] = "verdicts:" + hashlib.sha256(self.verdict_set_bytes).hexdigest()
         return found
 
-    def decide(self, capacities: Sequence[Capacity], tables: Tables, *, capacities_digest: str | None = None) -> Decision:
+    def decide(
+        self, capacities: Sequence[Capacity], tables: Tables, *, capacities_digest: str | None = None, starts: Starts | None = None
+    ) -> Decision:
         """Selection over ``capacities`` (aligned with the fleet): pure, no OPA.
-        ``capacities_digest``: their ``codec.capacity_digest``, when the caller has it already."""
+        ``capacities_digest``: their ``codec.capacity_digest``, when the caller has it already;
+        ``starts``: the candidates' start estimates and the decision's time (gathered by the caller,
+        before any lock)."""
         fleet_rev = self.judged.fleet.revision
         provenance = Provenance(
             input_digest=self.request.input_digest(fleet_rev, capacities_digest or codec.capacity_digest(capacities)),
@@ -139,7 +144,7 @@ class Prepared:
             verdicts="fresh" if self.fresh else "reused",
             fleet_revision=fleet_rev,
         )
-        return decide_over(self.judged, self.workload, capacities, tables, provenance)
+        return decide_over(self.judged, self.workload, capacities, tables, provenance, starts)
 
 
 class Engine:
@@ -276,9 +281,12 @@ class Engine:
         return prepared.decide([s.capacity for s in ordered], self.tables)
 
 
-def reference_input(workload: Request | Workload, fleet: Fleet, capacities: Sequence[Capacity], about: About) -> JSONObject:
+def reference_input(
+    workload: Request | Workload, fleet: Fleet, capacities: Sequence[Capacity], about: About, starts: Starts | None = None
+) -> JSONObject:
     """The input of the policy's complete reference rule (``decision``): the workload, every shape
-    inline, and every pool with its shape key, price and capacity."""
+    inline, every pool with its shape key, price, capacity and start estimate (where ``starts``
+    has one), and the decision's time."""
     shapes: dict[str, JSONValue] = {}
     pools: list[JSONValue] = []
     for entry, capacity in zip(fleet.entries, capacities):
@@ -290,10 +298,14 @@ def reference_input(workload: Request | Workload, fleet: Fleet, capacities: Sequ
                 "cost_per_hour": entry.price,
                 "carbon_per_hour": entry.carbon,
                 "capacity": {"whole": capacity.whole, "slices": dict(capacity.slices)},
+                **({"estimate": starts.policy_input(entry.pool.name)} if starts is not None and starts.of(entry.pool.name) else {}),
             }
         )
     request = workload if isinstance(workload, Request) else Request(workload)
-    return {"workload": request.input, "shapes": shapes, "pools": pools}
+    out: JSONObject = {"workload": request.input, "shapes": shapes, "pools": pools}
+    if starts is not None:
+        out["now"] = starts.now_s
+    return out
 
 
 def differences(decision: Decision, reference: Mapping[str, object]) -> list[str]:

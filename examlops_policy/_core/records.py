@@ -27,6 +27,7 @@ from examlops_policy._core import codec, leases
 from examlops_policy._core.selection import Fleet, FleetEntry, Judged, decide_over
 from examlops_policy._core.state import aligned
 from examlops_policy._core.verdicts import Signature
+from examlops_policy._core.waiting import Starts
 
 LoadDocument = Callable[[str], JSONObject]
 CapacitiesAt = Callable[[int, Sequence[str]], Sequence[Capacity]]
@@ -109,7 +110,8 @@ def rebuild(
             )
     provenance = Provenance(prov["input_digest"], prov["policy_revision"], prov["opa_version"], prov.get("verdicts", "fresh"), fleet_rev)
     workload = codec.workload_from_json(cast(Mapping[str, object], document["workload"]))
-    decision = decide_over(judged, workload, capacities, tables, provenance)
+    # The estimates it was decided with and its time (version 4), so the same selection runs again.
+    decision = decide_over(judged, workload, capacities, tables, provenance, codec.starts_of(document))
     recorded = str(document["outcome"])
     if decision.outcome != recorded or (isinstance(decision, Placement) and decision.pool != document.get("pool")):
         raise StateError(
@@ -131,12 +133,14 @@ def rebuild(
 
 @dataclass(frozen=True)
 class DecisionInputs:
-    """What a compact decision was made on: its fleet and verdict set documents, and the capacity
-    every pool had."""
+    """What a compact decision was made on: its fleet and verdict set documents, the capacity
+    every pool had, and the start estimates it was decided with at its time (None: a record from
+    before estimates)."""
 
     fleet: JSONObject
     verdicts: JSONObject
     capacities: tuple[Capacity, ...]
+    starts: Starts | None = None
 
 
 class Stored(Protocol):
@@ -226,4 +230,4 @@ class Reader:
         fleet = self.document("fleets", str(doc["fleet"]))
         verdicts = self.document("verdict_sets", str(doc["verdicts"]))
         judged = judged_from(fleet, verdicts, str(doc["fleet"]))
-        return DecisionInputs(fleet, verdicts, tuple(capacities_of_record(row.id, doc, judged.fleet, self.capacities_at)))
+        return DecisionInputs(fleet, verdicts, tuple(capacities_of_record(row.id, doc, judged.fleet, self.capacities_at)), codec.starts_of(doc))

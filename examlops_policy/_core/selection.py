@@ -5,13 +5,16 @@ arguments; nothing here touches OPA, the state store or the clock. Filter, then 
 piece of decision logic outside Rego, kept equal to the policy's own reference rule
 (``data.examlops.hardware.placement.decision``) by a property test through the real OPA:
 
-1. pools whose shape the policy denies are out; so are pools without room for the grant now (a
-   pool gives the first of its grants with room: the smallest share that covers the request, else
-   a larger one the budget allows, priced as granted);
+1. pools whose shape the policy denies are out; so are pools over the budget, pools that would not
+   start the workload in time (their start estimates against its max_wait and deadline, at the
+   decision's time: ``Starts``), and pools without room for the grant now (a pool gives the first
+   of its grants with room: the smallest share that covers the request, else a larger one the
+   budget allows, priced as granted);
 2. the lowest admissible tier wins (HPC before cloud, the requested accelerator before a stand-in);
 3. within it, what the workload optimises: the cheapest grant (price per device-hour x devices
-   granted, a slice counting as its share), or the lowest carbon of the grant (then cost), or a
-   balanced score of both; then the pool's name.
+   granted, a slice counting as its share), or the lowest carbon of the grant (then cost), or the
+   earliest start (a pool without an estimate last; then cost), or a balanced score of cost and
+   carbon; then the pool's name.
 
 The burst verdict and a rejection's summary follow from the same filter. Per-pool verdicts (for
 explanations) are built only when someone looks at them.
@@ -43,6 +46,7 @@ from examlops_policy.tables import Tables
 from examlops_policy.views import balanced_scores
 from examlops_policy._core import codec
 from examlops_policy._core.verdicts import ShapeVerdict, WorkloadVerdict
+from examlops_policy._core.waiting import Starts, exceeded
 
 COST_DIGITS: Final = 9  # grant costs compare at this precision (Rego computes them in decimals)
 
@@ -141,7 +145,7 @@ class Judged:
         requested_ok: set[int] = set()
         requested_over: set[int] = set()
         # Per pool with larger shares that cover the request: the grants it may give, in order.
-        self.candidates: dict[int, tuple[Grant, ...]] = {}
+        self.grants: dict[int, tuple[Grant, ...]] = {}
         for i, entry in enumerate(fleet.entries if judged else ()):
             v = shapes[entry.key]
             over = v.limits.over(entry.price, entry.carbon)
@@ -150,7 +154,7 @@ class Judged:
             if v.alternatives:
                 grants = v.candidates(entry.price, entry.carbon)
                 if len(grants) > 1:
-                    self.candidates[i] = grants
+                    self.grants[i] = grants
             if not denials:
                 ranked.append((*self.key_of(i, v.grant), i))
                 if v.tier % 2 == 0:
@@ -174,19 +178,24 @@ class Judged:
         self.ranked = sorted(ranked, key=lambda row: row[:-1])
         self.blocked = sorted(blocked)
 
-    def key_of(self, index: int, grant: Grant) -> tuple[object, ...]:
+    def key_of(self, index: int, grant: Grant, starts: Starts | None = None) -> tuple[object, ...]:
         """Where pool ``index`` giving ``grant`` ranks: its tier, then the objective (the grant's
-        cost; or its carbon, then cost), then the pool's name."""
+        cost; or its carbon, then cost; or its start in ``starts``, a pool without an estimate
+        last, then cost), then the pool's name."""
         entry = self.fleet.entries[index]
+        tier = self.verdict(index).tier
         cost = grant_cost(entry.price, grant)
         if self.objective == "carbon":
-            return (self.verdict(index).tier, grant_cost(entry.carbon, grant), cost, entry.pool.name)
-        return (self.verdict(index).tier, cost, entry.pool.name)
+            return (tier, grant_cost(entry.carbon, grant), cost, entry.pool.name)
+        if self.objective == "earliest":
+            at = None if starts is None else starts.start_s(entry.pool.name)
+            return (tier, 1, 0, cost, entry.pool.name) if at is None else (tier, 0, at, cost, entry.pool.name)
+        return (tier, cost, entry.pool.name)
 
     def grant_for(self, index: int, capacity: Capacity) -> Grant | None:
         """What pool ``index`` gives with ``capacity``: the first of its grants with room (the
         smallest covering share, then the larger ones its budget allows), or None."""
-        grants = self.candidates.get(index)
+        grants = self.grants.get(index)
         if grants is None:
             grant = self.verdict(index).grant
             return grant if fits(grant, capacity) else None
@@ -204,6 +213,36 @@ class Judged:
 
     def verdict(self, index: int) -> ShapeVerdict:
         return self.shapes[self.fleet.entries[index].key]
+
+    @property
+    def candidates(self) -> list[int]:
+        """The pools (fleet indexes) no check but capacity and the wait denies, in selection order
+        by cost: those whose start estimates a decision asks for."""
+        return [int(row[-1]) for row in self.ranked]  # type: ignore[call-overload]
+
+    def late(self, index: int, starts: Starts | None) -> tuple[Reason, ...]:
+        """The wait check's reasons for the pool at ``index``: its start estimate (in ``starts``)
+        against the workload's max_wait and deadline at the decision's time. Only candidates are
+        judged by their start (a pool denied otherwise says that alone); ValueError when the
+        workload has a limit and no decision time was given."""
+        limits = self.workload.wait
+        if not limits.any or self.denials[index]:
+            return ()
+        if starts is None:
+            raise ValueError("a workload with max_wait or a deadline is decided at a time, with its candidates' start estimates: none was given")
+        return exceeded(limits, starts.of(self.fleet.entries[index].pool.name), starts.now)
+
+    def order(self, starts: Starts | None) -> list[tuple[object, ...]]:
+        """The candidates in selection order for this decision, each row its key (``key_of`` its
+        smallest grant) and its fleet index: ``ranked``, or for ``optimize: earliest`` by tier,
+        then the earliest start in ``starts`` (none last), then cost and name."""
+        if self.objective != "earliest" or starts is None:
+            return self.ranked
+        rows = []
+        for row in self.ranked:
+            index = int(row[-1])  # type: ignore[call-overload]
+            rows.append((*self.key_of(index, self.verdict(index).grant, starts), index))
+        return sorted(rows, key=lambda row: row[:-1])
 
     @cached_property
     def static_counts(self) -> tuple[Mapping[str, int], tuple[bool | None, ...]]:
@@ -273,11 +312,14 @@ class Outcome:
     grant: Grant | None = None  # what the chosen pool gives
 
 
-def select(judged: Judged, capacities: Sequence[Capacity]) -> Outcome:
+def select(judged: Judged, capacities: Sequence[Capacity], starts: Starts | None = None) -> Outcome:
     """Lowest admissible tier, then the objective (cheapest grant; or lowest carbon, then cost; or
-    the balanced score), then name; and what that means for bursting.
+    earliest start, then cost; or the balanced score), then name; and what that means for
+    bursting.
 
-    ``capacities`` are aligned with ``judged.fleet.entries``.
+    ``capacities`` are aligned with ``judged.fleet.entries``; ``starts``: the candidates' start
+    estimates and the decision's time (None: none asked for, which a workload with a wait limit
+    cannot be decided without).
     """
     wv = judged.workload
     if wv.rejection is not None:
@@ -286,20 +328,20 @@ def select(judged: Judged, capacities: Sequence[Capacity]) -> Outcome:
     tier: int | None = None
     grant: Grant | None = None
     if judged.objective == "balanced":
-        chosen, tier, grant = _balanced(judged, capacities)
+        chosen, tier, grant = _balanced(judged, capacities, starts)
     else:
-        # In rank order of each pool's smallest grant: a pool that gives a larger one ranks where
-        # that one's cost puts it, never before, so the first pool whose smallest grant ranks at or
-        # after the best found so far ends the search.
+        # In selection order of each pool's smallest grant: a pool that gives a larger one ranks
+        # where that one's cost puts it, never before, so the first pool whose smallest grant ranks
+        # at or after the best found so far ends the search.
         best: tuple[object, ...] | None = None
-        for row in judged.ranked:
+        for row in judged.order(starts):
             if best is not None and row[:-1] >= best:
                 break
             index = int(row[-1])  # type: ignore[call-overload]
             given = judged.grant_for(index, capacities[index])
-            if given is None:
+            if given is None or judged.late(index, starts):
                 continue
-            key = row[:-1] if given is judged.verdict(index).grant else judged.key_of(index, given)
+            key = row[:-1] if given is judged.verdict(index).grant else judged.key_of(index, given, starts)
             if best is None or key < best:
                 best, chosen, tier, grant = key, index, int(row[0]), given  # type: ignore[call-overload]
     attempted = wv.burst_mode == "cloud" or (wv.burst_mode == "spill" and (tier is None or tier >= 2))
@@ -318,9 +360,10 @@ def select(judged: Judged, capacities: Sequence[Capacity]) -> Outcome:
     return Outcome(chosen, tier, burst, grant=grant)
 
 
-def _balanced(judged: Judged, capacities: Sequence[Capacity]) -> tuple[int | None, int | None, Grant | None]:
-    """The best tier's pools with room, scored by cost and carbon of what each gives, each divided
-    by the highest among them, carbon weighted by ``carbon_weight``; then cost, then name."""
+def _balanced(judged: Judged, capacities: Sequence[Capacity], starts: Starts | None) -> tuple[int | None, int | None, Grant | None]:
+    """The best tier's pools with room that start in time, scored by cost and carbon of what each
+    gives, each divided by the highest among them, carbon weighted by ``carbon_weight``; then cost,
+    then name."""
     tier: int | None = None
     rows: list[tuple[float, float, str, int, Grant]] = []
     for row in judged.ranked:
@@ -329,7 +372,7 @@ def _balanced(judged: Judged, capacities: Sequence[Capacity]) -> tuple[int | Non
             break
         entry = judged.fleet.entries[index]
         given = judged.grant_for(index, capacities[index])
-        if given is not None:
+        if given is not None and not judged.late(index, starts):
             tier = t
             rows.append((grant_cost(entry.price, given), grant_cost(entry.carbon, given), entry.pool.name, index, given))
     if not rows:
@@ -339,9 +382,10 @@ def _balanced(judged: Judged, capacities: Sequence[Capacity]) -> tuple[int | Non
     return best[1][3], tier, best[1][4]
 
 
-def pool_verdicts(judged: Judged, capacities: Sequence[Capacity], tier: int | None) -> tuple[PoolVerdict, ...]:
-    """Every pool's verdict and reasons, as the policy's reference decision words them: eligible
-    first, then by tier, grant cost and name."""
+def pool_verdicts(judged: Judged, capacities: Sequence[Capacity], tier: int | None, starts: Starts | None = None) -> tuple[PoolVerdict, ...]:
+    """Every pool's verdict and reasons, as the policy's reference decision words them (its start
+    estimate beside them, where it was asked for): eligible first, then by tier, grant cost and
+    name."""
     if not judged.judged:
         return ()
     wv = judged.workload
@@ -351,7 +395,8 @@ def pool_verdicts(judged: Judged, capacities: Sequence[Capacity], tier: int | No
         given = judged.grant_for(i, capacities[i])
         room = given is not None
         grant = given or v.grant
-        denials = judged.denials[i] if room else (*judged.denials[i], v.shortfall)
+        late = judged.late(i, starts)
+        denials = (*judged.denials[i], *late) if room else (*judged.denials[i], *late, v.shortfall)
         admissible = not denials
         reasons: tuple[Reason, ...] = denials
         if admissible:
@@ -365,6 +410,7 @@ def pool_verdicts(judged: Judged, capacities: Sequence[Capacity], tier: int | No
             PoolVerdict(
                 pool.name, eligible, admissible, v.tier, v.fallback, v.burst, reasons, grant, entry.price, v.note, cost,
                 pool.accelerator, pool.target, pool.region, grant_cost(entry.carbon, grant), pool.spot,
+                None if starts is None else starts.of(pool.name),
             )
         )  # fmt: skip
     return tuple(sorted(out, key=lambda p: (not p.eligible, p.tier, p.grant_cost_per_hour, p.pool)))
@@ -386,7 +432,7 @@ def fill(template: str, **values: object) -> str:
     return template
 
 
-def summary(judged: Judged, capacities: Sequence[Capacity], workload: Workload) -> tuple[str, str]:
+def summary(judged: Judged, capacities: Sequence[Capacity], workload: Workload, starts: Starts | None = None) -> tuple[str, str]:
     """(code, message) when no pool is eligible: how many pools each reason stopped, in the
     policy's words (``judged.texts``; a message of a verdict set stored without them is empty: its
     record keeps the message). Counted from the denials per pool, as ``pool_verdicts`` words them,
@@ -402,12 +448,15 @@ def summary(judged: Judged, capacities: Sequence[Capacity], workload: Workload) 
     for i, entry in enumerate(entries):
         v = shapes[entry.key]
         base = not_now[i]
-        if judged.grant_for(i, capacities[i]) is not None:
+        extra = list(judged.late(i, starts))
+        if judged.grant_for(i, capacities[i]) is None:
+            extra.append(v.shortfall)
+        if not extra:
             capacity_only = capacity_only or base is True
             continue
-        short = v.shortfall
-        counts[short.code] = counts.get(short.code, 0) + 1
-        capacity_only = capacity_only or ((base is None or base) and short.kind == "not_now")
+        for r in extra:
+            counts[r.code] = counts.get(r.code, 0) + 1
+        capacity_only = capacity_only or ((base is None or base) and all(r.kind == "not_now" for r in extra))
     code = "no_capacity" if capacity_only else "no_eligible_pool"
     if not texts:
         return code, ""
@@ -423,20 +472,24 @@ def decide_over(
     capacities: Sequence[Capacity],
     tables: Tables,
     provenance: Provenance,
+    starts: Starts | None = None,
 ) -> Decision:
-    """A Placement on the pool selection chose, or a Rejection saying why there is none."""
-    outcome = select(judged, capacities)
-    verdicts = LazyVerdicts(lambda: pool_verdicts(judged, capacities, outcome.tier))
+    """A Placement on the pool selection chose, or a Rejection saying why there is none.
+    ``starts``: the candidates' start estimates and the decision's time (see ``select``); the
+    decision carries them, the chosen pool's as its own."""
+    outcome = select(judged, capacities, starts)
+    verdicts = LazyVerdicts(lambda: pool_verdicts(judged, capacities, outcome.tier, starts))
     wv = judged.workload
     checks = judged.checks
+    decided_at = None if starts is None else starts.now
     if wv.rejection is not None:
-        return Rejection(workload, wv.rejection.message, wv.rejection.code, verdicts, outcome.burst, provenance, checks=checks)
+        return Rejection(workload, wv.rejection.message, wv.rejection.code, verdicts, outcome.burst, provenance, checks=checks, decided_at=decided_at)
     if outcome.chosen is None:
         reason = outcome.burst.reason
         if outcome.burst.verdict == "blocked" and reason is not None:
-            return Rejection(workload, reason.message, reason.code, verdicts, outcome.burst, provenance, checks=checks)
-        code, message = summary(judged, capacities, workload)
-        return Rejection(workload, message, code, verdicts, outcome.burst, provenance, checks=checks)
+            return Rejection(workload, reason.message, reason.code, verdicts, outcome.burst, provenance, checks=checks, decided_at=decided_at)
+        code, message = summary(judged, capacities, workload, starts)
+        return Rejection(workload, message, code, verdicts, outcome.burst, provenance, checks=checks, decided_at=decided_at)
     entry = judged.fleet.entries[outcome.chosen]
     v = judged.verdict(outcome.chosen)
     grant = outcome.grant or v.grant
@@ -461,5 +514,7 @@ def decide_over(
         burst=outcome.burst,
         provenance=provenance,
         checks=checks,
+        estimate=None if starts is None else starts.of(pool.name),
+        decided_at=decided_at,
     )
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from examlops_policy.model import CheckInfo, Grant, JSONObject, Pool, Reason
+from examlops_policy._core.waiting import WaitLimits
 
 
 @dataclass(frozen=True)
@@ -124,14 +125,16 @@ class ShapeVerdict:
 @dataclass(frozen=True)
 class WorkloadVerdict:
     """What the policy says of the workload itself: rejected outright, how cloud comes in, why
-    an admissible pool of one tier is passed over when a better tier wins, and the reason a
-    stand-in gets when the workload does not fall back for budget (``budget_fallback``)."""
+    an admissible pool of one tier is passed over when a better tier wins, the reason a stand-in
+    gets when the workload does not fall back for budget (``budget_fallback``), and when it must
+    start (``wait``: each candidate's start estimate is compared with these per decision)."""
 
     rejection: Reason | None
     burst_mode: str | None  # "cloud" | "spill" | None
     preferences: Mapping[tuple[int, int], Reason]
     request_rejected: Reason | None
     budget_fallback: Reason | None = None
+    wait: WaitLimits = WaitLimits()
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ from collections.abc import Iterable, Sequence
 from examlops_policy.cli.console import Console, Text
 
 from examlops_policy.model import Decision, Grant, Placement, PoolState, PoolVerdict, Rejection, article
-from examlops_policy.views import DecisionRecord, DecisionSummary, Explanation, PoolDetail, PoolView, Standing, explain
+from examlops_policy.views import (
+    DecisionRecord, DecisionSummary, Explanation, PoolDetail, PoolView, Standing, explain, start_text, wait_text,
+)  # fmt: skip
 
 Cell = str | Text
 
@@ -51,7 +53,7 @@ def stream_json(console: Console, items: Iterable[object]) -> None:
 
 
 def summary_json(s: DecisionSummary) -> dict[str, object]:
-    return {**s.__dict__, "decision_id": s.id}
+    return {**s.__dict__, "decision_id": s.id, "estimate_error_s": s.estimate_error_s}
 
 
 def number(value: float) -> str:
@@ -162,16 +164,23 @@ def print_explanation(console: Console, decision: Decision) -> None:
         console.print("No pool verdicts: the workload itself was rejected before any pool was judged.")
         return
     chosen = decision.pool if isinstance(decision, Placement) else None
+    now = decision.decided_at
+    # Each pool's start where the decision asked more pools than the one it chose (a wait limit,
+    # or the earliest start); else the chosen pool's alone, below the table.
+    starts = now is not None and any(v.estimate is not None for v in verdicts if v.pool != chosen)
     rows: list[list[Cell]] = []
     for v in verdicts:
         reasons = "; ".join(f"{r.code}: {r.message}" for r in v.reasons) or ("chosen" if v.pool == chosen else "")
         if v.spot:
             reasons = "; ".join(part for part in (reasons, "spot (preemptible)") if part)
-        rows.append([
+        row: list[Cell] = [
             v.pool, v.accelerator, v.target, v.region, f"{v.cost_per_hour:.2f}", _grant_cell(v), f"{v.grant_cost_per_hour:.2f}",
-            number(v.grant_carbon_per_hour), _verdict_cell(v), reasons,
-        ])  # fmt: skip
-    columns = ("pool", "accel", "target", "region", "$/device-h", "grant", "grant $/h", "grant gCO2e/h", "verdict", "reasons")
+            number(v.grant_carbon_per_hour), _verdict_cell(v),
+        ]  # fmt: skip
+        if starts:
+            row.append(start_text(v.estimate, now) if v.estimate is not None and now is not None else "not asked")
+        rows.append([*row, reasons])
+    columns = ("pool", "accel", "target", "region", "$/device-h", "grant", "grant $/h", "grant gCO2e/h", "verdict", *(("start",) if starts else ()), "reasons")
     emit_table(console, f"Pools for {decision.workload.name}", columns, rows, right=("$/device-h", "grant $/h", "grant gCO2e/h"))
     if any(_grant_cell(v).endswith("*") for v in verdicts):
         console.print(Text("* a whole device for the fraction asked: the pool cannot cut its devices into that share", style="dim"))
@@ -186,6 +195,8 @@ def print_explanation(console: Console, decision: Decision) -> None:
     console.print(f"  {'eligible':<{width}} {eligible:>5}")
     if isinstance(decision, Placement):
         console.print(f"Chosen: {decision.pool}, {why_chosen(decision, explain(decision), eligible)}.")
+        if not starts and decision.estimate is not None and now is not None:
+            console.print(f"Start: {start_text(decision.estimate, now)}")
     prov = decision.provenance
     console.print(
         Text(
@@ -195,9 +206,11 @@ def print_explanation(console: Console, decision: Decision) -> None:
     )
 
 
-def _figures(s: Standing, objective: str) -> str:
+def _figures(s: Standing, objective: str, ex: Explanation | None = None) -> str:
     if objective == "cost":
         return f"${s.cost_per_hour:.2f}/h"
+    if objective == "earliest":
+        return f"{wait_text(s.estimate, ex.decided_at if ex else None)} at ${s.cost_per_hour:.2f}/h"
     if objective == "carbon":
         return f"{number(s.carbon_per_hour)} gCO2e/h (${s.cost_per_hour:.2f}/h)"
     return f"score {s.score:.3f} (${s.cost_per_hour:.2f}/h, {number(s.carbon_per_hour)} gCO2e/h)"
@@ -211,16 +224,20 @@ def why_chosen(decision: Placement, ex: Explanation, eligible: int) -> str:
         how = "lowest-carbon grant"
     elif ex.objective == "balanced":
         how = f"best balanced score (carbon weight {ex.carbon_weight:g}; cost and carbon each divided by the highest in the tier)"
+    elif ex.objective == "earliest":
+        how = "earliest start"
     else:
         how = "cheapest grant"
     top = ex.standings[0] if ex.standings else None
-    figures = _figures(top, ex.objective) if top is not None else f"${decision.grant_cost_per_hour:.2f}/h"
+    figures = _figures(top, ex.objective, ex) if top is not None else f"${decision.grant_cost_per_hour:.2f}/h"
     if ex.objective == "cost":
         figures += f" (${decision.cost_per_hour:.2f} per device-hour)"
-    why = f"{how} of {eligible} eligible in tier {tier}: {held} at {figures}"
+    # "2 nvidia devices now at $5.00/h": the start comes first under earliest.
+    why = f"{how} of {eligible} eligible in tier {tier}: {held} {figures}" if ex.objective == "earliest" else f"{how} of {eligible} eligible in tier {tier}: {held} at {figures}"
     if len(ex.standings) > 1:
         runner = ex.standings[1]
-        why += f"; next: {runner.pool} at {_figures(runner, ex.objective)}"
+        joiner = " " if ex.objective == "earliest" else " at "
+        why += f"; next: {runner.pool}{joiner}{_figures(runner, ex.objective, ex)}"
     return why
 
 

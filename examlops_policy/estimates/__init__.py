@@ -30,116 +30,20 @@ Estimates are asked for outside the state's write lock: they wait on schedulers.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Final, Literal
+from datetime import datetime, timezone
 
-from examlops_policy.model import JSONObject, JSONValue
+# The estimate itself is a value of the decision (``model.StartEstimate``): decisions carry their
+# candidates' estimates.
+from examlops_policy.model import SOURCES, JSONValue, Source, StartEstimate, iso
 
-Source = Literal["slurm", "kubernetes", "table", "now"]
-SOURCES: Final[tuple[Source, ...]] = ("slurm", "kubernetes", "table", "now")
+# Worded for people where decisions are (the command line renders views).
+from examlops_policy.views import duration_text, start_text
 
 
 def utc_now() -> datetime:
     """The current instant, aware, in UTC."""
     return datetime.now(timezone.utc)
-
-
-def iso(moment: datetime) -> str:
-    """An aware instant as RFC 3339 UTC text with ``Z``, to the second (estimates have no finer grain)."""
-    return moment.astimezone(timezone.utc).replace(microsecond=0, tzinfo=None).isoformat() + "Z"
-
-
-@dataclass(frozen=True)
-class StartEstimate:
-    """When ``pool`` would start the workload (``at``; None: no estimate, ``reason`` says why),
-    who said so (``source``) and when (``observed_at``)."""
-
-    pool: str
-    at: datetime | None
-    source: Source
-    observed_at: datetime
-    detail: str
-    reason: str | None = None
-    facts: Mapping[str, JSONValue] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.source not in SOURCES:
-            raise ValueError(f"unknown estimate source {self.source!r} (expected one of {', '.join(SOURCES)})")
-        for name in ("at", "observed_at"):
-            value = getattr(self, name)
-            if value is not None and (value.tzinfo is None or value.utcoffset() is None):
-                raise ValueError(f"{name} must be an aware datetime (got {value!r})")
-        if (self.at is None) != (self.reason is not None):
-            raise ValueError("an estimate has a start or a reason why it has none, not both")
-
-    @property
-    def known(self) -> bool:
-        """True when there is an estimated start."""
-        return self.at is not None
-
-    def wait(self, now: datetime) -> timedelta | None:
-        """How long from ``now`` until the estimated start (zero when it is due); None: unknown."""
-        return None if self.at is None else max(timedelta(0), self.at - now)
-
-    def age(self, now: datetime) -> timedelta:
-        """How old the estimate is at ``now``."""
-        return max(timedelta(0), now - self.observed_at)
-
-    def as_json(self) -> JSONObject:
-        """The estimate as ``--json`` shows it: times as RFC 3339 UTC text."""
-        return {
-            "pool": self.pool,
-            "estimated_start": None if self.at is None else iso(self.at),
-            "estimate_source": self.source,
-            "observed_at": iso(self.observed_at),
-            "detail": self.detail,
-            "reason": self.reason,
-            "facts": dict(self.facts),
-        }
-
-    def policy_input(self) -> JSONObject:
-        """The estimate as the wait policy reads it (``input.pool.estimate``): whole epoch seconds
-        (the decision's time is given the same way, ``input.now``)."""
-        return {
-            "at": None if self.at is None else math.floor(self.at.timestamp()),
-            "source": self.source,
-            "observed_at": math.floor(self.observed_at.timestamp()),
-        }
-
-
-def duration_text(seconds: float) -> str:
-    """Whole seconds for people, the two largest units: ``45 s``, ``1 m 30 s``, ``2 h 05 m``,
-    ``1 d 01 h`` (the wait policy's ``duration_text``, which words ``max_wait`` in its
-    messages)."""
-    s = int(math.floor(seconds))
-    for size, big, small, next_size in ((86400, "d", "h", 3600), (3600, "h", "m", 60), (60, "m", "s", 1)):
-        if s >= size:
-            whole, part = divmod(s, size)
-            part //= next_size
-            return f"{whole} {big}" if part == 0 else f"{whole} {big} {part:02d} {small}"
-    return f"{s} s"
-
-
-def start_text(estimate: StartEstimate, now: datetime) -> str:
-    """An estimate for people, seen from ``now``: ``slurm: expected start 14:20 UTC (in 2 h 05 m)``,
-    ``now: starts now``, ``table: expected start 12:10 UTC (in 10 m; provisioning at most 10 m ...)``,
-    ``slurm: no estimate (Slurm's controller does not answer ...)``. A start on another day than
-    ``now`` says its date."""
-    if estimate.at is None:
-        return f"{estimate.source}: no estimate ({estimate.reason})"
-    wait = estimate.wait(now)
-    if estimate.source == "now" or (wait is not None and wait.total_seconds() < 1):
-        return f"{estimate.source}: starts now"
-    at = estimate.at.astimezone(timezone.utc)
-    when = at.strftime("%H:%M UTC") if at.date() == now.astimezone(timezone.utc).date() else at.strftime("%Y-%m-%d %H:%M UTC")
-    after = f"in {duration_text(wait.total_seconds())}" if wait is not None else ""
-    if estimate.source == "table" and "delay_s" in estimate.facts:
-        kind = "typical" if estimate.facts.get("typical") else "at most"
-        after += f"; provisioning {kind} {duration_text(float(str(estimate.facts['delay_s'])))}"
-    return f"{estimate.source}: expected start {when} ({after})"
 
 
 def unknown(pool: str, source: Source, reason: str, observed_at: datetime, facts: Mapping[str, JSONValue] | None = None) -> StartEstimate:

@@ -56,18 +56,30 @@ class StartEstimator:
         slurm: SlurmEstimator | None = None,
         kubernetes: KubernetesEstimator | None = None,
         table: ProvisioningTable | None = None,
-        gres: GresTable | None = None,
+        gres: GresTable | Callable[[], GresTable] | None = None,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.slurm = slurm
         self.kubernetes = kubernetes
         self.table = table if table is not None else ProvisioningTable.load()
-        if gres is None:
-            from examlops_policy.executors.gres import load_gres_table
-
-            gres = load_gres_table()
-        self.gres = gres
+        # The GRES table is read when a Slurm pool is first asked about (given, or how to read it).
+        self._gres = gres
         self._clock = clock
+
+    @property
+    def gres(self) -> GresTable:
+        if not isinstance(self._gres, GresTable):
+            if self._gres is None:
+                from examlops_policy.executors.gres import load_gres_table
+
+                self._gres = load_gres_table()
+            else:
+                self._gres = self._gres()
+        return self._gres
+
+    def now(self) -> datetime:
+        """The estimator's clock: the time a decision asking it judges its estimates at."""
+        return self._clock()
 
     def source_of(self, pool: Pool) -> Source:
         """Who is asked about ``pool`` (see the module's description)."""
@@ -82,9 +94,10 @@ class StartEstimator:
         for it exactly)."""
         return grant_request(request.workload, request.grant, request.allocations, request.pool, self.gres)
 
-    def estimate(self, requests: Sequence[EstimateRequest]) -> list[StartEstimate]:
-        """One estimate per request, in order."""
-        now = self._clock()
+    def estimate(self, requests: Sequence[EstimateRequest], now: datetime | None = None) -> list[StartEstimate]:
+        """One estimate per request, in order; ``now``: the decision's time (the clock's by
+        default), what a start "now" and a table's delay are counted from."""
+        now = now or self._clock()
         results: list[StartEstimate | None] = [None] * len(requests)
         slurm_items: list[tuple[int, str, SlurmRequest]] = []
         kube_items: list[tuple[int, Pool, bool]] = []

@@ -15,13 +15,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Final, cast
 
-import yaml
-
 from examlops_policy.errors import PolicyError
 from examlops_policy.estimates import StartEstimate, iso, unknown
 from examlops_policy.model import JSONObject, Pool
 from examlops_policy.quantities import MAX_DURATION_S, duration_text
-from examlops_policy.tables import policy_dir
+from examlops_policy.tables import Tables, policy_dir
 
 TABLE: Final = "provisioning.yaml"
 ANY: Final = "*"
@@ -51,6 +49,11 @@ class ProvisioningTable:
         """The table as the policy directory holds it (the same files OPA serves)."""
         base = (root or policy_dir()) / "examlops" / "tables"
         return cls.from_data(_read(base / TABLE), _read(base / "regions.yaml"), where=str(base / TABLE))
+
+    @classmethod
+    def from_tables(cls, tables: Tables) -> ProvisioningTable:
+        """The table of a policy snapshot's tables (what a decision made under that snapshot uses)."""
+        return cls.from_data({"provisioning": tables.provisioning}, {"regions": tables.regions}, where=TABLE)
 
     @classmethod
     def from_data(cls, table: JSONObject, regions: JSONObject, *, where: str = TABLE) -> ProvisioningTable:
@@ -99,6 +102,8 @@ class ProvisioningTable:
 
 
 def _read(path: Path) -> JSONObject:
+    import yaml  # only when read from files (a policy snapshot's tables are parsed already)
+
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:

@@ -99,6 +99,11 @@ class Store(Protocol):
         and the fleet revision it was decided on)."""
         ...
 
+    def estimate_starts(self, *, since: str | None = None, until: str | None = None) -> list[tuple[str, str, str, str]]:
+        """(estimate source, pool, estimated start, actual start) of the placements over a period
+        with both times, oldest first."""
+        ...
+
     def burst_events(self, limit: int = 50) -> list[BurstEvent]:
         """Most recent first."""
         ...

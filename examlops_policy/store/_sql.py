@@ -77,6 +77,12 @@ def epoch(ts: str) -> float:
     return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
 
 
+# A placement's actual start, as reconcile records it from its scheduler (the job's start time).
+# The one place the estimate-error figures read it from: reconcile's column
+# (decisions.job_started_at, the queue's migration) where the state has it, NULL until then.
+ACTUAL_START: Final = "NULL"
+
+
 def migrations(dialect: str) -> list[tuple[int, str]]:
     """``(version, script)`` from ``migrations/<dialect>/NNNN_name.sql``, in version order."""
     folder = resources.files("examlops_policy.store") / "migrations" / dialect
@@ -424,7 +430,7 @@ class SQLStore(ABC):
         sql = (
             "SELECT id, created_at, workload, outcome, pool, accelerator, model, region, fallback, fraction_honored, devices, "
             "cost_per_hour, carbon_factor, note, released_at, job_id, residency, policy_revision, verdicts, lease_expires_at, "
-            "scheduler, job_state, larger_partition "
+            f"scheduler, job_state, larger_partition, estimated_start, estimate_source, submitted_at, {ACTUAL_START} "
             f"FROM decisions WHERE {' AND '.join(where)} ORDER BY created_at DESC, id LIMIT ?"
         )
         rows = self._run(lambda: self._execute(sql, (*params, limit)).fetchall())
@@ -434,7 +440,7 @@ class SQLStore(ABC):
                 fallback=None if r[8] is None else bool(r[8]), fraction_honored=None if r[9] is None else bool(r[9]),
                 devices=r[10], cost_per_hour=r[11], carbon_factor=r[12], note=r[13], released_at=r[14], job_id=r[15],
                 residency=r[16], policy_revision=r[17], verdicts=r[18], lease_expires_at=r[19], scheduler=r[20], job_state=r[21],
-                larger_partition=bool(r[22]),
+                larger_partition=bool(r[22]), estimated_start=r[23], estimate_source=r[24], submitted_at=r[25], actual_start=r[26],
             )  # fmt: skip
             for r in rows
         ]
@@ -487,8 +493,8 @@ class SQLStore(ABC):
         span, span_params = self._span(hours, now)
         sql = (
             "SELECT workload, created_at, outcome, accelerator, region, devices * h, cost_per_hour * devices * h, "
-            f"carbon_factor * devices * h, fallback, fraction, fraction_honored, pool, fleet_revision FROM (SELECT *, {span} AS h FROM decisions "
-            f"WHERE 1 = 1{where}) d ORDER BY created_at"
+            "carbon_factor * devices * h, fallback, fraction, fraction_honored, pool, fleet_revision, estimate_source, estimated_start, "
+            f"actual_start FROM (SELECT *, {span} AS h, {ACTUAL_START} AS actual_start FROM decisions WHERE 1 = 1{where}) d ORDER BY created_at"
         )
 
         def work() -> tuple[list[JSONObject], list[JSONObject]]:
@@ -498,7 +504,7 @@ class SQLStore(ABC):
                 if r[2] == "placed":
                     row.update(device=r[3], region=r[4], device_hours=float(r[5] or 0), cost=float(r[6] or 0), carbon_g=float(r[7] or 0),
                                fallback=bool(r[8]), fraction=float(r[9]) if r[9] is not None else 1.0, fraction_honored=bool(r[10]),
-                               pool=r[11], fleet=r[12])  # fmt: skip
+                               pool=r[11], fleet=r[12], estimate_source=r[13], estimated_start=r[14], actual_start=r[15])  # fmt: skip
                 decisions.append(row)
             burst_where = where.replace("created_at", "b.created_at")
             bursts = [
@@ -508,6 +514,17 @@ class SQLStore(ABC):
             return decisions, bursts
 
         return self._run(work, consistent=True)
+
+    def estimate_starts(self, *, since: str | None = None, until: str | None = None) -> list[tuple[str, str, str, str]]:
+        """(estimate source, pool, estimated start, actual start) of the placements made over a
+        period that have both times, oldest first: what estimate errors are worked out from."""
+        where, params = _period(since, until)
+        sql = (
+            f"SELECT estimate_source, pool, estimated_start, actual_start FROM (SELECT *, {ACTUAL_START} AS actual_start FROM decisions "
+            f"WHERE outcome = 'placed' AND estimated_start IS NOT NULL{where}) d WHERE actual_start IS NOT NULL ORDER BY created_at, id"
+        )
+        rows = self._run(lambda: self._execute(sql, params).fetchall())
+        return [(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
 
     def burst_events(self, limit: int = 50) -> list[BurstEvent]:
         rows = self._run(
@@ -652,14 +669,15 @@ class _SQLTransaction:
             "INSERT INTO decisions (id, created_at, workload, outcome, pool, accelerator, model, target, region, fallback, "
             "fraction_honored, devices, cost_per_hour, carbon_factor, note, input_digest, policy_revision, opa_version, document, "
             "record_digest, fleet_revision, verdict_set, request_id, lease_expires_at, created_ts, residency, verdicts, fraction, "
-            "lease_expires_ts, larger_partition) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "lease_expires_ts, larger_partition, estimated_start, estimate_source) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 row.id, row.created_at, row.workload, row.outcome, row.pool, row.accelerator, row.model, row.target, row.region,
                 flag(row.fallback), flag(row.fraction_honored), row.devices, row.cost_per_hour, row.carbon_factor, row.note,
                 row.input_digest, row.policy_revision, row.opa_version, row.document, row.record_digest, row.fleet_revision,
                 row.verdict_set, row.request_id, row.lease_expires_at, epoch(row.created_at), row.residency, row.verdicts, row.fraction,
                 None if row.lease_expires_at is None else epoch(row.lease_expires_at), flag(row.larger_partition),
+                row.estimated_start, row.estimate_source,
             ),
         )  # fmt: skip
         if row.pool is not None and row.devices is not None:
@@ -698,13 +716,13 @@ class _SQLTransaction:
         if updated.rowcount == 0:
             raise SpecError(f"decision {ident[:12]} is not a live placement; nothing was renewed")
 
-    def set_job(self, ident: str, job_id: str, scheduler: str, uid: str | None) -> None:
+    def set_job(self, ident: str, job_id: str, scheduler: str, uid: str | None, *, at: str | None = None) -> None:
         # One job per placement: checked and set in one statement, so two concurrent submits cannot
         # both record theirs.
         updated = self._execute(
-            "UPDATE decisions SET job_id = ?, scheduler = ?, job_uid = ?, job_state = NULL "
+            "UPDATE decisions SET job_id = ?, scheduler = ?, job_uid = ?, job_state = NULL, submitted_at = ? "
             "WHERE id = ? AND job_id IS NULL AND outcome = 'placed' AND released_at IS NULL",
-            (job_id, scheduler, uid, ident),
+            (job_id, scheduler, uid, at or self.now(), ident),
         )
         if updated.rowcount == 0:
             raise SpecError(f"decision {ident[:12]} is not a live placement without a job; nothing was recorded")

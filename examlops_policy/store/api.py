@@ -135,6 +135,9 @@ class NewDecision:
     holdings: tuple[Holding, ...] = ()
     share: float = 0.0
     burst: BurstRow | None = None
+    # When the chosen pool was expected to start it (RFC 3339 UTC; None: no estimate) and who said so.
+    estimated_start: str | None = None
+    estimate_source: str | None = None
 
 
 class Transaction(Protocol):
@@ -221,8 +224,9 @@ class Transaction(Protocol):
         """SpecError unless ``ident`` is a live placement."""
         ...
 
-    def set_job(self, ident: str, job_id: str, scheduler: str, uid: str | None) -> None:
-        """SpecError unless ``ident`` is a live placement without a job."""
+    def set_job(self, ident: str, job_id: str, scheduler: str, uid: str | None, *, at: str | None = None) -> None:
+        """Record the placement's job, submitted at ``at`` (None: now). SpecError unless ``ident``
+        is a live placement without a job."""
         ...
 
     def set_job_state(self, ident: str, state: str) -> bool:
@@ -289,7 +293,7 @@ AUDITED: Final[Mapping[str, tuple[tuple[str, ...], str]]] = {
         "fraction_honored", "devices", "cost_per_hour", "carbon_factor", "note", "input_digest", "policy_revision",
         "opa_version", "released_at", "job_id", "document", "record_digest", "fleet_revision", "verdict_set",
         "request_id", "lease_expires_at", "created_ts", "released_ts", "residency", "verdicts", "fraction", "scheduler",
-        "job_uid", "job_state", "lease_expires_ts", "larger_partition",
+        "job_uid", "job_state", "lease_expires_ts", "larger_partition", "estimated_start", "estimate_source", "submitted_at",
     ), "id"),
     "allocations": (("decision_id", "pool", "devices", "created_at", "released_at"), "decision_id"),
     "holdings": (("decision_id", "pool", "device", "profile", "start", "units", "share"), "decision_id, device"),

@@ -10,10 +10,11 @@
 #
 #   Stages are a closed set. A shape-stage check judges a pool by its shape (everything but its
 #   capacity and price): any number of them, discovered from metadata. The pool stage is exactly
-#   budget (a pool's own price and carbon against the limits its grant allows) and capacity (its
-#   room for the grant): the caller makes those two comparisons itself from the compact answer,
-#   as the reference decision does. A check declaring any other stage, or another pool-stage
-#   check, cannot be run: nothing is placed (check_unsupported).
+#   budget (a pool's own price and carbon against the limits its grant allows), capacity (its
+#   room for the grant) and wait (its start estimate against the workload's max_wait and
+#   deadline at the decision's time): the caller makes those comparisons itself from the compact
+#   answer, as the reference decision does. A check declaring any other stage, or another
+#   pool-stage check, cannot be run: nothing is placed (check_unsupported).
 # schemas:
 #   - input: schema["placement-input.schema"]
 #   - input.workload: schema["workload.schema"]
@@ -42,7 +43,7 @@ stage(a) := object.get(a, ["custom", "stage"], "shape")
 reads(a, kind) := object.get(a, ["custom", "reads", kind], [])
 
 # The pool stage: closed (see the package description).
-pool_stage_checks := {"budget", "capacity"}
+pool_stage_checks := {"budget", "capacity", "wait"}
 
 unsupported_checks := sort([name |
 	some name, a in check_about

@@ -13,7 +13,7 @@ import data.examlops.hardware.workload
 # under checks changes none of the composition tests below: they run on exactly these packages
 # (with checks as core_checks), and on the real tree they only require the
 # core to be there, in this order.
-core_names := ["portability", "target", "capabilities", "residency", "fallback", "partition", "budget", "capacity"]
+core_names := ["portability", "target", "capabilities", "residency", "fallback", "partition", "budget", "wait", "capacity"]
 
 core_checks := {name: {"about": checks[name].about} | some name in core_names}
 
@@ -66,9 +66,9 @@ test_check_list_entries[name] if {
 	}
 }
 
-test_budget_and_capacity_are_the_pool_stage_checks if {
+test_budget_wait_and_capacity_are_the_pool_stage_checks if {
 	pool_stage := [c.name | some c in composer.check_list; c.stage == "pool"] with checks as core_checks
-	pool_stage == ["budget", "capacity"]
+	pool_stage == ["budget", "wait", "capacity"]
 	shape_checks := composer.shape_checks with checks as core_checks
 	shape_checks == ["portability", "target", "capabilities", "residency", "fallback", "partition"]
 }
@@ -132,8 +132,8 @@ test_signature_fields if {
 		"shape": ["accelerator", "capabilities", "fixed_profile", "model", "region", "spot", "supports_fractions", "target"],
 		"workload": [
 			"accelerator", "allow_budget_fallback", "allow_burst", "allow_cpu_fallback", "capabilities", "carbon_weight",
-			"count", "data_region", "engine", "fraction", "max_carbon_per_hour", "max_cost_per_hour", "optimize",
-			"project", "residency", "spot", "target",
+			"count", "data_region", "deadline", "engine", "fraction", "max_carbon_per_hour", "max_cost_per_hour", "max_wait",
+			"optimize", "project", "residency", "spot", "target",
 		],
 	}
 }
@@ -163,7 +163,7 @@ zone_check := {
 
 test_a_new_check_is_discovered if {
 	names := listed with checks as object.union(core_checks, {"zone": zone_check})
-	names == ["portability", "target", "capabilities", "residency", "zone", "fallback", "partition", "budget", "capacity"]
+	names == ["portability", "target", "capabilities", "residency", "zone", "fallback", "partition", "budget", "wait", "capacity"]
 	sig := composer.signature with checks.zone as zone_check
 	"zone" in sig.shape
 	"priority" in sig.workload
@@ -225,6 +225,6 @@ test_texts_name_every_placeholder_the_caller_fills if {
 	not contains(composer.texts.reason_on_one, "{count}")
 }
 
-test_the_pool_stage_is_budget_and_capacity if {
-	composer.pool_stage_checks == {"budget", "capacity"}
+test_the_pool_stage_is_budget_capacity_and_wait if {
+	composer.pool_stage_checks == {"budget", "capacity", "wait"}
 }

@@ -52,6 +52,6 @@ test_decision_and_verdicts_carry_the_revision if {
 }
 
 test_about_publishes_the_pool_stage_and_the_texts if {
-	placement.about.pool_stage == ["budget", "capacity"]
+	placement.about.pool_stage == ["budget", "capacity", "wait"]
 	placement.about.texts == composer.texts
 }

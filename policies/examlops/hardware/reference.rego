@@ -1,12 +1,13 @@
 # METADATA
 # title: Reference decision
 # description: >-
-#   The complete reference decision over input.pools with their capacity, prices and carbon: every
-#   pool's verdict with its reasons (its shape's verdict, its budget, its room for the grant), the
-#   tier selected, the pool chosen under the workload's objective and its note, the burst verdict,
-#   and why nothing was placed. The caller selects among the compact verdicts in Python; a property
-#   test through the real OPA holds the two equal, and `exa hardware explain --replay` asks this
-#   rule again for a recorded decision.
+#   The complete reference decision over input.pools with their capacity, prices, carbon and start
+#   estimates, at the decision's time (input.now, whole epoch seconds): every pool's verdict with
+#   its reasons (its shape's verdict, its budget, its start against the workload's max_wait and
+#   deadline, its room for the grant), the tier selected, the pool chosen under the workload's
+#   objective and its note, the burst verdict, and why nothing was placed. The caller selects
+#   among the compact verdicts in Python; a property test through the real OPA holds the two
+#   equal, and `exa hardware explain --replay` asks this rule again for a recorded decision.
 # schemas:
 #   - input: schema["placement-input.schema"]
 #   - input.workload: schema["workload.schema"]
@@ -19,6 +20,7 @@ package examlops.hardware.reference
 
 import data.examlops.hardware.checks.budget
 import data.examlops.hardware.checks.capacity
+import data.examlops.hardware.checks.wait
 import data.examlops.hardware.composer
 import data.examlops.hardware.reason
 import data.examlops.hardware.tiers
@@ -62,9 +64,10 @@ base_verdicts := {p.name: pv |
 	pv := pool_verdict(p)
 }
 
-# Every pool's verdict: its own, and for a stand-in reached because the requested accelerator's
-# pools are over the budget, the workload's refusal of that fallback (checks/budget).
-pool_verdicts := {name: refuse_budget_fallback(pv) | some name, pv in base_verdicts}
+# Every pool's verdict: its own, for a stand-in reached because the requested accelerator's pools
+# are over the budget the workload's refusal of that fallback (checks/budget), and for a pool
+# nothing else denies (it may lack room) its start against the workload's limits (checks/wait).
+pool_verdicts := {name: judged_by_start(refuse_budget_fallback(pv)) | some name, pv in base_verdicts}
 
 refuse_budget_fallback(pv) := object.union(pv, {
 	# Before the capacity shortfall, which comes last (as for every other pool).
@@ -79,6 +82,14 @@ refuse_budget_fallback(pv) := object.union(pv, {
 	composer.budget_fallback_forbidden != null
 	over_budget_fallback(pv)
 	before := count(pv.denials) - count([1 | not pv.fits])
+} else := pv
+
+# Only a pool no check but capacity denies is judged by its start (the candidates, whose estimates
+# the caller asks for): the wait's reasons before the shortfall.
+judged_by_start(pv) := object.union(pv, {"denials": array.concat(late, pv.denials), "late": late}) if {
+	count(pv.denials) == count([1 | not pv.fits])
+	late := wait.exceeded(wait_limits, pv.estimate, object.get(input, "now", null))
+	count(late) > 0
 } else := pv
 
 # A stand-in where a pool of the requested accelerator in a better tier passes every check but is
@@ -109,10 +120,27 @@ pool_verdict(p) := priced_verdict(p, v, p.carbon_per_hour) if {
 	v := shape_verdicts[p.shape]
 } else := unknown_verdict(p)
 
-# A pool of a known shape with a price: the shape's verdict, its budget and its capacity. The pool
-# gives the first of its grants (the smallest share that covers the request, then the larger ones
-# the budget allows, when the smallest is within it) that has room now; with none, the smallest
-# (and its shortfall).
+# When the workload must start (checks/wait), for every pool.
+wait_limits := wait.limits(w)
+
+# A pool's start estimate ({at, source, observed_at} in whole epoch seconds; null: none given).
+estimate_of(p) := object.get(p, "estimate", null)
+
+# When a pool would start the workload: its estimate, or now when that is past or within the
+# wait check's slack of now (estimates are whole seconds: a free partition answers the next one);
+# null without one.
+start_of(p) := input.now if {
+	is_number(estimate_of(p).at)
+	is_number(input.now)
+	estimate_of(p).at <= input.now + wait.slack
+} else := estimate_of(p).at if {
+	is_number(estimate_of(p).at)
+} else := null
+
+# A pool of a known shape with a price: the shape's verdict, its budget, its start and its
+# capacity. The pool gives the first of its grants (the smallest share that covers the request,
+# then the larger ones the budget allows, when the smallest is within it) that has room now; with
+# none, the smallest (and its shortfall).
 priced_verdict(p, v, carbon) := pv if {
 	price := {"cost_per_hour": p.cost_per_hour, "carbon_per_hour": carbon}
 	cap := object.get(p, "capacity", {})
@@ -124,6 +152,9 @@ priced_verdict(p, v, carbon) := pv if {
 		"pool": p.name,
 		"tier": v.tier,
 		"denials": array.flatten([v.denials, over, [v.shortfall | not fits]]),
+		"late": [],
+		"estimate": estimate_of(p),
+		"start": start_of(p),
 		"shape_denied": (count(v.denials) + count(over)) > 0,
 		"fits": fits,
 		"grant": given.grant,
@@ -159,6 +190,9 @@ unknown_verdict(p) := {
 	"pool": p.name,
 	"tier": 4,
 	"denials": [unknown_pool(p)],
+	"late": [],
+	"estimate": null,
+	"start": null,
 	"shape_denied": true,
 	"fits": false,
 	"grant": null,
@@ -212,13 +246,21 @@ selected_tier := min({pool_verdicts[n].tier | some n in admissible}) if count(ad
 eligible := sort([n | some n in admissible; pool_verdicts[n].tier == selected_tier])
 
 # Within the best tier: the cheapest grant (then the name); or the lowest carbon of the grant (then
-# cost, name); or, balanced, both normalised by the highest among the eligible and weighted by
-# carbon_weight (then cost, name).
+# cost, name); or the earliest start (a pool without an estimate last; then cost, name); or,
+# balanced, both normalised by the highest among the eligible and weighted by carbon_weight (then
+# cost, name).
 selection_key(pv, n, wl, most_cost, most_carbon) := [pv.grant_cost_per_hour, n] if {
 	wl.optimize == "cost"
 } else := [pv.grant_carbon_per_hour, pv.grant_cost_per_hour, n] if {
 	wl.optimize == "carbon"
+} else := [start_rank(pv.start), pv.grant_cost_per_hour, n] if {
+	wl.optimize == "earliest"
 } else := [balanced_score(pv, wl.carbon_weight, most_cost, most_carbon), pv.grant_cost_per_hour, n]
+
+# Known starts first, soonest first; then the pools without an estimate.
+start_rank(null) := [1, 0]
+
+start_rank(s) := [0, s] if s != null
 
 balanced_score(pv, weight, most_cost, most_carbon) := nine(cost_part + carbon_part) if {
 	cost_part := (1 - weight) * share_of(pv.grant_cost_per_hour, most_cost)

@@ -501,7 +501,7 @@ test_verdict_fields if {
 	object.keys(d.verdicts["hpc-nvidia"]) == {
 		"pool", "tier", "denials", "shape_denied", "fits", "grant", "grant_cost_per_hour", "grant_carbon_per_hour",
 		"cost_per_hour", "fallback", "burst", "note", "note_full", "note_budget", "requested", "over_budget_only",
-		"blocks_burst", "reasons", "admissible", "eligible",
+		"blocks_burst", "reasons", "admissible", "eligible", "late", "estimate", "start",
 	}
 	object.keys(d) == {
 		"workload", "outcome", "pool", "note", "selected_tier", "eligible", "burst", "reason", "rejection",
@@ -1002,4 +1002,153 @@ test_a_larger_share_is_ranked_by_what_it_costs if {
 	d.pool == "dearer"
 	d.verdicts.dearer.grant_cost_per_hour == 0.375
 	d.verdicts.cheap.grant_cost_per_hour == 0.5
+}
+
+# --- when pools start: the wait check and the earliest start ----------------------------------------
+
+# 2026-12-01T12:00:00Z, the decision's time below.
+noon := 1796126400
+
+# A pool with a start estimate (whole epoch seconds; null at: none).
+starting(p, at) := object.union(p, {"estimate": {"at": at, "source": "slurm", "observed_at": noon}})
+
+# The cheaper pool busy for two hours, a dearer one free now, a third without an estimate.
+busy := starting(pool("busy", "hpc-nvidia", 1.5, 8), noon + 7200)
+
+free := starting(pool("free", "hpc-nvidia", 2.5, 8), noon)
+
+unknown := starting(pool("unknown", "hpc-nvidia", 0.5, 8), null)
+
+decide_at(w, pools, now) := d if {
+	d := placement.decision with input as {
+		"workload": w,
+		"shapes": {p.shape: shapes[p.shape] | some p in pools},
+		"pools": pools,
+		"now": now,
+	}
+}
+
+test_earliest_takes_the_soonest_start if {
+	d := decide_at(train({"optimize": "earliest"}), [busy, free, unknown], noon)
+	d.pool == "free"
+	d.eligible == ["busy", "free", "unknown"]
+	d.verdicts.busy.start == noon + 7200
+	d.verdicts.unknown.start == null
+}
+
+test_cost_alone_takes_the_cheapest_whenever_it_starts if {
+	d := decide_at(train({}), [busy, free], noon)
+	d.pool == "busy"
+}
+
+test_earliest_puts_a_pool_without_an_estimate_last if {
+	d := decide_at(train({"optimize": "earliest"}), [busy, unknown], noon)
+	d.pool == "busy"
+	only := decide_at(train({"optimize": "earliest"}), [unknown], noon)
+	only.pool == "unknown"
+}
+
+test_earliest_breaks_a_tie_in_start_by_cost if {
+	cheap := starting(pool("cheap", "hpc-nvidia", 1, 8), noon - 600)
+	d := decide_at(train({"optimize": "earliest"}), [free, cheap], noon)
+
+	# An estimate in the past means now: both start now; the cheaper wins.
+	d.verdicts.cheap.start == noon
+	d.pool == "cheap"
+}
+
+# Estimates are whole seconds: a start within the slack of now is now (a free Slurm partition
+# answers the second after it is asked), so cost decides between such pools.
+test_a_start_within_a_second_of_now_is_now if {
+	next_second := starting(pool("next-second", "hpc-nvidia", 1, 8), noon + 1)
+	d := decide_at(train({"optimize": "earliest"}), [free, next_second], noon)
+	d.verdicts["next-second"].start == noon
+	d.pool == "next-second"
+	two := starting(pool("two-seconds", "hpc-nvidia", 1, 8), noon + 2)
+	later := decide_at(train({"optimize": "earliest"}), [free, two], noon)
+	later.pool == "free"
+}
+
+test_earliest_stays_within_the_best_tier if {
+	stand_in := starting(pool("stand-in", "hpc-mi300", 1, 4), noon)
+	d := decide_at(train({"optimize": "earliest"}), [busy, stand_in], noon)
+	d.pool == "busy"
+	codes(d.verdicts["stand-in"]) == ["fallback_not_needed"]
+}
+
+test_max_wait_denies_a_pool_that_starts_later if {
+	d := decide_at(train({"max_wait": 1800}), [busy, free], noon)
+	d.pool == "free"
+	codes(d.verdicts.busy) == ["wait_exceeded"]
+	d.verdicts.busy.reasons[0].kind == "not_now"
+	d.verdicts.busy.admissible == false
+}
+
+test_a_deadline_denies_a_pool_that_starts_after_it if {
+	d := decide_at(train({"deadline": "2026-12-01T13:00:00Z"}), [busy, free], noon)
+	d.pool == "free"
+	codes(d.verdicts.busy) == ["deadline_missed"]
+}
+
+test_under_a_limit_a_pool_without_an_estimate_is_not_taken if {
+	d := decide_at(train({"max_wait": 86400}), [unknown, free], noon)
+	d.pool == "free"
+	codes(d.verdicts.unknown) == ["estimate_unknown"]
+}
+
+test_without_limits_no_pool_is_judged_by_its_start if {
+	d := decide_at(train({}), [unknown, busy], noon)
+	d.pool == "unknown"
+	every v in d.verdicts {
+		v.late == []
+	}
+}
+
+test_past_the_deadline_no_pool_is_taken if {
+	d := decide_at(train({"deadline": "2026-12-01T11:00:00Z"}), [busy, free], noon)
+	d.pool == null
+	codes(d.verdicts.free) == ["deadline_passed"]
+	d.reason.code == "no_eligible_pool"
+}
+
+test_only_late_pools_is_no_capacity if {
+	d := decide_at(train({"max_wait": 600}), [busy, unknown], noon)
+	d.pool == null
+	d.reason == {
+		"code": "no_capacity",
+		"message": "no pool has free capacity for train (2 checked: estimate_unknown on 1 pool, wait_exceeded on 1 pool)",
+	}
+}
+
+test_a_limit_without_the_decisions_time_fails_closed if {
+	d := decide(train({"max_wait": 600}), [free])
+	codes(d.verdicts.free) == ["wait_invalid"]
+	d.verdicts.free.reasons[0].kind == "never"
+	d.pool == null
+}
+
+test_the_wait_comes_before_the_shortfall if {
+	d := decide_at(train({"max_wait": 600}), [full(busy)], noon)
+	codes(d.verdicts.busy) == ["wait_exceeded", "capacity_exhausted"]
+}
+
+# Only the candidates (pools no other check denies) are judged by their start: a pool over the
+# budget, or a stand-in the workload refuses for budget, says that alone.
+test_a_pool_denied_otherwise_is_not_judged_by_its_start if {
+	d := decide_at(train({"max_wait": 600, "max_cost_per_hour": 1}), [full(busy)], noon)
+	codes(d.verdicts.busy) == ["budget_exceeded", "capacity_exhausted"]
+	d.verdicts.busy.late == []
+	stand_in := full(starting(pool("stand-in", "hpc-mi300", 1, 4), noon + 7200))
+	refused := decide_at(object.union(no_budget_fallback, {"max_wait": 600}), [hpc_nvidia, stand_in], noon)
+	codes(refused.verdicts["stand-in"]) == ["budget_fallback_forbidden", "capacity_exhausted"]
+	no_time := decide(train({"max_wait": 600, "capabilities": ["nvlink"]}), [free])
+	codes(no_time.verdicts.free) == ["capability_missing"]
+}
+
+test_the_verdicts_answer_carries_the_wait_limits if {
+	answer := placement.verdicts with input as {"workload": train({"max_wait": 600}), "shapes": {}, "keys": []}
+	answer.wait.start_within_s == 600
+	answer.wait.reasons.max_wait.code == "wait_exceeded"
+	none := placement.verdicts with input as {"workload": train({}), "shapes": {}, "keys": []}
+	none.wait == {"start_within_s": null, "start_by_s": null, "invalid": null, "reasons": {"max_wait": null, "deadline": null, "deadline_passed": null, "unknown": null}}
 }

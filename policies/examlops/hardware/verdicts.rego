@@ -12,7 +12,8 @@
 #   and regions, and a check cannot depend on a field its metadata does not name. The tier and the
 #   grant are worked out once per distinct value of the fields they read. The answer names every
 #   field (schemas/verdicts-answer.schema.json); what repeats across shapes (reasons, notes,
-#   grants) is listed once and referred to by index.
+#   grants) is listed once and referred to by index. The wait check's limits come once per
+#   workload: a pool's start estimate is the caller's, compared with them per decision.
 # schemas:
 #   - input: schema["placement-input.schema"]
 #   - input.workload: schema["workload.schema"]
@@ -22,6 +23,7 @@ import data.examlops.fleet
 import data.examlops.hardware.checks
 import data.examlops.hardware.checks.budget
 import data.examlops.hardware.checks.capacity
+import data.examlops.hardware.checks.wait
 import data.examlops.hardware.composer
 import data.examlops.hardware.fractions
 import data.examlops.hardware.tiers
@@ -281,4 +283,7 @@ answer := {
 	# The reason a stand-in gets when the requested accelerator's pools are over the budget and the
 	# workload does not fall back for that (null: it does).
 	"budget_fallback": composer.budget_fallback_forbidden,
+	# When the workload must start (checks/wait): the caller compares each pool's start estimate
+	# with these at the decision's time. One per workload: it depends on the workload alone.
+	"wait": wait.limits(w),
 }

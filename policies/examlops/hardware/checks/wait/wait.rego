@@ -10,7 +10,7 @@
 #   start cannot be shown to be in time); past the deadline no pool can start it in time. A
 #   workload without max_wait or deadline is judged by nothing here.
 # custom:
-#   order: 85
+#   order: 87
 #   stage: pool
 #   reads:
 #     shape: []
@@ -31,10 +31,9 @@ package examlops.hardware.checks.wait
 
 import data.examlops.hardware.reason
 
-# The annotations above. The composer finds a check by its `about` rule and fails closed on a
-# pool-stage check it does not run; until it runs this one (its pool-stage set names "wait"),
-# they are published under this name, and the rule is renamed `about` when it does.
-annotations := [e.annotations | some e in rego.metadata.chain(); e.annotations.scope == "package"][0]
+# The annotations above, for the composer (its pool-stage set names "wait": the caller compares each
+# pool's start estimate with `limits` at the decision's time, as the reference decision does).
+about := [e.annotations | some e in rego.metadata.chain(); e.annotations.scope == "package"][0]
 
 # input: {workload, now: the decision's time in whole epoch seconds, pool: {estimate: {at, source, observed_at}}}
 # (at and observed_at in whole epoch seconds; at null when the pool has no estimate).

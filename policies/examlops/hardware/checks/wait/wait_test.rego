@@ -180,7 +180,7 @@ test_invalid_messages if {
 }
 
 test_every_reason_is_a_declared_code_of_its_kind if {
-	declared := wait.annotations.custom.codes
+	declared := wait.about.custom.codes
 	every w in [work({"max_wait": 60, "deadline": two_pm}), work({"max_wait": -1})] {
 		every now in [noon, two_pm_s + 60] {
 			every e in [est(two_pm_s + 3600), no_est] {
@@ -202,25 +202,28 @@ test_duration_text if {
 
 # --- the check as a plugin ---------------------------------------------------------------------------
 
-test_annotations if {
-	a := wait.annotations
+test_about if {
+	a := wait.about
 	a.title == "Wait"
 	a.custom.stage == "pool"
-	a.custom.order == 85
+	a.custom.order == 87
 	a.custom.reads == {"shape": [], "workload": ["max_wait", "deadline"]}
 	object.keys(a.custom.codes) == {"wait_exceeded", "deadline_missed", "deadline_passed", "estimate_unknown", "wait_invalid"}
 }
 
-# The composer does not run it yet: it is not among the checks it found, and nothing is refused
-# for a check it cannot run (it publishes no `about` until the composer's pool-stage set names it).
-test_the_composer_does_not_run_it_yet if {
-	not composer.check_about.wait
+# The composer runs it: a pool-stage check it names, so nothing is refused for it, and its fields
+# join the workload signature (a verdict is kept per max_wait and deadline).
+test_the_composer_runs_it if {
+	composer.check_about.wait == wait.about
+	"wait" in composer.pool_stage_checks
 	composer.unsupported_checks == []
+	"max_wait" in composer.signature.workload
+	"deadline" in composer.signature.workload
+	not "wait" in composer.shape_checks
 }
 
-# The day it publishes `about` without the composer running it, every placement fails closed: so
-# renaming `annotations` to `about` goes with adding "wait" to the pool-stage set.
-test_published_unrun_it_would_stop_every_placement if {
-	# regal ignore:unresolved-reference
-	composer.unsupported_checks == ["wait"] with wait.about as wait.annotations
+# Without "wait" in the pool-stage set, the same check would stop every placement (fail closed):
+# publishing `about` and naming it in the set go together.
+test_unrun_it_would_stop_every_placement if {
+	composer.unsupported_checks == ["wait"] with composer.pool_stage_checks as {"budget", "capacity"}
 }
