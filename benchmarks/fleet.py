@@ -99,12 +99,21 @@ def _catalogue(rng: random.Random) -> list[Offering]:
     return offerings
 
 
-def generate_fleet(size: int, seed: int = 42) -> list[PoolState]:
+# A pool of nodes (``generate_fleet(nodes=N)``): each node's CPU and memory beside its devices.
+CPU_PER_NODE = 64
+MEMORY_PER_NODE = 512 * 1024  # MiB
+
+
+def generate_fleet(size: int, seed: int = 42, nodes: int | None = None) -> list[PoolState]:
     """``size`` pools with their free capacity, reproducibly from ``seed``.
 
     Popularity of offerings is Zipf-like (a few big partitions and instance families carry most
     pools; the first ones cover every accelerator and target). About 10 % of pools are full, the rest partly used. Roughly half the HPC pools and a
     third of cloud pools state their own price; the others take the accelerator's default.
+
+    ``nodes``: every pool has that many identical nodes (its count rounded up to a multiple of
+    them), each with CPU_PER_NODE cores and MEMORY_PER_NODE beside its devices; the same pools,
+    prices and free shares otherwise.
     """
     rng = random.Random(f"examlops-fleet/{seed}")
     catalogue = _catalogue(rng)
@@ -121,6 +130,8 @@ def generate_fleet(size: int, seed: int = 42) -> list[PoolState]:
     for index in range(size):
         o = cover[index] if index < len(cover) else rng.choices(catalogue, weights)[0]
         count = rng.choice((4, 8, 8, 16, 32, 64, 128, 256, 512)) if o.target == "hpc" else rng.choice((8, 8, 16, 64, 1000))
+        if nodes is not None:
+            count = -(-count // nodes) * nodes
         if rng.random() < 0.10:
             free = 0.0
         else:
@@ -138,6 +149,7 @@ def generate_fleet(size: int, seed: int = 42) -> list[PoolState]:
             supports_fractions=o.supports_fractions,
             capabilities=o.capabilities,
             model=o.model,
+            **({"nodes": nodes, "cpu_per_node": CPU_PER_NODE, "memory_per_node": MEMORY_PER_NODE} if nodes is not None else {}),  # type: ignore[arg-type]
         )
         states.append(PoolState(pool, free))
     return states

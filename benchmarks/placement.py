@@ -66,6 +66,7 @@ from examlops_policy._core.selection import priced  # noqa: E402
 from examlops_policy.errors import PolicyError, PolicyUnavailable  # noqa: E402
 from examlops_policy.hardware import Hardware, ManagedPolicy  # noqa: E402
 from examlops_policy.model import ACCELERATORS, Decision, JSONObject, PoolState, Workload  # noqa: E402
+from examlops_policy.store.api import NodeUsageRow  # noqa: E402
 from examlops_policy.opa import OPA_VERSION, OpaUnreachable, connect, stop_server  # noqa: E402
 from examlops_policy.opa.transport import DEFAULT_TIMEOUT_S  # noqa: E402
 from examlops_policy._policy import PACKAGE_PATH, Confirmation  # noqa: E402
@@ -74,6 +75,8 @@ from examlops_policy._core.verdicts import About, Answer  # noqa: E402
 
 SCHEMA_VERSION = 2
 T = TypeVar("T")
+# Pools of this many nodes each (--nodes), or pools without node information (None).
+NODES: int | None = None
 
 # Targets for engine v2 (2-core machine).
 TARGET_PLACE_P50_1000_MS = 2.0
@@ -234,11 +237,23 @@ class TimedPolicy:
 
 def load_fleet(hw: Hardware, states: Sequence[PoolState]) -> None:
     """Register the pools, then their capacity as a scheduler reports it: the devices that are not
-    free are recorded as busy outside this layer (the path ``exa hardware discover`` takes)."""
+    free are recorded as busy outside this layer (the path ``exa hardware discover`` takes); on
+    pools of nodes node by node, filling the first nodes first."""
     hw.apply([s.pool for s in states])
     usage = {s.pool.name: float(s.pool.count) - s.free for s in states if s.free < s.pool.count}
-    if usage:
-        hw.record_usage(usage, scheduler="bench")
+    per_node: dict[str, list[NodeUsageRow]] = {}
+    for s in states:
+        busy = int(s.pool.count - s.free)
+        if s.pool.node_tracked and busy > 0:
+            rows = per_node[s.pool.name] = []
+            for node in s.pool.node_list():
+                take = min(busy, node.devices)
+                if take <= 0:
+                    break
+                rows.append(NodeUsageRow(s.pool.name, node.name, devices=take))
+                busy -= take
+    if usage or per_node:
+        hw.record_usage(usage, scheduler="bench", nodes=per_node)
 
 
 def sqlite_db(hw: Hardware) -> sqlite3.Connection | None:
@@ -523,7 +538,7 @@ def run_fleet(size: int, seed: int, base: Path, prof: Profile, started: list[Pat
     started.append(home)
     policy = TimedPolicy(ManagedPolicy(home))
     hw = Hardware(home, policy=policy)
-    states = fleet.generate_fleet(size, seed)
+    states = fleet.generate_fleet(size, seed, NODES)
     entry: dict[str, Any] = {"pools": size, "distinct_shapes": fleet.distinct_shapes(states), "loadavg": loadavg()}
     try:
         t0 = time.perf_counter()
@@ -573,7 +588,7 @@ def run_durable(size: int, seed: int, base: Path, prof: Profile, started: list[P
     policy = TimedPolicy(ManagedPolicy(home))
     hw = Hardware(home, policy=policy)
     t0 = time.perf_counter()
-    load_fleet(hw, fleet.generate_fleet(size, seed))
+    load_fleet(hw, fleet.generate_fleet(size, seed, NODES))
     result: dict[str, Any] = {"pools": size, "apply_s": round(time.perf_counter() - t0, 3), "loadavg": loadavg()}
     db = sqlite_db(hw)
     if db is not None:
@@ -769,7 +784,7 @@ def run_cold(size: int, seed: int, base: Path, prof: Profile, started: list[Path
     """Fresh ``exa`` processes on a state holding ``size`` pools with their capacity, OPA running."""
     home = base / f"cold-{size}"
     hw = Hardware(home)
-    load_fleet(hw, fleet.generate_fleet(size, seed))
+    load_fleet(hw, fleet.generate_fleet(size, seed, NODES))
     hw.close()
     env = exa_env(home, base)
     started.append(home)
@@ -1250,7 +1265,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-slurm", action="store_true", help="skip the Slurm side by side")
     parser.add_argument("--profile", type=Path, metavar="DIR", help="also cProfile warm and missed decisions and Hardware.place; .pstats files go to DIR")
     parser.add_argument("--policy-dir", type=Path, help="evaluate this policy directory instead of the repository's (EXA_POLICY_DIR)")
+    parser.add_argument("--nodes", type=int, metavar="N", help="every pool has N nodes (CPU and memory beside the devices); compare with a run without")
     args = parser.parse_args(argv)
+    global NODES
+    NODES = args.nodes
 
     prof = Profile(args.quick)
     if args.sizes:
@@ -1261,7 +1279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["EXA_POLICY_DIR"] = str(args.policy_dir.resolve())
     for var in ("EXA_OPA_URL", "EXA_DB_URL", "EXA_HOME"):
         os.environ.pop(var, None)
-    out = args.out or REPO / "out" / "bench" / ("placement-quick.json" if args.quick else "placement.json")
+    suffix = f"-nodes{args.nodes}" if args.nodes else ""
+    out = args.out or REPO / "out" / "bench" / (f"placement-quick{suffix}.json" if args.quick else f"placement{suffix}.json")
     plot_path = args.plot or out.with_suffix(".png")
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
@@ -1276,6 +1295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "quick": args.quick,
             "seed": args.seed,
+            "nodes_per_pool": args.nodes,
             "cpus": os.cpu_count(),
             "platform": platform.platform(),
             "python": platform.python_version(),

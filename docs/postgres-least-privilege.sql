@@ -5,11 +5,13 @@
 --   app   (default exa_app)    what every `exa` process uses day to day. Owns nothing:
 --                              SELECT, INSERT on every table, and UPDATE only of the columns exa
 --                              changes after a row is written (state: version, fleet_version,
---                              layout; pools: spec, count, updated_at, held_outside, version, free,
---                              capacity; decisions: released_at, released_ts, lease_expires_at,
---                              job_id, scheduler, job_uid, job_state; allocations: released_at);
---                              no UPDATE of anything else (a decision's devices, region, pool,
---                              record; a holding) and no DELETE anywhere: exa never deletes a row.
+--                              layout; pools: spec, count, its times, held_outside, version, free,
+--                              capacity, removal; decisions: release, lease, job and submission
+--                              columns; allocations: released_at; holdings: node and device, which
+--                              the upgrade to nodes maps old grants to); no UPDATE of anything else
+--                              (a decision's devices, region, pool, record) and no DELETE but of
+--                              node_usage (what a scheduler reports busy node by node, replaced
+--                              whole with each report): exa deletes no other row.
 --                              SELECT only on schema_migrations; USAGE, SELECT on the schema's
 --                              sequences. No CREATE on the schema (or any other), no TEMP, no
 --                              TRUNCATE, REFERENCES or TRIGGER; not being an owner it cannot ALTER
@@ -162,20 +164,26 @@ GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA :"schema" TO :"app";
 -- serial column of a later migration would need USAGE.
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA :"schema" TO :"app";
 -- The state tables: only the columns that change after a row is written, as placements are
--- released, leases renewed, jobs recorded and pools edited, drained, removed or registered again
--- under a removed pool's name (holdings never change; nothing is ever deleted).
+-- released, leases renewed, jobs recorded, pools edited, drained, removed or registered again
+-- under a removed pool's name, old grants mapped to their nodes and node usage reported.
 SELECT format('GRANT UPDATE (%s) ON TABLE %I.%I TO %I', cols, n.nspname, c.relname, :'app')
   FROM (VALUES ('state', 'version, fleet_version, layout'),
                ('pools', 'spec, count, created_at, updated_at, held_outside, version, free, capacity, removed_at, removing_since'),
                ('decisions', 'released_at, released_ts, lease_expires_at, lease_expires_ts, job_id, scheduler, job_uid, job_state, submitted_at'),
-               ('allocations', 'released_at')) AS g(tbl, cols)
+               ('allocations', 'released_at'),
+               ('holdings', 'node, device')) AS g(tbl, cols)
   JOIN pg_class c ON c.relname = g.tbl JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
  ORDER BY c.relname \gexec
+-- node_usage: what a scheduler reports busy node by node, each report replacing the pool's rows
+-- (every report an audit entry that exa audit verify holds the table to). DELETE also lets the
+-- app role LOCK this one table; a write that waits on it gives up after the bounded waits.
+SELECT format('GRANT DELETE ON TABLE %I.node_usage TO %I', :'schema', :'app')
+ WHERE to_regclass(format('%I.node_usage', :'schema')) IS NOT NULL \gexec
 -- Which migrations ran is read, never written, by the app role (it cannot apply one anyway).
 SELECT format('REVOKE INSERT ON TABLE %I.schema_migrations FROM %I', :'schema', :'app')
  WHERE to_regclass(format('%I.schema_migrations', :'schema')) IS NOT NULL \gexec
--- audit_log, burst_events, capacity_log, fleets, verdict_sets and holdings keep SELECT, INSERT:
+-- audit_log, burst_events, capacity_log, fleets, verdict_sets and node_grants keep SELECT, INSERT:
 -- the audit chain and the records it covers are appended to, never changed. (audit_log's triggers refuse UPDATE, DELETE
 -- and TRUNCATE even for the owner; without the privilege the app role is refused before them.)
 

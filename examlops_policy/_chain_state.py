@@ -15,13 +15,19 @@ difference with the tables as stored, and each row no entry accounts for:
                     scheduler, job uid, job state, when it was submitted; the chosen pool's start
                     estimate and its source as its record says (``audit.verify_records``)
     allocations     one per placement: its pool, devices, times and release
-    holdings        the devices (and slices) each placement holds, as its entry lists them
+    holdings        the devices (and slices) each placement holds, as its entry lists them (node by
+                    node, with the shares of a shared device, as its allocations say; a holding an
+                    upgrade mapped to its node, as the ``holding`` entry that moved it says)
+    node_grants     each node of a node-by-node grant: its place, CPU and memory, as its entry says
     burst_events    one per burst attempt: workload, residency, pool, region, verdict, reason
+    node_usage      what a scheduler reported busy on each node of a pool, as its last
+                    ``node_usage`` entry says
     pools           spec and count as the last pool entry, held_outside as the last capacity
                     entry (a pool registered again under a removed pool's name starts from none);
                     removed_at and removing_since as the pool entries that removed it or asked
                     for its removal say; free and the capacity summary as the live holdings give
                     them
+                    (a pool counted node by node: its summaries are not compared here)
     capacity_log    what every pool could place at the state version each decision was decided
                     at (a record of version 3 names that version, not the capacities): what the
                     log gives back for it must hash to the input digest of the record its audit
@@ -57,6 +63,8 @@ from examlops_policy._core import codec
 DECISION_COLUMNS: Final = AUDITED["decisions"][0]
 ALLOCATION_COLUMNS: Final = AUDITED["allocations"][0]
 HOLDING_COLUMNS: Final = AUDITED["holdings"][0]
+NODE_GRANT_COLUMNS: Final = AUDITED["node_grants"][0]
+NODE_USAGE_COLUMNS: Final = AUDITED["node_usage"][0]
 BURST_COLUMNS: Final = AUDITED["burst_events"][0]
 POOL_COLUMNS: Final = AUDITED["pools"][0]
 LOG_COLUMNS: Final = AUDITED["capacity_log"][0]
@@ -84,6 +92,7 @@ class _Decision:
     lease: tuple[int, object] | None = None
     job: tuple[int, dict[str, object]] | None = None
     job_state: tuple[int, object] | None = None
+    moves: list[tuple[int, dict[str, object]]] = field(default_factory=list)  # holdings mapped to their nodes
 
 
 @dataclass
@@ -95,6 +104,7 @@ class _Pool:
     # since when it is to go once its last live grant ends.
     removed: tuple[int, object] | None = None
     removing: tuple[int, object] | None = None
+    node_usage: tuple[int, dict[str, object]] | None = None  # the last node_usage entry
 
 
 @dataclass
@@ -113,6 +123,11 @@ def replay(entries: Iterable[tuple[int, dict[str, object]]]) -> ChainState:
         kind = entry.get("kind")
         if kind == "pool":
             _replay_pool(state, seq, entry)
+            continue
+        if kind == "node_usage":
+            pool = state.pools.get(str(entry.get("pool")))
+            if pool is not None:
+                pool.node_usage = (seq, entry)
             continue
         if kind == "capacity":
             pool = state.pools.get(str(entry.get("pool")))
@@ -145,6 +160,8 @@ def replay(entries: Iterable[tuple[int, dict[str, object]]]) -> ChainState:
             decision.job_state = (seq, None)
         elif kind == "job":
             decision.job_state = (seq, entry.get("state"))
+        elif kind == "holding":
+            decision.moves.append((seq, entry))
     for ident, decision in list(state.decisions.items()):
         if decision.seq == 0 and decision.burst is not None:  # a burst entry whose decision entry is gone
             state.stray.append((decision.burst[0], ident))
@@ -159,7 +176,8 @@ def _replay_pool(state: ChainState, seq: int, entry: dict[str, object]) -> None:
     if isinstance(spec, dict) and isinstance(spec.get("name"), str):
         old = state.pools.get(spec["name"])
         if old is None or action == "added":  # new, or registered again after its removal
-            state.pools[spec["name"]] = _Pool(seq, spec)
+            # (What a scheduler reported busy on its nodes stays: registering does not touch it.)
+            state.pools[spec["name"]] = _Pool(seq, spec, node_usage=old.node_usage if old is not None else None)
             return
         old.seq, old.spec = seq, spec
         if entry.get("removal_cancelled"):
@@ -307,6 +325,9 @@ def compare(
     holdings: dict[str, list[Row]] = {}
     for r in rows["holdings"]:
         holdings.setdefault(str(r[0]), []).append(dict(zip(HOLDING_COLUMNS, r)))
+    grants: dict[str, list[Row]] = {}
+    for r in rows["node_grants"]:
+        grants.setdefault(str(r[0]), []).append(dict(zip(NODE_GRANT_COLUMNS, r)))
     bursts: dict[str, list[Row]] = {}
     for r in rows["burst_events"]:
         bursts.setdefault(str(r[2]), []).append(dict(zip(BURST_COLUMNS, r)))
@@ -328,15 +349,19 @@ def compare(
                 decided.append((at, d.seq, ident, record))
         _compare_allocation(out, ident, d, row, allocations.pop(ident, None))
         _compare_holdings(out, ident, d, row, holdings.pop(ident, None))
+        _compare_node_grants(out, ident, d, grants.pop(ident, None))
         _compare_bursts(out, ident, d, row, bursts.pop(ident, None))
     if not chain_lost:
         for ident in sorted(allocations):
             out.add(0, f"allocations has a row for decision {ident[:12]}, which no placement entry in the audit log accounts for")
         for ident in sorted(holdings):
             out.add(0, f"holdings has {len(holdings[ident])} row(s) for decision {ident[:12]}, which no placement entry in the audit log accounts for")
+        for ident, found in sorted(grants.items()):
+            out.add(0, f"node_grants has {len(found)} row(s) for decision {ident[:12]}, which no placement entry in the audit log accounts for")
         for ident, found in sorted(bursts.items()):
             out.add(0, f"burst_events has {len(found)} row(s) for decision {ident[:12]}, which no burst entry in the audit log accounts for")
     _compare_pools(out, chain, state, decisions, summary, chain_lost=chain_lost)
+    _compare_node_usage(out, chain, state, chain_lost=chain_lost)
     _compare_capacity_log(out, state, decided, fleets)
     return out.found
 
@@ -423,26 +448,114 @@ def _compare_allocation(out: _Report, ident: str, d: _Decision, row: Row, alloc:
             out.differs("allocations", "released_at", key, alloc.get("released_at"), rentry["released_at"], rseq)
 
 
+def _expected_holdings(e: Row, moves: Sequence[tuple[int, dict[str, object]]]) -> list[tuple[object, ...]] | None:
+    """(node, device, profile, start, units, shares) of what a placement entry says it holds: node
+    by node from its allocations; else from its devices, each with no node (None) unless a
+    ``holding`` entry mapped it to one. None: an entry from before devices were recorded."""
+    allocations = e.get("allocations")
+    if isinstance(allocations, list):
+        out: list[tuple[object, ...]] = []
+        for a in allocations:
+            if not (isinstance(a, list) and len(a) == 5 and isinstance(a[1], list)):
+                return []
+            node, held, share = a[0], a[1], a[2]
+            out.extend((node, *h, None) for h in held if isinstance(h, list) and len(h) == 4)
+            if isinstance(share, list) and len(share) == 2:
+                out.append((node, share[0], None, None, None, share[1]))
+        return out
+    listed = e.get("holdings")
+    if not isinstance(listed, list):
+        return None
+    flat: list[tuple[object, ...]] = [(None, *h[:3], None, None) for h in listed if isinstance(h, list) and len(h) >= 3]
+    for _, move in moves:
+        for i, h in enumerate(flat):
+            if h[0] is None and h[1] == move.get("device") and h[3] == move.get("start"):
+                flat[i] = (move.get("node"), move.get("to"), h[2], h[3], None, None)
+                break
+    return flat
+
+
 def _compare_holdings(out: _Report, ident: str, d: _Decision, row: Row, found: list[Row] | None) -> None:
     key, e, seq = ident[:12], d.entry, d.seq
-    listed = e.get("holdings")
     if e.get("outcome") != "placed":
         if found:
             out.add(seq, f"holdings has {len(found)} row(s) for decision {key}, which the audit log (entry {seq}) records as {e.get('outcome')}")
         return
-    if not isinstance(listed, list):
+    expected = _expected_holdings(e, d.moves)
+    if expected is None:
         return  # an entry from before devices were recorded
-    want = sorted((tuple(h) for h in listed if isinstance(h, list)), key=repr)
-    have = sorted(((h.get("device"), h.get("profile"), h.get("start")) for h in found or []), key=repr)
+    by_node = isinstance(e.get("allocations"), list)
+    rows = [(h.get("node"), h.get("device"), h.get("profile"), h.get("start"), h.get("units"), h.get("shares")) for h in found or []]
+    want: list[tuple[object, ...]]
+    have: list[tuple[object, ...]]
+    if by_node:
+        # Node by node: every column the allocations state.
+        want, have = sorted(expected, key=repr), sorted(rows, key=repr)
+    else:
+        # The device, profile and start the entry lists; the node only of a holding a move named.
+        moved = {(w[1], w[3]) for w in expected if w[0] is not None}
+        want = sorted((w[:4] for w in expected), key=repr)
+        have = sorted(((r[0] if (r[1], r[3]) in moved else None, *r[1:4]) for r in rows), key=repr)
     if want != have:
-        out.add(seq, f"holdings of decision {key} are {_shown([list(h) for h in have])}, the audit log (entry {seq}) says {_shown([list(h) for h in want])}")
+        def listed(items: Sequence[tuple[object, ...]]) -> list[list[object]]:
+            return [list(h) if by_node or h[0] is not None else list(h[1:]) for h in items]
+
+        out.add(seq, f"holdings of decision {key} are {_shown(listed(have))}, the audit log (entry {seq}) says {_shown(listed(want))}")
         return
     devices = e.get("devices")
     for h in found or []:
+        where = f"{key} device {h.get('device')}" + (f" on {h.get('node')}" if by_node else "")
         if "pool" in e:
-            out.differs("holdings", "pool", f"{key} device {h.get('device')}", h.get("pool"), e["pool"], seq)
-        if isinstance(devices, (int, float)) and want:
-            out.differs("holdings", "share", f"{key} device {h.get('device')}", h.get("share"), float(devices) / len(want), seq, number=True)
+            out.differs("holdings", "pool", where, h.get("pool"), e["pool"], seq)
+        if not by_node and isinstance(devices, (int, float)) and want:
+            out.differs("holdings", "share", where, h.get("share"), float(devices) / len(want), seq, number=True)
+
+
+def _compare_node_grants(out: _Report, ident: str, d: _Decision, found: list[Row] | None) -> None:
+    key, e, seq = ident[:12], d.entry, d.seq
+    allocations = e.get("allocations") if e.get("outcome") == "placed" else None
+    if not isinstance(allocations, list):
+        if found:
+            out.add(seq, f"node_grants has {len(found)} row(s) for decision {key}, whose audit entry (entry {seq}) names no node")
+        return
+    want = sorted(
+        ((e.get("pool"), a[0], i, a[3], a[4]) for i, a in enumerate(allocations) if isinstance(a, list) and len(a) == 5), key=repr
+    )
+    have = sorted(((g.get("pool"), g.get("node"), g.get("position"), g.get("cpu_milli"), g.get("memory_mib")) for g in found or []), key=repr)
+    if want != have:
+        out.add(seq, f"node_grants of decision {key} are {_shown([list(g) for g in have])}, the audit log (entry {seq}) says {_shown([list(g) for g in want])}")
+
+
+def _compare_node_usage(out: _Report, chain: ChainState, state: AuditedState, *, chain_lost: bool) -> None:
+    stored: dict[str, list[tuple[object, ...]]] = {}
+    for r in state.tables["node_usage"]:
+        u = dict(zip(NODE_USAGE_COLUMNS, r))
+        try:
+            indices = json.loads(str(u["indices"]))
+        except ValueError:
+            indices = u["indices"]
+        stored.setdefault(str(u["pool"]), []).append(
+            (u["node"], u["devices"], indices, u["shares"], u["cpu_milli"], u["memory_mib"], u["scheduler"])
+        )
+    for name, pool in sorted(chain.pools.items()):
+        have = sorted(stored.pop(name, []), key=repr)
+        if pool.node_usage is None:
+            if have:
+                out.add(pool.seq, f"node_usage has {len(have)} row(s) for pool {name!r}, but the audit log records no node usage of it")
+            continue
+        seq, entry = pool.node_usage
+        nodes = entry.get("nodes") if isinstance(entry.get("nodes"), list) else []
+        assert isinstance(nodes, list)
+        want = sorted(
+            ((n.get("node"), n.get("devices"), n.get("indices"), n.get("shares"), n.get("cpu_milli"), n.get("memory_mib"), entry.get("scheduler"))
+             for n in nodes if isinstance(n, dict)),
+            key=repr,
+        )  # fmt: skip
+        if want != have:
+            out.add(seq, f"node_usage of pool {name!r} is {_shown([list(u) for u in have])}, the audit log (entry {seq}) says {_shown([list(u) for u in want])}")
+    if not chain_lost:
+        for name, rows in sorted(stored.items()):
+            out.add(0, f"node_usage has {len(rows)} row(s) for pool {name!r}, which no pool entry in the audit log adds")
 
 
 def _compare_bursts(out: _Report, ident: str, d: _Decision, row: Row, found: list[Row] | None) -> None:
@@ -475,7 +588,9 @@ def _compare_pools(
         if str(h["decision_id"]) in released:
             continue
         holding = Holding(int(cast(int, h["device"])), cast("str | None", h["profile"]), cast("int | None", h["start"]), cast("int | None", h["units"]))
-        live.setdefault(str(h["pool"]), []).append(HeldRow(str(h["decision_id"]), holding, float(cast(float, h["share"]))))
+        live.setdefault(str(h["pool"]), []).append(
+            HeldRow(str(h["decision_id"]), holding, float(cast(float, h["share"])), cast("str | None", h["node"]), cast("int | None", h["shares"]), str(h["pool"]))
+        )
     seen = set()
     for r in state.tables["pools"]:
         p = dict(zip(POOL_COLUMNS, r))
@@ -505,8 +620,11 @@ def _compare_pools(
                 out.add(said[0], f"pools.{column} of {name!r} is null, but the audit log (entry {said[0]}) records its {what}")
             elif said[1] is not None:
                 out.differs("pools", column, repr(name), p[column], said[1], said[0])
-        if summary is not None and isinstance(spec, dict) and spec == expected.spec:
-            capacity, free = summary(codec.pool_from_doc(spec), live.get(name, []), held)
+        pool = codec.pool_from_doc(spec) if summary is not None and isinstance(spec, dict) and spec == expected.spec else None
+        # A pool counted node by node: its summary depends on the pools sharing its nodes and what
+        # schedulers report busy there (not compared here; node_usage and the holdings are).
+        if summary is not None and pool is not None and not pool.node_tracked:
+            capacity, free = summary(pool, live.get(name, []), held)
             out.differs("pools", "free", repr(name), p["free"], free, expected.seq, number=True)
             try:
                 stored = json.loads(str(p["capacity"])) if isinstance(p["capacity"], str) else p["capacity"]

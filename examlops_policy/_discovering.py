@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 from examlops_policy.discovery import Discovery, plan
 from examlops_policy.errors import SpecError
 from examlops_policy.model import Pool, PoolState
+from examlops_policy.store.api import NodeUsageRow
 from examlops_policy.views import DiscoveredChange, DiscoveryResult, PoolChange
 
 if TYPE_CHECKING:
@@ -33,7 +34,9 @@ class Fleet(Protocol):
 
     def apply(self, pools: Sequence[Pool]) -> list[PoolChange]: ...
 
-    def record_usage(self, usage: Mapping[str, float], *, scheduler: str) -> dict[str, float]: ...
+    def record_usage(
+        self, usage: Mapping[str, float], *, scheduler: str, nodes: Mapping[str, Sequence[NodeUsageRow]] | None = None
+    ) -> dict[str, float]: ...
 
 
 def _region(hw: Fleet, region: str | None) -> str:
@@ -86,10 +89,15 @@ def discover(hw: Fleet, source: str, *, region: str | None, prefix: str | None, 
         if missing:
             raise SpecError(f"new pool(s) {', '.join(missing)} have no region: give --region", field="region")
         hw.apply(pools)
-        # What the scheduler reports busy, beyond this layer's own submitted placements, is not free.
+        # What the scheduler reports busy, beyond this layer's own submitted placements, is not free;
+        # a pool of nodes node by node (its devices, their indices, shares, CPU and memory).
         usage = {d.pool.name: d.pool.count - d.free for d in found.pools if d.free is not None}
-        if usage:
-            held = hw.record_usage(usage, scheduler=found.source)
+        per_node = {
+            d.pool.name: [NodeUsageRow(d.pool.name, u.node, u.devices, u.indices, u.shares, u.cpu_milli, u.memory_mib) for u in d.usage]
+            for d in found.pools if d.pool.node_tracked and d.usage
+        }  # fmt: skip
+        if usage or per_node:
+            held = hw.record_usage(usage, scheduler=found.source, nodes=per_node)
     out = []
     for c in changes:
         assert c.pool is not None

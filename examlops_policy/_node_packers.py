@@ -106,6 +106,9 @@ class ExpectedWorkload:
             frequency = row.get("frequency")
             if not isinstance(frequency, (int, float)) or isinstance(frequency, bool) or not frequency > 0:
                 raise SpecError(f"frequency must be a number > 0 (got {frequency!r})", source=where, field="frequency")
+            share = row.get("share_milli", 0)
+            if isinstance(share, int) and not isinstance(share, bool) and share >= MILLI:
+                raise SpecError(f"a share is 1..{MILLI - 1} milli of one device (got {share})", source=where, field="share_milli")
             models = row.get("models")
             if models is not None and (not isinstance(models, list) or not all(isinstance(m, str) and m for m in models)):
                 raise SpecError(f"models must be a list of model names (got {models!r})", source=where, field="models")
@@ -139,8 +142,8 @@ def shape_of(request: NodeRequest) -> NodeRequest:
     return NodeRequest(devices=request.devices, share_milli=request.share_milli, cpu_milli=request.cpu_milli, models=models)
 
 
-def _per_device_milli(r: NodeRequest) -> int:
-    return r.share_milli or (MILLI if r.devices else 0)
+def _per_device_milli(r: NodeRequest, unit: int = MILLI) -> int:
+    return r.share_milli or (unit if r.devices else 0)
 
 
 def _device_count(r: NodeRequest) -> int:
@@ -197,7 +200,7 @@ class BestFitPacker:
         max_dev = capacity.max_device_milli or 1
         cpu_left = (capacity.cpu_free[feasible] - request.cpu_milli).astype(np.float64)
         cpu_term = np.where(capacity.cpu_tracked[feasible], cpu_left / max_cpu * 0.5, 0.0)
-        dev_term = (capacity.free_milli[feasible] - request.device_milli).astype(np.float64) / max_dev * 0.5
+        dev_term = (capacity.free_milli[feasible] - capacity.units_of(request)).astype(np.float64) / max_dev * 0.5
         return _trunc((1.0 - (cpu_term + dev_term)) * MAX_SCORE)
 
     def devices(self, capacity: NodeCapacity, node: int, request: NodeRequest) -> tuple[int, ...]:
@@ -213,7 +216,7 @@ class DotProductPacker:
         max_cpu = float(capacity.max_cpu_milli or 1)
         max_dev = float(capacity.max_device_milli or 1)
         cpu = np.where(capacity.cpu_tracked[feasible], capacity.cpu_free[feasible] / max_cpu, 0.0)
-        dot = cpu * (request.cpu_milli / max_cpu) + (capacity.free_milli[feasible] / max_dev) * (request.device_milli / max_dev)
+        dot = cpu * (request.cpu_milli / max_cpu) + (capacity.free_milli[feasible] / max_dev) * (capacity.units_of(request) / max_dev)
         return _trunc(MAX_SCORE * (1.0 - dot / 2))
 
     def devices(self, capacity: NodeCapacity, node: int, request: NodeRequest) -> tuple[int, ...]:
@@ -235,10 +238,11 @@ class GpuPackingPacker:
             used = max(MAX_SCORE // 2 - request.devices, MAX_SCORE // 3)
             return np.where(empty, empty_score, used)
         values = capacity.shared_values[feasible]
-        tight = np.where(values >= request.share_milli, values, MILLI).min(axis=1)
-        shared_score = np.maximum(MAX_SCORE - (tight * 100 // MILLI) // 10, MAX_SCORE // 2)
+        unit = capacity.unit
+        tight = np.where(values >= request.share_milli, values, unit).min(axis=1)
+        shared_score = np.maximum(MAX_SCORE - (tight * 100 // unit) // 10, MAX_SCORE // 2)
         fresh_score = max(MAX_SCORE // 2 - 1, MAX_SCORE // 3)
-        return np.where(empty, empty_score, np.where(tight < MILLI, shared_score, fresh_score))
+        return np.where(empty, empty_score, np.where(tight < unit, shared_score, fresh_score))
 
     def devices(self, capacity: NodeCapacity, node: int, request: NodeRequest) -> tuple[int, ...]:
         return capacity.best_fit_devices(node, request)
@@ -287,9 +291,10 @@ class _FragModel:
     (which shapes' CPU it covers) and its model; a request changes the row by a formula.
     """
 
-    def __init__(self, expected: ExpectedWorkload, models: Sequence[str]) -> None:
+    def __init__(self, expected: ExpectedWorkload, models: Sequence[str], unit: int = MILLI) -> None:
+        self.unit = unit
         gpu = [(s, f) for s, f in expected.shapes if s.kind != "cpu"]
-        columns = sorted({(_per_device_milli(s), _device_count(s)) for s, _ in gpu}) or [(MILLI, 1)]
+        columns = sorted({(_per_device_milli(s, unit), _device_count(s)) for s, _ in gpu}) or [(unit, 1)]
         self.col_milli = np.array([mu for mu, _ in columns], dtype=np.int64)
         self.col_need = np.array([mu * n for mu, n in columns], dtype=np.int64)
         self.cpu_steps = np.array(sorted({s.cpu_milli for s, _ in gpu}), dtype=np.int64)
@@ -299,7 +304,7 @@ class _FragModel:
         weights = np.zeros((self.n_models + 1, buckets, len(columns)), dtype=np.float64)  # last model row: nodes without a model
         col_index = {c: j for j, c in enumerate(columns)}
         for shape, freq in gpu:
-            j = col_index[(_per_device_milli(shape), _device_count(shape))]
+            j = col_index[(_per_device_milli(shape, unit), _device_count(shape))]
             first_bucket = int(np.searchsorted(self.cpu_steps, shape.cpu_milli)) + 1
             for m, model in enumerate(models):
                 if shape.models is None or model in shape.models:
@@ -314,7 +319,7 @@ class _FragModel:
         return (model_id % (self.n_models + 1)) * self.buckets + bucket
 
     def q_row(self, whole_free: int, by_free: Mapping[int, Sequence[int]]) -> IntArray:
-        q = np.full(self.col_milli.size, whole_free * MILLI, dtype=np.int64)
+        q = np.full(self.col_milli.size, whole_free * self.unit, dtype=np.int64)
         for v, devices in by_free.items():
             if v > 0:
                 q += np.where(self.col_milli <= v, v * len(devices), 0)
@@ -326,7 +331,7 @@ class _FragModel:
         if table is None:
             if len(self._taken) >= 256:
                 self._taken.clear()
-            v = np.arange(MILLI + 1, dtype=np.int64)[:, None]
+            v = np.arange(self.unit + 1, dtype=np.int64)[:, None]
             mu = self.col_milli
             table = self._taken[share] = np.where(mu <= v - share, share, np.where(mu <= v, v, 0))
         out: IntArray = table[value]
@@ -377,7 +382,7 @@ class FragmentationPacker:
         if self._bound is not capacity or self._model is None:
             expected = self._expected_for(capacity)
             self._bound = capacity
-            self._model = _FragModel(expected, capacity.models)
+            self._model = _FragModel(expected, capacity.models, capacity.unit)
             self._q = np.zeros((len(capacity), self._model.col_milli.size), dtype=np.int64)
             self._frag = np.zeros(len(capacity), dtype=np.float64)
             self._measure = np.zeros(len(capacity), dtype=np.float64)
@@ -401,9 +406,9 @@ class FragmentationPacker:
         model = self._refresh(capacity)
         cpu = capacity.cpu_free[nodes] - request.cpu_milli
         rows = model.rows(capacity.model_id[nodes], cpu)
-        total = capacity.free_milli[nodes] - request.device_milli
+        total = capacity.free_milli[nodes] - capacity.units_of(request)
         if request.kind != "share":
-            after = model.frag(self._q[nodes] - request.devices * MILLI, total, rows)
+            after = model.frag(self._q[nodes] - request.devices * capacity.unit, total, rows)
         else:
             s = request.share_milli
             # Candidates: a fresh device where the node has one, and each distinct free value of its shared devices.
@@ -411,7 +416,7 @@ class FragmentationPacker:
             at, slot = np.nonzero(values >= s)
             fresh = np.flatnonzero(capacity.whole_free[nodes] > 0)
             who = np.concatenate([fresh, at])
-            value = np.concatenate([np.full(fresh.size, MILLI, dtype=np.int64), values[at, slot]])
+            value = np.concatenate([np.full(fresh.size, capacity.unit, dtype=np.int64), values[at, slot]])
             frag = model.frag(self._q[nodes[who]] - model.share_taken(value, s), total[who], rows[who])
             after = np.full(nodes.size, np.inf)
             np.minimum.at(after, who, frag)
@@ -433,7 +438,7 @@ class FragmentationPacker:
         candidates: list[tuple[int, int]] = [(ds[0], v) for v, ds in capacity.shared_by_free(node).items() if v >= s]
         low = capacity.lowest_free_device(node)
         if capacity.whole_free[node] > 0 and low is not None:
-            candidates.append((low, MILLI))
+            candidates.append((low, capacity.unit))
         candidates.sort()
         value = np.array([v for _, v in candidates], dtype=np.int64)
         q = self._q[node][None, :] - model.share_taken(value, s)
@@ -479,7 +484,7 @@ class ExaPacker(FragmentationPacker):
     def _bind(self, capacity: NodeCapacity, expected: ExpectedWorkload) -> None:
         gpu = [(s, f) for s, f in expected.shapes if s.kind != "cpu"]
         cpu = sum(f * s.cpu_milli for s, f in gpu)
-        milli = sum(f * s.device_milli for s, f in gpu)
+        milli = sum(f * capacity.units_of(s) for s, f in gpu)
         self._cpu_per_milli = cpu / milli if cpu > 0 and milli > 0 and self.stranding > 0 else None
 
     def _extra(self, capacity: NodeCapacity, total: IntArray, cpu_free: IntArray, nodes: IntArray) -> FloatArray | None:

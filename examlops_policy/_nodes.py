@@ -103,8 +103,8 @@ class NodeRequest:
         _check_count(self.devices, "request", "devices")
         _check_count(self.cpu_milli, "request", "cpu_milli")
         _check_count(self.memory_mib, "request", "memory_mib")
-        if not isinstance(self.share_milli, int) or isinstance(self.share_milli, bool) or not 0 <= self.share_milli < MILLI:
-            raise SpecError(f"a share is 1..{MILLI - 1} milli of one device (got {self.share_milli!r})", source="request", field="share_milli")
+        if not isinstance(self.share_milli, int) or isinstance(self.share_milli, bool) or self.share_milli < 0:
+            raise SpecError(f"a share is a whole number of a device's units (got {self.share_milli!r})", source="request", field="share_milli")
         if self.share_milli and self.devices:
             raise SpecError("ask for whole devices or for a share of one device, not both", source="request", field="share_milli")
         if not isinstance(self.nodes, int) or isinstance(self.nodes, bool) or self.nodes < 1:
@@ -174,6 +174,20 @@ class _FreeRanges:
     def contains(self, index: int) -> bool:
         i = bisect.bisect_right(self.starts, index) - 1
         return i >= 0 and index < self.ends[i]
+
+    def take_lowest(self, count: int) -> list[int]:
+        """Take the ``count`` lowest free indices (there must be so many), whole ranges at a time."""
+        out: list[int] = []
+        while len(out) < count:
+            start, end = self.starts[0], self.ends[0]
+            take = min(count - len(out), end - start)
+            out.extend(range(start, start + take))
+            if start + take == end:
+                del self.starts[0]
+                del self.ends[0]
+            else:
+                self.starts[0] = start + take
+        return out
 
     def remove(self, index: int) -> None:
         """Take ``index`` (it must be free), splitting its range."""
@@ -265,7 +279,10 @@ class NodeCapacity:
     (bumped when a node changes) and ``affinity_counts`` (live grants per kind, by node).
     """
 
-    def __init__(self, nodes: Iterable[Node]) -> None:
+    def __init__(self, nodes: Iterable[Node], *, unit: int = MILLI) -> None:
+        if not isinstance(unit, int) or isinstance(unit, bool) or unit < 2:
+            raise SpecError(f"a device is at least 2 units (got {unit!r})", field="unit")
+        self.unit = unit
         self.nodes: tuple[Node, ...] = tuple(nodes)
         self.index: dict[str, int] = {}
         for i, node in enumerate(self.nodes):
@@ -283,7 +300,7 @@ class NodeCapacity:
         self.memory_free: IntArray = self.memory_total.copy()
         self.devices: IntArray = np.array([nd.devices for nd in self.nodes], dtype=np.int64)
         self.whole_free: IntArray = self.devices.copy()
-        self.free_milli: IntArray = self.devices * MILLI
+        self.free_milli: IntArray = self.devices * unit
         self.up: BoolArray = np.array([nd.state == "up" for nd in self.nodes], dtype=np.bool_)
         self.version: IntArray = np.zeros(n, dtype=np.int64)
         self.shared_values: IntArray = np.full((n, 1), -1, dtype=np.int64)
@@ -294,16 +311,23 @@ class NodeCapacity:
         self._devices = [_Devices(nd.devices) for nd in self.nodes]
         tracked_cpu = [nd.cpu_milli for nd in self.nodes if nd.cpu_milli is not None]
         self.max_cpu_milli: int = max(tracked_cpu, default=0)
-        self.max_device_milli: int = int(self.devices.max(initial=0)) * MILLI
+        self.max_device_milli: int = int(self.devices.max(initial=0)) * unit
         self.allocated_milli: int = 0
 
     def __len__(self) -> int:
         return len(self.nodes)
 
+    def units_of(self, asked: NodeRequest | NodeGrant) -> int:
+        """Device units a request (per node) or a grant takes: its share, or ``unit`` per whole device."""
+        count = asked.devices if isinstance(asked, NodeRequest) else len(asked.devices)
+        return asked.share_milli or count * self.unit
+
     # -- reading --------------------------------------------------------------------------------
 
     def feasible(self, request: NodeRequest, among: BoolArray | None = None) -> IntArray:
         """Positions of the nodes that can take ``request`` now (state, CPU, memory, model, devices)."""
+        if request.share_milli >= self.unit:
+            return np.zeros(0, dtype=np.int64)  # a share is less than a device
         ok = self.up & (self.cpu_free >= request.cpu_milli) & (self.memory_free >= request.memory_mib)
         if among is not None:
             ok &= among
@@ -349,6 +373,11 @@ class NodeCapacity:
         """Completely free devices of ``node`` as index ranges [start, end)."""
         d = self._devices[node].free
         return list(zip(d.starts, d.ends))
+
+    def is_free(self, node: int, device: int) -> bool:
+        """Whether device ``device`` of the node at position ``node`` holds nothing."""
+        d = self._devices[node]
+        return 0 <= device < d.count and d.free.contains(device)
 
     def lowest_free_device(self, node: int) -> int | None:
         d = self._devices[node]
@@ -442,6 +471,8 @@ class NodeCapacity:
         if grant.share_milli:
             if len(grant.devices) != 1:
                 raise CapacityError("a share is on exactly one device")
+            if grant.share_milli >= self.unit:
+                raise CapacityError(f"a share is less than a device ({self.unit} units; got {grant.share_milli})")
             dev = grant.devices[0]
             if dev in d.shared:
                 if d.shared[dev] < grant.share_milli:
@@ -452,7 +483,7 @@ class NodeCapacity:
                     raise CapacityError(f"device {dev} of node {grant.node} is not free")
                 d.free.remove(dev)
                 self.whole_free[i] -= 1
-                d._set_shared(dev, MILLI - grant.share_milli)
+                d._set_shared(dev, self.unit - grant.share_milli)
         else:
             if len(set(grant.devices)) != len(grant.devices) or any(not (0 <= dv < d.count) or not d.free.contains(dv) for dv in grant.devices):
                 raise CapacityError(f"devices {list(grant.devices)} of node {grant.node} are not all free")
@@ -461,8 +492,8 @@ class NodeCapacity:
             self.whole_free[i] -= len(grant.devices)
         self.cpu_free[i] -= grant.cpu_milli if self.cpu_tracked[i] else 0
         self.memory_free[i] -= grant.memory_mib if self.memory_total[i] != UNTRACKED else 0
-        self.free_milli[i] -= grant.device_milli
-        self.allocated_milli += grant.device_milli
+        self.free_milli[i] -= self.units_of(grant)
+        self.allocated_milli += self.units_of(grant)
         if grant.affinity is not None:
             self._count_affinity(i, grant.affinity, +1)
         self._changed(i)
@@ -472,11 +503,11 @@ class NodeCapacity:
         i = self._position(grant.node)
         d = self._devices[i]
         if grant.share_milli:
-            if len(grant.devices) != 1 or grant.devices[0] not in d.shared or d.shared[grant.devices[0]] + grant.share_milli > MILLI:
+            if len(grant.devices) != 1 or grant.devices[0] not in d.shared or d.shared[grant.devices[0]] + grant.share_milli > self.unit:
                 raise CapacityError(f"node {grant.node} holds no share of {grant.share_milli} milli on device {list(grant.devices)}")
             dev = grant.devices[0]
             left = d.shared[dev] + grant.share_milli
-            if left == MILLI:
+            if left == self.unit:
                 d._set_shared(dev, None)
                 d.free.add(dev)
                 self.whole_free[i] += 1
@@ -492,11 +523,60 @@ class NodeCapacity:
             self.cpu_free[i] = min(self.cpu_free[i] + grant.cpu_milli, self.cpu_total[i])
         if self.memory_total[i] != UNTRACKED:
             self.memory_free[i] = min(self.memory_free[i] + grant.memory_mib, self.memory_total[i])
-        self.free_milli[i] += grant.device_milli
-        self.allocated_milli -= grant.device_milli
+        self.free_milli[i] += self.units_of(grant)
+        self.allocated_milli -= self.units_of(grant)
         if grant.affinity is not None:
             self._count_affinity(i, grant.affinity, -1)
         self._changed(i)
+
+    def hold(
+        self,
+        node: int,
+        *,
+        whole: Iterable[int] = (),
+        shares: Mapping[int, int] | None = None,
+        cpu_milli: int = 0,
+        memory_mib: int = 0,
+        lowest: int = 0,
+    ) -> list[int]:
+        """Mark what is already held on the node at position ``node``, as recorded (this layer's
+        live grants, or work a scheduler reports that this layer did not place): devices held whole,
+        shares used by device, CPU and memory; then ``lowest`` more whole devices, the lowest free
+        ones (busy devices a scheduler counts without naming them). What a record says cannot be
+        refused, so nothing here raises: an index beyond the node or held already is skipped, CPU
+        and memory stop at none free. Choosing only ever takes what is free after this. Returns the
+        devices ``lowest`` took."""
+        d = self._devices[node]
+        taken = 0
+        for dev in whole:
+            if 0 <= dev < d.count and d.free.contains(dev):
+                d.free.remove(dev)
+                self.whole_free[node] -= 1
+                taken += self.unit
+        for dev, used in sorted((shares or {}).items()):
+            if used <= 0:
+                continue
+            if dev in d.shared:
+                left = max(0, d.shared[dev] - used)
+                taken += d.shared[dev] - left
+                d._set_shared(dev, left)
+            elif 0 <= dev < d.count and d.free.contains(dev):
+                d.free.remove(dev)
+                self.whole_free[node] -= 1
+                left = max(0, self.unit - used)
+                taken += self.unit - left
+                d._set_shared(dev, left)
+        lowest_taken = d.free.take_lowest(min(lowest, int(self.whole_free[node])))
+        self.whole_free[node] -= len(lowest_taken)
+        taken += self.unit * len(lowest_taken)
+        self.free_milli[node] -= taken
+        self.allocated_milli += taken
+        if self.cpu_tracked[node]:
+            self.cpu_free[node] = max(0, int(self.cpu_free[node]) - cpu_milli)
+        if self.memory_total[node] != UNTRACKED:
+            self.memory_free[node] = max(0, int(self.memory_free[node]) - memory_mib)
+        self._changed(node)
+        return lowest_taken
 
     def set_state(self, name: str, state: NodeState) -> None:
         """Drain, take down or bring up a node: only ``up`` nodes take new grants; live ones stay."""

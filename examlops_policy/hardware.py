@@ -26,11 +26,12 @@ from examlops_policy._core.records import DecisionInputs, Reader, judged_from
 from examlops_policy._core.request import Request
 from examlops_policy._core.state import Capacities, Snapshot, Snapshots, state_of
 from examlops_policy.errors import NotFoundError, PolicyUnavailable, SpecError, StateError
-from examlops_policy.model import Decision, JSONObject, Placement, Pool, PoolState, Reason, Workload
-from examlops_policy._core.packing import describe, device_layouts
+from examlops_policy.model import Decision, JSONObject, NodeAllocation, Placement, Pool, PoolState, Reason, Workload
+from examlops_policy._core.packing import PoolLayout, describe, device_layouts
 from examlops_policy._core.selection import effective_cost, priced
 from examlops_policy._policy import Confirmation, OpaPolicy, PolicyEvaluator
 from examlops_policy.store import DecisionRow, StaleFleet, Store
+from examlops_policy.store.api import NodeUsageRow
 from examlops_policy._reviewed import Pinned, PolicySnapshot, Reviewed
 from examlops_policy.tables import Tables, policy_dir
 from examlops_policy._core.verdicts import About, Answer
@@ -237,7 +238,7 @@ class Hardware:
             # Capacities worked out with other packing rules (or before an upgrade) are redone once;
             # a state opened read-only is read as it is (audit verify then leaves them uncompared).
             if self._store.read_only is None:
-                commit.ensure_layout(self._store, capacities)
+                commit.ensure_layout(self._store, capacities, source=SOURCE)
             self._laid_out = capacities.digest
         return self._store
 
@@ -388,7 +389,7 @@ class Hardware:
         return PoolView(
             state=state,
             packing=layout.kind,
-            placeable=None if layout.kind == "whole" else describe(state.capacity, layout),
+            placeable=placeable_text(state, layout),
             cost_per_hour=effective_cost(pool, self.tables),
             cost_default=pool.cost_per_hour is None,
             carbon_per_hour=carbon.per_hour,
@@ -398,18 +399,36 @@ class Hardware:
         )
 
     def pool(self, name: str) -> PoolDetail:
-        """One pool device by device: what its live grants hold (a grant whose lease ended holds
-        nothing). NotFoundError for an unknown one."""
-        ended = self._snapshot().ended
+        """One pool device by device (a node-tracked pool node by node): what its live grants
+        hold (a grant whose lease ended holds nothing), and on its nodes what the pools sharing
+        them and schedulers hold. NotFoundError for an unknown one."""
+        snap = self._snapshot()
+        ended = snap.ended
         row, held = self.store.pool_row(name)
         state = state_of(row)
+        capacities = self._capacities
         if ended and any(h.decision_id in ended for h in held):
             held = [h for h in held if h.decision_id not in ended]
-            capacity, free = self._capacities.of(state.pool, held, state.held_outside)
-            state = PoolState(state.pool, free, capacity, state.held_outside, state.removing)
+            if not state.pool.node_tracked:
+                capacity, free = capacities.of(state.pool, held, state.held_outside)
+                state = PoolState(state.pool, free, capacity, state.held_outside, state.removing)
         holdings = [h.holding for h in held]
-        layout = self._capacities.layout(state.pool)
-        return PoolDetail(self._view(state), tuple(holdings), tuple(device_layouts(layout, holdings)))
+        layout = capacities.layout(state.pool)
+        if not state.pool.node_tracked:
+            return PoolDetail(self._view(state), tuple(holdings), tuple(device_layouts(layout, holdings)))
+        from examlops_policy._core import rooms
+
+        sharing = capacities.sharing(snap.fleet_version, snap.pools)
+        rows, grants, usage = self.store.node_rows(sharing.group(name))
+        if ended:
+            # What the pools on its nodes hold: grants whose lease ended hold nothing there either.
+            rows = [r for r in rows if r.decision_id not in ended]
+            grants = [g for g in grants if g.decision_id not in ended]
+        room = capacities.rooms_of(state.pool, rows, grants, usage, sharing.devices(name))
+        if ended:
+            capacity, free = rooms.summary(room)
+            state = PoolState(state.pool, free, capacity, state.held_outside, state.removing)
+        return PoolDetail(self._view(state), tuple(holdings), (), rooms.details(room))
 
     # -- decisions --------------------------------------------------------------------------
 
@@ -492,15 +511,19 @@ class Hardware:
         backend = str(cast(JSONObject, under.policy.tables.accelerators[accelerator])["backend"])
         return Portability(engine, accelerator, backend, reason)
 
-    def what_if(self, workload: Workload, pools: Sequence[Pool] | None = None) -> Decision:
+    def what_if(self, workload: Workload, pools: Sequence[Pool] | None = None, *, where: bool = False) -> Decision:
         """Decide without recording or reserving: over ``pools`` (nothing held on them) or the
-        current state."""
+        current state. ``where``: a placement on a pool of nodes also says the node(s) and devices
+        it would get now (its nodes are read; a recorded placement's are chosen again when it is
+        committed)."""
         from examlops_policy import specs
 
         under = self._current()
         specs.check_workload_facts(workload, under.policy.tables)
         if pools is None:
-            return self._decide(Request(workload), self._snapshot(), under)[3]
+            snap = self._snapshot()
+            decided = self._decide(Request(workload), snap, under)[3]
+            return self._nodes_of(decided, under.capacities, snap) if where else decided
         from examlops_policy._estimating import starts_for
 
         states = []
@@ -510,7 +533,33 @@ class Hardware:
         ordered = sorted(states, key=lambda s: s.pool.name)
         under, prepared = self._prepare(workload, [s.pool for s in ordered], under=under)
         capacities, tables = [s.capacity for s in ordered], under.policy.tables
-        return prepared.decide(capacities, tables, starts=starts_for(self._estimator_of(under), prepared, capacities, tables))
+        decided = prepared.decide(capacities, tables, starts=starts_for(self._estimator_of(under), prepared, capacities, tables))
+        if where and isinstance(decided, Placement):
+            pool = next(s.pool for s in ordered if s.pool.name == decided.pool)
+            if pool.node_tracked:
+                from examlops_policy._core import rooms
+
+                return _with_nodes(decided, rooms.choose(under.capacities.rooms_of(pool, []), decided.grant, decided.workload))
+        return decided
+
+    def _nodes_of(self, decided: Decision, capacities: Capacities, snap: Snapshot) -> Decision:
+        """A placement on a pool of nodes with the node(s) and devices it would get now (what a
+        recorded one gets is chosen again, under the write lock, when it is committed); a grant
+        whose lease ended holds nothing there."""
+        if not isinstance(decided, Placement):
+            return decided
+        pool = snap.states[snap.index[decided.pool]].pool
+        if not pool.node_tracked:
+            return decided
+        from examlops_policy._core import rooms
+
+        sharing = capacities.sharing(snap.fleet_version, snap.pools)
+        rows, grants, usage = self.store.node_rows(sharing.group(pool.name))
+        if snap.ended:
+            rows = [r for r in rows if r.decision_id not in snap.ended]
+            grants = [g for g in grants if g.decision_id not in snap.ended]
+        room = capacities.rooms_of(pool, rows, grants, usage, sharing.devices(pool.name))
+        return _with_nodes(decided, rooms.choose(room, decided.grant, decided.workload))
 
     def decisions(self, limit: int = 20) -> list[DecisionRecord]:
         """The most recent decisions, each in full (rebuilt from its record)."""
@@ -617,10 +666,19 @@ class Hardware:
         """Record a changed job state on a decision (e.g. ``missing``), audited."""
         return self.records.record(commit.mark_job(self.store, ident, state, source=SOURCE))
 
-    def record_usage(self, usage: Mapping[str, float], *, scheduler: str) -> dict[str, float]:
+    def record_usage(
+        self, usage: Mapping[str, float], *, scheduler: str, nodes: Mapping[str, Sequence[NodeUsageRow]] | None = None
+    ) -> dict[str, float]:
         """Record how many devices of each named pool its scheduler reports busy: those beyond this
-        layer's own submitted, live placements are held outside it (audited per change)."""
-        return commit.record_usage(self.store, self._capacities, usage, scheduler=scheduler, source=SOURCE)
+        layer's own submitted, live placements are held outside it (audited per change). ``nodes``:
+        what is busy node by node on pools of nodes (beyond this layer's submitted grants there)."""
+        return commit.record_usage(self.store, self._capacities, usage, scheduler=scheduler, source=SOURCE, nodes=nodes)
+
+    def set_node_states(self, states: Mapping[str, str]) -> list[PoolChange]:
+        """Set the state of nodes by name (``up``, ``drained``, ``down``) in every pool that lists
+        them, in one audited write: only up nodes take new grants; live ones stay. The one place a
+        node's state changes (discovery and reconcile call it)."""
+        return commit.set_node_states(self.store, self._capacities, states, source=SOURCE)
 
     def burst_events(self, limit: int = 50) -> list[BurstEvent]:
         """Every burst attempt, allowed or blocked, most recent first."""
@@ -849,6 +907,31 @@ class _Under:
     engine: Engine | None = None
     reader: Reader | None = None
     estimator: StartEstimator | None = None
+
+
+def _with_nodes(decided: Placement, allocations: tuple[NodeAllocation, ...] | None) -> Placement:
+    if allocations is None:
+        return decided
+    return dataclasses.replace(decided, allocations=allocations, holdings=tuple(h for a in allocations for h in a.holdings))
+
+
+def placeable_text(state: PoolState, layout: PoolLayout) -> str | None:
+    """What can still be placed, for people: slices (``1g x5, 3g x1``); on a pool of nodes, the
+    largest block of whole devices free on one node and, shared, the most shares free on one
+    device (None for a pool of whole devices counted as one node: its free devices say it)."""
+    rooms = state.capacity.nodes
+    if rooms is None:
+        return None if layout.kind == "whole" else describe(state.capacity, layout)
+    if not rooms:
+        return "no node up"
+    parts = [] if layout.kind == "whole" else [describe(state.capacity, layout)]
+    if layout.kind != "fixed":
+        parts.append(f"{max(r.whole for r in rooms)} whole on one node")
+    pool = state.pool
+    if pool.sharing is not None and pool.shares_per_device:
+        most = max(pool.shares_per_device if r.whole else r.shares for r in rooms)
+        parts.append(f"{most} of {pool.shares_per_device} shares on one device")
+    return " · ".join(parts)
 
 
 def as_burst(workload: Workload) -> Workload:

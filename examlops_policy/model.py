@@ -16,8 +16,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from functools import cached_property
 from typing import Final, Literal, Union
 
 from examlops_policy import quantities
@@ -420,6 +422,38 @@ class Pool:
             raise _bad("sharing", "a pool of fixed slices hands out its slices whole; it is not shared", owner)
 
     @property
+    def node_tracked(self) -> bool:
+        """True when capacity is counted node by node: the pool says its nodes or shares its
+        devices. A pool that does neither is one node holding ``count`` devices, counted as before
+        nodes existed (its shape, capacity and grants unchanged)."""
+        return self.nodes is not None or self.sharing is not None
+
+    @cached_property
+    def node_sizes(self) -> tuple[tuple[int, int | None, int | None, int | None, int | None, int], ...] | None:
+        """What the policy sees of the pool's nodes (its shape's ``node_sizes``), None when the pool
+        is not node-tracked: rows ``(devices, cpu_milli, memory_mib, block, switch, count)``,
+        identical nodes counted once, in order. Topology labels become group numbers (the label's
+        place among the pool's labels of that level, sorted): only which nodes are together
+        matters, so pools of the same hardware share one shape. Every node counts, whatever its
+        state: a drained or down node may come back (capacity says what is up now)."""
+        if not self.node_tracked:
+            return None
+        if not isinstance(self.nodes, tuple):  # N identical nodes, or the pool as one node
+            first = self.node_list()[0]
+            return ((first.devices, first.cpu_milli, first.memory_mib, None, None, self.nodes or 1),)
+        nodes = self.node_list()
+        blocks = {b: i for i, b in enumerate(sorted({n.block for n in nodes if n.block is not None}))}
+        switches = {b: i for i, b in enumerate(sorted({n.switch for n in nodes if n.switch is not None}))}
+        counted: dict[tuple[int, int | None, int | None, int | None, int | None], int] = {}
+        for n in nodes:
+            key = (
+                n.devices, n.cpu_milli, n.memory_mib,
+                None if n.block is None else blocks[n.block], None if n.switch is None else switches[n.switch],
+            )  # fmt: skip
+            counted[key] = counted.get(key, 0) + 1
+        return tuple((*key, c) for key, c in sorted(counted.items(), key=lambda kv: tuple((v is None, v or 0) for v in kv[0])))
+
+    @property
     def nodes_named(self) -> bool:
         """True when the pool lists its nodes by the names its scheduler knows them by."""
         return isinstance(self.nodes, tuple)
@@ -427,13 +461,19 @@ class Pool:
     def node_list(self) -> tuple[Node, ...]:
         """The pool's nodes, each said in full: the listed ones; N identical nodes named
         ``<pool>-<i>``; or, with no node information, one node named like the pool that holds
-        ``count`` devices (CPU and memory not tracked)."""
+        ``count`` devices (CPU and memory not tracked). Worked out once per pool."""
         if isinstance(self.nodes, tuple):
             return self.nodes
-        if self.nodes is None:
+        return self._counted_nodes
+
+    @cached_property
+    def _counted_nodes(self) -> tuple[Node, ...]:
+        if self.nodes is None or isinstance(self.nodes, tuple):
             return (Node(self.name, self.count),)
         each = self.count // self.nodes
-        return tuple(Node(f"{self.name}-{i}", each, self.cpu_per_node, self.memory_per_node) for i in range(self.nodes))
+        first = Node(f"{self.name}-0", each, self.cpu_per_node, self.memory_per_node)
+        # The same node N times but for its name (checked once: the names differ only by number).
+        return (first, *(dataclasses.replace(first, name=f"{self.name}-{i}") for i in range(1, self.nodes)))
 
 
 # Fields that joined Pool later: left out of a pool's stored spec while they have their default,
@@ -498,12 +538,39 @@ class NodeAllocation:
 
 
 @dataclass(frozen=True)
+class NodeRoom:
+    """What one node (or ``count`` nodes alike) of a node-tracked pool can still hold: ``whole``
+    devices with nothing on them (slices of a pool of fixed slices), ``cpu`` millicores and
+    ``memory`` MiB free (None: not tracked), the most free ``shares`` of one device already
+    shared (0: none), how many of each slice profile could still be placed (``slices``), and its
+    topology groups (``block``, ``switch``: the label's number among the pool's, None: none)."""
+
+    whole: int
+    cpu: int | None = None
+    memory: int | None = None
+    shares: int = 0
+    slices: tuple[tuple[str, int], ...] = ()
+    block: int | None = None
+    switch: int | None = None
+    count: int = 1
+
+    def slice_room(self, profile: str) -> int:
+        for name, n in self.slices:
+            if name == profile:
+                return n
+        return 0
+
+
+@dataclass(frozen=True)
 class Capacity:
     """What a pool can still place: devices with nothing on them (``whole``) and, per slice
-    profile, how many could still be placed."""
+    profile, how many could still be placed; for a node-tracked pool also node by node
+    (``nodes``: its up nodes' room, identical rows counted once; None for a pool that is one node
+    counted as before nodes existed)."""
 
     whole: int
     slices: Mapping[str, int] = field(default_factory=dict)
+    nodes: tuple[NodeRoom, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -681,10 +748,16 @@ class Grant:
     """What a pool gives: ``units`` of a slice ``profile`` (None: whole devices).
 
     ``share`` is one unit's share of a device, ``devices`` the devices held in all (shares
-    summed): what is priced and accounted. ``honored`` is False when a fraction was asked for and a
-    whole device is given instead (``why`` says why). ``larger`` is True when the fraction is
-    honored with a larger share than the smallest that covers it, because that one had no room
-    (the note says so; it is priced as granted).
+    summed, every node of a gang counted): what is priced and accounted. ``honored`` is False when
+    a fraction was asked for and a whole device is given instead (``why`` says why). ``larger`` is
+    True when the fraction is honored with a larger share than the smallest that covers it,
+    because that one had no room (the note says so; it is priced as granted).
+
+    Per node: ``units`` are asked of each of ``nodes`` nodes (a gang), beside ``cpu_milli``
+    millicores and ``memory_mib`` MiB of the node's own; on a shared pool (``scheme`` time-slice or
+    mps) a fraction is ``shares`` of one device's shares, shared without isolation; ``topology``
+    is the level the gang's nodes must share (``same-block``, ``same-switch``; None: no
+    requirement).
     """
 
     requested: float
@@ -698,6 +771,17 @@ class Grant:
     why: str | None = None
     note: str | None = None
     larger: bool = False
+    nodes: int = 1
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    shares: int | None = None
+    topology: str | None = None
+
+    @property
+    def per_node(self) -> bool:
+        """Whether the grant asks anything of a node beyond its devices (a gang, CPU, memory, a
+        share or a required topology)."""
+        return self.nodes > 1 or self.cpu_milli > 0 or self.memory_mib > 0 or self.shares is not None or self.topology is not None
 
 
 @dataclass(frozen=True)

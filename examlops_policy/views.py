@@ -201,12 +201,33 @@ class PoolView:
 
 
 @dataclass(frozen=True)
+class NodeDetail:
+    """One node of a node-tracked pool as people look at it: its state and labels, its devices
+    (``free``: with nothing on them; ``layout``: what the others hold, e.g. ``0-1 whole, 2: 3 of 4
+    shares``), its CPU millicores and memory MiB in all and free (None: not tracked)."""
+
+    name: str
+    state: str
+    devices: int
+    free: int
+    layout: str
+    cpu_milli: int | None
+    cpu_free: int | None
+    memory_mib: int | None
+    memory_free: int | None
+    block: str | None = None
+    switch: str | None = None
+
+
+@dataclass(frozen=True)
 class PoolDetail:
-    """One pool device by device: what each device holds."""
+    """One pool device by device: what each device holds (``nodes``: a node-tracked pool node by
+    node, what this layer and schedulers hold there, pools sharing the node included)."""
 
     view: PoolView
     holdings: tuple[Holding, ...]
     devices: tuple[str, ...]  # each device's layout, in device order
+    nodes: tuple[NodeDetail, ...] = ()
 
 
 @dataclass(frozen=True)

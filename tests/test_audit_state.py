@@ -83,7 +83,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Made]:
 def edited(made: Made, tmp_path: Path, *statements: str) -> Path:
     """A copy of the state with ``statements`` run on it, as someone with the database would."""
     home = tmp_path / "copy"
-    home.mkdir()
+    home.mkdir(parents=True)
     shutil.copy2(made.home / "state.db", home / "state.db")
     db = sqlite3.connect(home / "state.db", isolation_level=None)
     try:
@@ -225,3 +225,32 @@ def test_a_lease_that_ended_is_released_at_its_end_in_the_tables_and_the_chain(m
     removed = [e for e in entries if e["kind"] == "pool" and e.get("action") in ("removed", "removal_pending")]
     assert [(e["pool"], e["action"]) for e in removed] == [("back", "removed"), ("gone", "removed"), ("cloud-us", "removal_pending")]
     assert all(isinstance(e.get("removed_at", e.get("removing_since")), str) for e in removed)
+
+
+def test_node_by_node_grants_shares_and_usage_are_held_to_the_chain(hardware: Hardware, tmp_path: Path) -> None:
+    """What a gang holds on each node (its devices, CPU and memory), a share of a shared device and
+    what a scheduler reports busy on a node are each held to the entry that recorded them."""
+    from examlops_policy.store.api import NodeUsageRow
+
+    hardware.add_pool(Pool("ai", "hpc", "nvidia", 8, "eu", model="h100", cost_per_hour=2.0, nodes=2, cpu_per_node=32, memory_per_node="256Gi"))
+    hardware.add_pool(Pool("t4", "hpc", "nvidia", 2, "eu", model="t4", cost_per_hour=0.4, sharing="time-slice", shares_per_device=4))
+    gang = hardware.place(Workload("gang", "nvidia", count=1, nodes=2, memory="1Gi", models=("h100",))).id
+    quarter = hardware.place(Workload("quarter", "nvidia", fraction=0.25, models=("t4",))).id
+    hardware.record_usage({}, scheduler="slurm", nodes={"ai": [NodeUsageRow("ai", "ai-0", 1, (3,), 0, None, None)]})
+    assert hardware.verify_audit().ok
+    hardware.close()
+    db = sqlite3.connect(hardware.home / "state.db")
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    made = Made(hardware.home, gang, quarter, "", "", "", "")
+    for statements, expected in [
+        ([f"UPDATE node_grants SET cpu_milli = cpu_milli + 1000 WHERE decision_id = '{gang}'"], [f"node_grants of decision {gang[:12]}"]),
+        ([f"UPDATE holdings SET node = 'ai-9' WHERE decision_id = '{gang}' AND node = 'ai-1'"], [f"holdings of decision {gang[:12]}", "ai-9"]),
+        ([f"UPDATE holdings SET shares = 4 WHERE decision_id = '{quarter}'"], [f"holdings of decision {quarter[:12]}"]),
+        (["UPDATE node_usage SET devices = 0, indices = '[]' WHERE pool = 'ai'"], ["node_usage of pool 'ai'"]),
+        (["DELETE FROM node_usage"], ["node_usage of pool 'ai' is []"]),
+        (["INSERT INTO node_usage (pool, node, devices, indices, shares, scheduler, updated_at) VALUES ('t4', 't4', 1, '[0]', 0, 'slurm', 'x')"],
+         ["node_usage has 1 row(s) for pool 't4'", "records no node usage"]),
+    ]:
+        home = edited(made, tmp_path / str(len(list(tmp_path.iterdir()))), *statements)
+        named(problems(home), *expected)

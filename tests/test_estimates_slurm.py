@@ -9,6 +9,8 @@ those jobs end.
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import threading
 import time
@@ -96,6 +98,20 @@ def test_the_estimate_asks_what_submit_asks_with_the_time_limit() -> None:
                         "--constraint=fp8", "--comment=examlops-decision=d1", "/tmp/job.sh"]  # fmt: skip
     assert r.test_only_argv() == ["sbatch", "--test-only", "--partition=gpu", "--job-name=train", "--time=90", "--gres=gpu:h100:2",
                                   "--constraint=fp8", "--wrap=true"]  # fmt: skip
+
+
+def test_the_estimate_of_a_gang_asks_each_node_what_the_grant_asks_of_it() -> None:
+    """Before nodes are chosen (a candidate's estimate), a grant that asks of each node is asked
+    per node: N nodes, each with its GPUs (or shards), CPUs and memory; Slurm picks the nodes."""
+    pool = Pool("nodes-h100", "hpc", "nvidia", 6, "de-juelich", model="h100", partition="nodes", gres_type="h100", nodes=3)
+    gang = Grant(requested=1.0, honored=True, share=1.0, units=2, devices=4.0, nodes=2, cpu_milli=1500, memory_mib=1024)
+    r = grant_request(Workload("gang", "nvidia", count=2, nodes=2, cpu=1.5, memory=1024, walltime="1h"), gang, (), pool, GRES)
+    assert r.test_only_argv() == ["sbatch", "--test-only", "--partition=nodes", "--job-name=gang", "--time=60", "--nodes=2",
+                                  "--ntasks-per-node=1", "--cpus-per-task=2", "--mem=1024M", "--gres=gpu:h100:2", "--wrap=true"]  # fmt: skip
+    shared = dataclasses.replace(pool, sharing="time-slice", shares_per_device=4)
+    share = Grant(requested=0.5, honored=True, share=0.5, units=1, devices=0.5, scheme="time-slice", shares=2)
+    r = grant_request(Workload("half", "nvidia", fraction=0.5), share, (), shared, GRES)
+    assert r.options()[2:] == ["--nodes=1", "--ntasks-per-node=1", "--gres=shard:h100:2"]
 
 
 @pytest.mark.parametrize(("walltime", "minutes"), [(1, 1), (59, 1), (60, 1), (61, 2), (5400, 90), (None, None)])

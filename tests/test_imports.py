@@ -90,10 +90,11 @@ CORE = "examlops_policy._core"
 STORE = "examlops_policy.store"
 # What the decision core may import besides itself: the values, the errors, the tables, the
 # carbon figures (accounting: pure, from the tables), the façade's return values and the store's
-# narrow API (its protocol and rows).
+# narrow API (its protocol and rows), and the node packer (pure: nodes, devices and shares, and
+# the packers that choose among them, the ones the simulator replays with).
 CORE_MAY_IMPORT = (
     "examlops_policy.model", "examlops_policy.errors", "examlops_policy.tables", "examlops_policy.accounting",
-    "examlops_policy.views", "examlops_policy.store.api",
+    "examlops_policy.views", "examlops_policy.store.api", "examlops_policy._nodes", "examlops_policy._node_packers",
 )  # fmt: skip
 
 

@@ -1135,3 +1135,157 @@ def test_eu_membership_comes_from_the_table_not_the_region_name(hw: Hardware) ->
     decision = hw.what_if(w, fleet)
     check(decision, w, fleet)
     assert isinstance(decision, Placement) and decision.pool == "paris"
+
+
+# --- nodes: selection and the policy agree node by node; nothing on a node is held twice --------
+
+NODE_MODELS = ["h100", "a100", "t4", "mi300x"]
+
+
+@st.composite
+def node_pools(draw: st.DrawFn, min_size: int = 1, max_size: int = 4) -> list[Pool]:
+    """Pools of nodes (counted, or listed with CPU, memory, state and topology labels), shared
+    pools among them, and now and then a pool without nodes."""
+    from examlops_policy.model import Node
+
+    names = draw(st.lists(st.sampled_from(NAMES), min_size=min_size, max_size=max_size, unique=True))
+    pools = []
+    for name in names:
+        model = draw(st.sampled_from(NODE_MODELS))
+        accelerator = MODELS[model]["accelerator"]
+        common = {"cost_per_hour": draw(st.sampled_from([1.0, 1.5, 2.5])), "region": "eu", "model": model}
+        kind = draw(st.sampled_from(["counted", "listed", "listed", "shared", "flat"]))
+        if kind == "flat":
+            pools.append(Pool(name, "hpc", accelerator, draw(st.integers(1, 8)), supports_fractions=draw(st.booleans()), **common))  # type: ignore[arg-type]
+        elif kind == "counted":
+            n, each = draw(st.integers(1, 3)), draw(st.sampled_from([1, 2, 4]))
+            pools.append(Pool(name, "hpc", accelerator, n * each, nodes=n, cpu_per_node=draw(st.sampled_from([None, 8, 32])),
+                              memory_per_node=draw(st.sampled_from([None, 65536])), supports_fractions=draw(st.booleans()), **common))  # type: ignore[arg-type]
+        else:
+            nodes = tuple(
+                Node(
+                    f"{name}-n{i}", draw(st.sampled_from([1, 2, 4])), cpu=draw(st.sampled_from([None, 8, 32])),
+                    memory=draw(st.sampled_from([None, 65536, 262144])), state=draw(st.sampled_from(["up", "up", "up", "drained"])),
+                    block=draw(st.sampled_from([None, "b1", "b2"])), switch=draw(st.sampled_from([None, "s1"])),
+                )  # fmt: skip
+                for i in range(draw(st.integers(1, 4)))
+            )
+            sharing = {"sharing": draw(st.sampled_from(["time-slice", "mps"])), "shares_per_device": draw(st.sampled_from([2, 4, 16]))} if kind == "shared" else {}
+            pools.append(Pool(name, "hpc", accelerator, sum(n.devices for n in nodes), nodes=nodes, supports_fractions=draw(st.booleans()), **sharing, **common))  # type: ignore[arg-type]
+    return pools
+
+
+@st.composite
+def node_workloads(draw: st.DrawFn) -> Workload:
+    fraction = draw(st.sampled_from([1.0, 1.0, 0.25, 0.5, 0.1]))
+    nodes = 1 if fraction < 1 else draw(st.sampled_from([1, 1, 2, 3]))
+    topology = draw(st.sampled_from([None, None, "same-block", "same-switch"]))
+    accelerator = draw(st.sampled_from(["nvidia", "nvidia", "amd"]))
+    models = draw(st.sampled_from([(), (), ("h100",), ("t4", "a100")] if accelerator == "nvidia" else [(), ("mi300x",)]))
+    return Workload(
+        "w", accelerator, engine="generic", fraction=fraction,
+        count=1 if fraction < 1 else draw(st.sampled_from([1, 2, 4, 5])), nodes=nodes,
+        cpu=draw(st.sampled_from([None, 2, 8, 33])), memory=draw(st.sampled_from([None, 1024, 131072])),
+        topology=topology, topology_mode=None if topology is None else draw(st.sampled_from(["required", "preferred"])),
+        models=models, isolation=draw(st.sampled_from(["any", "any", "required"])),
+        allow_cpu_fallback=False,
+    )  # fmt: skip
+
+
+@st.composite
+def node_capacities(draw: st.DrawFn, pools: list[Pool], tables: Any) -> list[PoolState]:
+    """Each pool with nothing held, or node by node with free devices, CPU, memory, shares and
+    slices drawn freely (the decision only compares them)."""
+    from examlops_policy._core.state import Capacities
+    from examlops_policy.model import NodeRoom
+
+    capacities = Capacities(tables)
+    states = []
+    for p in pools:
+        empty = capacities.empty(p)
+        if empty.capacity.nodes is None or draw(st.booleans()):
+            states.append(empty)
+            continue
+        rows: dict[NodeRoom, int] = {}
+        for room in empty.capacity.nodes:
+            for _ in range(room.count):
+                drawn = NodeRoom(
+                    draw(st.integers(0, room.whole)),
+                    None if room.cpu is None else draw(st.sampled_from([0, 2000, room.cpu])),
+                    None if room.memory is None else draw(st.sampled_from([0, 1024, room.memory])),
+                    draw(st.integers(0, (p.shares_per_device or 1) - 1)) if p.sharing else 0,
+                    tuple((name, draw(st.integers(0, n))) for name, n in room.slices),
+                    room.block, room.switch,
+                )  # fmt: skip
+                rows[drawn] = rows.get(drawn, 0) + 1
+        rooms = tuple(dataclasses.replace(r, count=n) for r, n in sorted(rows.items(), key=repr))
+        states.append(PoolState(p, empty.free, Capacity(sum(r.whole * r.count for r in rooms), dict(empty.capacity.slices), rooms)))
+    return states
+
+
+@SETTINGS
+@given(pools=node_pools(), w=node_workloads(), data=st.data())
+@example(
+    pools=[Pool("a", "hpc", "nvidia", 8, "eu", model="h100", cost_per_hour=1.0, nodes=2)],
+    w=Workload("w", "nvidia", engine="generic", count=4, nodes=2),
+    data=None,  # type: ignore[arg-type]
+)
+def test_python_selection_equals_the_policys_reference_decision_node_by_node(hw: Hardware, pools: list[Pool], w: Workload, data: st.DataObject) -> None:
+    """Pools of nodes, gangs, CPU, memory, shares, models, isolation and topology: the capacity
+    check Python makes node by node (``selection.fits``) and the policy's reference rule give the
+    same pool or rejection and the same reasons."""
+    from examlops_policy._core.engine import differences, reference_input
+
+    drawn = data.draw(node_capacities(pools, hw.tables)) if data is not None else [hw._capacities.empty(p) for p in pools]
+    states = sorted(drawn, key=lambda s: s.pool.name)
+    prepared = hw.engine.prepare(w, [s.pool for s in states])
+    caps = [s.capacity for s in states]
+    decision = prepared.decide(caps, hw.tables)
+    reference = hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about))
+    assert differences(decision, reference) == []
+
+
+@settings(SETTINGS, max_examples=max(5, SETTINGS.max_examples // 8))
+@given(pools=node_pools(max_size=3), ws=st.lists(node_workloads(), min_size=1, max_size=8), data=st.data())
+def test_recorded_node_grants_never_hold_a_device_share_core_or_mib_twice(
+    hw: Hardware, tmp_path_factory: pytest.TempPathFactory, pools: list[Pool], ws: list[Workload], data: st.DataObject
+) -> None:
+    """Placements and releases recorded on a real store over pools of nodes: each grant is what
+    its capacity said fits (placed exactly when selection over the stored capacity places it), and
+    no device, slice, share, core or MiB of any node is ever held twice."""
+    import sqlite3
+
+    from examlops_policy._core.selection import fits
+    from reliability.harness import node_violations
+
+    home = tmp_path_factory.mktemp("nodes")
+    store_hw = Hardware(home=home, policy=hw.policy, tables=hw.tables)
+    live: list[str] = []
+    try:
+        store_hw.apply(pools)
+        for w in ws:
+            before = {s.pool.name: s.capacity for s in store_hw.pools()}
+            record = store_hw.place(w)
+            decision = record.decision
+            if isinstance(decision, Placement):
+                assert fits(decision.grant, before[decision.pool])
+                pool = next(p for p in pools if p.name == decision.pool)
+                if pool.node_tracked:
+                    assert len(decision.allocations) == decision.grant.nodes
+                    assert len({a.node for a in decision.allocations}) == decision.grant.nodes
+                live.append(record.id)
+            if live and data.draw(st.booleans()):
+                store_hw.release(live.pop(data.draw(st.integers(0, len(live) - 1))))
+            with sqlite3.connect(home / "state.db") as db:
+                holdings = db.execute(
+                    "SELECT h.pool, h.node, h.device, h.profile, h.share, h.shares FROM holdings h "
+                    "JOIN allocations a ON a.decision_id = h.decision_id WHERE a.released_at IS NULL"
+                ).fetchall()
+                grants = db.execute(
+                    "SELECT g.pool, g.node, g.cpu_milli, g.memory_mib FROM node_grants g "
+                    "JOIN allocations a ON a.decision_id = g.decision_id WHERE a.released_at IS NULL"
+                ).fetchall()
+            assert node_violations({p.name: p for p in pools}, holdings, grants) == []
+        assert store_hw.verify_audit().ok
+    finally:
+        store_hw.close()

@@ -3,8 +3,11 @@ memory and GPUs, a cordoned and a NotReady node, topology labels by the names gi
 by its node grant is scheduled by kube-scheduler on that very node (another node would fit it as
 well), and a 2-node gang runs one pod on each of the two granted nodes.
 
-The allocations are written by hand (the packer that chooses them comes with the core); the
-placements they complete are made by the real OPA. Skipped without a cluster unless
+End to end through the layer (``test_the_layer_grants_nodes_that_kubernetes_runs_on``): the
+cluster discovered and applied, the layer refuses a 6-GPU request on the two 4-GPU nodes (it used
+to place it, and the Job stayed Pending for ever), grants a gang two nodes and a 4-GPU request the
+node with 4 GPUs free, and kube-scheduler runs each where it was granted. The other tests write
+their allocations by hand, to show what the pin does. Skipped without a cluster unless
 ``EXA_REQUIRE_SERVICES`` is set (the fixtures of tests/test_kubernetes_cluster.py).
 """
 
@@ -160,3 +163,53 @@ def test_a_two_node_gang_runs_one_pod_on_each_granted_node(cluster: KubernetesCl
     for p in pods:
         requests = p.spec.containers[0].resources.requests
         assert (requests["cpu"], requests["memory"], requests["nvidia.com/gpu"]) == ("1", "2Gi", "2")
+
+
+@pytest.fixture()
+def gpu_held_on_a(four_gpu_nodes: dict[str, str], admin: Any) -> Iterator[str]:  # noqa: F811
+    """A bare pod outside this layer holding 1 of node a's 4 GPUs (kwok keeps it Running)."""
+    from lightkube import codecs
+    from lightkube.resources.core_v1 import Pod
+
+    pod = f"exa-{RUN}-n-gpu-hog"
+    admin.create(codecs.from_dict({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": "default"},
+        "spec": {"nodeName": four_gpu_nodes["a"],
+                 "containers": [{"name": "c", "image": IMAGE, "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]},
+    }))  # fmt: skip
+    yield four_gpu_nodes["a"]
+    admin.delete(Pod, pod, namespace="default", grace_period=0)
+
+
+def test_the_layer_grants_nodes_that_kubernetes_runs_on(cluster: KubernetesCluster, four_gpu_nodes: dict[str, str],  # noqa: F811
+                                                        hardware: Hardware, jobs: list[JobRef], gpu_held_on_a: str) -> None:  # noqa: F811  # fmt: skip
+    from examlops_policy.model import Rejection
+    from tests.test_kubernetes_cluster import KUBECONFIG
+
+    n = four_gpu_nodes
+    found = hardware.discover("kubernetes", apply=True, kubeconfig=str(KUBECONFIG), block_label=BLOCK, switch_label=SWITCH)
+    (name_,) = [c.pool.name for c in found.changes if set(c.nodes) & set(n.values())]
+    view = {v.pool.name: v for v in hardware.pool_views()}[name_]
+    rooms = view.state.capacity.nodes
+    # Only a and b take work (c cordoned, d NotReady); a has 3 GPUs free beside the pod outside.
+    assert rooms is not None and sorted((r.whole, r.count) for r in rooms) == [(3, 1), (4, 1)]
+
+    six = hardware.place(Workload(f"six-{RUN}", "nvidia", count=6, target="cloud", models=("h100",))).decision
+    assert isinstance(six, Rejection), six
+    assert [r.code for r in next(v for v in six.verdicts if v.pool == name_).reasons][0] == "no_node_fits"
+
+    gang = hardware.place(Workload(f"gang-{RUN}", "nvidia", count=2, nodes=2, cpu=1, memory="2Gi", target="cloud", models=("h100",)))
+    assert isinstance(gang.decision, Placement) and gang.decision.pool == name_
+    assert sorted(a.node for a in gang.decision.allocations) == sorted((n["a"], n["b"]))
+    submitted = hardware.submit(gang.id, "kubernetes", image=IMAGE, kubeconfig=str(KUBECONFIG))
+    ref = JobRef(submitted.namespace or "default", (submitted.job_id or "").split("/", 1)[1], submitted.job_uid or "")
+    jobs.append(ref)
+    assert scheduled(cluster, ref, 2).nodes == tuple(sorted((n["a"], n["b"])))
+    hardware.release(gang.id, kubeconfig=str(KUBECONFIG))
+
+    four = hardware.place(Workload(f"four-{RUN}", "nvidia", count=4, target="cloud", models=("h100",)))
+    assert isinstance(four.decision, Placement) and [a.node for a in four.decision.allocations] == [n["b"]]
+    submitted = hardware.submit(four.id, "kubernetes", image=IMAGE, kubeconfig=str(KUBECONFIG))
+    ref = JobRef(submitted.namespace or "default", (submitted.job_id or "").split("/", 1)[1], submitted.job_uid or "")
+    jobs.append(ref)
+    assert scheduled(cluster, ref, 1).nodes == (n["b"],)

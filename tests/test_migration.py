@@ -12,6 +12,9 @@ migrations run, and the state works on.
   capacity, packed): its records stay readable and rebuild, explanations included, and replay;
   the capacity log starts from every pool's capacity as it was; new records name the state
   version they were decided at.
+* ``BEFORE_NODES``, the release before grants were made node by node (pools could say their nodes,
+  which decided nothing): old grants get their node (a pool without nodes: its one node, named
+  like it; a pool of nodes: its devices counted across them), and the pool places node by node on.
 * ``BEFORE_LEASE_ENDS``, the release before leases ended on time and pools could leave the fleet
   (migration 0007): a lease it granted that has ended is seen ended and billed to its end, the
   next write releases it at that end, and pools can be drained and removed.
@@ -42,6 +45,7 @@ from tests.conftest import ROOT
 
 OLD = "94886a3ef398bade9708bb1679c4b433faa1d028"  # the release before per-device capacity
 PREVIOUS = "d9af34adab665f3243dec84fc5716d0dc545a7ef"  # the release before the capacity log
+BEFORE_NODES = "3c6852f0908a4c9c913f347f0b3a9addc6094713"  # the release before grants node by node
 BEFORE_LEASE_ENDS = "3c6852f0908a4c9c913f347f0b3a9addc6094713"  # the release before migration 0007
 BEFORE_ESTIMATES = "3c6852f0908a4c9c913f347f0b3a9addc6094713"  # the release before start estimates
 
@@ -62,6 +66,15 @@ def _old_exa(tree: Path, home: Path, *args: str) -> subprocess.CompletedProcess[
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EXA_OPA_URL", "EXA_OPA_TOKEN", "EXA_DB_URL", "EXA_POLICY_DIR"))}
     env.update(PYTHONPATH=str(tree), EXA_HOME=str(home), COLUMNS="200")
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, cwd=tree, timeout=120)
+
+
+# What the release before nodes counted also does: a pool of two nodes of 4 devices, and a grant of
+# 3 devices on it (then devices 0-2 counted across its nodes).
+NODE_STEPS: tuple[tuple[str, ...], ...] = (
+    ("hardware", "add-pool", "nodes8", "--target", "hpc", "--accelerator", "nvidia", "--model", "h100", "--count", "8", "--region", "eu",
+     "--cost-per-hour", "1.0", "--nodes", "2", "--cpu-per-node", "32"),
+    ("hardware", "place", "spread", "--accelerator", "nvidia", "--engine", "vllm", "--count", "3", "--target", "hpc"),
+)  # fmt: skip
 
 
 def _written_by(
@@ -116,8 +129,15 @@ def previous_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[P
 
 
 @pytest.fixture(scope="module")
-def leased_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
-    yield from _written_by(BEFORE_LEASE_ENDS, tmp_path_factory, leased=True)
+def before_0006_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    """The release before migrations 0006 and 0007 (one state for both: each test opens a copy)."""
+    assert BEFORE_NODES == BEFORE_LEASE_ENDS
+    yield from _written_by(BEFORE_NODES, tmp_path_factory, NODE_STEPS, leased=True)
+
+
+@pytest.fixture(scope="module")
+def leased_state(before_0006_state: tuple[Path, dict[str, str]]) -> tuple[Path, dict[str, str]]:
+    return before_0006_state
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +154,11 @@ def _open_copy(state: tuple[Path, dict[str, str]], tmp_path: Path, opa_home: Pat
     copy = tmp_path / "home"
     shutil.copytree(home, copy, ignore=shutil.ignore_patterns("opa"))
     return Hardware(copy, store=SQLiteStore(copy / "state.db"), policy=ManagedPolicy(opa_home)), ids
+
+
+@pytest.fixture(scope="module")
+def before_nodes_state(before_0006_state: tuple[Path, dict[str, str]]) -> tuple[Path, dict[str, str]]:
+    return before_0006_state
 
 
 @pytest.fixture()
@@ -265,6 +290,18 @@ def test_the_capacity_log_starts_from_the_previous_state_and_new_records_name_th
     assert report.ok, report.problems
 
 
+# -- the release before grants node by node -----------------------------------------------------------
+
+
+@pytest.fixture()
+def from_before_nodes(before_nodes_state: tuple[Path, dict[str, str]], tmp_path: Path, opa_home: Path) -> Iterator[tuple[Hardware, dict[str, str]]]:
+    hw, ids = _open_copy(before_nodes_state, tmp_path, opa_home)
+    try:
+        yield hw, ids
+    finally:
+        hw.close()
+
+
 # -- the release before migration 0007: leases that end on time, pools that leave -------------------
 
 
@@ -275,6 +312,38 @@ def from_before_lease_ends(leased_state: tuple[Path, dict[str, str]], tmp_path: 
         yield hw, ids
     finally:
         hw.close()
+
+
+def test_old_grants_get_their_node_and_the_pools_place_node_by_node(from_before_nodes: tuple[Hardware, dict[str, str]]) -> None:
+    import sqlite3
+
+    hw, ids = from_before_nodes
+    hw.pools()  # opened: migrated, capacities worked out node by node
+    with sqlite3.connect(hw.home / "state.db") as db:
+        assert [v for (v,) in db.execute("SELECT version FROM schema_migrations ORDER BY version")] == [v for v, _ in migrations("sqlite")]
+        nodes = dict(db.execute("SELECT pool, GROUP_CONCAT(DISTINCT node) FROM holdings GROUP BY pool").fetchall())
+    # A pool without nodes is one node named like it; the pool of nodes had devices 0-2 counted
+    # across its nodes: all three on its first node.
+    assert nodes["hpc-mi300"] == "hpc-mi300" and nodes["hpc-nvidia"] == "hpc-nvidia"
+    assert nodes["nodes8"] == "nodes8-0"
+    spread = hw.pool("nodes8")
+    assert sorted((h.device for h in spread.holdings)) == [0, 1, 2]
+    rooms = {v.pool.name: v for v in hw.pool_views()}["nodes8"].state.capacity.nodes
+    assert rooms is not None and sorted((r.whole, r.count) for r in rooms) == [(1, 1), (4, 1)]
+    # The old grant reads back as it was made (no nodes named then).
+    old = hw.decision(ids["spread"]).decision
+    assert isinstance(old, Placement) and old.pool == "nodes8" and old.allocations == ()
+    # Four devices fit only on the empty node; then two do not fit the pool of nodes at all.
+    four = hw.place(Workload("four", accelerator="nvidia", engine="vllm", count=4, target="hpc")).decision
+    assert isinstance(four, Placement) and four.pool == "nodes8" and [a.node for a in four.allocations] == ["nodes8-1"]
+    two = hw.place(Workload("two", accelerator="nvidia", engine="vllm", count=2, target="hpc")).decision
+    assert isinstance(two, Placement) and two.pool == "hpc-nvidia"
+    assert not hw.release(ids["spread"]).already
+    again = hw.place(Workload("three", accelerator="nvidia", engine="vllm", count=3, target="hpc")).decision
+    assert isinstance(again, Placement) and again.pool == "nodes8" and [a.node for a in again.allocations] == ["nodes8-0"]
+    assert hw.replay(ids["spread"]).same
+    report = hw.verify_audit()
+    assert report.ok, report.problems
 
 
 def test_a_lease_an_earlier_release_granted_ends_on_time_after_the_migration(from_before_lease_ends: tuple[Hardware, dict[str, str]]) -> None:

@@ -1,6 +1,6 @@
 """The command line's node, gang and sharing options (names fixed by the issue: scripts rely on
-them): parsed and checked into the model, bad values exit 2 and change nothing. Decisions do not
-use them yet: they come with the node packer."""
+them): parsed and checked into the model, bad values exit 2 and change nothing; the decision path
+uses them (tests/test_node_placement.py)."""
 
 from __future__ import annotations
 
@@ -26,11 +26,13 @@ def test_add_pool_splits_its_devices_over_its_nodes(exa_home: Path) -> None:
 
 
 def test_place_reads_the_per_node_asks(exa_home: Path) -> None:
-    run_exa(exa_home, *POOL, check=True)
+    run_exa(exa_home, *POOL, "--nodes", "2", "--cpu-per-node", "96", check=True)
     out = run_exa(exa_home, "hardware", "place", "gang", "--accelerator", "nvidia", "--count", "2", "--nodes", "2", "--cpu", "1500m",
                   "--memory", "64Gi", "--models", "H100,a100", "--isolation", "required", "--topology", "same-switch",
                   "--topology-mode", "preferred", "--dry-run", "--json", check=True)  # fmt: skip
-    workload = json.loads(out.stdout)["workload"]
+    body = json.loads(out.stdout)
+    workload = body["workload"]
+    assert body["outcome"] == "placed" and sorted(a["node"] for a in body["allocations"]) == ["ai-0", "ai-1"]
     assert (workload["count"], workload["nodes"], workload["cpu"], workload["memory"]) == (2, 2, 1.5, 65536)
     assert (workload["models"], workload["isolation"], workload["topology"], workload["topology_mode"]) == (
         ["a100", "h100"], "required", "same-switch", "preferred",
@@ -67,3 +69,17 @@ def test_a_workload_file_and_node_options_conflict(exa_home: Path) -> None:
     path = Path(__file__).resolve().parent.parent / "examples" / "nodes" / "gang.yaml"
     result = run_exa(exa_home, "hardware", "place", "-f", str(path), "--nodes", "2", "--cpu", "4")
     assert result.returncode == 2 and "--nodes, --cpu would conflict with it" in result.stderr, result.stderr
+
+
+def test_a_placement_says_where_on_which_nodes_once_with_its_explanation(exa_home: Path) -> None:
+    run_exa(exa_home, *POOL, "--nodes", "2", "--cpu-per-node", "32", check=True)
+    placed = run_exa(exa_home, "hardware", "place", "gang", "--accelerator", "nvidia", "--count", "2", "--nodes", "2", "--cpu", "4",
+                     "--explain", check=True).stdout  # fmt: skip
+    where = ["  on node ai-0: devices 0-1 · 4 CPU cores", "  on node ai-1: devices 0-1 · 4 CPU cores"]
+    lines = placed.splitlines()
+    assert lines[:3] == ["✓ gang → pool ai · nvidia on hpc", *where]
+    assert sum(line in where for line in lines) == 2, placed
+    ident = next(line.split()[1] for line in lines if line.startswith("decision "))
+    explained = run_exa(exa_home, "hardware", "explain", ident[:12], check=True).stdout.splitlines()
+    assert explained[0].startswith(f"decision {ident} · ") and explained[1:4] == lines[:3]
+    assert sum(line in where for line in explained) == 2

@@ -53,7 +53,7 @@ def only(grants: tuple[NodeGrant, ...] | None) -> NodeGrant:
     ("kwargs", "field"),
     [
         ({"devices": -1}, "devices"),
-        ({"share_milli": 1000}, "share_milli"),
+        ({"share_milli": -1}, "share_milli"),
         ({"share_milli": 500, "devices": 1}, "share_milli"),
         ({"nodes": 0}, "nodes"),
         ({"models": frozenset()}, "models"),
@@ -119,6 +119,20 @@ def test_a_share_needs_one_device_with_that_much_free() -> None:
     # 400 free on each device: 800 in all, but no device has 500.
     assert cap.place(share(500), packer) is None
     assert only(cap.place(share(400), packer)).devices == (0,)
+
+
+def test_shares_count_in_the_capacitys_unit_and_never_a_whole_device() -> None:
+    """A pool shared in 16ths (Slurm shards) counts shares exactly: 16 of one share fill a device,
+    never a 17th; a share of a whole device or more is not a share."""
+    cap = NodeCapacity([Node("a", devices=1, cpu_milli=64000)], unit=16)
+    packer = GpuPackingPacker()
+    for _ in range(16):
+        assert only(cap.place(share(1), packer)).devices == (0,)
+    assert cap.place(share(1), packer) is None
+    fresh = NodeCapacity([Node("b", devices=2)], unit=16)
+    assert fresh.place(share(16), packer) is None
+    assert only(fresh.place(share(15), packer)).devices == (0,)
+    assert fresh.units_of(NodeRequest(devices=2)) == 32
 
 
 def test_whole_devices_need_completely_free_devices() -> None:

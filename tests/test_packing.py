@@ -108,6 +108,35 @@ def test_held_outside_takes_whole_devices_first() -> None:
     assert packing.choose(packing.layout_of(H100, TABLES), [], None, 2, held_outside=1) is None
 
 
+def test_a_pool_of_a_million_devices_costs_what_its_holdings_cost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Capacity is never a list of every device (issue 25 item 7): summarising and choosing on a
+    1,000,000-device pool makes as many device objects as on an 8-device one holding the same."""
+    made: list[int] = []
+    real = packing._Device
+
+    class Counted(real):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            made.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(packing, "_Device", Counted)
+
+    def cost(count: int) -> tuple[int, Capacity, tuple[Holding, ...] | None, tuple[Holding, ...] | None]:
+        made.clear()
+        pool = Pool("big", "hpc", "nvidia", count, "eu", model="h100", supports_fractions=True)
+        held = [Holding(0), Holding(1, "1g.10gb", 0, 1), Holding(3)]
+        summary = placeable(pool, held)
+        whole = place(pool, held, None, 3)
+        mig = place(pool, held, "3g.40gb")
+        return len(made), summary, whole, mig
+
+    small, big = cost(8), cost(1_000_000)
+    assert small[0] == big[0] < 32
+    assert big[1].whole == 1_000_000 - 3 and small[1].whole == 8 - 3
+    assert big[2] == small[2] == (Holding(2), Holding(4), Holding(5))
+    assert big[3] == small[3] and big[3] is not None and big[3][0].device == 1
+
+
 # -- AMD compute partitions ------------------------------------------------------------------------
 
 

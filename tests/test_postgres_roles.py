@@ -39,12 +39,14 @@ pytestmark = pytest.mark.postgres
 SQL_FILE = ROOT / "docs" / "postgres-least-privilege.sql"
 SCHEMA = "exa"  # the file's default, left unset on purpose
 OWNER_HINT = "run any exa command once with EXA_DB_URL set to the URL of the role that owns the schema"
-STATE_TABLES = ("allocations", "decisions", "holdings", "pools", "state")
-RECORD_TABLES = ("audit_log", "burst_events", "capacity_log", "fleets", "verdict_sets")
+STATE_TABLES = ("allocations", "decisions", "holdings", "node_usage", "pools", "state")
+RECORD_TABLES = ("audit_log", "burst_events", "capacity_log", "fleets", "node_grants", "verdict_sets")
 # The reviewed grants: a table a later migration adds fails this until it is classified in the SQL.
-# No table-wide UPDATE or DELETE anywhere: UPDATE of the columns exa changes after a row is written.
+# No table-wide UPDATE anywhere, no DELETE but of node_usage (replaced whole with each scheduler
+# report): UPDATE of the columns exa changes after a row is written.
 EXPECTED_GRANTS = {
     **{table: "INSERT, SELECT" for table in (*STATE_TABLES, *RECORD_TABLES)},
+    "node_usage": "DELETE, INSERT, SELECT",
     "schema_migrations": "SELECT",
 }
 EXPECTED_COLUMN_UPDATES = {
@@ -52,6 +54,7 @@ EXPECTED_COLUMN_UPDATES = {
     "pools": ["spec", "count", "created_at", "updated_at", "held_outside", "version", "free", "capacity", "removed_at", "removing_since"],
     "decisions": ["released_at", "released_ts", "lease_expires_at", "lease_expires_ts", "job_id", "scheduler", "job_uid", "job_state", "submitted_at"],
     "allocations": ["released_at"],
+    "holdings": ["node", "device"],  # the upgrade to nodes maps old grants to their nodes (audited)
 }
 REFUSED = [
     "UPDATE audit_log SET kind = 'x'",
@@ -68,11 +71,13 @@ REFUSED = [
     "CREATE TEMP TABLE x (id integer)",
     "CREATE SCHEMA x",
     "SET session_replication_role = replica",
-    # The records a placement wrote stay as written: its devices, region, pool, its holdings.
+    # The records a placement wrote stay as written: its devices, region, pool, what its holdings are.
     "UPDATE decisions SET devices = 1",
     "UPDATE decisions SET region = 'eu-west-3'",
     "UPDATE decisions SET document = '{}'",
-    "UPDATE holdings SET device = 7",
+    "UPDATE holdings SET profile = '7g.80gb'",
+    "UPDATE holdings SET share = 1",
+    "UPDATE node_grants SET cpu_milli = 0",
     "UPDATE allocations SET devices = 1",
     "UPDATE pools SET name = 'renamed'",
     "DELETE FROM decisions",

@@ -246,7 +246,8 @@ def test_cli_discover_shows_then_applies_idempotently(tmp_path: Path, exa_home: 
     # Devices Slurm reports busy with work this layer did not place are not free for placement.
     assert pools["gpu-h100"]["free"] == 1
     kinds = [json.loads(row)["kind"] for (row,) in sqlite3.connect(exa_home / "state.db").execute("SELECT entry FROM audit_log ORDER BY seq")]
-    assert kinds.count("pool") == 4 and set(kinds) == {"pool", "capacity"}
+    # What is busy node by node is recorded (and audited) too: these pools list their node.
+    assert kinds.count("pool") == 4 and set(kinds) == {"pool", "capacity", "node_usage"}
 
     again = run_exa(exa_home, "hardware", "discover", "slurm", "--apply", env=env, check=True)  # region kept
     assert again.stdout.splitlines()[0] == "slurm 22.05.8: 4 pool(s) · 0 to add, 0 to update, 4 unchanged"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ from tests.conftest import ROOT, run_exa
 pytestmark = pytest.mark.slurm
 
 ENV_FILE = ROOT / ".exa-services" / "slurm" / "env"
+HOST = socket.gethostname().split(".")[0]  # scripts/slurm-up names this host's node `hostname -s`
 
 
 def slurm_environment() -> dict[str, str]:
@@ -100,16 +102,18 @@ def test_discover_place_submit_and_the_job_gets_its_gres(slurm: dict[str, str], 
 
     script, report = job_script(tmp_path)
     dry = run_exa(exa_home, "hardware", "submit", placed["id"], "--script", str(script), "--dry-run", env=slurm, check=True)
+    # The discovered pool names its node: the grant names it too, and Slurm is asked for exactly it.
+    assert [a["node"] for a in placed["allocations"]] == [HOST]
     assert dry.stdout == (
-        f"sbatch --parsable --partition={partition} --job-name=it-train --gres=gpu:mi300x:2 '--constraint=fp8&hbm3' "
-        f"--comment=examlops-decision={placed['id']} {script}\n"
+        f"sbatch --parsable --partition={partition} --job-name=it-train --nodes=1 --nodelist={HOST} --ntasks-per-node=1 "
+        f"--gres=gpu:mi300x:2 '--constraint=fp8&hbm3' --comment=examlops-decision={placed['id']} {script}\n"
     )
 
     submitted = json.loads(run_exa(exa_home, "hardware", "submit", placed["id"], "--script", str(script), "--json", env=slurm, check=True).stdout)
     job_id = submitted["job_id"]
     done = wait_for(job_id)
     assert done.state == "COMPLETED", done.fields
-    assert done.partition == partition
+    assert done.partition == partition and done.fields["NodeList"] == HOST
     assert done.fields["JOB_GRES"] == "gpu:mi300x:2"
     assert done.fields["TresPerNode"] == "gres:gpu:mi300x:2"
     assert done.fields["Features"] == "fp8&hbm3"

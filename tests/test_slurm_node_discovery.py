@@ -8,7 +8,8 @@ shard job ran (tests/fixtures/slurm/README.md); the real Slurm is read in tests/
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,8 @@ from examlops_policy.discovery.slurm import (
 )
 from examlops_policy.executors.command import DEFAULT_TIMEOUT_S, CommandResult
 from examlops_policy.executors.gres import load_gres_table
+from examlops_policy import Workload
+from examlops_policy.hardware import Hardware
 from examlops_policy.model import Node, pool_spec
 from examlops_policy.tables import load_tables
 
@@ -193,3 +196,33 @@ def test_uneven_shards_make_no_shared_pool_and_say_why() -> None:
     pools = {d.pool.name: d.pool for d in found.pools}
     assert pools["nodes-h100"].sharing is None
     assert any("do not split each h100 GPU into the same number of shard shares" in w for w in found.warnings), found.warnings
+
+
+def test_applied_pools_have_capacity_node_by_node_from_what_slurm_reports_busy(
+    make_hardware: Callable[..., Hardware], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Applying the recorded cluster: busy devices (by index), shards, CPU and memory are held
+    outside this layer node by node; the drained node has no capacity; what overlapping partitions
+    report of one node counts once."""
+    import examlops_policy.discovery.slurm as slurm
+
+    runner, real = recorded(), slurm.discover_slurm
+    monkeypatch.setattr(slurm, "discover_slurm", lambda gres, **kw: real(gres, runner=runner, **kw))
+    hw = make_hardware()
+    result = hw.discover("slurm", region="eu", apply=True)
+    assert result.applied
+    rooms = {v.pool.name: v.state.capacity.nodes for v in hw.pool_views()}
+    nodes = rooms["nodes-h100"]
+    assert nodes is not None
+    # exa-n1: device 0 busy (2 of 4 cores, 1Gi of 4Gi); exa-n2: device 0 busy and 3 shards on an
+    # unnamed device (taken whole); exa-n3 drained: no row.
+    assert sorted((r.whole, r.cpu, r.memory, r.count) for r in nodes) == [(0, 1000, 2816, 1), (1, 2000, 3072, 1)]
+    # short-h100 lists exa-n1 too: the same node, the same busy device.
+    short = rooms["short-h100"]
+    assert short is not None and [(r.whole, r.cpu) for r in short] == [(1, 2000)]
+    entries = [e for e in hw.store.audit_rows() if json.loads(e.canonical)["kind"] == "node_usage"]
+    assert entries
+    # No node of the pool has 2 H100s free now (one of exa-n1's is busy, exa-n3 is drained).
+    decision = hw.place(Workload("two", "nvidia", count=2, models=("h100",), target="hpc")).decision
+    verdict = next(v for v in decision.verdicts if v.pool == "nodes-h100")
+    assert [r.code for r in verdict.reasons] == ["capacity_exhausted"]

@@ -2,8 +2,8 @@
 and shards, the drained exa-n3, the switches), and a placement's node allocations are submitted so
 that Slurm allocates exactly them: the node list, GPUs or shards, CPUs and memory on each node.
 
-The allocations are written by hand (the packer that chooses them comes with the core); the
-placements they complete are made by the real OPA. Skipped without a Slurm unless
+Most allocations here are written by hand, to show what Slurm does with each; the last test takes
+the layer's own (discovered, placed by the real OPA and the packer, submitted). Skipped without a Slurm unless
 ``EXA_REQUIRE_SERVICES`` is set (see tests/test_slurm_integration.py).
 """
 
@@ -129,3 +129,38 @@ def test_a_grant_on_the_drained_node_never_runs(slurm: dict[str, str], hardware:
         assert "ReqNodeNotAvail" in pending.fields.get("Reason", "") or "exa-n3" in pending.fields.get("Reason", ""), pending.fields
     finally:
         cancel(job_id)
+
+
+def test_the_layer_grants_nodes_slurm_runs_on_and_none_on_the_drained_node(slurm: dict[str, str], hardware: Hardware) -> None:  # noqa: F811
+    """End to end: the real Slurm discovered and applied; the drained exa-n3 has no capacity (a gang
+    of 3 waits for it, never placed on it); a 2-node gang is granted the two up nodes and Slurm runs
+    it on exactly them, with the CPUs, memory and GPUs granted on each."""
+    from examlops_policy.model import Rejection
+
+    hardware.discover("slurm", region="eu", prefix=None, apply=True)
+    rooms = {v.pool.name: v.state.capacity.nodes for v in hardware.pool_views()}["nodes-h100"]
+    assert rooms is not None and sum(r.count for r in rooms) == 2  # exa-n1, exa-n2: exa-n3 is drained
+    three = hardware.place(Workload("three", "nvidia", count=1, nodes=3, target="hpc", models=("h100",))).decision
+    assert isinstance(three, Rejection) and three.code == "no_capacity", three
+    gang = hardware.place(Workload("gang", "nvidia", count=1, nodes=2, cpu=1, memory=512, target="hpc", models=("h100",)))
+    decision = gang.decision
+    assert isinstance(decision, Placement) and decision.pool == "nodes-h100", decision
+    assert sorted(a.node for a in decision.allocations) == ["exa-n1", "exa-n2"]
+    job_id = str(hardware.submit(gang.id, "slurm", script=str(_script())).job_id)
+    try:
+        running = wait(job_id, until=("RUNNING",))
+        assert running.state == "RUNNING", running.fields
+        assert running.fields["NodeList"] == "exa-n[1-2]" and running.fields["NumNodes"] == "2"
+        assert running.fields["TresPerNode"] == "gres:gpu:h100:1"
+        assert running.fields["MinMemoryNode"] == "512M"
+    finally:
+        cancel(job_id)
+
+
+def _script() -> Path:
+    import tempfile
+
+    path = Path(tempfile.mkdtemp()) / "job.sh"
+    path.write_text("#!/bin/sh\nsleep 20\n")
+    path.chmod(0o755)
+    return path

@@ -21,14 +21,14 @@ from psycopg.conninfo import make_conninfo
 from examlops_policy import audit
 from examlops_policy.errors import NotFoundError, PolicyUnavailable, SpecError, StateError
 from examlops_policy.hardware import Hardware, ManagedPolicy
-from examlops_policy.model import Capacity, Pool, PoolState, Workload
+from examlops_policy.model import Capacity, Node, Pool, PoolState, Workload
 from examlops_policy._core import commit
 from examlops_policy._core.state import Capacities, Snapshot
 from examlops_policy.store import Store
 from examlops_policy.store._sql import migrations, utc_now
 from examlops_policy.store.postgres import PostgresStore, redacted
 from reliability.backends import Backend, backend, fresh_backend  # noqa: F401  (backend: the fixture)
-from reliability.harness import FLEET, WORKLOADS, open_hardware, violations
+from reliability.harness import FLEET, WORKLOADS, node_violations, open_hardware, violations
 from tests.conftest import run_exa
 
 TRAIN_AMD, INFER_HALF, _, BURST_OPEN, BURST_EU, NEVER = WORKLOADS
@@ -255,6 +255,71 @@ def test_concurrent_placers_never_oversubscribe(backend: Backend, opa_home: Path
         t.join(120)
     assert sorted(outcomes) == [False] * 11 + [True] * 5
     assert violations(backend) == []
+
+
+def test_concurrent_placers_never_grant_a_device_share_core_or_mib_twice(backend: Backend, opa_home: Path) -> None:
+    """Placers racing over pools of nodes (one listing nodes a second one also lists), a shared
+    pool, gangs, CPU and memory, releasing as they go: nothing on any node is ever held twice."""
+    named = tuple(Node(f"gpu-{i}", 4, cpu=16, memory="64Gi") for i in range(3))
+    setup = open_hardware(backend, opa_home)
+    setup.apply(
+        [
+            Pool("batch", "hpc", "nvidia", 12, "eu", cost_per_hour=1.0, nodes=named, partition="batch"),
+            Pool("debug", "hpc", "nvidia", 8, "eu", cost_per_hour=1.5, nodes=named[1:], partition="debug"),
+            Pool("t4", "hpc", "nvidia", 2, "eu", model="t4", cost_per_hour=0.5, sharing="mps", shares_per_device=4, nodes=1, cpu_per_node=8),
+        ]
+    )  # fmt: skip
+    setup.close()
+    asks = [
+        Workload("gang", "nvidia", count=2, nodes=2, cpu=6, memory="16Gi"),
+        Workload("one", "nvidia", cpu=5, memory="24Gi"),
+        Workload("four", "nvidia", count=4, cpu=1),
+        Workload("share", "nvidia", fraction=0.3, cpu=1),
+        Workload("quarter", "nvidia", fraction=0.25, models=("t4",)),
+    ]
+    outcomes: list[bool] = []
+
+    def placer(seed: int) -> None:
+        mine = open_hardware(backend, opa_home)
+        try:
+            held: list[str] = []
+            for i in range(8):
+                record = mine.place(asks[(seed + i) % len(asks)])
+                outcomes.append(record.decision.ok)
+                if record.decision.ok:
+                    held.append(record.id)
+                if len(held) > 2:
+                    mine.release(held.pop(0))
+        finally:
+            mine.close()
+
+    threads = [threading.Thread(target=placer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    assert len(outcomes) == 32 and any(outcomes)
+    assert violations(backend) == []
+
+
+def test_the_node_invariants_catch_what_is_held_twice() -> None:
+    """The check the concurrency tests rely on finds a device, a share, a core and a MiB held twice."""
+    named = tuple(Node(f"gpu-{i}", 2, cpu=4, memory=1024) for i in range(2))
+    pools = {
+        "a": Pool("a", "hpc", "nvidia", 4, "eu", nodes=named),
+        "b": Pool("b", "hpc", "nvidia", 2, "eu", nodes=named[:1]),
+        "s": Pool("s", "hpc", "nvidia", 2, "eu", sharing="mps", shares_per_device=4, nodes=2),
+    }
+    sound = [("a", "gpu-0", 0, None, 1.0, None), ("b", "gpu-0", 1, None, 1.0, None), ("s", "s-0", 0, None, 0.75, 3), ("s", "s-1", 0, None, 0.25, 1)]
+    assert node_violations(pools, sound, [("a", "gpu-0", 2000, 512), ("b", "gpu-0", 2000, 512)]) == []
+    twice = [*sound, ("b", "gpu-0", 0, None, 1.0, None), ("s", "s-0", 0, None, 0.5, 2), ("a", "gpu-1", 2, None, 1.0, None)]
+    assert node_violations(pools, twice, [("a", "gpu-0", 3000, 512), ("b", "gpu-0", 2000, 1024)]) == [
+        "node gpu-1: device 2 beyond its 2 devices",
+        "node gpu-0: device 0 held whole and 1 more time(s)",
+        "node s-0: device 0 shared beyond its shares",
+        "node gpu-0: grants hold 5000 CPU milli of 4000",
+        "node gpu-0: grants hold 1536 MiB of 1024",
+    ]
 
 
 # -- reading back ----------------------------------------------------------------------------

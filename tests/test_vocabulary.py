@@ -96,6 +96,19 @@ def test_the_node_schema_states_are_the_tables() -> None:
     assert tuple(doc["$defs"]["node"]["properties"]["state"]["enum"]) == tuple(VOCABULARY["node_states"])
 
 
+def test_the_shape_schema_is_the_pool_schema_and_what_nodes_derive() -> None:
+    """What a check sees of a pool (shape.schema.json) is every pool field (pool.schema.json), none
+    required, and the fields derived from its nodes (Pool.node_sizes), which Python computes."""
+    from examlops_policy._core.verdicts import DERIVED_SHAPE_FIELDS
+
+    pool = json.loads((SCHEMAS / "pool.schema.json").read_text(encoding="utf-8"))
+    shape = json.loads((SCHEMAS / "shape.schema.json").read_text(encoding="utf-8"))
+    derived = {k: v for k, v in shape["properties"].items() if k not in pool["properties"]}
+    assert {k: v for k, v in shape["properties"].items() if k in pool["properties"]} == pool["properties"]
+    assert tuple(derived) == DERIVED_SHAPE_FIELDS and "required" not in shape
+    assert shape["$defs"] == pool["$defs"] and shape["additionalProperties"] is False
+
+
 def choices(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[tuple[str, str, tuple[str, ...]]]:
     """Every option with choices in the CLI: (command, option, choices)."""
     for action in parser._actions:

@@ -29,8 +29,11 @@ from examlops_policy.model import (
     CheckInfo,
     Decision,
     Grant,
+    DeviceShare,
     Holding,
     JSONObject,
+    NodeAllocation,
+    NodeRoom,
     JSONValue,
     Placement,
     Pool,
@@ -42,7 +45,7 @@ from examlops_policy.model import (
     Workload,
     pool_spec,
 )
-from examlops_policy._core.verdicts import About, Alternative, Answer, Confirmation, Limits, ShapeVerdict, Signature, WorkloadVerdict
+from examlops_policy._core.verdicts import SHAPE_FIELDS, About, Alternative, Answer, Confirmation, Limits, ShapeVerdict, Signature, WorkloadVerdict
 from examlops_policy._core.waiting import Starts, WaitLimits
 
 KEY_HEX: Final = 32  # 128 bits of SHA-256: content keys, not security
@@ -107,7 +110,23 @@ def workload_input(workload: Workload) -> JSONObject:
         "max_wait": workload.max_wait,
         "deadline": workload.deadline,
         "walltime": workload.walltime,
+        **node_asks(workload),
     }
+
+
+# What a workload asks of nodes, in its policy input only when it asks it (a workload that asks
+# nothing of nodes has the input, and the input digest, it had before nodes existed).
+NODE_ASKS: Final = ("cpu", "memory", "nodes", "topology", "topology_mode", "models", "isolation")
+_NODE_DEFAULTS: Final[dict[str, object]] = {"cpu": None, "memory": None, "nodes": 1, "topology": None, "topology_mode": None, "models": (), "isolation": "any"}
+
+
+def node_asks(workload: Workload) -> JSONObject:
+    out: JSONObject = {}
+    for name in NODE_ASKS:
+        value = getattr(workload, name)
+        if value != _NODE_DEFAULTS[name]:
+            out[name] = list(value) if isinstance(value, tuple) else value
+    return out
 
 
 def workload_from_json(raw: Mapping[str, object]) -> Workload:
@@ -115,10 +134,12 @@ def workload_from_json(raw: Mapping[str, object]) -> Workload:
     target = values.get("target")
     values["target"] = None if target == "any" else target
     values["capabilities"] = tuple(cast(list[str], values.get("capabilities", [])))
+    if "models" in values:
+        values["models"] = tuple(cast(list[str], values["models"]))
     return Workload(**values)  # type: ignore[arg-type]
 
 
-_WORKLOAD_FIELDS: Final = frozenset(workload_input(Workload("x", "cpu")))
+_WORKLOAD_FIELDS: Final = frozenset(workload_input(Workload("x", "cpu"))) | frozenset(NODE_ASKS)
 
 
 # -- pools, capacity, holdings -------------------------------------------------------------------
@@ -142,10 +163,36 @@ def pool_from_doc(doc: Mapping[str, object]) -> Pool:
 
 
 def capacity_json(capacity: Capacity) -> JSONValue:
-    """``whole`` alone, or ``[whole, {profile: n}]``: the compact form stored."""
+    """``whole`` alone, or ``[whole, {profile: n}]``: the compact form stored; a node-tracked
+    pool's ``[whole, {profile: n}, [node row, ...]]`` (``node_room_json``)."""
+    if capacity.nodes is not None:
+        return [capacity.whole, dict(sorted(capacity.slices.items())), [node_room_json(r) for r in capacity.nodes]]
     if not capacity.slices:
         return capacity.whole
     return [capacity.whole, dict(sorted(capacity.slices.items()))]
+
+
+def node_room_json(room: NodeRoom) -> JSONValue:
+    """``[whole, cpu, memory, shares, {profile: n}, block, switch, count]``."""
+    return [room.whole, room.cpu, room.memory, room.shares, dict(room.slices), room.block, room.switch, room.count]
+
+
+def _opt_int(raw: object) -> int | None:
+    if raw is None:
+        return None
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    raise ValueError(raw)
+
+
+def node_room_from_json(raw: object) -> NodeRoom:
+    if not isinstance(raw, list) or len(raw) != 8 or not isinstance(raw[4], dict):
+        raise ValueError(raw)
+    whole, shares, count = (_opt_int(raw[i]) for i in (0, 3, 7))
+    if whole is None or shares is None or count is None:
+        raise ValueError(raw)
+    slices = tuple(sorted((str(k), int(v)) for k, v in raw[4].items()))
+    return NodeRoom(whole, _opt_int(raw[1]), _opt_int(raw[2]), shares, slices, _opt_int(raw[5]), _opt_int(raw[6]), count)
 
 
 def capacity_text(capacity: Capacity) -> str:
@@ -157,6 +204,12 @@ def capacity_from_json(raw: object) -> Capacity:
         return Capacity(raw)
     if isinstance(raw, list) and len(raw) == 2 and isinstance(raw[0], int) and isinstance(raw[1], dict):
         return Capacity(raw[0], {str(k): int(v) for k, v in raw[1].items()})
+    if isinstance(raw, list) and len(raw) == 3 and isinstance(raw[0], int) and isinstance(raw[1], dict) and isinstance(raw[2], list):
+        try:
+            rooms = tuple(node_room_from_json(r) for r in raw[2])
+        except (ValueError, TypeError):
+            raise StateError(f"malformed capacity in the state: {str(raw)[:80]}") from None
+        return Capacity(raw[0], {str(k): int(v) for k, v in raw[1].items()}, rooms)
     raise StateError(f"malformed capacity in the state: {str(raw)[:80]}")
 
 
@@ -186,14 +239,36 @@ def holdings_from_json(raw: object) -> tuple[Holding, ...]:
     )
 
 
+def allocations_json(allocations: Sequence[NodeAllocation]) -> list[JSONValue]:
+    """A grant node by node, as records and audit entries keep it: ``[node, holdings, share or
+    null ([device, shares]), cpu_milli, memory_mib]``."""
+    return [
+        [a.node, holdings_json(a.holdings), None if a.share is None else [a.share.device, a.share.shares], a.cpu_milli, a.memory_mib]
+        for a in allocations
+    ]
+
+
+def allocations_from_json(raw: object) -> tuple[NodeAllocation, ...]:
+    """``allocations_json``'s form read back; StateError for anything else (an altered record)."""
+    out = []
+    try:
+        for item in cast(list[list[object]], raw or []):
+            node, held, share, cpu, memory = item
+            shared = None if share is None else DeviceShare(int(cast(list[int], share)[0]), int(cast(list[int], share)[1]))
+            out.append(NodeAllocation(str(node), holdings_from_json(held), shared, int(cast(int, cpu)), int(cast(int, memory))))
+    except (TypeError, ValueError, IndexError) as exc:
+        raise StateError(f"malformed node allocations in a stored decision: {str(raw)[:80]}") from exc
+    return tuple(out)
+
+
 def capacity_vector(capacities: Sequence[Capacity]) -> JSONValue:
     """What every pool could still place, in fleet order, as records of version 2 stored it: the
     distinct values once and an index per pool."""
     values: list[JSONValue] = []
-    seen: dict[tuple[int, tuple[tuple[str, int], ...]], int] = {}
+    seen: dict[tuple[int, tuple[tuple[str, int], ...], tuple[NodeRoom, ...] | None], int] = {}
     at: list[JSONValue] = []
     for capacity in capacities:
-        key = (capacity.whole, tuple(sorted(capacity.slices.items())))
+        key = (capacity.whole, tuple(sorted(capacity.slices.items())), capacity.nodes)
         index = seen.get(key)
         if index is None:
             index = seen[key] = len(values)
@@ -430,6 +505,12 @@ class _Decoder:
             note=self.opt_text(get("note"), f"{path}.note"),
             # Only a larger share says so (a grant stored before larger shares existed is not one).
             larger=self.boolean(raw.get("larger", False), f"{path}.larger"),
+            # What a grant asks of nodes (absent from grants judged before nodes existed).
+            nodes=self.integer(raw.get("nodes", 1), f"{path}.nodes"),
+            cpu_milli=self.integer(raw.get("cpu_milli", 0), f"{path}.cpu_milli"),
+            memory_mib=self.integer(raw.get("memory_mib", 0), f"{path}.memory_mib"),
+            shares=None if raw.get("shares") is None else self.integer(raw.get("shares"), f"{path}.shares"),
+            topology=self.opt_text(raw.get("topology"), f"{path}.topology"),
         )
 
     def alternatives(self, value: object, path: str) -> tuple[Alternative, ...]:
@@ -485,7 +566,7 @@ def decode_about(raw: object, where: str) -> About:
     raw_texts = d.obj(top.get("texts", {}), "about.texts")
     texts = {name: d.text(d.field(raw_texts, name, "about.texts"), f"about.texts.{name}") for name in TEXTS} if raw_texts else {}
     for name in signature.shape:
-        if name not in Pool.__dataclass_fields__:
+        if name not in SHAPE_FIELDS:
             raise PolicyError(f"{where}: the policy reads a pool field this library does not know: {name!r}")
     for name in signature.workload:
         if name not in _WORKLOAD_FIELDS:
@@ -662,11 +743,23 @@ def reason_json(r: Reason) -> JSONObject:
 
 
 def grant_json(g: Grant) -> JSONObject:
-    return {
+    """A grant as stored: what it asks of nodes only when it asks it."""
+    out: JSONObject = {
         "requested": g.requested, "honored": g.honored, "share": g.share, "units": g.units, "devices": g.devices,
         "scheme": g.scheme, "geometry": g.geometry, "profile": g.profile, "why": g.why, "note": g.note,
         **({"larger": True} if g.larger else {}),
     }  # fmt: skip
+    if g.nodes != 1:
+        out["nodes"] = g.nodes
+    if g.cpu_milli:
+        out["cpu_milli"] = g.cpu_milli
+    if g.memory_mib:
+        out["memory_mib"] = g.memory_mib
+    if g.shares is not None:
+        out["shares"] = g.shares
+    if g.topology is not None:
+        out["topology"] = g.topology
+    return out
 
 
 def _limits_json(limits: Limits) -> JSONObject:
@@ -778,6 +871,7 @@ def encode_record(
     capacities: Sequence[Capacity] = (),
     holdings: Sequence[Holding] = (),
     starts: Starts | None = None,
+    allocations: Sequence[NodeAllocation] = (),
 ) -> bytes:
     """The record's bytes (compact, sorted-key JSON): the workload (its policy input), the fleet
     revision and verdict set it was judged on, the state version whose capacity it was decided at
@@ -807,6 +901,7 @@ def encode_record(
         doc.update(
             pool=decision.pool,
             holdings=holdings_json(holdings),
+            **({"allocations": allocations_json(allocations)} if allocations else {}),
             cost_per_hour=decision.cost_per_hour,
             carbon_factor=decision.carbon_factor,
             grounded_carbon_per_hour=decision.grounded_carbon_per_hour,

@@ -23,17 +23,32 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from examlops_policy.errors import NotFoundError, SpecError, StateError
-from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Placement, Pool, PoolState, iso, pool_spec
-from examlops_policy.store.api import BurstRow, DecisionRow, HeldRow, NewDecision, PoolRow, Rows, StaleFleet, StateRows, Transaction
+from examlops_policy.model import Capacity, Decision, Holding, JSONObject, Node, NodeAllocation, Placement, Pool, PoolState, iso, pool_spec
+from examlops_policy.store.api import (
+    BurstRow,
+    DecisionRow,
+    HeldRow,
+    NewDecision,
+    NewNodeGrant,
+    NodeUsageRow,
+    PoolRow,
+    Rows,
+    StaleFleet,
+    StateRows,
+    Transaction,
+)
 from examlops_policy.views import DecisionRecord, PoolChange
 from examlops_policy._core import codec, leases, packing
 from examlops_policy._core.engine import Prepared
 from examlops_policy._core.selection import Judged
-from examlops_policy._core.state import Capacities, Snapshot, merge
+from examlops_policy._core.state import Capacities, Sharing, Snapshot, merge, sharing_of
 from examlops_policy._core.waiting import Starts
+
+if TYPE_CHECKING:  # the node packer (numpy) loads only where a pool has nodes
+    from examlops_policy._core.rooms import Rooms
 
 T = TypeVar("T")
 
@@ -43,7 +58,7 @@ FROZEN_WHILE_HELD: Final = ("accelerator", "model", "target", "region", "support
 
 __all__ = [
     "Committed", "StaleFleet", "apply_pools", "ensure_layout", "expire", "mark_job", "place", "record_usage", "release", "remove_pools",
-    "renew", "set_drained", "set_job",
+    "renew", "set_drained", "set_job", "set_node_states",
 ]  # fmt: skip
 
 
@@ -125,18 +140,39 @@ def place(
             else:
                 snap = snapshot  # decided on the snapshot's capacity, and still what selection gives now
         held: list[HeldRow] = []
+        room: Rooms | None = None
+        current: PoolRow | None = None
         if isinstance(decision, Placement):
             state = snap.states[snap.index[decision.pool]]
-            held = txn.held(decision.pool)
-            chosen = packing.choose(
-                capacities.layout(state.pool), [h.holding for h in held], decision.grant.profile, decision.grant.units, state.held_outside
-            )
-            if chosen is None:
-                raise StateError(
-                    f"pool {decision.pool!r}: its capacity summary says the grant fits but no device has room; "
-                    "nothing was written (run exa hardware pool to see its devices)"
+            if state.pool.node_tracked:
+                from examlops_policy._core import rooms
+
+                sharing = capacities.sharing(fleet, snap.pools)
+                # A pool that shares no node, unchanged since this process last wrote it, is as this
+                # process left it: nothing to read again.
+                current = txn.pool(decision.pool) if len(sharing.group(decision.pool)) == 1 else None
+                room = capacities.kept_rooms(decision.pool, current.version, current.spec) if current is not None else None
+                if room is None:
+                    room = _rooms(txn, capacities, state.pool, sharing)
+                allocations = rooms.choose(room, decision.grant, decision.workload)
+                if allocations is None:
+                    raise StateError(
+                        f"pool {decision.pool!r}: its capacity summary says the grant fits but no node has room; "
+                        "nothing was written (run exa hardware pool to see its nodes)"
+                    )
+                holdings = tuple(h for a in allocations for h in a.holdings)
+                decision = dataclasses.replace(decision, holdings=holdings, allocations=allocations)
+            else:
+                held = txn.held(decision.pool)
+                chosen = packing.choose(
+                    capacities.layout(state.pool), [h.holding for h in held], decision.grant.profile, decision.grant.units, state.held_outside
                 )
-            decision = dataclasses.replace(decision, holdings=chosen)
+                if chosen is None:
+                    raise StateError(
+                        f"pool {decision.pool!r}: its capacity summary says the grant fits but no device has room; "
+                        "nothing was written (run exa hardware pool to see its devices)"
+                    )
+                decision = dataclasses.replace(decision, holdings=chosen)
         now = txn.now()
         until = leases.lease_end(now, lease) if lease is not None else lease_expires_at
         record = _write(
@@ -145,10 +181,22 @@ def place(
         after = None
         if isinstance(decision, Placement):
             state = snap.states[snap.index[decision.pool]]
-            mine = [HeldRow(ident, h, decision.grant.share) for h in decision.holdings]
             bumped = txn.bump()
-            capacity, free = _refresh(txn, capacities, state.pool, state.held_outside, bumped, [*held, *mine])
-            if snap is snapshot and snapshot.base is None and version == snapshot.version:
+            alone = True
+            if room is not None:
+                from examlops_policy._core import rooms
+
+                capacity, free = rooms.summary(room)
+                txn.set_capacity(decision.pool, codec.capacity_text(capacity), free, bumped)
+                if current is not None:
+                    capacities.keep_rooms(decision.pool, bumped, current.spec, room)
+                sharing = capacities.sharing(fleet, snap.pools)
+                _refresh_sharers(txn, capacities, decision.pool, sharing, bumped)
+                alone = len(sharing.group(decision.pool)) == 1  # else the pools sharing its nodes changed too
+            else:
+                mine = [HeldRow(ident, h, decision.grant.share) for h in decision.holdings]
+                capacity, free = _refresh(txn, capacities, state.pool, state.held_outside, bumped, [*held, *mine])
+            if alone and snap is snapshot and snapshot.base is None and version == snapshot.version:
                 after = (bumped, PoolState(state.pool, free, capacity, state.held_outside, state.removing))
         made.append(record)
         return Committed(record, after=after)
@@ -224,8 +272,9 @@ def _write(
     txn.put_document("verdict_sets", prepared.verdict_set_key, lambda: prepared.verdict_set_bytes)
     placed = decision if isinstance(decision, Placement) else None
     document = codec.encode_record(
-        decision, workload=prepared.request.input, verdict_set=prepared.verdict_set_key, at=at, holdings=placed.holdings if placed else (), starts=starts
-    )
+        decision, workload=prepared.request.input, verdict_set=prepared.verdict_set_key, at=at, holdings=placed.holdings if placed else (), starts=starts,
+        allocations=placed.allocations if placed else (),
+    )  # fmt: skip
     estimate = placed.estimate if placed else None
     record_digest = codec.digest(document)
     prov = decision.provenance
@@ -255,6 +304,7 @@ def _write(
             holdings=placed.holdings if placed else (), share=placed.grant.share if placed else 0.0, burst=burst_row,
             estimated_start=None if estimate is None or estimate.at is None else iso(estimate.at),
             estimate_source=None if estimate is None else estimate.source,
+            nodes=_node_grants(placed) if placed else (),
         )
     )  # fmt: skip
     if burst_row is not None:
@@ -275,6 +325,8 @@ def _write(
         "region": placed.region if placed else None,
         "devices": placed.grant.devices if placed else None,
         "holdings": [[h.device, h.profile, h.start] for h in placed.holdings] if placed else None,
+        # Node by node (a node-tracked pool): what is needed to rebuild what each node holds.
+        **({"allocations": codec.allocations_json(placed.allocations)} if placed and placed.allocations else {}),
         "fallback": placed.fallback if placed else None,
         "fraction_honored": placed.fraction_honored if placed else None,
         "reason": None if placed else decision.reason,  # type: ignore[union-attr]
@@ -293,13 +345,64 @@ def _write(
     return DecisionRecord(ident, now, dataclasses.replace(decision, decision_id=ident), None, None, request_id, lease_expires_at if placed else None)
 
 
+def _node_grants(placed: Placement) -> tuple[NewNodeGrant, ...]:
+    """A node-tracked grant's rows node by node (a share: its device, shares and share of a device)."""
+    return tuple(
+        NewNodeGrant(
+            a.node, a.holdings, None if a.share is None else (a.share.device, a.share.shares, placed.grant.share), a.cpu_milli, a.memory_mib,
+        )
+        for a in placed.allocations
+    )
+
+
 def _refresh(
-    txn: Transaction, capacities: Capacities, pool: Pool, held_outside: float, version: int, held: Sequence[HeldRow] | None = None
+    txn: Transaction,
+    capacities: Capacities,
+    pool: Pool,
+    held_outside: float,
+    version: int,
+    held: Sequence[HeldRow] | None = None,
+    *,
+    sharing: Sharing | None = None,
+    before: PoolRow | None = None,
 ) -> tuple[Capacity, float]:
-    """Work out what ``pool`` can still place from what it holds, and store it (and log it)."""
-    capacity, free = capacities.of(pool, txn.held(pool.name) if held is None else held, held_outside)
-    txn.set_capacity(pool.name, codec.capacity_text(capacity), free, version)
+    """Work out what ``pool`` can still place from what it holds (a node-tracked pool: what is held
+    on its nodes, by it and by the pools sharing them, and what schedulers report busy there), and
+    store it (and log it); nothing when ``before`` says it is unchanged. Returns what it worked out."""
+    if pool.node_tracked:
+        if sharing is None:
+            sharing = _fleet_sharing(txn, capacities)
+        names = sharing.group(pool.name)
+        capacity, free = capacities.of(
+            pool, txn.held_in(names), held_outside, txn.node_grants(names), txn.node_usage(names), sharing.devices(pool.name)
+        )
+    else:
+        capacity, free = capacities.of(pool, txn.held(pool.name) if held is None else held, held_outside)
+    text = codec.capacity_text(capacity)
+    if before is not None and before.capacity is not None and before.free is not None and abs(before.free - free) < 1e-9:
+        if before.capacity == text or codec.capacity_from_text(before.capacity) == capacity:
+            return capacity, free
+    txn.set_capacity(pool.name, text, free, version)
     return capacity, free
+
+
+def _rooms(txn: Transaction, capacities: Capacities, pool: Pool, sharing: Sharing) -> Rooms:
+    names = sharing.group(pool.name)
+    return capacities.rooms_of(pool, txn.held_in(names), txn.node_grants(names), txn.node_usage(names), sharing.devices(pool.name))
+
+
+def _refresh_sharers(txn: Transaction, capacities: Capacities, name: str, sharing: Sharing, version: int) -> None:
+    """The pools sharing a node with ``name``, worked out again (what it holds is gone for them)."""
+    for other in sharing.group(name)[1:]:
+        row = txn.pool(other)
+        if row is not None:
+            _refresh(txn, capacities, codec.pool_from_text(row.spec), row.held_outside, version, sharing=sharing, before=row)
+
+
+def _fleet_sharing(txn: Transaction, capacities: Capacities) -> Sharing:
+    """Who shares nodes in the fleet as this transaction sees it."""
+    _, fleet = txn.state()
+    return capacities.sharing(fleet, lambda: [codec.pool_from_text(r.spec) for r in txn.pools(-1) if not r.removed])
 
 
 # -- releases and leases -------------------------------------------------------------------------
@@ -322,7 +425,14 @@ def _release(txn: Transaction, capacities: Capacities, ident: str, *, source: st
     name = txn.release(ident, at)
     row = txn.pool(name)
     assert row is not None
-    _refresh(txn, capacities, codec.pool_from_text(row.spec), row.held_outside, txn.bump())
+    pool = codec.pool_from_text(row.spec)
+    version = txn.bump()
+    if pool.node_tracked:
+        sharing = _fleet_sharing(txn, capacities)
+        _refresh(txn, capacities, pool, row.held_outside, version, sharing=sharing)
+        _refresh_sharers(txn, capacities, name, sharing, version)
+    else:
+        _refresh(txn, capacities, pool, row.held_outside, version)
     # The row's own time (for an expired lease, its end, earlier than this write), so that exa
     # audit verify can hold the tables to it.
     txn.audit(kind, {"decision_id": ident, "released_at": at}, source=source)
@@ -444,32 +554,14 @@ def apply_pools(
         changes.clear()
         specs.clear()
         expire(txn, capacities, source=source)
-        version: int | None = None
+        # What a pools file says is the pool's hardware; whether it is drained is kept.
+        kept = []
         for given in pools:
             row = txn.pool(given.name)
-            # What a pools file says is the pool's hardware; whether it is drained is kept.
             pool = dataclasses.replace(given, drained=True) if row is not None and codec.pool_from_text(row.spec).drained else given
-            spec = specs[pool.name] = codec.pool_text(pool)
-            if row is not None and not replace:
-                raise SpecError(f"pool {pool.name!r} already exists (use 'exa hardware apply' to change it)", field="name")
-            if row is not None and row.spec == spec:
-                changes.append(PoolChange(pool.name, "unchanged"))
-                continue
-            if version is None:
-                version = txn.bump(fleet=True)
-            if row is None:
-                txn.add_pool(pool.name, spec, pool.count, version)
-                _refresh(txn, capacities, pool, 0.0, version, [])
-                changes.append(PoolChange(pool.name, "added"))
-            else:
-                before = pool_spec(codec.pool_from_text(row.spec))
-                after = pool_spec(pool)
-                fields = tuple(sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k)))
-                _check_change(txn, pool, fields)
-                txn.update_pool(pool.name, spec, pool.count)
-                _refresh(txn, capacities, pool, row.held_outside, version)
-                changes.append(PoolChange(pool.name, "updated", fields))
-            txn.audit("pool", {"pool": pool_spec(pool), "action": changes[-1].action}, source=source)
+            specs[pool.name] = codec.pool_text(pool)
+            kept.append(pool)
+        _apply(txn, capacities, kept, specs, changes, replace=replace, source=source)
         if prune:
             given_names = {p.name for p in pools}
             gone = [row.name for row in txn.pools(-1) if not row.removed and row.name not in given_names]
@@ -609,6 +701,52 @@ def _remove(txn: Transaction, names: Sequence[str], *, source: str) -> list[Pool
     return out
 
 
+def _apply(
+    txn: Transaction, capacities: Capacities, pools: Sequence[Pool], specs: Mapping[str, str], changes: list[PoolChange], *, replace: bool, source: str
+) -> None:
+    """Register or update ``pools`` (specs as stored), audited, and work out again what they (and
+    the pools sharing their nodes) can place."""
+    version: int | None = None
+    touched: list[tuple[Pool, float]] = []
+    for pool in pools:
+        row = txn.pool(pool.name)
+        spec = specs[pool.name]
+        if row is not None and not replace:
+            raise SpecError(f"pool {pool.name!r} already exists (use 'exa hardware apply' to change it)", field="name")
+        if row is not None and row.spec == spec:
+            changes.append(PoolChange(pool.name, "unchanged"))
+            continue
+        if version is None:
+            version = txn.bump(fleet=True)
+        if row is None:
+            txn.add_pool(pool.name, spec, pool.count, version)
+            changes.append(PoolChange(pool.name, "added"))
+            touched.append((pool, 0.0))
+        else:
+            before = pool_spec(codec.pool_from_text(row.spec))
+            after = pool_spec(pool)
+            fields = tuple(sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k)))
+            _check_change(txn, pool, fields)
+            txn.update_pool(pool.name, spec, pool.count)
+            changes.append(PoolChange(pool.name, "updated", fields))
+            touched.append((pool, row.held_outside))
+        txn.audit("pool", {"pool": pool_spec(pool), "action": changes[-1].action}, source=source)
+    if version is None:
+        return
+    # Only listed nodes are shared: who shares what is read from the fleet when such a pool changed.
+    listed = any(p.nodes_named for p, _ in touched)
+    sharing = sharing_of(codec.pool_from_text(r.spec) for r in txn.pools(-1) if not r.removed) if listed else Sharing({})
+    done = {p.name for p, _ in touched}
+    for pool, outside in touched:
+        _refresh(txn, capacities, pool, outside, version, sharing=sharing)
+    for pool, _ in touched:
+        for other in sharing.group(pool.name)[1:]:
+            row = txn.pool(other)
+            if other not in done and row is not None:
+                done.add(other)
+                _refresh(txn, capacities, codec.pool_from_text(row.spec), row.held_outside, version, sharing=sharing, before=row)
+
+
 def _check_change(txn: Transaction, pool: Pool, fields: Sequence[str]) -> None:
     """Refuse a change that would move live grants: what they hold must stay what it was."""
     holders = txn.holders(pool.name)
@@ -622,7 +760,21 @@ def _check_change(txn: Transaction, pool: Pool, fields: Sequence[str]) -> None:
             "release them first (prices, carbon factor, capabilities and a larger count may change)",
             field=moved[0],
         )
-    dropped = [h for h in txn.held(pool.name) if h.holding.device >= pool.count]
+    if pool.node_tracked:
+        sizes = {n.name: n.devices for n in pool.node_list()}
+        gone = [
+            h for h in txn.held(pool.name)
+            if h.node is not None and h.node != pool.name and (h.node not in sizes or h.holding.device >= sizes[h.node])
+        ]  # fmt: skip
+        lost = sorted({f"{h.node}:{h.holding.device}" for h in gone})
+        if lost:
+            # Named: the grants on the node devices the change would drop.
+            raise SpecError(
+                f"pool {pool.name!r}: its nodes would drop node device(s) {', '.join(lost[:8])} that live decisions hold "
+                f"({_named(sorted({h.decision_id for h in gone}))}); release them first",
+                field="nodes",
+            )
+    dropped = [h for h in txn.held(pool.name) if h.holding.device >= pool.count and h.node in (None, pool.name)]
     beyond = sorted({h.holding.device for h in dropped})
     if beyond:
         # Named: the grants on the devices the count would drop.
@@ -633,33 +785,139 @@ def _check_change(txn: Transaction, pool: Pool, fields: Sequence[str]) -> None:
         )
 
 
-def record_usage(store: Rows, capacities: Capacities, usage: Mapping[str, float], *, scheduler: str, source: str) -> dict[str, float]:
+def record_usage(
+    store: Rows,
+    capacities: Capacities,
+    usage: Mapping[str, float],
+    *,
+    scheduler: str,
+    source: str,
+    nodes: Mapping[str, Sequence[NodeUsageRow]] | None = None,
+) -> dict[str, float]:
     """Record how many devices of each named pool its scheduler reports busy: those beyond this
-    layer's own submitted, live placements are held outside it. Returns the held-outside figure per
-    pool; an audit entry for each pool whose figure changed. NotFoundError for an unknown pool."""
+    layer's own submitted, live placements are held outside it. ``nodes``: for a node-tracked
+    pool, what is busy node by node (devices, their indices, shares, CPU, memory), recorded beyond
+    this layer's own submitted grants on each node (its capacity is worked out from these).
+    Returns the held-outside figure per pool; an audit entry for each pool whose figures changed.
+    NotFoundError for an unknown pool."""
+    per_node = nodes or {}
 
     def work(txn: Transaction) -> dict[str, float]:
         held: dict[str, float] = {}
         version: int | None = None
-        for name, busy in sorted(usage.items()):
+        sharing: Sharing | None = None
+        dirty: list[str] = []
+        own: set[str] = set()
+        for name in sorted(set(usage) | set(per_node)):
             row = txn.pool(name)
             if row is None:
                 raise NotFoundError(f"no pool {name!r}")
+            pool = codec.pool_from_text(row.spec)
+            busy = usage.get(name)
             # Our own submitted, live placements are part of what the scheduler reports busy.
-            outside = round(max(0.0, busy - txn.submitted_devices(name)), 9)
+            outside = row.held_outside if busy is None else round(max(0.0, busy - txn.submitted_devices(name)), 9)
             held[name] = outside
+            changed_nodes: list[NodeUsageRow] | None = None
+            if name in per_node and pool.node_tracked:
+                if sharing is None:
+                    sharing = _fleet_sharing(txn, capacities)
+                beyond = _beyond_ours(txn, pool, sharing, per_node[name])
+                if beyond != txn.node_usage([name]):
+                    changed_nodes = beyond
+            if abs(row.held_outside - outside) <= 1e-9 and changed_nodes is None:
+                continue
+            if version is None:
+                version = txn.bump()
+            txn.set_held_outside(name, outside)
+            if changed_nodes is not None:
+                own.add(name)
+                txn.set_node_usage(name, changed_nodes, scheduler)
+                txn.audit("node_usage", {"pool": name, "scheduler": scheduler, "nodes": [_usage_json(u) for u in changed_nodes]}, source=source)
+            dirty.extend((sharing or Sharing({})).group(name) if pool.node_tracked else (name,))
             if abs(row.held_outside - outside) > 1e-9:
-                if version is None:
-                    version = txn.bump()
-                txn.set_held_outside(name, outside)
-                _refresh(txn, capacities, codec.pool_from_text(row.spec), outside, version)
                 txn.audit("capacity", {"pool": name, "scheduler": scheduler, "busy": busy, "held_outside": outside}, source=source)
+        # Each pool whose figures (or whose nodes' figures) changed, worked out again once: a pool
+        # whose own figures changed at this version whatever its summary says (its nodes' busy
+        # devices may differ while the counts do not: rooms kept by version must be read again).
+        for name in dict.fromkeys(dirty):
+            row = txn.pool(name)
+            if row is not None and version is not None:
+                _refresh(txn, capacities, codec.pool_from_text(row.spec), row.held_outside, version, sharing=sharing,
+                         before=None if name in own else row)  # fmt: skip
         return held
 
     return store.transaction(work, landed=lambda txn: None)
 
 
-def ensure_layout(store: Rows, capacities: Capacities) -> None:
+def _beyond_ours(txn: Transaction, pool: Pool, sharing: Sharing, busy: Sequence[NodeUsageRow]) -> list[NodeUsageRow]:
+    """What is busy on each of ``pool``'s nodes beyond this layer's own submitted, live grants there
+    (from every pool sharing the node), in node order; nodes with nothing beyond them left out."""
+    names = sharing.group(pool.name)
+    known = {n.name for n in pool.node_list()}
+    ours_devices: dict[str, set[int]] = {}
+    ours_shares: dict[str, int] = {}
+    for h in txn.held_in(names, submitted=True):
+        node = h.node if h.node is not None else pool.name
+        if h.shares is not None:
+            ours_shares[node] = ours_shares.get(node, 0) + h.shares
+        else:
+            ours_devices.setdefault(node, set()).add(h.holding.device)
+    ours_cpu: dict[str, int] = {}
+    ours_memory: dict[str, int] = {}
+    for g in txn.node_grants(names, submitted=True):
+        ours_cpu[g.node] = ours_cpu.get(g.node, 0) + g.cpu_milli
+        ours_memory[g.node] = ours_memory.get(g.node, 0) + g.memory_mib
+    out = []
+    for u in sorted(busy, key=lambda u: u.node):
+        if u.node not in known:
+            continue
+        mine = ours_devices.get(u.node, set())
+        row = NodeUsageRow(
+            pool.name, u.node,
+            max(0, u.devices - len(mine)),
+            tuple(sorted(set(u.indices) - mine)),
+            max(0, u.shares - ours_shares.get(u.node, 0)),
+            None if u.cpu_milli is None else max(0, u.cpu_milli - ours_cpu.get(u.node, 0)),
+            None if u.memory_mib is None else max(0, u.memory_mib - ours_memory.get(u.node, 0)),
+        )  # fmt: skip
+        if row.devices or row.shares or row.cpu_milli or row.memory_mib:
+            out.append(row)
+    return out
+
+
+def _usage_json(u: NodeUsageRow) -> JSONObject:
+    return {"node": u.node, "devices": u.devices, "indices": list(u.indices), "shares": u.shares, "cpu_milli": u.cpu_milli, "memory_mib": u.memory_mib}
+
+
+def set_node_states(store: Rows, capacities: Capacities, states: Mapping[str, str], *, source: str) -> list[PoolChange]:
+    """Set the state of named nodes (``up``, ``drained``, ``down``; a cordoned or NotReady
+    Kubernetes node, a Slurm DRAIN or DOWN) in every pool that lists them, in one audited write:
+    only up nodes take new grants, live ones stay. Nodes no pool lists are ignored; pools whose
+    nodes already have those states are unchanged."""
+    for node, state in states.items():
+        if state not in ("up", "drained", "down"):
+            raise SpecError(f"node {node!r}: state must be up, drained or down (got {state!r})", field="state")
+    changes: list[PoolChange] = []
+
+    def work(txn: Transaction) -> list[PoolChange]:
+        changes.clear()
+        expire(txn, capacities, source=source)
+        pools = []
+        for row in txn.pools(-1):
+            if row.removed:
+                continue
+            pool = codec.pool_from_text(row.spec)
+            listed = pool.nodes if isinstance(pool.nodes, tuple) else ()
+            if any(n.name in states and n.state != states[n.name] for n in listed):
+                nodes = tuple(dataclasses.replace(n, state=states[n.name]) if n.name in states else n for n in listed)
+                pools.append(dataclasses.replace(pool, nodes=nodes))
+        _apply(txn, capacities, pools, {p.name: codec.pool_text(p) for p in pools}, changes, replace=True, source=source)
+        return list(changes)
+
+    return store.transaction(work, landed=lambda txn: None)
+
+
+def ensure_layout(store: Rows, capacities: Capacities, *, source: str = "exa") -> None:
     """Capacities worked out with other packing rules (or none yet, after an upgrade) are worked
     out again; a live grant recorded before grants held devices gets its devices first."""
     if store.layout() == capacities.digest:
@@ -669,15 +927,41 @@ def ensure_layout(store: Rows, capacities: Capacities) -> None:
         if txn.layout() == capacities.digest:
             return
         version = txn.bump()
-        for row in txn.pools(-1):
-            if row.removed:
-                continue
-            pool = codec.pool_from_text(row.spec)
+        rows = txn.pools(-1)
+        pools = [(codec.pool_from_text(row.spec), row) for row in rows if not row.removed]
+        sharing = sharing_of(p for p, _ in pools)
+        for pool, row in pools:
             _backfill(txn, capacities, pool, row.held_outside)
-            _refresh(txn, capacities, pool, row.held_outside, version)
+            if pool.node_tracked:
+                _name_nodes(txn, pool, source=source)
+        for pool, row in pools:
+            # What comes out as it was is not written again (nor logged).
+            _refresh(txn, capacities, pool, row.held_outside, version, sharing=sharing, before=row)
         txn.set_layout(capacities.digest)
 
     store.transaction(work, landed=lambda txn: None)
+
+
+def _name_nodes(txn: Transaction, pool: Pool, *, source: str) -> None:
+    """Live holdings of a node-tracked pool recorded before grants named nodes (their node is the
+    pool's own name, their device counted across its nodes) get their node and its index there,
+    each move audited (``holding``: the device as recorded and where it is now)."""
+    from examlops_policy._core import rooms
+
+    names = {n.name for n in pool.node_list()}
+    if pool.name in names:
+        return  # the pool's one node is named like it: nothing to map
+    for h in txn.held(pool.name):
+        if h.node is None or h.node == pool.name:
+            found = rooms.flat_to_node(pool, h.holding.device)
+            if found is not None:
+                txn.move_holding(h, found[0], found[1])
+                txn.audit(
+                    "holding",
+                    {"decision_id": h.decision_id, "pool": pool.name, "device": h.holding.device, "start": h.holding.start,
+                     "node": found[0], "to": found[1]},
+                    source=source,
+                )  # fmt: skip
 
 
 def _backfill(txn: Transaction, capacities: Capacities, pool: Pool, held_outside: float) -> None:

@@ -297,7 +297,7 @@ def reference_input(
                 "shape": entry.key,
                 "cost_per_hour": entry.price,
                 "carbon_per_hour": entry.carbon,
-                "capacity": {"whole": capacity.whole, "slices": dict(capacity.slices)},
+                "capacity": capacity_input(capacity),
                 **({"estimate": starts.policy_input(entry.pool.name)} if starts is not None and starts.of(entry.pool.name) else {}),
             }
         )
@@ -305,6 +305,21 @@ def reference_input(
     out: JSONObject = {"workload": request.input, "shapes": shapes, "pools": pools}
     if starts is not None:
         out["now"] = starts.now_s
+    return out
+
+
+def capacity_input(capacity: Capacity) -> JSONObject:
+    """A pool's capacity as the policy's capacity check reads it (rows of a node-tracked pool as
+    objects)."""
+    out: JSONObject = {"whole": capacity.whole, "slices": dict(capacity.slices)}
+    if capacity.nodes is not None:
+        out["nodes"] = [
+            {
+                "whole": r.whole, "cpu": r.cpu, "memory": r.memory, "shares": r.shares, "slices": dict(r.slices),
+                "block": r.block, "switch": r.switch, "count": r.count,
+            }  # fmt: skip
+            for r in capacity.nodes
+        ]
     return out
 
 

@@ -201,7 +201,8 @@ def _outside(held_outside: float) -> int:
 
 def summarize(layout: PoolLayout, holdings: Sequence[Holding], held_outside: float = 0.0) -> Capacity:
     """What is still placeable: empty devices (``whole``) and, per profile, how many could still be
-    placed (each profile counted on its own, the pool as it is now)."""
+    placed (each profile counted on its own, the pool as it is now). Costs what the holdings cost,
+    not what the pool's device count is."""
     outside = _outside(held_outside)
     if layout.kind == "fixed":
         taken = {h.device for h in holdings if 0 <= h.device < layout.devices}
@@ -220,7 +221,7 @@ def choose(
     layout: PoolLayout, holdings: Sequence[Holding], profile: str | None, units: int, held_outside: float = 0.0
 ) -> tuple[Holding, ...] | None:
     """Where a grant of ``units`` of ``profile`` (None: whole devices) goes, or None if it does not
-    fit. Deterministic for the same holdings."""
+    fit. Deterministic for the same holdings; costs what the holdings and the grant cost."""
     outside = _outside(held_outside)
     if layout.kind == "fixed":
         taken = {h.device for h in holdings if 0 <= h.device < layout.devices}

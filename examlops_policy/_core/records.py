@@ -122,6 +122,7 @@ def rebuild(
         decision = dataclasses.replace(
             decision,
             holdings=codec.holdings_from_json(document.get("holdings", [])),
+            allocations=codec.allocations_from_json(document.get("allocations")),
             cost_per_hour=float(cast(float, document["cost_per_hour"])),
             carbon_factor=float(cast(float, document["carbon_factor"])),
             grounded_carbon_per_hour=cast("float | None", document.get("grounded_carbon_per_hour")),

@@ -33,6 +33,7 @@ from examlops_policy.model import (
     CheckInfo,
     Decision,
     Grant,
+    NodeRoom,
     Placement,
     Pool,
     PoolVerdict,
@@ -72,11 +73,39 @@ def priced(pools: Sequence[Pool], tables: Tables) -> list[tuple[Pool, float, flo
 
 
 def fits(grant: Grant, capacity: Capacity) -> bool:
-    """Room for the grant: enough empty devices, or enough placeable slices of its profile (the
-    policy's capacity check, checks/capacity)."""
+    """Room for the grant (the policy's capacity check, checks/capacity): enough empty devices, or
+    enough placeable slices of its profile; on a node-tracked pool, as many nodes as the grant asks
+    (within one group of a required topology level) that each hold what it asks of one node."""
+    rooms = capacity.nodes
+    if rooms is None:
+        if grant.nodes != 1:
+            return False
+        if grant.profile is None:
+            return capacity.whole >= grant.units
+        return capacity.slices.get(grant.profile, 0) >= grant.units
+    if grant.topology is None:
+        return sum(r.count for r in rooms if holds(r, grant)) >= grant.nodes
+    level = "block" if grant.topology == "same-block" else "switch"
+    together: dict[int, int] = {}
+    for r in rooms:
+        group = getattr(r, level)
+        if group is not None and holds(r, grant):
+            together[group] = together.get(group, 0) + r.count
+    return any(n >= grant.nodes for n in together.values())
+
+
+def holds(room: NodeRoom, grant: Grant) -> bool:
+    """Whether a node with ``room`` holds what ``grant`` asks of one node: its devices (whole ones,
+    a slice, or its shares on a shared or a free device), its CPU and its memory."""
+    if room.cpu is not None and room.cpu < grant.cpu_milli:
+        return False
+    if room.memory is not None and room.memory < grant.memory_mib:
+        return False
+    if grant.shares is not None:
+        return room.whole >= 1 or room.shares >= grant.shares
     if grant.profile is None:
-        return capacity.whole >= grant.units
-    return capacity.slices.get(grant.profile, 0) >= grant.units
+        return room.whole >= grant.units
+    return room.slice_room(grant.profile) >= grant.units
 
 
 def grant_cost(price: float, grant: Grant) -> float:

@@ -13,14 +13,66 @@ rows come from the store's narrow API, or from an implementation of it in memory
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from examlops_policy.model import Capacity, Pool, PoolState
-from examlops_policy.store.api import HeldRow, PoolRow, Rows, StateRows
+from examlops_policy.store.api import HeldRow, NodeGrantRow, NodeUsageRow, PoolRow, Rows, StateRows
 from examlops_policy.tables import Tables
 from examlops_policy._core import codec, packing
+
+if TYPE_CHECKING:  # the node packer (numpy) loads only where a pool has nodes
+    from examlops_policy._core.rooms import Rooms
+
+# What the capacity summaries are worked out with beyond the tables: bumped when the way they are
+# worked out changes, so that stored ones are worked out again (``commit.ensure_layout``).
+# 2: node by node (node-tracked pools), grants recorded before they named nodes mapped to nodes.
+SUMMARY_VERSION = 2
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """Which pools share nodes: pools that list a node by the same name (overlapping Slurm
+    partitions) hold that node's CPU and memory together, and its devices too where they are the
+    same devices (the same accelerator, model and scheduler resource): what one grants is gone for
+    the others. Pools of other devices on the same node (a node's H100s and its MI300Xs) share
+    only its CPU and memory."""
+
+    by_pool: Mapping[str, tuple[str, ...]]
+    same_devices: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    def group(self, name: str) -> tuple[str, ...]:
+        """``name`` and the pools sharing a node with it."""
+        return (name, *self.by_pool.get(name, ()))
+
+    def devices(self, name: str) -> frozenset[str]:
+        """``name`` and the pools whose devices on its nodes are its devices."""
+        return self.same_devices.get(name, frozenset({name}))
+
+
+def device_kind(pool: Pool) -> tuple[object, ...]:
+    """What makes two pools' devices on one node the same devices."""
+    return (pool.accelerator, pool.model, pool.gres_type, pool.fixed_profile)
+
+
+def sharing_of(pools: Iterable[Pool]) -> Sharing:
+    """Who shares nodes with whom, from the pools' listed nodes (nodes a pool only counts, ``nodes:
+    N``, are its own)."""
+    by_node: dict[str, list[Pool]] = {}
+    for pool in pools:
+        if pool.nodes_named:
+            for node in pool.node_list():
+                by_node.setdefault(node.name, []).append(pool)
+    together: dict[str, set[str]] = {}
+    same: dict[str, set[str]] = {}
+    for listed in by_node.values():
+        if len(listed) > 1:
+            for pool in listed:
+                together.setdefault(pool.name, set()).update(p.name for p in listed if p.name != pool.name)
+                same.setdefault(pool.name, {pool.name}).update(p.name for p in listed if device_kind(p) == device_kind(pool))
+    return Sharing({name: tuple(sorted(others)) for name, others in together.items()}, {name: frozenset(s) for name, s in same.items()})
 
 
 class Capacities:
@@ -29,11 +81,40 @@ class Capacities:
     def __init__(self, tables: Tables) -> None:
         self.tables = tables
         self._layouts: dict[Pool, packing.PoolLayout] = {}
+        self._sharing: tuple[int, Sharing] | None = None
+        # A pool's nodes as this process last wrote them, by pool: (the pool row's version and spec
+        # then, the rooms). Reused by the next write that finds the row unchanged (nothing else
+        # wrote the pool since); see ``kept_rooms``.
+        self._rooms: dict[str, tuple[int, str, Rooms]] = {}
+
+    def kept_rooms(self, name: str, version: int, spec: str) -> Rooms | None:
+        """The rooms this process left ``name`` with, if the pool is still at that version with that
+        spec (every write that changes what a pool's nodes hold sets its version). Taken: a caller
+        that changes it keeps it again (``keep_rooms``) only once its write is in."""
+        found = self._rooms.pop(name, None)
+        if found is None or found[0] != version or found[1] != spec:
+            return None
+        return found[2]
+
+    def keep_rooms(self, name: str, version: int, spec: str, room: Rooms) -> None:
+        if len(self._rooms) > 256:
+            self._rooms.clear()
+        self._rooms[name] = (version, spec, room)
+
+    def sharing(self, fleet_version: int, pools: Iterable[Pool] | Callable[[], Iterable[Pool]]) -> Sharing:
+        """Who shares nodes in the fleet at ``fleet_version`` (worked out once per fleet version
+        from ``pools``, or what ``pools()`` reads)."""
+        if self._sharing is None or self._sharing[0] != fleet_version:
+            found = sharing_of(pools() if callable(pools) else pools)
+            self._sharing = (fleet_version, found)
+        return self._sharing[1]
 
     @cached_property
     def digest(self) -> str:
-        """The digest of the rules capacities are worked out with (partitioning and geometry)."""
-        return codec.digest(codec.canonical({"partitioning": self.tables.partitioning, "geometry": self.tables.geometry}))
+        """The digest of the rules capacities are worked out with (partitioning and geometry, and
+        how summaries are made)."""
+        rules = {"partitioning": self.tables.partitioning, "geometry": self.tables.geometry, "summary": SUMMARY_VERSION}
+        return codec.digest(codec.canonical(rules))
 
     def layout(self, pool: Pool) -> packing.PoolLayout:
         layout = self._layouts.get(pool)
@@ -43,16 +124,46 @@ class Capacities:
             layout = self._layouts[pool] = packing.layout_of(pool, self.tables)
         return layout
 
-    def of(self, pool: Pool, held: Sequence[HeldRow], held_outside: float) -> tuple[Capacity, float]:
+    def of(
+        self,
+        pool: Pool,
+        held: Sequence[HeldRow],
+        held_outside: float,
+        grants: Sequence[NodeGrantRow] = (),
+        usage: Sequence[NodeUsageRow] = (),
+        same_devices: Collection[str] | None = None,
+    ) -> tuple[Capacity, float]:
         """What ``pool`` can still place with ``held`` on it, and its devices free (shares summed;
-        a pool of fixed slices counts slices: each holding is one of its units)."""
+        a pool of fixed slices counts slices: each holding is one of its units). A node-tracked
+        pool node by node: ``held`` may hold rows of pools sharing its nodes, ``grants`` their CPU
+        and memory, ``usage`` what schedulers report busy on its nodes."""
         layout = self.layout(pool)
+        if pool.node_tracked:
+            from examlops_policy._core import rooms
+
+            return rooms.summary(rooms.build(pool, layout, held, grants, usage, same_devices))
         capacity = packing.summarize(layout, [h.holding for h in held], held_outside)
         used = float(len(held)) if layout.kind == "fixed" else sum(h.share for h in held)
         return capacity, max(0.0, round(pool.count - held_outside - used, 9))
 
+    def rooms_of(
+        self,
+        pool: Pool,
+        held: Sequence[HeldRow],
+        grants: Sequence[NodeGrantRow] = (),
+        usage: Sequence[NodeUsageRow] = (),
+        same_devices: Collection[str] | None = None,
+    ) -> Rooms:
+        """A node-tracked pool's nodes with what is held on them, to choose where a grant goes."""
+        from examlops_policy._core import rooms
+
+        return rooms.build(pool, self.layout(pool), held, grants, usage, same_devices)
+
     def empty(self, pool: Pool) -> PoolState:
         """The pool with nothing held on it (what-if decisions)."""
+        if pool.node_tracked:
+            capacity, free = self.of(pool, [], 0.0)
+            return PoolState(pool, free, capacity)
         return PoolState(pool, float(pool.count), packing.summarize(self.layout(pool), []))
 
 
@@ -147,23 +258,51 @@ def _replaced(previous: Snapshot, version: int, fleet_version: int, changed: Map
     return result, frozenset(moved)
 
 
-def as_of(snapshot: Snapshot, rows: StateRows, capacities: Capacities) -> Snapshot:
+NodeRows = Callable[[Sequence[str]], "tuple[Sequence[HeldRow], Sequence[NodeGrantRow], Sequence[NodeUsageRow]]"]
+
+
+def as_of(snapshot: Snapshot, rows: StateRows, capacities: Capacities, nodes: NodeRows | None = None) -> Snapshot:
     """``snapshot`` (stored) as a read at the time ``rows`` were asked for sees it: the pools whose
-    live grants include ended leases, with their capacity worked out without them."""
+    live grants include ended leases, with their capacity worked out without them. A node-tracked
+    pool's ended grant is gone for every pool sharing its nodes too: those pools are worked out
+    again from what ``nodes`` (the store's ``node_rows``) says is held on their nodes."""
     if not rows.ended:
         return snapshot
     ended = frozenset(ident for ident, _ in rows.ended)
     states = list(snapshot.states)
     frags = list(snapshot.fragments) if len(snapshot.fragments) == len(states) else [_fragment(s.capacity) for s in states]
+    sharing: Sharing | None = None
+    on_nodes: set[str] = set()
     for name in sorted({pool for _, pool in rows.ended}):
         at = snapshot.index.get(name)
         if at is None:
             continue
         state = states[at]
+        if state.pool.node_tracked:
+            sharing = sharing or capacities.sharing(snapshot.fleet_version, snapshot.pools)
+            on_nodes.update(sharing.group(name))
+            continue
         held = [h for h in rows.held.get(name, ()) if h.decision_id not in ended]
         capacity, free = capacities.of(state.pool, held, state.held_outside)
         states[at] = PoolState(state.pool, free, capacity, state.held_outside, state.removing)
         frags[at] = _fragment(capacity)
+    if on_nodes and sharing is not None and nodes is not None:
+        read = sorted({other for name in on_nodes for other in sharing.group(name)})
+        all_held, all_grants, all_usage = nodes(read)
+        held_rows = [h for h in all_held if h.decision_id not in ended]
+        grant_rows = [g for g in all_grants if g.decision_id not in ended]
+        for name in sorted(on_nodes):
+            at = snapshot.index.get(name)
+            if at is None:
+                continue
+            state = states[at]
+            group = set(sharing.group(name))
+            capacity, free = capacities.of(
+                state.pool, [h for h in held_rows if h.pool in group], state.held_outside, [g for g in grant_rows if g.pool in group],
+                [u for u in all_usage if u.pool in group], sharing.devices(name),
+            )  # fmt: skip
+            states[at] = PoolState(state.pool, free, capacity, state.held_outside, state.removing)
+            frags[at] = _fragment(capacity)
     view = Snapshot(snapshot.version, snapshot.fleet_version, tuple(states), tuple(frags), base=snapshot, ended=ended)
     view.__dict__["index"] = snapshot.index
     return view
@@ -186,7 +325,7 @@ class Snapshots:
             previous, rows = None, store.rows(-1, now=now)  # another state behind the same store: start again
         snapshot, _ = merge(previous, rows)
         self.last = snapshot
-        return snapshot if capacities is None else as_of(snapshot, rows, capacities)
+        return snapshot if capacities is None else as_of(snapshot, rows, capacities, store.node_rows)
 
     def advance(self, base: Snapshot, version: int, state: PoolState) -> None:
         """This process's own write made ``base`` into ``version`` by changing one pool to

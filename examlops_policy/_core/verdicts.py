@@ -12,10 +12,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
-from examlops_policy.model import CheckInfo, Grant, JSONObject, Pool, Reason
+from examlops_policy.model import CheckInfo, Grant, JSONObject, JSONValue, Pool, Reason
 from examlops_policy._core.waiting import WaitLimits
+
+
+# What a shape may say of a pool: its fields, and what is derived from its nodes. The fields that
+# came with nodes are left out of a shape while they are null, so a pool that is not node-tracked
+# has the shape (and the shape key) it had before.
+DERIVED_SHAPE_FIELDS: Final = ("node_sizes",)
+LATER_SHAPE_FIELDS: Final = frozenset({"node_sizes", "sharing", "shares_per_device"})
+SHAPE_FIELDS: Final = frozenset(Pool.__dataclass_fields__) | frozenset(DERIVED_SHAPE_FIELDS)
+
+
+def _json(value: object) -> JSONValue:
+    if isinstance(value, tuple):
+        return [_json(v) for v in value]
+    return value  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -29,12 +43,15 @@ class Signature:
         out: JSONObject = {}
         for name in self.shape:
             value = getattr(pool, name)
-            out[name] = list(value) if isinstance(value, tuple) else value
+            if value is None and name in LATER_SHAPE_FIELDS:
+                continue
+            out[name] = _json(value)
         return out
 
     def workload_of(self, policy_input: Mapping[str, object]) -> JSONObject:
-        """The signature's fields of a workload's policy input (``Request.input``)."""
-        return {name: policy_input[name] for name in self.workload}  # type: ignore[misc]
+        """The signature's fields of a workload's policy input (``Request.input``): those it has
+        (what a workload does not ask of nodes is absent; the policy reads its default)."""
+        return {name: policy_input[name] for name in self.workload if name in policy_input}  # type: ignore[misc]
 
 
 @dataclass(frozen=True)

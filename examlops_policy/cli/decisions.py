@@ -86,7 +86,7 @@ def show(args: argparse.Namespace, console: Console, decision: Decision, record:
 def cmd_place(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     w = workload(args)
     if args.dry_run:
-        return show(args, console, hw.what_if(w))
+        return show(args, console, hw.what_if(w, where=True))
     record = hw.place(w, request_id=args.request_id, lease=args.lease)
     return show(args, console, record.decision, record)
 
@@ -96,7 +96,7 @@ def cmd_burst(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
         raise SpecError("bursting to cloud is opt-in: add --allow-burst", source="exa hardware burst", field="--allow-burst")
     w = workload(args)
     if args.dry_run:
-        return show(args, console, hw.what_if(as_burst(w)))
+        return show(args, console, hw.what_if(as_burst(w), where=True))
     record = hw.burst(w, request_id=args.request_id, lease=args.lease)
     return show(args, console, record.decision, record)
 

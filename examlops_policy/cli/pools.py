@@ -57,9 +57,18 @@ def node_lines(pool: Pool) -> list[str]:
 
 def view_json(v: PoolView) -> dict[str, object]:
     s = v.state
+    capacity: dict[str, object] = {"empty_devices": s.capacity.whole, "placeable": dict(s.capacity.slices)}
+    if s.capacity.nodes is not None:
+        # Node by node (its up nodes, identical ones counted once), and the largest block of whole
+        # devices free on one node.
+        capacity["largest_block"] = max((r.whole for r in s.capacity.nodes), default=0)
+        capacity["nodes"] = [
+            {"whole": r.whole, "cpu_milli": r.cpu, "memory_mib": r.memory, "shares": r.shares, "slices": dict(r.slices),
+             "block": r.block, "switch": r.switch, "count": r.count}
+            for r in s.capacity.nodes
+        ]  # fmt: skip
     return {
-        **pool_json(v.pool), "free": s.free,
-        "capacity": {"empty_devices": s.capacity.whole, "placeable": dict(s.capacity.slices)},
+        **pool_json(v.pool), "free": s.free, "capacity": capacity,
         "packing": v.packing, "placeable": v.placeable, "removal_pending_since": s.removing,
         "effective_cost_per_hour": v.cost_per_hour, "carbon_per_hour": v.carbon_per_hour,
         "cost_from_tables": v.cost_default, "carbon_from_tables": v.carbon_default, "carbon_method": v.carbon_method,
@@ -166,11 +175,14 @@ def cmd_pools(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
 def cmd_pool(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     detail = hw.pool(args.name)
     if args.json:
-        render.dump_json(console, {
+        body = {
             **view_json(detail.view),
             "devices": [{"device": i, "layout": text} for i, text in enumerate(detail.devices)],
             "holdings": [dataclasses.asdict(h) for h in detail.holdings],
-        })  # fmt: skip
+        }
+        if detail.nodes:
+            body["node_states"] = [dataclasses.asdict(n) for n in detail.nodes]
+        render.dump_json(console, body)
     else:
         render.print_pool(console, detail)
     return exits.OK

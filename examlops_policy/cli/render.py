@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterable, Sequence
 
 from examlops_policy.cli.console import Console, Text
+from examlops_policy.quantities import memory_text
 
 from examlops_policy.model import Decision, Grant, Placement, PoolState, PoolVerdict, Rejection, article
 from examlops_policy.views import (
@@ -69,7 +70,12 @@ def devices_text(count: float, accelerator: str) -> str:
 
 
 def grant_text(grant: Grant, accelerator: str) -> str:
-    """What a grant holds, for people: ``2 amd devices``, ``a 4g.40gb slice (4/7 of an nvidia device)``."""
+    """What a grant holds, for people: ``2 amd devices``, ``a 4g.40gb slice (4/7 of an nvidia
+    device)``, ``1 of 4 shares of an nvidia device``, ``2 nvidia devices on each of 2 nodes``."""
+    if grant.shares is not None:
+        return f"{grant.shares} of {round(grant.shares / grant.share)} shares of {article(accelerator)} device"
+    if grant.nodes > 1:
+        return f"{devices_text(grant.units, accelerator) if grant.profile is None else grant.profile} on each of {grant.nodes} nodes"
     if grant.profile is None:
         return devices_text(grant.units, accelerator)
     share = f"{round(grant.share * (8 if grant.scheme == 'amd-compute-partition' else 7))}/{8 if grant.scheme == 'amd-compute-partition' else 7}"
@@ -82,7 +88,7 @@ def grant_text(grant: Grant, accelerator: str) -> str:
 
 def share_text(placement: Placement) -> str | None:
     grant = placement.grant
-    if grant.requested >= 1 or not grant.honored:
+    if grant.requested >= 1 or not grant.honored or grant.shares is not None:
         return None
     scheme = {"mig": "MIG", "amd-compute-partition": "AMD compute partition"}.get(grant.scheme or "", grant.scheme or "")
     where = ""
@@ -109,12 +115,52 @@ def print_decision(console: Console, decision: Decision) -> None:
         share = share_text(decision)
         if share:
             console.print(Text(f"  {share}", style="dim"))
+        for line in allocation_lines(decision):
+            console.print(Text(f"  {line}", style="dim"))
         return
     assert isinstance(decision, Rejection)
     if decision.burst_blocked:
         console.print(Text(f"⚠ Burst blocked: {decision.reason}", style="yellow"))
     else:
         console.print(Text(f"✗ Rejected: {decision.reason}", style="red"))
+
+
+NODES_SHOWN = 8
+
+
+def allocation_lines(placement: Placement) -> list[str]:
+    """Where a node-tracked grant is, node by node: ``on node ai-1: devices 0-3 · 16 CPU cores ·
+    64Gi memory`` (a gang: each node, at most NODES_SHOWN, then how many more)."""
+    out = []
+    for a in placement.allocations[:NODES_SHOWN]:
+        if a.share is not None:
+            grant = placement.grant
+            of = round(grant.shares / grant.share) if grant.shares and grant.share else None
+            held = f"{a.share.shares}{f' of {of}' if of else ''} shares of device {a.share.device}"
+        elif a.holdings and a.holdings[0].profile is not None and placement.grant.geometry is not None:
+            held = ", ".join(f"{h.profile} on device {h.device}" + (f" at slice {h.start}" if h.start is not None else "") for h in a.holdings)
+        else:
+            held = f"device{'s' if len(a.holdings) != 1 else ''} {index_ranges([h.device for h in a.holdings])}"
+        parts = [held]
+        if a.cpu_milli:
+            parts.append(f"{number(a.cpu_milli / 1000)} CPU cores")
+        if a.memory_mib:
+            parts.append(f"{memory_text(a.memory_mib)} memory")
+        out.append(f"on node {a.node}: {' · '.join(parts)}")
+    if len(placement.allocations) > NODES_SHOWN:
+        out.append(f"... and {len(placement.allocations) - NODES_SHOWN} more node(s)")
+    return out
+
+
+def index_ranges(indices: Sequence[int]) -> str:
+    """``0-3, 6``: device indices as runs."""
+    runs: list[list[int]] = []
+    for i in sorted(indices):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def print_released_retry(console: Console, record: DecisionRecord) -> None:
@@ -148,9 +194,12 @@ def _verdict_cell(v: PoolVerdict) -> Text:
 
 def _grant_cell(v: PoolVerdict) -> str:
     g = v.grant
+    if g.shares is not None:
+        return f"{g.shares}/{round(g.shares / g.share)} share"
+    gang = f" x {g.nodes} nodes" if g.nodes > 1 else ""
     if g.profile is not None:
-        return g.profile if g.units == 1 else f"{g.units} x {g.profile}"
-    return f"{g.units} whole" if g.honored or g.requested >= 1 else f"{g.units} whole*"
+        return (g.profile if g.units == 1 else f"{g.units} x {g.profile}") + gang
+    return (f"{g.units} whole" if g.honored or g.requested >= 1 else f"{g.units} whole*") + gang
 
 
 TIERS = {0: "0 (HPC, requested accelerator)", 1: "1 (HPC, stand-in)", 2: "2 (cloud, requested accelerator)", 3: "3 (cloud, stand-in)"}
@@ -194,6 +243,7 @@ def print_explanation(console: Console, decision: Decision) -> None:
     eligible = sum(1 for v in verdicts if v.eligible)
     console.print(f"  {'eligible':<{width}} {eligible:>5}")
     if isinstance(decision, Placement):
+        # Where on which node(s): said once, by the placement's own lines above the explanation.
         console.print(f"Chosen: {decision.pool}, {why_chosen(decision, explain(decision), eligible)}.")
         if not starts and decision.estimate is not None and now is not None:
             console.print(f"Start: {start_text(decision.estimate, now)}")
@@ -286,6 +336,18 @@ def print_pool(console: Console, detail: PoolDetail) -> None:
     console.print(f"  packing: {packing} · free {number(state.free)}/{p.count}"
                   + (f" · placeable {view.placeable}" if view.placeable is not None else "")
                   + f" · empty devices {state.capacity.whole}")  # fmt: skip
+    if detail.nodes:
+        node_rows: list[list[Cell]] = []
+        for n in detail.nodes:
+            node_state: Cell = n.state if n.state == "up" else Text(n.state, style="yellow")
+            cpu = "-" if n.cpu_milli is None else f"{number((n.cpu_milli - (n.cpu_free or 0)) / 1000)}/{number(n.cpu_milli / 1000)}"
+            used = n.memory_mib - (n.memory_free or 0) if n.memory_mib is not None else 0
+            memory = "-" if n.memory_mib is None else f"{memory_text(used) if used else 0}/{memory_text(n.memory_mib)}"
+            place = " ".join(f"{k} {v}" for k, v in (("block", n.block), ("switch", n.switch)) if v) or "-"
+            node_rows.append([n.name, node_state, f"{n.free}/{n.devices}", n.layout, cpu, memory, place])
+        columns = ("node", "state", "free/devices", "held", "CPUs used/all", "memory used/all", "topology")
+        emit_table(console, "Nodes", columns, node_rows, right=("free/devices",))
+        return
     rows = [[str(i), text] for i, text in enumerate(detail.devices)]
     emit_table(console, "Devices", ("device" if view.packing != "fixed" else "slice", "layout"), rows)
 

@@ -176,6 +176,11 @@ def grant_request(
         nodes = _node_request(workload.name, grant, allocations, pool, gres)
         return _replace(nodes, decision_id=request.decision_id, partition=request.partition, job_name=request.job_name,
                         script=request.script, constraint=constraint, time_min=request.time_min)  # fmt: skip
+    if grant.per_node and pool.accelerator != "cpu":
+        # What the grant asks of each node before nodes are chosen (a start estimate's question):
+        # Slurm picks the nodes among the partition's.
+        return _replace(_per_node_request(grant, pool, gres), decision_id=request.decision_id, partition=request.partition,
+                        job_name=request.job_name, script=request.script, constraint=constraint, time_min=request.time_min)  # fmt: skip
     if pool.accelerator == "cpu":
         return _replace(request, cpus_per_task=max(1, int(grant.devices)), constraint=constraint)
     gres_type = safe_name(pool.gres_type, "gres type")
@@ -268,6 +273,22 @@ def _node_request(job_name: str, grant: Grant, allocations: Sequence[NodeAllocat
         nodelist=tuple(names) if pool.nodes_named else (),
         mem_mib=each.memory_mib or None,
     )
+
+
+def _per_node_request(grant: Grant, pool: Pool, gres: GresTable) -> SlurmRequest:
+    """A grant that asks something of each node (a gang, CPU, memory, a share), said per node
+    without naming the nodes: ``--nodes=N`` and, on each, its GPUs (or shards), CPUs and memory."""
+    gres_type = safe_name(pool.gres_type, "gres type")
+    if grant.shares is not None:
+        gres_text = f"shard:{gres_type}:{grant.shares}"
+    elif grant.profile is None or pool.fixed_profile is not None:
+        gres_text = f"gpu:{gres_type}:{grant.units}"
+    else:
+        gres_text = f"gpu:{safe_name(gres.slice_type(grant.scheme or '', gres_type, grant.profile), 'slice gres type')}:{grant.units}"
+    return SlurmRequest(
+        decision_id="", partition="", job_name="", script=Path(), gres=gres_text,
+        cpus_per_task=-(-grant.cpu_milli // 1000) or None, nodes=grant.nodes, mem_mib=grant.memory_mib or None,
+    )  # fmt: skip
 
 
 def _replace(request: SlurmRequest, **changes: object) -> SlurmRequest:

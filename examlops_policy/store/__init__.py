@@ -19,12 +19,23 @@ its columns for lists and reports. The contract every adapter keeps:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from examlops_policy.errors import StateError
 from examlops_policy.model import JSONObject
-from examlops_policy.store.api import AuditedState, DecisionRow, Document, HeldRow, PoolRow, StaleFleet, StateRows, Transaction
+from examlops_policy.store.api import (
+    AuditedState,
+    DecisionRow,
+    Document,
+    HeldRow,
+    NodeGrantRow,
+    NodeUsageRow,
+    PoolRow,
+    StaleFleet,
+    StateRows,
+    Transaction,
+)
 from examlops_policy.views import BurstEvent, DecisionSummary, FinopsRow, WorkloadCost
 
 if TYPE_CHECKING:
@@ -62,6 +73,11 @@ class Store(Protocol):
 
     def document(self, kind: Document, key: str) -> str:
         """A stored fleet or verdict-set document; StateError when it is missing."""
+        ...
+
+    def node_rows(self, pools: Sequence[str]) -> tuple[list[HeldRow], list[NodeGrantRow], list[NodeUsageRow]]:
+        """What the live grants on ``pools`` hold, node by node, and what schedulers report busy on
+        their nodes, in one consistent read."""
         ...
 
     # -- reads ---------------------------------------------------------------------------------

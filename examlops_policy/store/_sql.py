@@ -16,6 +16,7 @@ trying again, so a retry never records a decision twice.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from abc import ABC, abstractmethod
@@ -27,7 +28,19 @@ from typing import Any, Final, Literal, Protocol, TypeVar
 from examlops_policy import audit
 from examlops_policy.errors import NotFoundError, SpecError, StateBusy, StateCorrupt, StateError, StateFull, StateUnreachable
 from examlops_policy.model import Holding, JSONObject
-from examlops_policy.store.api import AUDITED, AuditedState, DecisionRow, Document, HeldRow, NewDecision, PoolRow, StateRows, Transaction
+from examlops_policy.store.api import (
+    AUDITED,
+    AuditedState,
+    DecisionRow,
+    Document,
+    HeldRow,
+    NewDecision,
+    NodeGrantRow,
+    NodeUsageRow,
+    PoolRow,
+    StateRows,
+    Transaction,
+)
 from examlops_policy.views import BurstEvent, DecisionSummary, FinopsRow, WorkloadCost
 
 BACKOFF_S: Final = 0.05
@@ -381,19 +394,64 @@ class SQLStore(ABC):
         return [_pool_row(r) for r in rows]
 
     def _held(self, pool: str) -> list[HeldRow]:
-        # From the pool's live allocations (their partial index) to their holdings (by decision):
-        # what this reads is what the pool holds now, never every holding it ever had. In the
-        # order the grants were made (then by device), whatever order the ids came in.
+        return self._held_in((pool,))
+
+    def _held_in(self, pools: Sequence[str], submitted: bool = False) -> list[HeldRow]:
+        if not pools:
+            return []
+        # From the pools' live allocations (their partial index) to their holdings (by decision):
+        # what this reads is what the pools hold now, never every holding they ever had. In the
+        # order the grants were made (then node by node, by device), whatever order the ids came in.
         rows = self._execute(
-            "SELECT h.decision_id, h.device, h.profile, h.start, h.units, h.share FROM allocations a "
-            "JOIN holdings h ON h.decision_id = a.decision_id WHERE a.pool = ? AND a.released_at IS NULL "
-            "ORDER BY a.created_at, a.decision_id, h.device, h.start",
-            (pool,),
+            "SELECT h.decision_id, h.device, h.profile, h.start, h.units, h.share, h.node, h.shares, h.pool FROM allocations a "
+            "JOIN holdings h ON h.decision_id = a.decision_id "
+            + ("JOIN decisions d ON d.id = a.decision_id " if submitted else "")
+            + f"WHERE a.pool IN ({', '.join('?' * len(pools))}) AND a.released_at IS NULL"
+            + (" AND d.job_id IS NOT NULL" if submitted else "")
+            + " ORDER BY a.created_at, a.decision_id, h.node, h.device, h.start",
+            tuple(pools),
         ).fetchall()
         return [
-            HeldRow(str(r[0]), Holding(int(r[1]), r[2], None if r[3] is None else int(r[3]), None if r[4] is None else int(r[4])), float(r[5]))
+            HeldRow(
+                str(r[0]), Holding(int(r[1]), r[2], None if r[3] is None else int(r[3]), None if r[4] is None else int(r[4])), float(r[5]),
+                None if r[6] is None else str(r[6]), None if r[7] is None else int(r[7]), str(r[8]),
+            )  # fmt: skip
             for r in rows
         ]
+
+    def _node_grants(self, pools: Sequence[str], submitted: bool = False) -> list[NodeGrantRow]:
+        if not pools:
+            return []
+        rows = self._execute(
+            # From the live allocations, as _held_in.
+            "SELECT g.decision_id, g.pool, g.node, g.position, g.cpu_milli, g.memory_mib FROM allocations a "
+            "JOIN node_grants g ON g.decision_id = a.decision_id "
+            + ("JOIN decisions d ON d.id = a.decision_id " if submitted else "")
+            + f"WHERE a.pool IN ({', '.join('?' * len(pools))}) AND a.released_at IS NULL"
+            + (" AND d.job_id IS NOT NULL" if submitted else "")
+            + " ORDER BY g.pool, g.decision_id, g.position",
+            tuple(pools),
+        ).fetchall()
+        return [NodeGrantRow(str(r[0]), str(r[1]), str(r[2]), int(r[3]), int(r[4]), int(r[5])) for r in rows]
+
+    def _node_usage(self, pools: Sequence[str]) -> list[NodeUsageRow]:
+        if not pools:
+            return []
+        rows = self._execute(
+            "SELECT pool, node, devices, indices, shares, cpu_milli, memory_mib FROM node_usage "
+            f"WHERE pool IN ({', '.join('?' * len(pools))}) ORDER BY pool, node",
+            tuple(pools),
+        ).fetchall()
+        return [
+            NodeUsageRow(str(r[0]), str(r[1]), int(r[2]), tuple(int(i) for i in json.loads(r[3])), int(r[4]),
+                         None if r[5] is None else int(r[5]), None if r[6] is None else int(r[6]))  # fmt: skip
+            for r in rows
+        ]
+
+    def node_rows(self, pools: Sequence[str]) -> tuple[list[HeldRow], list[NodeGrantRow], list[NodeUsageRow]]:
+        """What the live grants on ``pools`` hold, node by node, and what schedulers report busy on
+        their nodes, in one consistent read."""
+        return self._run(lambda: (self._held_in(pools), self._node_grants(pools), self._node_usage(pools)), consistent=True)
 
     def _find(self, ident: str) -> DecisionRow:
         if not ident or not all(c in "0123456789abcdef" for c in ident):
@@ -592,6 +650,32 @@ class _SQLTransaction:
     def held(self, pool: str) -> list[HeldRow]:
         return self._store._held(pool)
 
+    def held_in(self, pools: Sequence[str], *, submitted: bool = False) -> list[HeldRow]:
+        return self._store._held_in(pools, submitted)
+
+    def node_grants(self, pools: Sequence[str], *, submitted: bool = False) -> list[NodeGrantRow]:
+        return self._store._node_grants(pools, submitted)
+
+    def node_usage(self, pools: Sequence[str]) -> list[NodeUsageRow]:
+        return self._store._node_usage(pools)
+
+    def set_node_usage(self, pool: str, rows: Sequence[NodeUsageRow], scheduler: str) -> None:
+        self._execute("DELETE FROM node_usage WHERE pool = ?", (pool,))
+        now = self.now()
+        for r in rows:
+            self._execute(
+                "INSERT INTO node_usage (pool, node, devices, indices, shares, cpu_milli, memory_mib, scheduler, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (pool, r.node, r.devices, json.dumps(list(r.indices)), r.shares, r.cpu_milli, r.memory_mib, scheduler, now),
+            )
+
+    def move_holding(self, row: HeldRow, node: str, device: int) -> None:
+        self._execute(
+            "UPDATE holdings SET node = ?, device = ? WHERE decision_id = ? AND pool = ? AND device = ? "
+            "AND (node = ? OR node IS NULL) AND (start = ? OR (start IS NULL AND ? IS NULL))",
+            (node, device, row.decision_id, row.pool, row.holding.device, row.node, row.holding.start, row.holding.start),
+        )
+
     def holders(self, pool: str) -> list[str]:
         rows = self._execute(
             "SELECT DISTINCT a.decision_id FROM allocations a WHERE a.pool = ? AND a.released_at IS NULL ORDER BY a.decision_id", (pool,)
@@ -684,7 +768,18 @@ class _SQLTransaction:
             self._execute(
                 "INSERT INTO allocations (decision_id, pool, devices, created_at) VALUES (?, ?, ?, ?)", (row.id, row.pool, row.devices, row.created_at)
             )
-            self.hold(row.id, row.pool, row.holdings, row.share)
+            if not row.nodes:
+                self.hold(row.id, row.pool, row.holdings, row.share)
+            for position, grant in enumerate(row.nodes):
+                for h in grant.holdings:
+                    self._insert_holding(row.id, row.pool, grant.node, h, row.share, None)
+                if grant.share is not None:
+                    device, shares, share = grant.share
+                    self._insert_holding(row.id, row.pool, grant.node, Holding(device), share, shares)
+                self._execute(
+                    "INSERT INTO node_grants (decision_id, pool, node, position, cpu_milli, memory_mib) VALUES (?, ?, ?, ?, ?, ?)",
+                    (row.id, row.pool, grant.node, position, grant.cpu_milli, grant.memory_mib),
+                )
         if row.burst is not None:
             b = row.burst
             self._execute(
@@ -694,11 +789,15 @@ class _SQLTransaction:
             )
 
     def hold(self, ident: str, pool: str, holdings: Sequence[Holding], share: float) -> None:
+        """Holdings on the pool's one node (named like the pool)."""
         for h in holdings:
-            self._execute(
-                "INSERT INTO holdings (decision_id, pool, device, profile, start, units, share) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (ident, pool, h.device, h.profile, h.start, h.units, share),
-            )
+            self._insert_holding(ident, pool, pool, h, share, None)
+
+    def _insert_holding(self, ident: str, pool: str, node: str, h: Holding, share: float, shares: int | None) -> None:
+        self._execute(
+            "INSERT INTO holdings (decision_id, pool, node, device, profile, start, units, share, shares) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (ident, pool, node, h.device, h.profile, h.start, h.units, share, shares),
+        )
 
     def release(self, ident: str, at: str) -> str:
         found = self._execute("UPDATE allocations SET released_at = ? WHERE decision_id = ? AND released_at IS NULL RETURNING pool", (at, ident))

@@ -48,11 +48,44 @@ class PoolRow:
 
 @dataclass(frozen=True)
 class HeldRow:
-    """A device (or slice) a live grant holds, and its share of a device."""
+    """A device (or slice, or share) a live grant holds, and its share of a device: on ``node``
+    (a pool counted as one node: the pool's name; None: recorded before grants named nodes), and
+    for a share of a shared device, how many of the device's shares (``shares``)."""
 
     decision_id: str
     holding: Holding
     share: float
+    node: str | None = None
+    shares: int | None = None
+    pool: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeGrantRow:
+    """What a live grant holds of one node's own CPU and memory (``position``: the node's place in
+    the gang)."""
+
+    decision_id: str
+    pool: str
+    node: str
+    position: int
+    cpu_milli: int
+    memory_mib: int
+
+
+@dataclass(frozen=True)
+class NodeUsageRow:
+    """What a scheduler reports busy on a node of a pool beyond this layer's own submitted grants:
+    whole ``devices`` (``indices`` where it names them), ``shares`` of shared devices, CPU
+    millicores and memory MiB (None: not reported)."""
+
+    pool: str
+    node: str
+    devices: int = 0
+    indices: tuple[int, ...] = ()
+    shares: int = 0
+    cpu_milli: int | None = None
+    memory_mib: int | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +171,20 @@ class NewDecision:
     # When the chosen pool was expected to start it (RFC 3339 UTC; None: no estimate) and who said so.
     estimated_start: str | None = None
     estimate_source: str | None = None
+    # A node-tracked grant node by node: each node's holdings (or its share: (device, shares) with
+    # the share of a device it is), CPU and memory. Empty: ``holdings`` on the pool's one node.
+    nodes: tuple[NewNodeGrant, ...] = ()
+
+
+@dataclass(frozen=True)
+class NewNodeGrant:
+    """What a new grant holds on one node."""
+
+    node: str
+    holdings: tuple[Holding, ...] = ()
+    share: tuple[int, int, float] | None = None  # (device, shares, share of the device)
+    cpu_milli: int = 0
+    memory_mib: int = 0
 
 
 class Transaction(Protocol):
@@ -163,6 +210,28 @@ class Transaction(Protocol):
 
     def held(self, pool: str) -> list[HeldRow]:
         """What the live grants on ``pool`` hold."""
+        ...
+
+    def held_in(self, pools: Sequence[str], *, submitted: bool = False) -> list[HeldRow]:
+        """What the live grants on ``pools`` hold (``submitted``: only those handed to a
+        scheduler), each row naming its pool."""
+        ...
+
+    def node_grants(self, pools: Sequence[str], *, submitted: bool = False) -> list[NodeGrantRow]:
+        """The CPU and memory the live grants on ``pools`` hold, node by node."""
+        ...
+
+    def node_usage(self, pools: Sequence[str]) -> list[NodeUsageRow]:
+        """What schedulers report busy on the nodes of ``pools`` beyond this layer's grants."""
+        ...
+
+    def set_node_usage(self, pool: str, rows: Sequence[NodeUsageRow], scheduler: str) -> None:
+        """Replace what ``pool``'s scheduler reports busy on its nodes (nodes not in ``rows``: none)."""
+        ...
+
+    def move_holding(self, row: HeldRow, node: str, device: int) -> None:
+        """Give a live holding its node (and its device's index there): grants recorded before
+        grants named nodes."""
         ...
 
     def holders(self, pool: str) -> list[str]:
@@ -267,6 +336,11 @@ class Rows(Protocol):
         """The digest of the packing rules the stored capacities were worked out with."""
         ...
 
+    def node_rows(self, pools: Sequence[str]) -> tuple[list[HeldRow], list[NodeGrantRow], list[NodeUsageRow]]:
+        """What the live grants on ``pools`` hold (devices, then CPU and memory node by node) and
+        what schedulers report busy on their nodes, in one consistent read."""
+        ...
+
     def capacities_at(self, version: int) -> dict[str, str]:
         """Every pool's capacity (text) at state version ``version``: its latest logged capacity
         at or before it."""
@@ -296,7 +370,9 @@ AUDITED: Final[Mapping[str, tuple[tuple[str, ...], str]]] = {
         "job_uid", "job_state", "lease_expires_ts", "larger_partition", "estimated_start", "estimate_source", "submitted_at",
     ), "id"),
     "allocations": (("decision_id", "pool", "devices", "created_at", "released_at"), "decision_id"),
-    "holdings": (("decision_id", "pool", "device", "profile", "start", "units", "share"), "decision_id, device"),
+    "holdings": (("decision_id", "pool", "device", "profile", "start", "units", "share", "node", "shares"), "decision_id, node, device"),
+    "node_grants": (("decision_id", "pool", "node", "position", "cpu_milli", "memory_mib"), "decision_id, position"),
+    "node_usage": (("pool", "node", "devices", "indices", "shares", "cpu_milli", "memory_mib", "scheduler"), "pool, node"),
     "burst_events": (("id", "created_at", "decision_id", "workload", "residency", "pool", "region", "verdict", "reason_code", "reason"), "id"),
     "pools": (("name", "spec", "count", "held_outside", "free", "capacity", "version", "removed_at", "removing_since"), "name"),
     "capacity_log": (("version", "pool", "capacity"), "version, pool"),

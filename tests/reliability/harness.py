@@ -10,7 +10,10 @@ were told:
   placed decision holds exactly one allocation, any other none; releases match their entries;
 - the live allocations equal the replay's final holdings, pool by pool;
 - the chain verifies (and SQLite's integrity_check passes);
-- the decisions stored are exactly those placers were handed: none lost, none extra.
+- the decisions stored are exactly those placers were handed: none lost, none extra;
+- node by node (a node a pool names is one node whatever pools list it): no device is held
+  whole twice, or whole beside a slice or a share; no device's slices or shares add up to more
+  than the device; no node's live grants hold more CPU or memory than it has.
 """
 
 from __future__ import annotations
@@ -250,7 +253,22 @@ def violations(backend: Backend, reports: Sequence[PlacerReport] | None = None) 
                 check = db.execute("PRAGMA integrity_check").fetchone()[0]
                 if check != "ok":
                     found.append(f"sqlite integrity_check: {check}")
-        live = {s.pool.name: s.pool.count - s.free for s in map(state_of, store.rows().pools)}
+            holdings = db.execute(
+                "SELECT h.pool, h.node, h.device, h.profile, h.share, h.shares FROM holdings h "
+                "JOIN allocations a ON a.decision_id = h.decision_id WHERE a.released_at IS NULL"
+            ).fetchall()
+            node_grants = db.execute(
+                "SELECT g.pool, g.node, g.cpu_milli, g.memory_mib FROM node_grants g "
+                "JOIN allocations a ON a.decision_id = g.decision_id WHERE a.released_at IS NULL"
+            ).fetchall()
+        states = list(map(state_of, store.rows().pools))
+        found += node_violations({s.pool.name: s.pool for s in states}, holdings, node_grants)
+        # A node-tracked pool's devices free leave out nodes that are not up: count what is held.
+        held_live: dict[str, float] = {}
+        for ident, (pool_name, amount, released) in allocations.items():
+            if released is None:
+                held_live[pool_name] = held_live.get(pool_name, 0.0) + amount
+        live = {s.pool.name: (held_live.get(s.pool.name, 0.0) if s.pool.node_tracked else s.pool.count - s.free) for s in states}
     finally:
         store.close()
 
@@ -310,6 +328,59 @@ def violations(backend: Backend, reports: Sequence[PlacerReport] | None = None) 
         for r in reports:
             found += [f"decision {i} reported placed, stored {decisions[i][0]}" for i in r.placed if i in decisions and decisions[i][0] != "placed"]
             found += [f"decision {i} reported released, stored unreleased" for i in r.released if i in decisions and decisions[i][1] is None]
+    return found
+
+
+def node_violations(pools: dict[str, Pool], holdings: Sequence[Sequence[Any]], node_grants: Sequence[Sequence[Any]]) -> list[str]:
+    """What live holdings (pool, node, device, profile, share, shares) and node grants (pool, node,
+    cpu_milli, memory_mib) hold twice, node by node. A node a pool names is the same node in every
+    pool naming it (its devices the same devices where the pools' accelerator, model and scheduler
+    resource are the same); a node a pool only counts is its own."""
+    found: list[str] = []
+
+    def key(pool: str, node: str) -> tuple[str, str]:
+        p = pools.get(pool)
+        return ("", node) if p is not None and p.nodes_named else (pool, node)
+
+    def kind(pool: str) -> str:
+        p = pools.get(pool)
+        return repr((p.accelerator, p.model, p.gres_type, p.fixed_profile)) if p is not None else pool
+
+    sizes: dict[tuple[str, str], tuple[int, int | None, int | None, int | None]] = {}
+    for p in pools.values():
+        for n in p.node_list():
+            sizes[key(p.name, n.name)] = (n.devices, n.cpu_milli, n.memory_mib, p.shares_per_device)
+    per_device: dict[tuple[str, str, str, int], list[tuple[str | None, float, int | None]]] = {}
+    for pool, node, device, profile, share, shares in holdings:
+        k = key(str(pool), str(node))
+        if k in sizes and not 0 <= int(device) < sizes[k][0]:
+            found.append(f"node {node}: device {device} beyond its {sizes[k][0]} devices")
+        per_device.setdefault((*k, kind(str(pool)), int(device)), []).append((profile, float(share), None if shares is None else int(shares)))
+    for (_, node, _, device), held in sorted(per_device.items()):
+        whole = [h for h in held if h[0] is None and h[2] is None]
+        if whole and len(held) > 1:
+            found.append(f"node {node}: device {device} held whole and {len(held) - 1} more time(s)")
+        if sum(h[1] for h in held if h[0] is not None) > 1 + TOLERANCE:
+            found.append(f"node {node}: device {device} holds slices of more than a device")
+        shared = [h for h in held if h[2] is not None]
+        if shared and len(shared) < len(held):
+            found.append(f"node {node}: device {device} shared beside a whole device or a slice")
+        if shared and sum(h[1] for h in shared) > 1 + TOLERANCE:
+            found.append(f"node {node}: device {device} shared beyond its shares")
+    cpu: dict[tuple[str, str], int] = {}
+    memory: dict[tuple[str, str], int] = {}
+    for pool, node, cpu_milli, memory_mib in node_grants:
+        k = key(str(pool), str(node))
+        cpu[k] = cpu.get(k, 0) + int(cpu_milli)
+        memory[k] = memory.get(k, 0) + int(memory_mib)
+    for k, used in sorted(cpu.items()):
+        total = sizes.get(k, (0, None, None, None))[1]
+        if total is not None and used > total:
+            found.append(f"node {k[1]}: grants hold {used} CPU milli of {total}")
+    for k, used in sorted(memory.items()):
+        total = sizes.get(k, (0, None, None, None))[2]
+        if total is not None and used > total:
+            found.append(f"node {k[1]}: grants hold {used} MiB of {total}")
     return found
 
 

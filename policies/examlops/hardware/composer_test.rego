@@ -129,11 +129,15 @@ test_signature_is_the_union_of_declared_reads if {
 test_signature_fields if {
 	sig := composer.signature with checks as core_checks
 	sig == {
-		"shape": ["accelerator", "capabilities", "fixed_profile", "model", "region", "spot", "supports_fractions", "target"],
+		"shape": [
+			"accelerator", "capabilities", "fixed_profile", "model", "region", "shares_per_device", "sharing", "spot",
+			"supports_fractions", "target",
+		],
 		"workload": [
 			"accelerator", "allow_budget_fallback", "allow_burst", "allow_cpu_fallback", "capabilities", "carbon_weight",
-			"count", "data_region", "deadline", "engine", "fraction", "max_carbon_per_hour", "max_cost_per_hour", "max_wait",
-			"optimize", "project", "residency", "spot", "target",
+			"count", "cpu", "data_region", "deadline", "engine", "fraction", "isolation", "max_carbon_per_hour",
+			"max_cost_per_hour", "max_wait", "memory", "models", "nodes", "optimize", "project", "residency", "spot",
+			"target", "topology", "topology_mode",
 		],
 	}
 }

@@ -6,13 +6,20 @@
 #   shares (data.examlops.tables.partitioning, by model where the pool names one, else by vendor):
 #   the smallest share that covers the request, or, when that one has no room now, a larger share
 #   that covers it (alternatives: smallest first, each flagged larger and priced as granted; the
-#   caller takes the first with room that the budget allows). A pool whose scheduler exposes fixed slices
-#   (fixed_profile, e.g. Slurm's gpu:1g.10gb) gives its slices as they are. Elsewhere the workload
-#   gets whole devices and the grant says so (honored = false) with the reason.
+#   caller takes the first with room that the budget allows). A pool whose scheduler exposes fixed
+#   slices (fixed_profile, e.g. Slurm's gpu:1g.10gb) gives its slices as they are. A pool that shares
+#   its devices (sharing: time-slice or mps, in shares_per_device shares) gives a fraction as the
+#   fewest shares of ONE device that cover it, and says it is shared without isolation. Elsewhere
+#   the workload gets whole devices and the grant says so (honored = false) with the reason.
+#
+#   The grant (and each alternative) also says what the pool must hold per node: units (devices or
+#   slices) or shares on each of `nodes` nodes (a gang, all or nothing), beside cpu_milli and
+#   memory_mib of each node's own, and the topology level the gang's nodes must share when it is
+#   required (null otherwise). devices, what is priced and accounted, counts every node of the gang.
 # custom:
 #   reads:
-#     shape: [accelerator, model, supports_fractions, fixed_profile]
-#     workload: [fraction, count]
+#     shape: [accelerator, model, supports_fractions, fixed_profile, sharing, shares_per_device]
+#     workload: [fraction, count, nodes, cpu, memory, topology, topology_mode]
 package examlops.hardware.fractions
 
 import data.examlops.tables.partitioning
@@ -31,16 +38,54 @@ scheme_name(shape) := partitioning.by_vendor[shape.accelerator] if model(shape) 
 
 scheme(shape) := partitioning.schemes[scheme_name(shape)]
 
-# grant.units of grant.profile (null: whole devices) is what the pool's capacity must hold;
-# grant.devices is the share of devices held, which is what is priced and accounted.
-grant(shape, w) := fixed(shape, w) if {
+# grant.units of grant.profile (null: whole devices), or grant.shares of one device, on each of
+# grant.nodes nodes, is what the pool's capacity must hold; grant.devices is the share of devices
+# held, which is what is priced and accounted.
+grant(shape, w) := per_node(per_device(shape, w), w)
+
+# A grant of one device's worth (whole devices, slices or a share) with what it asks of each node.
+per_node(d, w) := object.union(d, {
+	"nodes": gang(w),
+	"cpu_milli": milli(object.get(w, "cpu", null)),
+	"memory_mib": mib(object.get(w, "memory", null)),
+	"shares": object.get(d, "shares", null),
+	"topology": required_topology(w),
+	"devices": d.devices * gang(w),
+})
+
+per_device(shape, w) := fixed(shape, w) if {
 	fixed_profile(shape) != null
 } else := whole(w, true, null) if {
 	w.fraction >= 1
 } else := partial(shape, w) if {
 	shape.supports_fractions == true
 	scheme_name(shape)
+} else := shared(shape, w) if {
+	object.get(shape, "sharing", null) != null
+	is_number(object.get(shape, "shares_per_device", null))
 } else := whole(w, false, why_not(shape))
+
+# A gang of this many nodes (a workload that does not say: one).
+gang(w) := n if {
+	n := object.get(w, "nodes", 1)
+	is_number(n)
+} else := 1
+
+milli(cpu) := round(cpu * 1000) if {
+	is_number(cpu)
+} else := 0
+
+mib(memory) := memory if {
+	is_number(memory)
+} else := 0
+
+# The level a gang's nodes must share; null when there is none, it is only preferred, or there is
+# no gang (one node is always together).
+required_topology(w) := t if {
+	t := object.get(w, "topology", null)
+	object.get(w, "topology_mode", null) != "preferred"
+	gang(w) > 1
+} else := null
 
 whole(w, honored, why) := {
 	"requested": w.fraction,
@@ -82,11 +127,33 @@ partial(shape, w) := {
 	s := covering[0]
 }
 
+# A shared device: the fewest of its shares that cover the fraction, on ONE device, without
+# isolation (time-slicing isolates neither memory nor faults; MPS can limit memory, never faults).
+shared(shape, w) := {
+	"requested": w.fraction,
+	"honored": true,
+	"share": k / n,
+	"units": 1,
+	"devices": k / n,
+	"scheme": shape.sharing,
+	"geometry": null,
+	"profile": null,
+	"why": null,
+	"note": sprintf(
+		"fraction %v shared without isolation (%s: %d of %d shares of one device)",
+		[w.fraction, shape.sharing, k, n],
+	),
+	"shares": k,
+} if {
+	n := shape.shares_per_device
+	k := min([n, max([1, ceil((w.fraction * n) - 0.000000001)])])
+}
+
 # The larger shares that also cover the request, smallest first: what a pool gives instead when the
 # smallest covering share (the grant) has no room now. Each is a grant of its own, flagged larger,
 # whose devices are what is priced and budgeted; its note says why the workload holds more than it
 # asked for. Empty where the grant is not a share cut for the request (whole devices, fixed slices).
-alternatives(shape, w) := [larger(sc, s, w, g) |
+alternatives(shape, w) := [per_node(larger(sc, s, w, g), w) |
 	fixed_profile(shape) == null
 	w.fraction < 1
 	shape.supports_fractions == true

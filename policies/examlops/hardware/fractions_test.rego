@@ -26,6 +26,11 @@ test_whole_device_grant_fields if {
 		"profile": null,
 		"why": null,
 		"note": null,
+		"nodes": 1,
+		"cpu_milli": 0,
+		"memory_mib": 0,
+		"shares": null,
+		"topology": null,
 	}
 }
 
@@ -98,6 +103,11 @@ test_partial_grant_fields if {
 		"profile": "4g.40gb",
 		"why": null,
 		"note": null,
+		"nodes": 1,
+		"cpu_milli": 0,
+		"memory_mib": 0,
+		"shares": null,
+		"topology": null,
 	}
 }
 
@@ -306,9 +316,60 @@ test_every_slice_packs_in_its_geometry[name] if {
 
 test_about_reads if {
 	fractions.about.custom.reads == {
-		"shape": ["accelerator", "model", "supports_fractions", "fixed_profile"],
-		"workload": ["fraction", "count"],
+		"shape": ["accelerator", "model", "supports_fractions", "fixed_profile", "sharing", "shares_per_device"],
+		"workload": ["fraction", "count", "nodes", "cpu", "memory", "topology", "topology_mode"],
 	}
+}
+
+# --- what a grant asks of each node ---------------------------------------------------------------
+
+test_a_gang_asks_each_node_the_same_and_is_priced_for_all if {
+	w := {"fraction": 1, "count": 4, "nodes": 2, "cpu": 1.5, "memory": 65536, "topology": "same-switch", "topology_mode": "required"}
+	g := fractions.grant(nvidia({"model": "h100"}), w)
+	[g.units, g.nodes, g.cpu_milli, g.memory_mib, g.topology, g.devices] == [4, 2, 1500, 65536, "same-switch", 8]
+}
+
+test_one_node_is_always_together if {
+	g := fractions.grant(nvidia({}), {"fraction": 1, "count": 1, "topology": "same-block", "topology_mode": "required"})
+	g.topology == null
+}
+
+test_a_preferred_topology_is_not_required_of_capacity if {
+	g := fractions.grant(nvidia({}), {"fraction": 1, "count": 1, "nodes": 2, "topology": "same-block", "topology_mode": "preferred"})
+	g.topology == null
+	g.devices == 2
+}
+
+# --- shared devices: the fewest shares of one device that cover the fraction ------------------------
+
+t4_shared(sharing, n) := nvidia({"model": "t4", "supports_fractions": false, "sharing": sharing, "shares_per_device": n})
+
+shared_cases := {
+	"a quarter of 4 shares is one": {"shape": t4_shared("time-slice", 4), "fraction": 0.25, "shares": 1, "share": 0.25},
+	"0.3 of 4 shares is two": {"shape": t4_shared("time-slice", 4), "fraction": 0.3, "shares": 2, "share": 0.5},
+	"0.999 of 4 shares is four": {"shape": t4_shared("mps", 4), "fraction": 0.999, "shares": 4, "share": 1},
+	"a tiny fraction is at least one share": {"shape": t4_shared("time-slice", 16), "fraction": 0.001, "shares": 1, "share": 1 / 16},
+	"thousandths": {"shape": t4_shared("mps", 1000), "fraction": 0.125, "shares": 125, "share": 0.125},
+}
+
+test_a_fraction_on_a_shared_pool_is_shares_of_one_device[name] if {
+	some name, tc in shared_cases
+	g := fractions.grant(tc.shape, {"fraction": tc.fraction, "count": 1})
+	[g.honored, g.shares, g.units, g.profile, g.scheme, g.nodes] == [true, tc.shares, 1, null, tc.shape.sharing, 1]
+	abs(g.share - tc.share) < 0.000001
+	abs(g.devices - tc.share) < 0.000001
+	contains(g.note, "shared without isolation")
+}
+
+test_an_isolated_slice_wins_over_a_shared_device if {
+	shape := object.union(t4_shared("time-slice", 4), {"model": "h100", "supports_fractions": true})
+	g := fractions.grant(shape, {"fraction": 0.25, "count": 1})
+	[g.profile, g.shares, g.scheme] == ["2g.20gb", null, "mig"]
+}
+
+test_a_whole_device_on_a_shared_pool_is_a_whole_device if {
+	g := fractions.grant(t4_shared("time-slice", 4), {"fraction": 1, "count": 2})
+	[g.shares, g.units, g.devices, g.scheme] == [null, 2, 2, null]
 }
 
 # --- larger shares that also cover the request (alternatives) -----------------------------------------
@@ -347,4 +408,13 @@ no_alternative_cases := {
 test_no_alternatives_where_no_larger_share_is_cut[name] if {
 	some name, tc in no_alternative_cases
 	fractions.alternatives(tc.shape, tc.w) == []
+}
+
+test_alternatives_ask_each_node_what_the_grant_asks if {
+	w := object.union(share(0.25), {"cpu": 2, "memory": 1024})
+	alts := fractions.alternatives(amd({"model": "mi300x"}), w)
+	[[a.profile, a.nodes, a.cpu_milli, a.memory_mib, a.shares, a.topology] | some a in alts] == [
+		["dpx", 1, 2000, 1024, null, null],
+		["spx", 1, 2000, 1024, null, null],
+	]
 }

@@ -411,6 +411,13 @@ test_decision_carries_the_normalized_workload if {
 		"project": null,
 		"spot": "never",
 		"allow_budget_fallback": true,
+		"cpu": null,
+		"memory": null,
+		"nodes": 1,
+		"topology": null,
+		"topology_mode": null,
+		"models": [],
+		"isolation": "any",
 	}
 }
 

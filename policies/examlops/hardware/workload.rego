@@ -7,7 +7,7 @@
 #   reads:
 #     workload: [accelerator, engine, capabilities, target, fraction, count, residency, allow_burst,
 #       data_region, allow_cpu_fallback, optimize, carbon_weight, max_cost_per_hour, max_carbon_per_hour,
-#       project, spot, allow_budget_fallback]
+#       project, spot, allow_budget_fallback, cpu, memory, nodes, topology, topology_mode, models, isolation]
 #   codes:
 #     accelerator_unknown: {kind: never, meaning: invalid workload (unknown accelerator)}
 #     engine_unknown: {kind: never, meaning: invalid workload (unknown engine)}
@@ -24,12 +24,20 @@
 #       meaning: "invalid workload (optimize is not one of the objectives in vocabulary.yaml)"
 #     project_unknown: {kind: never, meaning: the workload's project is not in the budgets table}
 #     spot_unknown: {kind: never, meaning: "invalid workload (spot is not never, allow or require)"}
+#     model_unknown: {kind: never, meaning: "the workload names a device model that is not in the models table"}
+#     nodes_invalid:
+#       kind: never
+#       meaning: "invalid workload (nodes not a whole number of at least 1, or not 1 with a fraction below 1)"
+#     topology_unknown: {kind: never, meaning: "invalid workload (topology is not same-block or same-switch)"}
+#     topology_mode_unknown: {kind: never, meaning: "invalid workload (topology_mode is not required or preferred)"}
+#     isolation_unknown: {kind: never, meaning: "invalid workload (isolation is not required or any)"}
 package examlops.hardware.workload
 
 import data.examlops.hardware.reason
 import data.examlops.tables.accelerators
 import data.examlops.tables.budgets
 import data.examlops.tables.engines
+import data.examlops.tables.models
 import data.examlops.tables.regions
 import data.examlops.tables.vocabulary
 
@@ -61,6 +69,14 @@ defaults := {
 	"project": null,
 	"spot": "never",
 	"allow_budget_fallback": true,
+	# What a workload asks of each node it runs on, and of its gang.
+	"cpu": null,
+	"memory": null,
+	"nodes": 1,
+	"topology": null,
+	"topology_mode": null,
+	"models": [],
+	"isolation": "any",
 }
 
 # The workload with defaults filled in for absent fields.
@@ -74,30 +90,54 @@ known := {
 	"residency": residencies,
 	"optimize": objectives,
 	"spot": {s | some s in vocabulary.spot},
+	"topology": {t | some t in vocabulary.topologies},
+	"topology_mode": {m | some m in vocabulary.topology_modes},
+	"isolation": {i | some i in vocabulary.isolations},
 }
 
 errors(w) := [e |
-	some e in [
-		# Required fields without a default: an absent one is invalid, not silently skipped.
-		unknown("accelerator", object.get(w, "accelerator", null), known.accelerator),
-		unknown("engine", object.get(w, "engine", null), known.engine),
-		unknown("target", w.target, known.target),
-		unknown("residency", w.residency, known.residency),
-		data_region_error(w.data_region),
-		fraction_error(w.fraction),
-		count_error(w.count, w.fraction),
-		type_error("capabilities", w.capabilities, is_tags(w.capabilities)),
-		type_error("allow_burst", w.allow_burst, is_boolean(w.allow_burst)),
-		type_error("allow_cpu_fallback", w.allow_cpu_fallback, is_boolean(w.allow_cpu_fallback)),
-		unknown("optimize", w.optimize, known.optimize),
-		type_error("carbon_weight", w.carbon_weight, is_share(w.carbon_weight)),
-		type_error("max_cost_per_hour", w.max_cost_per_hour, is_cap(w.max_cost_per_hour)),
-		type_error("max_carbon_per_hour", w.max_carbon_per_hour, is_cap(w.max_carbon_per_hour)),
-		project_error(w.project),
-		unknown("spot", w.spot, known.spot),
-		type_error("allow_budget_fallback", w.allow_budget_fallback, is_boolean(w.allow_budget_fallback)),
-	]
+	some e in array.concat(
+		[
+			# Required fields without a default: an absent one is invalid, not silently skipped.
+			unknown("accelerator", object.get(w, "accelerator", null), known.accelerator),
+			unknown("engine", object.get(w, "engine", null), known.engine),
+			unknown("target", w.target, known.target),
+			unknown("residency", w.residency, known.residency),
+			data_region_error(w.data_region),
+			fraction_error(w.fraction),
+			count_error(w.count, w.fraction),
+			type_error("capabilities", w.capabilities, is_tags(w.capabilities)),
+			type_error("allow_burst", w.allow_burst, is_boolean(w.allow_burst)),
+			type_error("allow_cpu_fallback", w.allow_cpu_fallback, is_boolean(w.allow_cpu_fallback)),
+			unknown("optimize", w.optimize, known.optimize),
+			type_error("carbon_weight", w.carbon_weight, is_share(w.carbon_weight)),
+			type_error("max_cost_per_hour", w.max_cost_per_hour, is_cap(w.max_cost_per_hour)),
+			type_error("max_carbon_per_hour", w.max_carbon_per_hour, is_cap(w.max_carbon_per_hour)),
+			project_error(w.project),
+			unknown("spot", w.spot, known.spot),
+			type_error("allow_budget_fallback", w.allow_budget_fallback, is_boolean(w.allow_budget_fallback)),
+		],
+		node_errors(w),
+	)
 	e != null
+]
+
+# What a workload asks of nodes: checked only when it asks anything (most workloads do not).
+node_fields := ["cpu", "memory", "nodes", "topology", "topology_mode", "models", "isolation"]
+
+node_defaults := object.filter(defaults, node_fields)
+
+node_errors(w) := [] if {
+	object.filter(w, node_fields) == node_defaults
+} else := [
+	type_error("cpu", w.cpu, is_amount(w.cpu)),
+	type_error("memory", w.memory, is_amount(w.memory)),
+	nodes_error(w.nodes, w.fraction),
+	optional("topology", w.topology),
+	optional("topology_mode", w.topology_mode),
+	unknown("isolation", w.isolation, known.isolation),
+	type_error("models", w.models, is_tags(w.models)),
+	model_error(w.models),
 ]
 
 unknown(field, value, known) := null if {
@@ -202,3 +242,50 @@ type_error(field, value, false) := reason.make(
 	sprintf("%s has the wrong type (got %v)", [field, value]),
 	{"field": field, "value": value},
 )
+
+# An optional enumerated field: absent (null), or one of the known values.
+optional(_, null) := null
+
+optional(field, value) := unknown(field, value, known[field]) if value != null
+
+# CPU cores and memory MiB per node: absent, or a number above 0.
+is_amount(v) if {
+	v == null
+} else if {
+	is_number(v)
+	v > 0
+} else := false
+
+nodes_error(n, f) := null if {
+	is_number(n)
+	n >= 1
+	n == floor(n)
+	one_node_with_a_fraction(n, f)
+} else := reason.make(
+	"nodes_invalid",
+	"never",
+	sprintf("nodes %v must be a whole number of at least 1 (and exactly 1 with a fraction below 1)", [n]),
+	{"field": "nodes", "value": n},
+)
+
+one_node_with_a_fraction(_, f) if not is_number(f)
+
+one_node_with_a_fraction(_, f) if f >= 1
+
+one_node_with_a_fraction(1, f) if f < 1
+
+# A model the table does not know is refused, never matched by accident.
+model_error(ms) := null if {
+	not is_tags(ms)
+} else := null if {
+	every m in ms {
+		models[lower(m)]
+	}
+} else := reason.make(
+	"model_unknown",
+	"never",
+	sprintf("model(s) %v are not in the models table (policies/examlops/tables/models.yaml)", [unknown_models(ms)]),
+	{"field": "models", "value": unknown_models(ms)},
+)
+
+unknown_models(ms) := sort([m | some m in ms; not models[lower(m)]])

@@ -31,6 +31,13 @@ test_normalize_fills_every_default if {
 		"project": null,
 		"spot": "never",
 		"allow_budget_fallback": true,
+		"cpu": null,
+		"memory": null,
+		"nodes": 1,
+		"topology": null,
+		"topology_mode": null,
+		"models": [],
+		"isolation": "any",
 	}
 }
 
@@ -151,6 +158,31 @@ test_vocabulary_table if {
 # --- invalid workloads: each case the one error it gives -----------------------------------------
 
 invalid_cases := {
+	"unknown model": {
+		"w": train({"models": ["x9000"]}),
+		"code": "model_unknown",
+		"details": {"field": "models", "value": ["x9000"]},
+	},
+	"gang with a fraction": {
+		"w": train({"nodes": 2, "fraction": 0.5}),
+		"code": "nodes_invalid",
+		"details": {"field": "nodes", "value": 2},
+	},
+	"unknown topology": {
+		"w": train({"topology": "same-rack"}),
+		"code": "topology_unknown",
+		"details": {"field": "topology", "value": "same-rack"},
+	},
+	"unknown topology mode": {
+		"w": train({"topology": "same-block", "topology_mode": "often"}),
+		"code": "topology_mode_unknown",
+		"details": {"field": "topology_mode", "value": "often"},
+	},
+	"unknown isolation": {
+		"w": train({"isolation": "strict"}),
+		"code": "isolation_unknown",
+		"details": {"field": "isolation", "value": "strict"},
+	},
 	"unknown accelerator": {
 		"w": train({"accelerator": "gpu"}),
 		"code": "accelerator_unknown",
@@ -531,6 +563,48 @@ test_table_override_adds_a_region if {
 	codes(train({"data_region": "mars-1"})) == [] with data.examlops.tables.regions as {"mars-1": {"country": "MA"}}
 }
 
+# --- what a workload asks of nodes ---------------------------------------------------------------
+
+test_node_asks_that_are_well_formed_are_valid if {
+	codes(train({
+		"cpu": 1.5, "memory": 65536, "nodes": 4, "count": 8, "topology": "same-switch", "topology_mode": "preferred",
+		"models": ["h100", "A100"], "isolation": "required",
+	})) == []
+}
+
+test_a_gang_is_a_whole_number_of_nodes_and_one_with_a_fraction[name] if {
+	some name, [w, want] in {
+		"zero": [{"nodes": 0}, ["nodes_invalid"]],
+		"part": [{"nodes": 1.5}, ["nodes_invalid"]],
+		"text": [{"nodes": "2"}, ["nodes_invalid"]],
+		"fraction": [{"nodes": 2, "fraction": 0.5}, ["nodes_invalid"]],
+		"one with a fraction": [{"nodes": 1, "fraction": 0.5}, []],
+	}
+	codes(train(w)) == want
+}
+
+test_cpu_and_memory_are_amounts_above_zero[name] if {
+	some name, w in {"no cpu": {"cpu": 0}, "text cpu": {"cpu": "8"}, "negative memory": {"memory": -1}}
+	codes(train(w)) == ["field_invalid"]
+}
+
+test_topology_words_come_from_the_vocabulary if {
+	codes(train({"topology": "same-rack", "topology_mode": "sometimes", "isolation": "strict"})) == [
+		"topology_unknown", "topology_mode_unknown", "isolation_unknown",
+	]
+}
+
+test_a_model_the_table_does_not_know_is_refused if {
+	[e] := errors_of(train({"models": ["h100", "x9000", "b-1"]}))
+	e.code == "model_unknown"
+	e.details.value == ["b-1", "x9000"]
+	contains(e.message, "are not in the models table")
+}
+
+test_models_must_be_a_list_of_names if {
+	codes(train({"models": "h100"})) == ["field_invalid"]
+}
+
 # --- metadata -------------------------------------------------------------------------------------
 
 test_about_reads_every_workload_field if {
@@ -538,7 +612,8 @@ test_about_reads_every_workload_field if {
 	workload.about.custom.reads.workload == [
 		"accelerator", "engine", "capabilities", "target", "fraction", "count", "residency", "allow_burst",
 		"data_region", "allow_cpu_fallback", "optimize", "carbon_weight", "max_cost_per_hour", "max_carbon_per_hour",
-		"project", "spot", "allow_budget_fallback",
+		"project", "spot", "allow_budget_fallback", "cpu", "memory", "nodes", "topology", "topology_mode", "models",
+		"isolation",
 	]
 }
 

@@ -6,6 +6,12 @@
 #   (a MIG instance whose run of memory slices overlaps none held, or a partition of the mode the
 #   device already runs). The store says what is placeable per pool (empty devices, and how many of
 #   each slice profile could still be placed); this check compares.
+#
+#   A node-tracked pool's capacity says it node by node (capacity.nodes: its up nodes' room,
+#   identical rows counted once): the grant fits when as many nodes as the grant asks (a gang: all
+#   of them; within one block or switch when its topology is required) each hold what it asks of
+#   one node: its devices (whole devices, a slice, or its shares on one device already shared or on
+#   a free one), its CPU and its memory. A pool that is one node counted as before cannot hold a gang.
 # custom:
 #   order: 90
 #   stage: pool
@@ -17,8 +23,12 @@
 #     slice_unavailable:
 #       kind: not_now
 #       meaning: no device of the pool has room for the granted slice beside the slices it holds
+#     share_unavailable:
+#       kind: not_now
+#       meaning: "no device of the pool has the shares asked free (on a node with the CPU and memory asked)"
 package examlops.hardware.checks.capacity
 
+import data.examlops.hardware.asks
 import data.examlops.hardware.reason
 
 # The annotations above, for the placement package.
@@ -34,17 +44,109 @@ else := false
 
 # A pool that does not state its capacity has none: fail closed.
 fits(grant, capacity) if {
+	object.get(capacity, "nodes", null) == null
+	asks.nodes(grant) == 1
 	grant.profile == null
 	object.get(capacity, "whole", 0) >= grant.units
 }
 
 fits(grant, capacity) if {
+	object.get(capacity, "nodes", null) == null
+	asks.nodes(grant) == 1
 	grant.profile != null
 	object.get(object.get(capacity, "slices", {}), grant.profile, 0) >= grant.units
 }
 
+fits(grant, capacity) if {
+	rows := object.get(capacity, "nodes", null)
+	is_array(rows)
+	enough(grant, rows)
+}
+
+# Node rows: {whole, cpu, memory, shares, slices, block, switch, count}.
+enough(grant, rows) if {
+	object.get(grant, "topology", null) == null
+	sum([r.count | some r in rows; holds(r, grant)]) >= asks.nodes(grant)
+}
+
+enough(grant, rows) if {
+	lvl := asks.level(grant.topology)
+	some group in {r[lvl] | some r in rows; r[lvl] != null}
+	sum([r.count | some r in rows; r[lvl] == group; holds(r, grant)]) >= asks.nodes(grant)
+}
+
+holds(r, grant) if {
+	devices_free(r, grant)
+	within(r.cpu, asks.cpu_milli(grant))
+	within(r.memory, asks.memory_mib(grant))
+}
+
+within(null, _)
+
+within(free, asked) if free >= asked
+
+devices_free(r, grant) if {
+	object.get(grant, "shares", null) != null
+	r.whole >= 1
+}
+
+devices_free(r, grant) if {
+	object.get(grant, "shares", null) != null
+	r.shares >= grant.shares
+}
+
+devices_free(r, grant) if {
+	object.get(grant, "shares", null) == null
+	grant.profile == null
+	r.whole >= grant.units
+}
+
+devices_free(r, grant) if {
+	object.get(grant, "shares", null) == null
+	grant.profile != null
+	object.get(r.slices, grant.profile, 0) >= grant.units
+}
+
 # The reason a pool short of capacity gets; the same for every pool of a shape.
-shortfall(shape, grant) := reason.make(
+shortfall(shape, grant) := per_node_shortfall(shape, grant) if {
+	per_node(grant)
+} else := per_device_shortfall(shape, grant)
+
+# Whether the grant asks anything of a node beyond its devices.
+per_node(grant) if asks.nodes(grant) > 1
+
+per_node(grant) if asks.cpu_milli(grant) > 0
+
+per_node(grant) if asks.memory_mib(grant) > 0
+
+per_node(grant) if object.get(grant, "shares", null) != null
+
+per_node_shortfall(shape, grant) := reason.make(
+	code_of(grant, shape),
+	"not_now",
+	sprintf("needs %s free on %s, more than are free", [asks.node_text(grant, shape), where(grant)]),
+	{
+		"units": grant.units, "profile": grant.profile, "shares": object.get(grant, "shares", null),
+		"nodes": asks.nodes(grant), "cpu_milli": asks.cpu_milli(grant), "memory_mib": asks.memory_mib(grant),
+		"topology": object.get(grant, "topology", null),
+	},
+)
+
+code_of(grant, shape) := "share_unavailable" if {
+	object.get(grant, "shares", null) != null
+} else := "capacity_exhausted" if {
+	grant.profile == null
+} else := "capacity_exhausted" if {
+	object.get(shape, "fixed_profile", null) != null
+} else := "slice_unavailable"
+
+where(grant) := "one node" if {
+	asks.nodes(grant) == 1
+} else := sprintf("each of %d nodes", [asks.nodes(grant)]) if {
+	object.get(grant, "topology", null) == null
+} else := sprintf("each of %d nodes in one %s", [asks.nodes(grant), asks.level(grant.topology)])
+
+per_device_shortfall(shape, grant) := reason.make(
 	"capacity_exhausted",
 	"not_now",
 	sprintf("needs %d whole %s device(s) with nothing on them, more than are free", [grant.units, device(shape)]),
@@ -66,10 +168,13 @@ shortfall(shape, grant) := reason.make(
 )
 
 # The reason a pool short of capacity gets when larger shares also cover the request (``larger``:
-# their profiles, smallest first) and none of them the budget allows has room either.
-shortfall_of(shape, grant, []) := shortfall(shape, grant)
-
-shortfall_of(shape, grant, larger) := reason.make(
+# their profiles, smallest first) and none of them the budget allows has room either. A grant that
+# asks more of a node than its devices says so node by node, as without larger shares.
+shortfall_of(shape, grant, larger) := shortfall(shape, grant) if {
+	count(larger) == 0
+} else := shortfall(shape, grant) if {
+	per_node(grant)
+} else := reason.make(
 	"slice_unavailable",
 	"not_now",
 	sprintf(
@@ -80,9 +185,7 @@ shortfall_of(shape, grant, larger) := reason.make(
 		[device(shape), grant.profile, concat(", ", larger)],
 	),
 	{"units": grant.units, "profile": grant.profile, "larger": larger},
-) if {
-	count(larger) > 0
-}
+)
 
 device(shape) := upper(shape.model) if object.get(shape, "model", null) != null
 

@@ -115,7 +115,85 @@ test_about if {
 	a.custom.order == 90
 	a.custom.stage == "pool"
 	a.custom.reads == {"shape": ["accelerator", "model", "fixed_profile"], "workload": []}
-	object.keys(a.custom.codes) == {"capacity_exhausted", "slice_unavailable"}
+	object.keys(a.custom.codes) == {"capacity_exhausted", "slice_unavailable", "share_unavailable"}
+}
+
+# --- node by node ------------------------------------------------------------------------------------
+
+room(whole, overrides) := object.union(
+	{"whole": whole, "cpu": null, "memory": null, "shares": 0, "slices": {}, "block": null, "switch": null, "count": 1},
+	overrides,
+)
+
+node_grant(n, overrides) := object.union(
+	{
+		"units": n, "profile": null, "geometry": null, "shares": null, "nodes": 1, "cpu_milli": 0, "memory_mib": 0,
+		"topology": null,
+	},
+	overrides,
+)
+
+# Two 4-device nodes: three single devices spread over both leave no node with 4 free.
+spread := {"whole": 5, "slices": {}, "nodes": [room(2, {}), room(3, {})]}
+
+node_cases := {
+	"four on one node of two with 2 and 3 free": {"grant": node_grant(4, {}), "capacity": spread, "fits": false},
+	"three on the node with 3 free": {"grant": node_grant(3, {}), "capacity": spread, "fits": true},
+	"a gang of 2 x 2": {"grant": node_grant(2, {"nodes": 2}), "capacity": spread, "fits": true},
+	"a gang of 2 x 3": {"grant": node_grant(3, {"nodes": 2}), "capacity": spread, "fits": false},
+	"counted rows": {"grant": node_grant(3, {"nodes": 2}), "capacity": {"nodes": [room(3, {"count": 2})]}, "fits": true},
+	"cpu beside the devices": {
+		"grant": node_grant(1, {"cpu_milli": 8000}),
+		"capacity": {"nodes": [room(4, {"cpu": 4000}), room(1, {"cpu": 8000})]}, "fits": true,
+	},
+	"cpu on no node with devices": {
+		"grant": node_grant(2, {"cpu_milli": 8000}),
+		"capacity": {"nodes": [room(4, {"cpu": 4000}), room(1, {"cpu": 8000})]}, "fits": false,
+	},
+	"memory": {"grant": node_grant(1, {"memory_mib": 1024}), "capacity": {"nodes": [room(4, {"memory": 512})]}, "fits": false},
+	"untracked cpu": {"grant": node_grant(1, {"cpu_milli": 99000}), "capacity": {"nodes": [room(1, {})]}, "fits": true},
+	"a share on a shared device": {"grant": node_grant(1, {"shares": 2}), "capacity": {"nodes": [room(0, {"shares": 2})]}, "fits": true},
+	"a share on a free device": {"grant": node_grant(1, {"shares": 3}), "capacity": {"nodes": [room(1, {"shares": 1})]}, "fits": true},
+	"a share too large": {"grant": node_grant(1, {"shares": 3}), "capacity": {"nodes": [room(0, {"shares": 2})]}, "fits": false},
+	"a slice on a node": {
+		"grant": node_grant(1, {"profile": "3g.40gb", "geometry": "mig-7c8m"}),
+		"capacity": {"nodes": [room(0, {"slices": {"3g.40gb": 1}})]}, "fits": true,
+	},
+	"no nodes up": {"grant": node_grant(1, {}), "capacity": {"whole": 0, "slices": {}, "nodes": []}, "fits": false},
+	"together in block 1": {
+		"grant": node_grant(4, {"nodes": 2, "topology": "same-block"}),
+		"capacity": {"nodes": [room(4, {"block": 0}), room(4, {"block": 1, "count": 2})]}, "fits": true,
+	},
+	"not together": {
+		"grant": node_grant(4, {"nodes": 2, "topology": "same-block"}),
+		"capacity": {"nodes": [room(4, {"block": 0}), room(4, {"block": 1}), room(4, {})]}, "fits": false,
+	},
+	"a gang on a pool counted as one node": {"grant": node_grant(1, {"nodes": 2}), "capacity": {"whole": 8}, "fits": false},
+}
+
+test_node_by_node[name] if {
+	some name, tc in node_cases
+	fits(tc.grant, tc.capacity) == tc.fits
+}
+
+test_what_a_node_lacks_in_words[name] if {
+	some name, [grant, code, message] in {
+		"one node": [
+			node_grant(4, {"cpu_milli": 16000, "memory_mib": 65536}), "capacity_exhausted",
+			"needs 4 whole H100 device(s), 16 CPU cores and 64Gi memory free on one node, more than are free",
+		],
+		"a gang in one block": [
+			node_grant(4, {"nodes": 2, "topology": "same-block"}), "capacity_exhausted",
+			"needs 4 whole H100 device(s) free on each of 2 nodes in one block, more than are free",
+		],
+		"a share": [node_grant(1, {"shares": 2}), "share_unavailable", "needs 2 share(s) of one H100 device free on one node, more than are free"],
+		"a slice beside cpu": [
+			node_grant(1, {"profile": "3g.40gb", "geometry": "mig-7c8m", "cpu_milli": 500}), "slice_unavailable",
+			"needs 1 3g.40gb slice(s) and 0.5 CPU cores free on one node, more than are free",
+		],
+	}
+	r := capacity.shortfall(h100, grant)
+	[r.code, r.kind, r.message] == [code, "not_now", message]
 }
 
 # With larger shares that also cover the request, the shortfall names them: none of them (within the
@@ -133,4 +211,13 @@ test_shortfall_names_the_larger_shares_tried if {
 test_shortfall_without_larger_shares_is_the_plain_one if {
 	capacity.shortfall_of(h100, slice_grant("4g.40gb", 1), []) == capacity.shortfall(h100, slice_grant("4g.40gb", 1))
 	capacity.shortfall_of(h100, whole_grant(2), []) == capacity.shortfall(h100, whole_grant(2))
+}
+
+test_shortfall_of_a_grant_asking_cpu_of_a_node_stays_node_by_node if {
+	mi300x := {"accelerator": "amd", "model": "mi300x", "fixed_profile": null}
+	g := object.union(slice_grant("qpx", 1), {"cpu_milli": 2000})
+	r := capacity.shortfall_of(mi300x, g, ["dpx", "spx"])
+	r == capacity.shortfall(mi300x, g)
+	not r.details.larger
+	contains(r.message, "on one node")
 }

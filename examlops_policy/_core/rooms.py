@@ -1,0 +1,314 @@
+"""A node-tracked pool's nodes and what is on them: its capacity node by node, and where a grant
+goes (which node or nodes, which devices, slices or shares there).
+
+The seam between the two packers of the layer: ``_nodes.NodeCapacity`` (with the packer of
+``_node_packers``, ``exa`` by default: THE packer, the one the simulator replays with) holds the
+nodes, their whole devices, shares, CPU and memory, and chooses the node(s) and devices of whole
+devices and shares; ``packing`` lays out slices (MIG instances, AMD partitions) on the devices of
+one node. A device that holds slices is taken whole as far as ``NodeCapacity`` is concerned; which
+node gets a slice is the first node that has room for it, nodes already holding slices first (small
+slices beside slices keep whole devices whole, as on one node).
+
+A pool that is one node counted as before nodes existed (not ``Pool.node_tracked``) never comes
+here: ``packing`` alone holds it, as it did.
+
+What is on a node comes from the records, and is never refused (``NodeCapacity.hold``): this
+layer's live grants on the pool's nodes, from every pool that lists them (overlapping Slurm
+partitions share their nodes), and what schedulers report busy there beyond them. Cost: the pool's
+nodes and what is held on them; never one object per device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from examlops_policy import _nodes
+from examlops_policy._node_packers import DEFAULT_PACKER, packer_named
+from examlops_policy.model import Capacity, DeviceShare, Grant, Holding, Node, NodeAllocation, NodeRoom, Pool, Workload
+from examlops_policy.store.api import HeldRow, NodeGrantRow, NodeUsageRow
+from examlops_policy.views import NodeDetail
+from examlops_policy._core import packing
+
+
+@dataclass
+class Rooms:
+    """A node-tracked pool's nodes with what is held on them (``capacity``), and per node the
+    slices held (``slices``) and the devices taken whole (``taken``: by grants, shares, or work
+    outside this layer), which is what ``packing`` lays slices out beside."""
+
+    pool: Pool
+    layout: packing.PoolLayout
+    nodes: tuple[Node, ...]
+    capacity: _nodes.NodeCapacity
+    slices: dict[int, list[Holding]] = field(default_factory=dict)
+    slice_share: dict[int, dict[int, float]] = field(default_factory=dict)
+    taken: dict[int, set[int]] = field(default_factory=dict)
+
+    @property
+    def unit(self) -> int:
+        return self.capacity.unit
+
+
+def unit_of(pool: Pool) -> int:
+    """What one device of the pool counts in a ``NodeCapacity``: its shares, or thousandths."""
+    return pool.shares_per_device if pool.sharing is not None and pool.shares_per_device else _nodes.MILLI
+
+
+def flat_to_node(pool: Pool, device: int) -> tuple[str, int] | None:
+    """The node and index there of device ``device`` counted across the pool's nodes in order (how
+    grants recorded before they named nodes counted): None beyond the pool."""
+    for node in pool.node_list():
+        if device < node.devices:
+            return node.name, device
+        device -= node.devices
+    return None
+
+
+def build(
+    pool: Pool,
+    layout: packing.PoolLayout,
+    held: Sequence[HeldRow],
+    grants: Sequence[NodeGrantRow] = (),
+    usage: Sequence[NodeUsageRow] = (),
+    same_devices: Collection[str] | None = None,
+) -> Rooms:
+    """The pool's nodes with what ``held`` (live holdings of the pool and of the pools sharing its
+    nodes), ``grants`` (their CPU and memory) and ``usage`` (what schedulers report busy beyond
+    them) put on them. Rows on other nodes are not this pool's and are left out; devices held (or
+    reported busy) by a pool not in ``same_devices`` (default: this pool alone) are other devices
+    of the node, of which only CPU and memory count."""
+    mine = frozenset(same_devices) if same_devices is not None else frozenset({pool.name})
+    nodes = pool.node_list()
+    capacity = _nodes.NodeCapacity(
+        (_nodes.Node(n.name, n.devices, pool.model, n.cpu_milli, n.memory_mib, n.state, n.labels) for n in nodes),  # type: ignore[arg-type]
+        unit=unit_of(pool),
+    )
+    index = capacity.index
+    rooms = Rooms(pool, layout, nodes, capacity)
+    whole: dict[int, set[int]] = {}
+    shares: dict[int, dict[int, int]] = {}
+    for row in held:
+        where = _where(pool, index, row)
+        if where is None or (row.pool is not None and row.pool not in mine):
+            continue
+        i, device = where
+        h = row.holding
+        if row.shares is not None:
+            per = shares.setdefault(i, {})
+            per[device] = per.get(device, 0) + row.shares
+        elif h.profile is not None and layout.kind in packing.PARTITIONED:
+            rooms.slices.setdefault(i, []).append(dataclasses.replace(h, device=device))
+            per_device = rooms.slice_share.setdefault(i, {})
+            per_device[device] = per_device.get(device, 0.0) + row.share
+            whole.setdefault(i, set()).add(device)
+        else:
+            whole.setdefault(i, set()).add(device)
+    cpu: dict[int, int] = {}
+    memory: dict[int, int] = {}
+    for g in grants:
+        at = index.get(g.node)
+        if at is not None:
+            cpu[at] = cpu.get(at, 0) + g.cpu_milli
+            memory[at] = memory.get(at, 0) + g.memory_mib
+    for i in sorted(set(whole) | set(shares) | set(cpu) | set(memory)):
+        capacity.hold(i, whole=sorted(whole.get(i, ())), shares=shares.get(i), cpu_milli=cpu.get(i, 0), memory_mib=memory.get(i, 0))
+        rooms.taken[i] = set(whole.get(i, ())) | set(shares.get(i, {}))
+    # A node in several pools is reported for each: its figures are the node's, counted once (the
+    # most any report says); its devices only from pools of these devices.
+    busy_devices: dict[int, NodeUsageRow] = {}
+    busy_cpu: dict[int, int] = {}
+    busy_memory: dict[int, int] = {}
+    for u in usage:
+        at = index.get(u.node)
+        if at is None:
+            continue
+        busy_cpu[at] = max(busy_cpu.get(at, 0), u.cpu_milli or 0)
+        busy_memory[at] = max(busy_memory.get(at, 0), u.memory_mib or 0)
+        seen = busy_devices.get(at)
+        if u.pool in mine and (seen is None or (u.devices, u.shares) > (seen.devices, seen.shares)):
+            busy_devices[at] = u
+    for i in sorted(set(busy_devices) | set(busy_cpu) | set(busy_memory)):
+        busy = busy_devices.get(i)
+        named = [d for d in sorted(set(busy.indices)) if capacity.is_free(i, d)] if busy is not None else []
+        # Shares busy on unnamed devices count whole devices: never less than is busy.
+        extra = max(0, busy.devices - len(busy.indices)) + math.ceil(busy.shares / capacity.unit) if busy is not None else 0
+        took = capacity.hold(i, whole=named, cpu_milli=busy_cpu.get(i, 0), memory_mib=busy_memory.get(i, 0), lowest=extra)
+        rooms.taken.setdefault(i, set()).update(named, took)
+    return rooms
+
+
+def _where(pool: Pool, index: dict[str, int], row: HeldRow) -> tuple[int, int] | None:
+    """The node position and device index of a held row (a row that names no node of this pool
+    but the pool itself was recorded before grants named nodes: its device counts across them)."""
+    if row.node is not None and row.node in index:
+        return index[row.node], row.holding.device
+    if row.pool == pool.name and (row.node is None or row.node == pool.name):
+        found = flat_to_node(pool, row.holding.device)
+        if found is not None and found[0] in index:
+            return index[found[0]], found[1]
+    return None
+
+
+def _groups(nodes: Sequence[Node], level: str) -> dict[str, int]:
+    return {label: i for i, label in enumerate(sorted({getattr(n, level) for n in nodes if getattr(n, level) is not None}))}
+
+
+def summary(rooms: Rooms) -> tuple[Capacity, float]:
+    """What the pool can still place, node by node (its up nodes' rooms, identical ones counted
+    once), with the pool's totals; and its devices free (shares summed, for people)."""
+    pool, layout, capacity = rooms.pool, rooms.layout, rooms.capacity
+    blocks, switches = _groups(rooms.nodes, "block"), _groups(rooms.nodes, "switch")
+    counted: dict[NodeRoom, int] = {}
+    total_whole = 0
+    total_slices: dict[str, int] = {}
+    free = 0.0
+    for i, node in enumerate(rooms.nodes):
+        if not node.usable:
+            continue
+        whole = int(capacity.whole_free[i])
+        slices: tuple[tuple[str, int], ...] = ()
+        if layout.kind == "fixed":
+            slices, whole = ((str(layout.fixed_profile), whole),), 0
+        elif layout.kind in packing.PARTITIONED:
+            placeable = packing.summarize(dataclasses.replace(layout, devices=node.devices), _beside(rooms, i))
+            slices = tuple(sorted(placeable.slices.items()))
+        for name, n in slices:
+            total_slices[name] = total_slices.get(name, 0) + n
+        total_whole += whole
+        room = NodeRoom(
+            whole,
+            int(capacity.cpu_free[i]) if capacity.cpu_tracked[i] else None,
+            int(capacity.memory_free[i]) if node.memory_mib is not None else None,
+            max(0, int(capacity.shared_max[i])) if pool.sharing is not None else 0,
+            slices,
+            None if node.block is None else blocks[node.block],
+            None if node.switch is None else switches[node.switch],
+        )
+        counted[room] = counted.get(room, 0) + 1
+        free += float(capacity.free_milli[i]) / capacity.unit
+        free += sum(max(0.0, 1.0 - s) for s in rooms.slice_share.get(i, {}).values())
+    rows = tuple(dataclasses.replace(room, count=n) for room, n in sorted(counted.items(), key=lambda kv: _order(kv[0])))
+    if layout.kind == "fixed":
+        total_slices = {str(layout.fixed_profile): total_slices.get(str(layout.fixed_profile), 0)}
+    elif layout.kind in packing.PARTITIONED:
+        total_slices = {p: total_slices.get(p, 0) for p in layout.shares}
+    return Capacity(total_whole, total_slices, rows), round(free, 9)
+
+
+def _order(room: NodeRoom) -> tuple[object, ...]:
+    def key(v: int | None) -> tuple[bool, int]:
+        return (v is None, v or 0)
+
+    return (room.whole, key(room.cpu), key(room.memory), room.shares, room.slices, key(room.block), key(room.switch))
+
+
+def _beside(rooms: Rooms, i: int) -> list[Holding]:
+    """What a slice on node ``i`` is laid out beside: its slices, and its devices taken whole."""
+    slice_devices = {h.device for h in rooms.slices.get(i, ())}
+    return [*rooms.slices.get(i, ()), *(Holding(d) for d in sorted(rooms.taken.get(i, set()) - slice_devices))]
+
+
+def choose(rooms: Rooms, grant: Grant, workload: Workload, *, packer: str = DEFAULT_PACKER) -> tuple[NodeAllocation, ...] | None:
+    """Where ``grant`` goes, node by node (a gang: one allocation per node, all or nothing), and
+    hold it in ``rooms``; None when it does not fit (nothing held)."""
+    layout = rooms.layout
+    if grant.profile is not None and layout.kind in packing.PARTITIONED:
+        return _choose_slice(rooms, grant)
+    capacity = rooms.capacity
+    if grant.shares is not None:
+        request = _nodes.NodeRequest(share_milli=grant.shares, cpu_milli=grant.cpu_milli, memory_mib=grant.memory_mib, nodes=grant.nodes)
+    else:
+        request = _nodes.NodeRequest(devices=grant.units, cpu_milli=grant.cpu_milli, memory_mib=grant.memory_mib, nodes=grant.nodes)
+    chooser = packer_named(packer)
+    for among in _together(rooms, grant, workload):
+        granted = capacity.place(request, chooser, among)
+        if granted is not None:
+            break
+    else:
+        return None
+    out = []
+    for g in granted:
+        i = capacity.index[g.node]
+        rooms.taken.setdefault(i, set()).update(g.devices)
+        if g.share_milli:
+            out.append(NodeAllocation(g.node, (), DeviceShare(g.devices[0], g.share_milli), g.cpu_milli, g.memory_mib))
+        else:
+            holdings = tuple(Holding(d, layout.fixed_profile) if layout.kind == "fixed" else Holding(d) for d in g.devices)
+            out.append(NodeAllocation(g.node, holdings, None, g.cpu_milli, g.memory_mib))
+    return tuple(out)
+
+
+def _together(rooms: Rooms, grant: Grant, workload: Workload) -> list[_nodes.BoolArray | None]:
+    """The sets of nodes a gang may be placed within, in the order tried: each block (or switch)
+    by label when its topology is required; those, then any nodes, when it is preferred."""
+    if workload.topology is None or grant.nodes < 2:
+        return [None]
+    level = "block" if workload.topology == "same-block" else "switch"
+    labels = [getattr(n, level) for n in rooms.nodes]
+    masks: list[_nodes.BoolArray | None] = [np.array([label == group for label in labels], dtype=np.bool_) for group in sorted({v for v in labels if v is not None})]
+    return masks if grant.topology is not None else [*masks, None]
+
+
+def _choose_slice(rooms: Rooms, grant: Grant) -> tuple[NodeAllocation, ...] | None:
+    """A slice on the first up node with room for it beside its CPU and memory ask, nodes already
+    holding slices first."""
+    capacity, layout = rooms.capacity, rooms.layout
+    order = sorted(range(len(rooms.nodes)), key=lambda i: (not rooms.slices.get(i), i))
+    for i in order:
+        node = rooms.nodes[i]
+        if not node.usable or capacity.cpu_free[i] < grant.cpu_milli or capacity.memory_free[i] < grant.memory_mib:
+            continue
+        chosen = packing.choose(dataclasses.replace(layout, devices=node.devices), _beside(rooms, i), grant.profile, grant.units)
+        if chosen is None:
+            continue
+        h = chosen[0]
+        rooms.slices.setdefault(i, []).append(h)
+        rooms.slice_share.setdefault(i, {})[h.device] = rooms.slice_share.get(i, {}).get(h.device, 0.0) + grant.share
+        rooms.taken.setdefault(i, set()).add(h.device)
+        capacity.hold(i, whole=[h.device], cpu_milli=grant.cpu_milli, memory_mib=grant.memory_mib)
+        return (NodeAllocation(node.name, chosen, None, grant.cpu_milli, grant.memory_mib),)
+    return None
+
+
+def details(rooms: Rooms) -> tuple[NodeDetail, ...]:
+    """Each node of the pool with what is held on it, for ``exa hardware pool NAME``."""
+    capacity = rooms.capacity
+    out = []
+    for i, node in enumerate(rooms.nodes):
+        shared = dict(capacity.shared_free(i))
+        slices: dict[int, list[Holding]] = {}
+        for h in rooms.slices.get(i, ()):
+            slices.setdefault(h.device, []).append(h)
+        whole = sorted(rooms.taken.get(i, set()) - set(shared) - set(slices))
+        parts = [f"{_ranges(whole)} whole"] if whole else []
+        for device in sorted(set(shared) | set(slices)):
+            if device in slices:
+                held = sorted(slices[device], key=lambda h: (h.start or 0, h.profile or ""))
+                parts.append(f"{device}: " + ", ".join(f"{h.profile}@{h.start}" if h.start is not None else str(h.profile) for h in held))
+            else:
+                parts.append(f"{device}: {rooms.unit - shared[device]} of {rooms.unit} shares")
+        out.append(
+            NodeDetail(
+                node.name, node.state, node.devices, int(capacity.whole_free[i]), ", ".join(parts) or "nothing held",
+                node.cpu_milli, int(capacity.cpu_free[i]) if node.cpu_milli is not None else None,
+                node.memory_mib, int(capacity.memory_free[i]) if node.memory_mib is not None else None,
+                node.block, node.switch,
+            )  # fmt: skip
+        )
+    return tuple(out)
+
+
+def _ranges(indices: Sequence[int]) -> str:
+    """``0-2, 5``: sorted indices as runs."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
