@@ -84,6 +84,30 @@ class Run:
         return out
 
 
+def run_layer(data: str, workload: str, packer: str, seeds: Sequence[int], inflate: float, pools: str, home: str) -> list[Run]:
+    """Every seed of one packer on one workload through the placement path (``Hardware.simulate``:
+    the real OPA's verdicts, the core's selection, the node packer), in one process: the policy is
+    asked once per workload signature, on the first seed. Seconds per seed: the replay loop's wall
+    time (the first seed's includes asking OPA) and its CPU time in this process."""
+    from examlops_policy.hardware import Hardware
+
+    hw = Hardware(Path(home))
+    try:
+        cpu0 = time.process_time()
+        sim = hw.simulate(Path(data) / f"openb_pod_list_{workload}.csv", Path(data) / "openb_node_list_gpu_node.csv", seeds=seeds,
+                          inflate=inflate, packers=[packer], pools=pools)  # fmt: skip
+        cpu = time.process_time() - cpu0
+    finally:
+        hw.close()
+    run = sim.runs[0]
+    wall = sum(r.seconds for r in run.results)
+    return [
+        Run(workload, packer, r.seed, r.pods, r.placed, r.alloc_pct, r.failed, round(r.fragmentation_pct, 2), round(r.seconds, 3),
+            round(cpu * r.seconds / wall, 3) if wall > 0 else 0.0)  # fmt: skip
+        for r in run.results
+    ]
+
+
 def run_one(data: str, workload: str, packer: str, seed: int, inflate: float) -> Run:
     nodes = read_openb_nodes(Path(data) / "openb_node_list_gpu_node.csv")
     pods = read_openb_pods(Path(data) / f"openb_pod_list_{workload}.csv", nodes)
@@ -131,16 +155,20 @@ def mean_curves(results: Sequence[Run], workload: str) -> dict[str, dict[int, fl
 
 def markdown(summary: Sequence[dict[str, object]], meta: dict[str, object]) -> str:
     lines = [
-        "# openb: packers beside the published figures",
+        "# openb: packers beside the published figures" + (
+            f", through the placement path (OPA's verdicts, the core's selection, the node packer; pools: {meta['pools']})"
+            if meta.get("through") == "layer" else ", each packer over the nodes directly"
+        ),
         "",
         f"GPU allocation % at 100 % and 130 % arrived GPU demand, mean of seeds {meta['seeds']} "
         f"(inflate {meta['inflate']}); published: the paper's simulator, mean of seeds 42-51; diff: "
         "against the same packer's published mean (for `exa`: against published FGD). "
         "Failed pods at the end (mean per replay): CPU-only / shared / one GPU / multi-GPU. "
-        "Seconds: CPU seconds of one replay (about 10,800 placements for default), mean and max.",
+        "Seconds: CPU seconds of one replay's loop (about 10,800 placements for default), mean and max; "
+        "placements per second: pods / CPU seconds, mean over the seeds.",
         "",
-        "| workload | packer | 100 % | published | 130 % | published | diff 130 | failed c/s/1/m | frag % | s/replay (max) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| workload | packer | 100 % | published | 130 % | published | diff 130 | failed c/s/1/m | frag % | s/replay (max) | placements/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def cell(x: object) -> str:
@@ -156,10 +184,26 @@ def markdown(summary: Sequence[dict[str, object]], meta: dict[str, object]) -> s
         lines.append(
             f"| {r['workload']} | {r['packer']} | {r['alloc_100']} | {cell(r['published_100'])} | {r['alloc_130']} | "
             f"{cell(r['published_130'])} | {diff} | {f['cpu']}/{f['share']}/{f['one']}/{f['multi']} | {r['fragmentation_pct']} | "
-            f"{r['cpu_seconds_per_replay']} ({r['cpu_seconds_max']}) |"
+            f"{r['cpu_seconds_per_replay']} ({r['cpu_seconds_max']}) | {r['placements_per_second']} |"
         )
     lines += ["", f"Machine: {meta['machine']}. {meta['note']}", ""]
     return "\n".join(lines)
+
+
+def combine(paths: Sequence[str], labels: Sequence[str], workload: str, data: str, svg: str) -> None:
+    """One plot of ``workload``'s mean curves from several runs' JSON (each labelled), beside the
+    published FGD mean."""
+    lines = []
+    for path, label in zip(paths, labels):
+        doc = json.loads(Path(path).read_text())
+        runs = [Run(**{**r, "alloc_pct": {int(k): v for k, v in r["alloc_pct"].items()}})
+                for r in ({k: v for k, v in r.items() if k != "placements_per_second"} for r in doc["results"])]
+        for packer, curve in mean_curves(runs, workload).items():
+            lines.append(Line(f"{packer}, {label}", curve))
+    ref = published(Path(data) / "published_allocation.csv").get((workload, "fgd"))
+    if ref:
+        lines.append(Line("fgd (published)", {int(x): v for x, v in ref.items()}, dashed=True))
+    Path(svg).write_text(allocation_svg(lines, title=f"openb {workload}: GPU allocation, mean of seeds 42-51", x_min=50, y_min=50))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -172,15 +216,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "out" / "bench" / "openb.json"))
     ap.add_argument("--markdown", default=None, help="Markdown table (default: beside the JSON, .md)")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--through", choices=["packer", "layer"], default="packer",
+                    help="packer: each packer over the nodes directly; layer: through the placement path (OPA, selection, packer)")
+    ap.add_argument("--pools", choices=["model", "one"], default="model", help="layer: a pool per GPU model, or one pool of every GPU node")
+    ap.add_argument("--home", default=str(ROOT / "out" / "bench" / "openb-home"), help="layer: the state home whose OPA judges")
     ap.add_argument("--note", default="Timings taken under load (a shared 2-core machine) unless said otherwise.")
+    ap.add_argument("--combine", nargs="+", metavar="LABEL=JSON", help="plot earlier runs' mean curves together (--workloads: the first)")
+    ap.add_argument("--svg", default=str(ROOT / "out" / "bench" / "openb-combined.svg"), help="where --combine writes its plot")
     args = ap.parse_args(argv)
+    if args.combine:
+        pairs = [c.split("=", 1) for c in args.combine]
+        combine([p for _, p in pairs], [label for label, _ in pairs], args.workloads.split(",")[0], args.data, args.svg)
+        print(f"wrote {args.svg}")
+        return 0
     seeds = seeds_of(args.seeds)
     packers = [p for p in args.packers.split(",") if p]
     workloads = [w for w in args.workloads.split(",") if w]
     jobs = [(args.data, w, p, s, args.inflate) for w in workloads for p in packers for s in seeds]
     results: list[Run] = []
     started = time.perf_counter()
-    if args.jobs > 1:
+    if args.through == "layer":
+        layer_jobs = [(args.data, w, p, seeds, args.inflate, args.pools, args.home) for w in workloads for p in packers]
+        with ProcessPoolExecutor(max(1, args.jobs)) as pool:
+            for runs in pool.map(run_layer, *zip(*layer_jobs)):
+                results.extend(runs)
+                for r in runs:
+                    print(f"{r.workload:12} {r.packer:15} seed {r.seed}: {r.alloc_pct[100]:6} {r.alloc_pct[130]:6}  {r.wall_seconds} s wall, {r.cpu_seconds} s CPU", flush=True)
+    elif args.jobs > 1:
         with ProcessPoolExecutor(args.jobs) as pool:
             for r in pool.map(run_one, *zip(*jobs)):
                 results.append(r)
@@ -195,7 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta: dict[str, object] = {
         "seeds": args.seeds, "inflate": args.inflate, "packers": packers, "workloads": workloads,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
-        "note": args.note, "wall_seconds": round(time.perf_counter() - started, 1),
+        "note": args.note, "wall_seconds": round(time.perf_counter() - started, 1), "through": args.through,
+        "pools": args.pools if args.through == "layer" else None,
         "source": "examples/traces/openb (Weng et al., ATC'23; Apache-2.0; see its README.md)",
     }
     out = Path(args.out)

@@ -68,6 +68,7 @@ if TYPE_CHECKING:  # the crypto, OPA-process and report stacks load only when a 
     from examlops_policy.opa import OpaConnection, OpaStatus, StopReport
     from examlops_policy.opa.bundle import Bundle
     from examlops_policy.report import ReportData
+    from examlops_policy._sim.simulate import Simulation
 
 DEFAULT_HOME: Final = Path("~/.local/share/examlops")
 SOURCE: Final = "exa-hardware"
@@ -803,6 +804,95 @@ class Hardware:
         return _policy_review.policy_impact(
             self, self.tables, against, last=last, since=since, recorded=recorded, workloads=workloads, fleet=fleet, examples=examples
         )
+
+    def simulate(
+        self,
+        pods: Path,
+        nodes: Path | None = None,
+        *,
+        format: str = "openb",
+        inflate: float = 1.3,
+        seeds: Sequence[int] = (42,),
+        packers: Sequence[str] = ("exa",),
+        policy: Path | None = None,
+        region: str = "eu",
+        pools: str = "model",
+    ) -> Simulation:
+        """Replay a trace against a fleet in memory through the placement path (the policy's
+        verdicts from the real OPA, the core's selection, the node packer ``place`` uses): nothing
+        is written, nothing audited. ``format`` ``openb``: ``nodes`` the node list, ``pods`` the pod
+        list, the openb protocol (demand tuned to ``inflate`` x the GPU capacity, one replay per
+        seed, none leaving), the GPU pools in ``region``, one per GPU model (``pools`` ``one``: one
+        pool of every GPU node, for a trace that names no model); ``generic``: ``pods`` a trace
+        (``schemas/trace.schema.json``; ``nodes``, when given, a pools file replacing its pools), or
+        a workload list in CSV beside ``nodes``, a node list in CSV (``_sim.generic``'s columns),
+        in time order, work leaving when its duration ends. ``policy``: a policy folder to judge
+        with instead of the reviewed one (its own OPA, stopped afterwards). One run per packer.
+
+        SpecError for bad input (file, line, column); PolicyUnavailable/PolicyError without a policy."""
+        from examlops_policy._node_packers import PACKERS
+        from examlops_policy._sim import simulate as sim
+
+        if format not in ("openb", "generic"):
+            raise SpecError(f"unknown trace format {format!r}; known: openb, generic", field="format")
+        if not packers or any(p not in PACKERS for p in packers):
+            bad = next((p for p in packers if p not in PACKERS), "")
+            raise SpecError(f"unknown packer {bad!r}; known: {', '.join(PACKERS)}", field="packer")
+        if format == "openb":
+            if nodes is None:
+                raise SpecError("the openb format needs the node list (--nodes FILE)", field="nodes")
+            if not (isinstance(inflate, (int, float)) and math.isfinite(inflate) and 0 < inflate <= 10):
+                raise SpecError(f"inflate is a ratio in (0, 10] (got {inflate!r})", field="inflate")
+            if not seeds:
+                raise SpecError("give at least one seed", field="seeds")
+            if pools not in ("model", "one"):
+                raise SpecError(f"pools are grouped by model or as one (got {pools!r})", field="pools")
+
+        def run(engine: Engine, tables: Tables) -> Simulation:
+            if format == "openb":
+                from examlops_policy._sim import read_openb_nodes, read_openb_pods
+
+                assert nodes is not None
+                if not tables.region_known(region):
+                    raise SpecError(f"unknown region {region!r}", field="region")
+                fleet = read_openb_nodes(nodes)
+                listed = read_openb_pods(pods, fleet)
+                return sim.simulate_openb(
+                    engine, fleet, listed, trace=Path(pods).name, seeds=seeds, inflate=inflate, packers=packers, region=region, grouping=pools
+                )  # fmt: skip
+            from examlops_policy import specs
+            from examlops_policy._sim.generic import read_csv_trace, read_trace, with_pools
+
+            if Path(pods).suffix.lower() == ".csv":
+                if nodes is None:
+                    raise SpecError("a generic trace in CSV needs its node list (--nodes FILE.csv)", field="nodes")
+                trace = read_csv_trace(nodes, pods, tables)
+            else:
+                trace = read_trace(pods, tables)
+                if nodes is not None:
+                    trace = with_pools(trace, specs.pools_from_file(nodes, tables))
+            return sim.simulate_events(engine, trace, packers=packers, name=Path(pods).name)
+
+        if policy is None:
+            under = self._current()
+            try:
+                return run(self._engine_of(under), under.policy.tables)
+            except RevisionMismatch:
+                # The files changed (or OPA serves another revision): looked at again, a local OPA
+                # restarted on them, and the replay made again under that one policy, once.
+                under = self._current(force=True)
+                if isinstance(self._policy, ManagedPolicy) and not os.environ.get("EXA_OPA_URL"):
+                    self._policy.close()
+                return run(self._engine_of(under), under.policy.tables)
+        import tempfile
+
+        from examlops_policy.opa.scratch import scratch_opa
+
+        # The folder's tables and revision read together as the files are now (never a cached
+        # read); its OPA must serve that revision (else RevisionMismatch: the files changed).
+        candidate = Reviewed(Path(policy)).current(force=True)
+        with tempfile.TemporaryDirectory(prefix="exa-sim-") as scratch, scratch_opa(candidate.root, Path(scratch) / "opa") as served:
+            return run(Engine(served.policy, candidate.tables, reviewed=candidate.revision), candidate.tables)
 
     # -- the policy engine ------------------------------------------------------------------
 

@@ -220,12 +220,16 @@ class Engine:
         self._fleets[(fleet_rev, revision)] = fleet
         return fleet
 
-    def prepare(self, request: Request | Workload, pools: Sequence[Pool], *, fleet_rev: str | None = None) -> Prepared:
+    def prepare(
+        self, request: Request | Workload, pools: Sequence[Pool], *, fleet_rev: str | None = None, confirmed: tuple[str, str] | None = None
+    ) -> Prepared:
         """Confirm the revision, then judge the request over ``pools``, asking OPA only for shapes
-        it has no verdict for under this revision."""
+        it has no verdict for under this revision. ``confirmed``: the revision and OPA version a
+        caller deciding many requests under one snapshot of the policy confirmed already (a replay
+        confirms once before and once after)."""
         if not isinstance(request, Request):
             request = Request(request)
-        revision, opa_version = self.confirm()
+        revision, opa_version = confirmed if confirmed is not None else self.confirm()
         about = self.about(revision)
         fleet = self.fleet(pools, revision, about, fleet_rev)
         wsig, wkey = request.signed(about.signature)

@@ -20,10 +20,13 @@ nodes and what is held on them; never one object per device.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
+import operator
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -48,6 +51,9 @@ class Rooms:
     slices: dict[int, list[Holding]] = field(default_factory=dict)
     slice_share: dict[int, dict[int, float]] = field(default_factory=dict)
     taken: dict[int, set[int]] = field(default_factory=dict)
+    # Each node's room as ``summary`` last worked it out, so that a summary after a change costs
+    # the nodes that changed (``summary(rooms, changed)``); None until the first summary.
+    tally: _Tally | None = field(default=None, repr=False, compare=False)
 
     @property
     def unit(self) -> int:
@@ -158,46 +164,167 @@ def _groups(nodes: Sequence[Node], level: str) -> dict[str, int]:
     return {label: i for i, label in enumerate(sorted({getattr(n, level) for n in nodes if getattr(n, level) is not None}))}
 
 
-def summary(rooms: Rooms) -> tuple[Capacity, float]:
-    """What the pool can still place, node by node (its up nodes' rooms, identical ones counted
-    once), with the pool's totals; and its devices free (shares summed, for people)."""
+@dataclass
+class _Tally:
+    """Each node's room and devices free as ``summary`` worked them out (None: a node not up), and
+    the rooms counted."""
+
+    blocks: dict[str, int]
+    switches: dict[str, int]
+    rooms: list[NodeRoom | None]
+    free: list[float]
+    counted: dict[NodeRoom, int]
+    # The rooms counted in the summary's order: [where it sorts, the room, its row (the room with
+    # its count)]; and the whole devices and slices of them all.
+    order: list[list[object]] = field(default_factory=list)
+    whole: int = 0
+    slices: dict[str, int] = field(default_factory=dict)
+
+    def start(self) -> None:
+        self.order = sorted(([_order(room), room, dataclasses.replace(room, count=n)] for room, n in self.counted.items()), key=_first)
+        self.whole = 0
+        self.slices = {}
+        for room, n in self.counted.items():
+            self._total(room, n)
+
+    def _total(self, room: NodeRoom, n: int) -> None:
+        self.whole += room.whole * n
+        for name, k in room.slices:
+            self.slices[name] = self.slices.get(name, 0) + k * n
+
+    def count(self, room: NodeRoom, step: int) -> None:
+        n = self.counted.get(room, 0) + step
+        self._total(room, step)
+        key = _order(room)
+        at = bisect.bisect_left(self.order, key, key=_first)
+        if not n:
+            del self.order[at], self.counted[room]
+            return
+        row = dataclasses.replace(room, count=n)
+        if room in self.counted:
+            self.order[at][2] = row
+        else:
+            self.order.insert(at, [key, room, row])
+        self.counted[room] = n
+
+
+def _first(entry: list[object]) -> tuple[object, ...]:
+    return entry[0]  # type: ignore[return-value]
+
+
+_third = operator.itemgetter(2)
+
+
+def _node_room(rooms: Rooms, tally: _Tally, i: int) -> tuple[NodeRoom | None, float]:
+    """Node ``i``'s room (None when it is not up) and its devices free."""
     pool, layout, capacity = rooms.pool, rooms.layout, rooms.capacity
-    blocks, switches = _groups(rooms.nodes, "block"), _groups(rooms.nodes, "switch")
-    counted: dict[NodeRoom, int] = {}
-    total_whole = 0
-    total_slices: dict[str, int] = {}
+    node = rooms.nodes[i]
+    if not node.usable:
+        return None, 0.0
+    whole = int(capacity.whole_free[i])
+    slices: tuple[tuple[str, int], ...] = ()
+    if layout.kind == "fixed":
+        slices, whole = ((str(layout.fixed_profile), whole),), 0
+    elif layout.kind in packing.PARTITIONED:
+        placeable = packing.summarize(dataclasses.replace(layout, devices=node.devices), _beside(rooms, i))
+        slices = tuple(sorted(placeable.slices.items()))
+    room = NodeRoom(
+        whole,
+        int(capacity.cpu_free[i]) if capacity.cpu_tracked[i] else None,
+        int(capacity.memory_free[i]) if node.memory_mib is not None else None,
+        max(0, int(capacity.shared_max[i])) if pool.sharing is not None else 0,
+        slices,
+        None if node.block is None else tally.blocks[node.block],
+        None if node.switch is None else tally.switches[node.switch],
+    )
+    free = float(capacity.free_milli[i]) / capacity.unit + sum(max(0.0, 1.0 - s) for s in rooms.slice_share.get(i, {}).values())
+    return room, free
+
+
+def summary(rooms: Rooms, changed: Collection[int] | None = None) -> tuple[Capacity, float]:
+    """What the pool can still place, node by node (its up nodes' rooms, identical ones counted
+    once), with the pool's totals; and its devices free (shares summed, for people).
+
+    ``changed``: the positions of the only nodes whose holdings changed since the last summary of
+    these rooms (their rooms alone are worked out again); None: every node."""
+    layout = rooms.layout
+    tally = rooms.tally
+    if tally is None or changed is None:
+        tally = rooms.tally = _Tally(_groups(rooms.nodes, "block"), _groups(rooms.nodes, "switch"), [], [], {})
+        for i in range(len(rooms.nodes)):
+            room, free_i = _node_room(rooms, tally, i)
+            tally.rooms.append(room)
+            tally.free.append(free_i)
+            if room is not None:
+                tally.counted[room] = tally.counted.get(room, 0) + 1
+        tally.start()
+    else:
+        for i in set(changed):
+            before = tally.rooms[i]
+            room, tally.free[i] = _node_room(rooms, tally, i)
+            if room == before:
+                continue
+            if before is not None:
+                tally.count(before, -1)
+            tally.rooms[i] = room
+            if room is not None:
+                tally.count(room, +1)
+    total_whole = tally.whole
+    total_slices = {name: n for name, n in tally.slices.items() if n}
     free = 0.0
-    for i, node in enumerate(rooms.nodes):
-        if not node.usable:
-            continue
-        whole = int(capacity.whole_free[i])
-        slices: tuple[tuple[str, int], ...] = ()
-        if layout.kind == "fixed":
-            slices, whole = ((str(layout.fixed_profile), whole),), 0
-        elif layout.kind in packing.PARTITIONED:
-            placeable = packing.summarize(dataclasses.replace(layout, devices=node.devices), _beside(rooms, i))
-            slices = tuple(sorted(placeable.slices.items()))
-        for name, n in slices:
-            total_slices[name] = total_slices.get(name, 0) + n
-        total_whole += whole
-        room = NodeRoom(
-            whole,
-            int(capacity.cpu_free[i]) if capacity.cpu_tracked[i] else None,
-            int(capacity.memory_free[i]) if node.memory_mib is not None else None,
-            max(0, int(capacity.shared_max[i])) if pool.sharing is not None else 0,
-            slices,
-            None if node.block is None else blocks[node.block],
-            None if node.switch is None else switches[node.switch],
-        )
-        counted[room] = counted.get(room, 0) + 1
-        free += float(capacity.free_milli[i]) / capacity.unit
-        free += sum(max(0.0, 1.0 - s) for s in rooms.slice_share.get(i, {}).values())
-    rows = tuple(dataclasses.replace(room, count=n) for room, n in sorted(counted.items(), key=lambda kv: _order(kv[0])))
+    for f in tally.free:
+        free += f
+    rows = cast("tuple[NodeRoom, ...]", tuple(map(_third, tally.order)))
     if layout.kind == "fixed":
         total_slices = {str(layout.fixed_profile): total_slices.get(str(layout.fixed_profile), 0)}
     elif layout.kind in packing.PARTITIONED:
         total_slices = {p: total_slices.get(p, 0) for p in layout.shares}
     return Capacity(total_whole, total_slices, rows), round(free, 9)
+
+
+def hold_beside(rooms: Rooms, allocations: Sequence[NodeAllocation], *, same_devices: bool) -> list[int]:
+    """Hold on ``rooms`` what ``allocations`` (a grant of another pool that lists some of the same
+    nodes) took there, as ``build`` counts it from the records: its CPU and memory always, its
+    devices (whole, or its shares) only where they are this pool's devices (``same_devices``).
+    Returns the positions of the nodes it touched (for ``summary(rooms, changed)``)."""
+    capacity = rooms.capacity
+    touched = []
+    for a in allocations:
+        i = capacity.index.get(a.node)
+        if i is None:
+            continue
+        whole = [h.device for h in a.holdings] if same_devices else []
+        shares = {a.share.device: a.share.shares} if same_devices and a.share is not None else None
+        capacity.hold(i, whole=whole, shares=shares, cpu_milli=a.cpu_milli, memory_mib=a.memory_mib)
+        if same_devices:
+            rooms.taken.setdefault(i, set()).update(whole, shares or ())
+        touched.append(i)
+    return touched
+
+
+def give_back(rooms: Rooms, allocations: Sequence[NodeAllocation], *, devices: bool) -> list[int]:
+    """Give back on ``rooms`` what ``allocations`` held there (a grant that ended): its CPU and
+    memory, and its devices (whole, or its shares) where they are this pool's devices (its own
+    grant, or ``hold_beside`` held them: ``devices``). Whole devices and shares only (slices are
+    ``packing``'s). Returns the positions of the nodes it touched."""
+    capacity = rooms.capacity
+    touched = []
+    for a in allocations:
+        i = capacity.index.get(a.node)
+        if i is None:
+            continue
+        if devices and a.share is not None:
+            capacity.release(_nodes.NodeGrant(a.node, (a.share.device,), a.share.shares, a.cpu_milli, a.memory_mib))
+            if capacity.is_free(i, a.share.device):
+                rooms.taken.get(i, set()).discard(a.share.device)
+        elif devices:
+            whole = tuple(h.device for h in a.holdings)
+            capacity.release(_nodes.NodeGrant(a.node, whole, 0, a.cpu_milli, a.memory_mib))
+            rooms.taken.get(i, set()).difference_update(whole)
+        else:
+            capacity.release(_nodes.NodeGrant(a.node, (), 0, a.cpu_milli, a.memory_mib))
+        touched.append(i)
+    return touched
 
 
 def _order(room: NodeRoom) -> tuple[object, ...]:
@@ -213,9 +340,12 @@ def _beside(rooms: Rooms, i: int) -> list[Holding]:
     return [*rooms.slices.get(i, ()), *(Holding(d) for d in sorted(rooms.taken.get(i, set()) - slice_devices))]
 
 
-def choose(rooms: Rooms, grant: Grant, workload: Workload, *, packer: str = DEFAULT_PACKER) -> tuple[NodeAllocation, ...] | None:
+def choose(
+    rooms: Rooms, grant: Grant, workload: Workload, *, packer: str = DEFAULT_PACKER, chooser: _nodes.Packer | None = None
+) -> tuple[NodeAllocation, ...] | None:
     """Where ``grant`` goes, node by node (a gang: one allocation per node, all or nothing), and
-    hold it in ``rooms``; None when it does not fit (nothing held)."""
+    hold it in ``rooms``; None when it does not fit (nothing held). ``chooser``: the packer called
+    ``packer`` already made (with the workload it expects), else one is made here."""
     layout = rooms.layout
     if grant.profile is not None and layout.kind in packing.PARTITIONED:
         return _choose_slice(rooms, grant)
@@ -224,7 +354,8 @@ def choose(rooms: Rooms, grant: Grant, workload: Workload, *, packer: str = DEFA
         request = _nodes.NodeRequest(share_milli=grant.shares, cpu_milli=grant.cpu_milli, memory_mib=grant.memory_mib, nodes=grant.nodes)
     else:
         request = _nodes.NodeRequest(devices=grant.units, cpu_milli=grant.cpu_milli, memory_mib=grant.memory_mib, nodes=grant.nodes)
-    chooser = packer_named(packer)
+    if chooser is None:
+        chooser = packer_named(packer)
     for among in _together(rooms, grant, workload):
         granted = capacity.place(request, chooser, among)
         if granted is not None:

@@ -83,8 +83,18 @@ def fits(grant: Grant, capacity: Capacity) -> bool:
         if grant.profile is None:
             return capacity.whole >= grant.units
         return capacity.slices.get(grant.profile, 0) >= grant.units
+    if grant.shares is None and grant.profile is None and capacity.whole < grant.units * grant.nodes:
+        return False  # fewer whole devices free in all than the grant asks
     if grant.topology is None:
-        return sum(r.count for r in rooms if holds(r, grant)) >= grant.nodes
+        # Enough nodes that hold it, counted until there are (rooms are in ascending order of
+        # their whole devices: the roomiest are looked at first).
+        need = grant.nodes
+        for r in reversed(rooms):
+            if holds(r, grant):
+                need -= r.count
+                if need <= 0:
+                    return True
+        return False
     level = "block" if grant.topology == "same-block" else "switch"
     together: dict[int, int] = {}
     for r in rooms:

@@ -1,0 +1,258 @@
+"""A replay through the placement path itself: the policy's verdicts, the core's selection and the
+node packer ``place`` uses, over a fleet held in memory.
+
+``LayerFleet`` is a trace's fleet as pools (``fleet_pools``): one pool of nodes per device model
+(node by node, devices shared in thousandths, so that a share of a GPU is a share as the trace
+asks), and one ``cpu`` pool listing every node, whose devices are the node's cores: CPU-only work
+may use any node's host CPU and memory, which it shares with the device pools listing the node
+(``state.sharing_of``: pools listing a node by the same name share its CPU and memory). A trace
+may give its own pools (the generic format).
+
+``LayerPlacer`` places one request as ``Hardware.place`` does, without a store:
+
+1. the request becomes a workload (``workload_of``: accelerator, count or fraction, CPU, memory,
+   the models that will do: the policy's ``models`` rule);
+2. ``Engine.prepare`` judges it over the fleet: the real OPA's verdicts, asked once per workload
+   signature and pool shape under the policy revision confirmed when the replay starts (confirmed
+   again when it ends: a replay decides under one snapshot of the policy);
+3. ``selection.select`` picks the pool and its grant over every pool's capacity summary;
+4. ``rooms.choose`` picks the node(s) and devices with the packer ``place`` uses; what the grant
+   holds is held on the pools sharing those nodes too (``rooms.hold_beside``: as ``rooms.build``
+   counts the records), and each changed pool's summary is worked out again for the nodes that
+   changed (``rooms.summary(rooms, changed)``).
+
+Nothing is written and nothing is audited. Per placement the cost is selection and the packer.
+A ``NodeCapacity`` over every node (``capacity``) holds every grant too: it checks that no device,
+share, core or MiB is held twice across pools (it raises otherwise) and is what the fragmentation
+figure reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from examlops_policy import _nodes
+from examlops_policy._core import rooms as _rooms
+from examlops_policy._core.engine import Engine
+from examlops_policy._core import codec
+from examlops_policy._core.selection import Judged, priced, select
+from examlops_policy._core.state import Capacities, sharing_of
+from examlops_policy._node_packers import DEFAULT_PACKER, ExpectedWorkload, packer_named
+from examlops_policy.errors import SpecError, StateError
+from examlops_policy.model import Capacity, Grant, Node, NodeAllocation, Pool, Workload
+
+CPU_POOL = "cpu"
+"""The name of the pool of every node's host CPU and memory (``fleet_pools``)."""
+
+SHARES = _nodes.MILLI  # a device shared in thousandths: a share is what the trace asks, exactly
+
+
+def pool_name(model: str) -> str:
+    """The pool of a device model's nodes: the model in lower case (``G2`` -> ``g2``)."""
+    return model.lower()
+
+
+GROUPINGS = ("model", "one")
+"""How a trace's device nodes become pools: one pool per device model (the policy's ``models``
+rule can then tell them apart), or one pool of them all naming no model (a fleet whose work never
+names a model: the traced cluster's own scheduler sees one pool)."""
+
+ONE_POOL = "gpu"
+
+
+def fleet_pools(
+    nodes: Sequence[_nodes.Node], *, region: str, target: str = "hpc", accelerator: str = "nvidia", grouping: str = "model"
+) -> list[Pool]:
+    """A trace's nodes as pools, in the order given (the order that breaks ties): a pool of nodes
+    per device model (``grouping`` ``one``: one pool ``gpu`` of every device node, naming no
+    model), devices shared in thousandths; and the ``cpu`` pool listing every node with CPU, its
+    cores as devices."""
+    if grouping not in GROUPINGS:
+        raise SpecError(f"unknown grouping {grouping!r}; known: {', '.join(GROUPINGS)}", field="pools")
+    by_model: dict[str | None, list[_nodes.Node]] = {}
+    for n in nodes:
+        if n.devices and n.model is not None:
+            by_model.setdefault(n.model if grouping == "model" else None, []).append(n)
+    pools = []
+    for model, listed in by_model.items():
+        pools.append(
+            Pool(
+                pool_name(model) if model is not None else ONE_POOL, target, accelerator, sum(n.devices for n in listed), region,
+                model=model.lower() if model is not None else None, nodes=tuple(_node(n, n.devices) for n in listed), sharing="time-slice",
+                shares_per_device=SHARES,
+            )  # fmt: skip
+        )
+    hosts = [n for n in nodes if n.cpu_milli is not None and n.cpu_milli >= _nodes.MILLI]
+    if hosts:
+        cores = [max(1, int(n.cpu_milli or 0) // _nodes.MILLI) for n in hosts]
+        pools.append(Pool(CPU_POOL, target, "cpu", sum(cores), region, nodes=tuple(_node(n, c) for n, c in zip(hosts, cores))))
+    return pools
+
+
+def _node(n: _nodes.Node, devices: int) -> Node:
+    cpu = None if n.cpu_milli is None else n.cpu_milli / _nodes.MILLI
+    return Node(n.name, devices, cpu, n.memory_mib)
+
+
+def workload_of(request: _nodes.NodeRequest, name: str = "pod", *, accelerator: str = "nvidia") -> Workload:
+    """The workload a trace's request is: CPU only (one of the ``cpu`` pool's cores as its device,
+    beside the CPU and memory it asks), a share of one device (a fraction), or whole devices; the
+    models that will do; on ``nodes`` nodes."""
+    cpu = request.cpu_milli / _nodes.MILLI if request.cpu_milli else None
+    memory = request.memory_mib or None
+    models = tuple(sorted(m.lower() for m in request.models)) if request.models else ()
+    if request.kind == "cpu":
+        return Workload(name, "cpu", cpu=cpu, memory=memory, nodes=request.nodes)
+    if request.kind == "share":
+        return Workload(name, accelerator, fraction=request.share_milli / _nodes.MILLI, cpu=cpu, memory=memory, models=models, nodes=request.nodes)
+    return Workload(name, accelerator, count=request.devices, cpu=cpu, memory=memory, models=models, nodes=request.nodes)
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Where one request went: the pool and what it holds node by node."""
+
+    pool: str
+    grant: Grant
+    allocations: tuple[NodeAllocation, ...]
+
+
+class LayerPlacer:
+    """Places requests through the policy's verdicts, the core's selection and the node packer,
+    over ``pools`` held in memory (see the module's docstring). ``expected``: the workload the
+    packer expects on each pool (a replay: the trace's own), by pool name, or one for all."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        confirmed: tuple[str, str],
+        pools: Sequence[Pool],
+        *,
+        packer: str = DEFAULT_PACKER,
+        expected: ExpectedWorkload | Mapping[str, ExpectedWorkload] | None = None,
+        seed: int = 0,
+        workload: Callable[[_nodes.NodeRequest], Workload] = workload_of,
+    ) -> None:
+        self.engine = engine
+        self.confirmed = confirmed
+        self.workload = workload
+        ordered = sorted(pools, key=lambda p: p.name)
+        self.pools = ordered
+        capacities = Capacities(engine.tables)
+        self.rooms = [capacities.rooms_of(p, []) for p in ordered]
+        self.summaries: list[Capacity] = [_rooms.summary(r)[0] for r in self.rooms]
+        sharing = sharing_of(ordered)
+        index = {p.name: i for i, p in enumerate(ordered)}
+        # Per pool: the pools sharing its nodes, and whether their devices there are its devices.
+        self.sharers = [
+            tuple((index[other], other in sharing.devices(p.name)) for other in sharing.group(p.name)[1:]) for p in ordered
+        ]  # fmt: skip
+        self.packers = [
+            packer_named(packer, expected=expected.get(p.name) if isinstance(expected, Mapping) else expected, seed=seed) for p in ordered
+        ]  # fmt: skip
+        self.packer = packer
+        self.fleet_rev = codec.fleet_revision(codec.fleet_document(priced(ordered, engine.tables)))
+        self._judged: dict[object, tuple[Workload, Judged]] = {}
+        # Every node once: its devices from the device pools listing it, its CPU and memory.
+        hosts: dict[str, Node] = {}
+        devices: dict[str, tuple[int, str | None]] = {}
+        for p in ordered:
+            for n in p.node_list():
+                hosts.setdefault(n.name, n)
+                if p.accelerator != "cpu":
+                    seen = devices.setdefault(n.name, (n.devices, p.model))
+                    if seen != (n.devices, p.model):
+                        raise SpecError(
+                            f"node {n.name!r} is listed with {seen[0]} {seen[1] or 'unnamed'} devices and with {n.devices} {p.model or 'unnamed'} "
+                            "devices; a replay holds one kind of device per node",
+                            field="nodes",
+                        )  # fmt: skip
+        nodes = [_nodes.Node(name, *devices.get(name, (0, None)), n.cpu_milli, n.memory_mib) for name, n in hosts.items()]
+        self._capacity = _nodes.NodeCapacity(nodes)
+        self.judged_new = 0  # workload signatures judged (an OPA query each at most)
+        self.refused: dict[str, int] = {}  # requests the policy refused outright, by reason code
+
+    @property
+    def capacity(self) -> _nodes.NodeCapacity:
+        """Every node, holding every grant (what the fragmentation figure reads)."""
+        return self._capacity
+
+    def judged(self, request: _nodes.NodeRequest | Workload) -> tuple[Workload, Judged]:
+        """The request's workload and the fleet judged for it (OPA asked once per signature; a
+        workload's name is not part of it)."""
+        key: object = dataclasses.replace(request, name="workload") if isinstance(request, Workload) else request
+        found = self._judged.get(key)
+        if found is None:
+            workload = request if isinstance(request, Workload) else self.workload(request)
+            prepared = self.engine.prepare(workload, self.pools, fleet_rev=self.fleet_rev, confirmed=self.confirmed)
+            found = self._judged[key] = (workload, prepared.judged)
+            self.judged_new += 1
+        return found
+
+    def decide(self, request: _nodes.NodeRequest | Workload) -> Placed | None:
+        """Place ``request`` (a trace's request, or a workload): the pool selection chooses and the
+        node(s) its packer chooses, held; None when no pool is admitted with room."""
+        workload, judged = self.judged(request)
+        outcome = select(judged, self.summaries)
+        if outcome.chosen is None:
+            rejection = judged.workload.rejection
+            if rejection is not None:  # refused whatever the capacity: counted by its reason
+                self.refused[rejection.code] = self.refused.get(rejection.code, 0) + 1
+            return None
+        i = outcome.chosen
+        grant = outcome.grant or judged.verdict(i).grant
+        room = self.rooms[i]
+        allocations = _rooms.choose(room, grant, workload, chooser=self.packers[i])
+        if allocations is None:
+            raise StateError(f"pool {self.pools[i].name!r}: its capacity summary says the grant fits but no node has room")
+        self.summaries[i] = _rooms.summary(room, [room.capacity.index[a.node] for a in allocations])[0]
+        for j, same in self.sharers[i]:
+            touched = _rooms.hold_beside(self.rooms[j], allocations, same_devices=same)
+            if touched:
+                self.summaries[j] = _rooms.summary(self.rooms[j], touched)[0]
+        for a in allocations:
+            self._capacity.allocate(_node_grant(a, self.pools[i]))
+        return Placed(self.pools[i].name, grant, allocations)
+
+    def place(self, request: _nodes.NodeRequest) -> tuple[_nodes.NodeGrant, ...] | None:
+        """``decide``, as the replay harness reads it: one grant per node."""
+        placed = self.decide(request)
+        if placed is None:
+            return None
+        pool = next(p for p in self.pools if p.name == placed.pool)
+        return tuple(_node_grant(a, pool) for a in placed.allocations)
+
+    def release(self, placed: Placed) -> None:
+        """Give back what ``placed`` holds (work that ended), on its pool and the pools sharing its nodes."""
+        i = next(k for k, p in enumerate(self.pools) if p.name == placed.pool)
+        touched = _rooms.give_back(self.rooms[i], placed.allocations, devices=True)
+        self.summaries[i] = _rooms.summary(self.rooms[i], touched)[0]
+        for j, same in self.sharers[i]:
+            touched = _rooms.give_back(self.rooms[j], placed.allocations, devices=same)
+            if touched:
+                self.summaries[j] = _rooms.summary(self.rooms[j], touched)[0]
+        for a in placed.allocations:
+            self._capacity.release(_node_grant(a, self.pools[i]))
+
+
+def _node_grant(a: NodeAllocation, pool: Pool) -> _nodes.NodeGrant:
+    """An allocation as the fleet-wide capacity holds it (a ``cpu`` pool's cores are no devices)."""
+    if pool.accelerator == "cpu":
+        return _nodes.NodeGrant(a.node, (), 0, a.cpu_milli, a.memory_mib)
+    if a.share is not None:
+        milli = a.share.shares * _nodes.MILLI // (pool.shares_per_device or _nodes.MILLI)
+        return _nodes.NodeGrant(a.node, (a.share.device,), milli, a.cpu_milli, a.memory_mib)
+    return _nodes.NodeGrant(a.node, tuple(h.device for h in a.holdings), 0, a.cpu_milli, a.memory_mib)
+
+
+def replace_nodes(pools: Sequence[Pool], order: Sequence[str]) -> list[Pool]:
+    """``pools`` with their nodes in ``order`` (node names; the order that breaks ties)."""
+    at = {name: i for i, name in enumerate(order)}
+    out = []
+    for p in pools:
+        if isinstance(p.nodes, tuple):
+            p = dataclasses.replace(p, nodes=tuple(sorted(p.nodes, key=lambda n: at.get(n.name, len(at)))))
+        out.append(p)
+    return out

@@ -1,0 +1,256 @@
+"""``exa hardware simulate``: a trace replayed against a fleet through the placement path, in memory.
+
+``simulate_openb`` runs the openb protocol (``replay``) with a ``LayerPlacer`` per seed and packer;
+``simulate_events`` replays a generic trace (``generic``) in time order, work leaving when its
+duration ends. Both give a ``Simulation``: per packer, the allocation curve per seed and its mean,
+failures by kind, fragmentation and placements per second; ``to_json`` is what ``--json`` prints,
+``lines`` what a person reads, ``svg`` the plot.
+"""
+
+from __future__ import annotations
+
+import heapq
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from examlops_policy import _nodes
+from examlops_policy._core.engine import Engine
+from examlops_policy._node_packers import ExpectedWorkload, FragmentationPacker
+from examlops_policy._sim.generic import GenericTrace, TraceWorkload
+from examlops_policy._sim.layer import LayerPlacer, Placed, fleet_pools
+from examlops_policy._sim.plot import Line, allocation_svg
+from examlops_policy._sim.replay import ReplayResult, allocation_curve, expected_workload, replay
+from examlops_policy._sim.trace import POD_KINDS, TracePod
+from examlops_policy.errors import SpecError
+from examlops_policy.model import JSONObject
+
+POINTS = (100, 130)
+
+
+@dataclass(frozen=True)
+class PackerRun:
+    """Every seed of one packer."""
+
+    packer: str
+    results: tuple[ReplayResult, ...]
+    judged: int = 0  # workload signatures the policy judged (at most one OPA query each)
+    refused: Mapping[str, int] = field(default_factory=dict)  # requests the policy refused outright, by reason code
+
+    @property
+    def alloc_pct(self) -> dict[int, float]:
+        """The mean allocation % over the seeds at each arrived % every seed reached."""
+        curves = [r.alloc_pct for r in self.results]
+        xs = sorted(set(curves[0]).intersection(*curves[1:]))
+        return {x: round(statistics.fmean(c[x] for c in curves), 2) for x in xs}
+
+    @property
+    def failed(self) -> dict[str, float]:
+        return {k: round(statistics.fmean(r.failed[k] for r in self.results), 1) for k in POD_KINDS}
+
+    @property
+    def fragmentation_pct(self) -> float:
+        return round(statistics.fmean(r.fragmentation_pct for r in self.results), 2)
+
+    @property
+    def placements_per_second(self) -> float:
+        seconds = sum(r.seconds for r in self.results)
+        return round(sum(r.pods for r in self.results) / seconds, 1) if seconds > 0 else 0.0
+
+    def to_json(self, points: Sequence[int]) -> JSONObject:
+        mean = self.alloc_pct
+        return {
+            "packer": self.packer,
+            "alloc_pct": {str(x): mean[x] for x in (points or sorted(mean)) if x in mean},
+            "per_seed": [
+                {
+                    "seed": r.seed, "alloc_pct": {str(x): r.alloc_pct[x] for x in (points or sorted(r.alloc_pct)) if x in r.alloc_pct}, "pods": r.pods,
+                    "placed": r.placed, "failed": dict(r.failed), "fragmentation_pct": round(r.fragmentation_pct, 2),
+                    "seconds": round(r.seconds, 3), "placements_per_second": round(r.placements_per_second, 1),
+                }  # fmt: skip
+                for r in self.results
+            ],
+            "failed": dict(self.failed),
+            "fragmentation_pct": self.fragmentation_pct,
+            "placements_per_second": self.placements_per_second,
+            "judged": self.judged,
+            "refused": dict(self.refused),
+        }
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """A replay's figures, per packer (the first is the one ``--json`` puts at the top)."""
+
+    trace: str
+    policy_revision: str
+    inflate: float | None
+    seeds: tuple[int, ...]
+    runs: tuple[PackerRun, ...]
+    points: tuple[int, ...] = POINTS
+    pools: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> JSONObject:
+        first = self.runs[0].to_json(self.points)
+        out: JSONObject = {
+            **first, "trace": self.trace, "policy_revision": self.policy_revision, "inflate": self.inflate, "seeds": list(self.seeds),
+            "pools": list(self.pools),
+        }  # fmt: skip
+        if len(self.runs) > 1:
+            out["packers"] = [r.to_json(self.points) for r in self.runs]
+        return out
+
+    def lines(self) -> list[str]:
+        out = [f"Replayed {self.trace} through the placement path (policy {self.policy_revision[:19]}..., pools {', '.join(self.pools)})"]
+        if self.inflate is None:
+            out.append("in time order, work leaving when its duration ends; allocation: devices held / devices, in %")
+            for run in self.runs:
+                r = run.results[0]
+                lost = r.failed
+                held = [100.0 * u / max(1, r.capacity_milli) for _, u in r.events]
+                out.append(
+                    f"{run.packer}: {r.placed} of {r.pods} placed; failed cpu/share/one/multi {lost['cpu']}/{lost['share']}/{lost['one']}/{lost['multi']}; "
+                    f"allocation at the end {held[-1]:.2f} %, at most {max(held):.2f} %"
+                )
+                if run.refused:
+                    out.append("  refused by the policy whatever the capacity: " + ", ".join(f"{c} x{n}" for c, n in run.refused.items()))
+            return out
+        out.append(f"seeds {', '.join(map(str, self.seeds))}, GPU demand tuned to {round(self.inflate * 100)} % of GPU capacity")
+        for run in self.runs:
+            mean = run.alloc_pct
+            at = "  ".join(f"{x} %: {mean[x]}" for x in self.points if x in mean)
+            f = run.failed
+            out.append(
+                f"{run.packer}: allocation at arrived {at}; failed cpu/share/one/multi {f['cpu']}/{f['share']}/{f['one']}/{f['multi']}; "
+                f"fragmentation {run.fragmentation_pct} %; {run.placements_per_second} placements/s"
+            )
+            if run.refused:
+                out.append("  refused by the policy whatever the capacity: " + ", ".join(f"{c} x{n}" for c, n in run.refused.items()))
+            for r in run.results:
+                seed_at = "  ".join(f"{x} %: {r.alloc_pct[x]}" for x in self.points if x in r.alloc_pct)
+                out.append(f"  seed {r.seed}: {seed_at}  ({r.placed} of {r.pods} placed, {r.seconds:.2f} s)")
+        return out
+
+    def svg(self) -> str:
+        lines = [Line(run.packer, run.alloc_pct) for run in self.runs]
+        return allocation_svg(lines, title=f"{self.trace}: allocation against arrived demand", x_min=0)
+
+
+def simulate_openb(
+    engine: Engine,
+    nodes: Sequence[_nodes.Node],
+    pods: Sequence[TracePod],
+    *,
+    trace: str,
+    seeds: Sequence[int],
+    inflate: float,
+    packers: Sequence[str],
+    region: str,
+    grouping: str = "model",
+) -> Simulation:
+    """The openb protocol for each seed and packer, each placement through a ``LayerPlacer``
+    (the fleet's pools by ``grouping``, see ``layer.fleet_pools``)."""
+    known = set(engine.tables.models)
+    for node in nodes:
+        if node.model is not None and node.model.lower() not in known:
+            raise SpecError(f"GPU model {node.model!r} of node {node.name!r} is not in the policy's models table", field="model")
+    for pod in pods:
+        unknown = sorted(m for m in pod.request.models or () if m.lower() not in known)
+        if unknown:
+            raise SpecError(f"GPU model {unknown[0]!r} is not in the policy's models table", source=pod.source, field="gpu_spec")
+        if pod.request.models and grouping != "model":
+            raise SpecError("the pod names GPU models: replay it with a pool per model (--pools model)", source=pod.source, field="gpu_spec")
+    confirmed = engine.confirm()
+    expected = expected_workload(pods)
+    runs = []
+    pool_names: tuple[str, ...] = ()
+    for packer in packers:
+        placers: list[LayerPlacer] = []
+
+        def build(ordered: Sequence[_nodes.Node], seed: int, packer: str = packer, placers: list[LayerPlacer] = placers) -> LayerPlacer:
+            placer = LayerPlacer(engine, confirmed, fleet_pools(ordered, region=region, grouping=grouping), packer=packer, expected=expected, seed=seed)
+            placers.append(placer)
+            return placer
+
+        results = tuple(replay(pods, nodes, build, seed=s, inflate=inflate, packer=packer, expected=expected) for s in seeds)
+        runs.append(PackerRun(packer, results, sum(p.judged_new for p in placers), _refused(placers)))
+        pool_names = tuple(p.name for p in placers[0].pools)
+    _confirm_same(engine, confirmed)
+    return Simulation(trace, confirmed[0], inflate, tuple(seeds), tuple(runs), pools=pool_names)
+
+
+def simulate_events(engine: Engine, trace: GenericTrace, *, packers: Sequence[str], name: str) -> Simulation:
+    """A generic trace in time order: each workload placed when it arrives (or failed: nothing
+    waits), given back when its duration ends (before what arrives at that instant)."""
+    confirmed = engine.confirm()
+    runs = []
+    for packer in packers:
+        expected = expected_workload([TracePod(w.name, w.request) for w in trace.workloads if w.request is not None]) if packer == "fgd" else None
+        placer = LayerPlacer(engine, confirmed, trace.pools, packer=packer, expected=expected)
+        runs.append(PackerRun(packer, (_events(placer, trace, packer),), placer.judged_new, _refused([placer])))
+    _confirm_same(engine, confirmed)
+    return Simulation(name, confirmed[0], None, (), tuple(runs), points=(), pools=tuple(sorted(p.name for p in trace.pools)))
+
+
+def _events(placer: LayerPlacer, trace: GenericTrace, packer: str) -> ReplayResult:
+    total = max(1, sum(n.devices for n in placer.capacity.nodes))
+    leaving: list[tuple[float, int, Placed]] = []
+    events: list[tuple[int, int]] = [(0, 0)]
+    failed = {k: 0 for k in POD_KINDS}
+    arrived = allocated = placed = 0
+    start = time.perf_counter()
+    for k, w in enumerate(sorted(trace.workloads, key=lambda w: (w.arrival, w.line))):
+        while leaving and leaving[0][0] <= w.arrival:
+            _, _, gone = heapq.heappop(leaving)
+            placer.release(gone)
+            allocated -= _milli(placer, gone)
+        milli = w.device_milli
+        arrived += milli
+        got = placer.decide(w.workload)
+        if got is None:
+            failed[w.kind] += 1
+        else:
+            placed += 1
+            allocated += _milli(placer, got)
+            if w.duration is not None:
+                heapq.heappush(leaving, (w.arrival + w.duration, k, got))
+        events.append((arrived, allocated))
+    seconds = time.perf_counter() - start
+    frag = FragmentationPacker(_blocks(placer)).fragmentation(placer.capacity) if total > 1 else None
+    upto = max(100, round(arrived / total / 10))
+    return ReplayResult(
+        seed=0, packer=packer, pods=len(trace.workloads), placed=placed, alloc_pct=allocation_curve(events, total, upto), failed=failed,
+        capacity_milli=total * _nodes.MILLI, arrived_milli=arrived, allocated_milli=allocated,
+        fragmentation_milli=float(frag.sum()) if frag is not None else 0.0, seconds=seconds, events=tuple(events),
+    )  # fmt: skip
+
+
+def _blocks(placer: LayerPlacer) -> ExpectedWorkload:
+    return ExpectedWorkload.blocks(int(max((n.devices for n in placer.capacity.nodes), default=1)) or 1)
+
+
+def _refused(placers: Sequence[LayerPlacer]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for p in placers:
+        for code, n in p.refused.items():
+            out[code] = out.get(code, 0) + n
+    return dict(sorted(out.items()))
+
+
+def _milli(placer: LayerPlacer, placed: Placed) -> int:
+    pool = next(p for p in placer.pools if p.name == placed.pool)
+    if pool.accelerator == "cpu":
+        return 0
+    unit = pool.shares_per_device or _nodes.MILLI
+    return sum(a.share.shares * _nodes.MILLI // unit if a.share is not None else _nodes.MILLI * len(a.holdings) for a in placed.allocations)
+
+
+def _confirm_same(engine: Engine, confirmed: tuple[str, str]) -> None:
+    """The policy a replay decided under must still be the one served when it ends."""
+    from examlops_policy._core.engine import same_policy
+    from examlops_policy.errors import PolicyError
+
+    now = engine.confirm()
+    if not same_policy(now[0], confirmed[0]):
+        raise PolicyError(f"the policy changed during the replay ({confirmed[0]} -> {now[0]}); run it again")

@@ -1,0 +1,69 @@
+"""``exa hardware simulate``: replay a trace against a fleet through the placement path, in memory."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from examlops_policy.cli import exits, render
+from examlops_policy.cli.args import Commands
+from examlops_policy.cli.console import Console
+from examlops_policy.errors import SpecError
+from examlops_policy.hardware import Hardware
+
+
+def seeds_of(text: str) -> list[int]:
+    """``42-51``, ``42,45`` or ``42``: the seeds, in order; SpecError for anything else."""
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                first, last = (int(x) for x in part.split("-", 1))
+                if last < first or last - first >= 1000:
+                    raise ValueError
+                out.extend(range(first, last + 1))
+            else:
+                out.append(int(part))
+    except ValueError:
+        raise SpecError(f"seeds are whole numbers or ranges such as 42-51 or 42,45 (got {text!r})", source="--seeds") from None
+    return out
+
+
+def cmd_simulate(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    packers = [p for group in (args.packer or [["exa"]]) for p in group]
+    result = hw.simulate(
+        Path(args.pods), Path(args.nodes) if args.nodes else None, format=args.format, inflate=args.inflate, seeds=seeds_of(args.seeds),
+        packers=packers, policy=Path(args.policy) if args.policy else None, region=args.region, pools=args.pools,
+    )  # fmt: skip
+    if args.plot:
+        try:
+            Path(args.plot).write_text(result.svg())
+        except OSError as exc:
+            raise SpecError(f"cannot write the plot: {exc.strerror}", source=args.plot) from exc
+    if args.json:
+        render.dump_json(console, result.to_json())
+    else:
+        for line in result.lines():
+            console.print(line, markup=False, highlight=False)
+        if args.plot:
+            console.print(f"plot: {args.plot}", markup=False, highlight=False)
+    return exits.OK
+
+
+def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
+    p = hardware.add_parser(
+        "simulate", parents=[common], help="replay a trace against a fleet through the placement path, in memory (nothing written)"
+    )
+    p.add_argument("--pods", required=True, metavar="FILE", help="the pod list (openb CSV), or a generic trace (YAML: pools and workloads)")
+    p.add_argument("--nodes", metavar="FILE", help="the node list (openb CSV; required for openb), or a pools file replacing a generic trace's pools")
+    p.add_argument("--format", choices=["openb", "generic"], default="openb", help="openb (default): the openb protocol; generic: in time order")
+    p.add_argument("--inflate", type=float, default=1.3, help="openb: GPU demand tuned to this x the GPU capacity (default 1.3)")
+    p.add_argument("--seeds", default="42", help="openb: seeds, e.g. 42-51 (default 42)")
+    p.add_argument("--packer", nargs="+", action="append", metavar="NAME", help="node packer(s) to replay with (default exa, the one place uses)")
+    p.add_argument("--policy", metavar="DIR", help="judge with the policy in DIR (its own OPA) instead of the reviewed one")
+    p.add_argument("--region", default="eu", help="openb: the region of the fleet's pools (default eu)")
+    p.add_argument("--pools", choices=["model", "one"], default="model",
+                   help="openb: a pool per GPU model (default; the models rule tells them apart), or one pool of every GPU node")
+    p.add_argument("--plot", metavar="FILE.svg", help="write allocation against arrived demand as an SVG")
+    p.set_defaults(handler=cmd_simulate)
