@@ -3,15 +3,30 @@
 --   owner (default exa_owner)  owns the database, the schema and every table in it; runs the
 --                              migrations. Used only to migrate (once per exa upgrade).
 --   app   (default exa_app)    what every `exa` process uses day to day. Owns nothing:
---                              SELECT, INSERT, UPDATE, DELETE on the state tables (state, pools,
---                              decisions, allocations, holdings, node_usage); SELECT, INSERT,
---                              UPDATE on the queue (a queued row changes state, never goes);
---                              SELECT, INSERT only on the records (audit_log, burst_events,
---                              capacity_log, fleets, verdict_sets, node_grants); SELECT only on
---                              schema_migrations; USAGE, SELECT on the schema's sequences.
---                              No CREATE on the schema (or any other), no TEMP, no TRUNCATE,
---                              REFERENCES or TRIGGER; not being an owner it cannot ALTER or DROP a
---                              table, nor disable audit_log's append-only triggers.
+--                              SELECT, INSERT on every table, and UPDATE only of the columns exa
+--                              changes after a row is written (state: version, fleet_version,
+--                              layout; pools: spec, count, its times, held_outside, version, free,
+--                              capacity, removal; decisions: release, lease, job and submission
+--                              columns, what reconcile and preemption record; allocations:
+--                              released_at; holdings: node and device, which the upgrade to nodes
+--                              maps old grants to; queue: a waiting row's state, the placement that
+--                              admitted it, when it ended and why); no UPDATE of anything else
+--                              (a decision's devices, region, pool, record) and no DELETE but of
+--                              node_usage (what a scheduler reports busy node by node, replaced
+--                              whole with each report): exa deletes no other row.
+--                              SELECT only on schema_migrations; USAGE, SELECT on the schema's
+--                              sequences. No CREATE on the schema (or any other), no TEMP, no
+--                              TRUNCATE, REFERENCES or TRIGGER; not being an owner it cannot ALTER
+--                              or DROP a table, nor disable audit_log's append-only triggers.
+--                              Without table-wide UPDATE, DELETE or TRUNCATE it cannot LOCK a
+--                              state table in a mode that stops other writers either.
+--
+-- What the app role may still change (release a placement, move a lease, record a job, edit a
+-- pool) is what exa does through it, and each change is an audit entry: `exa audit verify`
+-- rebuilds the state from the chain and names every column and row that differs from it.
+-- A session of the app role can still hold exa's advisory write lock (any role may take advisory
+-- locks): every exa waits at most lock_timeout (10 s) for it per attempt, a bounded number of
+-- attempts, then fails with exit 6 naming the session that holds it.
 --
 -- Run it with psql as a superuser, connected to any database of the cluster (it \connects to the
 -- state database itself, as the same user).  ON_ERROR_STOP is set: the first error ends the run.
@@ -150,29 +165,46 @@ GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA :"schema" TO :"app";
 -- burst_events.id is an identity column: INSERT advances its sequence without a grant on it; a
 -- serial column of a later migration would need USAGE.
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA :"schema" TO :"app";
--- The state tables: rows change as placements are made, released and renewed, and as reconcile
--- finds nodes that take no work (node_states: a row while a node is not up).
-SELECT format('GRANT UPDATE, DELETE ON TABLE %I.%I TO %I', n.nspname, c.relname, :'app')
-  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+-- The state tables: only the columns that change after a row is written, as placements are
+-- released, leases renewed, jobs recorded, pools edited, drained, removed or registered again
+-- under a removed pool's name, old grants mapped to their nodes and node usage reported; as
+-- reconcile records what schedulers say of jobs and nodes, a preemption marks its victims, and
+-- a queued workload is admitted, cancelled or fails.
+SELECT format('GRANT UPDATE (%s) ON TABLE %I.%I TO %I', cols, n.nspname, c.relname, :'app')
+  FROM (VALUES ('state', 'version, fleet_version, layout'),
+               ('pools', 'spec, count, created_at, updated_at, held_outside, version, free, capacity, removed_at, removing_since'),
+               ('decisions', 'released_at, released_ts, lease_expires_at, lease_expires_ts, job_id, scheduler, job_uid, job_state, submitted_at, '
+                             'job_started_at, job_ended_at, node_down_at, preempting_for'),
+               ('queue', 'state, admitted_by, ended_at, message, attempts, version'),
+               ('allocations', 'released_at'),
+               ('holdings', 'node, device')) AS g(tbl, cols)
+  JOIN pg_class c ON c.relname = g.tbl JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
-   AND c.relname IN ('state', 'pools', 'decisions', 'allocations', 'holdings', 'node_usage')
  ORDER BY c.relname \gexec
--- The queue: a waiting row is claimed, cancelled or failed (its state changes); none is deleted.
-SELECT format('GRANT UPDATE ON TABLE %I.queue TO %I', :'schema', :'app')
- WHERE to_regclass(format('%I.queue', :'schema')) IS NOT NULL \gexec
+-- node_usage: what a scheduler reports busy node by node, each report replacing the pool's rows
+-- (every report an audit entry that exa audit verify holds the table to). DELETE also lets the
+-- app role LOCK this one table; a write that waits on it gives up after the bounded waits.
+SELECT format('GRANT DELETE ON TABLE %I.node_usage TO %I', :'schema', :'app')
+ WHERE to_regclass(format('%I.node_usage', :'schema')) IS NOT NULL \gexec
 -- Which migrations ran is read, never written, by the app role (it cannot apply one anyway).
 SELECT format('REVOKE INSERT ON TABLE %I.schema_migrations FROM %I', :'schema', :'app')
  WHERE to_regclass(format('%I.schema_migrations', :'schema')) IS NOT NULL \gexec
--- audit_log, burst_events, capacity_log, fleets, verdict_sets, node_grants keep SELECT, INSERT: the audit
--- chain and the records it covers are appended to, never changed. (audit_log's triggers refuse UPDATE, DELETE
+-- audit_log, burst_events, capacity_log, fleets, verdict_sets and node_grants keep SELECT, INSERT:
+-- the audit chain and the records it covers are appended to, never changed. (audit_log's triggers refuse UPDATE, DELETE
 -- and TRUNCATE even for the owner; without the privilege the app role is refused before them.)
 
 COMMIT;
 
--- What the app role may do now, for the record.
-SELECT c.relname AS "table", string_agg(p.privilege_type, ', ' ORDER BY p.privilege_type) AS "app role may"
+-- What the app role may do now, for the record (UPDATE (...): only those columns).
+SELECT c.relname AS "table",
+       concat_ws(', ', string_agg(p.privilege_type, ', ' ORDER BY p.privilege_type),
+                 (SELECT 'UPDATE (' || string_agg(a.attname, ', ' ORDER BY a.attnum) || ')'
+                    FROM pg_attribute a
+                   WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+                     AND NOT has_table_privilege(:'app', c.oid, 'UPDATE')
+                     AND has_column_privilege(:'app', c.oid, a.attnum, 'UPDATE'))) AS "app role may"
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  CROSS JOIN unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']) AS p(privilege_type)
  WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
    AND has_table_privilege(:'app', c.oid, p.privilege_type)
- GROUP BY c.relname ORDER BY c.relname;
+ GROUP BY c.oid, c.relname ORDER BY c.relname;

@@ -14,8 +14,12 @@ What each check, the tier and the grant see of the shapes (their *views*), and t
 checks that read no workload field, depend only on the policy revision and the shapes, not on the
 workload: for a query over many keys the policy works them out once (the ``views`` entry point)
 and they are stored beside the shapes (``data.examlops_fleet.views[<key>]``, the key the policy
-derives from the shape keys; a few per process). A verdict query for exactly those keys under the
-same revision reads them instead of working them out again; the answer is the same either way.
+derives from the shape keys; a few per connection, once it asks about a key set a second time). A
+verdict query for exactly those keys under the same revision that carries the digest the policy
+gave with them reads them instead of working them out again; the answer is the same either way.
+Whoever holds the token may rewrite that data, so views are read only when they still hash to
+that digest (``examlops.fleet``, as the shapes to their keys): a connection reads only views it
+was given the digest of, never views it merely finds stored.
 """
 
 from __future__ import annotations
@@ -57,8 +61,10 @@ class OpaPolicy:
     def __init__(self, transport: Transport) -> None:
         self._transport = transport
         self._where = f"OPA at {transport.describe}"
-        # The keys of the views this connection stored (or found stored), oldest first.
-        self._views: OrderedDict[str, None] = OrderedDict()
+        # The views this connection had OPA store, by key: (the revision they were worked out under,
+        # their digest), oldest first; and the key sets it asked about once (stored when asked again).
+        self._views: OrderedDict[str, tuple[str | None, str]] = OrderedDict()
+        self._asked: OrderedDict[str, None] = OrderedDict()
         self._served: str | None = None  # the revision the last confirm said OPA serves
 
     def describe(self) -> str:
@@ -94,39 +100,53 @@ class OpaPolicy:
         return codec.decode_about(self._query("about", {}), self._where)
 
     def verdicts(self, workload: JSONObject, keys: Sequence[str], shapes: Mapping[str, JSONObject]) -> Answer:
-        policy_input: JSONObject = {"workload": workload, "keys": list(keys)}
+        # Views are stored for a key set this connection asks about again (a process that asks
+        # once gains nothing from storing them).
+        views = len(keys) >= VIEWS_MIN_KEYS and self._asked_before(codec.views_key(keys))
         for _ in range(UPLOAD_ROUNDS):
-            if len(keys) >= VIEWS_MIN_KEYS:
-                self._store_views(keys)
+            policy_input: JSONObject = {"workload": workload, "keys": list(keys)}
+            digest = self._stored_views(keys) if views else None
+            if digest is not None:
+                policy_input["views"] = digest
             answer = codec.decode_verdicts(self._query("verdicts", policy_input), keys, self._where)
             if not answer.missing:
                 return answer
             self._upload({k: shapes[k] for k in answer.missing if k in shapes})
         raise PolicyError(f"{self._where} keeps losing the fleet's shapes (uploaded {UPLOAD_ROUNDS} times); nothing was placed")
 
-    def _store_views(self, keys: Sequence[str]) -> None:
-        """Have OPA hold the views of the shapes of ``keys`` under the revision it serves: once per
-        key set and connection, and not again when another connection stored them. Not while some
-        shape is missing there (the views then cover fewer shapes, under another key): the verdict
-        query says which, and they are uploaded first."""
+    def _asked_before(self, key: str) -> bool:
+        """Whether this connection asked about the key set ``key`` before (it is noted now)."""
+        if key in self._views or key in self._asked:
+            return True
+        self._asked[key] = None
+        while len(self._asked) > VIEWS_KEPT * 4:
+            self._asked.popitem(last=False)
+        return False
+
+    def _stored_views(self, keys: Sequence[str]) -> str | None:
+        """The digest of the views of the shapes of ``keys`` that this connection had OPA store
+        under the revision it serves (stored now when it has none under it), or None: not while
+        some shape is missing there (the views then cover fewer shapes, under another key; the
+        verdict query says which, and they are uploaded first). Views found stored are never
+        taken on trust: only the digest the policy gave this connection with them is carried."""
         key = codec.views_key(keys)
-        if key in self._views:
-            self._views.move_to_end(key)
-            return
         served = self._served if self._served is not None else self.confirm().revision
-        status, raw = self._request("GET", f"{FLEET_PATH}/views/{key}/revision", None)
-        held = json.loads(raw).get("result") if status == 200 else None
-        if held is None or held != served:
-            views = self._query("views", {"keys": list(keys)})
-            if codec.stored_views_key(views, self._where) != key:
-                return
-            status, raw = self._request("PUT", f"{FLEET_PATH}/views/{key}", codec.json_bytes(views))
-            if status not in (200, 204):
-                raise PolicyError(f"{self._where} refused the fleet's views ({status}): {_message(raw)}")
-        self._views[key] = None
+        held = self._views.get(key)
+        if held is not None and held[0] == served:
+            self._views.move_to_end(key)
+            return held[1]
+        views, covered, digest = codec.stored_views(self._query("views", {"keys": list(keys)}), self._where)
+        if covered != key:
+            return None
+        status, raw = self._request("PUT", f"{FLEET_PATH}/views/{key}", codec.json_bytes(views))
+        if status not in (200, 204):
+            raise PolicyError(f"{self._where} refused the fleet's views ({status}): {_message(raw)}")
+        self._views[key] = (served, digest)
+        self._views.move_to_end(key)
         while len(self._views) > VIEWS_KEPT:
             old, _ = self._views.popitem(last=False)
             self._request("DELETE", f"{FLEET_PATH}/views/{old}", None)
+        return digest
 
     def _upload(self, shapes: Mapping[str, JSONObject]) -> None:
         if not shapes:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Final
 
 from examlops_policy.errors import PolicyError
-from examlops_policy.tables import Tables, load_tables, policy_dir, policy_files, revision
+from examlops_policy.tables import Tables, load_tables, policy_dir, policy_files, revision, table_files
 
 CHECK_EVERY_S: Final = 0.25
 READ_ATTEMPTS: Final = 5
@@ -27,11 +28,28 @@ Stamp = tuple[tuple[str, int, int], ...]
 
 @dataclass(frozen=True)
 class PolicySnapshot:
-    """The reviewed policy a decision is made under: the tables and their revision."""
+    """The reviewed policy a decision is made under: the tables and their revision, and the table
+    files' bytes they were read from (``table_files``: path, bytes)."""
 
     root: Path
     revision: str
     tables: Tables
+    table_files: tuple[tuple[Path, bytes], ...] = field(default=(), repr=False, compare=False)
+
+    @cached_property
+    def tables_digest(self) -> str:
+        """The digest a policy serving these tables reports of them (``opa.content``): what an OPA
+        whose revision is only a label must report to decide under this snapshot."""
+        from examlops_policy.opa.content import digest_of_files
+
+        return digest_of_files(self.table_files)
+
+
+def _table_bytes(root: Path) -> tuple[tuple[Path, bytes], ...]:
+    try:
+        return tuple((p, p.read_bytes()) for p in table_files(root))
+    except OSError as exc:
+        raise PolicyError(f"cannot read the policy tables in {root}: {exc}") from exc
 
 
 def _read_tables(root: Path) -> Tables:
@@ -87,9 +105,10 @@ class Reviewed:
             before = self._stamp_of(paths)
             tables = _read_tables(self.root)
             rev = revision(self.root)
+            files = _table_bytes(self.root)
             if before is not None and self._stamp_of(paths) == before:
                 self._paths, self._stamp = paths, before
-                return PolicySnapshot(self.root, rev, tables)
+                return PolicySnapshot(self.root, rev, tables, files)
         raise PolicyError(f"the policy files in {self.root} kept changing while they were read; nothing was decided")
 
 
@@ -98,7 +117,7 @@ class Pinned:
 
     def __init__(self, tables: Tables, root: Path | None = None) -> None:
         root = root or policy_dir()
-        self._snapshot = PolicySnapshot(root, revision(root), tables)
+        self._snapshot = PolicySnapshot(root, revision(root), tables, _table_bytes(root))
 
     def current(self, *, force: bool = False) -> PolicySnapshot:
         return self._snapshot

@@ -28,6 +28,10 @@ them back to `verify_chain`. Design: /work/shared/reference/audit-log.md.
                 its audit entry holds, or whose columns differ from its record; entry (0 when it has
                 a decision with no audit entry; a stored fleet or verdict set  none)
                 whose bytes no longer hash to its key
+    state       a table differs from the state the chain describes: a column,  the entry that says
+                a row no entry accounts for, a row an entry needs that is gone  otherwise (0: none)
+                (``_chain_state``: decisions, allocations, holdings, burst
+                events, pools, releases, leases, jobs)
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ GENESIS: Final[bytes] = bytes(32)
 DOMAIN_TAG: Final[bytes] = b"examlops-audit-v1\x00"
 ORIGIN: Final = "examlops.example/audit"
 
-ProblemKind = Literal["edited", "deleted", "reordered", "inserted", "truncated", "mismatch", "signature", "damaged", "record"]
+ProblemKind = Literal["edited", "deleted", "reordered", "inserted", "truncated", "mismatch", "signature", "damaged", "record", "state"]
 
 _ED25519: Final = 0x01  # signed-note signature type byte for Ed25519
 _MAX_SIGNATURES: Final = 100  # the limit golang.org/x/mod/sumdb/note applies
@@ -267,24 +271,27 @@ def verify_records(
     rows: Iterable[AuditRow],
     decisions: Iterable[tuple[str, str, str | None, tuple[object, ...]]],
     documents: Iterable[tuple[str, str]],
+    *,
+    entries: Iterable[tuple[int, Mapping[str, object]]] | None = None,
+    records: dict[str, dict[str, object]] | None = None,
 ) -> VerifyReport:
     """Add to ``report`` what the chain cannot see alone: each decision's stored record must hash to
     the digest its audit entry holds, its columns must say what its record says, and every stored
     fleet and verdict set must hash to its key. ``decisions`` are (id, document, record_digest,
-    (outcome, pool, cost_per_hour, carbon_factor, devices)) as the store holds them."""
+    (outcome, pool, cost_per_hour, carbon_factor, devices)) as the store holds them.
+
+    ``entries``: the rows' entries as (seq, entry), when the caller has them parsed already.
+    ``records``: filled with each decision's record (parsed) that hashes to its entry's digest.
+    """
     found = list(report.problems)
     # Entries missing from the chain explain decisions without one: the chain's problem says it.
     chain_lost = any(p.kind in ("deleted", "truncated", "damaged", "inserted", "reordered") for p in found)
-    entries: dict[str, tuple[int, object]] = {}
-    for row in rows:
-        try:
-            entry = json.loads(row.canonical)
-        except (ValueError, UnicodeDecodeError):
-            continue  # the chain walk already reports an entry that is not what it hashed
-        if isinstance(entry, dict) and entry.get("kind") == "decision" and isinstance(entry.get("decision_id"), str):
-            entries.setdefault(entry["decision_id"], (row.seq, entry.get("record_digest")))
+    digests: dict[str, tuple[int, object]] = {}
+    for seq, entry in entries if entries is not None else _parsed(rows):
+        if entry.get("kind") == "decision" and isinstance(entry.get("decision_id"), str):
+            digests.setdefault(str(entry["decision_id"]), (seq, entry.get("record_digest")))
     for ident, document, stored_digest, columns in decisions:
-        seq, audited = entries.get(ident, (0, None))
+        seq, audited = digests.get(ident, (0, None))
         if seq == 0:
             if not chain_lost:
                 found.append(Problem(0, "record", f"decision {ident[:12]} has no audit entry: it was inserted, or the log cut short"))
@@ -295,7 +302,10 @@ def verify_records(
         if actual != audited or stored_digest != audited:
             found.append(Problem(seq, "record", f"decision {ident[:12]}: its stored record was edited (it no longer hashes to its audit entry)"))
             continue
-        differs = _columns_differ(str(document), columns)
+        record = json.loads(str(document))
+        if records is not None and isinstance(record, dict):
+            records[ident] = record
+        differs = _columns_differ(record, columns)
         if differs:
             found.append(Problem(seq, "record", f"decision {ident[:12]}: its {', '.join(differs)} column(s) differ from its audited record"))
     for key, document in documents:
@@ -305,10 +315,19 @@ def verify_records(
     return VerifyReport(not found, report.size, report.head, tuple(found))
 
 
-def _columns_differ(document: str, columns: tuple[object, ...]) -> list[str]:
+def _parsed(rows: Iterable[AuditRow]) -> Iterable[tuple[int, Mapping[str, object]]]:
+    for row in rows:
+        try:
+            entry = json.loads(row.canonical)
+        except (ValueError, UnicodeDecodeError):
+            continue  # the chain walk already reports an entry that is not what it hashed
+        if isinstance(entry, dict):
+            yield row.seq, entry
+
+
+def _columns_differ(record: object, columns: tuple[object, ...]) -> list[str]:
     """The columns (outcome, pool, cost_per_hour, carbon_factor; for a record with start estimates
     estimated_start and estimate_source, the chosen pool's) that disagree with the record."""
-    record = json.loads(document)
     if not isinstance(record, dict) or record.get("v") not in (2, 3, 4):
         return []
     outcome, pool, cost, carbon = columns[:4]

@@ -149,7 +149,12 @@ class ManagedPolicy:
         return self._connect().describe()
 
     def confirm(self) -> Confirmation:
-        return self._call("confirm")  # type: ignore[return-value]
+        confirmation: Confirmation = self._call("confirm")  # type: ignore[assignment]
+        connection = self._connection
+        if connection is not None and connection.tables_digest is not None:
+            # An external OPA's tables, as its policy reported them on this connection.
+            return dataclasses.replace(confirmation, tables_digest=connection.tables_digest)
+        return confirmation
 
     def about(self) -> About:
         return self._call("about")  # type: ignore[return-value]
@@ -243,8 +248,10 @@ class Hardware:
             self._store = open_store(self.home)
         capacities = self._current().capacities
         if self._laid_out != capacities.digest:
-            # Capacities worked out with other packing rules (or before an upgrade) are redone once.
-            commit.ensure_layout(self._store, capacities)
+            # Capacities worked out with other packing rules (or before an upgrade) are redone once;
+            # a state opened read-only is read as it is (audit verify then leaves them uncompared).
+            if self._store.read_only is None:
+                commit.ensure_layout(self._store, capacities, source=SOURCE)
             self._laid_out = capacities.digest
         return self._store
 
@@ -283,7 +290,7 @@ class Hardware:
 
     def _engine_of(self, under: _Under) -> Engine:
         if under.engine is None:
-            under.engine = Engine(self.policy, under.policy.tables, reviewed=under.policy.revision)
+            under.engine = Engine(self.policy, under.policy.tables, reviewed=under.policy.revision, reviewed_tables=under.policy.tables_digest)
         return under.engine
 
     def estimator(self) -> StartEstimator:
@@ -318,7 +325,9 @@ class Hardware:
             return under, self._engine_of(under).prepare(request, pools, fleet_rev=fleet_rev)
         except RevisionMismatch:
             under = self._current(force=True)
-            if isinstance(self._policy, ManagedPolicy) and not os.environ.get("EXA_OPA_URL"):
+            if isinstance(self._policy, ManagedPolicy):
+                # Found again: a local OPA restarts on the files as they are; an external one is
+                # asked again what it serves (its tables' digest is proven on each connection).
                 self._policy.close()
             return under, self._engine_of(under).prepare(request, pools, fleet_rev=fleet_rev)
 
@@ -869,13 +878,11 @@ class Hardware:
     # -- audit ------------------------------------------------------------------------------
 
     def verify_audit(self, checkpoint: audit.Checkpoint | None = None, key: audit.VerifierKey | None = None) -> audit.VerifyReport:
-        """The chain, the decision records it vouches for and the stored fleets and verdict sets;
-        with ``checkpoint`` (and ``key``), the anchor too."""
-        from examlops_policy import audit
+        """The chain, the decision records it vouches for, the stored fleets and verdict sets, and every
+        table held to the state the chain describes; with ``checkpoint`` (and ``key``), the anchor too."""
+        from examlops_policy import _audit_verify
 
-        rows = self.store.audit_rows()
-        report = audit.verify_chain(rows, checkpoint, public_key=key)
-        return audit.verify_records(report, rows, self.store.records_for_audit(), self.store.stored_documents())
+        return _audit_verify.verify(self.store, self._capacities, checkpoint, key)  # every table held to the chain, too
 
     def checkpoint(self, *, origin: str | None = None, key: audit.SigningKey | None = None) -> audit.Checkpoint:
         """A checkpoint (size and head) of a log that verifies, signed with ``key`` when given;

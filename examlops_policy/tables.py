@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -60,6 +61,12 @@ def policy_files(root: Path) -> list[Path]:
         and (p.suffix in {".yaml", ".yml", ".json"} or (p.suffix == ".rego" and not p.name.endswith("_test.rego")))
     ]
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+
+
+def table_files(root: Path) -> list[Path]:
+    """The table files a bundle holds: ``examlops/tables/*.yaml`` and ``*.yml``, in name order."""
+    folder = root / "examlops" / "tables"
+    return sorted((p for p in folder.iterdir() if p.is_file() and p.suffix in {".yaml", ".yml"}), key=lambda p: p.name)
 
 
 def revision(root: Path) -> str:
@@ -295,6 +302,22 @@ def _prune(folder: Path) -> None:
             path.unlink(missing_ok=True)
     for _, path in sorted(entries, reverse=True)[CACHE_KEEP:]:
         path.unlink(missing_ok=True)
+
+
+def compiled(kind: str, sources: list[tuple[str, bytes]], build: Callable[[], JSONObject]) -> JSONObject:
+    """What ``build`` makes of the table files ``sources`` (name, bytes), from the compiled cache
+    when it holds it for these exact files, else built (and the cache written). ``kind`` names
+    what is kept, so that different things made of the same files are kept apart."""
+    folder = cache_dir()
+    digest = tables_digest([(f"{kind}\0", b""), *sources])
+    if folder is not None:
+        cached = _read_cached(folder, digest)
+        if cached is not None:
+            return cached
+    made = build()
+    if folder is not None:
+        _write_cached(folder, digest, made)
+    return made
 
 
 def _merged_tables(base: Path) -> JSONObject:

@@ -39,3 +39,13 @@ def fill(folder: Path) -> Path:
     finally:
         os.close(fd)
     return filler
+
+
+@contextmanager
+def read_only(mount: Path) -> Iterator[Path]:
+    """``mount`` (a file system ``small_tmpfs`` made) remounted read-only for the block."""
+    subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True, capture_output=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(mount)], check=True, capture_output=True)

@@ -83,3 +83,27 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
     while not predicate():
         assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting until {what}"
         time.sleep(0.05)
+
+
+def suspend(pid: int, timeout: float = 10.0) -> None:
+    """SIGSTOP ``pid`` and wait until every one of its threads has stopped.
+
+    ``kill`` only queues the signal: the kernel wakes one thread to act on it, and on a loaded
+    machine the others may run (and answer a request) for a while before the group stop reaches
+    them. A test that means "a hung server" must wait for the stop to be complete.
+    """
+    import os
+    import signal
+
+    os.kill(pid, signal.SIGSTOP)
+
+    def stopped() -> bool:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+            except (OSError, IndexError):
+                continue  # a thread that just exited
+        return bool(states) and all(s in {"T", "t"} for s in states)
+
+    wait_until(stopped, timeout, f"every thread of pid {pid} is stopped (state T)")

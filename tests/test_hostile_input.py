@@ -138,7 +138,7 @@ def home(shared_home: Path, baseline: tuple[Path, State]) -> Iterator[Path]:
     yield shared_home
     if snapshot(shared_home) != baseline[1]:
         stop_server(shared_home)
-        for suffix in ("", "-wal", "-shm"):
+        for suffix in ("", "-wal", "-shm", ".head"):  # .head: its record of the audit head goes back too
             (shared_home / f"state.db{suffix}").unlink(missing_ok=True)
         shutil.copy2(baseline[0] / "state.db", shared_home / "state.db")
 
@@ -398,6 +398,46 @@ def test_cli_refuses_hostile_hours(home: Path, baseline: tuple[Path, State], com
         ident = baseline[1][1][-1][0]  # type: ignore[index]
         result = exa(home, "hardware", "accounting", str(ident), f"--hours={hours}")
     assert_refused(result, "hours", home, baseline[1], PWNED.exists())
+
+
+HUGE = "99999999999999999999"
+NUMBERS_AND_CURSORS = [
+    (["hardware", "decisions", "--limit", HUGE], "--limit: must be from 1 to 1000000"),
+    (["hardware", "burst-events", "--limit", HUGE], "--limit: must be from 1 to 1000000"),
+    (["hardware", "decisions", "--cursor", "garbage/zz"], "--cursor: a cursor is CREATED_AT/ID"),
+    (["hardware", "decisions", "--cursor", "2026-11-30T16:53:12.516233Z/zz"], "--cursor: a cursor is CREATED_AT/ID"),
+    (["hardware", "decisions", "--cursor", "2026-11-30T16:53:12.516233Z"], "--cursor: a cursor is CREATED_AT/ID"),
+    (["finops", "cost", "--hours", "1e308"], "--hours: hours must be at most 1000000"),
+    (["models", "cost", "--hours", "1e308"], "--hours: hours must be at most 1000000"),
+]
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+@pytest.mark.parametrize(
+    ("args", "expected"), NUMBERS_AND_CURSORS,
+    ids=["huge-limit", "huge-events-limit", "garbage-cursor", "cursor-bad-id", "cursor-no-id", "finops-1e308-hours", "models-1e308-hours"],
+)  # fmt: skip
+def test_cli_refuses_numbers_out_of_range_and_malformed_cursors(
+    home: Path, baseline: tuple[Path, State], args: list[str], expected: str, as_json: bool
+) -> None:
+    """A limit past what the database can count, a cursor that is not one, hours whose cost is
+    infinite: a usage error (exit 2) naming the option, never a traceback or `Infinity`."""
+    result = exa(home, *args, *(["--json"] if as_json else []))
+    if not as_json:
+        assert_refused(result, expected, home, baseline[1], PWNED.exists())
+        return
+    assert result.returncode == BAD_INPUT and result.stdout == b"", text(result.stdout) + text(result.stderr)
+    error = json.loads(result.stderr)
+    assert error["code"] == BAD_INPUT and error["error"] == "UsageError" and expected in error["message"]
+    assert snapshot(home) == baseline[1]
+
+
+def test_a_cursor_a_page_printed_is_accepted(home: Path) -> None:
+    first = exa(home, "hardware", "decisions", "--limit", "1")
+    assert first.returncode == 0, text(first.stderr)
+    cursor = text(first.stdout).splitlines()[-1].removeprefix("more: --cursor ")
+    nxt = exa(home, "hardware", "decisions", "--limit", "1", "--cursor", cursor)
+    assert nxt.returncode == 0 and "decisions" not in text(nxt.stderr), text(nxt.stderr)
 
 
 def test_audit_verifies_after_every_hostile_input(shared_home: Path, baseline: tuple[Path, State]) -> None:

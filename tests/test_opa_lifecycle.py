@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from examlops_policy.opa.procs import ProcessIdentity
 from examlops_policy.opa.server import Record, ServerPaths, read_record, write_record
 from examlops_policy.opa.transport import Endpoint, OpaTransport
 from tests.conftest import EXA, run_exa
-from tests.opa_support import opa_pids_for, wait_until
+from tests.opa_support import opa_pids_for, suspend, wait_until
 from tests.disk_support import fill, small_tmpfs
 
 pytestmark = pytest.mark.opa  # these tests start, stop and break their own OPA servers
@@ -92,8 +91,10 @@ def test_status_json_names_pid_revision_idle_time_socket_and_protection(home: Pa
     assert doc["reached_at"] == f"unix://{home}/opa/opa.sock" and doc["listeners"] == ["unix://opa.sock"]
     assert doc["protection"] == {
         "token_auth": True, "token_file": str(home / "opa" / "token"),
-        "authorization_policy": "system.authz", "bundle_roots": ["examlops", "system/authz"],
+        "authorization_policy": "system.authz", "bundle_roots": ["examlops", "system/authz", "examlops_runtime"],
+        "signed_bundle": True,
     }  # fmt: skip
+    assert doc["content_problem"] is None
     assert doc["idle_timeout_s"] == 900.0 and 0 <= doc["idle_s"] < 900
 
 
@@ -124,7 +125,7 @@ def test_deleting_the_home_stops_its_server(home: Path) -> None:
 
 def test_a_sigstopped_opa_is_really_stopped_and_the_report_says_how(home: Path) -> None:
     server = ensure_server(home)
-    os.kill(server.pid, signal.SIGSTOP)
+    suspend(server.pid)
     result = local_exa(home, "opa", "stop")
     assert result.returncode == 0, result.stderr
     assert f"OPA (pid {server.pid}) did not exit on SIGTERM (it was stopped, state T); killed with SIGKILL" in result.stdout
@@ -135,7 +136,7 @@ def test_a_sigstopped_opa_is_really_stopped_and_the_report_says_how(home: Path) 
 
 def test_a_sigstopped_supervisor_is_stopped_too(home: Path) -> None:
     server = ensure_server(home)
-    os.kill(server.supervisor_pid, signal.SIGSTOP)
+    suspend(server.supervisor_pid)
     result = local_exa(home, "opa", "stop")
     assert result.returncode == 0, result.stderr
     assert f"OPA (pid {server.pid}) stopped on SIGTERM" in result.stdout
@@ -203,11 +204,14 @@ def test_a_full_disk_is_a_clear_error_with_nothing_left_running(full_disk: Path,
 def test_a_connection_knows_when_its_local_server_stopped_and_connect_starts_it_anew(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from examlops_policy.opa import connect
 
-    monkeypatch.setenv("EXA_OPA_IDLE_TIMEOUT", "1")
+    # Long enough that the server is still up when checked right after each connect, on a loaded machine.
+    monkeypatch.setenv("EXA_OPA_IDLE_TIMEOUT", "3")
     first = connect(home)
     assert first.server is not None and first.still_serving()
     wait_until(lambda: not first.still_serving(), 30, "the connection sees its idle server stop")
-    assert gone(first.server.pid)
+    # An exiting process stops being the recorded one (its command line is gone) a moment before
+    # it is gone from the process table: not serving first, then gone.
+    wait_until(lambda: gone(first.server.pid), 10, "the idle OPA is gone")
     again = connect(home)
     assert again.server is not None and again.server.pid != first.server.pid and again.still_serving()
     first.transport.close()
@@ -218,7 +222,7 @@ def test_a_hung_server_is_replaced_by_the_next_connection(home: Path) -> None:
     from examlops_policy.opa import connect
 
     hung = ensure_server(home)
-    os.kill(hung.pid, signal.SIGSTOP)
+    suspend(hung.pid)  # stopped for sure: kill() alone leaves it answering for a moment
     connection = connect(home, timeout=1.0)
     assert connection.server is not None and connection.server.pid != hung.pid
     assert gone(hung.pid) and opa_pids_for(home) == {connection.server.pid}
@@ -231,3 +235,69 @@ def test_an_idle_timeout_that_is_not_a_positive_number_is_bad_input(home: Path, 
     assert result.returncode == 2
     assert f"EXA_OPA_IDLE_TIMEOUT={value!r}: expected a number of seconds greater than 0" in result.stderr
     assert opa_pids_for(home) == set()
+
+
+def test_what_killed_starts_left_behind_is_removed_by_the_next_start(home: Path) -> None:
+    """Scratch folders of a bundle build and temporary files of a private write, as a placer
+    killed mid-start leaves them, are gone after the next start; nothing else is touched."""
+    ensure_server(home)
+    stop_server(home)
+    folder = home / "opa"
+    scratch = folder / ".bundle-k1ll3d"
+    (scratch / "staging" / "examlops").mkdir(parents=True)
+    (scratch / "bundle.tar.gz").write_bytes(os.urandom(256 * 1024))
+    for name in (".token.a1b2c3.tmp", ".server.json.d4e5f6.tmp", ".runtime.json.g7h8.tmp"):
+        (folder / name).write_text("left by a killed start")
+    (folder / "runtime.json").write_text("{}")  # where an earlier version kept the token digest
+    kept = folder / "notes.txt"
+    kept.write_text("not ours to remove")
+    ensure_server(home)
+    left = sorted(p.name for p in folder.iterdir() if p.name.startswith(".") or p.name == "runtime.json")
+    assert left == [], left
+    assert kept.read_text() == "not ours to remove"
+
+
+def test_placers_killed_during_starts_leave_no_scratch_after_the_next_start(home: Path) -> None:
+    for delay in (0.3, 0.6, 0.9, 1.2):
+        starting = subprocess.Popen([str(EXA), "opa", "restart"], env={**os.environ, "EXA_HOME": str(home)},
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        time.sleep(delay)
+        starting.kill()
+        starting.wait()
+    server = ensure_server(home)
+    assert [p.name for p in (home / "opa").iterdir() if p.name.startswith(".")] == []  # no .bundle-*, no .*.tmp
+    assert opa_pids_for(home) == {server.pid}
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_a_hanging_opa_binary_fails_closed_within_seconds_and_frees_the_lock(home: Path, tmp_path: Path) -> None:
+    import fcntl
+
+    from examlops_policy.opa.bundle import OPA_TOOL_TIMEOUT_S
+
+    hang = tmp_path / "hanging-opa"
+    hang.write_text("#!/bin/sh\nsleep 3171 &\nwait\n")  # a child of its own holds its output open too
+    hang.chmod(0o755)
+    assert local_exa(home, "hardware", "add-pool", "one", "--target", "hpc", "--accelerator", "amd", "--count", "2", "--region", "eu").returncode == 0
+    began = time.monotonic()
+    result = local_exa(home, "hardware", "place", "w", "--accelerator", "amd", "--engine", "vllm", env={"EXA_OPA_BIN": str(hang)})
+    took = time.monotonic() - began
+    assert result.returncode == 5, (result.stdout, result.stderr)
+    assert f"did not finish reading the policy tables within {OPA_TOOL_TIMEOUT_S:g} s" in result.stderr and "Traceback" not in result.stderr
+    assert took < OPA_TOOL_TIMEOUT_S + 10, f"the placement waited {took:.0f} s"
+    assert _processes_with(str(hang)) == [] and _processes_with("sleep 3171") == []  # stopped, with its child
+    with open(home / "opa" / "lock", "rb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: the next placer does not wait
+    assert json.loads(local_exa(home, "hardware", "decisions", "--json").stdout) == []  # nothing placed
+    assert local_exa(home, "hardware", "place", "w", "--accelerator", "amd", "--engine", "vllm").returncode == 0  # a working OPA places

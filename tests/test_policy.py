@@ -24,6 +24,7 @@ from examlops_policy.opa.transport import OpaTransport
 from examlops_policy._policy import OpaPolicy
 from examlops_policy.tables import load_tables, policy_dir, revision
 from tests.conftest import OPA_BIN
+from tests.opa_support import suspend
 from tests.conftest import free_port as _free_port
 
 pytestmark = pytest.mark.opa  # the policy adapter against real OPA servers, some started here
@@ -221,7 +222,7 @@ def test_a_hung_opa_fails_closed_and_never_blocks_other_writers(tmp_path: Path) 
         first = hw.place(WORKLOAD)
         assert first.decision.ok
         pid = _opa_pid(tmp_path)
-        os.kill(pid, signal.SIGSTOP)
+        suspend(pid)
         try:
             began = time.monotonic()
             with pytest.raises(PolicyUnavailable, match="timed out"):

@@ -16,6 +16,8 @@ from examlops_policy._reviewed import CHECK_EVERY_S, Reviewed
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Placement, Pool, Workload
 from examlops_policy.opa import stop_server
+from examlops_policy.opa.content import tables_digest
+from examlops_policy.opa.server import ServerPaths, read_record
 from examlops_policy.tables import policy_dir, revision
 
 CLOUD = Pool("cloud-a100", "cloud", "nvidia", 4, "us")  # no price of its own: accounting.yaml's nvidia default
@@ -85,11 +87,19 @@ def test_a_long_lived_process_follows_the_files_and_their_revert(policies: Path,
         # Changed back: once it looks at the files again (at most CHECK_EVERY_S later; until then it
         # decides, consistently, under the edited revision its OPA still serves), the process decides
         # under the reviewed files again, its OPA restarted on them.
+        restarted = read_record(ServerPaths(home))[0]
         set_nvidia_price(policies, "2.75")
         time.sleep(CHECK_EVERY_S + 0.05)
         again = hw.place(BURST).decision
         assert isinstance(again, Placement) and again.cost_per_hour == 2.75
         assert content(again.provenance.policy_revision) == reviewed
+        # Restarted by this process on the reverted files: again on a bundle signed with a key made
+        # for that start (OPA verifies it at load), not the one before.
+        record = read_record(ServerPaths(home))[0]
+        assert record is not None and record.opa is not None and restarted is not None and restarted.opa is not None
+        assert record.opa.pid != restarted.opa.pid
+        keys = [[a for a in r.opa.argv if a.startswith("--verification-key=")] for r in (restarted, record)]  # type: ignore[union-attr]
+        assert all(len(k) == 1 for k in keys) and keys[0] != keys[1]
     finally:
         hw.close()
 
@@ -116,3 +126,14 @@ def test_between_checks_the_snapshot_holds_unless_asked(policies: Path) -> None:
     assert reviewed.current() is first  # within the check interval: one snapshot, consistent
     forced = reviewed.current(force=True)
     assert forced.tables.default_cost("nvidia") == 4.5 and forced.revision == revision(policies)
+
+
+def test_the_tables_digest_is_of_the_files_the_snapshot_read(policies: Path) -> None:
+    """What an external OPA must report of its tables is the digest of the snapshot's own files,
+    even when asked for after they changed (a decision holds its OPA to its own snapshot)."""
+    reviewed = Reviewed(policies, check_every_s=60.0)
+    first = reviewed.current()
+    before = tables_digest(policies)
+    set_nvidia_price(policies, "4.5")
+    assert first.tables_digest == before != tables_digest(policies)
+    assert reviewed.current(force=True).tables_digest == tables_digest(policies)

@@ -39,14 +39,24 @@ pytestmark = pytest.mark.postgres
 SQL_FILE = ROOT / "docs" / "postgres-least-privilege.sql"
 SCHEMA = "exa"  # the file's default, left unset on purpose
 OWNER_HINT = "run any exa command once with EXA_DB_URL set to the URL of the role that owns the schema"
-STATE_TABLES = ("allocations", "decisions", "holdings", "node_usage", "pools", "state")
+STATE_TABLES = ("allocations", "decisions", "holdings", "node_usage", "pools", "queue", "state")
 RECORD_TABLES = ("audit_log", "burst_events", "capacity_log", "fleets", "node_grants", "verdict_sets")
 # The reviewed grants: a table a later migration adds fails this until it is classified in the SQL.
+# No table-wide UPDATE anywhere, no DELETE but of node_usage (replaced whole with each scheduler
+# report): UPDATE of the columns exa changes after a row is written.
 EXPECTED_GRANTS = {
-    **{table: "DELETE, INSERT, SELECT, UPDATE" for table in STATE_TABLES},
-    **{table: "INSERT, SELECT" for table in RECORD_TABLES},
+    **{table: "INSERT, SELECT" for table in (*STATE_TABLES, *RECORD_TABLES)},
+    "node_usage": "DELETE, INSERT, SELECT",
     "schema_migrations": "SELECT",
-    "queue": "INSERT, SELECT, UPDATE",  # a queued row changes state; none is deleted
+}
+EXPECTED_COLUMN_UPDATES = {
+    "state": ["version", "fleet_version", "layout"],
+    "pools": ["spec", "count", "created_at", "updated_at", "held_outside", "version", "free", "capacity", "removed_at", "removing_since"],
+    "decisions": ["released_at", "released_ts", "lease_expires_at", "lease_expires_ts", "job_id", "scheduler", "job_uid", "job_state", "submitted_at",
+                  "job_started_at", "job_ended_at", "node_down_at", "preempting_for"],  # what reconcile and preemption record
+    "queue": ["state", "admitted_by", "ended_at", "message", "attempts", "version"],  # a queued row changes state; none is deleted
+    "allocations": ["released_at"],
+    "holdings": ["node", "device"],  # the upgrade to nodes maps old grants to their nodes (audited)
 }
 REFUSED = [
     "UPDATE audit_log SET kind = 'x'",
@@ -63,6 +73,28 @@ REFUSED = [
     "CREATE TEMP TABLE x (id integer)",
     "CREATE SCHEMA x",
     "SET session_replication_role = replica",
+    # The records a placement wrote stay as written: its devices, region, pool, what its holdings are.
+    "UPDATE decisions SET devices = 1",
+    "UPDATE decisions SET region = 'eu-west-3'",
+    "UPDATE decisions SET document = '{}'",
+    "UPDATE holdings SET profile = '7g.80gb'",
+    "UPDATE holdings SET share = 1",
+    "UPDATE node_grants SET cpu_milli = 0",
+    "UPDATE allocations SET devices = 1",
+    "UPDATE pools SET name = 'renamed'",
+    "DELETE FROM decisions",
+    "DELETE FROM holdings",
+    "DELETE FROM allocations",
+    "DELETE FROM pools",
+    "DELETE FROM state",
+]
+# Strong table locks need table-wide UPDATE, DELETE or TRUNCATE: a session of the app role cannot
+# stop every writer with one.
+REFUSED_LOCKS = [
+    "LOCK TABLE decisions IN ACCESS EXCLUSIVE MODE",
+    "LOCK TABLE pools IN EXCLUSIVE MODE",
+    "LOCK TABLE state IN SHARE ROW EXCLUSIVE MODE",
+    "LOCK TABLE audit_log IN SHARE MODE",
 ]
 
 
@@ -169,6 +201,17 @@ def least_privilege_setup() -> Iterator[Setup]:
         )  # fmt: skip
 
 
+def column_updates(conn: psycopg.Connection[tuple[Any, ...]]) -> dict[str, list[str]]:
+    """Table -> the columns the connected role may UPDATE without a table-wide grant."""
+    rows = conn.execute(
+        "SELECT c.relname, array_agg(a.attname::text ORDER BY a.attnum) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
+        "WHERE n.nspname = %s AND c.relkind = 'r' AND has_column_privilege(c.oid, a.attnum, 'UPDATE') GROUP BY c.relname",
+        (SCHEMA,),
+    ).fetchall()
+    return {r[0]: sorted(r[1]) for r in rows}
+
+
 def app_grants(conn: psycopg.Connection[tuple[Any, ...]]) -> dict[str, str]:
     """Table -> the privileges the connected role holds on it (every kind PostgreSQL has)."""
     rows = conn.execute(
@@ -208,6 +251,7 @@ def migrated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
 def test_the_app_role_owns_nothing_and_holds_exactly_the_reviewed_grants(migrated: Setup) -> None:
     with migrated.connect_app() as conn:
         assert app_grants(conn) == EXPECTED_GRANTS
+        assert column_updates(conn) == {table: sorted(columns) for table, columns in EXPECTED_COLUMN_UPDATES.items()}
         owned = conn.execute(
             "SELECT (SELECT count(*) FROM pg_class WHERE relowner = r.oid) + (SELECT count(*) FROM pg_namespace WHERE nspowner = r.oid)"
             " + (SELECT count(*) FROM pg_database WHERE datdba = r.oid) + (SELECT count(*) FROM pg_proc WHERE proowner = r.oid)"
@@ -228,11 +272,15 @@ def test_the_app_role_owns_nothing_and_holds_exactly_the_reviewed_grants(migrate
     # Idempotent: a second and third run change nothing, and a grant made by hand is taken back.
     with psycopg.connect(migrated.owner_url, autocommit=True) as conn:
         conn.execute(f'GRANT UPDATE ON fleets TO "{migrated.app}"')
+        conn.execute(f'GRANT UPDATE (devices) ON decisions TO "{migrated.app}"')
+        conn.execute(f'GRANT DELETE ON holdings TO "{migrated.app}"')
     report = migrated.apply_sql()
     assert "audit_log         | INSERT, SELECT" in report
+    assert "allocations       | INSERT, SELECT, UPDATE (released_at)" in report
     migrated.apply_sql()
     with migrated.connect_app() as conn:
         assert app_grants(conn) == EXPECTED_GRANTS
+        assert column_updates(conn) == {table: sorted(columns) for table, columns in EXPECTED_COLUMN_UPDATES.items()}
 
 
 def test_the_app_role_places_releases_and_verifies_through_the_cli(migrated: Setup, tmp_path: Path) -> None:
@@ -256,18 +304,26 @@ def test_the_app_role_places_releases_and_verifies_through_the_cli(migrated: Set
         run_exa(home, "hardware", "cancel", dropped["id"], check=True, env=env)
         released = json.loads(run_exa(home, "hardware", "release", again["id"], "--json", check=True, env=env).stdout)
         assert [a["queued_id"] for a in released["admitted"]["admitted"]] == [waits["id"]]
-        burst = run_exa(home, "hardware", "burst", "c", "--accelerator", "nvidia", "--residency", "open", "--allow-burst", env=env)
+        burst = run_exa(home, "hardware", "burst", "c", "--accelerator", "nvidia", "--residency", "open", "--allow-burst", "--json", env=env)
         assert burst.returncode == 0, burst.stdout + burst.stderr
         events = json.loads(run_exa(home, "hardware", "burst-events", "--json", check=True, env=env).stdout)
         assert [e["verdict"] for e in events] == ["allowed"]
+        # A lease renewed; a pool drained, its removal waiting on its live grant, removed when that
+        # ends, and registered again under its name: the columns these change are the app role's.
+        run_exa(home, "hardware", "renew", json.loads(burst.stdout)["id"], "--lease", "2h", check=True, env=env)
+        run_exa(home, "hardware", "drain", "cloud-a100", check=True, env=env)
+        assert "removal" in run_exa(home, "hardware", "remove-pool", "cloud-a100", check=True, env=env).stdout
+        run_exa(home, "hardware", "release", json.loads(burst.stdout)["id"], check=True, env=env)
+        run_exa(home, "hardware", "add-pool", "cloud-a100", "--target", "cloud", "--accelerator", "nvidia",
+                "--count", "8", "--region", "us", check=True, env=env)  # fmt: skip
         verified = run_exa(home, "audit", "verify", check=True, env=env)
         assert "✓ audit log verifies" in verified.stdout
         assert not (home / "state.db").exists()
     finally:
         run_exa(home, "opa", "stop", env=env)
     kinds = [json.loads(row.canonical)["kind"] for row in chain(migrated)]
-    # a, b, c, the queued d and e, and d's admission; a and b released.
-    assert (kinds.count("decision"), kinds.count("release"), kinds.count("burst")) == (6, 2, 1)
+    # a, b, c, the queued d and e, and d's admission; a, b and c released.
+    assert (kinds.count("decision"), kinds.count("release"), kinds.count("burst"), kinds.count("renew")) == (6, 3, 1, 1)
     assert (kinds.count("queued"), kinds.count("cancel"), kinds.count("admit")) == (2, 1, 1)
 
 
@@ -281,6 +337,15 @@ def test_the_app_role_is_refused_what_dml_does_not_cover(migrated: Setup, statem
         assert refused.value.sqlstate == "42501"
     assert chain(migrated) == before
     assert migrated.tables() == sorted([*EXPECTED_GRANTS])
+
+
+@pytest.mark.parametrize("statement", REFUSED_LOCKS)
+def test_the_app_role_cannot_lock_a_table_against_every_writer(migrated: Setup, statement: str) -> None:
+    with migrated.connect_app() as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege) as refused:
+            with conn.transaction():
+                conn.execute(statement)
+        assert refused.value.sqlstate == "42501"
 
 
 def test_before_migrating_the_app_role_is_told_to_run_exa_once_as_the_owner(tmp_path: Path) -> None:
@@ -337,3 +402,76 @@ def test_a_pending_migration_needs_the_owner_and_the_app_role_writes_nothing(tmp
             assert conn.execute("SELECT count(*) FROM later_records").fetchone() == (2,)
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute("UPDATE later_records SET note = 'changed'")
+
+
+def test_a_session_holding_the_write_lock_stalls_a_writer_only_for_bounded_waits_and_is_named(migrated: Setup) -> None:
+    """Any role may take advisory locks: a session of the app role that holds exa's write lock
+    makes a writer wait lock_timeout per attempt, a bounded number of attempts, then StateBusy
+    (exit 6) naming that session; nothing is written, and once it lets go, writes go through."""
+    import time
+
+    from examlops_policy.errors import StateBusy
+    from examlops_policy.model import Pool
+    from examlops_policy.tables import load_tables
+    from examlops_policy._core import commit
+    from examlops_policy._core.state import Capacities
+
+    capacities = Capacities(load_tables())
+
+    with psycopg.connect(migrated.app_url, autocommit=True, application_name="intruder") as intruder:
+        intruder.execute("SELECT pg_advisory_lock(%s, hashtext(current_schema()))", (0x45584131,))
+        store = PostgresStore(migrated.app_url, lock_timeout_s=0.3, attempts=3)
+        try:
+            before = chain(migrated)
+            began = time.monotonic()
+            with pytest.raises(StateBusy) as info:
+                commit.apply_pools(store, capacities, [Pool("stalled", "hpc", "amd", 1, "eu")], replace=False, source="exa-test")
+            took = time.monotonic() - began
+            message = str(info.value)
+            assert 0.9 <= took < 6, took  # three waits of 0.3 s, and the backoff between them
+            assert "stayed locked" in message and "gave up after 3 attempts, nothing was written" in message
+            assert "each wait for its lock ended after lock_timeout 0.3 s" in message
+            assert f"held by pid {intruder.info.backend_pid} (user {migrated.app}, application 'intruder'" in message
+            assert chain(migrated) == before
+        finally:
+            store.close()
+    store = PostgresStore(migrated.app_url, lock_timeout_s=0.3, attempts=3)
+    try:
+        assert commit.apply_pools(store, capacities, [Pool("stalled", "hpc", "amd", 1, "eu")], replace=False, source="exa-test")[0].action == "added"
+    finally:
+        store.close()
+
+
+def test_what_the_app_role_may_still_change_behind_exa_is_named_by_audit_verify(tmp_path: Path) -> None:
+    """The columns the app role may UPDATE are those exa changes; changed behind exa's back (a live
+    placement marked released, a pool moved to another region), and by the owner beyond them (a
+    decision's devices), `exa audit verify` names each difference and exits 7."""
+    home = tmp_path / "exa-home"
+    with least_privilege_setup() as migrated:
+        migrated.migrate_as_owner(home)
+        migrated.apply_sql()
+        _tamper_and_verify(migrated, home)
+
+
+def _tamper_and_verify(migrated: Setup, home: Path) -> None:
+    env = {"EXA_DB_URL": migrated.app_url}
+    try:
+        run_exa(home, "hardware", "add-pool", "mi300-tampered", "--target", "hpc", "--accelerator", "amd",
+                "--count", "4", "--region", "eu", check=True, env=env)  # fmt: skip
+        placed = json.loads(run_exa(home, "hardware", "place", "t", "--accelerator", "amd", "--engine", "vllm", "--count", "2",
+                                    "--json", check=True, env=env).stdout)["decision_id"]  # fmt: skip
+        assert run_exa(home, "audit", "verify", env=env).returncode == 0
+        with migrated.connect_app() as conn:
+            conn.execute("UPDATE decisions SET released_at = '2026-12-01T00:00:00.000000Z', released_ts = 1 WHERE id = %s", (placed,))
+            conn.execute("UPDATE allocations SET released_at = '2026-12-01T00:00:00.000000Z' WHERE decision_id = %s", (placed,))
+            conn.execute("UPDATE pools SET spec = replace(spec, '\"region\":\"eu\"', '\"region\":\"us-east-1\"') WHERE name = 'mi300-tampered'")
+        with psycopg.connect(migrated.owner_url, autocommit=True) as conn:
+            conn.execute("UPDATE decisions SET devices = 1 WHERE id = %s", (placed,))
+        result = run_exa(home, "audit", "verify", "--json", env=env)
+        assert result.returncode == 7, result.stdout + result.stderr
+        messages = [p["message"] for p in json.loads(result.stdout)["problems"]]
+        for expected in (f"decisions.released_at of {placed[:12]}", f"allocations.released_at of {placed[:12]}",
+                         "pools.spec of 'mi300-tampered'", f"decisions.devices of {placed[:12]} is 1.0"):  # fmt: skip
+            assert any(expected in m for m in messages), (expected, messages)
+    finally:
+        run_exa(home, "opa", "stop", env=env)

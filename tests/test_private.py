@@ -55,7 +55,7 @@ def test_umask_000_still_yields_0600_files_in_0700_folders(home: Path) -> None:
     finally:
         store.close()
         os.umask(old)
-    expected = {"state.db", "state.db-wal", "state.db-shm", "opa/token", "opa/server.json", "opa/runtime.json", "opa/bundle.tar.gz",
+    expected = {"state.db", "state.db-wal", "state.db-shm", "opa/token", "opa/server.json", "opa/bundle.tar.gz",
                 "opa/opa.log", "opa/supervisor.log", "opa/lock", "opa/activity", "opa/opa.sock", "keys/ops.skey", "keys/ops.vkey"}  # fmt: skip
     assert expected <= found.keys(), sorted(found)
     folders = {name for name in found if (home / name).is_dir()}

@@ -206,9 +206,15 @@ class Counting:
 
 @pytest.mark.opa
 def test_the_fleet_views_are_stored_once_and_change_no_answer(tmp_path: Path) -> None:
-    """A verdict query over many keys has OPA work out the fleet's views once and store them; the
-    queries after it read them, and every answer is the one the shapes given inline get. A server
-    that lost its data (restarted) is given the shapes and the views again."""
+    """A connection that asks about a key set again has OPA work out the fleet's views once and
+    store them; the queries after it read them (they carry their digest), and every answer is the
+    one the shapes given inline get. Views found stored are not read by another connection, and
+    views rewritten in place are not read at all. A server that lost its data (restarted) is given
+    the shapes and the views again."""
+    import hashlib
+
+    from examlops_policy.opa.content import canonical_json
+
     connection = connect(tmp_path, policy_root=policy_dir())
     try:
         transport = Counting(connection.transport)
@@ -223,31 +229,51 @@ def test_the_fleet_views_are_stored_once_and_change_no_answer(tmp_path: Path) ->
             inline = query(transport, "verdicts", {"workload": wsig, "keys": keys, "shapes": shapes})
             assert policy.verdicts(wsig, keys, shapes) == decode_verdicts(inline, keys, "inline")
             assert query(transport, "verdicts", {"workload": wsig, "keys": keys}) == inline
-        # On this fresh server: once before the shapes were uploaded (covering none: not stored), once after.
-        assert transport.count("POST", f"{PATH}/views") == 2 and transport.count("PUT", views) == 1
+        # Asked about once (nothing stored), then stored once, when asked about again.
+        assert transport.count("POST", f"{PATH}/views") == 1 and transport.count("PUT", views) == 1
         stored = json.loads(transport.request("GET", views)[1])["result"]
         assert list(stored) == [views_key(keys)] and stored[views_key(keys)]["revision"] == policy.confirm().revision
+        # What the verdict queries carry is what the stored views hash to (as OPA's json.marshal
+        # writes them), so they are read.
+        digest = policy._views[views_key(keys)][1]
+        assert hashlib.sha256(canonical_json(stored[views_key(keys)])).hexdigest() == digest
 
-        # Another connection finds them stored, and asks for them no more.
+        # Rewritten in place with the token (every check made to see the views of another):
+        # no longer what they hash to, so not read; the answers stay the shapes' own.
+        tampered = dict(stored[views_key(keys)])
+        tampered["fixed"] = {}
+        tampered["checks"] = {name: {**c, "views": list(reversed(c["views"]))} for name, c in tampered["checks"].items()}
+        assert transport.request("PUT", f"{views}/{views_key(keys)}", json.dumps(tampered).encode())[0] in (200, 204)
+        for workload in WORKLOADS:
+            wsig = signature.workload_of(workload_input(workload))
+            inline = query(transport, "verdicts", {"workload": wsig, "keys": keys, "shapes": shapes})
+            assert policy.verdicts(wsig, keys, shapes) == decode_verdicts(inline, keys, "inline"), workload.name
+        assert transport.count("POST", f"{PATH}/views") == 1  # the connection holds its digest: it did not ask again
+
+        # Another connection does not read views it finds stored: it stores its own once it asks again.
         other = Counting(connect(tmp_path, policy_root=policy_dir()).transport)
         try:
-            OpaPolicy(other).verdicts(signature.workload_of(workload_input(WORKLOADS[2])), keys, shapes)  # type: ignore[arg-type]
-            assert other.count("POST", f"{PATH}/views") == 0 and other.count("PUT", views) == 0
+            mine = OpaPolicy(other)  # type: ignore[arg-type]
+            for workload in WORKLOADS[:3]:
+                mine.verdicts(signature.workload_of(workload_input(workload)), keys, shapes)
+            assert other.count("POST", f"{PATH}/views") == 1 and other.count("PUT", views) == 1
         finally:
             other.close()
 
         # A few key sets' views are kept per connection; the oldest is removed from OPA.
         for n in range(VIEWS_KEPT + 1):
-            policy.verdicts(signature.workload_of(workload_input(WORKLOADS[0])), keys[n:], shapes)
+            for _ in range(2):
+                policy.verdicts(signature.workload_of(workload_input(WORKLOADS[0])), keys[n:], shapes)
         assert transport.count("DELETE", views) == 1
         assert len(json.loads(transport.request("GET", views)[1])["result"]) == VIEWS_KEPT
 
         transport.request("DELETE", FLEET_PATH)
         wsig = signature.workload_of(workload_input(WORKLOADS[1]))
-        assert policy.verdicts(wsig, keys, shapes) == decode_verdicts(
-            query(transport, "verdicts", {"workload": wsig, "keys": keys, "shapes": shapes}), keys, "inline"
+        assert policy.verdicts(wsig, keys[2:], shapes) == decode_verdicts(
+            query(transport, "verdicts", {"workload": wsig, "keys": keys[2:], "shapes": shapes}), keys[2:], "inline"
         )
-        assert transport.count("POST", f"{PATH}/views") == 2 + VIEWS_KEPT + 2  # before the shapes were back, and after
+        # Asked with the digest it held, told the shapes are gone, it uploads them and stores the views again.
+        assert transport.count("POST", f"{PATH}/views") == 1 + VIEWS_KEPT + 1
         assert list(json.loads(transport.request("GET", views)[1])["result"]) != []
     finally:
         stop_server(tmp_path)

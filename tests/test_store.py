@@ -544,3 +544,81 @@ def test_postgres_the_cli_works_on_exa_db_url(tmp_path: Path) -> None:
             assert backend.count("decisions") == 1
         finally:
             run_exa(home, "opa", "stop", env=env)
+
+
+# -- what a read costs: what is there now, not the whole history -----------------------------------
+
+
+def _placed(txn: Any, ident: str, pool: str, *, release: bool) -> None:
+    """A placement of one whole device of ``pool`` through the store's narrow API (released when
+    ``release``): rows only, as the core writes them."""
+    from examlops_policy.model import Holding
+    from examlops_policy.store.api import NewDecision
+
+    now = txn.now()
+    txn.add_decision(NewDecision(
+        id=ident, created_at=now, workload="w", outcome="placed", document="{}", record_digest="sha256:0", input_digest="sha256:0",
+        policy_revision="sha256:0", opa_version="1", verdicts="fresh", fleet_revision=None, verdict_set="k", residency="open",
+        fraction=1.0, note=None, pool=pool, devices=1.0, holdings=(Holding(0),), share=1.0,
+    ))  # fmt: skip
+    if release:
+        txn.release(ident, now)
+
+
+def _steps(store: Any, read: Callable[[], object]) -> int:
+    """The SQLite virtual-machine instructions ``read`` runs (about the rows it visits)."""
+    counted = [0]
+
+    def count() -> int:
+        counted[0] += 1
+        return 0
+
+    store._db.set_progress_handler(count, 1)
+    try:
+        read()
+    finally:
+        store._db.set_progress_handler(None, 1)
+    return counted[0]
+
+
+def _history(store: Any, pool: str, first: int, count: int) -> None:
+    """``count`` placements on ``pool``, every one released (ids from ``first``)."""
+    store.transaction(lambda txn: [_placed(txn, f"{i:032x}", pool, release=True) for i in range(first, first + count)], landed=lambda txn: None)
+
+
+def test_a_decision_found_by_an_id_prefix_and_a_pools_live_grants_cost_the_same_whatever_the_history(tmp_path: Path) -> None:
+    """Looking a decision up by a prefix of its id searches the primary key (a range), and a
+    pool's live grants are read from its live allocations: neither grows with the decisions and
+    released grants the state has gathered (LIKE scanned the decisions; the holdings were read
+    for every grant the pool ever had)."""
+    from examlops_policy.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "state.db")
+    try:
+        store.transaction(lambda txn: txn.add_pool("gpu", "{}", 8, 1), landed=lambda txn: None)
+        live = "f" * 31 + "e"
+        store.transaction(lambda txn: _placed(txn, live, "gpu", release=False), landed=lambda txn: None)
+        _history(store, "gpu", 1, 50)
+
+        def costs() -> tuple[int, int]:
+            found = _steps(store, lambda: store.decision_row(live[:8]))
+            held = _steps(store, lambda: store.pool_row("gpu"))
+            assert store.decision_row(live[:8]).id == live
+            assert [h.decision_id for h in store.pool_row("gpu")[1]] == [live]
+            return found, held
+
+        small = costs()
+        _history(store, "gpu", 51, 3000)
+        large = costs()
+        assert large[0] <= small[0] + 50, (small, large)
+        assert large[1] <= small[1] + 50, (small, large)
+        # Prefixes still find, refuse and tell ambiguity apart as before.
+        assert store.decision_row(f"{7:032x}").id == f"{7:032x}"
+        with pytest.raises(SpecError, match="ambiguous"):
+            store.decision_row("0000")
+        with pytest.raises(NotFoundError):
+            store.decision_row("fffffffffe")
+        with pytest.raises(NotFoundError, match="hexadecimal"):
+            store.decision_row("%")
+    finally:
+        store.close()

@@ -393,13 +393,18 @@ def views_key(keys: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(sorted(keys)).encode("utf-8")).hexdigest()
 
 
-def stored_views_key(raw: object, where: str) -> str:
-    """The key the policy's ``views`` answer is for (the shapes it covers)."""
+def stored_views(raw: object, where: str) -> tuple[JSONObject, str, str]:
+    """The policy's ``views`` answer: the views to store, the key they are for (the shapes they
+    cover) and their digest (what a verdict query carries for the stored views to be read)."""
     d = _Decoder(where)
-    key = d.obj(raw, "views").get("key")
+    top = d.obj(raw, "views")
+    views = d.obj(top.get("views"), "views.views")
+    key, digest = views.get("key"), top.get("digest")
     if not isinstance(key, str) or not key.isalnum():
-        raise d.fail("views.key", "a hex digest", key)
-    return key
+        raise d.fail("views.views.key", "a hex digest", key)
+    if not isinstance(digest, str) or not digest.isalnum():
+        raise d.fail("views.digest", "a hex digest", digest)
+    return cast(JSONObject, views), key, digest
 
 
 def shapes_document(shapes: Mapping[str, JSONObject]) -> bytes:

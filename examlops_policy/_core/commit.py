@@ -448,6 +448,10 @@ def _write(
         "verdicts": prov.verdicts,
         "record_digest": record_digest,
         "request_id": request_id,
+        # The row's own times, so that exa audit verify can hold the tables to them.
+        "created_at": now,
+        "lease_expires_at": lease_expires_at if placed else None,
+        "larger_partition": placed.grant.larger if placed else None,
     }
     if queued_id is not None:
         summary["queued_id"] = queued_id
@@ -567,14 +571,14 @@ def _release(txn: Transaction, capacities: Capacities, ident: str, *, source: st
         _refresh_sharers(txn, capacities, name, sharing, version)
     else:
         _refresh(txn, capacities, pool, row.held_outside, version)
-    entry: JSONObject = {"decision_id": ident}
-    if kind == "expired":
-        entry["released_at"] = at  # the lease's end, earlier than this write
-    txn.audit(kind, entry, source=source)
+    # The row's own time (for an expired lease, its end, earlier than this write), so that exa
+    # audit verify can hold the tables to it.
+    txn.audit(kind, {"decision_id": ident, "released_at": at}, source=source)
     if row.removing is not None and not txn.holders(name):
         # A pool asked to go while this grant held it: its last one has ended, so it goes now.
-        txn.remove_pool(name, txn.bump(fleet=True))
-        txn.audit("pool", {"pool": name, "action": "removed", "removal_asked_at": row.removing, "after": ident}, source=source)
+        now = txn.now()
+        txn.remove_pool(name, txn.bump(fleet=True), at=now)
+        txn.audit("pool", {"pool": name, "action": "removed", "removal_asked_at": row.removing, "after": ident, "removed_at": now}, source=source)
 
 
 def release(store: Rows, capacities: Capacities, ident: str, *, source: str) -> tuple[DecisionRow, bool]:
@@ -636,8 +640,10 @@ def set_job(store: Rows, capacities: Capacities, ident: str, job_id: str, *, sch
         row = txn.find(ident)
         if row.released_at is not None:
             return row  # over: said below, once what expire released is committed
-        txn.set_job(row.id, job_id, scheduler, uid)
-        entry: JSONObject = {"decision_id": row.id, "scheduler": scheduler, "job_id": job_id}
+        now = txn.now()
+        txn.set_job(row.id, job_id, scheduler, uid, at=now)
+        # The row's own time, so that exa audit verify can hold the table to it.
+        entry: JSONObject = {"decision_id": row.id, "scheduler": scheduler, "job_id": job_id, "submitted_at": now}
         if uid is not None:
             entry["job_uid"] = uid
         txn.audit("submit", entry, source=source)
@@ -809,13 +815,14 @@ def _remove(txn: Transaction, names: Sequence[str], *, source: str) -> list[Pool
         if row.removing is not None:
             out.append(PoolChange(name, "removal_pending", holders=holders))
         elif not holders:
-            txn.remove_pool(name, txn.bump(fleet=True))
-            txn.audit("pool", {"pool": name, "action": "removed"}, source=source)
+            now = txn.now()
+            txn.remove_pool(name, txn.bump(fleet=True), at=now)
+            txn.audit("pool", {"pool": name, "action": "removed", "removed_at": now}, source=source)
             out.append(PoolChange(name, "removed"))
         elif codec.pool_from_text(row.spec).drained:
             now = txn.now()
             txn.set_removing(name, now, txn.bump())
-            txn.audit("pool", {"pool": name, "action": "removal_pending", "live_grants": list(holders)}, source=source)
+            txn.audit("pool", {"pool": name, "action": "removal_pending", "live_grants": list(holders), "removing_since": now}, source=source)
             out.append(PoolChange(name, "removal_pending", holders=holders))
         else:
             refused.append((name, holders))
@@ -1081,7 +1088,7 @@ def reconcile_node(store: Rows, capacities: Capacities, node: str, state: str, *
     return store.transaction(work, landed=lambda txn: None)
 
 
-def ensure_layout(store: Rows, capacities: Capacities) -> None:
+def ensure_layout(store: Rows, capacities: Capacities, *, source: str = "exa") -> None:
     """Capacities worked out with other packing rules (or none yet, after an upgrade) are worked
     out again; a live grant recorded before grants held devices gets its devices first."""
     if store.layout() == capacities.digest:
@@ -1097,7 +1104,7 @@ def ensure_layout(store: Rows, capacities: Capacities) -> None:
         for pool, row in pools:
             _backfill(txn, capacities, pool, row.held_outside)
             if pool.node_tracked:
-                _name_nodes(txn, pool)
+                _name_nodes(txn, pool, source=source)
         for pool, row in pools:
             # What comes out as it was is not written again (nor logged).
             _refresh(txn, capacities, pool, row.held_outside, version, sharing=sharing, before=row)
@@ -1106,9 +1113,10 @@ def ensure_layout(store: Rows, capacities: Capacities) -> None:
     store.transaction(work, landed=lambda txn: None)
 
 
-def _name_nodes(txn: Transaction, pool: Pool) -> None:
+def _name_nodes(txn: Transaction, pool: Pool, *, source: str) -> None:
     """Live holdings of a node-tracked pool recorded before grants named nodes (their node is the
-    pool's own name, their device counted across its nodes) get their node and its index there."""
+    pool's own name, their device counted across its nodes) get their node and its index there,
+    each move audited (``holding``: the device as recorded and where it is now)."""
     from examlops_policy._core import rooms
 
     names = {n.name for n in pool.node_list()}
@@ -1119,6 +1127,12 @@ def _name_nodes(txn: Transaction, pool: Pool) -> None:
             found = rooms.flat_to_node(pool, h.holding.device)
             if found is not None:
                 txn.move_holding(h, found[0], found[1])
+                txn.audit(
+                    "holding",
+                    {"decision_id": h.decision_id, "pool": pool.name, "device": h.holding.device, "start": h.holding.start,
+                     "node": found[0], "to": found[1]},
+                    source=source,
+                )  # fmt: skip
 
 
 def _backfill(txn: Transaction, capacities: Capacities, pool: Pool, held_outside: float) -> None:

@@ -169,10 +169,13 @@ class Engine:
     serves, for tests of other servers); a server serving anything else is refused.
     """
 
-    def __init__(self, policy: PolicyEvaluator, tables: Tables, *, reviewed: str | None) -> None:
+    def __init__(self, policy: PolicyEvaluator, tables: Tables, *, reviewed: str | None, reviewed_tables: str | None = None) -> None:
         self.policy = policy
         self.tables = tables
         self.reviewed = reviewed
+        # The digest of the reviewed tables (of the same files as ``tables`` and ``reviewed``) that a
+        # served policy reporting its tables' digest must report.
+        self.reviewed_tables = reviewed_tables
         self._about: dict[str, About] = {}
         self._fleets: dict[tuple[str, str], Fleet] = {}
         self._verdicts: _Lru[tuple[str, str, str], ShapeVerdict] = _Lru(MAX_VERDICTS)
@@ -194,6 +197,13 @@ class Engine:
             raise RevisionMismatch(
                 f"OPA at {self.policy.describe()} serves policy revision {served}, but the reviewed policy is {self.reviewed}; "
                 "restart it on the reviewed bundle (exa opa restart, or deploy the bundle from exa policy build)"
+            )
+        digest = confirmation.tables_digest
+        if digest is not None and self.reviewed_tables is not None and digest != self.reviewed_tables:
+            raise RevisionMismatch(
+                f"OPA at {self.policy.describe()} serves revision {served}, but the tables it evaluates have digest {digest[:19]}..., "
+                f"not the reviewed tables' {self.reviewed_tables[:19]}...: its bundle was built from other tables than its revision says; "
+                "nothing was placed"
             )
         return served, confirmation.opa_version
 

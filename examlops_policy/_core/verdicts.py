@@ -175,10 +175,14 @@ class Answer:
 
 @dataclass(frozen=True)
 class Confirmation:
-    """What OPA says it serves right now."""
+    """What OPA says it serves right now. ``tables_digest``: the digest the serving policy gave of
+    the tables it evaluates (``examlops.provenance``), where the connection asked for it (an OPA at
+    ``EXA_OPA_URL``, whose revision is only a label); None where it is proven otherwise (the local
+    OPA loads only a bundle signed for its start) or not known."""
 
     revision: str | None
     opa_version: str
+    tables_digest: str | None = None
 
 
 class PolicyEvaluator(Protocol):

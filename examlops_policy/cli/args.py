@@ -4,32 +4,57 @@ from __future__ import annotations
 
 import argparse
 import math
-from datetime import timedelta
-from typing import Any, TypeAlias
+import re
+from datetime import datetime, timedelta
+from typing import Any, Final, TypeAlias
 
 from examlops_policy import quantities
 
+# About 114 years of one placement: every sum of cost and carbon over it stays a finite number.
+MAX_HOURS: Final = 1_000_000.0
+# Rows on one page; more is a loop over --cursor.
+MAX_LIMIT: Final = 1_000_000
+_HEX_ID: Final = re.compile(r"[0-9a-f]{1,64}", re.ASCII)
+
 
 def hours(text: str) -> float:
-    """A finite number of hours, at least 0."""
+    """A finite number of hours, from 0 to ``MAX_HOURS``."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"hours must be a finite number of at least 0 (got {text!r})")
+    if value > MAX_HOURS:
+        raise argparse.ArgumentTypeError(f"hours must be at most {MAX_HOURS:.0f} (about 114 years; got {text!r})")
     return value
 
 
 def limit(text: str) -> int:
-    """A whole number of rows, at least 1."""
+    """A whole number of rows, from 1 to ``MAX_LIMIT``."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    if not 1 <= value <= MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_LIMIT} (got {text!r}); page through more with --cursor")
     return value
+
+
+def cursor(text: str) -> str:
+    """``CREATED_AT/ID`` as a page of ``exa hardware decisions`` printed it: an ISO 8601 time and a
+    hexadecimal decision id."""
+    created, _, ident = text.partition("/")
+    try:
+        datetime.fromisoformat(created.replace("Z", "+00:00"))
+        valid = bool(created) and created == created.strip() and bool(_HEX_ID.fullmatch(ident))
+    except ValueError:
+        valid = False
+    if not valid:
+        raise argparse.ArgumentTypeError(
+            f"a cursor is CREATED_AT/ID as the previous page printed it, e.g. 2026-11-30T16:53:12.516233Z/ab8860ae... (got {text!r})"
+        )
+    return text
 
 
 def names(text: str) -> list[str]:

@@ -315,7 +315,7 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=types.limit, default=20)
     p.add_argument("--since", help="only decisions made at or after this time (ISO 8601, UTC)")
     p.add_argument("--until", help="only decisions made before this time (ISO 8601, UTC)")
-    p.add_argument("--cursor", help="the next page: the cursor the last page printed")
+    p.add_argument("--cursor", type=types.cursor, help="the next page: the cursor the last page printed")
     p.set_defaults(handler=cmd_decisions)
 
     p = hardware.add_parser("explain", parents=[common], help="explain a decision pool by pool")

@@ -24,9 +24,9 @@ def duration(seconds: float) -> str:
 
 
 def status_code(st: OpaStatus) -> int:
-    """5 when an external OPA would refuse decisions (no bundle or another policy); the local one
-    restarts on its own when the policy files changed."""
-    return exits.OK if st.managed or st.matches else exits.POLICY
+    """5 when an external OPA would refuse decisions (no bundle, another policy, other tables under
+    the reviewed revision's label); the local one restarts on its own when the policy files changed."""
+    return exits.OK if st.matches or (st.managed and st.content_problem is None) else exits.POLICY
 
 
 def print_status(console: Console, st: OpaStatus) -> None:
@@ -47,6 +47,8 @@ def print_status(console: Console, st: OpaStatus) -> None:
         console.print(f"✓ OPA at {st.reached_at} (external: EXA_OPA_URL; exa neither starts nor stops it)")
     if st.matches:
         console.print(f"  policy {served} · matches the policy files")
+    elif st.same_revision and st.content_problem is not None:
+        console.print(f"  ✗ policy {served}, but {st.content_problem}: decisions are refused", style="red")
     elif st.managed:
         console.print(f"  policy {served} · the policy files are now {st.policy_revision}: it restarts on the next decision")
     else:
@@ -55,7 +57,8 @@ def print_status(console: Console, st: OpaStatus) -> None:
     guard = token if st.refuses_anonymous else "NOT PROTECTED: it answers requests without a token"
     roots = ", ".join(st.bundle_roots) or "none"
     authz = "authorization policy system.authz · " if "system/authz" in st.bundle_roots else ""
-    console.print(f"  protected: {guard} · {authz}bundle roots {roots} (OPA refuses writes there)",
+    signed = " · bundle signature verified at load (a key made for this start)" if st.signed_bundle else ""
+    console.print(f"  protected: {guard} · {authz}bundle roots {roots} (OPA refuses writes there){signed}",
                   style=None if st.refuses_anonymous else "red")  # fmt: skip
 
 

@@ -12,11 +12,21 @@ same policy when their content digests are equal (``content_digest``); the git p
 reviewed commit that content is, and is absent for an uncommitted or edited tree.
 
 A bundle holds the non-test ``.rego`` files and the tables merged into one
-``examlops/tables/data.json`` (``opa build`` reads YAML only when it is named ``data.yaml``; the
-merge is OPA's own reading of the YAML files, so the values are those OPA always loaded), with
-a ``.manifest`` whose ``roots`` are ``examlops`` and ``system/authz``: OPA then refuses REST writes
-under those trees, while ``examlops_fleet`` (this layer's own data) stays writable. A policy reads
-the loaded revision at ``data.system.bundles[_].manifest.revision``.
+``examlops/tables/data.json`` (``opa build`` reads YAML only when it is named ``data.yaml``). The
+values are OPA's own reading of the YAML files, checked against ``content.read_tables`` (a table
+the two read differently is a PolicyError naming where), and written as ``content.canonical_json``
+so that the digest the policy computes of its tables is reproducible here (``content``). The
+``.manifest``'s ``roots`` are ``examlops`` and ``system/authz`` (and ``examlops_runtime`` for the
+local OPA's per-start data): OPA then refuses REST writes under those trees, while
+``examlops_fleet`` (this layer's own data) stays writable. A policy reads the loaded revision at
+``data.system.bundles[_].manifest.revision``.
+
+Signing: ``exa policy build --signing-key FILE`` signs with the operator's key (``.signatures.json``,
+verified before the bundle is published); the local OPA's bundle is signed with a ``Signer`` made
+for that one start, whose private key reaches ``opa build`` through a pipe and never a file.
+
+Every OPA command here runs in its own session and is stopped (with anything it started) when it
+does not finish within ``OPA_TOOL_TIMEOUT_S``: a hung ``EXA_OPA_BIN`` cannot hold the start lock.
 """
 
 from __future__ import annotations
@@ -25,22 +35,31 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 
 from examlops_policy.errors import PolicyError, PolicyUnavailable
+from examlops_policy.model import JSONObject
+from examlops_policy.opa import content
 from examlops_policy._private import FILE_MODE, describe_os_error
 from examlops_policy.tables import policy_files
 
 OPA_VERSION: Final = "1.22.3"
 BUNDLE_ROOTS: Final = ("examlops", "system/authz")
+RUNTIME_ROOT: Final = "examlops_runtime"
 FLEET_ROOT: Final = "examlops_fleet"
 BUNDLE_NAME: Final = "bundle.tar.gz"
-_TABLES: Final = "examlops/tables"
+SCRATCH_PREFIX: Final = ".bundle-"
+# An OPA command (reading the tables, building the bundle) takes well under a second; one that
+# runs this long is hung, and is stopped.
+OPA_TOOL_TIMEOUT_S: Final = 8.0
+_TABLES: Final = content.TABLES
 _REPO_TOOLS: Final = Path(__file__).resolve().parents[2] / ".tools" / "bin" / "opa"
 _GIT_TIMEOUT_S: Final = 10.0
 
@@ -53,6 +72,32 @@ class Bundle:
     path: Path
     revision: str
     roots: tuple[str, ...] = BUNDLE_ROOTS
+
+
+@dataclass(frozen=True)
+class Signer:
+    """A key to sign a bundle with: its private key (PEM), OPA's name for the algorithm, and the
+    public key (PEM) an OPA verifies the signature with."""
+
+    private_pem: bytes = field(repr=False)
+    algorithm: str
+    public_pem: str
+
+    @classmethod
+    def ephemeral(cls) -> Signer:
+        """A fresh EC P-256 key (ES256), held in memory only: for one start of the local OPA."""
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        key = ec.generate_private_key(ec.SECP256R1())
+        private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        return cls(private, "ES256", public.decode("ascii"))
+
+    def verify_args(self) -> list[str]:
+        """``opa run`` arguments that make OPA load only bundles this key signed (``--bundle`` mode;
+        the public key is given inline, so no file can be swapped for it)."""
+        return ["--bundle", f"--verification-key={self.public_pem}", f"--signing-alg={self.algorithm}"]
 
 
 def opa_binary() -> Path:
@@ -125,12 +170,16 @@ def _revision(root: Path, files: list[tuple[str, bytes]]) -> str:
     return _content(files) + (f"@git:{commit}" if commit else "")
 
 
-def _stage(files: list[tuple[str, bytes]], root: Path, scratch: Path, binary: Path) -> Path:
-    """Stage the bundle tree under ``scratch/staging``: the Rego files, the merged tables, ``.manifest``.
+def _stage(
+    files: list[tuple[str, bytes]], root: Path, scratch: Path, binary: Path, runtime: Mapping[str, object] | None = None
+) -> Path:
+    """Stage the bundle tree under ``scratch/staging``: the Rego files, the merged tables, ``.manifest``
+    (and ``runtime`` as ``data.examlops_runtime``, under its own root, when given).
 
-    The tables are converted by OPA's own YAML reader (``opa eval -d FILE ... data``), so the
-    bundle holds exactly the values OPA read from the YAML files when it loaded them directly
-    (YAML 1.1 readers disagree, e.g. on ``NO``).
+    The tables are read by OPA's own YAML reader (``opa eval -d FILE ... data``) and must equal
+    ``content.read_tables`` of the same bytes (YAML 1.1 readers disagree, e.g. on ``NO``): the
+    bundle holds exactly the values OPA read from the YAML files, in the bytes whose digest the
+    policy reports (``content.canonical_json``).
     """
     staging = scratch / "staging"
     raw_tables = scratch / "tables"
@@ -154,31 +203,70 @@ def _stage(files: list[tuple[str, bytes]], root: Path, scratch: Path, binary: Pa
         tables = json.loads(answer)["result"][0]["expressions"][0]["value"]
     except (ValueError, LookupError, TypeError) as exc:
         raise PolicyError(f"reading the policy tables in {root / _TABLES} gave no data: {exc}") from exc
+    ours = content.read_tables_from(tuple((root / rel, data) for rel, data in files if rel.rsplit("/", 1)[0] == _TABLES and rel.endswith((".yaml", ".yml"))))
+    where = content.first_difference(ours, tables)
+    if where is not None:
+        raise PolicyError(
+            f"{root / _TABLES}: OPA reads the tables differently at {where} than exa does (quote the value, or write it "
+            "as YAML 1.2 has it: true/false, decimal numbers); the digest of the tables could not be proven"
+        )
     target = staging / _TABLES / "data.json"
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(tables, sort_keys=True), encoding="utf-8")
-    (staging / ".manifest").write_text(json.dumps({"roots": list(BUNDLE_ROOTS)}), encoding="utf-8")
+    target.write_bytes(content.canonical_json(ours))
+    roots = list(BUNDLE_ROOTS)
+    if runtime is not None:
+        roots.append(RUNTIME_ROOT)
+        extra = staging / RUNTIME_ROOT / "data.json"
+        extra.parent.mkdir(parents=True)
+        extra.write_text(json.dumps(dict(runtime), sort_keys=True), encoding="utf-8")
+    (staging / ".manifest").write_text(json.dumps({"roots": roots}), encoding="utf-8")
     return staging
 
 
-def _run_opa(args: list[str], cwd: Path, what: str) -> str:
-    """Run an OPA command; its standard output, or PolicyError/PolicyUnavailable saying why not."""
+def _run_opa(args: list[str], cwd: Path, what: str, *, pass_fds: Sequence[int] = ()) -> str:
+    """Run an OPA command; its standard output, or PolicyError/PolicyUnavailable saying why not.
+
+    The command gets its own session and dies with this process (a placer killed mid-start leaves
+    nothing running or writing); when it has not finished within ``OPA_TOOL_TIMEOUT_S``, it and
+    everything it started are killed (its process group, while it is still this process's
+    unreaped child, so the group is surely its) and PolicyUnavailable says so.
+    """
+    from examlops_policy.opa.procs import dying_with_this_process
+
     try:
-        done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
+        proc = subprocess.Popen(
+            dying_with_this_process(args), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, start_new_session=True, pass_fds=tuple(pass_fds),
+        )  # fmt: skip
     except (OSError, subprocess.SubprocessError) as exc:
         raise PolicyUnavailable(f"cannot run {args[0]} to {what}: {exc}") from exc
-    if done.returncode != 0:
-        output = (done.stderr or done.stdout).strip()[-2000:]
+    try:
+        stdout, stderr = proc.communicate(timeout=OPA_TOOL_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        raise PolicyUnavailable(
+            f"{args[0]} did not finish {what} within {OPA_TOOL_TIMEOUT_S:g} s (is EXA_OPA_BIN a working OPA?); "
+            "it was stopped, and no OPA was started"
+        ) from None
+    if proc.returncode != 0:
+        output = (stderr or stdout).strip()[-2000:]
         if "no space left" in output.lower() or "quota exceeded" in output.lower():
             raise PolicyUnavailable(f"{what} failed: the disk is full ({output.splitlines()[-1]})")
-        ended = f"was killed by signal {-done.returncode}" if done.returncode < 0 else f"exited with status {done.returncode}"
+        ended = f"was killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited with status {proc.returncode}"
         if not output:
             raise PolicyUnavailable(
                 f"{what} failed: {_which_binary(args[0])} {ended} and printed nothing, which OPA never does; "
                 "point EXA_OPA_BIN at an OPA binary, or unset it to use .tools/bin/opa (scripts/setup builds it)"
             )
         raise PolicyError(f"{what} failed: {_which_binary(args[0])} {ended} (does the policy compile?):\n{output}")
-    return done.stdout
+    return stdout
 
 
 def _which_binary(path: str) -> str:
@@ -213,14 +301,24 @@ def _verification_key(signing_key: Path, scratch: Path) -> tuple[Path, str]:
     return public, alg
 
 
-def build_bundle(policy_root: Path, out_dir: Path, *, signing_key: Path | None = None, opa: Path | None = None) -> Bundle:
+def build_bundle(
+    policy_root: Path,
+    out_dir: Path,
+    *,
+    signing_key: Path | None = None,
+    opa: Path | None = None,
+    signer: Signer | None = None,
+    runtime: JSONObject | None = None,
+) -> Bundle:
     """Build ``out_dir/bundle.tar.gz`` (0600) from ``policy_root``; return it with its revision.
 
     The revision is computed from exactly the bytes staged into the bundle. With ``signing_key``
-    the bundle is signed (``.signatures.json``) and the signature is verified before the bundle
-    is published. The file is replaced atomically: a reader sees the old bundle or the new one.
-    Raises PolicyError when the policy does not build, PolicyUnavailable when OPA cannot run or
-    the file cannot be written (a full disk is named as such).
+    (a file) the bundle is signed (``.signatures.json``) and the signature is verified before the
+    bundle is published; with ``signer`` it is signed with that key, passed to OPA through a pipe.
+    ``runtime`` is added as ``data.examlops_runtime`` under a root of its own. The file is replaced
+    atomically: a reader sees the old bundle or the new one. Raises PolicyError when the policy
+    does not build, PolicyUnavailable when OPA cannot run (or hangs) or the file cannot be written
+    (a full disk is named as such).
     """
     binary = opa or opa_binary()
     files = _read_policy(policy_root)
@@ -228,17 +326,20 @@ def build_bundle(policy_root: Path, out_dir: Path, *, signing_key: Path | None =
     out_dir = out_dir.resolve()  # OPA runs elsewhere: a relative folder would be read from there
     target = out_dir / BUNDLE_NAME
     try:
-        scratch = Path(tempfile.mkdtemp(prefix=".bundle-", dir=out_dir))
+        scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=out_dir))
     except OSError as exc:
         raise PolicyUnavailable(describe_os_error("build the policy bundle in", out_dir, exc)) from exc
     try:
         built = scratch / BUNDLE_NAME
         try:
-            staging = _stage(files, policy_root, scratch, binary)
+            staging = _stage(files, policy_root, scratch, binary, runtime)
         except OSError as exc:
             raise PolicyUnavailable(describe_os_error("stage the policy bundle in", scratch, exc)) from exc
         args = [str(binary), "build", "-b", ".", "-r", revision, "-o", str(built)]
-        if signing_key is not None:
+        roots = (*BUNDLE_ROOTS, RUNTIME_ROOT) if runtime is not None else BUNDLE_ROOTS
+        if signer is not None:
+            _build_signed(args, staging, signer)
+        elif signing_key is not None:
             verifier, alg = _verification_key(signing_key, scratch)
             _run_opa([*args, "--signing-key", str(signing_key), "--signing-alg", alg], staging, "building the policy bundle")
             check = [str(binary), "build", "-b", str(built), "--verification-key", str(verifier), "--signing-alg", alg, "-o", str(scratch / "verified.tar.gz")]
@@ -254,4 +355,42 @@ def build_bundle(policy_root: Path, out_dir: Path, *, signing_key: Path | None =
             raise PolicyUnavailable(describe_os_error("write", target, exc)) from exc
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return Bundle(target, revision)
+    return Bundle(target, revision, roots)
+
+
+def _build_signed(args: list[str], staging: Path, signer: Signer) -> None:
+    """``opa build`` signing with ``signer``: the private key goes through a pipe (``/dev/fd/N``)."""
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, signer.private_pem)  # a PEM key fits the pipe's buffer many times over
+        os.close(write_end)
+        write_end = -1
+        key_args = [f"--signing-key=/dev/fd/{read_end}", f"--signing-alg={signer.algorithm}"]
+        _run_opa([*args, *key_args], staging, "building the signed policy bundle", pass_fds=(read_end,))
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+
+
+def remove_scratch(folder: Path) -> list[str]:
+    """Remove what a build or a private write killed halfway left in ``folder``: ``.bundle-*``
+    scratch folders and ``.*.tmp`` files. Only for a folder no other process writes to now (the
+    local OPA's, under its start lock). Returns the names removed."""
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        try:
+            if entry.name.startswith(SCRATCH_PREFIX) and entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            elif entry.name.startswith(".") and entry.name.endswith(".tmp") and entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
+            else:
+                continue
+        except OSError:
+            continue
+        removed.append(entry.name)
+    return removed

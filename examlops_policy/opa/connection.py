@@ -9,8 +9,14 @@
   over its Unix socket with its token.
 
 Either way the revision of the bundle OPA serves (``GET /v1/data/system/bundles``) must have the
-content digest of the policy files here; a server without a bundle, or with other content, is a
-PolicyError and nothing is decided.
+content digest of the policy files here: a server without a bundle, or with another revision, is a
+PolicyError and nothing is decided. The revision is only a label, so what an external OPA serves is
+proven by content too: its policy computes the digest of the tables it evaluates (``content``),
+which the connection carries (``tables_digest``; a policy that reports none is refused here) and
+every decision holds to the digest of the tables of the policy snapshot it is made under
+(``_core.engine.Engine.confirm``). The local OPA's content is proven when it starts: it loads
+only a bundle signed with a key made for that start, its starter checks the digest its policy
+reports, and OPA refuses writes under the bundle's roots.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from pathlib import Path
 from examlops_policy.errors import PolicyError
 from examlops_policy.model import JSONObject
 from examlops_policy.opa.bundle import content_digest
+from examlops_policy.opa.content import content_problem, served_content
 from examlops_policy.opa.server import OpaServer, Record, ServerPaths, ensure_running, locked, read_record, read_token, stop_server
 from examlops_policy.opa.transport import DEFAULT_TIMEOUT_S, Endpoint, OpaTransport, OpaUnreachable, served_bundle
 from examlops_policy.tables import policy_dir, revision
@@ -49,6 +56,10 @@ class OpaConnection:
     expected_revision: str
     describe: str
     server: OpaServer | None = None
+    # External: the digest its policy gave of the tables it evaluates, which every decision holds to
+    # its own policy snapshot's. None for the local OPA, whose signed bundle proves its content at
+    # its start.
+    tables_digest: str | None = None
 
     def still_serving(self) -> bool:
         """False once the local server this connection reached has stopped (idle, its state
@@ -113,7 +124,12 @@ def connect(home: Path, *, policy_root: Path | None = None, timeout: float = DEF
     transport = external_transport(timeout=timeout)
     if transport is not None:
         bundle = served_bundle(transport)
-        return OpaConnection(transport, check_revision(None if bundle is None else bundle.revision, local, transport.describe, root), transport.describe)
+        served = check_revision(None if bundle is None else bundle.revision, local, transport.describe, root)
+        # The revision is a label: the tables are proven by their digest, decision by decision.
+        content = served_content(transport)
+        if content.tables_digest is None:
+            raise PolicyError(f"OPA at {transport.describe}: {content_problem(content, root)}; nothing was placed")
+        return OpaConnection(transport, served, transport.describe, tables_digest=content.tables_digest)
     paths = ServerPaths(home)
     server = ensure_running(paths, root, local)
     transport = _local_transport(paths, server, timeout)
@@ -148,11 +164,21 @@ class OpaStatus:
     refuses_anonymous: bool | None = None
     token_file: str | None = None
     note: str | None = None
+    content_problem: str | None = None
+    signed_bundle: bool | None = None
+
+    @property
+    def same_revision(self) -> bool:
+        """Whether the served bundle's manifest names the local policy's revision (a label only)."""
+        return self.served_revision is not None and content_digest(self.served_revision) == self.policy_revision
 
     @property
     def matches(self) -> bool | None:
-        """Whether the served bundle has the local policy's content (None when nothing is served)."""
-        return None if self.served_revision is None else content_digest(self.served_revision) == self.policy_revision
+        """Whether the served bundle has the local policy's content: its revision, and the digest the
+        policy computes of its tables (None when nothing is served)."""
+        if self.served_revision is None:
+            return None
+        return content_digest(self.served_revision) == self.policy_revision and self.content_problem is None
 
     def to_json(self) -> JSONObject:
         return {
@@ -164,6 +190,7 @@ class OpaStatus:
             "served_revision": self.served_revision,
             "policy_revision": self.policy_revision,
             "revision_matches": self.matches,
+            "content_problem": self.content_problem,
             "idle_s": None if self.idle_s is None else round(self.idle_s, 1),
             "idle_timeout_s": self.idle_timeout_s,
             "listeners": list(self.listeners),
@@ -172,6 +199,7 @@ class OpaStatus:
                 "token_file": self.token_file,
                 "authorization_policy": "system.authz" if self.bundle_roots and "system/authz" in self.bundle_roots else None,
                 "bundle_roots": list(self.bundle_roots),
+                "signed_bundle": self.signed_bundle,
             },
             "note": self.note,
         }
@@ -196,10 +224,12 @@ def status(home: Path, *, policy_root: Path | None = None) -> OpaStatus:
     transport = external_transport()
     if transport is not None:
         bundle = served_bundle(transport)
+        problem = None if bundle is None else content_problem(served_content(transport), root)
         return OpaStatus(
             running=True, managed=False, reached_at=transport.describe, policy_revision=local,
             served_revision=None if bundle is None else bundle.revision,
             bundle_roots=() if bundle is None else bundle.roots, refuses_anonymous=_refuses_anonymous(transport),
+            content_problem=problem,
         )  # fmt: skip
     paths = ServerPaths(home)
     where = f"unix://{paths.socket}"
@@ -214,6 +244,7 @@ def status(home: Path, *, policy_root: Path | None = None) -> OpaStatus:
     try:
         bundle = served_bundle(transport)
         anonymous_refused = _refuses_anonymous(transport)
+        problem = None if bundle is None else content_problem(served_content(transport), root)
     finally:
         transport.close()
     idle = None
@@ -226,7 +257,8 @@ def status(home: Path, *, policy_root: Path | None = None) -> OpaStatus:
         supervisor_pid=server.supervisor_pid, idle_s=idle, idle_timeout_s=record.idle_timeout_s,
         listeners=tuple(a.split("=", 1)[1] for a in record.opa.argv if a.startswith("--addr=")),
         bundle_roots=() if bundle is None else bundle.roots, refuses_anonymous=anonymous_refused,
-        token_file=str(paths.token),
+        token_file=str(paths.token), content_problem=problem,
+        signed_bundle=any(a.startswith("--verification-key=") for a in record.opa.argv),
     )  # fmt: skip
 
 

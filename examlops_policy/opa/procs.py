@@ -13,9 +13,11 @@ from __future__ import annotations
 import os
 import select
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from examlops_policy.model import JSONObject
 
@@ -59,6 +61,27 @@ class ProcessIdentity:
         if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
             raise ValueError("argv must be a list of strings")
         return cls(pid=int(doc["pid"]), start_ticks=int(doc["start_ticks"]), argv=tuple(argv))
+
+
+# Runs in the child, then becomes the command: SIGKILL arrives when the process that started it
+# dies (PR_SET_PDEATHSIG survives execve), and a parent already gone means do nothing at all.
+_DIE_WITH_PARENT: Final = (
+    "import ctypes,os,sys\n"
+    "ctypes.CDLL(None).prctl(1,9,0,0,0)\n"
+    "if os.getppid()!=int(sys.argv[1]):os._exit(1)\n"
+    "os.execv(sys.argv[2],sys.argv[2:])\n"
+)
+
+
+def dying_with_this_process(argv: list[str]) -> list[str]:
+    """``argv`` run so that it is killed when this process dies (killed with SIGKILL included).
+
+    A command this layer runs while holding a lock or writing in a state folder must not outlive
+    the caller: a placer killed mid-start would leave it writing (or hanging) on its own. A tiny
+    interpreter sets the parent-death signal and ``exec``s the command (no ``preexec_fn``, which
+    is unsafe in a process with threads).
+    """
+    return [sys.executable, "-S", "-c", _DIE_WITH_PARENT, str(os.getpid()), *argv]
 
 
 def state(pid: int) -> str | None:

@@ -8,7 +8,8 @@ Three places can hold a revision (see ``bundle`` for its format):
 - the OPA named by ``EXA_OPA_URL``, when set.
 
 A served revision matches when its content digest is the files' (the git part may be absent on
-either side: the same bytes are the same policy). ``policy_status`` starts nothing and changes
+either side: the same bytes are the same policy) and the digest the policy computes of the tables
+it evaluates is the table files' (a revision is only a label; see ``content``). ``policy_status`` starts nothing and changes
 nothing; an OPA that does not answer is reported as such, not raised.
 """
 
@@ -22,6 +23,7 @@ from pathlib import Path
 from examlops_policy.errors import ExaError
 from examlops_policy.model import JSONObject
 from examlops_policy.opa.bundle import content_digest, reviewed_revision
+from examlops_policy.opa.content import content_problem, served_content
 from examlops_policy.opa.server import OpaServer, ServerPaths, read_record, read_token
 from examlops_policy.opa.transport import Endpoint, OpaTransport, served_bundle
 from examlops_policy.tables import policy_dir
@@ -82,20 +84,24 @@ class PolicyStatus:
         }
 
 
-def _served(transport: OpaTransport, reviewed: str, path: str) -> PathRevision:
-    """Ask ``transport`` which revision it serves; errors become a note (status raises nothing)."""
+def _served(transport: OpaTransport, reviewed: str, path: str, root: Path) -> PathRevision:
+    """Ask ``transport`` which revision it serves, and the digest of its tables; errors become a
+    note (status raises nothing)."""
     try:
         bundle = served_bundle(transport)
+        problem = None if bundle is None or bundle.revision is None else content_problem(served_content(transport), root)
     except ExaError as exc:
         return PathRevision(path, transport.describe, False, note=f"did not answer: {exc}")
     finally:
         transport.close()
     if bundle is None or bundle.revision is None:
         return PathRevision(path, transport.describe, True, None, False, "serves no policy bundle for examlops")
+    if problem is not None:
+        return PathRevision(path, transport.describe, True, bundle.revision, False, problem)
     return PathRevision(path, transport.describe, True, bundle.revision, content_digest(bundle.revision) == content_digest(reviewed))
 
 
-def _local(home: Path, reviewed: str) -> PathRevision:
+def _local(home: Path, reviewed: str, root: Path) -> PathRevision:
     paths = ServerPaths(home)
     where = f"unix://{paths.socket}"
     record, problem = read_record(paths) if paths.dir.is_dir() else (None, None)
@@ -107,10 +113,10 @@ def _local(home: Path, reviewed: str) -> PathRevision:
     except ExaError as exc:
         return PathRevision("local OPA", where, True, note=str(exc))
     transport = OpaTransport(Endpoint("unix", path=str(server.socket)), token=token, describe=server.url)
-    return _served(transport, reviewed, "local OPA")
+    return _served(transport, reviewed, "local OPA", root)
 
 
-def _external(env: Mapping[str, str], reviewed: str) -> PathRevision:
+def _external(env: Mapping[str, str], reviewed: str, root: Path) -> PathRevision:
     from examlops_policy.opa.connection import ENV_URL, external_transport
 
     url = env.get(ENV_URL)
@@ -121,7 +127,7 @@ def _external(env: Mapping[str, str], reviewed: str) -> PathRevision:
     except ExaError as exc:
         return PathRevision("EXA_OPA_URL", url, False, note=str(exc))
     assert transport is not None
-    return _served(transport, reviewed, "EXA_OPA_URL")
+    return _served(transport, reviewed, "EXA_OPA_URL", root)
 
 
 def policy_status(home: Path, policy_root: Path | None = None, env: Mapping[str, str] | None = None) -> PolicyStatus:
@@ -132,4 +138,4 @@ def policy_status(home: Path, policy_root: Path | None = None, env: Mapping[str,
     root = policy_root or policy_dir()
     reviewed = reviewed_revision(root)
     environ = os.environ if env is None else env
-    return PolicyStatus(root, reviewed, (_local(home, reviewed), _external(environ, reviewed)))
+    return PolicyStatus(root, reviewed, (_local(home, reviewed, root), _external(environ, reviewed, root)))

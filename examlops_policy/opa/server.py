@@ -4,19 +4,23 @@ Layout of ``<home>/opa/`` (0700; every file 0600)::
 
     opa.sock        the only listener (a Unix socket; OPA gets no TCP address at all)
     token           the bearer token, 32 random bytes as hex, new for every start
-    runtime.json    non-bundle data: the revision and the token's SHA-256 (never the token)
-    bundle.tar.gz   the reviewed policy (see ``bundle``)
+    bundle.tar.gz   the reviewed policy (see ``bundle``), with the token's SHA-256 (never the
+                    token) as ``data.examlops_runtime``, signed with a key made for this start
     server.json     the record: who serves, proven by PID + start time + command line
     lock            serializes starts and stops across processes
     activity        its modification time is the last time OPA served a request
     opa.log, supervisor.log
 
-Lifecycle. A start runs under the lock: build the bundle, write a fresh token and the runtime
-data, then spawn the supervisor (``supervisor.py``), which records *itself* before it starts OPA,
-starts OPA as its child with a parent-death signal (OPA cannot outlive it), records OPA, waits
-until OPA answers, marks the record ready and lets the lock go. The lock is shared with the
-supervisor, so a caller killed mid-start leaves the start to finish, recorded, and other callers
-wait for it. The supervisor stops OPA after ``EXA_OPA_IDLE_TIMEOUT`` seconds without a request
+Lifecycle. A start runs under the lock: remove what a start killed halfway left behind (scratch
+folders, temporary files), write a fresh token, make a signing key (in memory only), build the
+bundle signed with it, then spawn the supervisor (``supervisor.py``), which records *itself*
+before it starts OPA, starts OPA as its child with a parent-death signal (OPA cannot outlive it),
+records OPA, waits until OPA answers, marks the record ready and lets the lock go. The lock is
+shared with the supervisor, so a caller killed mid-start leaves the start to finish, recorded,
+and other callers wait for it. OPA runs in bundle mode with the public key on its command line:
+it loads the bundle only if the signature verifies, so a bundle swapped in after the build (by
+anyone who can write to the folder) is refused and the start fails closed. Once OPA answers, the
+starter checks the digest of the tables it serves (``content.prove_content``). The supervisor stops OPA after ``EXA_OPA_IDLE_TIMEOUT`` seconds without a request
 (default 900) and at once when the state folder or the record disappears.
 
 A record is trusted only while the processes it names are alive and have the recorded start
@@ -42,10 +46,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
-from examlops_policy.errors import PolicyError, PolicyUnavailable, SpecError
+from examlops_policy.errors import ExaError, PolicyError, PolicyUnavailable, SpecError
 from examlops_policy.opa import procs
-from examlops_policy.opa.bundle import build_bundle, content_digest, opa_binary
+from examlops_policy.opa.bundle import Signer, build_bundle, content_digest, opa_binary, remove_scratch
+from examlops_policy.opa.content import prove_content
 from examlops_policy.opa.procs import ProcessIdentity, StopOutcome
+from examlops_policy.opa.transport import Endpoint, OpaTransport
+from examlops_policy.model import JSONObject
 from examlops_policy._private import describe_os_error, ensure_private_dir, open_private_log, write_private_file
 from examlops_policy.tables import policy_dir, revision
 
@@ -77,6 +84,7 @@ class ServerPaths:
 
     @property
     def runtime(self) -> Path:
+        """Where an earlier version kept the token's digest (now in the signed bundle): removed."""
         return self.dir / "runtime.json"
 
     @property
@@ -350,22 +358,36 @@ def ensure_running(paths: ServerPaths, root: Path, content: str) -> OpaServer:
 
 
 def _start(paths: ServerPaths, root: Path, binary: Path, idle_timeout: float, lock_fd: int) -> Record:
+    # Under the lock, nothing else writes here: whatever scratch is left, a killed start left.
+    remove_scratch(paths.dir)
+    paths.runtime.unlink(missing_ok=True)
     token = secrets.token_hex(32)
     write_private_file(paths.token, (token + "\n").encode(), error=PolicyUnavailable)
-    bundle = build_bundle(root, paths.dir, opa=binary)
-    runtime = {"examlops_runtime": {"revision": bundle.revision, "token_sha256": hashlib.sha256(token.encode()).hexdigest()}}
-    write_private_file(paths.runtime, json.dumps(runtime).encode(), error=PolicyUnavailable)
+    signer = Signer.ephemeral()
+    runtime: JSONObject = {"token_sha256": hashlib.sha256(token.encode()).hexdigest()}
+    bundle = build_bundle(root, paths.dir, opa=binary, signer=signer, runtime=runtime)
     argv = [
         str(binary), "run", "--server", "--skip-version-check", "--log-level=error",
         # Relative to OPA's working folder (<home>/opa): a socket path is limited to 107 bytes.
         "--addr=unix://opa.sock", "--unix-socket-perm=600",
         "--authentication=token", "--authorization=basic", "--shutdown-grace-period=2",
+        *signer.verify_args(),
         # The last argument is a path inside the home: a server whose home is gone is easy to spot.
-        str(paths.dir / bundle.path.name), str(paths.runtime),
+        str(paths.dir / bundle.path.name),
     ]  # fmt: skip
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     plan = StartPlan(tuple(argv), lock_fd, idle_timeout, START_TIMEOUT_S, bundle.revision, started_at)
-    return _spawn_supervisor(paths, plan)
+    record = _spawn_supervisor(paths, plan)
+    transport = OpaTransport(Endpoint("unix", path=str(paths.socket)), token=token, describe=f"unix://{paths.socket}")
+    try:
+        prove_content(transport, root)
+    except ExaError:
+        _stop_recorded(record)
+        _remove_leftovers(paths)
+        raise
+    finally:
+        transport.close()
+    return record
 
 
 def _spawn_supervisor(paths: ServerPaths, plan: StartPlan) -> Record:

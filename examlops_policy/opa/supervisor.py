@@ -158,7 +158,13 @@ class Supervisor:
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if opa.poll() is not None:
-                raise PolicyError(f"OPA exited at start with status {opa.returncode} (does the policy compile?){self._log_tail()}")
+                tail = self._log_tail()
+                if "signature" in tail or "verify" in tail:
+                    raise PolicyError(
+                        "OPA refused the policy bundle: its signature does not verify with the key made for this start "
+                        f"(was the bundle replaced after it was built?); nothing serves{tail}"
+                    )
+                raise PolicyError(f"OPA exited at start with status {opa.returncode} (does the policy compile?){tail}")
             with contextlib.suppress(PolicyUnavailable):
                 if transport.request("GET", "/health")[0] == 200:
                     transport.close()

@@ -22,9 +22,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from examlops_policy.errors import StateError
 from examlops_policy.model import JSONObject
 from examlops_policy.store.api import (
-    DecisionRow, Document, GrantRow, HeldRow, NodeGrantRow, NodeUsageRow, PoolRow, QueueRow, StaleFleet, StateRows, Transaction,
+    AuditedState, DecisionRow, Document, GrantRow, HeldRow, NodeGrantRow, NodeUsageRow, PoolRow, QueueRow, StaleFleet, StateRows,
+    Transaction,
 )  # fmt: skip
 from examlops_policy.views import BurstEvent, DecisionSummary, FinopsRow, WorkloadCost
 
@@ -33,11 +35,14 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["DecisionRow", "GrantRow", "HeldRow", "PoolRow", "QueueRow", "StaleFleet", "StateRows", "Store", "Transaction"]
+__all__ = ["AuditedState", "DecisionRow", "GrantRow", "HeldRow", "PoolRow", "QueueRow", "StaleFleet", "StateRows", "Store", "Transaction"]
 
 
 class Store(Protocol):
     """Durable state for placements (see the module docstring for the contract)."""
+
+    # Why writes are refused (a state opened read-only: a read-only mount, a full disk), else None.
+    read_only: StateError | None
 
     # -- the narrow API the decision core uses (store.api.Rows) --------------------------------
 
@@ -115,9 +120,10 @@ class Store(Protocol):
         """The whole audit chain in seq order."""
         ...
 
-    def records_for_audit(self) -> list[tuple[str, str, str | None, tuple[object, ...]]]: ...
-
-    def stored_documents(self) -> list[tuple[str, str]]: ...
+    def audited_state(self) -> AuditedState:
+        """The audit log, the stored documents and every table the log describes, in one
+        consistent read (``exa audit verify``)."""
+        ...
 
     # -- the queue, quotas and reconcile (store._queue_sql) --------------------------------------
 

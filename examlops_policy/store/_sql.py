@@ -29,6 +29,8 @@ from examlops_policy import audit
 from examlops_policy.errors import NotFoundError, SpecError, StateBusy, StateCorrupt, StateError, StateFull, StateUnreachable
 from examlops_policy.model import Holding, JSONObject
 from examlops_policy.store.api import (
+    AUDITED,
+    AuditedState,
     DecisionRow,
     Document,
     HeldRow,
@@ -117,6 +119,7 @@ class SQLStore(QueueReads, ABC):
 
     dialect: str  # the migrations folder
     where: str  # names the database in messages (never with a password)
+    read_only: StateError | None = None  # why writes are refused (None: a writable state)
 
     def __init__(self, *, clock: Callable[[], str], attempts: int) -> None:
         if attempts < 1:
@@ -400,12 +403,16 @@ class SQLStore(QueueReads, ABC):
     def _held_in(self, pools: Sequence[str], submitted: bool = False) -> list[HeldRow]:
         if not pools:
             return []
+        # From the pools' live allocations (their partial index) to their holdings (by decision):
+        # what this reads is what the pools hold now, never every holding they ever had. In the
+        # order the grants were made (then node by node, by device), whatever order the ids came in.
         rows = self._execute(
-            "SELECT h.decision_id, h.device, h.profile, h.start, h.units, h.share, h.node, h.shares, h.pool FROM holdings h "
-            "JOIN allocations a ON a.decision_id = h.decision_id "
-            + ("JOIN decisions d ON d.id = h.decision_id " if submitted else "")
-            + f"WHERE h.pool IN ({', '.join('?' * len(pools))}) AND a.released_at IS NULL"
-            + (" AND d.job_id IS NOT NULL" if submitted else ""),
+            "SELECT h.decision_id, h.device, h.profile, h.start, h.units, h.share, h.node, h.shares, h.pool FROM allocations a "
+            "JOIN holdings h ON h.decision_id = a.decision_id "
+            + ("JOIN decisions d ON d.id = a.decision_id " if submitted else "")
+            + f"WHERE a.pool IN ({', '.join('?' * len(pools))}) AND a.released_at IS NULL"
+            + (" AND d.job_id IS NOT NULL" if submitted else "")
+            + " ORDER BY a.created_at, a.decision_id, h.node, h.device, h.start",
             tuple(pools),
         ).fetchall()
         return [
@@ -420,10 +427,11 @@ class SQLStore(QueueReads, ABC):
         if not pools:
             return []
         rows = self._execute(
-            "SELECT g.decision_id, g.pool, g.node, g.position, g.cpu_milli, g.memory_mib FROM node_grants g "
-            "JOIN allocations a ON a.decision_id = g.decision_id "
-            + ("JOIN decisions d ON d.id = g.decision_id " if submitted else "")
-            + f"WHERE g.pool IN ({', '.join('?' * len(pools))}) AND a.released_at IS NULL"
+            # From the live allocations, as _held_in.
+            "SELECT g.decision_id, g.pool, g.node, g.position, g.cpu_milli, g.memory_mib FROM allocations a "
+            "JOIN node_grants g ON g.decision_id = a.decision_id "
+            + ("JOIN decisions d ON d.id = a.decision_id " if submitted else "")
+            + f"WHERE a.pool IN ({', '.join('?' * len(pools))}) AND a.released_at IS NULL"
             + (" AND d.job_id IS NOT NULL" if submitted else "")
             + " ORDER BY g.pool, g.decision_id, g.position",
             tuple(pools),
@@ -452,7 +460,10 @@ class SQLStore(QueueReads, ABC):
     def _find(self, ident: str) -> DecisionRow:
         if not ident or not all(c in "0123456789abcdef" for c in ident):
             raise NotFoundError(f"no decision {ident!r} (ids are hexadecimal)")
-        rows = self._execute(f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE id LIKE ? LIMIT 2", (ident + "%",)).fetchall()
+        # A range on the primary key (ids are hexadecimal; the prefix's last character plus one
+        # bounds every id that begins with it): a search, where LIKE would scan the table.
+        after = ident[:-1] + chr(ord(ident[-1]) + 1)
+        rows = self._execute(f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE id >= ? AND id < ? ORDER BY id LIMIT 2", (ident, after)).fetchall()
         if not rows:
             raise NotFoundError(f"no decision {ident!r}")
         if len(rows) > 1:
@@ -595,24 +606,24 @@ class SQLStore(QueueReads, ABC):
         )
         return [_audit_row(r) for r in rows]
 
-    def records_for_audit(self) -> list[tuple[str, str, str | None, Row]]:
-        """(id, document, record_digest, columns) of every decision, for ``audit verify``."""
-        rows = self._run(
-            lambda: self._execute(
-                "SELECT id, document, record_digest, outcome, pool, cost_per_hour, carbon_factor, estimated_start, estimate_source "
-                "FROM decisions ORDER BY id"
-            ).fetchall(),
-            consistent=True,
-        )
-        return [(r[0], r[1], r[2], tuple(r[3:])) for r in rows]
+    def audited_state(self) -> AuditedState:
+        """The audit log, the stored documents and every table it describes, in one read-only
+        transaction (``store.api.AuditedState``)."""
 
-    def stored_documents(self) -> list[tuple[str, str]]:
-        """(key, document) of every stored fleet and verdict set, for ``audit verify``."""
-        rows = self._run(
-            lambda: self._execute("SELECT revision, document FROM fleets UNION ALL SELECT key, document FROM verdict_sets").fetchall(),
-            consistent=True,
-        )
-        return [(r[0], r[1]) for r in rows]
+        def work() -> AuditedState:
+            log = [_audit_row(r) for r in self._execute("SELECT seq, prev_hash, entry_hash, entry FROM audit_log ORDER BY seq").fetchall()]
+            documents = [
+                (str(r[0]), str(r[1]))
+                for r in self._execute("SELECT revision, document FROM fleets UNION ALL SELECT key, document FROM verdict_sets").fetchall()
+            ]
+            tables = {
+                table: [tuple(r) for r in self._execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {order}").fetchall()]
+                for table, (columns, order) in AUDITED.items()
+            }
+            version, layout = self._execute("SELECT version, layout FROM state WHERE id = 1").fetchone()
+            return AuditedState(log, documents, tables, int(version), layout)
+
+        return self._run(work, consistent=True)
 
 
 
@@ -696,8 +707,8 @@ class _SQLTransaction(QueueWrites):
     def update_pool(self, name: str, spec: str, count: int) -> None:
         self._execute("UPDATE pools SET spec = ?, count = ?, updated_at = ? WHERE name = ?", (spec, count, self.now(), name))
 
-    def remove_pool(self, name: str, version: int) -> None:
-        now = self.now()
+    def remove_pool(self, name: str, version: int, *, at: str | None = None) -> None:
+        now = at or self.now()
         self._execute(
             "UPDATE pools SET removed_at = ?, removing_since = NULL, updated_at = ?, version = ? WHERE name = ?", (now, now, version, name)
         )
@@ -809,13 +820,13 @@ class _SQLTransaction(QueueWrites):
         if updated.rowcount == 0:
             raise SpecError(f"decision {ident[:12]} is not a live placement; nothing was renewed")
 
-    def set_job(self, ident: str, job_id: str, scheduler: str, uid: str | None) -> None:
+    def set_job(self, ident: str, job_id: str, scheduler: str, uid: str | None, *, at: str | None = None) -> None:
         # One job per placement: checked and set in one statement, so two concurrent submits cannot
         # both record theirs.
         updated = self._execute(
             "UPDATE decisions SET job_id = ?, scheduler = ?, job_uid = ?, job_state = NULL, submitted_at = ? "
             "WHERE id = ? AND job_id IS NULL AND outcome = 'placed' AND released_at IS NULL",
-            (job_id, scheduler, uid, self.now(), ident),
+            (job_id, scheduler, uid, at or self.now(), ident),
         )
         if updated.rowcount == 0:
             raise SpecError(f"decision {ident[:12]} is not a live placement without a job; nothing was recorded")

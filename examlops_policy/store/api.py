@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Final, Literal, Protocol, TypeVar
 
 from examlops_policy.model import Holding, JSONObject
+
+if TYPE_CHECKING:
+    from examlops_policy.audit import AuditRow
 
 T = TypeVar("T")
 Document = Literal["fleets", "verdict_sets"]
@@ -328,8 +331,9 @@ class Transaction(Protocol):
 
     def update_pool(self, name: str, spec: str, count: int) -> None: ...
 
-    def remove_pool(self, name: str, version: int) -> None:
-        """The pool leaves the fleet at ``version`` (its row stays for the records that name it)."""
+    def remove_pool(self, name: str, version: int, *, at: str | None = None) -> None:
+        """The pool leaves the fleet at ``version``, removed at ``at`` (None: now); its row stays for
+        the records that name it."""
         ...
 
     def set_removing(self, name: str, since: str | None, version: int) -> None:
@@ -372,8 +376,9 @@ class Transaction(Protocol):
         """SpecError unless ``ident`` is a live placement."""
         ...
 
-    def set_job(self, ident: str, job_id: str, scheduler: str, uid: str | None) -> None:
-        """SpecError unless ``ident`` is a live placement without a job."""
+    def set_job(self, ident: str, job_id: str, scheduler: str, uid: str | None, *, at: str | None = None) -> None:
+        """Record the placement's job, submitted at ``at`` (None: now). SpecError unless ``ident``
+        is a live placement without a job."""
         ...
 
     def set_job_state(self, ident: str, state: str) -> bool:
@@ -485,3 +490,40 @@ class Rows(Protocol):
         times on conflicts; ``landed`` settles a connection lost while committing (what the
         committed work returned, or None when nothing landed)."""
         ...
+
+
+# -- what exa audit verify reads --------------------------------------------------------------------
+
+# The tables the audit chain describes, each with the columns it is read with (in this order) and
+# the order its rows come in.
+AUDITED: Final[Mapping[str, tuple[tuple[str, ...], str]]] = {
+    "decisions": ((
+        "id", "created_at", "workload", "outcome", "pool", "accelerator", "model", "target", "region", "fallback",
+        "fraction_honored", "devices", "cost_per_hour", "carbon_factor", "note", "input_digest", "policy_revision",
+        "opa_version", "released_at", "job_id", "document", "record_digest", "fleet_revision", "verdict_set",
+        "request_id", "lease_expires_at", "created_ts", "released_ts", "residency", "verdicts", "fraction", "scheduler",
+        "job_uid", "job_state", "lease_expires_ts", "larger_partition", "estimated_start", "estimate_source", "submitted_at",
+    ), "id"),
+    "allocations": (("decision_id", "pool", "devices", "created_at", "released_at"), "decision_id"),
+    "holdings": (("decision_id", "pool", "device", "profile", "start", "units", "share", "node", "shares"), "decision_id, node, device"),
+    "node_grants": (("decision_id", "pool", "node", "position", "cpu_milli", "memory_mib"), "decision_id, position"),
+    "node_usage": (("pool", "node", "devices", "indices", "shares", "cpu_milli", "memory_mib", "scheduler"), "pool, node"),
+    "burst_events": (("id", "created_at", "decision_id", "workload", "residency", "pool", "region", "verdict", "reason_code", "reason"), "id"),
+    "pools": (("name", "spec", "count", "held_outside", "free", "capacity", "version", "removed_at", "removing_since"), "name"),
+    "capacity_log": (("version", "pool", "capacity"), "version, pool"),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class AuditedState:
+    """What ``exa audit verify`` holds to the chain, read in ONE consistent read (a write committed
+    meanwhile cannot show up as a row without its entry): the audit log, the stored fleet and
+    verdict-set documents as (key, document), every table of ``AUDITED`` as rows (tuples in its
+    column order), the state version and the digest of the packing rules the stored capacities
+    were worked out with."""
+
+    log: Sequence[AuditRow]
+    documents: Sequence[tuple[str, str]]
+    tables: Mapping[str, Sequence[tuple[object, ...]]]
+    version: int
+    layout: str | None

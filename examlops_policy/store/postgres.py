@@ -9,6 +9,14 @@ never oversubscribed and the chain never forks; UNIQUE(seq) and UNIQUE(prev_hash
 backstop. Serialization failures (40001), deadlocks (40P01), unique violations (23505) and lock
 timeouts (55P03) are retried, bounded; so is a lost connection (a restarted server): reconnect,
 then run the transaction again.
+
+Every lock wait is bounded: the session's ``lock_timeout`` (``lock_timeout_s``, 10 s) ends a wait
+for the advisory write lock, a table or a row, and the transaction is tried at most ``attempts``
+times (8), so a session that holds exa's lock (any role may take advisory locks) stalls a writer
+for at most about attempts x lock_timeout plus the backoff (about 85 s by default), never forever;
+the StateBusy it then raises names the sessions holding the lock. (The app role of
+docs/postgres-least-privilege.sql cannot LOCK a state table in a mode that stops writers.)
+``idle_in_transaction_session_timeout`` ends a session left idle inside a transaction after 60 s.
 """
 
 from __future__ import annotations
@@ -72,6 +80,7 @@ class PostgresStore(SQLStore):
         self._lock_timeout_ms = max(1, int(lock_timeout_s * 1000))
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
         self._queries: dict[str, str] = {}
+        self._last_error: Exception | None = None
         self._migrate()
 
     def _connection(self) -> psycopg.Connection[tuple[Any, ...]]:
@@ -121,6 +130,7 @@ class PostgresStore(SQLStore):
             self._conn = None
 
     def _fault(self, exc: Exception) -> Fault | None:
+        self._last_error = exc
         if isinstance(exc, _CONFLICTS):
             return "conflict"
         if not isinstance(exc, psycopg.OperationalError):
@@ -143,6 +153,36 @@ class PostgresStore(SQLStore):
         if isinstance(exc, psycopg.OperationalError):
             return StateUnreachable
         return StateError
+
+    def _gave_up(self, fault: Fault | None, problem: str) -> StateError:
+        error = super()._gave_up(fault, problem)
+        if not isinstance(self._last_error, errors.LockNotAvailable):
+            return error
+        waited = f"each wait for its lock ended after lock_timeout {self._lock_timeout_ms / 1000:g} s"
+        return type(error)(f"{error}; {waited}{self._lock_holders()}")
+
+    def _lock_holders(self) -> str:
+        """``; held by ...``: the sessions holding exa's write lock or a strong lock on its tables
+        (pg_locks and pg_stat_activity, which every role may read), or nothing when none is found."""
+        try:
+            rows = self._connection().execute(
+                "SELECT DISTINCT l.pid, a.usename, a.application_name, a.client_addr::text, a.state, "
+                "floor(extract(epoch FROM now() - coalesce(a.xact_start, a.backend_start)))::int "
+                "FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid "
+                "WHERE l.granted AND l.pid <> pg_backend_pid() AND ("
+                " (l.locktype = 'advisory' AND l.classid = %s::oid AND l.objsubid = 2)"
+                " OR (l.locktype = 'relation' AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')"
+                "     AND l.relation IN (SELECT oid FROM pg_class WHERE relnamespace = current_schema()::regnamespace)))"
+                " ORDER BY 1 LIMIT 5",
+                (_LOCK_CLASS,),
+            ).fetchall()
+        except psycopg.Error:
+            self._rollback()
+            return ""
+        held = [
+            f"pid {r[0]} (user {r[1]}, application {r[2]!r}{f', from {r[3]}' if r[3] else ''}, {r[4]}, for {r[5]} s)" for r in rows
+        ]
+        return f"; held by {', '.join(held)}" if held else ""
 
     def _run_script(self, sql: str) -> None:
         # No parameters: psycopg sends the script as is, several statements in one call.

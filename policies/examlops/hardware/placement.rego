@@ -8,9 +8,10 @@
 #                the message texts, from the packages' own metadata (composer)
 #     verdicts   compact per-shape verdicts for input.keys (verdicts; its answer's schema is
 #                schemas/verdicts-answer.schema.json)
-#     views      what the checks, the tier and the grant see of the shapes of input.keys: the
-#                caller may store it under data.examlops_fleet.views[views.key] for verdict
-#                queries over the same keys (verdicts)
+#     views      what the checks, the tier and the grant see of the shapes of input.keys, and
+#                their digest: the caller may store the views under
+#                data.examlops_fleet.views[views.key] for verdict queries over the same keys that
+#                carry the digest (verdicts, examlops.fleet)
 #     decision   the complete reference decision over input.pools with their capacity and prices
 #                (reference)
 #
@@ -21,6 +22,7 @@
 #   - input.workload: schema["workload.schema"]
 package examlops.hardware.placement
 
+import data.examlops.fleet
 import data.examlops.hardware.composer
 import data.examlops.hardware.reference
 import data.examlops.hardware.tiers
@@ -67,10 +69,12 @@ verdicts := judged.answer
 # description: >-
 #   What each check, the tier and the grant see of the shapes of input.keys (from
 #   data.examlops_fleet.shapes), and the denials of the checks that read no workload field: a
-#   function of the revision and the shapes alone. Stored under data.examlops_fleet.views[key],
-#   it spares every verdict query for exactly these keys under this revision working it out again.
+#   function of the revision and the shapes alone ("views"), with its digest ("digest"). Stored
+#   under data.examlops_fleet.views[key], it spares every verdict query for exactly these keys under
+#   this revision that carries the digest (input.views) working it out again; views rewritten there
+#   no longer hash to it and are not read (examlops.fleet).
 # entrypoint: true
-views := judged.views
+views := {"views": judged.views, "digest": fleet.digest(judged.views)}
 
 # METADATA
 # title: decision

@@ -1,5 +1,6 @@
 package examlops.hardware.reference_test
 
+import data.examlops.fleet
 import data.examlops.hardware.checks
 import data.examlops.hardware.composer
 import data.examlops.hardware.placement
@@ -494,11 +495,12 @@ test_no_eligible_pool_summary if {
 
 # Without input.shapes the decision reads the pools' shapes from the fleet's data.
 test_decision_reads_shapes_from_fleet_data if {
-	d := placement.decision with input as {"workload": train({"accelerator": "tpu"}), "pools": spec_pools}
-		with data.examlops_fleet.shapes as shapes
+	pools := [object.union(p, {"shape": fleet.key(shapes[p.shape])}) | some p in spec_pools]
+	d := placement.decision with input as {"workload": train({"accelerator": "tpu"}), "pools": pools}
+		with data.examlops_fleet.shapes as {fleet.key(s): s | some s in shapes}
 	d.pool == "hpc-mi300"
 	object.keys(d.verdicts) == {"hpc-nvidia", "hpc-mi300", "cloud-a100"}
-	verdicts.keys == {"hpc-nvidia", "hpc-mi300", "cloud-a100"} with input as {"workload": train({}), "pools": spec_pools}
+	verdicts.keys == {p.shape | some p in pools} with input as {"workload": train({}), "pools": pools}
 }
 
 test_verdict_fields if {

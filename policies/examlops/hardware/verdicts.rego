@@ -4,7 +4,8 @@
 #   Per-shape verdicts, compact: the answer a caller decodes and keeps per (policy revision,
 #   workload signature, shape key). A pool's verdict depends only on its shape, the workload's
 #   signature fields and the policy revision, so the caller asks again only for shapes it has none
-#   for (keys in input.keys; shapes from input.shapes, else data.examlops_fleet.shapes).
+#   for (keys in input.keys; shapes from input.shapes, else data.examlops_fleet.shapes, read only
+#   when a stored shape hashes to its key: examlops.fleet).
 #
 #   Each check runs once per distinct projection of the shapes onto the fields it declares, and sees
 #   only those (and the workload's fields it declares): a fleet repeats a few accelerators, targets
@@ -18,6 +19,7 @@
 #   - input.workload: schema["workload.schema"]
 package examlops.hardware.verdicts
 
+import data.examlops.fleet
 import data.examlops.hardware.checks
 import data.examlops.hardware.checks.budget
 import data.examlops.hardware.checks.capacity
@@ -40,7 +42,7 @@ keys := {k | some k in input.keys} if {
 shape_of(k) := s if {
 	s := input.shapes[k]
 } else := s if {
-	s := data.examlops_fleet.shapes[k]
+	s := fleet.shape(k) # only a stored shape that hashes to its key (examlops.fleet)
 }
 
 # Keys the caller asked about that have no shape here (the caller uploads them and asks again).
@@ -114,12 +116,13 @@ indexed(shapes, fields) := {"values": values, "of": {k: at[[s[f] | some f in fie
 fields_of(v, fields) := {f: v[i] | some i, f in fields}
 
 # The views this query is judged over: the stored ones for exactly these keys under this revision
-# when the shapes are the fleet's (not given inline) and none is missing, else worked out here.
-fleet := stored if {
+# when the shapes are the fleet's (not given inline), none is missing and the stored views hash to
+# the digest the caller had with them (input.views; examlops.fleet), else worked out here.
+views_used := stored if {
 	not input.shapes
 	count(missing) == 0
 	composer.revision != null
-	stored := data.examlops_fleet.views[key_of(keys)]
+	stored := fleet.views(key_of(keys), input.views)
 	stored.revision == composer.revision
 } else := views
 
@@ -131,7 +134,7 @@ check_results := object.union(fixed_results, judged_results)
 
 fixed_results := {name: {i: ds | some i, ds in results} |
 	composer.valid
-	some name, results in fleet.fixed
+	some name, results in views_used.fixed
 }
 
 judged_results := {name: results |
@@ -140,7 +143,7 @@ judged_results := {name: results |
 	not fleet_only(name)
 	wproj := object.filter(w, composer.reads(composer.check_about[name], "workload"))
 	results := {i: ds |
-		some i, view in fleet.checks[name].views
+		some i, view in views_used.checks[name].views
 
 		# Each check sees only its view of the shape: with input is the point here.
 		# regal ignore:with-outside-test-context
@@ -168,7 +171,7 @@ reason_index := {r: i | some i, r in reason_list}
 
 tier_results := {i: [t, tiers.note(p, w, t), tiers.note_full(p, w, t), tiers.note_budget(p, w, t)] |
 	composer.valid
-	some i, v in fleet.tier.values
+	some i, v in views_used.tier.values
 	p := fields_of(v, tier_fields)
 	t := tiers.tier(p, w)
 }
@@ -184,7 +187,7 @@ note_index := {n: i | some i, n in note_list}
 # pool's accelerator class, one of the fields the grant reads.
 grant_rows := [[v, row] |
 	composer.valid
-	some v in fleet.grant.values
+	some v in views_used.grant.values
 	p := fields_of(v, grant_fields)
 	g := fractions.grant(p, w)
 	larger := fractions.alternatives(p, w)
@@ -238,7 +241,7 @@ shape_rows := {k: row |
 	# What every row looks up, bound once here rather than looked up again per shape (a rule
 	# referenced per shape costs a look-up of the rule each time; hence the reassignments Regal
 	# would call pointless).
-	views := fleet # regal ignore:pointless-reassignment
+	views := views_used # regal ignore:pointless-reassignment
 	tiered := tier_rows # regal ignore:pointless-reassignment
 	in_order := denying_checks # regal ignore:pointless-reassignment
 	denied := denied_views # regal ignore:pointless-reassignment

@@ -1,5 +1,6 @@
 package examlops.hardware.verdicts_test
 
+import data.examlops.fleet
 import data.examlops.hardware.composer
 import data.examlops.hardware.placement
 import data.examlops.hardware.reference_test as fx
@@ -76,11 +77,26 @@ test_verdicts_list_missing_keys_sorted if {
 	object.keys(v.shapes) == {"hpc-nvidia"}
 }
 
+# The fleet's data as the layer stores it: each shape under its content key (examlops.fleet).
+key_of := {name: fleet.key(s) | some name, s in fx.shapes}
+
+stored_shapes := {fleet.key(s): s | some s in fx.shapes}
+
 test_verdicts_read_shapes_from_fleet_data if {
-	v := placement.verdicts with input as {"workload": fx.train({}), "keys": ["hpc-nvidia", "cloud-a100", "nope"]}
-		with data.examlops_fleet.shapes as fx.shapes
-	object.keys(v.shapes) == {"hpc-nvidia", "cloud-a100"}
+	v := placement.verdicts with input as {"workload": fx.train({}), "keys": [key_of["hpc-nvidia"], key_of["cloud-a100"], "nope"]}
+		with data.examlops_fleet.shapes as stored_shapes
+	object.keys(v.shapes) == {key_of["hpc-nvidia"], key_of["cloud-a100"]}
 	v.missing == ["nope"]
+}
+
+# A stored shape rewritten in place (a cloud pool moved into the EU) is not judged: its key is
+# missing, and the caller uploads the shape again.
+test_verdicts_do_not_read_a_stored_shape_that_no_longer_hashes_to_its_key if {
+	k := key_of["cloud-a100"]
+	moved := object.union(fx.shapes["cloud-a100"], {"region": "eu"})
+	v := placement.verdicts with input as {"workload": fx.train({}), "keys": [k]} with data.examlops_fleet.shapes as {k: moved}
+	v.missing == [k]
+	object.keys(v.shapes) == set()
 }
 
 test_input_shapes_win_over_fleet_data if {
@@ -254,21 +270,30 @@ test_without_a_cap_the_verdicts_have_no_budget_note_and_forbid_nothing if {
 # A bundle's manifest with a revision, as OPA publishes it (stored views are read only under one).
 bundles(revision) := {"b": {"manifest": {"roots": ["examlops"], "revision": revision}}}
 
-fleet_keys := ["hpc-nvidia", "hpc-mi300", "cloud-a100", "hpc-h100", "hpc-h100-1g", "cloud-frankfurt", "cloud-mars", "cloud-amd"]
+fleet_names := ["hpc-nvidia", "hpc-mi300", "cloud-a100", "hpc-h100", "hpc-h100-1g", "cloud-frankfurt", "cloud-mars", "cloud-amd"]
 
-fleet_views := v if {
+# The fleet's shapes as the layer stores them: under their content keys.
+fleet_keys := [key_of[name] | some name in fleet_names]
+
+given := v if {
 	v := placement.views with input as {"keys": fleet_keys}
-		with data.examlops_fleet.shapes as fx.shapes
+		with data.examlops_fleet.shapes as stored_shapes
 		with data.system.bundles as bundles("r1")
 }
 
-# The verdicts for the fleet's keys with the shapes as fleet data and `stored` as its stored views.
-stored_answer(w, stored, revision) := v if {
-	v := placement.verdicts with input as {"workload": w, "keys": fleet_keys}
-		with data.examlops_fleet.shapes as fx.shapes
+fleet_views := given.views
+
+# The verdicts for the fleet's keys with the shapes as fleet data, `stored` as its stored views and
+# `digest` as the digest the caller had with them.
+stored_answer(w, stored, revision, digest) := v if {
+	v := placement.verdicts with input as {"workload": w, "keys": fleet_keys, "views": digest}
+		with data.examlops_fleet.shapes as stored_shapes
 		with data.examlops_fleet.views as stored
 		with data.system.bundles as bundles(revision)
 }
+
+# Worked out in the query: no views stored.
+computed(w, revision) := stored_answer(w, {}, revision, given.digest)
 
 stored_workloads := [
 	fx.train({}),
@@ -292,11 +317,14 @@ test_views_depend_on_the_revision_and_the_shapes_alone if {
 	}
 	"export_control" in object.keys(fleet_views.fixed)
 	count(fleet_views.fixed.export_control) == count(fleet_views.checks.export_control.views)
+
+	# With their digest: what stored views must hash to, to be read.
+	given.digest == fleet.digest(fleet_views)
 }
 
 test_stored_views_give_the_same_answer if {
 	every w in stored_workloads {
-		stored_answer(w, {fleet_views.key: fleet_views}, "r1") == stored_answer(w, {}, "r1")
+		stored_answer(w, {fleet_views.key: fleet_views}, "r1", given.digest) == computed(w, "r1")
 	}
 }
 
@@ -308,33 +336,56 @@ tampered := json.patch(fleet_views, [{"op": "replace", "path": "/checks/target/v
 
 test_stored_views_are_read if {
 	w := fx.train({"target": "hpc"})
-	stored_answer(w, {fleet_views.key: tampered}, "r1") != stored_answer(w, {}, "r1")
+
+	# (As if the caller had been given these views and their digest.)
+	stored_answer(w, {fleet_views.key: tampered}, "r1", fleet.digest(tampered)) != computed(w, "r1")
+}
+
+# Rewritten in place with the token (a check made to see another target, region or price): they
+# no longer hash to the digest the caller had with them, and are worked out again instead.
+test_views_rewritten_in_place_are_not_read if {
+	w := fx.train({"target": "hpc"})
+	stored_answer(w, {fleet_views.key: tampered}, "r1", given.digest) == computed(w, "r1")
+	moved := json.patch(fleet_views, [{"op": "replace", "path": "/fixed", "value": {}}])
+	every v in stored_workloads {
+		stored_answer(v, {fleet_views.key: moved}, "r1", given.digest) == computed(v, "r1")
+	}
+}
+
+test_views_without_the_digest_are_not_read if {
+	w := fx.train({"target": "hpc"})
+	v := placement.verdicts with input as {"workload": w, "keys": fleet_keys}
+		with data.examlops_fleet.shapes as stored_shapes
+		with data.examlops_fleet.views as {fleet_views.key: tampered}
+		with data.system.bundles as bundles("r1")
+	v == computed(w, "r1")
 }
 
 test_views_stored_under_another_revision_are_not_read if {
 	w := fx.train({"target": "hpc"})
-	stored_answer(w, {fleet_views.key: tampered}, "r2") == stored_answer(w, {}, "r2")
+	stored_answer(w, {fleet_views.key: tampered}, "r2", fleet.digest(tampered)) == computed(w, "r2")
 }
 
 test_views_stored_for_other_keys_are_not_read if {
 	w := fx.train({"target": "hpc"})
 	other := verdicts.key_of(array.slice(fleet_keys, 1, 8))
-	stored_answer(w, {other: tampered}, "r1") == stored_answer(w, {}, "r1")
+	stored_answer(w, {other: tampered}, "r1", fleet.digest(tampered)) == computed(w, "r1")
 }
 
 test_views_are_not_read_for_inline_shapes_or_with_a_shape_missing if {
 	w := fx.train({"target": "hpc"})
-	inline := placement.verdicts with input as {"workload": w, "keys": fleet_keys, "shapes": fx.shapes}
+	inline := placement.verdicts with input as {"workload": w, "keys": fleet_keys, "shapes": stored_shapes, "views": fleet.digest(tampered)}
 		with data.examlops_fleet.views as {fleet_views.key: tampered}
 		with data.system.bundles as bundles("r1")
-	inline == stored_answer(w, {}, "r1")
-	lacking := placement.verdicts with input as {"workload": w, "keys": fleet_keys}
-		with data.examlops_fleet.shapes as object.remove(fx.shapes, ["cloud-mars"])
+	inline == computed(w, "r1")
+	mars := key_of["cloud-mars"]
+	lacking := placement.verdicts with input as {"workload": w, "keys": fleet_keys, "views": fleet.digest(tampered)}
+		with data.examlops_fleet.shapes as object.remove(stored_shapes, [mars])
 		with data.examlops_fleet.views as {fleet_views.key: tampered}
 		with data.system.bundles as bundles("r1")
-	lacking.missing == ["cloud-mars"]
+	lacking.missing == [mars]
 	lacking == placement.verdicts with input as {"workload": w, "keys": fleet_keys}
-		with data.examlops_fleet.shapes as object.remove(fx.shapes, ["cloud-mars"])
+		with data.examlops_fleet.shapes as object.remove(stored_shapes, [mars])
 		with data.system.bundles as bundles("r1")
 }
 
@@ -342,8 +393,8 @@ test_views_are_not_read_for_inline_shapes_or_with_a_shape_missing if {
 # the keys asked.
 test_views_of_fewer_shapes_are_keyed_by_what_they_cover if {
 	partial := placement.views with input as {"keys": fleet_keys}
-		with data.examlops_fleet.shapes as object.remove(fx.shapes, ["cloud-mars"])
+		with data.examlops_fleet.shapes as object.remove(stored_shapes, [key_of["cloud-mars"]])
 		with data.system.bundles as bundles("r1")
-	partial.key != fleet_views.key
-	count(partial.grant.of) == count(fleet_keys) - 1
+	partial.views.key != fleet_views.key
+	count(partial.views.grant.of) == count(fleet_keys) - 1
 }

@@ -1,0 +1,168 @@
+"""`exa audit verify` at scale: a state of N recorded decisions (default 100,000), verified.
+
+    .venv/bin/python benchmarks/audit_verify.py [--decisions 100000] [--home DIR] [--runs 3]
+
+The state is made by the product itself, through the library's façade on the managed local OPA
+(``Hardware(home).place/burst``): 600 pools of 4 devices (HPC AMD, NVIDIA H100 and A100 with MIG
+slices, Gaudi, CPU; cloud NVIDIA in the US and the EU, TPU, AMD), a mix of whole-device
+placements, fractions, fallbacks, rejections, allowed and blocked bursts, every placement made
+with a lease of ``--lease`` seconds, so the next write after it ends releases it (audited as
+``expired``) and the fleet never fills. (Small pools and leases keep the build's writes cheap:
+a write's capacity queries read every holding its pool ever had, and a release by id scans the
+decisions, so a few large pools with explicit releases slow down as the history grows.) Only the
+SQLite commit's fsync is turned off while the state is made (``PRAGMA synchronous=OFF``): the rows,
+holdings, records and audit entries are the product's. ``--home`` keeps the state (a later run
+with the same ``--home`` and count reuses it).
+
+Then ``exa audit verify --json`` runs ``--runs`` times as a fresh process (the figure cron and CI
+see: start, open, one read of the log and every table, chain, records, state and capacity log),
+and once in-process to split the time into the read and the checks. Prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from examlops_policy import audit  # noqa: E402
+from examlops_policy.hardware import Hardware  # noqa: E402
+from examlops_policy.model import Pool, Workload  # noqa: E402
+from examlops_policy.opa import stop_server  # noqa: E402
+
+EXA = Path(sys.executable).parent / "exa"
+TEMPLATES = [
+    ("hpc-mi300", dict(target="hpc", accelerator="amd", region="eu")),
+    ("hpc-h100", dict(target="hpc", accelerator="nvidia", region="eu-west-3", model="h100", supports_fractions=True)),
+    ("hpc-a100", dict(target="hpc", accelerator="nvidia", region="eu", model="a100", supports_fractions=True)),
+    ("hpc-gaudi", dict(target="hpc", accelerator="intel-gaudi", region="eu")),
+    ("hpc-cpu", dict(target="hpc", accelerator="cpu", region="eu")),
+    ("cloud-us", dict(target="cloud", accelerator="nvidia", region="us-east-1", cost_per_hour=3.0)),
+    ("cloud-fra", dict(target="cloud", accelerator="nvidia", region="eu-central-1", cost_per_hour=3.4)),
+    ("cloud-tpu", dict(target="cloud", accelerator="tpu", region="us", cost_per_hour=4.0)),
+    ("cloud-amd", dict(target="cloud", accelerator="amd", region="eu-west-1", cost_per_hour=2.6)),
+]
+POOLS = [
+    Pool(f"{name}-{i:03d}", count=4, **spec)  # type: ignore[arg-type]
+    for i in range(600 // len(TEMPLATES) + 1)
+    for name, spec in TEMPLATES
+][:600]
+MIX = [
+    ("place", Workload("train", "amd", engine="vllm", count=2)),
+    ("place", Workload("serve", "nvidia", engine="vllm", fraction=0.5)),
+    ("place", Workload("tiny", "nvidia", engine="vllm", fraction=0.1)),
+    ("place", Workload("fallback", "tpu", engine="generic", target="hpc", allow_cpu_fallback=True)),
+    ("place", Workload("gaudi", "intel-gaudi", engine="generic")),
+    ("place", Workload("not-portable", "amd", engine="sglang")),
+    ("burst", Workload("eu-data", "nvidia", residency="eu-only", allow_burst=True)),
+    ("burst", Workload("open-data", "nvidia", allow_burst=True)),
+    ("place", Workload("train", "amd", engine="vllm", count=3)),
+    ("place", Workload("serve", "nvidia", engine="vllm", count=1)),
+]
+
+
+def build(home: Path, decisions: int, lease_s: float) -> dict[str, float]:
+    """Record ``decisions`` decisions in ``home`` through the façade (see the module docstring)."""
+    began = time.monotonic()
+    hw = Hardware(home)
+    try:
+        hw.apply(POOLS)
+        hw.store._db.execute("PRAGMA synchronous=OFF")  # type: ignore[attr-defined]
+        lease = timedelta(seconds=lease_s)
+        for i in range(decisions):
+            kind, workload = MIX[i % len(MIX)]
+            (hw.burst if kind == "burst" else hw.place)(workload, lease=lease)
+            if i and i % 10_000 == 0:
+                print(f"  {i} decisions, {time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)
+    finally:
+        hw.close()
+        stop_server(home)
+    return {"build_seconds": round(time.monotonic() - began, 1)}
+
+
+def count(home: Path, table: str) -> int:
+    import sqlite3
+
+    db = sqlite3.connect(home / "state.db")
+    try:
+        return int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+    finally:
+        db.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--decisions", type=int, default=100_000)
+    parser.add_argument("--home", type=Path, help="keep the state here (reused when it holds as many decisions)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--lease", type=float, default=5.0, help="seconds a placement is held before its lease ends (the build)")
+    args = parser.parse_args(argv)
+    opa = ROOT / ".tools" / "bin" / "opa"
+    if "EXA_OPA_BIN" not in os.environ and opa.is_file():
+        os.environ["EXA_OPA_BIN"] = str(opa)
+    for var in ("EXA_OPA_URL", "EXA_DB_URL"):
+        os.environ.pop(var, None)
+    home = args.home or Path(tempfile.mkdtemp(prefix="exa-verify-")) / "home"
+    result: dict[str, object] = {"decisions_asked": args.decisions, "home": str(home)}
+    if not (home / "state.db").exists() or count(home, "decisions") != args.decisions:
+        print(f"building a state of {args.decisions} decisions in {home} ...", file=sys.stderr, flush=True)
+        result.update(build(home, args.decisions, args.lease))
+    result.update(
+        decisions=count(home, "decisions"), audit_entries=count(home, "audit_log"), holdings=count(home, "holdings"),
+        burst_events=count(home, "burst_events"), capacity_log=count(home, "capacity_log"), state_mb=round((home / "state.db").stat().st_size / 2**20, 1),
+    )  # fmt: skip
+    env = {**os.environ, "EXA_HOME": str(home)}
+    walls = []
+    for _ in range(args.runs):
+        began = time.monotonic()
+        done = subprocess.run([str(EXA), "audit", "verify", "--json"], capture_output=True, text=True, env=env, check=False)
+        walls.append(time.monotonic() - began)
+        if done.returncode != 0:
+            print(done.stdout[-2000:], done.stderr[-2000:], file=sys.stderr)
+            return 1
+    result["cli_seconds"] = {"median": round(statistics.median(walls), 2), "runs": [round(w, 2) for w in walls]}
+
+    from examlops_policy import _audit_verify, _chain_state as chain_state
+
+    hw = Hardware(home)
+    try:
+        capacities = hw._capacities
+        began = time.monotonic()
+        state = hw.store.audited_state()
+        read = time.monotonic() - began
+        report = audit.verify_chain(state.log)
+        chain = time.monotonic() - began - read
+        entries = chain_state.entries_of(state.log)
+        verified: dict[str, dict[str, object]] = {}
+        at = {name: i for i, name in enumerate(chain_state.DECISION_COLUMNS)}
+        decisions = [
+            (str(r[0]), str(r[at["document"]]), r[at["record_digest"]], tuple(r[at[c]] for c in ("outcome", "pool", "cost_per_hour", "carbon_factor")))
+            for r in state.tables["decisions"]
+        ]
+        report = audit.verify_records(report, state.log, decisions, state.documents, entries=entries, records=verified)  # type: ignore[arg-type]
+        records = time.monotonic() - began - read - chain
+        summary = _audit_verify.summary_of(capacities) if state.layout == capacities.digest else None
+        report = chain_state.verify_state(report, state, entries=entries, records=verified, summary=summary)
+        checked = time.monotonic() - began - read - chain - records
+    finally:
+        hw.close()
+    result["in_process_seconds"] = {
+        "read_log_and_tables": round(read, 2), "chain": round(chain, 2), "records": round(records, 2), "state": round(checked, 2),
+    }  # fmt: skip
+    result["ok"] = report.ok
+    print(json.dumps(result, indent=2))
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,728 @@
+"""What the audit chain says the state is, and every table held to it (``exa audit verify``).
+
+The chain proves its own entries (``audit.verify_chain``) and, through each decision's record
+digest, the stored records (``audit.verify_records``). The tables beside it are what placements,
+releases and capacity are read from, so they are held to the chain too: ``replay`` rebuilds, from
+the entries alone, the pools (their spec and what their scheduler holds outside this layer), every
+decision with its burst attempt, devices, release, lease and job; ``compare`` then names each
+difference with the tables as stored, and each row no entry accounts for:
+
+    decisions       every column an entry (or the record it vouches for) states: workload,
+                    outcome, pool, accelerator, model, target, region, devices, fallback,
+                    fraction_honored, the rejection's note, digests and revisions, request id,
+                    residency, fraction, price and carbon, created/released times (and their epoch
+                    seconds), lease end (and its epoch seconds), a larger partition, job id,
+                    scheduler, job uid, job state, when it was submitted; the chosen pool's start
+                    estimate and its source as its record says (``audit.verify_records``)
+    allocations     one per placement: its pool, devices, times and release
+    holdings        the devices (and slices) each placement holds, as its entry lists them (node by
+                    node, with the shares of a shared device, as its allocations say; a holding an
+                    upgrade mapped to its node, as the ``holding`` entry that moved it says)
+    node_grants     each node of a node-by-node grant: its place, CPU and memory, as its entry says
+    burst_events    one per burst attempt: workload, residency, pool, region, verdict, reason
+    node_usage      what a scheduler reported busy on each node of a pool, as its last
+                    ``node_usage`` entry says
+    pools           spec and count as the last pool entry, held_outside as the last capacity
+                    entry (a pool registered again under a removed pool's name starts from none);
+                    removed_at and removing_since as the pool entries that removed it or asked
+                    for its removal say; free and the capacity summary as the live holdings give
+                    them
+                    (a pool counted node by node: its summaries are not compared here)
+    capacity_log    what every pool could place at the state version each decision was decided
+                    at (a record of version 3 names that version, not the capacities): what the
+                    log gives back for it must hash to the input digest of the record its audit
+                    entry vouches for, as when the decision is read; a pool's latest entry must be
+                    its capacity in pools, at or before its version there (a removal, or one
+                    asked for, moves the version without changing the capacity), and no entry may
+                    lie beyond the state's
+                    version. (An entry no decision was decided at, and not a pool's latest, is read
+                    by nothing and so not compared.)
+
+Fields an older entry does not carry are not compared (entries before this version did not hold
+the rows' own times). A chain that does not verify on its own (an entry edited, deleted, inserted,
+reordered, damaged, or the log cut short) describes no state: its problems are reported alone.
+Pure: the rows come from the store's ``audited_state`` (``store.api.AuditedState``), one
+consistent read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Final, cast
+
+from examlops_policy.audit import AuditRow, Problem, VerifyReport
+from examlops_policy.errors import StateError
+from examlops_policy.model import Holding, Pool
+from examlops_policy.store.api import AUDITED, AuditedState, HeldRow
+from examlops_policy._core import codec
+
+DECISION_COLUMNS: Final = AUDITED["decisions"][0]
+ALLOCATION_COLUMNS: Final = AUDITED["allocations"][0]
+HOLDING_COLUMNS: Final = AUDITED["holdings"][0]
+NODE_GRANT_COLUMNS: Final = AUDITED["node_grants"][0]
+NODE_USAGE_COLUMNS: Final = AUDITED["node_usage"][0]
+BURST_COLUMNS: Final = AUDITED["burst_events"][0]
+POOL_COLUMNS: Final = AUDITED["pools"][0]
+LOG_COLUMNS: Final = AUDITED["capacity_log"][0]
+# The decision columns an entry states by the same name.
+_ENTRY_FIELDS: Final = (
+    "workload", "outcome", "pool", "accelerator", "region", "devices", "fallback", "fraction_honored", "input_digest",
+    "policy_revision", "opa_version", "verdicts", "record_digest", "request_id", "created_at", "larger_partition",
+)  # fmt: skip
+Row = Mapping[str, object]
+# The record versions that name the state version they were decided at (3; 4 with start estimates).
+_DECIDED_AT: Final = (3, 4)
+_CHAIN_BROKEN: Final = frozenset({"edited", "deleted", "reordered", "inserted", "truncated", "damaged"})
+# What a pool's capacity summary (JSON) and its free devices are, for what its live grants hold
+# and what its scheduler holds outside this layer: (pool, held, held outside) -> (summary, free).
+# None: the stored summaries were worked out with other packing rules, and are not compared.
+Summary = Callable[[Pool, Sequence[HeldRow], float], tuple[object, float]]
+
+
+@dataclass
+class _Decision:
+    seq: int
+    entry: dict[str, object]
+    burst: tuple[int, dict[str, object]] | None = None
+    released: tuple[int, dict[str, object]] | None = None
+    lease: tuple[int, object] | None = None
+    job: tuple[int, dict[str, object]] | None = None
+    job_state: tuple[int, object] | None = None
+    moves: list[tuple[int, dict[str, object]]] = field(default_factory=list)  # holdings mapped to their nodes
+
+
+@dataclass
+class _Pool:
+    seq: int
+    spec: dict[str, object]
+    held_outside: tuple[int, float] = (0, 0.0)
+    # (entry, its time or None when the entry predates carrying it): when it left the fleet, and
+    # since when it is to go once its last live grant ends.
+    removed: tuple[int, object] | None = None
+    removing: tuple[int, object] | None = None
+    node_usage: tuple[int, dict[str, object]] | None = None  # the last node_usage entry
+
+
+@dataclass
+class ChainState:
+    """The state the entries describe (``replay``)."""
+
+    decisions: dict[str, _Decision] = field(default_factory=dict)
+    pools: dict[str, _Pool] = field(default_factory=dict)
+    stray: list[tuple[int, str]] = field(default_factory=list)  # entries about decisions not in the chain
+
+
+def replay(entries: Iterable[tuple[int, dict[str, object]]]) -> ChainState:
+    """The state the entries (seq, entry) describe, applied in seq order."""
+    state = ChainState()
+    for seq, entry in entries:
+        kind = entry.get("kind")
+        if kind == "pool":
+            _replay_pool(state, seq, entry)
+            continue
+        if kind == "node_usage":
+            pool = state.pools.get(str(entry.get("pool")))
+            if pool is not None:
+                pool.node_usage = (seq, entry)
+            continue
+        if kind == "capacity":
+            pool = state.pools.get(str(entry.get("pool")))
+            if pool is not None and isinstance(entry.get("held_outside"), (int, float)):
+                pool.held_outside = (seq, float(cast(float, entry["held_outside"])))
+            continue
+        ident = entry.get("decision_id")
+        if not isinstance(ident, str):
+            continue
+        if kind == "decision":
+            earlier = state.decisions.get(ident)  # its burst entry comes first, in the same transaction
+            state.decisions[ident] = _Decision(seq, entry, burst=earlier.burst if earlier is not None else None)
+            continue
+        decision = state.decisions.get(ident)
+        if decision is None:
+            if kind == "burst":
+                # A burst entry precedes its decision's entry in the same transaction.
+                state.decisions[ident] = _Decision(0, {}, burst=(seq, entry))
+            else:
+                state.stray.append((seq, ident))
+            continue
+        if kind == "burst":
+            decision.burst = (seq, entry)
+        elif kind in ("release", "expired"):
+            decision.released = (seq, entry)
+        elif kind == "renew":
+            decision.lease = (seq, entry.get("lease_expires_at"))
+        elif kind == "submit":
+            decision.job = (seq, entry)
+            decision.job_state = (seq, None)
+        elif kind == "job":
+            decision.job_state = (seq, entry.get("state"))
+        elif kind == "holding":
+            decision.moves.append((seq, entry))
+    for ident, decision in list(state.decisions.items()):
+        if decision.seq == 0 and decision.burst is not None:  # a burst entry whose decision entry is gone
+            state.stray.append((decision.burst[0], ident))
+            del state.decisions[ident]
+    return state
+
+
+def _replay_pool(state: ChainState, seq: int, entry: dict[str, object]) -> None:
+    """A pool entry: registered or changed (its spec), drained or undrained (its spec, and a
+    removal cancelled), removed, or its removal asked for (its name)."""
+    spec, action = entry.get("pool"), entry.get("action")
+    if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+        old = state.pools.get(spec["name"])
+        if old is None or action == "added":  # new, or registered again after its removal
+            # (What a scheduler reported busy on its nodes stays: registering does not touch it.)
+            state.pools[spec["name"]] = _Pool(seq, spec, node_usage=old.node_usage if old is not None else None)
+            return
+        old.seq, old.spec = seq, spec
+        if entry.get("removal_cancelled"):
+            old.removing = None
+        return
+    pool = state.pools.get(spec) if isinstance(spec, str) else None
+    if pool is None:
+        return
+    if action == "removed":
+        pool.removed, pool.removing = (seq, entry.get("removed_at")), None
+    elif action == "removal_pending":
+        pool.removing = (seq, entry.get("removing_since"))
+
+
+def entries_of(rows: Iterable[AuditRow]) -> list[tuple[int, dict[str, object]]]:
+    """(seq, entry) of every row whose bytes are a JSON object (the chain walk reports the rest)."""
+    out = []
+    for row in rows:
+        try:
+            entry = json.loads(row.canonical)
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(entry, dict):
+            out.append((row.seq, entry))
+    return out
+
+
+def _number(a: object, b: object) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    try:
+        x, y = float(cast(float, a)), float(cast(float, b))
+    except (TypeError, ValueError):
+        return False
+    return abs(x - y) <= 1e-9 * max(1.0, abs(x), abs(y))
+
+
+def _same(a: object, b: object) -> bool:
+    """Values as a table and an entry hold them: numbers by value, booleans as 0/1."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return (None if a is None else int(cast(int, a))) == (None if b is None else int(cast(int, b)))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return _number(a, b)
+    return a == b
+
+
+def _epoch(ts: object) -> float | None:
+    if not isinstance(ts, str):
+        return None
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _shown(value: object) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+class _Report:
+    def __init__(self) -> None:
+        self.found: list[Problem] = []
+
+    def add(self, seq: int, message: str) -> None:
+        self.found.append(Problem(seq, "state", message))
+
+    def differs(self, table: str, column: str, key: str, actual: object, expected: object, seq: int, *, number: bool = False) -> None:
+        if actual == expected:  # the common case, decided at once (True == 1 and 2 == 2.0 included)
+            return
+        same = _number(actual, expected) if number else _same(actual, expected)
+        if not same:
+            self.add(seq, f"{table}.{column} of {key} is {_shown(actual)}, the audit log (entry {seq}) says {_shown(expected)}")
+
+
+def _record(row: Row, audited: object, verified: Mapping[str, dict[str, object]] | None) -> dict[str, object] | None:
+    """The decision's stored record (a compact one: version 2 or 3), when it still hashes to the
+    digest its entry holds (taken from ``verified`` when ``audit.verify_records`` parsed it
+    already)."""
+    if verified is not None:
+        found = verified.get(str(row.get("id")))
+        return found if found is not None and codec.is_compact(found) else None
+    document = row.get("document")
+    if not isinstance(document, str) or not isinstance(audited, str):
+        return None
+    if "sha256:" + hashlib.sha256(document.encode("utf-8")).hexdigest() != audited:
+        return None  # reported by verify_records as an edited record
+    try:
+        doc = json.loads(document)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) and codec.is_compact(doc) else None
+
+
+class _Fleets:
+    """The stored fleet documents, each parsed once when first asked for: its pools' specs by
+    name, and their names in fleet order (None: no such fleet is stored, or it is malformed)."""
+
+    def __init__(self, documents: Iterable[tuple[str, str]]) -> None:
+        self._text = {k: v for k, v in documents if k.startswith("fleet:")}
+        self._parsed: dict[str, tuple[dict[str, dict[str, object]], tuple[str, ...]] | None] = {}
+
+    def _get(self, revision: object) -> tuple[dict[str, dict[str, object]], tuple[str, ...]] | None:
+        if not isinstance(revision, str):
+            return None
+        if revision not in self._parsed:
+            found = None
+            try:
+                doc = json.loads(self._text[revision])
+                specs = [item["pool"] for item in doc["pools"]]
+                found = ({str(p["name"]): p for p in specs}, tuple(str(p["name"]) for p in specs))
+            except (ValueError, TypeError, KeyError):
+                pass
+            self._parsed[revision] = found
+        return self._parsed[revision]
+
+    def pool(self, revision: object, name: object) -> dict[str, object] | None:
+        found = self._get(revision)
+        return None if found is None or not isinstance(name, str) else found[0].get(name)
+
+    def names(self, revision: object) -> tuple[str, ...] | None:
+        found = self._get(revision)
+        return None if found is None else found[1]
+
+
+def compare(
+    chain: ChainState,
+    state: AuditedState,
+    *,
+    chain_lost: bool,
+    records: Mapping[str, dict[str, object]] | None = None,
+    summary: Summary | None = None,
+) -> list[Problem]:
+    """Every difference between the tables and the state the chain describes (see the module
+    docstring). ``chain_lost``: entries are missing from the chain, so rows without an entry are
+    not reported again (the chain's problem explains them). ``records``: the decisions' records that
+    ``audit.verify_records`` found to hash to their entries, parsed (else they are read here).
+    ``summary``: how a pool's capacity summary and free devices follow from its live holdings
+    (None: not compared)."""
+    out = _Report()
+    fleets = _Fleets(state.documents)
+    rows = state.tables
+    decisions = {str(r[0]): dict(zip(DECISION_COLUMNS, r)) for r in rows["decisions"]}
+    allocations = {str(r[0]): dict(zip(ALLOCATION_COLUMNS, r)) for r in rows["allocations"]}
+    holdings: dict[str, list[Row]] = {}
+    for r in rows["holdings"]:
+        holdings.setdefault(str(r[0]), []).append(dict(zip(HOLDING_COLUMNS, r)))
+    grants: dict[str, list[Row]] = {}
+    for r in rows["node_grants"]:
+        grants.setdefault(str(r[0]), []).append(dict(zip(NODE_GRANT_COLUMNS, r)))
+    bursts: dict[str, list[Row]] = {}
+    for r in rows["burst_events"]:
+        bursts.setdefault(str(r[2]), []).append(dict(zip(BURST_COLUMNS, r)))
+    decided: list[tuple[int, int, str, dict[str, object]]] = []  # (state version, entry, id, record) of version-3 records
+
+    for seq, ident in chain.stray:
+        if not chain_lost:
+            out.add(seq, f"audit entry {seq} speaks of decision {ident[:12]}, which no decision entry records")
+    for ident, d in sorted(chain.decisions.items(), key=lambda kv: kv[1].seq):
+        row = decisions.get(ident)
+        if row is None:
+            out.add(d.seq, f"decision {ident[:12]} is in the audit log (entry {d.seq}) but not in the decisions table: its row was deleted")
+            continue
+        record = _record(row, d.entry.get("record_digest"), records)
+        _compare_decision(out, ident, d, row, record, fleets)
+        if record is not None and record.get("v") in _DECIDED_AT:
+            at = record.get("at")
+            if isinstance(at, int) and not isinstance(at, bool):
+                decided.append((at, d.seq, ident, record))
+        _compare_allocation(out, ident, d, row, allocations.pop(ident, None))
+        _compare_holdings(out, ident, d, row, holdings.pop(ident, None))
+        _compare_node_grants(out, ident, d, grants.pop(ident, None))
+        _compare_bursts(out, ident, d, row, bursts.pop(ident, None))
+    if not chain_lost:
+        for ident in sorted(allocations):
+            out.add(0, f"allocations has a row for decision {ident[:12]}, which no placement entry in the audit log accounts for")
+        for ident in sorted(holdings):
+            out.add(0, f"holdings has {len(holdings[ident])} row(s) for decision {ident[:12]}, which no placement entry in the audit log accounts for")
+        for ident, found in sorted(grants.items()):
+            out.add(0, f"node_grants has {len(found)} row(s) for decision {ident[:12]}, which no placement entry in the audit log accounts for")
+        for ident, found in sorted(bursts.items()):
+            out.add(0, f"burst_events has {len(found)} row(s) for decision {ident[:12]}, which no burst entry in the audit log accounts for")
+    _compare_pools(out, chain, state, decisions, summary, chain_lost=chain_lost)
+    _compare_node_usage(out, chain, state, chain_lost=chain_lost)
+    _compare_capacity_log(out, state, decided, fleets)
+    return out.found
+
+
+def _compare_decision(
+    out: _Report, ident: str, d: _Decision, row: Row, record: dict[str, object] | None,
+    fleets: _Fleets,
+) -> None:  # fmt: skip
+    key, e, seq = ident[:12], d.entry, d.seq
+    for name in _ENTRY_FIELDS:
+        if name in e:
+            out.differs("decisions", name, key, row.get(name), e[name], seq)
+    placed = e.get("outcome") == "placed"
+    if "reason" in e and not placed:
+        out.differs("decisions", "note", key, row.get("note"), e["reason"], seq)
+    if "created_at" in e:
+        out.differs("decisions", "created_ts", key, row.get("created_ts"), _epoch(e["created_at"]), seq, number=True)
+    if "lease_expires_at" in e or d.lease is not None:
+        lease_seq, lease = d.lease if d.lease is not None else (seq, e.get("lease_expires_at"))
+        out.differs("decisions", "lease_expires_at", key, row.get("lease_expires_at"), lease, lease_seq)
+        out.differs("decisions", "lease_expires_ts", key, row.get("lease_expires_ts"), _epoch(lease), lease_seq, number=True)
+    if d.released is None:
+        if row.get("released_at") is not None or row.get("released_ts") is not None:
+            out.add(seq, f"decisions.released_at of {key} is {_shown(row.get('released_at'))}, but the audit log records no release of it")
+    else:
+        rseq, rentry = d.released
+        if row.get("released_at") is None:
+            out.add(rseq, f"decisions.released_at of {key} is null, but the audit log (entry {rseq}) records its release")
+        elif "released_at" in rentry:
+            out.differs("decisions", "released_at", key, row.get("released_at"), rentry["released_at"], rseq)
+            out.differs("decisions", "released_ts", key, row.get("released_ts"), _epoch(rentry["released_at"]), rseq, number=True)
+    if d.job is None:
+        for name in ("job_id", "submitted_at"):
+            if row.get(name) is not None:
+                out.add(seq, f"decisions.{name} of {key} is {_shown(row.get(name))}, but the audit log records no submission of it")
+    else:
+        jseq, job = d.job
+        for name in ("job_id", "scheduler", "job_uid"):
+            if name in job or name == "job_uid":
+                out.differs("decisions", name, key, row.get(name), job.get(name), jseq)
+        if "submitted_at" in job:
+            out.differs("decisions", "submitted_at", key, row.get("submitted_at"), job["submitted_at"], jseq)
+    if d.job_state is not None:
+        out.differs("decisions", "job_state", key, row.get("job_state"), d.job_state[1], d.job_state[0])
+    elif row.get("job_state") is not None:
+        out.add(seq, f"decisions.job_state of {key} is {_shown(row.get('job_state'))}, but the audit log records no job state for it")
+    if record is None:
+        return
+    workload = record.get("workload") if isinstance(record.get("workload"), dict) else {}
+    assert isinstance(workload, dict)
+    for column, value in (("residency", workload.get("residency")), ("fraction", workload.get("fraction")),
+                          ("fleet_revision", record.get("fleet")), ("verdict_set", record.get("verdicts"))):  # fmt: skip
+        out.differs("decisions", column, key, row.get(column), value, seq)
+    if placed:
+        spec = fleets.pool(record.get("fleet"), record.get("pool"))
+        if spec is not None:
+            for column in ("model", "target"):
+                out.differs("decisions", column, key, row.get(column), spec.get(column), seq)
+
+
+def _compare_allocation(out: _Report, ident: str, d: _Decision, row: Row, alloc: Row | None) -> None:
+    key, e, seq = ident[:12], d.entry, d.seq
+    if e.get("outcome") != "placed":
+        if alloc is not None:
+            out.add(seq, f"allocations has a row for decision {key}, which the audit log (entry {seq}) records as {e.get('outcome')}")
+        return
+    if alloc is None:
+        out.add(seq, f"allocations has no row for decision {key}, which the audit log (entry {seq}) records as placed: its row was deleted")
+        return
+    if "pool" in e:
+        out.differs("allocations", "pool", key, alloc.get("pool"), e["pool"], seq)
+    if "devices" in e:
+        out.differs("allocations", "devices", key, alloc.get("devices"), e["devices"], seq)
+    if "created_at" in e:
+        out.differs("allocations", "created_at", key, alloc.get("created_at"), e["created_at"], seq)
+    if d.released is None:
+        if alloc.get("released_at") is not None:
+            out.add(seq, f"allocations.released_at of {key} is {_shown(alloc.get('released_at'))}, but the audit log records no release of it")
+    else:
+        rseq, rentry = d.released
+        if alloc.get("released_at") is None:
+            out.add(rseq, f"allocations.released_at of {key} is null, but the audit log (entry {rseq}) records its release")
+        elif "released_at" in rentry:
+            out.differs("allocations", "released_at", key, alloc.get("released_at"), rentry["released_at"], rseq)
+
+
+def _expected_holdings(e: Row, moves: Sequence[tuple[int, dict[str, object]]]) -> list[tuple[object, ...]] | None:
+    """(node, device, profile, start, units, shares) of what a placement entry says it holds: node
+    by node from its allocations; else from its devices, each with no node (None) unless a
+    ``holding`` entry mapped it to one. None: an entry from before devices were recorded."""
+    allocations = e.get("allocations")
+    if isinstance(allocations, list):
+        out: list[tuple[object, ...]] = []
+        for a in allocations:
+            if not (isinstance(a, list) and len(a) == 5 and isinstance(a[1], list)):
+                return []
+            node, held, share = a[0], a[1], a[2]
+            out.extend((node, *h, None) for h in held if isinstance(h, list) and len(h) == 4)
+            if isinstance(share, list) and len(share) == 2:
+                out.append((node, share[0], None, None, None, share[1]))
+        return out
+    listed = e.get("holdings")
+    if not isinstance(listed, list):
+        return None
+    flat: list[tuple[object, ...]] = [(None, *h[:3], None, None) for h in listed if isinstance(h, list) and len(h) >= 3]
+    for _, move in moves:
+        for i, h in enumerate(flat):
+            if h[0] is None and h[1] == move.get("device") and h[3] == move.get("start"):
+                flat[i] = (move.get("node"), move.get("to"), h[2], h[3], None, None)
+                break
+    return flat
+
+
+def _compare_holdings(out: _Report, ident: str, d: _Decision, row: Row, found: list[Row] | None) -> None:
+    key, e, seq = ident[:12], d.entry, d.seq
+    if e.get("outcome") != "placed":
+        if found:
+            out.add(seq, f"holdings has {len(found)} row(s) for decision {key}, which the audit log (entry {seq}) records as {e.get('outcome')}")
+        return
+    expected = _expected_holdings(e, d.moves)
+    if expected is None:
+        return  # an entry from before devices were recorded
+    by_node = isinstance(e.get("allocations"), list)
+    rows = [(h.get("node"), h.get("device"), h.get("profile"), h.get("start"), h.get("units"), h.get("shares")) for h in found or []]
+    want: list[tuple[object, ...]]
+    have: list[tuple[object, ...]]
+    if by_node:
+        # Node by node: every column the allocations state.
+        want, have = sorted(expected, key=repr), sorted(rows, key=repr)
+    else:
+        # The device, profile and start the entry lists; the node only of a holding a move named.
+        moved = {(w[1], w[3]) for w in expected if w[0] is not None}
+        want = sorted((w[:4] for w in expected), key=repr)
+        have = sorted(((r[0] if (r[1], r[3]) in moved else None, *r[1:4]) for r in rows), key=repr)
+    if want != have:
+        def listed(items: Sequence[tuple[object, ...]]) -> list[list[object]]:
+            return [list(h) if by_node or h[0] is not None else list(h[1:]) for h in items]
+
+        out.add(seq, f"holdings of decision {key} are {_shown(listed(have))}, the audit log (entry {seq}) says {_shown(listed(want))}")
+        return
+    devices = e.get("devices")
+    for h in found or []:
+        where = f"{key} device {h.get('device')}" + (f" on {h.get('node')}" if by_node else "")
+        if "pool" in e:
+            out.differs("holdings", "pool", where, h.get("pool"), e["pool"], seq)
+        if not by_node and isinstance(devices, (int, float)) and want:
+            out.differs("holdings", "share", where, h.get("share"), float(devices) / len(want), seq, number=True)
+
+
+def _compare_node_grants(out: _Report, ident: str, d: _Decision, found: list[Row] | None) -> None:
+    key, e, seq = ident[:12], d.entry, d.seq
+    allocations = e.get("allocations") if e.get("outcome") == "placed" else None
+    if not isinstance(allocations, list):
+        if found:
+            out.add(seq, f"node_grants has {len(found)} row(s) for decision {key}, whose audit entry (entry {seq}) names no node")
+        return
+    want = sorted(
+        ((e.get("pool"), a[0], i, a[3], a[4]) for i, a in enumerate(allocations) if isinstance(a, list) and len(a) == 5), key=repr
+    )
+    have = sorted(((g.get("pool"), g.get("node"), g.get("position"), g.get("cpu_milli"), g.get("memory_mib")) for g in found or []), key=repr)
+    if want != have:
+        out.add(seq, f"node_grants of decision {key} are {_shown([list(g) for g in have])}, the audit log (entry {seq}) says {_shown([list(g) for g in want])}")
+
+
+def _compare_node_usage(out: _Report, chain: ChainState, state: AuditedState, *, chain_lost: bool) -> None:
+    stored: dict[str, list[tuple[object, ...]]] = {}
+    for r in state.tables["node_usage"]:
+        u = dict(zip(NODE_USAGE_COLUMNS, r))
+        try:
+            indices = json.loads(str(u["indices"]))
+        except ValueError:
+            indices = u["indices"]
+        stored.setdefault(str(u["pool"]), []).append(
+            (u["node"], u["devices"], indices, u["shares"], u["cpu_milli"], u["memory_mib"], u["scheduler"])
+        )
+    for name, pool in sorted(chain.pools.items()):
+        have = sorted(stored.pop(name, []), key=repr)
+        if pool.node_usage is None:
+            if have:
+                out.add(pool.seq, f"node_usage has {len(have)} row(s) for pool {name!r}, but the audit log records no node usage of it")
+            continue
+        seq, entry = pool.node_usage
+        nodes = entry.get("nodes") if isinstance(entry.get("nodes"), list) else []
+        assert isinstance(nodes, list)
+        want = sorted(
+            ((n.get("node"), n.get("devices"), n.get("indices"), n.get("shares"), n.get("cpu_milli"), n.get("memory_mib"), entry.get("scheduler"))
+             for n in nodes if isinstance(n, dict)),
+            key=repr,
+        )  # fmt: skip
+        if want != have:
+            out.add(seq, f"node_usage of pool {name!r} is {_shown([list(u) for u in have])}, the audit log (entry {seq}) says {_shown([list(u) for u in want])}")
+    if not chain_lost:
+        for name, rows in sorted(stored.items()):
+            out.add(0, f"node_usage has {len(rows)} row(s) for pool {name!r}, which no pool entry in the audit log adds")
+
+
+def _compare_bursts(out: _Report, ident: str, d: _Decision, row: Row, found: list[Row] | None) -> None:
+    key = ident[:12]
+    if d.burst is None:
+        if found:
+            out.add(d.seq, f"burst_events has {len(found)} row(s) for decision {key}, whose audit entries record no burst attempt")
+        return
+    seq, entry = d.burst
+    if not found:
+        out.add(seq, f"burst_events has no row for the burst attempt of decision {key} (entry {seq}, {entry.get('verdict')}): its row was deleted")
+        return
+    if len(found) > 1:
+        out.add(seq, f"burst_events has {len(found)} rows for the one burst attempt of decision {key} (entry {seq})")
+    event = found[0]
+    for name in ("workload", "residency", "pool", "region", "verdict", "reason"):
+        if name in entry:
+            out.differs("burst_events", name, key, event.get(name), entry[name], seq)
+    out.differs("burst_events", "created_at", key, event.get("created_at"), row.get("created_at"), seq)
+
+
+def _compare_pools(
+    out: _Report, chain: ChainState, state: AuditedState, decisions: Mapping[str, Row], summary: Summary | None, *, chain_lost: bool
+) -> None:
+    live: dict[str, list[HeldRow]] = {}
+    # A holding is live while its allocation is (the release sets both; compared above).
+    released = {ident for ident, row in decisions.items() if row.get("released_at") is not None}
+    for r in state.tables["holdings"]:
+        h = dict(zip(HOLDING_COLUMNS, r))
+        if str(h["decision_id"]) in released:
+            continue
+        holding = Holding(int(cast(int, h["device"])), cast("str | None", h["profile"]), cast("int | None", h["start"]), cast("int | None", h["units"]))
+        live.setdefault(str(h["pool"]), []).append(
+            HeldRow(str(h["decision_id"]), holding, float(cast(float, h["share"])), cast("str | None", h["node"]), cast("int | None", h["shares"]), str(h["pool"]))
+        )
+    seen = set()
+    for r in state.tables["pools"]:
+        p = dict(zip(POOL_COLUMNS, r))
+        name = str(p["name"])
+        seen.add(name)
+        expected = chain.pools.get(name)
+        if expected is None:
+            if not chain_lost:
+                out.add(0, f"pools has a row {name!r}, which no pool entry in the audit log adds")
+            continue
+        try:
+            spec = json.loads(str(p["spec"]))
+        except ValueError:
+            spec = p["spec"]
+        if spec != expected.spec:
+            changed = sorted(k for k in set(spec) | set(expected.spec) if spec.get(k) != expected.spec.get(k)) if isinstance(spec, dict) else ["spec"]
+            detail = ", ".join(f"{k} {_shown(spec.get(k) if isinstance(spec, dict) else spec)} (the log: {_shown(expected.spec.get(k))})" for k in changed[:4])
+            out.add(expected.seq, f"pools.spec of {name!r} differs from its last pool entry ({expected.seq}): {detail}")
+        out.differs("pools", "count", repr(name), p["count"], expected.spec.get("count"), expected.seq)
+        held_seq, held = expected.held_outside
+        out.differs("pools", "held_outside", repr(name), p["held_outside"], held, held_seq, number=True)
+        for column, said, what in (("removed_at", expected.removed, "removal"), ("removing_since", expected.removing, "pending removal")):
+            if said is None:
+                if p[column] is not None:
+                    out.add(expected.seq, f"pools.{column} of {name!r} is {_shown(p[column])}, but the audit log records no {what} of it")
+            elif p[column] is None:
+                out.add(said[0], f"pools.{column} of {name!r} is null, but the audit log (entry {said[0]}) records its {what}")
+            elif said[1] is not None:
+                out.differs("pools", column, repr(name), p[column], said[1], said[0])
+        pool = codec.pool_from_doc(spec) if summary is not None and isinstance(spec, dict) and spec == expected.spec else None
+        # A pool counted node by node: its summary depends on the pools sharing its nodes and what
+        # schedulers report busy there (not compared here; node_usage and the holdings are).
+        if summary is not None and pool is not None and not pool.node_tracked:
+            capacity, free = summary(pool, live.get(name, []), held)
+            out.differs("pools", "free", repr(name), p["free"], free, expected.seq, number=True)
+            try:
+                stored = json.loads(str(p["capacity"])) if isinstance(p["capacity"], str) else p["capacity"]
+            except ValueError:
+                stored = p["capacity"]
+            if stored != capacity:
+                out.add(expected.seq, f"pools.capacity of {name!r} is {_shown(stored)}, its live holdings give {_shown(capacity)}")
+    for name, expected in sorted(chain.pools.items()):
+        if name not in seen:
+            out.add(expected.seq, f"pool {name!r} is in the audit log (entry {expected.seq}) but not in the pools table: its row was deleted")
+
+
+def _text(value: object) -> str:
+    """A stored capacity (JSON text) as it is, shortened."""
+    text = str(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _fragment(text: object, cache: dict[object, bytes | None]) -> bytes | None:
+    """A logged capacity in the canonical bytes a capacity digest is taken of (None: not one)."""
+    if text not in cache:
+        try:
+            cache[text] = codec.canonical(codec.capacity_json(codec.capacity_from_text(str(text))))
+        except StateError:
+            cache[text] = None
+    return cache[text]
+
+
+def _compare_capacity_log(out: _Report, state: AuditedState, decided: list[tuple[int, int, str, dict[str, object]]], fleets: _Fleets) -> None:
+    """Hold the capacity log to the decisions decided at its versions (see the module docstring):
+    one pass over the log in version order, each decision taking every pool's latest capacity at
+    or before its version, as reading it back does (``_core.records``)."""
+    log = [dict(zip(LOG_COLUMNS, r)) for r in state.tables["capacity_log"]]
+    cache: dict[object, bytes | None] = {}
+    latest: dict[str, Row] = {}
+    for entry in log:
+        version = entry["version"]
+        if isinstance(version, int) and version > state.version:
+            out.add(0, f"capacity_log has an entry for pool {entry['pool']!r} at state version {version}, beyond the state's version {state.version}")
+        if _fragment(entry["capacity"], cache) is None:
+            out.add(0, f"capacity_log entry of pool {entry['pool']!r} at state version {version} is not a capacity: {_text(entry['capacity'])}")
+        latest[str(entry["pool"])] = entry
+    for r in state.tables["pools"]:
+        p = dict(zip(POOL_COLUMNS, r))
+        name, last = str(p["name"]), latest.get(str(p["name"]))
+        if p["capacity"] is None and last is None:
+            continue
+        if last is None:
+            out.add(0, f"capacity_log has no entry for pool {name!r}, whose capacity in pools is {_text(p['capacity'])}")
+        elif last["capacity"] != p["capacity"] or not cast(int, last["version"]) <= cast(int, p["version"]):
+            out.add(
+                0,
+                f"capacity_log's latest entry for pool {name!r} is {_text(last['capacity'])} at state version {last['version']}, "
+                f"but pools holds {_text(p['capacity'])} at version {p['version']}",
+            )
+    decided.sort(key=lambda d: (d[0], d[1]))
+    current: dict[str, bytes | None] = {}
+    i = 0
+    for at, seq, ident, record in decided:
+        while i < len(log) and cast(int, log[i]["version"]) <= at:
+            current[str(log[i]["pool"])] = _fragment(log[i]["capacity"], cache)
+            i += 1
+        names = fleets.names(record.get("fleet"))
+        if names is None:
+            out.add(seq, f"decision {ident[:12]} was decided on fleet {str(record.get('fleet'))[:22]}, which is not stored")
+            continue
+        fragments = [current.get(n) for n in names]
+        lacking = [n for n, f in zip(names, fragments) if f is None]
+        if lacking:
+            out.add(seq, f"capacity_log has no capacity of pool {lacking[0]!r} at state version {at}, which decision {ident[:12]} was decided at")
+            continue
+        capacity = hashlib.sha256(b"[" + b",".join(cast(list[bytes], fragments)) + b"]").hexdigest()
+        body = codec.canonical({"capacity": capacity, "fleet": record.get("fleet"), "workload": record.get("workload")})
+        provenance = record.get("provenance")
+        if not isinstance(provenance, dict) or codec.digest(body) != provenance.get("input_digest"):
+            out.add(
+                seq,
+                f"capacity_log: the capacities decision {ident[:12]} was decided at (state version {at}) are not what its "
+                "input digest says: an entry of the log at or before that version was edited, added or removed",
+            )
+
+
+def verify_state(
+    report: VerifyReport,
+    state: AuditedState,
+    *,
+    entries: list[tuple[int, dict[str, object]]] | None = None,
+    records: Mapping[str, dict[str, object]] | None = None,
+    summary: Summary | None = None,
+) -> VerifyReport:
+    """``report`` with every difference between the tables and the chain added (kind ``state``).
+    ``entries`` and ``records``: what ``entries_of`` and ``audit.verify_records`` parsed already;
+    ``summary``: see ``compare``."""
+    if any(p.kind in _CHAIN_BROKEN for p in report.problems):
+        # The state cannot be rebuilt from a chain that lost, gained or altered entries: its own
+        # problems say what to restore first, and the tables are held to it once it verifies.
+        return report
+    chain = replay(entries if entries is not None else entries_of(state.log))
+    found = compare(chain, state, chain_lost=False, records=records, summary=summary)
+    problems = (*report.problems, *found)
+    return VerifyReport(not problems, report.size, report.head, problems)
