@@ -13,7 +13,13 @@ difference with the tables as stored, and each row no entry accounts for:
                     residency, fraction, price and carbon, created/released times (and their epoch
                     seconds), lease end (and its epoch seconds), a larger partition, job id,
                     scheduler, job uid, job state, when it was submitted; the chosen pool's start
-                    estimate and its source as its record says (``audit.verify_records``)
+                    estimate and its source as its record says (``audit.verify_records``); the
+                    project, priority class and queued record it was decided for, when its job
+                    started and ended (reconcile), when a node it holds went down, the queued
+                    record a preemption takes it for
+    queue           each queued record: what it asks, its state (queued, admitted, cancelled,
+                    failed), the placement that admitted it, when its wait ended and why, its
+                    submission attempts
     allocations     one per placement: its pool, devices, times and release
     holdings        the devices (and slices) each placement holds, as its entry lists them (node by
                     node, with the shares of a shared device, as its allocations say; a holding an
@@ -68,6 +74,7 @@ NODE_USAGE_COLUMNS: Final = AUDITED["node_usage"][0]
 BURST_COLUMNS: Final = AUDITED["burst_events"][0]
 POOL_COLUMNS: Final = AUDITED["pools"][0]
 LOG_COLUMNS: Final = AUDITED["capacity_log"][0]
+QUEUE_COLUMNS: Final = AUDITED["queue"][0]
 # The decision columns an entry states by the same name.
 _ENTRY_FIELDS: Final = (
     "workload", "outcome", "pool", "accelerator", "region", "devices", "fallback", "fraction_honored", "input_digest",
@@ -93,6 +100,23 @@ class _Decision:
     job: tuple[int, dict[str, object]] | None = None
     job_state: tuple[int, object] | None = None
     moves: list[tuple[int, dict[str, object]]] = field(default_factory=list)  # holdings mapped to their nodes
+    # What reconcile and preemption recorded of it: (entry, value), the latest entry's.
+    job_started: tuple[int, object] | None = None
+    job_ended: tuple[int, object] | None = None
+    node_down: tuple[int, object] | None = None
+    preempting: tuple[int, object] | None = None
+
+
+@dataclass
+class _Queued:
+    """A queued record as its entries say: queued, then admitted, cancelled or failed; submissions
+    tried again."""
+
+    seq: int
+    entry: dict[str, object]
+    state: str = "queued"
+    ended: tuple[int, dict[str, object]] | None = None  # the entry that ended its wait
+    attempts: tuple[int, dict[str, object]] | None = None  # the last submit_retry entry
 
 
 @dataclass
@@ -114,6 +138,7 @@ class ChainState:
     decisions: dict[str, _Decision] = field(default_factory=dict)
     pools: dict[str, _Pool] = field(default_factory=dict)
     stray: list[tuple[int, str]] = field(default_factory=list)  # entries about decisions not in the chain
+    queue: dict[str, _Queued] = field(default_factory=dict)
 
 
 def replay(entries: Iterable[tuple[int, dict[str, object]]]) -> ChainState:
@@ -134,6 +159,17 @@ def replay(entries: Iterable[tuple[int, dict[str, object]]]) -> ChainState:
             if pool is not None and isinstance(entry.get("held_outside"), (int, float)):
                 pool.held_outside = (seq, float(cast(float, entry["held_outside"])))
             continue
+        if kind in _QUEUE_KINDS:
+            _replay_queue(state, seq, str(kind), entry)
+            continue
+        if kind == "node":  # a node that went down flags the grants on it; back up, they are cleared
+            down = entry.get("state") == "down"
+            grants = entry.get("grants")
+            for g in grants if isinstance(grants, list) else []:
+                flagged = state.decisions.get(str(g))
+                if flagged is not None and "at" in entry:
+                    flagged.node_down = (seq, entry["at"] if down else None)
+            continue
         ident = entry.get("decision_id")
         if not isinstance(ident, str):
             continue
@@ -151,8 +187,17 @@ def replay(entries: Iterable[tuple[int, dict[str, object]]]) -> ChainState:
             continue
         if kind == "burst":
             decision.burst = (seq, entry)
-        elif kind in ("release", "expired"):
+        elif kind in ("release", "expired", "preempted", "job_ended"):
             decision.released = (seq, entry)
+            if kind == "job_ended":  # reconcile: its job ended, with its state and times
+                decision.job_state = (seq, entry.get("state"))
+                decision.job_ended = (seq, entry.get("ended_at"))
+                if "job_started_at" in entry:
+                    decision.job_started = (seq, entry["job_started_at"])
+        elif kind == "job_started":
+            decision.job_started = (seq, entry.get("started_at"))
+        elif kind == "preempt_dropped":
+            decision.preempting = (seq, None)
         elif kind == "renew":
             decision.lease = (seq, entry.get("lease_expires_at"))
         elif kind == "submit":
@@ -167,6 +212,34 @@ def replay(entries: Iterable[tuple[int, dict[str, object]]]) -> ChainState:
             state.stray.append((decision.burst[0], ident))
             del state.decisions[ident]
     return state
+
+
+_QUEUE_KINDS: Final = frozenset({"queued", "admit", "cancel", "queue_failed", "submit_retry", "preempt"})
+
+
+def _replay_queue(state: ChainState, seq: int, kind: str, entry: dict[str, object]) -> None:
+    """An entry of the queue: a workload queued (its decision's id), admitted, cancelled, failed,
+    its submission tried again; a preemption marking the grants it takes."""
+    if kind == "queued":
+        ident = entry.get("decision_id")
+        if isinstance(ident, str):
+            state.queue[ident] = _Queued(seq, entry)
+        return
+    if kind == "preempt":
+        victims = entry.get("victims")
+        for victim in victims if isinstance(victims, list) else []:
+            marked = state.decisions.get(str(victim))
+            if marked is not None:
+                marked.preempting = (seq, entry.get("queued_id"))
+        return
+    queued = state.queue.get(str(entry.get("queued_id")))
+    if queued is None:
+        return  # a queue entry whose queued record has no entry: the rows' comparison names it
+    if kind == "submit_retry":
+        queued.attempts = (seq, entry)
+    else:
+        queued.state = {"admit": "admitted", "cancel": "cancelled", "queue_failed": "failed"}[kind]
+        queued.ended = (seq, entry)
 
 
 def _replay_pool(state: ChainState, seq: int, entry: dict[str, object]) -> None:
@@ -362,6 +435,7 @@ def compare(
             out.add(0, f"burst_events has {len(found)} row(s) for decision {ident[:12]}, which no burst entry in the audit log accounts for")
     _compare_pools(out, chain, state, decisions, summary, chain_lost=chain_lost)
     _compare_node_usage(out, chain, state, chain_lost=chain_lost)
+    _compare_queue(out, chain, state, chain_lost=chain_lost)
     _compare_capacity_log(out, state, decided, fleets)
     return out.found
 
@@ -408,6 +482,15 @@ def _compare_decision(
         out.differs("decisions", "job_state", key, row.get("job_state"), d.job_state[1], d.job_state[0])
     elif row.get("job_state") is not None:
         out.add(seq, f"decisions.job_state of {key} is {_shown(row.get('job_state'))}, but the audit log records no job state for it")
+    if "project" in e:  # entries that state the queue's columns
+        for name in ("project", "priority", "queued_id"):
+            out.differs("decisions", name, key, row.get(name), e.get(name), seq)
+    for name, said in (("job_started_at", d.job_started), ("job_ended_at", d.job_ended), ("node_down_at", d.node_down),
+                       ("preempting_for", d.preempting)):  # fmt: skip
+        if said is not None:
+            out.differs("decisions", name, key, row.get(name), said[1], said[0])
+        elif row.get(name) is not None:
+            out.add(seq, f"decisions.{name} of {key} is {_shown(row.get(name))}, but the audit log records none for it")
     if record is None:
         return
     workload = record.get("workload") if isinstance(record.get("workload"), dict) else {}
@@ -524,6 +607,42 @@ def _compare_node_grants(out: _Report, ident: str, d: _Decision, found: list[Row
     have = sorted(((g.get("pool"), g.get("node"), g.get("position"), g.get("cpu_milli"), g.get("memory_mib")) for g in found or []), key=repr)
     if want != have:
         out.add(seq, f"node_grants of decision {key} are {_shown([list(g) for g in have])}, the audit log (entry {seq}) says {_shown([list(g) for g in want])}")
+
+
+def _compare_queue(out: _Report, chain: ChainState, state: AuditedState, *, chain_lost: bool) -> None:
+    """Each queued record's row as its entries say: what it asks, its state, the placement that
+    admitted it, when its wait ended and why, its submission attempts."""
+    rows = {str(r[0]): dict(zip(QUEUE_COLUMNS, r)) for r in state.tables.get("queue", ())}
+    for ident, q in sorted(chain.queue.items(), key=lambda kv: kv[1].seq):
+        key, e, seq = ident[:12], q.entry, q.seq
+        row = rows.pop(ident, None)
+        if row is None:
+            out.add(seq, f"queued record {key} is in the audit log (entry {seq}) but not in the queue table: its row was deleted")
+            continue
+        for name in ("queued_at", "workload", "project", "priority", "accelerator", "devices", "lease_s", "preempted_from"):
+            if name in e or name == "preempted_from":
+                out.differs("queue", name, key, row.get(name), e.get(name), seq)
+        end_seq, ended = q.ended if q.ended is not None else (seq, {})
+        out.differs("queue", "state", key, row.get("state"), q.state, end_seq)
+        if q.ended is None:
+            for name in ("admitted_by", "ended_at"):
+                if row.get(name) is not None:
+                    out.add(seq, f"queue.{name} of {key} is {_shown(row.get(name))}, but the audit log records that it still waits")
+        else:
+            out.differs("queue", "admitted_by", key, row.get("admitted_by"), ended.get("decision_id") if q.state == "admitted" else None, end_seq)
+            if "ended_at" in ended:
+                out.differs("queue", "ended_at", key, row.get("ended_at"), ended["ended_at"], end_seq)
+        attempts = q.attempts[1].get("attempts") if q.attempts is not None else 0
+        out.differs("queue", "attempts", key, row.get("attempts"), attempts, q.attempts[0] if q.attempts is not None else seq)
+        said = [(at[0], at[1].get("message")) for at in (q.attempts, q.ended if q.state == "failed" else None) if at is not None]
+        if said:
+            mseq, message = max(said, key=lambda sm: sm[0])
+            out.differs("queue", "message", key, row.get("message"), message, mseq)
+        elif row.get("message") is not None:
+            out.add(seq, f"queue.message of {key} is {_shown(row.get('message'))}, but the audit log records none for it")
+    if not chain_lost:
+        for ident in sorted(rows):
+            out.add(0, f"queue has a row for {ident[:12]}, which no queued entry in the audit log accounts for")
 
 
 def _compare_node_usage(out: _Report, chain: ChainState, state: AuditedState, *, chain_lost: bool) -> None:

@@ -246,6 +246,45 @@ def test_undraining_a_pool_offers_the_queue_its_capacity(hw: Hardware) -> None:
     assert isinstance(hw.decision(str(entry.admitted_by)).decision, Placement)
 
 
+def test_audit_verify_holds_the_queue_to_the_chain(tmp_path: Path, opa_home: Path) -> None:
+    """Queued, cancelled and admitted records, and the placements' queue columns, as their entries
+    say: a row changed beside the chain is named."""
+    import sqlite3
+
+    from examlops_policy.hardware import ManagedPolicy
+    from examlops_policy.store.sqlite import SQLiteStore
+
+    hw = Hardware(tmp_path, store=SQLiteStore(tmp_path / "state.db"), policy=ManagedPolicy(opa_home))
+    try:
+        hw.apply([SMALL])
+        first = hw.place(amd("a", 2, project="llm-pretraining"))
+        waiting = hw.place(amd("b", priority="high"), queue=True)
+        dropped = hw.place(amd("c"), queue=True)
+        hw.cancel(dropped.id)
+        admitted = hw.release(first.id).admitted
+        assert admitted is not None and [a.queued_id for a in admitted.admitted] == [waiting.id]
+        report = hw.verify_audit()
+        assert report.ok, report.problems
+        for table, column, value, ident in (
+            ("queue", "state", "queued", waiting.id),
+            ("queue", "admitted_by", None, waiting.id),
+            ("queue", "ended_at", "2026-01-01T00:00:00.000000Z", dropped.id),
+            ("decisions", "project", "green-research", first.id),
+            ("decisions", "queued_id", None, admitted.admitted[0].decision_id),
+            ("decisions", "job_started_at", "2026-01-01T00:00:00.000000Z", first.id),
+        ):
+            with sqlite3.connect(tmp_path / "state.db") as db:
+                before = db.execute(f"SELECT {column} FROM {table} WHERE id = ?", (ident,)).fetchone()[0]
+                db.execute(f"UPDATE {table} SET {column} = ? WHERE id = ?", (value, ident))
+            problems = [p.message for p in hw.verify_audit().problems]
+            assert any(m.startswith(f"{table}.{column} of {ident[:12]}") for m in problems), (table, column, problems)
+            with sqlite3.connect(tmp_path / "state.db") as db:
+                db.execute(f"UPDATE {table} SET {column} = ? WHERE id = ?", (before, ident))
+        assert hw.verify_audit().ok
+    finally:
+        hw.close()
+
+
 # -- quotas ---------------------------------------------------------------------------------------
 
 
@@ -344,6 +383,8 @@ def test_a_high_priority_workload_preempts_a_low_one_on_spot_capacity(backend: B
         kinds = [e["kind"] for e in entries(hw.store)]
         assert "preempt" in kinds and "preempted" in kinds
         assert violations(backend) == []
+        report = hw.verify_audit()  # the tables held to the chain: the victim's release and mark
+        assert report.ok, report.problems
     finally:
         hw.close()
 

@@ -129,6 +129,8 @@ def test_a_job_that_ended_releases_its_grant_with_its_end_state_and_times(hw: Ha
     assert free(hw) == 4  # 6 - the 2 still running
     assert audit_kinds(hw).count("job_ended") == 1 and audit_kinds(hw).count("job_started") == 1
     assert violations(backend) == []
+    report = hw.verify_audit()  # the tables held to the chain: the release, the job's state and times
+    assert report.ok, report.problems
 
 
 def test_the_start_reconcile_records_is_the_actual_start_start_estimates_are_measured_against(hw: Hardware) -> None:
@@ -202,9 +204,13 @@ def test_grants_on_a_node_that_went_down_are_flagged_not_released(hw: Hardware) 
     _reconcile.reconcile(hw, slurm=True, runner=slurm)
     record = hw.decision(ident)
     assert record.node_down_at is not None and record.released_at is None
+    report = hw.verify_audit()
+    assert report.ok, report.problems
     slurm.nodes["n1"] = "idle"
     _reconcile.reconcile(hw, slurm=True, runner=slurm)
     assert hw.decision(ident).node_down_at is None
+    report = hw.verify_audit()
+    assert report.ok, report.problems
 
 
 def test_an_unreachable_slurm_changes_nothing(hw: Hardware) -> None:

@@ -235,7 +235,8 @@ def place(
         if admit is not None:
             if not isinstance(decision, Placement):
                 return Committed(None, not_admitted="no_room")
-            if not txn.claim(admit, txn.now()):
+            claimed_at = txn.now()
+            if not txn.claim(admit, claimed_at):
                 return Committed(None, not_admitted="claimed")
         queued = queue if queue is not None and queueable(decision) else None
         held: list[HeldRow] = []
@@ -285,7 +286,9 @@ def place(
             _enqueue(txn, ident, decision, queued, source=source)
         if admit is not None:
             txn.link_admitted(admit, ident)
-            txn.audit("admit", {"queued_id": admit, "decision_id": ident, "pool": getattr(decision, "pool", None)}, source=source)
+            txn.audit(
+                "admit", {"queued_id": admit, "decision_id": ident, "pool": getattr(decision, "pool", None), "ended_at": claimed_at}, source=source
+            )
         after = None
         if isinstance(decision, Placement):
             state = snap.states[snap.index[decision.pool]]
@@ -453,8 +456,9 @@ def _write(
         "lease_expires_at": lease_expires_at if placed else None,
         "larger_partition": placed.grant.larger if placed else None,
     }
-    if queued_id is not None:
-        summary["queued_id"] = queued_id
+    # The queue's columns (exa audit verify holds them to this entry): the project and priority
+    # class it was decided for, and the queued record a placement admitted (None: none).
+    summary.update(project=project, priority=priority, queued_id=queued_id)
     txn.audit("decision", summary, source=source)
     return DecisionRecord(
         ident, now, dataclasses.replace(decision, decision_id=ident), None, None, request_id, lease_expires_at if placed else None,
@@ -477,6 +481,7 @@ def _enqueue(txn: Transaction, ident: str, decision: Decision, queued: QueueInte
         "decision_id": ident, "workload": decision.workload.name, "project": queued.project, "priority": queued.priority,
         "queued_at": at, "position": queued.position, "of": queued.of, "waits_for": cast(JSONValue, waits),
         "reason": getattr(decision, "reason", None), "submission": queued.submission is not None,
+        "accelerator": queued.accelerator, "devices": queued.devices, "lease_s": queued.lease_s,
     }  # fmt: skip
     if queued.preempted_from is not None:
         entry["preempted_from"] = queued.preempted_from
@@ -558,7 +563,9 @@ def expire(txn: Transaction, capacities: Capacities, *, source: str) -> list[str
     return [r.id for r in rows]
 
 
-def _release(txn: Transaction, capacities: Capacities, ident: str, *, source: str, kind: str, at: str | None = None) -> None:
+def _release(
+    txn: Transaction, capacities: Capacities, ident: str, *, source: str, kind: str, at: str | None = None, extra: JSONObject | None = None
+) -> None:
     at = at or txn.now()
     name = txn.release(ident, at)
     row = txn.pool(name)
@@ -573,7 +580,7 @@ def _release(txn: Transaction, capacities: Capacities, ident: str, *, source: st
         _refresh(txn, capacities, pool, row.held_outside, version)
     # The row's own time (for an expired lease, its end, earlier than this write), so that exa
     # audit verify can hold the tables to it.
-    txn.audit(kind, {"decision_id": ident, "released_at": at}, source=source)
+    txn.audit(kind, {"decision_id": ident, "released_at": at, **(extra or {})}, source=source)
     if row.removing is not None and not txn.holders(name):
         # A pool asked to go while this grant held it: its last one has ended, so it goes now.
         now = txn.now()
@@ -1081,7 +1088,9 @@ def reconcile_node(store: Rows, capacities: Capacities, node: str, state: str, *
         now = txn.now()
         holders = sorted({h.decision_id for h in txn.held_in(names) if h.node == node})
         flagged = [h for h in holders if txn.flag_node_down(h, now if state == "down" else None)]
-        entry: JSONObject = {"node": node, "state": state, "scheduler": scheduler, "pools": cast(JSONValue, names), "grants": cast(JSONValue, flagged)}
+        entry: JSONObject = {
+            "node": node, "state": state, "scheduler": scheduler, "pools": cast(JSONValue, names), "grants": cast(JSONValue, flagged), "at": now,
+        }  # fmt: skip
         txn.audit("node", entry, source=source)
         return names, flagged
 
@@ -1165,9 +1174,10 @@ def cancel_queued(store: Rows, ident: str, *, source: str) -> tuple[QueueRow, bo
         if row.state != "queued":
             what = f"admitted by decision {str(row.admitted_by)[:12]}: release that placement instead" if row.state == "admitted" else row.state
             raise SpecError(f"queued workload {row.id[:12]} ({row.workload}) is no longer waiting: {what}", field="ID")
-        if not txn.end_queued(row.id, "cancelled", txn.now()):
+        at = txn.now()
+        if not txn.end_queued(row.id, "cancelled", at):
             raise StateError(f"queued workload {row.id[:12]} changed while it was being cancelled; nothing was written")
-        txn.audit("cancel", {"queued_id": row.id, "workload": row.workload}, source=source)
+        txn.audit("cancel", {"queued_id": row.id, "workload": row.workload, "ended_at": at}, source=source)
         after = txn.queue_row(row.id)
         assert after is not None
         return after, False
@@ -1193,9 +1203,13 @@ def fail_queued(store: Rows, capacities: Capacities, ident: str, message: str, *
             placed = txn.find(row.admitted_by)
             if placed.released_at is None:
                 _release(txn, capacities, placed.id, source=source, kind="release")
-        if not txn.end_queued(row.id, "failed", txn.now(), message=message, was=("queued", "admitted")):
+        at = txn.now()
+        if not txn.end_queued(row.id, "failed", at, message=message, was=("queued", "admitted")):
             return None
-        txn.audit("queue_failed", {"queued_id": row.id, "workload": row.workload, "placement": row.admitted_by, "message": message}, source=source)
+        txn.audit(
+            "queue_failed", {"queued_id": row.id, "workload": row.workload, "placement": row.admitted_by, "message": message, "ended_at": at},
+            source=source,
+        )
         return txn.queue_row(row.id)
 
     return store.transaction(work, landed=lambda txn: None)
@@ -1262,15 +1276,14 @@ def end_job(
         if row is None or row.released_at is not None or row.job_id != job_id:
             return False
         txn.job_ended(ident, state, started_at, ended_at)
-        name = txn.release(ident, txn.now())
-        pool = txn.pool(name)
-        assert pool is not None
-        _refresh(txn, capacities, codec.pool_from_text(pool.spec), pool.held_outside, txn.bump())
-        txn.audit(
-            "job_ended",
-            {"decision_id": ident, "scheduler": scheduler, "job_id": job_id, "state": state, "started_at": started_at, "ended_at": ended_at},
-            source=source,
-        )
+        after = txn.by_id(ident)
+        extra: JSONObject = {
+            "scheduler": scheduler, "job_id": job_id, "state": state, "started_at": started_at, "ended_at": ended_at,
+            # What the row keeps of the job's start: the one recorded when it was seen running, else this.
+            "job_started_at": after.job_started_at if after is not None else started_at,
+        }  # fmt: skip
+        # Released as every release is (the pools sharing its nodes, a removal waiting on it).
+        _release(txn, capacities, ident, source=source, kind="job_ended", extra=extra)
         return True
 
     def landed(txn: Transaction) -> bool | None:

@@ -503,6 +503,11 @@ AUDITED: Final[Mapping[str, tuple[tuple[str, ...], str]]] = {
         "opa_version", "released_at", "job_id", "document", "record_digest", "fleet_revision", "verdict_set",
         "request_id", "lease_expires_at", "created_ts", "released_ts", "residency", "verdicts", "fraction", "scheduler",
         "job_uid", "job_state", "lease_expires_ts", "larger_partition", "estimated_start", "estimate_source", "submitted_at",
+        "queued_id", "project", "priority", "job_started_at", "job_ended_at", "node_down_at", "preempting_for",
+    ), "id"),
+    "queue": ((
+        "id", "state", "queued_at", "workload", "project", "priority", "accelerator", "devices", "lease_s", "admitted_by", "ended_at",
+        "preempted_from", "message", "attempts",
     ), "id"),
     "allocations": (("decision_id", "pool", "devices", "created_at", "released_at"), "decision_id"),
     "holdings": (("decision_id", "pool", "device", "profile", "start", "units", "share", "node", "shares"), "decision_id, node, device"),
