@@ -27,6 +27,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -112,12 +113,21 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         groups: dict[str, str] | None = None
 
         def _split_scope(self, nodeid: str) -> str:
-            # Called once every worker has reported its collection, so every map is written.
-            if self.groups is None:
-                self.groups = {}
+            # Called once every worker has reported its collection. A worker writes its map in its
+            # own pytest_collection_finish, which runs before xdist's (tryfirst), but the file may
+            # still be reaching the disk: wait for it rather than spread a group over workers.
+            deadline = time.monotonic() + 60
+            while self.groups is None or nodeid not in self.groups:
+                groups: dict[str, str] = {}
                 for path in sorted(folder.glob("*.json")):
-                    self.groups.update(json.loads(path.read_text(encoding="utf-8")))
-            return self.groups.get(nodeid) or nodeid.split("::", 1)[0]
+                    groups.update(json.loads(path.read_text(encoding="utf-8")))
+                self.groups = groups
+                if nodeid in groups:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"tests/conftest.py: no worker wrote the group of {nodeid} to {folder}")
+                time.sleep(0.05)
+            return self.groups[nodeid]
 
     return SuiteGroups(config, log)
 
@@ -127,6 +137,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(config.stash[_GROUPS], ignore_errors=True)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist tells the controller its collection is complete
 def pytest_collection_finish(session: pytest.Session) -> None:
     # A run without any services test gets no OPA: a test that still reaches one fails, saying why.
     session.config.stash[_WITHOUT_SERVICES] = bool(session.items) and not any(i.get_closest_marker("services") for i in session.items)
