@@ -12,8 +12,9 @@ recording nothing. Both ask the Rego policies on a real OPA and fail closed with
 from __future__ import annotations
 
 from collections.abc import Sequence
-from importlib import import_module
 from typing import TYPE_CHECKING, Final
+
+from examlops_policy._lazy import home_of, lazy_names
 
 if TYPE_CHECKING:
     from examlops_policy.accounting import device_accounting
@@ -99,16 +100,8 @@ _HOMES: Final = {
         "Submission", "Submit", "explain",
     ),
 }  # fmt: skip
-_HOME_OF: Final = {name: module for module, names in _HOMES.items() for name in names}
-
-
-def __getattr__(name: str) -> object:
-    module = _HOME_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value  # once imported, a plain attribute
-    return value
+_HOME_OF: Final = home_of(_HOMES)
+__getattr__ = lazy_names(__name__, globals(), _HOME_OF)
 
 
 def __dir__() -> list[str]:

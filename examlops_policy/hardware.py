@@ -68,6 +68,7 @@ if TYPE_CHECKING:  # the crypto, OPA-process and report stacks load only when a 
     from examlops_policy import audit
     from examlops_policy.estimates.gather import StartEstimator
     from examlops_policy.estimates.slurm import SlurmEstimator
+    from examlops_policy.executors.gres import GresTable
     from examlops_policy._impact import Impact
     from examlops_policy._policy_docs import DocsCheck
     from examlops_policy._policy_tools import LintReport, TestReport
@@ -302,17 +303,22 @@ class Hardware:
             return self._estimator
         if under.estimator is None:
             from examlops_policy.estimates.gather import StartEstimator
-            from examlops_policy.estimates.slurm import SlurmEstimator
             from examlops_policy.estimates.table import ProvisioningTable
-            from examlops_policy.executors.gres import load_gres_table
 
-            if self._slurm is None:
-                self._slurm = SlurmEstimator()  # its answers are cached across snapshots
             root = under.policy.root
             under.estimator = StartEstimator(
-                slurm=self._slurm, table=ProvisioningTable.from_tables(under.policy.tables), gres=lambda: load_gres_table(root)
+                slurm=self._slurm_estimator, table=ProvisioningTable.from_tables(under.policy.tables), gres=lambda: _gres_table(root)
             )
         return under.estimator
+
+    def _slurm_estimator(self) -> SlurmEstimator:
+        """The one Slurm estimator of this object: its answers are cached across policy snapshots
+        (made when a Slurm pool is first asked about)."""
+        if self._slurm is None:
+            from examlops_policy.estimates.slurm import SlurmEstimator
+
+            self._slurm = SlurmEstimator()
+        return self._slurm
 
     def _prepare(
         self, request: Request | Workload, pools: Sequence[Pool], *, fleet_rev: str | None = None, under: _Under | None = None
@@ -1228,3 +1234,10 @@ def _same_request(record: DecisionRecord, request: Request, request_id: str) -> 
             field="request_id",
         )
     return record
+
+
+def _gres_table(root: Path) -> GresTable:
+    """The reviewed GRES table of the policy folder ``root`` (read when a Slurm pool needs it)."""
+    from examlops_policy.executors.gres import load_gres_table
+
+    return load_gres_table(root)

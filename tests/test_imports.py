@@ -52,6 +52,34 @@ def test_every_public_name_is_the_object_of_its_home_module() -> None:
     assert set(examlops_policy.__all__) <= set(dir(examlops_policy))
 
 
+@pytest.mark.parametrize("package", ["examlops_policy.opa", "examlops_policy.executors"])
+def test_a_packages_names_load_from_their_modules_on_first_use(package: str) -> None:
+    module = importlib.import_module(package)
+    assert set(module._HOME_OF) == set(module.__all__)
+    for name in sorted(module.__all__):
+        assert getattr(module, name) is getattr(importlib.import_module(module._HOME_OF[name]), name), name
+    with pytest.raises(AttributeError, match="no attribute 'Nonsense'"):
+        module.Nonsense  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    ("statement", "not_loaded"),
+    [
+        # The content proof and the transport: not the bundle builder, the server or an HTTP stack.
+        ("import examlops_policy.opa.content", ("examlops_policy.opa.bundle", "examlops_policy.opa.server", "http.client", "ssl")),
+        ("import examlops_policy.opa.transport", ("http.client", "ssl")),
+        # The Slurm executor: not the Kubernetes one or its client.
+        ("import examlops_policy.executors.slurm", ("examlops_policy.executors.kubernetes", "examlops_policy.executors.kubernetes_api")),
+        # The estimator: neither scheduler's client nor a thread pool until a pool of theirs is asked.
+        ("import examlops_policy.estimates.gather", ("examlops_policy.estimates.slurm", "examlops_policy.estimates.kubernetes", "concurrent.futures")),
+        # The SQLite store: its migrations are files of the package, read without importlib.resources.
+        ("import examlops_policy.store.sqlite", ("zipfile", "importlib.resources")),
+    ],
+)
+def test_a_module_imports_only_what_it_needs(statement: str, not_loaded: tuple[str, ...]) -> None:
+    assert loaded_after(statement) & set(not_loaded) == set()
+
+
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'Nonsense'"):
         examlops_policy.Nonsense  # noqa: B018

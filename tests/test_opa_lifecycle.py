@@ -14,7 +14,7 @@ import pytest
 
 from examlops_policy.opa import ensure_server, stop_server
 from examlops_policy.opa.procs import ProcessIdentity
-from examlops_policy.opa.server import Record, ServerPaths, read_record, write_record
+from examlops_policy.opa.server import OPA_GC_ENV, Record, ServerPaths, read_record, write_record
 from examlops_policy.opa.transport import Endpoint, OpaTransport
 from tests.conftest import EXA, run_exa
 from tests.opa_support import opa_pids_for, suspend, wait_until
@@ -301,3 +301,23 @@ def test_a_hanging_opa_binary_fails_closed_within_seconds_and_frees_the_lock(hom
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: the next placer does not wait
     assert json.loads(local_exa(home, "hardware", "decisions", "--json").stdout) == []  # nothing placed
     assert local_exa(home, "hardware", "place", "w", "--accelerator", "amd", "--engine", "vllm").returncode == 0  # a working OPA places
+
+
+def _go_gc_env(pid: int) -> dict[str, str]:
+    entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    pairs = dict(e.decode().split("=", 1) for e in entries if b"=" in e)
+    return {k: v for k, v in pairs.items() if k in ("GOGC", "GOMEMLIMIT")}
+
+
+def test_the_local_opa_collects_garbage_by_a_memory_limit(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GOGC", raising=False)
+    monkeypatch.delenv("GOMEMLIMIT", raising=False)
+    server = ensure_server(home)
+    assert _go_gc_env(server.pid) == OPA_GC_ENV == {"GOGC": "off", "GOMEMLIMIT": "256MiB"}
+
+
+def test_a_go_gc_setting_in_the_environment_is_kept(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GOGC", "200")
+    monkeypatch.delenv("GOMEMLIMIT", raising=False)
+    server = ensure_server(home)
+    assert _go_gc_env(server.pid) == {"GOGC": "200"}

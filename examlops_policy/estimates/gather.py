@@ -21,15 +21,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from examlops_policy.errors import ExaError
 from examlops_policy.estimates import Source, StartEstimate, start_now, unknown, utc_now
-from examlops_policy.estimates.kubernetes import KubernetesEstimator
-from examlops_policy.estimates.slurm import SlurmEstimator
 from examlops_policy.estimates.table import ProvisioningTable
-from examlops_policy.executors.gres import GresTable
-from examlops_policy.executors.slurm import SlurmRequest, grant_request
 from examlops_policy.model import Grant, NodeAllocation, Pool, Workload
+
+if TYPE_CHECKING:
+    # Imported where a pool of theirs is asked about: a fleet without Slurm or Kubernetes pools
+    # imports neither client.
+    from examlops_policy.estimates.kubernetes import KubernetesEstimator
+    from examlops_policy.estimates.slurm import SlurmEstimator
+    from examlops_policy.executors.gres import GresTable
+    from examlops_policy.executors.slurm import SlurmRequest
 
 
 @dataclass(frozen=True)
@@ -47,19 +52,25 @@ class EstimateRequest:
 
 class StartEstimator:
     """The estimates of a decision's candidates. Sources not given are not asked: a Slurm pool
-    without ``slurm`` has no estimate, a cloud pool without ``kubernetes`` is read from the table
-    (``table``: ``ProvisioningTable.load()`` unless given)."""
+    without ``slurm`` (given, or how to make it when a Slurm pool is first asked about) has no
+    estimate, a cloud pool without ``kubernetes`` is read from the table (``table``:
+    ``ProvisioningTable.load()`` unless given)."""
 
     def __init__(
         self,
         *,
-        slurm: SlurmEstimator | None = None,
+        slurm: SlurmEstimator | Callable[[], SlurmEstimator] | None = None,
         kubernetes: KubernetesEstimator | None = None,
         table: ProvisioningTable | None = None,
         gres: GresTable | Callable[[], GresTable] | None = None,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
-        self.slurm = slurm
+        self._slurm: SlurmEstimator | None = None
+        self._make_slurm: Callable[[], SlurmEstimator] | None = None
+        if callable(slurm):
+            self._make_slurm = slurm
+        else:
+            self._slurm = slurm
         self.kubernetes = kubernetes
         self.table = table if table is not None else ProvisioningTable.load()
         # The GRES table is read when a Slurm pool is first asked about (given, or how to read it).
@@ -67,14 +78,18 @@ class StartEstimator:
         self._clock = clock
 
     @property
-    def gres(self) -> GresTable:
-        if not isinstance(self._gres, GresTable):
-            if self._gres is None:
-                from examlops_policy.executors.gres import load_gres_table
+    def slurm(self) -> SlurmEstimator | None:
+        """Who Slurm pools are asked through (None: no Slurm to ask)."""
+        if self._slurm is None and self._make_slurm is not None:
+            self._slurm, self._make_slurm = self._make_slurm(), None
+        return self._slurm
 
-                self._gres = load_gres_table()
-            else:
-                self._gres = self._gres()
+    @property
+    def gres(self) -> GresTable:
+        from examlops_policy.executors.gres import GresTable, load_gres_table
+
+        if not isinstance(self._gres, GresTable):
+            self._gres = load_gres_table() if self._gres is None else self._gres()
         return self._gres
 
     def now(self) -> datetime:
@@ -92,6 +107,8 @@ class StartEstimator:
     def slurm_request(self, request: EstimateRequest) -> SlurmRequest:
         """What ``submit`` would ask Slurm for this candidate (SpecError when Slurm cannot be asked
         for it exactly)."""
+        from examlops_policy.executors.slurm import grant_request
+
         return grant_request(request.workload, request.grant, request.allocations, request.pool, self.gres)
 
     def estimate(self, requests: Sequence[EstimateRequest], now: datetime | None = None) -> list[StartEstimate]:
@@ -105,7 +122,7 @@ class StartEstimator:
             pool = request.pool
             source = self.source_of(pool)
             if source == "slurm":
-                if self.slurm is None:
+                if self._slurm is None and self._make_slurm is None:
                     results[index] = unknown(pool.name, "slurm", "no Slurm to ask (no Slurm estimator was given)", now)
                     continue
                 try:

@@ -30,7 +30,6 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Final
@@ -160,6 +159,8 @@ class SlurmEstimator:
         return [r if r is not None else unknown(items[i][0], "slurm", "no answer", now) for i, r in enumerate(results)]
 
     def _ask(self, items: Sequence[tuple[str, SlurmRequest]], missing: dict[tuple[str, ...], list[int]], results: list[StartEstimate | None]) -> None:
+        from concurrent.futures import ThreadPoolExecutor, wait  # imported with the first batch
+
         keys = list(missing)
         pool = ThreadPoolExecutor(max_workers=min(self.parallel, len(keys)), thread_name_prefix="exa-slurm-estimate")
         try:

@@ -13,11 +13,26 @@ Scheduler refusals and failures raise ``ExecutorError``; bad input raises ``Spec
 
 from __future__ import annotations
 
-from examlops_policy.executors.command import CommandResult, Runner, run_command
-from examlops_policy.executors.gres import GresTable, GresType, load_gres_table
-from examlops_policy.executors.kubernetes import job_manifest
-from examlops_policy.executors.kubernetes_api import JobRef, JobStatus, KubernetesCluster, KubernetesError
-from examlops_policy.executors.slurm import SlurmJob, SlurmRequest, job, slurm_request, submit
+from typing import TYPE_CHECKING, Final
+
+from examlops_policy._lazy import home_of, lazy_names
+
+if TYPE_CHECKING:
+    from examlops_policy.executors.command import CommandResult, Runner, run_command
+    from examlops_policy.executors.gres import GresTable, GresType, load_gres_table
+    from examlops_policy.executors.kubernetes import job_manifest
+    from examlops_policy.executors.kubernetes_api import JobRef, JobStatus, KubernetesCluster, KubernetesError
+    from examlops_policy.executors.slurm import SlurmJob, SlurmRequest, job, slurm_request, submit
+
+# Imported on first use: the Slurm executor does not import the Kubernetes one, nor its client.
+_HOME_OF: Final = home_of({
+    "examlops_policy.executors.command": ("CommandResult", "Runner", "run_command"),
+    "examlops_policy.executors.gres": ("GresTable", "GresType", "load_gres_table"),
+    "examlops_policy.executors.kubernetes": ("job_manifest",),
+    "examlops_policy.executors.kubernetes_api": ("JobRef", "JobStatus", "KubernetesCluster", "KubernetesError"),
+    "examlops_policy.executors.slurm": ("SlurmJob", "SlurmRequest", "job", "slurm_request", "submit"),
+})  # fmt: skip
+__getattr__ = lazy_names(__name__, globals(), _HOME_OF)
 
 __all__ = [
     "CommandResult",

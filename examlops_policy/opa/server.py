@@ -62,6 +62,13 @@ DEFAULT_IDLE_TIMEOUT_S: Final = 900.0
 SUPERVISOR_MODULE: Final = "examlops_policy.opa.supervisor"
 RECORD_FORMAT: Final = 1
 _PACKAGE_PARENT: Final = Path(__file__).resolve().parents[2]
+# The local OPA's garbage collector runs by a memory limit rather than by heap growth. Every
+# decision confirms the revision (about 0.3 ms); with Go's default (collect whenever the heap has
+# doubled, from a few MB) about one confirm in 300 paused 2-6 ms on a 2-core machine, while the
+# heap stayed under 80 MB at 1,000 pools. Collecting once the heap reaches 256 MiB removes those
+# pauses (confirm p99 1.1 -> 0.54 ms, benchmarks in the README). A GOGC or GOMEMLIMIT already in
+# the environment is kept as it is.
+OPA_GC_ENV: Final = {"GOGC": "off", "GOMEMLIMIT": "256MiB"}
 
 
 @dataclass(frozen=True)
@@ -396,6 +403,8 @@ def _spawn_supervisor(paths: ServerPaths, plan: StartPlan) -> Record:
     env = dict(os.environ)
     # The supervisor imports this package from where this process found it.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PACKAGE_PARENT), env.get("PYTHONPATH", "")) if p)
+    if "GOGC" not in env and "GOMEMLIMIT" not in env:
+        env.update(OPA_GC_ENV)  # OPA inherits the supervisor's environment
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", SUPERVISOR_MODULE, str(paths.dir)],

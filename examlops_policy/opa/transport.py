@@ -23,27 +23,37 @@ decision path uses.
 
 from __future__ import annotations
 
-import copy
-import http.client
-import ipaddress
+import errno
 import json
 import os
 import socket
-import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit
 
 from examlops_policy.errors import PolicyError, PolicyUnavailable
 
+if TYPE_CHECKING:
+    import ssl  # imported when a transport speaks HTTPS: a Unix socket or plain HTTP pays none
+
 DEFAULT_TIMEOUT_S: Final = 5.0
 _SUN_PATH_MAX: Final = 108  # sizeof(sockaddr_un.sun_path) on Linux, the terminating NUL included
-_MAX_LINE: Final = 65536  # the longest status or header line accepted (http.client's limit)
+_MAX_LINE: Final = 65536  # the longest status or header line accepted (as http.client's)
+
+
+class _NotHttp(Exception):
+    """An answer that is not the HTTP asked for (a bad status line, header, length or chunk)."""
+
+
+class _ClosedUnanswered(ConnectionResetError):
+    """The server closed the connection before any byte of an answer."""
+
+
 # A reused connection the server closed while idle fails on the next request: those errors mean
 # "send it again on a fresh connection", once.
-_DROPPED: Final = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+_DROPPED: Final = (_ClosedUnanswered, BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
 
 class OpaUnreachable(PolicyUnavailable):
@@ -95,16 +105,16 @@ class _Wire:
                 del self._buffer[: end + 2]
                 return line
             if len(self._buffer) > _MAX_LINE:
-                raise http.client.LineTooLong("header line")
+                raise _NotHttp(f"a status or header line longer than {_MAX_LINE} bytes")
             if not self._fill():
                 if first and not self._buffer:
-                    raise http.client.RemoteDisconnected("Remote end closed connection without response")
-                raise http.client.IncompleteRead(bytes(self._buffer))
+                    raise _ClosedUnanswered(errno.ECONNRESET, "the server closed the connection without an answer")
+                raise _NotHttp(f"the answer ends within a line ({len(self._buffer)} bytes read)")
 
     def _exactly(self, n: int) -> bytes:
         while len(self._buffer) < n:
             if not self._fill():
-                raise http.client.IncompleteRead(bytes(self._buffer), n - len(self._buffer))
+                raise _NotHttp(f"the answer ends {n - len(self._buffer)} bytes short")
         data = bytes(self._buffer[:n])
         del self._buffer[:n]
         return data
@@ -115,14 +125,14 @@ class _Wire:
             version, code, _ = (status_line.decode("latin-1").split(" ", 2) + [""])[:3]
             status = int(code)
         except ValueError:
-            raise http.client.BadStatusLine(repr(status_line)) from None
+            raise _NotHttp(f"bad status line {status_line[:80]!r}") from None
         if not version.startswith("HTTP/1.") or not 100 <= status <= 999:
-            raise http.client.BadStatusLine(repr(status_line))
+            raise _NotHttp(f"bad status line {status_line[:80]!r}")
         fields: dict[str, str] = {}
         while line := self._line():
             name, sep, value = line.decode("latin-1").partition(":")
             if not sep:
-                raise http.client.HTTPException(f"malformed header line {line[:80]!r}")
+                raise _NotHttp(f"malformed header line {line[:80]!r}")
             fields[name.strip().lower()] = value.strip()
         connection = fields.get("connection", "").lower()
         closes = connection == "close" or (version == "HTTP/1.0" and connection != "keep-alive")
@@ -135,7 +145,7 @@ class _Wire:
         length = fields.get("content-length")
         if length is not None:
             if not length.isdigit():
-                raise http.client.HTTPException(f"malformed Content-Length {length[:40]!r}")
+                raise _NotHttp(f"malformed Content-Length {length[:40]!r}")
             return status, self._exactly(int(length)), closes
         while self._fill():  # no length given: the body ends when the server closes
             pass
@@ -150,14 +160,14 @@ class _Wire:
             try:
                 size = int(size_text, 16)
             except ValueError:
-                raise http.client.HTTPException(f"malformed chunk size {size_text[:40]!r}") from None
+                raise _NotHttp(f"malformed chunk size {size_text[:40]!r}") from None
             if size == 0:
                 while self._line():  # trailers, up to the empty line
                     pass
                 return b"".join(parts)
             parts.append(self._exactly(size))
             if self._exactly(2) != b"\r\n":
-                raise http.client.HTTPException("a chunk does not end with CRLF")
+                raise _NotHttp("a chunk does not end with CRLF")
 
 
 def _unix_socket(path: str, timeout: float) -> socket.socket:
@@ -199,6 +209,8 @@ def is_loopback(host: str) -> bool:
     """True for ``localhost`` and loopback IP literals (no name lookup: a name could point anywhere)."""
     if host == "localhost":
         return True
+    import ipaddress
+
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -259,6 +271,8 @@ class OpaTransport:
         self.has_token = bool(token)
         self._ssl: ssl.SSLContext | None = None
         if endpoint.scheme == "https":
+            import ssl
+
             try:
                 # Verifies the chain and the host name; the CA bundle replaces the system's when given.
                 self._ssl = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
@@ -321,24 +335,29 @@ class OpaTransport:
                     raise
                 self.close()  # the server closed an idle keep-alive connection: once more, fresh
                 return self._once(method, path, body)
-        except ssl.SSLCertVerificationError as exc:
-            self.close()
-            raise PolicyError(
-                f"TLS verification of OPA at {self.describe} failed: {exc.verify_message or exc}; "
-                "give the CA that signed its certificate in EXA_OPA_CA"
-            ) from exc
-        except ssl.SSLError as exc:
-            self.close()
-            raise PolicyError(f"TLS with OPA at {self.describe} failed: {exc}") from exc
-        except (TimeoutError, socket.timeout) as exc:
-            self.close()
-            raise OpaUnreachable(self.describe, "timed out", f"no answer within {self.timeout:g} s") from exc
         except OSError as exc:
             self.close()
-            raise OpaUnreachable(self.describe, "is not reachable", exc.strerror or type(exc).__name__) from exc
-        except http.client.HTTPException as exc:
+            raise self._failure(exc) from exc
+        except _NotHttp as exc:
             self.close()
-            raise PolicyError(f"OPA at {self.describe} gave an answer that is not HTTP: {exc!r}") from exc
+            raise PolicyError(f"OPA at {self.describe} gave an answer that is not HTTP: {exc}") from exc
+
+    def _failure(self, exc: OSError) -> PolicyError | PolicyUnavailable:
+        """What a failed exchange means: TLS refused (only where TLS is spoken), no answer in
+        time, or no connection."""
+        if self._ssl is not None:
+            import ssl
+
+            if isinstance(exc, ssl.SSLCertVerificationError):
+                return PolicyError(
+                    f"TLS verification of OPA at {self.describe} failed: {exc.verify_message or exc}; "
+                    "give the CA that signed its certificate in EXA_OPA_CA"
+                )
+            if isinstance(exc, ssl.SSLError):
+                return PolicyError(f"TLS with OPA at {self.describe} failed: {exc}")
+        if isinstance(exc, TimeoutError):
+            return OpaUnreachable(self.describe, "timed out", f"no answer within {self.timeout:g} s")
+        return OpaUnreachable(self.describe, "is not reachable", exc.strerror or type(exc).__name__)
 
     def json(self, method: str, path: str, payload: Mapping[str, object] | None = None) -> object:
         """Send ``payload`` as JSON; return the decoded answer of a 2xx response (``None`` if empty).
@@ -365,6 +384,8 @@ class OpaTransport:
 
     def without_token(self) -> OpaTransport:
         """A new transport to the same server with the same TLS settings, sending no token."""
+        import copy
+
         clone = copy.copy(self)
         clone._headers = {k: v for k, v in self._headers.items() if k != "Authorization"}
         clone.has_token = False

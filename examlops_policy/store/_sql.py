@@ -22,7 +22,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
-from importlib import resources
+from pathlib import Path
 from typing import Any, Final, Literal, Protocol, TypeVar
 
 from examlops_policy import audit
@@ -102,7 +102,7 @@ ACTUAL_START: Final = "job_started_at"
 
 def migrations(dialect: str) -> list[tuple[int, str]]:
     """``(version, script)`` from ``migrations/<dialect>/NNNN_name.sql``, in version order."""
-    folder = resources.files("examlops_policy.store") / "migrations" / dialect
+    folder = Path(__file__).parent / "migrations" / dialect  # files of the package (no importlib.resources: a zipfile import)
     found = []
     for item in folder.iterdir():
         if item.name.endswith(".sql"):

@@ -45,8 +45,11 @@ shape_of(k) := s if {
 	s := fleet.shape(k) # only a stored shape that hashes to its key (examlops.fleet)
 }
 
-# Keys the caller asked about that have no shape here (the caller uploads them and asks again).
-missing := sort([k | some k in keys; not shape_of(k)])
+# Keys the caller asked about that have no shape here (the caller uploads them and asks again):
+# none when the stored views for exactly these keys are read (views_used), which no shape is.
+missing := [] if {
+	stored_views
+} else := sort([k | some k in keys; not shape_of(k)])
 
 # --- the fleet's views: what each check, the tier and the grant see of each shape -----------------
 
@@ -116,14 +119,21 @@ indexed(shapes, fields) := {"values": values, "of": {k: at[[s[f] | some f in fie
 fields_of(v, fields) := {f: v[i] | some i, f in fields}
 
 # The views this query is judged over: the stored ones for exactly these keys under this revision
-# when the shapes are the fleet's (not given inline), none is missing and the stored views hash to
-# the digest the caller had with them (input.views; examlops.fleet), else worked out here.
-views_used := stored if {
+# when the shapes are the fleet's (not given inline) and the stored views hash to the digest the
+# caller had with them (input.views; examlops.fleet), else worked out here. Stored views were worked
+# out from every one of these shapes (a key is its shape's hash, so the shapes behind a key set never
+# change): reading them, the query reads no shape at all.
+stored_views := stored if {
 	not input.shapes
-	count(missing) == 0
 	composer.revision != null
-	stored := fleet.views(key_of(keys), input.views)
+	k := key_of(keys)
+	stored := fleet.views(k, input.views)
 	stored.revision == composer.revision
+	stored.key == k
+}
+
+views_used := stored_views if {
+	stored_views
 } else := views
 
 # --- the verdicts --------------------------------------------------------------------------------

@@ -372,21 +372,42 @@ test_views_stored_for_other_keys_are_not_read if {
 	stored_answer(w, {other: tampered}, "r1", fleet.digest(tampered)) == computed(w, "r1")
 }
 
-test_views_are_not_read_for_inline_shapes_or_with_a_shape_missing if {
+test_views_are_not_read_for_inline_shapes if {
 	w := fx.train({"target": "hpc"})
 	inline := placement.verdicts with input as {"workload": w, "keys": fleet_keys, "shapes": stored_shapes, "views": fleet.digest(tampered)}
 		with data.examlops_fleet.views as {fleet_views.key: tampered}
 		with data.system.bundles as bundles("r1")
 	inline == computed(w, "r1")
+}
+
+# Views that hash to the digest were worked out from every shape of their keys (a key is its shape's
+# hash): read, they answer without any shape, even one removed since. Without them, the removed
+# shape is missing and the caller uploads it.
+test_stored_views_answer_without_reading_a_shape if {
+	w := fx.train({"target": "hpc"})
 	mars := key_of["cloud-mars"]
-	lacking := placement.verdicts with input as {"workload": w, "keys": fleet_keys, "views": fleet.digest(tampered)}
-		with data.examlops_fleet.shapes as object.remove(stored_shapes, [mars])
+	without := object.remove(stored_shapes, [mars])
+	read := placement.verdicts with input as {"workload": w, "keys": fleet_keys, "views": given.digest}
+		with data.examlops_fleet.shapes as without
+		with data.examlops_fleet.views as {fleet_views.key: fleet_views}
+		with data.system.bundles as bundles("r1")
+	read == computed(w, "r1")
+	read.missing == []
+	lacking := placement.verdicts with input as {"workload": w, "keys": fleet_keys, "views": given.digest}
+		with data.examlops_fleet.shapes as without
 		with data.examlops_fleet.views as {fleet_views.key: tampered}
 		with data.system.bundles as bundles("r1")
 	lacking.missing == [mars]
-	lacking == placement.verdicts with input as {"workload": w, "keys": fleet_keys}
-		with data.examlops_fleet.shapes as object.remove(stored_shapes, [mars])
+}
+
+# Views of fewer shapes stored under the key of all of them (and given their own digest) say which
+# keys they cover: never read for the keys asked.
+test_views_covering_other_keys_are_not_read if {
+	w := fx.train({"target": "hpc"})
+	partial := placement.views with input as {"keys": fleet_keys}
+		with data.examlops_fleet.shapes as object.remove(stored_shapes, [key_of["cloud-mars"]])
 		with data.system.bundles as bundles("r1")
+	stored_answer(w, {fleet_views.key: partial.views}, "r1", partial.digest) == computed(w, "r1")
 }
 
 # Views worked out while a shape was missing are keyed by the shapes they cover: never read for
