@@ -816,9 +816,8 @@ def _compare_capacity_log(out: _Report, state: AuditedState, decided: list[tuple
             out.add(seq, f"capacity_log has no capacity of pool {lacking[0]!r} at state version {at}, which decision {ident[:12]} was decided at")
             continue
         capacity = hashlib.sha256(b"[" + b",".join(cast(list[bytes], fragments)) + b"]").hexdigest()
-        body = codec.canonical({"capacity": capacity, "fleet": record.get("fleet"), "workload": record.get("workload")})
         provenance = record.get("provenance")
-        if not isinstance(provenance, dict) or codec.digest(body) != provenance.get("input_digest"):
+        if not isinstance(provenance, dict) or codec.recorded_input_digest(capacity, record) != provenance.get("input_digest"):
             out.add(
                 seq,
                 f"capacity_log: the capacities decision {ident[:12]} was decided at (state version {at}) are not what its "

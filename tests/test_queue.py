@@ -288,6 +288,23 @@ def test_audit_verify_holds_the_queue_to_the_chain(tmp_path: Path, opa_home: Pat
 # -- quotas ---------------------------------------------------------------------------------------
 
 
+def test_a_placement_decided_while_its_project_held_quota_reads_back_and_verifies(backend: Backend, opa_home: Path) -> None:
+    """Its input digest covers what the project held (the record's quota use): reading it back and
+    exa audit verify work it out the same way."""
+    hw = open_hardware(backend, opa_home)
+    try:
+        hw.apply([Pool(n, "hpc", "amd", 1, "eu") for n in ("a", "b", "c")])
+        hw.place(amd("train", project="green-research"))
+        second = hw.place(amd("train", project="green-research"))
+        assert second.decision.provenance.quota_use == {"devices": {"green-research": {"amd": 1.0}}}
+        read = hw.decision(second.id).decision
+        assert isinstance(read, Placement) and (read.pool, read.provenance) == (second.decision.pool, second.decision.provenance)  # type: ignore[union-attr]
+        report = hw.verify_audit()
+        assert report.ok, report.problems
+    finally:
+        hw.close()
+
+
 def test_a_placement_over_its_projects_quota_waits_and_is_admitted_when_the_project_frees(backend: Backend, opa_home: Path) -> None:
     hw = open_hardware(backend, opa_home)
     try:

@@ -228,6 +228,19 @@ def capacity_digest(capacities: Sequence[Capacity]) -> str:
     return hashlib.sha256(b"[" + b",".join(canonical(capacity_json(c)) for c in capacities) + b"]").hexdigest()
 
 
+def recorded_input_digest(capacity: str, record: Mapping[str, object]) -> str:
+    """The input digest of a record's decision, worked out again from the record (its fleet,
+    workload and the quota use it names) and ``capacity``, the digest of the capacities it was
+    decided at (``capacity_digest``): what its provenance must say when neither was altered.
+    The same bytes as ``Request.input_digest``: the quota is left out when nothing counted."""
+    body: dict[str, object] = {"capacity": capacity, "fleet": record.get("fleet"), "workload": record.get("workload")}
+    provenance = record.get("provenance")
+    quota = provenance.get("quota_use") if isinstance(provenance, Mapping) else None
+    if quota:
+        body["quota"] = quota
+    return digest(canonical(body))
+
+
 def holdings_json(holdings: Sequence[Holding]) -> list[JSONValue]:
     return [[h.device, h.profile, h.start, h.units] for h in holdings]
 

@@ -103,11 +103,7 @@ def rebuild(
     if codec.record_at(document) is not None:
         # The capacities came from the capacity log, outside the record: its input digest (in the
         # record, and in the record's audit entry) covers them.
-        prov_doc = cast(Mapping[str, object], document["provenance"])
-        body = {"capacity": codec.capacity_digest(capacities), "fleet": fleet_rev, "workload": document["workload"]}
-        if prov_doc.get("quota_use"):
-            body["quota"] = prov_doc["quota_use"]
-        if codec.digest(codec.canonical(body)) != prov["input_digest"]:
+        if codec.recorded_input_digest(codec.capacity_digest(capacities), document) != prov["input_digest"]:
             raise StateError(
                 f"decision {ident[:12]}: the capacity it was decided at (state version {codec.record_at(document)}) is not what "
                 "its input digest says; the capacity log or the record was altered (run exa audit verify)"
