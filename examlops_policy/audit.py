@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeVar
 if TYPE_CHECKING:  # cryptography loads only where a key is used, not on every command
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from examlops_policy._canonical import canonical
 from examlops_policy.errors import AuditIntegrityError, SpecError
 
 __all__ = [
@@ -82,10 +83,7 @@ def canonical_bytes(entry: Mapping[str, object]) -> bytes:
     """
     _require_string_keys(entry, "entry")
     try:
-        text = json.dumps(
-            entry, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
-        return text.encode("utf-8")
+        return canonical(entry)
     except (ValueError, TypeError) as exc:  # UnicodeEncodeError (lone surrogate) is a ValueError
         raise SpecError(f"audit entry is not canonical JSON: {exc}") from exc
 

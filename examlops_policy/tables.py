@@ -22,6 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
 
+from examlops_policy._canonical import canonical
 from examlops_policy.errors import PolicyError
 
 if TYPE_CHECKING:
@@ -268,7 +269,7 @@ def _write_cached(folder: Path, digest: str, tables: JSONObject) -> None:
     see the whole entry or none; concurrent writers write the same bytes), then prune."""
     if not _json_exact(tables):
         return
-    payload = json.dumps(tables, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+    payload = canonical(tables)
     header = json.dumps({"format": CACHE_FORMAT, "sources": digest, "payload": hashlib.sha256(payload).hexdigest()}).encode()
     tmp = folder / f".{digest}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     try:

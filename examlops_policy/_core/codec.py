@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Final, cast
 
+from examlops_policy._canonical import canonical as canonical  # offered to the core from here
 from examlops_policy.errors import PolicyError, StateError
 from examlops_policy.model import (
     BurstVerdict,
@@ -69,9 +70,8 @@ MAX_VECTOR_BYTES: Final = 64 * 1024 * 1024
 # -- canonical bytes ---------------------------------------------------------------------------
 
 
-def canonical(value: object) -> bytes:
-    """Compact, sorted-key JSON: the bytes every digest here is taken of."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+# canonical(value): compact, sorted-key JSON, the bytes every digest here is taken of (written once,
+# in examlops_policy._canonical, which the audit log and the tables cache use too).
 
 
 def content_key(value: object) -> str:
