@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -175,13 +176,57 @@ class Tables:
         return round(watts / 1000.0 * float(cast(float, acc["reference_pue"])) * intensity, 1)
 
 
+@lru_cache(maxsize=1)
+def yaml_loader() -> type:
+    """The YAML loader of the reviewed tables, in Python as in OPA: it reads as OPA reads, YAML 1.2
+    booleans (true/false only) and nulls, decimal, 0x and 0o integers, decimal floats; every other
+    plain scalar is a string (``country: NO`` is Norway, not false; ``yes``, dates). Made on first
+    use: a placement on a running OPA with the compiled tables never reads YAML."""
+    import yaml
+
+    class _TableLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+        pass
+
+    _TableLoader.yaml_implicit_resolvers = {}
+    for tag, pattern, first in (
+        ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
+        ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", "~nN"),
+        ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0x[0-9a-fA-F]+|0o[0-7]+)$", "-+0123456789"),
+        ("tag:yaml.org,2002:float", r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$", "-+.0123456789"),
+    ):
+        _TableLoader.add_implicit_resolver(tag, re.compile(pattern), list(first))
+    _TableLoader.add_implicit_resolver("tag:yaml.org,2002:null", re.compile(r"^$"), [""])
+
+    def construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+        text = str(loader.construct_scalar(node))
+        sign = -1 if text.startswith("-") else 1
+        digits = text.lstrip("+-")
+        if digits.startswith(("0x", "0o")):
+            return sign * int(digits[2:], 16 if digits[1] == "x" else 8)
+        return sign * int(digits)
+
+    def construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
+        return float(str(loader.construct_scalar(node)))
+
+    _TableLoader.add_constructor("tag:yaml.org,2002:int", construct_int)
+    _TableLoader.add_constructor("tag:yaml.org,2002:float", construct_float)
+    return _TableLoader
+
+
+def read_table(path: Path) -> JSONObject:
+    """One reviewed table file, read as every table is (``yaml_loader``: as OPA reads it)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise PolicyError(f"{path}: cannot read policy table: {exc}") from exc
+    return _parse_yaml(path, raw)
+
+
 def _parse_yaml(path: Path, raw: bytes) -> JSONObject:
     import yaml  # only when the compiled cache cannot answer
 
     try:
-        # libyaml's C loader when present.
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        data = yaml.load(raw.decode("utf-8"), Loader=loader)  # noqa: S506 - a safe loader
+        data = yaml.load(raw.decode("utf-8"), Loader=yaml_loader())  # noqa: S506 - a safe loader
     except (UnicodeDecodeError, yaml.YAMLError) as exc:
         raise PolicyError(f"{path}: cannot read policy table: {exc}") from exc
     if not isinstance(data, dict):
@@ -191,7 +236,7 @@ def _parse_yaml(path: Path, raw: bytes) -> JSONObject:
 
 # -- the compiled cache ----------------------------------------------------------------------------
 
-CACHE_FORMAT: Final = 1
+CACHE_FORMAT: Final = 2  # 2: read with yaml_loader (as OPA reads), not PyYAML's YAML 1.1 booleans
 CACHE_KEEP: Final = 16  # entries kept (one per distinct set of tables); older ones are removed
 _TMP_MAX_AGE_S: Final = 3600.0  # a writer's temporary file older than this was left by a crash
 

@@ -92,6 +92,19 @@ def test_a_cold_process_with_the_cache_filled_never_imports_yaml(tmp_path: Path)
     assert first[1] == second[1]
 
 
+@pytest.mark.parametrize("bare", ["NO", "no", "Yes", "on", "OFF", "y"])
+def test_a_bare_yaml_11_boolean_is_text_in_python_as_in_opa(cache: Path, policies: Path, bare: str) -> None:
+    """``country: NO`` is Norway: PyYAML's default (YAML 1.1) would read false where OPA (YAML 1.2)
+    reads the text, and the layer would price and judge with tables the policy does not see."""
+    from examlops_policy.opa.content import read_tables
+
+    regions = policies / "examlops" / "tables" / "regions.yaml"
+    regions.write_text(regions.read_text(encoding="utf-8").replace("country: CH,", f"country: {bare},"), encoding="utf-8")
+    assert reload(policies).regions["ch"]["country"] == bare  # type: ignore[index, call-overload]
+    assert reload(policies).regions["ch"]["country"] == read_tables(policies)["regions"]["ch"]["country"]  # type: ignore[index, call-overload]
+    assert reload(policies).priorities["classes"]["high"]["may_preempt"] is True  # type: ignore[index, call-overload]: true stays a boolean
+
+
 def test_a_changed_table_is_read_from_the_yaml_not_the_stale_entry(cache: Path, policies: Path) -> None:
     load_tables(policies)
     accounting = policies / "examlops" / "tables" / "accounting.yaml"
@@ -185,7 +198,8 @@ def test_the_cache_lives_under_xdg_cache_home_by_default(tmp_path: Path, monkeyp
 
 def test_tables_json_cannot_carry_are_parsed_every_time_not_cached(cache: Path, policies: Path) -> None:
     extra = policies / "examlops" / "tables" / "zz_dated.yaml"
-    extra.write_text("reviewed_on: 2026-01-05\n", encoding="utf-8")  # a date: JSON would hand back a string
+    # A date (tagged: a plain one is text, as OPA reads it): JSON would hand back a string.
+    extra.write_text("reviewed_on: !!timestamp 2026-01-05\n", encoding="utf-8")
     assert as_dict(load_tables(policies)) == expected(policies)
     assert entries(cache) == []
 

@@ -19,7 +19,7 @@ from examlops_policy.errors import PolicyError
 from examlops_policy.estimates import StartEstimate, iso, unknown
 from examlops_policy.model import JSONObject, Pool
 from examlops_policy.quantities import MAX_DURATION_S, duration_text
-from examlops_policy.tables import Tables, policy_dir
+from examlops_policy.tables import Tables, policy_dir, read_table
 
 TABLE: Final = "provisioning.yaml"
 ANY: Final = "*"
@@ -48,7 +48,7 @@ class ProvisioningTable:
     def load(cls, root: Path | None = None) -> ProvisioningTable:
         """The table as the policy directory holds it (the same files OPA serves)."""
         base = (root or policy_dir()) / "examlops" / "tables"
-        return cls.from_data(_read(base / TABLE), _read(base / "regions.yaml"), where=str(base / TABLE))
+        return cls.from_data(read_table(base / TABLE), read_table(base / "regions.yaml"), where=str(base / TABLE))
 
     @classmethod
     def from_tables(cls, tables: Tables) -> ProvisioningTable:
@@ -99,18 +99,6 @@ class ProvisioningTable:
         detail = (f"table: expected start {iso(at)}, provisioning {kind} {duration_text(delay.seconds)} for {provider} "
                   f"{pool.accelerator} ({delay.means}; source: {delay.source})")  # fmt: skip
         return StartEstimate(pool.name, at, "table", now, detail, facts=facts)
-
-
-def _read(path: Path) -> JSONObject:
-    import yaml  # only when read from files (a policy snapshot's tables are parsed already)
-
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise PolicyError(f"{path}: cannot read policy table: {exc}") from exc
-    if not isinstance(data, dict):
-        raise PolicyError(f"{path}: a policy table must be a mapping")
-    return cast(JSONObject, data)
 
 
 def _delay(row: object, where: str) -> Delay:

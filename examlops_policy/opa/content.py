@@ -39,7 +39,7 @@ from typing import Final
 from examlops_policy.errors import PolicyError
 from examlops_policy.model import JSONObject
 from examlops_policy.opa.transport import OpaTransport
-from examlops_policy.tables import table_files
+from examlops_policy.tables import table_files, yaml_loader
 
 __all__ = [
     "CONTENT_PATH", "ServedContent", "canonical_json", "content_problem", "digest_of", "digest_of_files", "first_difference",
@@ -55,42 +55,6 @@ _ESCAPES: Final = {
 _NEEDS_ESCAPE: Final = re.compile('["\\\\\x00-\x1f<>&\u2028\u2029]')
 
 
-@lru_cache(maxsize=1)
-def _opa_yaml_loader() -> type:
-    """A YAML loader that reads as OPA reads: YAML 1.2 booleans (true/false only) and nulls,
-    decimal, 0x and 0o integers, decimal floats; every other plain scalar is a string (``NO``,
-    ``yes``, dates). Made on first use: a placement on a running OPA never reads YAML."""
-    import yaml
-
-    class _OpaYamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-        pass
-
-    _OpaYamlLoader.yaml_implicit_resolvers = {}
-    for tag, pattern, first in (
-        ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
-        ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", "~nN"),
-        ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0x[0-9a-fA-F]+|0o[0-7]+)$", "-+0123456789"),
-        ("tag:yaml.org,2002:float", r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$", "-+.0123456789"),
-    ):
-        _OpaYamlLoader.add_implicit_resolver(tag, re.compile(pattern), list(first))
-    _OpaYamlLoader.add_implicit_resolver("tag:yaml.org,2002:null", re.compile(r"^$"), [""])
-
-    def construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
-        text = str(loader.construct_scalar(node))
-        sign = -1 if text.startswith("-") else 1
-        digits = text.lstrip("+-")
-        if digits.startswith(("0x", "0o")):
-            return sign * int(digits[2:], 16 if digits[1] == "x" else 8)
-        return sign * int(digits)
-
-    def construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
-        return float(str(loader.construct_scalar(node)))
-
-    _OpaYamlLoader.add_constructor("tag:yaml.org,2002:int", construct_int)
-    _OpaYamlLoader.add_constructor("tag:yaml.org,2002:float", construct_float)
-    return _OpaYamlLoader
-
-
 def read_tables(root: Path) -> JSONObject:
     """Every table file under ``root/examlops/tables``, merged as OPA merges data files (a key
     defined by two files is a PolicyError), read as OPA reads YAML."""
@@ -101,7 +65,7 @@ def read_tables_from(files: tuple[tuple[Path, bytes], ...]) -> JSONObject:
     """``read_tables`` of table files already read: (path, bytes), in name order."""
     import yaml
 
-    loader = _opa_yaml_loader()
+    loader = yaml_loader()
     merged: JSONObject = {}
     for path, data in files:
         try:
