@@ -34,6 +34,8 @@ CARBON_METHODS: Final[dict[str, str]] = {
     "reference": "a reference device's power (no power known) x PUE x grid intensity",
     "fallback": "the reviewed fallback factor (no grid intensity known for the region)",
 }
+# The method of a decision older than its stored fleet: not recorded.
+UNRECORDED: Final = "unrecorded"
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,8 @@ def carbon_method_text(method: str, tables: Tables) -> str:
         accelerator = float(tables.accounting["reference_power_w"])  # type: ignore[arg-type]
         cpu = tables.reference_power("cpu")
         return f"a reference device's power (no power known: {accelerator:g} W accelerator, {cpu:g} W CPU socket) x PUE x grid intensity"
+    if method == UNRECORDED:
+        return "not recorded (a decision older than the fleet it was decided on being stored)"
     return CARBON_METHODS.get(method, "not recorded")
 
 

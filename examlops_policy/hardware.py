@@ -841,7 +841,15 @@ class Hardware:
     def finops(self, hours: float | None = None) -> FinopsReport:
         """Cost and carbon of placed decisions by device type and region, with totals. Hours are
         ``hours`` for every decision when given, else the time each placement held its devices."""
-        rows = tuple(self.store.finops(hours=_hours(hours)))
+        from examlops_policy.accounting import UNRECORDED
+
+        methods: dict[tuple[str, str], set[str]] = {}
+        for device, region, pool, fleet in self.store.placed_pools():
+            method = self.records.carbon_method(fleet, pool)
+            methods.setdefault((device, region), set()).add(method or UNRECORDED)
+        rows = tuple(
+            dataclasses.replace(r, carbon_methods=tuple(sorted(methods.get((r.device, r.region), ())))) for r in self.store.finops(hours=_hours(hours))
+        )  # fmt: skip
         return FinopsReport(
             rows,
             sum(r.decisions for r in rows),

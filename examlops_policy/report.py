@@ -24,7 +24,7 @@ from datetime import date, datetime, timedelta, timezone
 from html import escape
 from typing import Final, Literal
 
-from examlops_policy.accounting import CARBON_METHODS
+from examlops_policy.accounting import CARBON_METHODS, UNRECORDED
 from examlops_policy.errors import SpecError
 from examlops_policy.views import EstimateError, FinopsRow, WorkloadCost, duration_text, estimate_error_s, estimate_errors
 
@@ -193,6 +193,7 @@ def report_from_rows(
     workloads: dict[str, list[float]] = {}
     placements = fallbacks = requested = honored = 0
     methods: dict[str, float] = {}
+    group_methods: dict[tuple[str, str], set[str]] = {}
     errors: list[tuple[str, float]] = []
     for index, row in enumerate(decisions):
 
@@ -214,6 +215,7 @@ def report_from_rows(
         device, region = _text(row, "device", where("device")), _text(row, "region", where("region"))
         hours, cost, carbon = (_number(row, k, where(k)) for k in ("device_hours", "cost", "carbon_g"))
         group = groups.setdefault((str(device), str(region)), [0, 0.0, 0.0, 0.0])
+        group_methods.setdefault((str(device), str(region)), set()).add(str(row.get("carbon_method") or UNRECORDED))
         group[0] += 1
         group[1] += hours
         group[2] += cost
@@ -223,7 +225,7 @@ def report_from_rows(
         method = row.get("carbon_method")
         if method is not None and method not in CARBON_METHODS:
             raise SpecError(f"expected one of {', '.join(CARBON_METHODS)} (got {method!r:.60})", field=where("carbon_method"))
-        methods[str(method or "unrecorded")] = methods.get(str(method or "unrecorded"), 0.0) + carbon
+        methods[str(method or UNRECORDED)] = methods.get(str(method or UNRECORDED), 0.0) + carbon
         estimated, actual = row.get("estimated_start"), row.get("actual_start")
         if estimated is not None and actual is not None:
             source = _text(row, "estimate_source", where("estimate_source"))
@@ -252,7 +254,8 @@ def report_from_rows(
         verdicts.setdefault(str(residency), dict.fromkeys(BURST_VERDICTS, 0))[str(verdict)] += 1
 
     cost_carbon = tuple(
-        FinopsRow(device, region, int(g[0]), round(g[1], 6), round(g[2], 6), round(g[3], 6)) for (device, region), g in sorted(groups.items())
+        FinopsRow(device, region, int(g[0]), round(g[1], 6), round(g[2], 6), round(g[3], 6), tuple(sorted(group_methods[device, region])))
+        for (device, region), g in sorted(groups.items())
     )
     # Only workloads that cost something are "most expensive" (a workload only ever rejected is not).
     ranked = sorted((item for item in workloads.items() if item[1][1] > 0), key=lambda item: (-item[1][1], -item[1][2], item[0]))

@@ -167,7 +167,9 @@ class BurstEvent:
 
 @dataclass(frozen=True)
 class FinopsRow:
-    """Totals for one device type in one region."""
+    """Totals for one device type in one region, and how the carbon of its placements was found
+    (``carbon_methods``: keys of ``accounting.CARBON_METHODS``, or ``unrecorded`` for a decision
+    older than its stored fleet; sorted)."""
 
     device: str
     region: str
@@ -175,6 +177,7 @@ class FinopsRow:
     device_hours: float
     cost: float
     carbon_g: float
+    carbon_methods: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -565,3 +565,40 @@ def test_models_cost_is_per_workload_most_expensive_first_and_adds_up_to_finops(
         run_exa(exa_home, "hardware", "release", decision["id"], check=True)
     held, ledger = exa_json(exa_home, "models", "cost")["totals"], exa_json(exa_home, "finops", "cost")["totals"]
     assert held["cost"] == pytest.approx(ledger["cost"], abs=1e-5) and held["carbon_g"] == pytest.approx(ledger["carbon_g"], abs=1e-5)
+
+
+def test_finops_carbon_says_how_each_rows_carbon_was_found(exa_home: Path) -> None:
+    """Per device type and region, the methods of the pools its placements were decided on: the
+    ones ``hardware pools`` gives, the report's rows too; a legend explains them."""
+    add_pool(exa_home, "own", "--target", "hpc", "--accelerator", "nvidia", "--count", "2", "--region", "eu-west-1", "--cost-per-hour", "1", "--carbon-factor", "100")
+    add_pool(exa_home, "board", "--target", "hpc", "--accelerator", "nvidia", "--count", "2", "--region", "eu-west-1", "--cost-per-hour", "2", "--power-w", "400")
+    add_pool(exa_home, "mi", "--target", "hpc", "--accelerator", "amd", "--count", "2", "--region", "eu-north-1")
+    shown = pools(exa_home)
+    assert {n: shown[n]["carbon_method"] for n in ("own", "board", "mi")} == {"own": "pool", "board": "power", "mi": "reference"}
+    for accelerator, count in (("nvidia", "2"), ("nvidia", "1"), ("amd", "1")):  # own fills, then board
+        run_exa(exa_home, "hardware", "place", "w", "--accelerator", accelerator, "--count", count, check=True)
+    rows = exa_json(exa_home, "finops", "carbon", "--hours", "1")["rows"]
+    assert [(r["device"], r["region"], r["carbon_methods"]) for r in rows] == [
+        ("amd", "eu-north-1", ["reference"]), ("nvidia", "eu-west-1", ["pool", "power"]),
+    ]
+    text = run_exa(exa_home, "finops", "carbon", "--hours", "1", check=True).stdout.splitlines()
+    assert text[1].split()[-2:] == ["carbon", "from"] and text[2].split()[-1] == "reference" and text[3].split()[-1] == "pool,power"
+    assert [line.split(":")[0] for line in text[5:]] == ["carbon from pool", "carbon from power", "carbon from reference"]
+    from examlops_policy.hardware import Hardware
+
+    hw = Hardware(exa_home)
+    try:
+        report = hw.finops_report()
+        assert [(r.device, r.region, r.carbon_methods) for r in report.cost_carbon] == [(r["device"], r["region"], tuple(r["carbon_methods"])) for r in rows]
+    finally:
+        hw.close()
+
+
+@pytest.mark.parametrize(
+    ("value", "digits", "unit", "shown"),
+    [(0.0, 1, "", "0.0"), (0.027, 1, "", "<0.1"), (0.05, 1, "", "0.1"), (284.62, 1, "", "284.6"), (0.004, 2, "$", "<$0.01"), (0.0, 2, "$", "$0.00"), (3.5, 2, "$", "$3.50")],
+)
+def test_a_figure_that_is_not_zero_never_reads_zero(value: float, digits: int, unit: str, shown: str) -> None:
+    from examlops_policy.cli.render import amount
+
+    assert amount(value, digits, unit) == shown

@@ -93,11 +93,21 @@ def cmd_finops(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
         totals = {"decisions": found.decisions, "device_hours": found.device_hours, "cost": found.cost, "carbon_g": found.carbon_g}
         render.dump_json(console, {"rows": [dataclasses.asdict(r) for r in found.rows], "totals": totals})
         return exits.OK
-    carbon = args.kind == "carbon"
-    columns = ("device", "region", "decisions", "device-hours", "gCO2e" if carbon else "USD")
-    cells = [[r.device, r.region, str(r.decisions), f"{r.device_hours:.2f}", f"{r.carbon_g:.1f}" if carbon else f"{r.cost:.2f}"] for r in found.rows]
-    render.emit_table(console, f"{'Carbon' if carbon else 'Cost'} by device type and region", columns, cells, right=columns[2:])
-    console.print(f"total {found.carbon_g:.1f} gCO2e" if carbon else f"total ${found.cost:.2f}")
+    if args.kind == "carbon":
+        # Each row says how its carbon was found, and a legend explains the methods shown.
+        from examlops_policy.accounting import carbon_method_text
+
+        columns: tuple[str, ...] = ("device", "region", "decisions", "device-hours", "gCO2e", "carbon from")
+        cells = [[r.device, r.region, str(r.decisions), render.amount(r.device_hours, 2), render.amount(r.carbon_g, 1), ",".join(r.carbon_methods) or "-"]
+                 for r in found.rows]  # fmt: skip
+        render.emit_table(console, "Carbon by device type and region", columns, cells, right=columns[2:5])
+        console.print(f"total {render.amount(found.carbon_g, 1)} gCO2e")
+        render.print_carbon_legend(console, {m: carbon_method_text(m, hw.tables) for r in found.rows for m in r.carbon_methods})
+        return exits.OK
+    columns = ("device", "region", "decisions", "device-hours", "USD")
+    cells = [[r.device, r.region, str(r.decisions), render.amount(r.device_hours, 2), render.amount(r.cost, 2)] for r in found.rows]
+    render.emit_table(console, "Cost by device type and region", columns, cells, right=columns[2:])
+    console.print(f"total {render.amount(found.cost, 2, '$')}")
     return exits.OK
 
 
@@ -131,9 +141,9 @@ def cmd_models_cost(args: argparse.Namespace, hw: Hardware, console: Console) ->
         console.print("No placements yet.")
         return exits.OK
     columns = ("workload", "decisions", "device-hours", "USD", "gCO2e")
-    cells = [[r.workload, str(r.decisions), f"{r.device_hours:.2f}", f"{r.cost:.2f}", f"{r.carbon_g:.1f}"] for r in found.rows]
+    cells = [[r.workload, str(r.decisions), render.amount(r.device_hours, 2), render.amount(r.cost, 2), render.amount(r.carbon_g, 1)] for r in found.rows]
     render.emit_table(console, "Cost and carbon by workload (most expensive first)", columns, cells, right=columns[1:])
-    console.print(f"total ${found.cost:.2f} · {found.carbon_g:.1f} gCO2e")
+    console.print(f"total {render.amount(found.cost, 2, '$')} · {render.amount(found.carbon_g, 1)} gCO2e")
     return exits.OK
 
 

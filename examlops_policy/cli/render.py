@@ -63,6 +63,20 @@ def number(value: float) -> str:
     return text if text != "-0" else "0"
 
 
+def amount(value: float, digits: int, unit: str = "") -> str:
+    """A figure to ``digits`` decimals after ``unit`` (``$``) that never reads zero when it is not:
+    ``<0.1`` (``<$0.01``) below what the digits show."""
+    if 0 < value < 0.5 * 10**-digits:
+        return f"<{unit}{10**-digits:.{digits}f}"
+    return f"{unit}{value:.{digits}f}"
+
+
+def print_carbon_legend(console: Console, methods: dict[str, str]) -> None:
+    """What each carbon method shown means (``carbon from``): method -> text."""
+    for method, text in sorted(methods.items()):
+        console.print(Text(f"carbon from {method}: {text}", style="dim"))
+
+
 def devices_text(count: float, accelerator: str) -> str:
     if count == 1:
         return f"1 {accelerator} device"
@@ -350,9 +364,7 @@ def print_pools(console: Console, views: Sequence[PoolView]) -> None:
     emit_table(console, "Pools (cheapest first)", columns, rows, right=("free/total", "$/h", "gCO2e/h"))
     if any(v.cost_default for v in views):
         console.print(Text("* the accelerator's default price (accounting.yaml)", style="dim"))
-    legend = {v.carbon_method: v.carbon_method_text for v in views}
-    for method, text in sorted(legend.items()):
-        console.print(Text(f"carbon from {method}: {text}", style="dim"))
+    print_carbon_legend(console, {v.carbon_method: v.carbon_method_text for v in views})
     if any(v.pool.drained for v in views):
         console.print(Text("drained: takes no new grants, keeps its live ones (exa hardware undrain NAME); "
                            "removal pending: goes when its last live grant ends", style="dim"))  # fmt: skip

@@ -102,6 +102,11 @@ class Store(Protocol):
         """Cost and carbon per workload name, summed by the database."""
         ...
 
+    def placed_pools(self) -> list[tuple[str, str, str | None, str | None]]:
+        """Each distinct (device type, region, pool, fleet revision) of the placed decisions: what
+        says how their carbon was found."""
+        ...
+
     def report_rows(self, *, hours: float | None = None, since: str | None = None, until: str | None = None, now: str | None = None) -> tuple[list[JSONObject], list[JSONObject]]:
         """Decision and burst rows, from columns, for the FinOps report (a placement names its pool
         and the fleet revision it was decided on)."""

@@ -517,6 +517,12 @@ class SQLStore(QueueReads, ABC):
         rows = self._placed_sums(("accelerator", "region"), "accelerator, region", hours=hours, since=since, until=until, now=now)
         return [FinopsRow(str(r[0]), str(r[1]), *r[2:]) for r in rows]  # type: ignore[arg-type]
 
+    def placed_pools(self) -> list[tuple[str, str, str | None, str | None]]:
+        """Each distinct (device type, region, pool, fleet revision) of the placed decisions."""
+        sql = "SELECT DISTINCT accelerator, region, pool, fleet_revision FROM decisions WHERE outcome = 'placed'"
+        rows = self._run(lambda: self._execute(sql).fetchall())
+        return [(str(r[0]), str(r[1]), r[2], r[3]) for r in rows]
+
     def _placed_sums(
         self, keys: tuple[str, ...], order: str, *, hours: float | None, since: str | None, until: str | None, now: str | None
     ) -> list[tuple[object, ...]]:
