@@ -2,7 +2,8 @@
 
 Every reason code the policy can give is declared once, in the ``# METADATA`` of the package that
 gives it: each check's ``custom.codes`` (``policies/examlops/hardware/checks/<name>/``), and those
-of the workload's validation, the tiers, the composer and the reference decision. The composer
+of the workload's validation, the tiers, the composer, the reference decision, and the queue's
+admission order and preemption plan. The composer
 package gathers them (``check_list``, ``check_about``, ``codes_of``); this module asks OPA for them
 (``opa eval`` over the policy folder, the tests left out) and writes them as Markdown between two
 markers in the README::
@@ -40,7 +41,9 @@ _QUERY: Final = (
     f'"workload": {_COMPOSER}.codes_of(data.examlops.hardware.workload.about), '
     f'"tiers": {_COMPOSER}.codes_of(data.examlops.hardware.tiers.about), '
     f'"composer": {_COMPOSER}.codes_of({_COMPOSER}.own_about), '
-    f'"decision": {_COMPOSER}.codes_of(data.examlops.hardware.reference.own_about)'
+    f'"decision": {_COMPOSER}.codes_of(data.examlops.hardware.reference.own_about), '
+    f'"order": {_COMPOSER}.codes_of(data.examlops.queue.order.about), '
+    f'"preemption": {_COMPOSER}.codes_of(data.examlops.queue.preemption.about)'
     "}"
 )
 # Where the codes that are not a check's come from, as the table names them.
@@ -49,6 +52,8 @@ _OTHER: Final = (
     ("tiers", "tier (why an admissible pool was passed over)"),
     ("composer", "the composer (the checks from their metadata)"),
     ("decision", "the reference decision"),
+    ("order", "the queue's admission order"),
+    ("preemption", "the queue's preemption plan"),
 )
 
 

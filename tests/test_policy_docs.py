@@ -37,6 +37,20 @@ def test_every_declared_code_is_in_the_table_once() -> None:
     assert {c.name: c.stage for c in codes.checks}["capacity"] == "pool"
 
 
+def test_every_code_any_package_declares_is_in_the_table() -> None:
+    """The table's codes are every ``custom.codes`` any policy package declares (``opa inspect``
+    reads them all): a package whose codes the generator does not ask for fails here."""
+    import json
+    import subprocess
+
+    from tests.conftest import OPA_BIN
+
+    found = json.loads(subprocess.run([str(OPA_BIN), "inspect", "-a", "--format", "json", str(POLICIES)], capture_output=True, text=True, check=True).stdout)
+    declared = {code for entry in found.get("annotations", []) for code in ((entry.get("annotations") or {}).get("custom") or {}).get("codes", {})}
+    assert {"priority_unknown", "victim_within_quota", "capacity_exhausted"} <= declared
+    assert declared == {c.code for c in decode(policy_metadata(POLICIES)).codes}
+
+
 def test_a_new_check_appears_in_the_table(tmp_path: Path) -> None:
     """A plugin is documented from its own metadata, with no other edit."""
     policies = tmp_path / "policies"
