@@ -841,7 +841,7 @@ class Hardware:
     def finops(self, hours: float | None = None) -> FinopsReport:
         """Cost and carbon of placed decisions by device type and region, with totals. Hours are
         ``hours`` for every decision when given, else the time each placement held its devices."""
-        from examlops_policy.accounting import UNRECORDED
+        from examlops_policy.accounting import UNRECORDED, carbon_method_text
 
         methods: dict[tuple[str, str], set[str]] = {}
         for device, region, pool, fleet in self.store.placed_pools():
@@ -856,6 +856,7 @@ class Hardware:
             round(sum(r.device_hours for r in rows), 6),
             round(sum(r.cost for r in rows), 6),
             round(sum(r.carbon_g for r in rows), 6),
+            tuple((m, carbon_method_text(m, self.tables)) for m in sorted({m for r in rows for m in r.carbon_methods})),
         )
 
     def estimate_errors(self, *, since: str | None = None, until: str | None = None) -> tuple[EstimateError, ...]:

@@ -265,13 +265,15 @@ class Replay:
 
 @dataclass(frozen=True)
 class FinopsReport:
-    """Cost and carbon by device type and region, with totals."""
+    """Cost and carbon by device type and region, with totals, and what each carbon method its rows
+    name means (``methods``: method -> text, under the reviewed tables)."""
 
     rows: tuple[FinopsRow, ...]
     decisions: int
     device_hours: float
     cost: float
     carbon_g: float
+    methods: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -300,6 +300,24 @@ _done: set[int] = set()
 def _run(block: Block, session: Session) -> None:
     _done.add(block.line)
     env = {**session.env(), **_service_env(block.needs)}
+    try:
+        _run_in(block, session, env)
+    except BaseException:
+        if "slurm" in block.needs:
+            _cancel_readme_jobs(env)  # a block that failed before its own scancel leaves no job behind
+        raise
+
+
+def _cancel_readme_jobs(env: dict[str, str]) -> None:
+    """Cancel the jobs the README's blocks start (named exa-readme-*): the next Slurm test finds
+    the nodes as the suite left them, not filled by a block that failed midway."""
+    listed = subprocess.run(["squeue", "--noheader", "--format=%i %j"], capture_output=True, text=True, env=env, timeout=30)
+    ids = [line.split()[0] for line in listed.stdout.splitlines() if len(line.split()) == 2 and line.split()[1].startswith("exa-readme")]
+    if ids:
+        subprocess.run(["scancel", *ids], capture_output=True, env=env, timeout=30)
+
+
+def _run_in(block: Block, session: Session, env: dict[str, str]) -> None:
     if block.language == "python":
         result = subprocess.run([sys.executable, "-c", "\n".join(block.body)], capture_output=True, text=True, env=env, cwd=session.work, timeout=120)
         assert result.returncode == 0, f"README line {block.line}: the Python block failed:\n{result.stderr}"

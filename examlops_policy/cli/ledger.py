@@ -95,14 +95,12 @@ def cmd_finops(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
         return exits.OK
     if args.kind == "carbon":
         # Each row says how its carbon was found, and a legend explains the methods shown.
-        from examlops_policy.accounting import carbon_method_text
-
         columns: tuple[str, ...] = ("device", "region", "decisions", "device-hours", "gCO2e", "carbon from")
         cells = [[r.device, r.region, str(r.decisions), render.amount(r.device_hours, 2), render.amount(r.carbon_g, 1), ",".join(r.carbon_methods) or "-"]
                  for r in found.rows]  # fmt: skip
         render.emit_table(console, "Carbon by device type and region", columns, cells, right=columns[2:5])
         console.print(f"total {render.amount(found.carbon_g, 1)} gCO2e")
-        render.print_carbon_legend(console, {m: carbon_method_text(m, hw.tables) for r in found.rows for m in r.carbon_methods})
+        render.print_carbon_legend(console, dict(found.methods))
         return exits.OK
     columns = ("device", "region", "decisions", "device-hours", "USD")
     cells = [[r.device, r.region, str(r.decisions), render.amount(r.device_hours, 2), render.amount(r.cost, 2)] for r in found.rows]
