@@ -838,17 +838,19 @@ class Hardware:
 
     # -- cost and carbon --------------------------------------------------------------------
 
-    def finops(self, hours: float | None = None) -> FinopsReport:
+    def finops(self, hours: float | None = None, *, methods: bool = True) -> FinopsReport:
         """Cost and carbon of placed decisions by device type and region, with totals. Hours are
-        ``hours`` for every decision when given, else the time each placement held its devices."""
+        ``hours`` for every decision when given, else the time each placement held its devices.
+        ``methods``: say how each row's carbon was found (it reads the fleets the placements were
+        decided on; a cost table that does not show it can leave it out)."""
         from examlops_policy.accounting import UNRECORDED, carbon_method_text
 
-        methods: dict[tuple[str, str], set[str]] = {}
-        for device, region, pool, fleet in self.store.placed_pools():
+        found: dict[tuple[str, str], set[str]] = {}
+        for device, region, pool, fleet in self.store.placed_pools() if methods else ():
             method = self.records.carbon_method(fleet, pool)
-            methods.setdefault((device, region), set()).add(method or UNRECORDED)
+            found.setdefault((device, region), set()).add(method or UNRECORDED)
         rows = tuple(
-            dataclasses.replace(r, carbon_methods=tuple(sorted(methods.get((r.device, r.region), ())))) for r in self.store.finops(hours=_hours(hours))
+            dataclasses.replace(r, carbon_methods=tuple(sorted(found.get((r.device, r.region), ())))) for r in self.store.finops(hours=_hours(hours))
         )  # fmt: skip
         return FinopsReport(
             rows,

@@ -581,6 +581,7 @@ def test_finops_carbon_says_how_each_rows_carbon_was_found(exa_home: Path) -> No
     assert [(r["device"], r["region"], r["carbon_methods"]) for r in rows] == [
         ("amd", "eu-north-1", ["reference"]), ("nvidia", "eu-west-1", ["pool", "power"]),
     ]
+    assert exa_json(exa_home, "finops", "cost", "--hours", "1")["rows"] == rows  # the same rows, methods included
     text = run_exa(exa_home, "finops", "carbon", "--hours", "1", check=True).stdout.splitlines()
     assert text[1].split()[-2:] == ["carbon", "from"] and text[2].split()[-1] == "reference" and text[3].split()[-1] == "pool,power"
     assert [line.split(":")[0] for line in text[5:]] == ["carbon from pool", "carbon from power", "carbon from reference"]

@@ -88,7 +88,7 @@ def cmd_audit_keygen(args: argparse.Namespace, hw: Hardware, console: Console) -
 
 
 def cmd_finops(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
-    found = hw.finops(args.hours)
+    found = hw.finops(args.hours, methods=args.kind == "carbon" or args.json)
     if args.json:
         totals = {"decisions": found.decisions, "device_hours": found.device_hours, "cost": found.cost, "carbon_g": found.carbon_g}
         render.dump_json(console, {"rows": [dataclasses.asdict(r) for r in found.rows], "totals": totals})
