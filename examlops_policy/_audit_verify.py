@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from examlops_policy import _chain_state as chain_state, audit
 from examlops_policy.model import Pool
-from examlops_policy.store.api import HeldRow
+from examlops_policy.store.api import HeldRow, NodeGrantRow, NodeUsageRow
 from examlops_policy._core import codec
 from examlops_policy._core.state import Capacities
 
@@ -18,11 +18,19 @@ if TYPE_CHECKING:
 
 
 def summary_of(capacities: Capacities) -> chain_state.Summary:
-    """A pool's capacity summary (JSON, as stored) and free devices for what its live grants hold,
-    worked out as a write works them out (``Capacities.of``)."""
+    """A pool's capacity summary (JSON, as stored) and free devices for what its live grants hold
+    (node by node: and what is held and busy on its nodes), worked out as a write works them out
+    (``Capacities.of``)."""
 
-    def summary(pool: Pool, held: Sequence[HeldRow], held_outside: float) -> tuple[object, float]:
-        capacity, free = capacities.of(pool, held, held_outside)
+    def summary(
+        pool: Pool,
+        held: Sequence[HeldRow],
+        held_outside: float,
+        grants: Sequence[NodeGrantRow] = (),
+        usage: Sequence[NodeUsageRow] = (),
+        same_devices: frozenset[str] | None = None,
+    ) -> tuple[object, float]:
+        capacity, free = capacities.of(pool, held, held_outside, grants, usage, same_devices)
         return codec.capacity_json(capacity), free
 
     return summary

@@ -32,8 +32,8 @@ difference with the tables as stored, and each row no entry accounts for:
                     entry (a pool registered again under a removed pool's name starts from none);
                     removed_at and removing_since as the pool entries that removed it or asked
                     for its removal say; free and the capacity summary as the live holdings give
-                    them
-                    (a pool counted node by node: its summaries are not compared here)
+                    them (a pool counted node by node: as the live holdings, node grants and node
+                    usage of it and of the pools sharing its nodes give them)
     capacity_log    what every pool could place at the state version each decision was decided
                     at (a record of version 3 names that version, not the capacities): what the
                     log gives back for it must hash to the input digest of the record its audit
@@ -55,16 +55,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Final, cast
+from typing import Final, Protocol, cast
 
 from examlops_policy.audit import AuditRow, Problem, VerifyReport
 from examlops_policy.errors import StateError
 from examlops_policy.model import Holding, Pool
-from examlops_policy.store.api import AUDITED, AuditedState, HeldRow
+from examlops_policy.store.api import AUDITED, AuditedState, HeldRow, NodeGrantRow, NodeUsageRow
 from examlops_policy._core import codec
+from examlops_policy._core.state import sharing_of
 
 DECISION_COLUMNS: Final = AUDITED["decisions"][0]
 ALLOCATION_COLUMNS: Final = AUDITED["allocations"][0]
@@ -84,10 +85,25 @@ Row = Mapping[str, object]
 # The record versions that name the state version they were decided at (3; 4 with start estimates).
 _DECIDED_AT: Final = (3, 4)
 _CHAIN_BROKEN: Final = frozenset({"edited", "deleted", "reordered", "inserted", "truncated", "damaged"})
-# What a pool's capacity summary (JSON) and its free devices are, for what its live grants hold
-# and what its scheduler holds outside this layer: (pool, held, held outside) -> (summary, free).
-# None: the stored summaries were worked out with other packing rules, and are not compared.
-Summary = Callable[[Pool, Sequence[HeldRow], float], tuple[object, float]]
+
+
+class Summary(Protocol):
+    """What a pool's capacity summary (JSON) and its free devices are, for what its live grants
+    hold and what its scheduler holds outside this layer; for a pool counted node by node, also what
+    the live grants hold of its nodes' CPU and memory, what schedulers report busy there, and the
+    pools whose devices on its nodes are its own (``held``, ``grants`` and ``usage`` then include
+    the rows of the pools sharing its nodes). Not given (None to ``compare``): the stored summaries
+    were worked out with other packing rules, and are not compared."""
+
+    def __call__(
+        self,
+        pool: Pool,
+        held: Sequence[HeldRow],
+        held_outside: float,
+        grants: Sequence[NodeGrantRow] = (),
+        usage: Sequence[NodeUsageRow] = (),
+        same_devices: frozenset[str] | None = None,
+    ) -> tuple[object, float]: ...
 
 
 @dataclass
@@ -590,7 +606,8 @@ def _compare_holdings(out: _Report, ident: str, d: _Decision, row: Row, found: l
         where = f"{key} device {h.get('device')}" + (f" on {h.get('node')}" if by_node else "")
         if "pool" in e:
             out.differs("holdings", "pool", where, h.get("pool"), e["pool"], seq)
-        if not by_node and isinstance(devices, (int, float)) and want:
+        if isinstance(devices, (int, float)) and want:
+            # Each holding's share of a device: the grant's devices over what it holds.
             out.differs("holdings", "share", where, h.get("share"), float(devices) / len(want), seq, number=True)
 
 
@@ -699,17 +716,13 @@ def _compare_bursts(out: _Report, ident: str, d: _Decision, row: Row, found: lis
 def _compare_pools(
     out: _Report, chain: ChainState, state: AuditedState, decisions: Mapping[str, Row], summary: Summary | None, *, chain_lost: bool
 ) -> None:
-    live: dict[str, list[HeldRow]] = {}
     # A holding is live while its allocation is (the release sets both; compared above).
     released = {ident for ident, row in decisions.items() if row.get("released_at") is not None}
-    for r in state.tables["holdings"]:
-        h = dict(zip(HOLDING_COLUMNS, r))
-        if str(h["decision_id"]) in released:
-            continue
-        holding = Holding(int(cast(int, h["device"])), cast("str | None", h["profile"]), cast("int | None", h["start"]), cast("int | None", h["units"]))
-        live.setdefault(str(h["pool"]), []).append(
-            HeldRow(str(h["decision_id"]), holding, float(cast(float, h["share"])), cast("str | None", h["node"]), cast("int | None", h["shares"]), str(h["pool"]))
-        )
+    ordered = _live_holdings(state, released)
+    live: dict[str, list[HeldRow]] = {}
+    for h in ordered:
+        live.setdefault(h.pool or "", []).append(h)
+    nodes: _NodeRows | None = None
     seen = set()
     for r in state.tables["pools"]:
         p = dict(zip(POOL_COLUMNS, r))
@@ -740,10 +753,13 @@ def _compare_pools(
             elif said[1] is not None:
                 out.differs("pools", column, repr(name), p[column], said[1], said[0])
         pool = codec.pool_from_doc(spec) if summary is not None and isinstance(spec, dict) and spec == expected.spec else None
-        # A pool counted node by node: its summary depends on the pools sharing its nodes and what
-        # schedulers report busy there (not compared here; node_usage and the holdings are).
-        if summary is not None and pool is not None and not pool.node_tracked:
-            capacity, free = summary(pool, live.get(name, []), held)
+        if summary is not None and pool is not None:
+            if pool.node_tracked:
+                # What is held and busy on its nodes, by it and by the pools sharing them.
+                nodes = nodes or _NodeRows(chain, state, released, ordered)
+                capacity, free = nodes.summary(summary, pool, held)
+            else:
+                capacity, free = summary(pool, live.get(name, []), held)
             out.differs("pools", "free", repr(name), p["free"], free, expected.seq, number=True)
             try:
                 stored = json.loads(str(p["capacity"])) if isinstance(p["capacity"], str) else p["capacity"]
@@ -754,6 +770,72 @@ def _compare_pools(
     for name, expected in sorted(chain.pools.items()):
         if name not in seen:
             out.add(expected.seq, f"pool {name!r} is in the audit log (entry {expected.seq}) but not in the pools table: its row was deleted")
+
+
+def _live_holdings(state: AuditedState, released: set[str]) -> list[HeldRow]:
+    """What the live grants hold, in the order a write reads it (``Transaction.held_in``: the
+    order the grants were made, then node by node, by device)."""
+    at = ALLOCATION_COLUMNS.index("created_at")
+    rows = [h for h in (dict(zip(HOLDING_COLUMNS, r)) for r in state.tables["holdings"]) if str(h["decision_id"]) not in released]
+    held = {str(h["decision_id"]) for h in rows}
+    made = {str(r[0]): str(r[at]) for r in state.tables["allocations"] if str(r[0]) in held}
+    rows.sort(key=lambda h: (made.get(str(h["decision_id"]), ""), str(h["decision_id"]), str(h["node"] or ""), _int(h["device"]), _int(h["start"])))
+    return [
+        HeldRow(
+            str(h["decision_id"]),
+            Holding(int(cast(int, h["device"])), cast("str | None", h["profile"]), cast("int | None", h["start"]), cast("int | None", h["units"])),
+            float(cast(float, h["share"])), cast("str | None", h["node"]), cast("int | None", h["shares"]), str(h["pool"]),
+        )  # fmt: skip
+        for h in rows
+    ]
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else -1
+
+
+class _NodeRows:
+    """What a pool counted node by node is worked out from, as a write reads it: the pools sharing
+    its nodes (among the pools not removed, as the chain states them), and what the live grants
+    hold on the nodes of them all (devices, CPU and memory) and schedulers report busy there."""
+
+    def __init__(self, chain: ChainState, state: AuditedState, released: set[str], held: Sequence[HeldRow]) -> None:
+        at_name, at_removed = POOL_COLUMNS.index("name"), POOL_COLUMNS.index("removed_at")
+        present = {str(r[at_name]) for r in state.tables["pools"] if r[at_removed] is None}
+        self.sharing = sharing_of(codec.pool_from_doc(p.spec) for name, p in sorted(chain.pools.items()) if name in present and p.removed is None)
+        # By pool, each with its place in the order a write reads them (a group is merged by it).
+        self.held: dict[str, list[tuple[int, HeldRow]]] = {}
+        for i, h in enumerate(held):
+            self.held.setdefault(h.pool or "", []).append((i, h))
+        self.grants: dict[str, list[NodeGrantRow]] = {}
+        for r in state.tables["node_grants"]:
+            g = dict(zip(NODE_GRANT_COLUMNS, r))
+            if str(g["decision_id"]) not in released:
+                self.grants.setdefault(str(g["pool"]), []).append(
+                    NodeGrantRow(str(g["decision_id"]), str(g["pool"]), str(g["node"]), _int(g["position"]), _int(g["cpu_milli"]), _int(g["memory_mib"]))
+                )
+        self.usage: dict[str, list[NodeUsageRow]] = {}
+        for r in state.tables["node_usage"]:
+            u = dict(zip(NODE_USAGE_COLUMNS, r))
+            try:
+                indices = tuple(int(i) for i in json.loads(str(u["indices"])))
+            except (ValueError, TypeError):
+                indices = ()  # reported by the node_usage comparison
+            self.usage.setdefault(str(u["pool"]), []).append(
+                NodeUsageRow(str(u["pool"]), str(u["node"]), _int(u["devices"]), indices, _int(u["shares"]),
+                             cast("int | None", u["cpu_milli"]), cast("int | None", u["memory_mib"]))  # fmt: skip
+            )
+
+    def summary(self, summary: Summary, pool: Pool, held_outside: float) -> tuple[object, float]:
+        names = self.sharing.group(pool.name)
+        return summary(
+            pool,
+            [h for _, h in sorted((ih for n in names for ih in self.held.get(n, ())), key=lambda ih: ih[0])],
+            held_outside,
+            sorted((g for n in names for g in self.grants.get(n, ())), key=lambda g: (g.pool, g.decision_id, g.position)),
+            sorted((u for n in names for u in self.usage.get(n, ())), key=lambda u: (u.pool, u.node)),
+            self.sharing.devices(pool.name),
+        )
 
 
 def _text(value: object) -> str:

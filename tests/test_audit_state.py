@@ -251,6 +251,38 @@ def test_node_by_node_grants_shares_and_usage_are_held_to_the_chain(hardware: Ha
         (["DELETE FROM node_usage"], ["node_usage of pool 'ai' is []"]),
         (["INSERT INTO node_usage (pool, node, devices, indices, shares, scheduler, updated_at) VALUES ('t4', 't4', 1, '[0]', 0, 'slurm', 'x')"],
          ["node_usage has 1 row(s) for pool 't4'", "records no node usage"]),
+        # A pool counted node by node: its free devices and summary as what is held and busy on its nodes give them.
+        (["UPDATE pools SET free = 8 WHERE name = 'ai'"], ["pools.free of 'ai' is 8", "says 5"]),
+        (["UPDATE pools SET capacity = json_set(capacity, '$[2][0][0]', 4) WHERE name = 'ai'"], ["pools.capacity of 'ai'", "its live holdings give"]),
+        (["UPDATE pools SET free = 2 WHERE name = 't4'"], ["pools.free of 't4' is 2", "says 1.75"]),
+        ([f"UPDATE holdings SET share = 1 WHERE decision_id = '{quarter}'"], [f"holdings.share of {quarter[:12]} device 0 on t4 is 1", "says 0.25"]),
     ]:
         home = edited(made, tmp_path / str(len(list(tmp_path.iterdir()))), *statements)
         named(problems(home), *expected)
+
+
+def test_the_summary_of_a_pool_sharing_a_node_is_held_to_what_the_other_pool_holds_there(hardware: Hardware, tmp_path: Path) -> None:
+    """Two pools listing one node (overlapping partitions): a grant on one takes the node's devices
+    from the other as well, and the other's stored summary is held to that."""
+    from examlops_policy.model import Node
+    from examlops_policy.store.api import NodeUsageRow
+
+    node = Node("shared-0", 4, cpu=32, memory="128Gi")
+    hardware.add_pool(Pool("batch", "hpc", "nvidia", 4, "eu", model="h100", cost_per_hour=1.0, nodes=(node,)))
+    hardware.add_pool(Pool("debug", "hpc", "nvidia", 4, "eu", model="h100", cost_per_hour=2.0, nodes=(node,)))
+    placed = hardware.place(Workload("three", "nvidia", count=2, models=("h100",)))
+    assert placed.decision.pool == "batch"  # type: ignore[union-attr]
+    assert {s.pool.name: s.free for s in hardware.pools()} == {"batch": 2, "debug": 2}
+    assert hardware.verify_audit().ok
+    # A scheduler reports one more device of the node busy, through the other pool.
+    hardware.record_usage({}, scheduler="slurm", nodes={"debug": [NodeUsageRow("debug", "shared-0", 1, (3,), 0, None, None)]})
+    assert {s.pool.name: s.free for s in hardware.pools()} == {"batch": 1, "debug": 1}
+    assert hardware.verify_audit().ok
+    hardware.close()
+    db = sqlite3.connect(hardware.home / "state.db")
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    made = Made(hardware.home, placed.id, "", "", "", "", "")
+    for pool in ("batch", "debug"):
+        home = edited(made, tmp_path / pool, f"UPDATE pools SET free = 4 WHERE name = '{pool}'")
+        named(problems(home), f"pools.free of '{pool}' is 4", "says 1")
