@@ -26,9 +26,9 @@ def summary_of(capacities: Capacities) -> chain_state.Summary:
         pool: Pool,
         held: Sequence[HeldRow],
         held_outside: float,
-        grants: Sequence[NodeGrantRow] = (),
-        usage: Sequence[NodeUsageRow] = (),
-        same_devices: frozenset[str] | None = None,
+        grants: Sequence[NodeGrantRow],
+        usage: Sequence[NodeUsageRow],
+        same_devices: frozenset[str] | None,
     ) -> tuple[object, float]:
         capacity, free = capacities.of(pool, held, held_outside, grants, usage, same_devices)
         return codec.capacity_json(capacity), free

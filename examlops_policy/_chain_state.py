@@ -55,10 +55,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Final, Protocol, cast
+from typing import Final, cast
 
 from examlops_policy.audit import AuditRow, Problem, VerifyReport
 from examlops_policy.errors import StateError
@@ -87,23 +87,14 @@ _DECIDED_AT: Final = (3, 4)
 _CHAIN_BROKEN: Final = frozenset({"edited", "deleted", "reordered", "inserted", "truncated", "damaged"})
 
 
-class Summary(Protocol):
-    """What a pool's capacity summary (JSON) and its free devices are, for what its live grants
-    hold and what its scheduler holds outside this layer; for a pool counted node by node, also what
-    the live grants hold of its nodes' CPU and memory, what schedulers report busy there, and the
-    pools whose devices on its nodes are its own (``held``, ``grants`` and ``usage`` then include
-    the rows of the pools sharing its nodes). Not given (None to ``compare``): the stored summaries
-    were worked out with other packing rules, and are not compared."""
-
-    def __call__(
-        self,
-        pool: Pool,
-        held: Sequence[HeldRow],
-        held_outside: float,
-        grants: Sequence[NodeGrantRow] = (),
-        usage: Sequence[NodeUsageRow] = (),
-        same_devices: frozenset[str] | None = None,
-    ) -> tuple[object, float]: ...
+# What a pool's capacity summary (JSON) and its free devices are, for what its live grants hold
+# and what its scheduler holds outside this layer; for a pool counted node by node, also what the
+# live grants hold of its nodes' CPU and memory, what schedulers report busy there, and the pools
+# whose devices on its nodes are its own (``held``, ``grants`` and ``usage`` then include the rows
+# of the pools sharing its nodes): (pool, held, held outside, grants, usage, same devices) ->
+# (summary, free). None: the stored summaries were worked out with other packing rules, and are
+# not compared.
+Summary = Callable[[Pool, Sequence[HeldRow], float, Sequence[NodeGrantRow], Sequence[NodeUsageRow], frozenset[str] | None], tuple[object, float]]
 
 
 @dataclass
@@ -759,7 +750,7 @@ def _compare_pools(
                 nodes = nodes or _NodeRows(chain, state, released, ordered)
                 capacity, free = nodes.summary(summary, pool, held)
             else:
-                capacity, free = summary(pool, live.get(name, []), held)
+                capacity, free = summary(pool, live.get(name, []), held, (), (), None)
             out.differs("pools", "free", repr(name), p["free"], free, expected.seq, number=True)
             try:
                 stored = json.loads(str(p["capacity"])) if isinstance(p["capacity"], str) else p["capacity"]
