@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO, cast
@@ -67,6 +67,7 @@ from examlops_policy.views import (
 if TYPE_CHECKING:  # the crypto, OPA-process and report stacks load only when a command needs them
     from examlops_policy import audit
     from examlops_policy.estimates.gather import StartEstimator
+    from examlops_policy.estimates.kubernetes import KubernetesEstimator, PendingSource
     from examlops_policy.estimates.slurm import SlurmEstimator
     from examlops_policy.executors.gres import GresTable
     from examlops_policy._impact import Impact
@@ -214,9 +215,11 @@ class Hardware:
         self._policy = policy
         # Who is asked when pools would start a workload (None: Slurm where a pool names a
         # partition, the provisioning table of the policy snapshot for cloud pools, the free
-        # capacity for the rest; a Kubernetes cluster only when given here).
+        # capacity for the rest; a Kubernetes cluster only when given: ``ask_kubernetes``).
         self._estimator = estimator
         self._slurm: SlurmEstimator | None = None
+        self._kubernetes: KubernetesEstimator | None = None
+        self._closing: list[Callable[[], None]] = []  # what this Hardware opened beside its store and policy
         # The reviewed policy a decision is made under: its tables and their revision, read together
         # and noticed when the files change (tables passed in are pinned).
         self._reviewed: Reviewed | Pinned = Pinned(tables) if tables is not None else Reviewed()
@@ -307,9 +310,36 @@ class Hardware:
 
             root = under.policy.root
             under.estimator = StartEstimator(
-                slurm=self._slurm_estimator, table=ProvisioningTable.from_tables(under.policy.tables), gres=lambda: _gres_table(root)
-            )
+                slurm=self._slurm_estimator, kubernetes=self._kubernetes, table=ProvisioningTable.from_tables(under.policy.tables),
+                gres=lambda: _gres_table(root),
+            )  # fmt: skip
         return under.estimator
+
+    def ask_kubernetes(self, cluster: PendingSource | None = None, *, kubeconfig: str | None = None, context: str | None = None) -> None:
+        """From now on, ask a Kubernetes cluster when the cloud pools it serves would start a
+        workload: those that list their nodes by name, as ``discover kubernetes`` registers them.
+        Now when the grant fits, else no estimate, with the pods that wait there in front of it
+        (``estimates.kubernetes``); a cluster that does not answer gives no estimate; never the
+        provisioning table. Slurm pools and the rest are asked as before.
+
+        ``cluster``: a ``KubernetesCluster`` (or anything with ``pending_pods()``), else the one
+        ``kubeconfig`` and ``context`` name (default: ``$KUBECONFIG``, else ``~/.kube/config``, and
+        its current context), connected now (the file is read; the server is first asked by a
+        decision) and closed with this Hardware. SpecError for a kubeconfig that cannot be used;
+        StateError when this Hardware was given an estimator of its own (give it the cluster)."""
+        from examlops_policy.estimates.kubernetes import KubernetesEstimator
+
+        if self._estimator is not None:
+            raise StateError("this Hardware was given its own start estimator: give that estimator the Kubernetes cluster instead")
+        if cluster is None:
+            from examlops_policy.executors.kubernetes_api import KubernetesCluster
+
+            connected = KubernetesCluster.connect(kubeconfig, context)
+            self._closing.append(connected.close)
+            cluster = connected
+        self._kubernetes = KubernetesEstimator(cluster)
+        if self._under is not None:
+            self._under.estimator = None
 
     def _slurm_estimator(self) -> SlurmEstimator:
         """The one Slurm estimator of this object: its answers are cached across policy snapshots
@@ -346,6 +376,8 @@ class Hardware:
         close = getattr(self._policy, "close", None)
         if close is not None:
             close()
+        while self._closing:
+            self._closing.pop()()
 
     # -- pools ------------------------------------------------------------------------------
 

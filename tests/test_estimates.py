@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from examlops_policy.errors import ExaError, PolicyError
+from examlops_policy.errors import ExaError, PolicyError, SpecError
 from examlops_policy.estimates import StartEstimate, start_now, start_text, unknown
 from examlops_policy.estimates.gather import EstimateRequest, StartEstimator
 from examlops_policy.estimates.kubernetes import KubernetesEstimator, competes
@@ -394,3 +394,31 @@ def test_a_decision_asks_the_cluster_for_its_pools_and_records_the_answer(cluste
         assert getattr(cheapest, "pool", None) == "aws-h100"
     finally:
         hw.close()
+
+
+def test_a_hardware_asked_to_ask_kubernetes_routes_the_clusters_pools_to_it_and_keeps_slurm_and_the_table(tmp_path: Path) -> None:
+    from examlops_policy.errors import StateError
+    from examlops_policy.hardware import Hardware
+
+    hw = Hardware(tmp_path)
+    try:
+        before = hw.estimator()
+        assert (before.kubernetes, before.source_of(K8S_POOL)) == (None, "table")
+        queue = Queue([])
+        hw.ask_kubernetes(queue)
+        after = hw.estimator()
+        assert after is not before and after.source_of(K8S_POOL) == "kubernetes"
+        assert after.source_of(Pool("slurm-gpu", "hpc", "nvidia", 4, "eu", partition="gpu")) == "slurm"
+        assert after.source_of(Pool("cloud-gpu", "cloud", "nvidia", 4, "us-east-1")) == "table"  # lists no nodes
+        assert after.kubernetes is not None and after.kubernetes.estimate(K8S_POOL, True).source == "kubernetes" and queue.calls == 1
+        with pytest.raises(SpecError, match="none"):
+            hw.ask_kubernetes(kubeconfig=str(tmp_path / "none"))  # a kubeconfig that cannot be read: bad input
+        assert hw.estimator() is after  # and nothing changed
+    finally:
+        hw.close()
+    own = Hardware(tmp_path, estimator=StartEstimator())
+    try:
+        with pytest.raises(StateError, match="its own start estimator"):
+            own.ask_kubernetes(Queue([]))
+    finally:
+        own.close()

@@ -431,3 +431,38 @@ def test_an_unreachable_api_server_exits_9_and_records_nothing(
     # ... so it can still be submitted once the server answers (the server's dry run here).
     assert ok_json(home, "hardware", "submit", decision["id"], "--kubernetes", "--image", IMAGE, "--dry-run")["submitted"] is False
     audit_verifies(home)
+
+
+def test_ask_kubernetes_takes_the_start_from_the_cluster_and_fails_closed_when_it_does_not_answer(
+    cluster: KubernetesCluster, shared_home: Path, tmp_path: Path  # noqa: F811 - fixture
+) -> None:
+    """``--ask-kubernetes``: the start of a burst to a discovered pool comes from the cluster (now:
+    the grant fits), not from the provisioning table; a cluster that does not answer gives no
+    estimate, so a waiting limit refuses the pool (fail closed); a bad kubeconfig is bad input."""
+    args = ("hardware", "burst", f"soon-{RUN}", "--allow-burst", "--optimize", "carbon", "--accelerator", "nvidia", "--count", "2", "--dry-run")
+    table = ok_json(shared_home, *args)
+    assert (table["pool"], table["estimate_source"]) == (H100, "table")
+    asked = ok_json(shared_home, *args, "--ask-kubernetes", "--context", CONTEXT)
+    assert (asked["pool"], asked["estimate_source"], asked["estimate_reason"]) == (H100, "kubernetes", None)
+    started = time.mktime(time.strptime(asked["estimated_start"], "%Y-%m-%dT%H:%M:%SZ"))
+    decided = time.mktime(time.strptime(asked["decided_at"][:19], "%Y-%m-%dT%H:%M:%S"))
+    assert abs(started - decided) <= 1, asked  # now
+    shown = exa(shared_home, *args, "--ask-kubernetes", "--explain")
+    assert shown.returncode == 0 and "Start: kubernetes: starts now" in shown.stdout, shown.stdout
+
+    port = free_port()
+    config = yaml.safe_load(KUBECONFIG.read_text())
+    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    closed = tmp_path / "closed-kubeconfig"
+    closed.write_text(yaml.safe_dump(config))
+    unanswered = ok_json(shared_home, *args, "--ask-kubernetes", "--kubeconfig", str(closed))
+    assert (unanswered["pool"], unanswered["estimated_start"], unanswered["estimate_source"]) == (H100, None, "kubernetes")
+    assert f"https://127.0.0.1:{port}" in unanswered["estimate_reason"], unanswered["estimate_reason"]
+    limited = exa(shared_home, *args, "--ask-kubernetes", "--kubeconfig", str(closed), "--max-wait", "1h", "--json")
+    verdict = next(v for v in json.loads(limited.stdout)["verdicts"] if v["pool"] == H100)
+    assert "estimate_unknown" in [r["code"] for r in verdict["reasons"]], verdict
+
+    missing = exa(shared_home, *args, "--ask-kubernetes", "--kubeconfig", str(tmp_path / "none"))
+    assert missing.returncode == 2 and str(tmp_path / "none") in missing.stderr, (missing.stdout, missing.stderr)
+    stray = exa(shared_home, *args, "--context", CONTEXT)
+    assert stray.returncode == 2 and "add --ask-kubernetes" in stray.stderr, (stray.stdout, stray.stderr)

@@ -98,7 +98,7 @@ def _submission(args: argparse.Namespace, queue: bool) -> Submit | None:
     from examlops_policy.views import Submit
 
     if args.submit is None:
-        given = [f"--{o}" for o in ("script", "image", "namespace", "context", "kubeconfig") if getattr(args, o, None)]
+        given = [f"--{o}" for o in ("script", "image", "namespace", *(() if args.ask_kubernetes else ("context", "kubeconfig"))) if getattr(args, o, None)]
         if given:
             raise SpecError(f"{', '.join(given)} say how to submit once admitted: add --submit slurm or --submit kubernetes", source="command line")
         return None
@@ -113,10 +113,19 @@ def _submission(args: argparse.Namespace, queue: bool) -> Submit | None:
     return Submit.kubernetes(args.image, namespace=args.namespace, context=args.context, kubeconfig=args.kubeconfig)
 
 
+def _ask_kubernetes(args: argparse.Namespace, hw: Hardware) -> None:
+    """``--ask-kubernetes``: the cluster of ``--kubeconfig``/``--context`` is asked for start
+    estimates (its file is read now: a bad one is bad input, exit 2). Without it, ``--context``
+    and ``--kubeconfig`` only say how to ``--submit kubernetes``."""
+    if args.ask_kubernetes:
+        hw.ask_kubernetes(kubeconfig=args.kubeconfig, context=args.context)
+
+
 def cmd_place(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     w, queue_in_file = placement(args)
     queue = bool(args.queue or queue_in_file)
     submission = _submission(args, queue)
+    _ask_kubernetes(args, hw)
     if args.dry_run:
         return show(args, console, hw.what_if(w, where=True))
     record = hw.place(w, request_id=args.request_id, lease=args.lease, queue=queue, submission=submission)
@@ -127,6 +136,9 @@ def cmd_burst(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     if not args.allow_burst:
         raise SpecError("bursting to cloud is opt-in: add --allow-burst", source="exa hardware burst", field="--allow-burst")
     w = workload(args)
+    if not args.ask_kubernetes and (args.context or args.kubeconfig):
+        raise SpecError("--context and --kubeconfig name the cluster --ask-kubernetes asks: add --ask-kubernetes", source="command line")
+    _ask_kubernetes(args, hw)
     if args.dry_run:
         return show(args, console, hw.what_if(as_burst(w), where=True))
     record = hw.burst(w, request_id=args.request_id, lease=args.lease)
@@ -287,14 +299,17 @@ def _workload_args(p: argparse.ArgumentParser, *, target: bool, queue: bool = Fa
     p.add_argument("--request-id", help="idempotency key: a retry with the same key returns the same decision")
     p.add_argument("--lease", type=types.lease, help="release the placement unless submitted or renewed within this time, e.g. 30m")
     p.add_argument("--priority", help="its priority class (priorities.yaml: orders the queue, may allow preemption)")
+    p.add_argument("--ask-kubernetes", action="store_true",
+                   help="ask the Kubernetes cluster (--kubeconfig, --context) when the pools it serves would start it, not the provisioning table")
+    uses = "--ask-kubernetes, --submit kubernetes" if queue else "--ask-kubernetes"
+    p.add_argument("--context", help=f"{uses}: the kubeconfig context (default: its current context)")
+    p.add_argument("--kubeconfig", help=f"{uses}: the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
     if queue:
         p.add_argument("--queue", action="store_true", help="wait in the queue when every pool that could take it is only full")
         p.add_argument("--submit", choices=("slurm", "kubernetes"), help="once admitted from the queue, submit it (with --script, or --image)")
         p.add_argument("--script", help="--submit slurm: the batch script (its text is kept with the queued workload)")
         p.add_argument("--image", help="--submit kubernetes: the container image")
         p.add_argument("--namespace", help="--submit kubernetes: the namespace")
-        p.add_argument("--context", help="--submit kubernetes: the kubeconfig context")
-        p.add_argument("--kubeconfig", help="--submit kubernetes: the kubeconfig file")
 
 
 def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
