@@ -3,7 +3,8 @@
 Each step, in order: look at the reviewed policy files (a changed revision is read, and OPA is
 confirmed to serve it before anything is decided under it); release the placements whose lease
 ended; reconcile with the schedulers it was told to read; offer the queue the capacity there is
-(admission). Then wait the interval, woken early by a signal.
+(admission). Then wait the interval, woken early by a signal, or when work waits in the queue and
+a lease ends before the interval does (just after it ends: the capacity it held is offered then).
 
 * SIGTERM, SIGINT: no new step; the step under way finishes (its transactions commit or roll back
   whole); exit 0. A second signal changes nothing.
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from examlops_policy.views import AdmissionReport, ReconcileReport
 
 MAX_BACKOFF_S: Final = 300.0
+# Woken for a lease's end this long after it (a lease is released once its end has passed).
+WAKE_SLACK_S: Final = 0.2
 
 
 class Under(Protocol):
@@ -61,6 +64,8 @@ class Hardware(Protocol):
     def close(self) -> None: ...
 
     def expire_leases(self) -> list[str]: ...
+
+    def queue_wakes_at(self) -> float | None: ...
 
     def reconcile(
         self, *, slurm: bool | None = None, kubernetes: Mapping[str, str | None] | None = None, admit: bool = True
@@ -138,6 +143,8 @@ class Server:
                 wait = min(MAX_BACKOFF_S, self.interval_s * (2 ** backoff if backoff else 1))
                 if report.fault:
                     self.log(f"backing off: next step in {wait:g} s")
+                else:
+                    wait = self._until_capacity_frees(wait)
                 self._stop.wait(wait)
             self.log("stopped")
             return 0
@@ -147,6 +154,17 @@ class Server:
             if self._hw is not None:
                 self._hw.close()
             record.unlink(missing_ok=True)
+
+    def _until_capacity_frees(self, wait: float) -> float:
+        """``wait``, or less when work waits in the queue and a lease ends sooner: the step after
+        that lease's end releases it and offers the queue what it held."""
+        try:
+            wakes = self.hw.queue_wakes_at()
+        except Exception:  # noqa: BLE001 - the next step reports what is wrong; the interval stands
+            return wait
+        if wakes is None:
+            return wait
+        return min(wait, max(0.0, wakes - time.time()) + WAKE_SLACK_S)
 
     def _signalled(self, signum: int, frame: FrameType | None) -> None:
         if not self.stopping:

@@ -442,3 +442,16 @@ def test_use_per_project_is_bucketed_by_day_and_aged_at_each_buckets_middle(tmp_
         assert b.decision.outcome == "placed"
     finally:
         hw.close()
+
+
+def test_the_queue_wakes_when_the_first_lease_of_an_unsubmitted_placement_ends(hw: Hardware) -> None:
+    """What ``serve`` wakes for: while work waits, the end of the first lease that frees capacity
+    by itself (a submitted placement's lease no longer ends it)."""
+    assert hw.queue_wakes_at() is None  # nothing placed, nothing waits
+    leased = hw.place(amd("a", 2), lease=timedelta(minutes=30))
+    assert leased.lease_expires_at is not None
+    assert hw.queue_wakes_at() is None  # a lease, but nothing waits
+    hw.place(amd("b"), queue=True)
+    assert hw.queue_wakes_at() == pytest.approx(leases.instant(leased.lease_expires_at).timestamp())
+    hw.set_job(leased.id, "4711", scheduler="slurm")
+    assert hw.queue_wakes_at() is None  # submitted: it holds its devices until its job ends

@@ -74,6 +74,21 @@ def test_serve_admits_when_the_lease_ends_and_stops_cleanly_on_sigterm(exa_home:
     assert run_exa(exa_home, "audit", "verify").returncode == 0
 
 
+def test_serve_wakes_when_a_lease_ends_while_work_waits_not_at_the_next_interval(exa_home: Path) -> None:
+    # The first step finds the pool still held (its lease ends 2 s after it was placed); the next
+    # interval is a minute away, but capacity frees when the lease ends, and serve steps then.
+    _, queued = setup_full(exa_home)
+    started = time.monotonic()
+    proc = serve(exa_home, "--interval", "60s")
+    try:
+        assert until(lambda: state_of(exa_home, queued) == "admitted", 30), "not admitted within 30 s of a lease of 2 s"
+        took = time.monotonic() - started
+    finally:
+        code, out = stop(proc)
+    assert code == 0, out
+    assert took < 30 and "lease ended: released decision" in out and "admitted b" in out, out
+
+
 def test_sigint_during_a_step_finishes_it_and_exits_0(exa_home: Path, tmp_path: Path) -> None:
     """A slow squeue keeps the step busy; SIGINT (twice) arrives during it: the step finishes, the
     process exits 0, nothing half written."""

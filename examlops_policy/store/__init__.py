@@ -136,6 +136,11 @@ class Store(Protocol):
         """Whether any workload waits (one indexed read)."""
         ...
 
+    def next_lease_end(self) -> str | None:
+        """When the first lease of a live placement not yet submitted ends (None: none has a
+        lease): when capacity next frees by itself (one indexed read)."""
+        ...
+
     def queue_rows(self, states: Sequence[str] = ("queued",), *, limit: int | None = None) -> list[QueueRow]: ...
 
     def queue_find(self, ident: str) -> QueueRow:

@@ -89,6 +89,17 @@ class QueueReads:
         """Whether any workload waits (one indexed read)."""
         return self._run(lambda: self._execute("SELECT 1 FROM queue WHERE state = 'queued' LIMIT 1").fetchone()) is not None
 
+    def next_lease_end(self) -> str | None:
+        """When the first lease of a live placement not yet submitted ends (None: none has a
+        lease); what ``Transaction.lease_ended`` releases once it has passed (the lease index)."""
+        row = self._run(
+            lambda: self._execute(
+                "SELECT lease_expires_at FROM decisions WHERE lease_expires_at IS NOT NULL AND released_at IS NULL AND job_id IS NULL "
+                "ORDER BY lease_expires_at LIMIT 1"
+            ).fetchone()
+        )
+        return None if row is None else str(row[0])
+
     def queue_rows(self, states: Sequence[str] = ("queued",), *, limit: int | None = None) -> list[QueueRow]:
         """Rows in ``states``, oldest first (then by id)."""
         marks = ", ".join("?" for _ in states)
