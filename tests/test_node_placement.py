@@ -245,3 +245,29 @@ def test_pools_of_other_devices_on_one_node_share_only_its_cpu_and_memory(hardwa
     amd = placed(hardware, "a", accelerator="amd", count=2, cpu=2)
     assert where(amd) == [("vm", (0, 1))]
     assert reasons(refused(hardware, "more", accelerator="amd", cpu=1), "mi300xs")[0][0] == "capacity_exhausted"
+
+
+def test_placements_and_releases_in_a_row_store_the_summary_a_full_recount_gives(hardware: Hardware) -> None:
+    """A write works out again only the nodes its grant took or gave back (the rooms this process
+    kept from its last write on the pool); what it stores is what recounting every node gives
+    (audit verify recounts it), for whole devices, MIG slices beside them, shares and gangs."""
+    hardware.add_pool(two_by_four())
+    hardware.add_pool(t4_shared(nodes=2))
+    hardware.add_pool(Pool("a100", "hpc", "nvidia", 8, "eu", model="a100", cost_per_hour=2.0, supports_fractions=True, nodes=2))
+    asks = [
+        {"count": 1, "models": ("h100",)}, {"count": 2, "models": ("h100",)}, {"fraction": 0.1, "models": ("a100",)},
+        {"count": 1, "models": ("a100",)}, {"fraction": 0.25, "models": ("t4",)}, {"fraction": 0.5, "models": ("t4",)},
+        {"count": 1, "nodes": 2, "models": ("h100",)}, {"fraction": 0.3, "models": ("a100",)}, {"fraction": 0.25, "models": ("t4",)},
+    ]  # fmt: skip
+    ids = []
+    for i, ask in enumerate(asks):
+        record = hardware.place(Workload(f"w{i}", "nvidia", **ask))  # type: ignore[arg-type]
+        assert isinstance(record.decision, Placement), record.decision
+        ids.append(record.id)
+        report = hardware.verify_audit()
+        assert report.ok, (i, ask, [p.message for p in report.problems])
+    for i in (1, 6, 4, 0, 2, 8, 3, 5, 7):  # a whole device, the gang, a share, a slice ...
+        hardware.release(ids[i])
+        report = hardware.verify_audit()
+        assert report.ok, (i, asks[i], [p.message for p in report.problems])
+    assert {s.pool.name: s.free for s in hardware.pools()} == {"ai": 8, "t4": 2, "a100": 8}

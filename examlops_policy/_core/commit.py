@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Final, Protocol, TypeVar, cast
 
 from examlops_policy.errors import NotFoundError, SpecError, StateError
 from examlops_policy.model import (
-    Capacity, Decision, Holding, JSONObject, JSONValue, Node, NodeAllocation, Placement, Pool, PoolState, Rejection, iso, pool_spec,
+    Capacity, Decision, DeviceShare, Holding, JSONObject, JSONValue, Node, NodeAllocation, Placement, Pool, PoolState, Rejection, iso, pool_spec,
 )
 from examlops_policy.store.api import (
     BurstRow, DecisionRow, HeldRow, NewDecision, NewNodeGrant, NewQueued, NodeUsageRow, PoolRow, QueueRow, Rows, StaleFleet,
@@ -297,7 +297,9 @@ def place(
             if room is not None:
                 from examlops_policy._core import rooms
 
-                capacity, free = rooms.summary(room)
+                # Only the granted nodes changed: a room kept from this process's last write has
+                # the summary of the others (a room built anew is summed up whole).
+                capacity, free = rooms.summary(room, [room.capacity.index[a.node] for a in decision.allocations])
                 txn.set_capacity(decision.pool, codec.capacity_text(capacity), free, bumped)
                 if current is not None:
                     capacities.keep_rooms(decision.pool, bumped, current.spec, room)
@@ -574,7 +576,8 @@ def _release(
     version = txn.bump()
     if pool.node_tracked:
         sharing = _fleet_sharing(txn, capacities)
-        _refresh(txn, capacities, pool, row.held_outside, version, sharing=sharing)
+        if not _give_back(txn, capacities, pool, row, ident, sharing, version):
+            _refresh(txn, capacities, pool, row.held_outside, version, sharing=sharing)
         _refresh_sharers(txn, capacities, name, sharing, version)
     else:
         _refresh(txn, capacities, pool, row.held_outside, version)
@@ -586,6 +589,36 @@ def _release(
         now = txn.now()
         txn.remove_pool(name, txn.bump(fleet=True), at=now)
         txn.audit("pool", {"pool": name, "action": "removed", "removal_asked_at": row.removing, "after": ident, "removed_at": now}, source=source)
+
+
+def _give_back(txn: Transaction, capacities: Capacities, pool: Pool, row: PoolRow, ident: str, sharing: Sharing, version: int) -> bool:
+    """A release on a pool of nodes that shares none, unchanged since this process last wrote it:
+    what the grant held is given back on the rooms kept from that write, and only its nodes are
+    worked out again (the cost of what changed, not of the pool's nodes). False when it cannot be
+    (no rooms kept, or the grant holds slices): the pool is then worked out from its rows."""
+    from examlops_policy._core import rooms
+
+    if len(sharing.group(pool.name)) != 1:
+        return False
+    room = capacities.kept_rooms(pool.name, row.version, row.spec)
+    if room is None:
+        return False
+    held, grants = txn.grant_of(ident)
+    if any(h.holding.profile is not None or h.node is None for h in held):
+        return False  # slices are laid out by packing (the rows say where the others are); no node: an old grant
+    by_node: dict[str, NodeAllocation] = {g.node: NodeAllocation(g.node, cpu_milli=g.cpu_milli, memory_mib=g.memory_mib) for g in grants}
+    for h in held:
+        node = cast(str, h.node)
+        at = by_node.get(node, NodeAllocation(node))
+        if h.shares is not None:
+            by_node[node] = dataclasses.replace(at, share=DeviceShare(h.holding.device, h.shares))
+        else:
+            by_node[node] = dataclasses.replace(at, holdings=(*at.holdings, h.holding))
+    touched = rooms.give_back(room, list(by_node.values()), devices=True)
+    capacity, free = rooms.summary(room, touched)
+    txn.set_capacity(pool.name, codec.capacity_text(capacity), free, version)
+    capacities.keep_rooms(pool.name, version, row.spec, room)
+    return True
 
 
 def release(store: Rows, capacities: Capacities, ident: str, *, source: str) -> tuple[DecisionRow, bool]:

@@ -415,13 +415,7 @@ class SQLStore(QueueReads, ABC):
             + " ORDER BY a.created_at, a.decision_id, h.node, h.device, h.start",
             tuple(pools),
         ).fetchall()
-        return [
-            HeldRow(
-                str(r[0]), Holding(int(r[1]), r[2], None if r[3] is None else int(r[3]), None if r[4] is None else int(r[4])), float(r[5]),
-                None if r[6] is None else str(r[6]), None if r[7] is None else int(r[7]), str(r[8]),
-            )  # fmt: skip
-            for r in rows
-        ]
+        return [_held_row(r) for r in rows]
 
     def _node_grants(self, pools: Sequence[str], submitted: bool = False) -> list[NodeGrantRow]:
         if not pools:
@@ -667,6 +661,16 @@ class _SQLTransaction(QueueWrites):
     def node_grants(self, pools: Sequence[str], *, submitted: bool = False) -> list[NodeGrantRow]:
         return self._store._node_grants(pools, submitted)
 
+    def grant_of(self, ident: str) -> tuple[list[HeldRow], list[NodeGrantRow]]:
+        held = self._execute(
+            "SELECT decision_id, device, profile, start, units, share, node, shares, pool FROM holdings WHERE decision_id = ? ORDER BY node, device, start",
+            (ident,),
+        ).fetchall()
+        grants = self._execute(
+            "SELECT decision_id, pool, node, position, cpu_milli, memory_mib FROM node_grants WHERE decision_id = ? ORDER BY position", (ident,)
+        ).fetchall()
+        return [_held_row(r) for r in held], [NodeGrantRow(str(r[0]), str(r[1]), str(r[2]), int(r[3]), int(r[4]), int(r[5])) for r in grants]
+
     def node_usage(self, pools: Sequence[str]) -> list[NodeUsageRow]:
         return self._store._node_usage(pools)
 
@@ -860,6 +864,14 @@ class _SQLTransaction(QueueWrites):
         ).fetchall()
         return [(str(r[0]), float(r[1]), str(r[2])) for r in rows]
 
+
+
+def _held_row(r: Sequence[Any]) -> HeldRow:
+    """A holding as read: (decision_id, device, profile, start, units, share, node, shares, pool)."""
+    return HeldRow(
+        str(r[0]), Holding(int(r[1]), r[2], None if r[3] is None else int(r[3]), None if r[4] is None else int(r[4])), float(r[5]),
+        None if r[6] is None else str(r[6]), None if r[7] is None else int(r[7]), str(r[8]),
+    )  # fmt: skip
 
 def _pool_row(row: Row) -> PoolRow:
     name, spec, capacity, free, held_outside, version, removed_at, removing_since = row

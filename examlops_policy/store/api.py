@@ -304,6 +304,11 @@ class Transaction(Protocol):
         """The CPU and memory the live grants on ``pools`` hold, node by node."""
         ...
 
+    def grant_of(self, ident: str) -> tuple[list[HeldRow], list[NodeGrantRow]]:
+        """What one placement holds, released or not: its holdings (node by node, by device) and
+        the CPU and memory of each node of its grant (by place in the gang); by its id alone."""
+        ...
+
     def node_usage(self, pools: Sequence[str]) -> list[NodeUsageRow]:
         """What schedulers report busy on the nodes of ``pools`` beyond this layer's grants."""
         ...
