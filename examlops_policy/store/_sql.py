@@ -865,13 +865,13 @@ class _SQLTransaction(QueueWrites):
         return [(str(r[0]), float(r[1]), str(r[2])) for r in rows]
 
 
-
 def _held_row(r: Sequence[Any]) -> HeldRow:
     """A holding as read: (decision_id, device, profile, start, units, share, node, shares, pool)."""
     return HeldRow(
         str(r[0]), Holding(int(r[1]), r[2], None if r[3] is None else int(r[3]), None if r[4] is None else int(r[4])), float(r[5]),
         None if r[6] is None else str(r[6]), None if r[7] is None else int(r[7]), str(r[8]),
     )  # fmt: skip
+
 
 def _pool_row(row: Row) -> PoolRow:
     name, spec, capacity, free, held_outside, version, removed_at, removing_since = row
