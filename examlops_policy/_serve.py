@@ -131,7 +131,7 @@ class Server:
                     self.log(line)
                 return 5
             self.log(f"serving: policy {self.revision[:19]} · every {self.interval_s:g} s" + (
-                f" · slurm" if self.slurm else "") + (" · kubernetes" if self.kubernetes is not None else ""))  # fmt: skip
+                " · slurm" if self.slurm else "") + (" · kubernetes" if self.kubernetes is not None else ""))  # fmt: skip
             backoff = 0
             while not self.stopping:
                 report = self.step()

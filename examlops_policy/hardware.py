@@ -27,7 +27,7 @@ from examlops_policy._core.records import DecisionInputs, Reader, judged_from
 from examlops_policy._core.request import Request
 from examlops_policy._core.state import Capacities, Snapshot, Snapshots, state_of
 from examlops_policy.errors import ExaError, NotFoundError, PolicyUnavailable, SpecError, StateError
-from examlops_policy.model import Decision, JSONObject, NodeAllocation, Placement, Pool, PoolState, Reason, Workload
+from examlops_policy.model import Decision, JSONObject, NodeAllocation, Placement, Pool, PoolState, Workload
 from examlops_policy._core.packing import PoolLayout, describe, device_layouts
 from examlops_policy._core.selection import effective_cost, priced
 from examlops_policy._policy import Confirmation, OpaPolicy, PolicyEvaluator

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Final, Protocol, TypeVar, cast
 
 from examlops_policy.errors import NotFoundError, SpecError, StateError
 from examlops_policy.model import (
-    Capacity, Decision, DeviceShare, Holding, JSONObject, JSONValue, Node, NodeAllocation, Placement, Pool, PoolState, Rejection, iso, pool_spec,
+    Capacity, Decision, DeviceShare, Holding, JSONObject, JSONValue, NodeAllocation, Placement, Pool, PoolState, Rejection, iso, pool_spec,
 )
 from examlops_policy.store.api import (
     BurstRow, DecisionRow, HeldRow, NewDecision, NewNodeGrant, NewQueued, NodeUsageRow, PoolRow, QueueRow, Rows, StaleFleet,
