@@ -272,20 +272,28 @@ def compare(base: Summary, head: Summary) -> tuple[Change, ...]:
         if base.pool != head.pool:
             out.append(Change("pool", f"{base.pool} → {head.pool}"))
         if base.fallback != head.fallback or base.note != head.note:
-            parts = [f"fallback {base.fallback} → {head.fallback}"] if base.fallback != head.fallback else []
-            parts += [f"note {base.note!r} → {head.note!r}"] if base.note != head.note else []
+            parts = [f"fallback {_yes(base.fallback)} → {_yes(head.fallback)}"] if base.fallback != head.fallback else []
+            parts += [f"note {_note(base.note)} → {_note(head.note)}"] if base.note != head.note else []
             out.append(Change("fallback", " · ".join(parts)))
     if base.burst != head.burst:
         out.append(Change("burst", f"{_burst_text(base.burst)} → {_burst_text(head.burst)}"))
     moved = []
     if base.reason != head.reason and base.outcome != "placed" and head.outcome != "placed":
-        moved.append(f"decision: {base.reason[0] if base.reason else None} → {head.reason[0] if head.reason else None}")
+        moved.append(f"decision: {base.reason[0] if base.reason else 'no reason'} → {head.reason[0] if head.reason else 'no reason'}")
     for name in sorted(set(base.pools) | set(head.pools)):
         if base.codes(name) != head.codes(name):
             moved.append(f"{name}: {', '.join(base.codes(name)) or 'none'} → {', '.join(head.codes(name)) or 'none'}")
     if moved:
         out.append(Change("reasons", "; ".join(moved)))
     return tuple(out)
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _note(note: str | None) -> str:
+    return "none" if note is None else f'"{note}"'
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ from typing import Final, Literal, cast
 
 import yaml
 
+from examlops_policy.quantities import shown
 from examlops_policy.errors import PolicyError, SpecError
 from examlops_policy.model import ACCELERATORS, JSONObject, JSONValue, Pool
 from examlops_policy.specs import read_text
@@ -665,7 +666,7 @@ def pool_name(cloud: str, model: str, region: str, spot: bool) -> str:
 def _check_options(options: ImportOptions, cloud: str, tables: Tables, mapping: CatalogMapping) -> None:
     count = options.count
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_POOL_COUNT):
-        raise SpecError(f"count must be a whole number from 1 to {MAX_POOL_COUNT} (got {count!r})", field="count")
+        raise SpecError(f"count must be a whole number from 1 to {MAX_POOL_COUNT} (got {shown(count)})", field="count")
     for region in options.regions:
         problem = _region_problem(region, cloud, tables)
         if problem:

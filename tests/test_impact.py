@@ -243,7 +243,7 @@ def summary(outcome: str = "placed", pool: str | None = "a", *, fallback: bool =
         (summary(), summary(), ()),
         (summary(), summary(pool="b", codes={"a": ("y",), "b": ()}), (Change("pool", "a → b"), Change("reasons", "a: none → y; b: x → none"))),
         (summary(), summary("rejected", None, codes={"a": ("y",), "b": ("x",)}), (Change("outcome", "placed → rejected"), Change("reasons", "a: none → y"))),
-        (summary(fallback=True, note="n1"), summary(fallback=True, note="n2"), (Change("fallback", "note 'n1' → 'n2'"),)),
+        (summary(fallback=True, note="n1"), summary(fallback=True, note="n2"), (Change("fallback", "note \"n1\" → \"n2\""),)),
         (summary(burst=(True, "allowed", None)), summary("blocked", None, burst=(True, "blocked", "b")),
          (Change("outcome", "placed → blocked"), Change("burst", "allowed → blocked (b)"))),
     ],
