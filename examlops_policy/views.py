@@ -219,8 +219,8 @@ class PoolView:
 @dataclass(frozen=True)
 class NodeDetail:
     """One node of a node-tracked pool as people look at it: its state and labels, its devices
-    (``free``: with nothing on them; ``layout``: what the others hold, e.g. ``0-1 whole, 2: 3 of 4
-    shares``), its CPU millicores and memory MiB in all and free (None: not tracked)."""
+    (``free``: with nothing on them; ``layout``: what the others hold, by device index, e.g.
+    ``devices 0-1 whole, device 2: 3 of 4 shares``), its CPU millicores and memory MiB in all and free (None: not tracked)."""
 
     name: str
     state: str

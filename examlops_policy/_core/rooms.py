@@ -416,13 +416,14 @@ def details(rooms: Rooms) -> tuple[NodeDetail, ...]:
         for h in rooms.slices.get(i, ()):
             slices.setdefault(h.device, []).append(h)
         whole = sorted(rooms.taken.get(i, set()) - set(shared) - set(slices))
-        parts = [f"{_ranges(whole)} whole"] if whole else []
+        # "devices 0-1 whole", "device 3 whole": the indices of the devices held, never a count.
+        parts = [f"device{'s' if len(whole) > 1 else ''} {_ranges(whole)} whole"] if whole else []
         for device in sorted(set(shared) | set(slices)):
             if device in slices:
                 held = sorted(slices[device], key=lambda h: (h.start or 0, h.profile or ""))
-                parts.append(f"{device}: " + ", ".join(f"{h.profile}@{h.start}" if h.start is not None else str(h.profile) for h in held))
+                parts.append(f"device {device}: " + ", ".join(f"{h.profile}@{h.start}" if h.start is not None else str(h.profile) for h in held))
             else:
-                parts.append(f"{device}: {rooms.unit - shared[device]} of {rooms.unit} shares")
+                parts.append(f"device {device}: {rooms.unit - shared[device]} of {rooms.unit} shares")
         out.append(
             NodeDetail(
                 node.name, node.state, node.devices, int(capacity.whole_free[i]), ", ".join(parts) or "nothing held",

@@ -388,7 +388,10 @@ def print_pool(console: Console, detail: PoolDetail) -> None:
         console.print(Text(f"  drained, removal pending since {state.removing}: it goes when its last live grant ends", style="yellow"))
     elif p.drained:
         console.print(Text("  drained: takes no new grants, keeps its live ones (exa hardware undrain to take new ones)", style="yellow"))
-    packing = f"fixed {p.fixed_profile} slices" if view.packing == "fixed" else PACKING[view.packing]
+    if p.sharing is not None:
+        packing = f"shared devices ({p.sharing}, {p.shares_per_device} shares each)"
+    else:
+        packing = f"fixed {p.fixed_profile} slices" if view.packing == "fixed" else PACKING[view.packing]
     console.print(f"  packing: {packing} · free {number(state.free)}/{p.count}"
                   + (f" · placeable {view.placeable}" if view.placeable is not None else "")
                   + f" · empty devices {state.capacity.whole}")  # fmt: skip
