@@ -146,3 +146,19 @@ def test_a_duration_with_its_unit_and_a_wait_of_0_are_taken(exa_home: Path) -> N
     decision = json.loads(placed.stdout)
     assert decision["outcome"] == "placed" and decision["workload"]["max_wait"] == 0
     assert decision["lease_expires_at"] is not None
+
+
+# -- item 19: accounting for people, JSON with --json -----------------------------------------------
+
+
+def test_accounting_prints_text_and_json_only_when_asked(exa_home: Path) -> None:
+    run_exa(exa_home, *NV[:8], "2", "--region", "eu", "--cost-per-hour", "2.5", "--carbon-factor", "300", check=True)
+    placed = json.loads(run_exa(exa_home, "hardware", "place", "w", "--accelerator", "nvidia", "--count", "2", "--json", check=True).stdout)
+    text = run_exa(exa_home, "hardware", "accounting", placed["id"], "--hours", "10", check=True).stdout
+    assert text.splitlines() == [
+        f"decision {placed['id'][:12]} · 2 nvidia devices on nv in eu · held 10 hours",
+        "  cost    $50.00",
+        "  carbon  6000 gCO2e",
+    ]
+    figures = json.loads(run_exa(exa_home, "hardware", "accounting", placed["id"], "--hours", "10", "--json", check=True).stdout)
+    assert figures == {"device": "nvidia", "region": "eu", "hours": 10.0, "cost": 50.0, "carbon_g": 6000.0}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from examlops_policy.cli.console import Console, Text
 
@@ -245,7 +245,20 @@ def cmd_renew(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
 
 
 def cmd_accounting(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
-    render.dump_json(console, hw.accounting(args.id, args.hours))
+    figures = hw.accounting(args.id, args.hours)
+    if args.json:
+        render.dump_json(console, figures)
+        return exits.OK
+    record = hw.decision(args.id)
+    d = record.decision
+    assert isinstance(d, Placement)
+    hours = float(args.hours)
+    console.print(f"decision {record.id[:12]} · {render.grant_text(d.grant, d.accelerator)} on {d.pool} in {d.region} · "
+                  f"held {render.number(hours)} hour{'' if hours == 1 else 's'}")  # fmt: skip
+    console.print(f"  cost    {render.amount(cast(float, figures['cost']), 2, '$')}")
+    console.print(f"  carbon  {render.number(cast(float, figures['carbon_g']))} gCO2e")
+    if "carbon_g_grounded" in figures:
+        console.print(f"          {render.number(cast(float, figures['carbon_g_grounded']))} gCO2e from the pool's power (board power x PUE x grid intensity)")
     return exits.OK
 
 
@@ -353,7 +366,7 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
     p.add_argument("--lease", type=types.lease, required=True, help="from now, with its unit, e.g. 30m, 2h")
     p.set_defaults(handler=cmd_renew)
 
-    p = hardware.add_parser("accounting", parents=[common], help="cost and carbon of a placement")
+    p = hardware.add_parser("accounting", parents=[common], help="cost and carbon of a placement held for --hours (--json: the figures)")
     p.add_argument("id")
     p.add_argument("--hours", type=types.hours, required=True)
     p.set_defaults(handler=cmd_accounting)
