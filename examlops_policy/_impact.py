@@ -335,8 +335,26 @@ class Impact:
         return {k: sum(1 for r in self.results if any(c.kind == k for c in r.changes)) for k in KINDS}
 
     def example(self, kind: str) -> CaseResult | None:
-        """The first case (in evaluation order) that changed in this way."""
-        return next((r for r in self.results if any(c.kind == kind for c in r.changes)), None)
+        """The case that shows this kind of change: one that already shows an earlier kind (in
+        ``KINDS`` order) when one changed this way too, else the first (in evaluation order)."""
+        return dict(self._examples()).get(kind)
+
+    def _examples(self) -> list[tuple[str, CaseResult]]:
+        chosen: list[tuple[str, CaseResult]] = []
+        for kind in KINDS:
+            changed = [r for r in self.results if any(c.kind == kind for c in r.changes)]
+            shown = [r for _, r in chosen if any(r is c for c in changed)]
+            if changed:
+                chosen.append((kind, shown[0] if shown else changed[0]))
+        return chosen
+
+    def examples(self) -> list[tuple[tuple[str, ...], CaseResult]]:
+        """Each example case once, with the kinds of change it shows (``KINDS`` order): a case that
+        changed in outcome, burst verdict and reasons is shown once for all three."""
+        grouped: dict[int, tuple[list[str], CaseResult]] = {}
+        for kind, case in self._examples():
+            grouped.setdefault(id(case), ([], case))[0].append(kind)
+        return [(tuple(kinds), case) for kinds, case in grouped.values()]
 
     def count_rows(self) -> list[tuple[str, int]]:
         """(what changed, in words; how many cases) for every kind, in ``KINDS`` order."""
@@ -456,12 +474,9 @@ def to_lines(impact: Impact) -> list[str]:
         f"after:  {impact.head.label} · {impact.head.revision}",
         _headline(impact),
     ]
-    for kind in KINDS:
-        ex = impact.example(kind)
-        if ex is None:
-            continue
+    for kinds, ex in impact.examples():
         before, after = explain_pair(ex.base, ex.head)
-        lines += ["", f"{KIND_TITLES[kind]} — e.g. {ex.label}:", "  before:"]
+        lines += ["", f"{'; '.join(KIND_TITLES[k] for k in kinds)} — e.g. {ex.label}:", "  before:"]
         lines += [f"    {line}" for line in before]
         lines += ["  after:"]
         lines += [f"    {line}" for line in after]
@@ -491,12 +506,9 @@ def to_markdown(impact: Impact) -> str:
         out += ["", "<details><summary>Affected decisions</summary>", "", "| decision | what changed |", "|---|---|"]
         out += [f"| {_md(label)} | {_md(what)} |" for label, what in impact.change_rows()]
         out += ["", "</details>"]
-    for kind in KINDS:
-        ex = impact.example(kind)
-        if ex is None:
-            continue
+    for kinds, ex in impact.examples():
         before, after = explain_pair(ex.base, ex.head)
-        out += ["", f"#### {KIND_TITLES[kind]}: {ex.label}", "", "Before:", "```", *before, "```", "After:", "```", *after, "```"]
+        out += ["", f"#### {'; '.join(KIND_TITLES[k] for k in kinds)}: {ex.label}", "", "Before:", "```", *before, "```", "After:", "```", *after, "```"]
     if impact.skipped:
         out += ["", f"Skipped {len(impact.skipped)} recorded decision(s) that cannot be replayed."]
     return "\n".join(out) + "\n"

@@ -274,7 +274,7 @@ def test_exa_policy_impact_formats_and_exit_codes(tmp_path: Path) -> None:
     assert md.returncode == 3, md.stdout + md.stderr
     assert md.stdout.startswith("### Policy impact\n")
     assert "| outcome changed (placed ↔ rejected / blocked) | 1 |" in md.stdout
-    assert "#### outcome changed (placed ↔ rejected / blocked): workload gaudi-cloud" in md.stdout
+    assert "#### outcome changed (placed ↔ rejected / blocked); burst verdict changed; reasons changed: workload gaudi-cloud" in md.stdout
 
     js = run_exa(home, "policy", "impact", "--against", str(POLICIES), "--no-recorded", "--json", env=env, shared_opa=False)
     assert js.returncode == 0, js.stderr

@@ -162,3 +162,31 @@ def test_accounting_prints_text_and_json_only_when_asked(exa_home: Path) -> None
     ]
     figures = json.loads(run_exa(exa_home, "hardware", "accounting", placed["id"], "--hours", "10", "--json", check=True).stdout)
     assert figures == {"device": "nvidia", "region": "eu", "hours": 10.0, "cost": 50.0, "carbon_g": 6000.0}
+
+
+# -- item 21: policy impact shows each example decision once ----------------------------------------
+
+
+def test_policy_impact_shows_each_example_once_with_every_kind_it_shows() -> None:
+    from examlops_policy._impact import KIND_TITLES, CaseResult, Impact, Side
+
+    def summary(outcome: str = "placed", burst: str | None = "allowed", codes: tuple[str, ...] = ()) -> Summary:
+        reason = None if outcome == "placed" else ("residency_forbids", "data-residency eu-only forbids egress")
+        return Summary(outcome, "cloud" if outcome == "placed" else None, False, None, (True, burst, "cloud"), reason,
+                       {"cloud": tuple((c, c) for c in codes)}, ())  # fmt: skip
+
+    def case(label: str, base: Summary, head: Summary) -> CaseResult:
+        return CaseResult(label, "recorded", base, head, compare(base, head))
+
+    reasons_only = case("decision aaaa (train)", summary(codes=("x",)), summary(codes=("x", "y")))
+    everything = case("decision bbbb (gaudi)", summary(), summary("blocked", "blocked", ("residency_forbids",)))
+    impact = Impact(Side("HEAD", "sha256:a"), Side("working tree", "sha256:b"), (reasons_only, everything), sources={"recorded": 2})
+    assert [c.kind for c in everything.changes] == ["outcome", "burst", "reasons"]
+    headers = [line for line in impact.lines() if " — e.g. " in line]
+    assert headers == [f"{KIND_TITLES['outcome']}; {KIND_TITLES['burst']}; {KIND_TITLES['reasons']} — e.g. decision bbbb (gaudi):"]
+    assert impact.lines().count("  before:") == 1
+    markdown = impact.to_markdown()
+    assert markdown.count("#### ") == 1 and "#### outcome changed" in markdown and markdown.count("\nBefore:\n") == 1
+    examples = impact.to_json()["examples"]
+    assert isinstance(examples, dict)
+    assert {kind: example["case"] for kind, example in examples.items()} == dict.fromkeys(("outcome", "burst", "reasons"), "decision bbbb (gaudi)")  # type: ignore[index]
