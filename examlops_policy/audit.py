@@ -418,7 +418,14 @@ class VerifierKey:
 
     @classmethod
     def parse(cls, text: str) -> VerifierKey:
-        """Read a verifier key; SpecError says what is malformed (including a wrong key id)."""
+        """Read a verifier key; SpecError says what is malformed (including a wrong key id), and
+        which key is wanted when it is given the signer key (never echoing it)."""
+        if text.startswith("PRIVATE+KEY+"):
+            raise SpecError(
+                "this is a signer key (PRIVATE+KEY+..., the secret NAME.skey of 'exa audit keygen'): a signature is checked "
+                "with the verifier key, its public half (NAME.vkey, written beside it: NAME+KEYID+BASE64)",
+                source="verifier key",
+            )
         name, key_id, public_key = _key_parts(text, "verifier key")
         return _checked_id(cls(name, public_key), key_id, "verifier key")
 
@@ -459,7 +466,14 @@ class SigningKey:
     def parse(cls, text: str) -> SigningKey:
         """Read a signer key; SpecError says what is malformed, never echoing the key."""
         if not text.startswith("PRIVATE+KEY+"):
-            raise SpecError("must start with 'PRIVATE+KEY+'", source="signer key")
+            looks_public = text.count("+") >= 2 and bool(_HEX_ID.fullmatch(text.split("+")[1]))
+            raise SpecError(
+                "this is a verifier key (NAME+KEYID+BASE64, the public NAME.vkey of 'exa audit keygen'): a checkpoint is signed "
+                "with the signer key, its secret half (NAME.skey, starting with 'PRIVATE+KEY+')"
+                if looks_public
+                else "must start with 'PRIVATE+KEY+' (the signer key, NAME.skey of 'exa audit keygen')",
+                source="signer key",
+            )
         name, key_id, seed = _key_parts(text.removeprefix("PRIVATE+KEY+"), "signer key")
         return _checked_id(cls(name, seed), key_id, "signer key")
 

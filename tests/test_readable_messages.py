@@ -190,3 +190,32 @@ def test_policy_impact_shows_each_example_once_with_every_kind_it_shows() -> Non
     examples = impact.to_json()["examples"]
     assert isinstance(examples, dict)
     assert {kind: example["case"] for kind, example in examples.items()} == dict.fromkeys(("outcome", "burst", "reasons"), "decision bbbb (gaudi)")  # type: ignore[index]
+
+
+# -- item 24: the key audit verify wants, and the one checkpoint wants -------------------------------
+
+
+def test_each_key_reader_recognises_the_other_half_and_says_which_it_wants() -> None:
+    from examlops_policy.audit import SigningKey, VerifierKey, generate_key
+
+    secret, public = generate_key("ops")
+    with pytest.raises(SpecError) as given_secret:
+        VerifierKey.parse(secret)
+    message = str(given_secret.value)
+    assert "this is a signer key" in message and "the verifier key, its public half (NAME.vkey" in message
+    assert "8 hex digits" not in message and secret.split("+")[-1] not in message  # never echoes the secret
+    with pytest.raises(SpecError) as given_public:
+        SigningKey.parse(public)
+    assert "this is a verifier key" in str(given_public.value) and "the signer key, its secret half (NAME.skey" in str(given_public.value)
+    assert VerifierKey.parse(public) == SigningKey.parse(secret).verifier_key()
+
+
+def test_audit_verify_given_the_signer_key_says_it_wants_the_verifier_key(exa_home: Path, tmp_path: Path) -> None:
+    run_exa(exa_home, *NV, check=True)
+    run_exa(exa_home, "audit", "keygen", "ops", "--out-dir", str(tmp_path / "keys"), check=True)
+    checkpoint = tmp_path / "cp.txt"
+    run_exa(exa_home, "audit", "checkpoint", "--key", str(tmp_path / "keys" / "ops.skey"), "--out", str(checkpoint), check=True)
+    wrong = run_exa(exa_home, "audit", "verify", "--checkpoint", str(checkpoint), "--key", str(tmp_path / "keys" / "ops.skey"))
+    assert wrong.returncode == exits.BAD_INPUT
+    assert "this is a signer key" in wrong.stderr and "NAME.vkey" in wrong.stderr
+    run_exa(exa_home, "audit", "verify", "--checkpoint", str(checkpoint), "--key", str(tmp_path / "keys" / "ops.vkey"), check=True)
