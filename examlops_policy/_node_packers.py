@@ -47,8 +47,9 @@ import numpy.typing as npt
 from examlops_policy.quantities import shown
 from examlops_policy._nodes import MILLI, FloatArray, IntArray, NodeCapacity, NodeRequest
 from examlops_policy.errors import SpecError
+from examlops_policy import model
 
-PACKERS: Final = ("exa", "fgd", "best-fit", "gpu-packing", "dot-product", "gpu-clustering", "random")
+PACKERS: Final = model.PACKERS
 """Packer names, the default first."""
 
 DEFAULT_PACKER: Final = "exa"

@@ -1014,7 +1014,7 @@ class Hardware:
         pods: Path,
         nodes: Path | None = None,
         *,
-        format: str = "openb",
+        format: str | None = None,
         inflate: float = 1.3,
         seeds: Sequence[int] = (42,),
         packers: Sequence[str] = ("exa",),
@@ -1030,13 +1030,18 @@ class Hardware:
         pool of every GPU node, for a trace that names no model); ``generic``: ``pods`` a trace
         (``schemas/trace.schema.json``; ``nodes``, when given, a pools file replacing its pools), or
         a workload list in CSV beside ``nodes``, a node list in CSV (``_sim.generic``'s columns),
-        in time order, work leaving when its duration ends. ``policy``: a policy folder to judge
+        in time order, work leaving when its duration ends. ``format`` None: read from ``pods``
+        (``_sim.trace_format``: a YAML or JSON trace, or a CSV with an ``arrival`` column, is
+        generic; else openb). ``policy``: a policy folder to judge
         with instead of the reviewed one (its own OPA, stopped afterwards). One run per packer.
 
         SpecError for bad input (file, line, column); PolicyUnavailable/PolicyError without a policy."""
         from examlops_policy._node_packers import PACKERS
         from examlops_policy._sim import simulate as sim
+        from examlops_policy._sim.generic import trace_format
 
+        if format is None:
+            format = trace_format(Path(pods))
         if format not in ("openb", "generic"):
             raise SpecError(f"unknown trace format {format!r}; known: openb, generic", field="format")
         if not packers or any(p not in PACKERS for p in packers):

@@ -38,6 +38,8 @@ RESIDENCIES: Final = ("open", "eu-only", "no-egress", "restricted")
 OBJECTIVES: Final = ("cost", "carbon", "balanced", "earliest")
 # How a pool shares whole devices between workloads (NVIDIA time-slicing or MPS, Slurm shards).
 SHARING: Final = ("time-slice", "mps")
+# The node packers (``_node_packers``, which says what each does); the first is the one placement uses.
+PACKERS: Final = ("exa", "fgd", "best-fit", "gpu-packing", "dot-product", "gpu-clustering", "random")
 # Whether a workload's fraction must be an isolated slice (``required``) or may be a shared device.
 ISOLATIONS: Final = ("required", "any")
 # Where the nodes of a gang must be, and how firmly.

@@ -39,8 +39,10 @@ def emit_table(console: Console, title: str, columns: Sequence[str], rows: Seque
     console.file.write("\n".join([title, line(columns), *(line(row) for row in plain)]) + "\n")
 
 
-def dump_json(console: Console, value: object) -> None:
-    console.file.write(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+def dump_json(console: Console, value: object, *, sort_keys: bool = True) -> None:
+    """``value`` as indented JSON; ``sort_keys=False`` keeps the order it was built in (e.g. keys
+    that are numbers, which sorted as text would read 0, 1, 104, 39)."""
+    console.file.write(json.dumps(value, indent=2, sort_keys=sort_keys, ensure_ascii=False) + "\n")
 
 
 def stream_json(console: Console, items: Iterable[object]) -> None:
