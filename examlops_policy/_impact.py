@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol
 
+from examlops_policy.quantities import shown
 from examlops_policy._core.engine import reference_input
 from examlops_policy.errors import PolicyError, SpecError
 from examlops_policy.model import Capacity, JSONObject, JSONValue, Pool, Workload
@@ -183,7 +184,7 @@ def _obj(value: object, what: str) -> Mapping[str, object]:
 
 def _opt_text(value: object, what: str) -> str | None:
     if value is not None and not isinstance(value, str):
-        raise PolicyError(f"the reference decision's {what} is not a string: {value!r}")
+        raise PolicyError(f"the reference decision's {what} is not a string: {shown(value)}")
     return value
 
 
@@ -191,7 +192,7 @@ def summarize_decision(raw: Mapping[str, object]) -> Summary:
     """The comparable parts of a reference decision; PolicyError when it is malformed."""
     outcome = raw.get("outcome")
     if outcome not in ("placed", "rejected", "blocked"):
-        raise PolicyError(f"the reference decision has no outcome (got {outcome!r})")
+        raise PolicyError(f"the reference decision has no outcome (got {shown(outcome)})")
     verdicts = _obj(raw.get("verdicts"), "verdicts")
     pools: dict[str, tuple[tuple[str, str], ...]] = {}
     for name, v in sorted(verdicts.items()):

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeVar
 if TYPE_CHECKING:  # cryptography loads only where a key is used, not on every command
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from examlops_policy.quantities import shown
 from examlops_policy._canonical import canonical
 from examlops_policy.errors import AuditIntegrityError, SpecError
 
@@ -92,7 +93,7 @@ def _require_string_keys(value: object, path: str) -> None:
     if isinstance(value, Mapping):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise SpecError(f"key {key!r} is not a string", field=path)
+                raise SpecError(f"key {shown(key)} is not a string", field=path)
             _require_string_keys(item, f"{path}.{key}")
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
@@ -145,7 +146,7 @@ def row_from_storage(seq: object, prev_hash: object, entry_hash_: object, canoni
             number = int(str(seq))
         except ValueError:
             number = -1
-        problems.append(f"seq is stored as {seq!r}")
+        problems.append(f"seq is stored as {shown(seq)}")
     row = AuditRow(number, blob(prev_hash, "prev_hash"), blob(entry_hash_, "entry_hash"), blob(canonical, "entry"))
     return replace(row, damage="; ".join(problems)) if problems else row
 

@@ -219,3 +219,15 @@ def test_audit_verify_given_the_signer_key_says_it_wants_the_verifier_key(exa_ho
     assert wrong.returncode == exits.BAD_INPUT
     assert "this is a signer key" in wrong.stderr and "NAME.vkey" in wrong.stderr
     run_exa(exa_home, "audit", "verify", "--checkpoint", str(checkpoint), "--key", str(tmp_path / "keys" / "ops.vkey"), check=True)
+
+
+def test_a_policy_metadata_or_audit_problem_shows_values_as_written() -> None:
+    from examlops_policy import _policy_docs, audit
+    from examlops_policy.errors import PolicyError
+
+    with pytest.raises(SpecError) as caught:
+        audit._require_string_keys({"a": {None: 1}}, "entry")
+    assert "key null is not a string" in str(caught.value)
+    with pytest.raises(PolicyError) as docs:
+        _policy_docs._text(None, "title")
+    assert str(docs.value) == "policy metadata: title is not a string: null"
