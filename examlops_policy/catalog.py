@@ -308,7 +308,7 @@ class _Reader:
         price, spot = self._number(record, "Price", line), self._number(record, "SpotPrice", line)
         for column, value in (("Price", price), ("SpotPrice", spot)):
             if value is not None and value < 0:
-                raise SpecError(f"{column} must not be negative (got {value:g})", source=self.source, field=f"line {line}, {column}")
+                raise SpecError(f"{column} must not be negative (got {shown(value)})", source=self.source, field=f"line {line}, {column}")
         name = text("AcceleratorName")
         count = self._number(record, "AcceleratorCount", line)
         if name:
@@ -316,12 +316,12 @@ class _Reader:
                 raise SpecError(f"AcceleratorCount is empty for accelerator {_shown(name)}", source=self.source, field=f"line {line}, AcceleratorCount")
             if count <= 0:
                 raise SpecError(
-                    f"AcceleratorCount must be more than 0 for accelerator {_shown(name)} (got {count:g})",
+                    f"AcceleratorCount must be more than 0 for accelerator {_shown(name)} (got {shown(count)})",
                     source=self.source,
                     field=f"line {line}, AcceleratorCount",
                 )
             if count > MAX_ACCELERATOR_COUNT:
-                raise SpecError(f"AcceleratorCount {count:g} is larger than {MAX_ACCELERATOR_COUNT}", source=self.source, field=f"line {line}, AcceleratorCount")
+                raise SpecError(f"AcceleratorCount {shown(count)} is larger than {MAX_ACCELERATOR_COUNT}", source=self.source, field=f"line {line}, AcceleratorCount")
         return _Row(line, text("InstanceType"), name, count, price, spot, text("Region"), text("AvailabilityZone") or None)
 
 
