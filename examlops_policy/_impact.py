@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol
 
+from examlops_policy.quantities import shown
 from examlops_policy._core.engine import reference_input
 from examlops_policy.errors import PolicyError, SpecError
 from examlops_policy.model import Capacity, JSONObject, JSONValue, Pool, Workload
@@ -183,7 +184,7 @@ def _obj(value: object, what: str) -> Mapping[str, object]:
 
 def _opt_text(value: object, what: str) -> str | None:
     if value is not None and not isinstance(value, str):
-        raise PolicyError(f"the reference decision's {what} is not a string: {value!r}")
+        raise PolicyError(f"the reference decision's {what} is not a string: {shown(value)}")
     return value
 
 
@@ -191,7 +192,7 @@ def summarize_decision(raw: Mapping[str, object]) -> Summary:
     """The comparable parts of a reference decision; PolicyError when it is malformed."""
     outcome = raw.get("outcome")
     if outcome not in ("placed", "rejected", "blocked"):
-        raise PolicyError(f"the reference decision has no outcome (got {outcome!r})")
+        raise PolicyError(f"the reference decision has no outcome (got {shown(outcome)})")
     verdicts = _obj(raw.get("verdicts"), "verdicts")
     pools: dict[str, tuple[tuple[str, str], ...]] = {}
     for name, v in sorted(verdicts.items()):
@@ -272,20 +273,28 @@ def compare(base: Summary, head: Summary) -> tuple[Change, ...]:
         if base.pool != head.pool:
             out.append(Change("pool", f"{base.pool} → {head.pool}"))
         if base.fallback != head.fallback or base.note != head.note:
-            parts = [f"fallback {base.fallback} → {head.fallback}"] if base.fallback != head.fallback else []
-            parts += [f"note {base.note!r} → {head.note!r}"] if base.note != head.note else []
+            parts = [f"fallback {_yes(base.fallback)} → {_yes(head.fallback)}"] if base.fallback != head.fallback else []
+            parts += [f"note {_note(base.note)} → {_note(head.note)}"] if base.note != head.note else []
             out.append(Change("fallback", " · ".join(parts)))
     if base.burst != head.burst:
         out.append(Change("burst", f"{_burst_text(base.burst)} → {_burst_text(head.burst)}"))
     moved = []
     if base.reason != head.reason and base.outcome != "placed" and head.outcome != "placed":
-        moved.append(f"decision: {base.reason[0] if base.reason else None} → {head.reason[0] if head.reason else None}")
+        moved.append(f"decision: {base.reason[0] if base.reason else 'no reason'} → {head.reason[0] if head.reason else 'no reason'}")
     for name in sorted(set(base.pools) | set(head.pools)):
         if base.codes(name) != head.codes(name):
             moved.append(f"{name}: {', '.join(base.codes(name)) or 'none'} → {', '.join(head.codes(name)) or 'none'}")
     if moved:
         out.append(Change("reasons", "; ".join(moved)))
     return tuple(out)
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _note(note: str | None) -> str:
+    return "none" if note is None else f'"{note}"'
 
 
 @dataclass(frozen=True)
@@ -327,8 +336,26 @@ class Impact:
         return {k: sum(1 for r in self.results if any(c.kind == k for c in r.changes)) for k in KINDS}
 
     def example(self, kind: str) -> CaseResult | None:
-        """The first case (in evaluation order) that changed in this way."""
-        return next((r for r in self.results if any(c.kind == kind for c in r.changes)), None)
+        """The case that shows this kind of change: one that already shows an earlier kind (in
+        ``KINDS`` order) when one changed this way too, else the first (in evaluation order)."""
+        return dict(self._examples()).get(kind)
+
+    def _examples(self) -> list[tuple[str, CaseResult]]:
+        chosen: list[tuple[str, CaseResult]] = []
+        for kind in KINDS:
+            changed = [r for r in self.results if any(c.kind == kind for c in r.changes)]
+            shown = [r for _, r in chosen if any(r is c for c in changed)]
+            if changed:
+                chosen.append((kind, shown[0] if shown else changed[0]))
+        return chosen
+
+    def examples(self) -> list[tuple[tuple[str, ...], CaseResult]]:
+        """Each example case once, with the kinds of change it shows (``KINDS`` order): a case that
+        changed in outcome, burst verdict and reasons is shown once for all three."""
+        grouped: dict[int, tuple[list[str], CaseResult]] = {}
+        for kind, case in self._examples():
+            grouped.setdefault(id(case), ([], case))[0].append(kind)
+        return [(tuple(kinds), case) for kinds, case in grouped.values()]
 
     def count_rows(self) -> list[tuple[str, int]]:
         """(what changed, in words; how many cases) for every kind, in ``KINDS`` order."""
@@ -448,12 +475,9 @@ def to_lines(impact: Impact) -> list[str]:
         f"after:  {impact.head.label} · {impact.head.revision}",
         _headline(impact),
     ]
-    for kind in KINDS:
-        ex = impact.example(kind)
-        if ex is None:
-            continue
+    for kinds, ex in impact.examples():
         before, after = explain_pair(ex.base, ex.head)
-        lines += ["", f"{KIND_TITLES[kind]} — e.g. {ex.label}:", "  before:"]
+        lines += ["", f"{'; '.join(KIND_TITLES[k] for k in kinds)} — e.g. {ex.label}:", "  before:"]
         lines += [f"    {line}" for line in before]
         lines += ["  after:"]
         lines += [f"    {line}" for line in after]
@@ -483,12 +507,9 @@ def to_markdown(impact: Impact) -> str:
         out += ["", "<details><summary>Affected decisions</summary>", "", "| decision | what changed |", "|---|---|"]
         out += [f"| {_md(label)} | {_md(what)} |" for label, what in impact.change_rows()]
         out += ["", "</details>"]
-    for kind in KINDS:
-        ex = impact.example(kind)
-        if ex is None:
-            continue
+    for kinds, ex in impact.examples():
         before, after = explain_pair(ex.base, ex.head)
-        out += ["", f"#### {KIND_TITLES[kind]}: {ex.label}", "", "Before:", "```", *before, "```", "After:", "```", *after, "```"]
+        out += ["", f"#### {'; '.join(KIND_TITLES[k] for k in kinds)}: {ex.label}", "", "Before:", "```", *before, "```", "After:", "```", *after, "```"]
     if impact.skipped:
         out += ["", f"Skipped {len(impact.skipped)} recorded decision(s) that cannot be replayed."]
     return "\n".join(out) + "\n"

@@ -44,10 +44,12 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from examlops_policy.quantities import shown
 from examlops_policy._nodes import MILLI, FloatArray, IntArray, NodeCapacity, NodeRequest
 from examlops_policy.errors import SpecError
+from examlops_policy import model
 
-PACKERS: Final = ("exa", "fgd", "best-fit", "gpu-packing", "dot-product", "gpu-clustering", "random")
+PACKERS: Final = model.PACKERS
 """Packer names, the default first."""
 
 DEFAULT_PACKER: Final = "exa"
@@ -105,13 +107,13 @@ class ExpectedWorkload:
                 raise SpecError("unknown field (expected devices, share_milli, cpu_milli, models, frequency)", source=where, field=unknown[0])
             frequency = row.get("frequency")
             if not isinstance(frequency, (int, float)) or isinstance(frequency, bool) or not frequency > 0:
-                raise SpecError(f"frequency must be a number > 0 (got {frequency!r})", source=where, field="frequency")
+                raise SpecError(f"frequency must be a number > 0 (got {shown(frequency)})", source=where, field="frequency")
             share = row.get("share_milli", 0)
             if isinstance(share, int) and not isinstance(share, bool) and share >= MILLI:
                 raise SpecError(f"a share is 1..{MILLI - 1} milli of one device (got {share})", source=where, field="share_milli")
             models = row.get("models")
             if models is not None and (not isinstance(models, list) or not all(isinstance(m, str) and m for m in models)):
-                raise SpecError(f"models must be a list of model names (got {models!r})", source=where, field="models")
+                raise SpecError(f"models must be a list of model names (got {shown(models)})", source=where, field="models")
             try:
                 shape = NodeRequest(devices=row.get("devices", 0), share_milli=row.get("share_milli", 0), cpu_milli=row.get("cpu_milli", 0),  # type: ignore[arg-type]
                                     models=frozenset(models) if models else None)

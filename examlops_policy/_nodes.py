@@ -38,6 +38,7 @@ from typing import Final, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from examlops_policy.quantities import shown
 from examlops_policy.errors import SpecError
 
 MILLI: Final = 1000
@@ -104,11 +105,11 @@ class NodeRequest:
         _check_count(self.cpu_milli, "request", "cpu_milli")
         _check_count(self.memory_mib, "request", "memory_mib")
         if not isinstance(self.share_milli, int) or isinstance(self.share_milli, bool) or self.share_milli < 0:
-            raise SpecError(f"a share is a whole number of a device's units (got {self.share_milli!r})", source="request", field="share_milli")
+            raise SpecError(f"a share is a whole number of a device's units (got {shown(self.share_milli)})", source="request", field="share_milli")
         if self.share_milli and self.devices:
             raise SpecError("ask for whole devices or for a share of one device, not both", source="request", field="share_milli")
         if not isinstance(self.nodes, int) or isinstance(self.nodes, bool) or self.nodes < 1:
-            raise SpecError(f"a gang is at least 1 node (got {self.nodes!r})", source="request", field="nodes")
+            raise SpecError(f"a gang is at least 1 node (got {shown(self.nodes)})", source="request", field="nodes")
         if self.models is not None and not self.models:
             raise SpecError("models, when given, names at least one model", source="request", field="models")
 
@@ -156,7 +157,7 @@ class NodeGrant:
 
 def _check_count(value: object, source: str, what: str) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise SpecError(f"{what} must be a whole number >= 0 (got {value!r})", source=source, field=what)
+        raise SpecError(f"{what} must be a whole number >= 0 (got {shown(value)})", source=source, field=what)
 
 
 class _FreeRanges:
@@ -281,7 +282,7 @@ class NodeCapacity:
 
     def __init__(self, nodes: Iterable[Node], *, unit: int = MILLI) -> None:
         if not isinstance(unit, int) or isinstance(unit, bool) or unit < 2:
-            raise SpecError(f"a device is at least 2 units (got {unit!r})", field="unit")
+            raise SpecError(f"a device is at least 2 units (got {shown(unit)})", field="unit")
         self.unit = unit
         self.nodes: tuple[Node, ...] = tuple(nodes)
         self.index: dict[str, int] = {}

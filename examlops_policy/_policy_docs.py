@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, cast
 
+from examlops_policy.quantities import shown
 from examlops_policy.errors import PolicyError, PolicyUnavailable, SpecError
 from examlops_policy.model import JSONObject
 from examlops_policy.opa.bundle import opa_binary
@@ -114,7 +115,7 @@ def policy_metadata(policy_root: Path | None = None, *, opa: Path | None = None)
 
 def _text(value: object, what: str) -> str:
     if not isinstance(value, str):
-        raise PolicyError(f"policy metadata: {what} is not a string: {value!r}")
+        raise PolicyError(f"policy metadata: {what} is not a string: {shown(value)}")
     return value
 
 
@@ -124,7 +125,7 @@ def _codes(rows: object, source: str) -> list[CodeRow]:
     out = []
     for row in rows:
         if not isinstance(row, dict):
-            raise PolicyError(f"policy metadata: a code of {source} is not an object: {row!r}")
+            raise PolicyError(f"policy metadata: a code of {source} is not an object: {shown(row)}")
         out.append(CodeRow(source, _text(row.get("code"), f"a code of {source}"), _text(row.get("kind"), f"the kind of a code of {source}"),
                            _text(row.get("meaning"), f"the meaning of a code of {source}")))  # fmt: skip
     return out
@@ -145,7 +146,7 @@ def decode(meta: Mapping[str, object]) -> PolicyCodes:
     checks, codes = [], []
     for c in checks_raw:
         if not isinstance(c, dict):
-            raise PolicyError(f"policy metadata: a check is not an object: {c!r}")
+            raise PolicyError(f"policy metadata: a check is not an object: {shown(c)}")
         name = _text(c.get("name"), "a check's name")
         about = about_raw.get(name)
         if not isinstance(about, dict):
@@ -153,7 +154,7 @@ def decode(meta: Mapping[str, object]) -> PolicyCodes:
         custom = about.get("custom")
         order = c.get("order")
         if not isinstance(order, int):
-            raise PolicyError(f"policy metadata: check {name} has no whole-number order: {order!r}")
+            raise PolicyError(f"policy metadata: check {name} has no whole-number order: {shown(order)}")
         checks.append(
             CheckRow(
                 order=order,

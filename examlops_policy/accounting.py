@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from examlops_policy.quantities import shown
 from examlops_policy.errors import SpecError
 from examlops_policy.model import Placement, Pool, Rejection
 from examlops_policy.tables import Tables
@@ -96,7 +97,7 @@ def device_accounting(placement: Placement, hours: float) -> dict[str, object]:
         what = "a rejection (nothing was placed)" if isinstance(placement, Rejection) else type(placement).__name__
         raise SpecError(f"device_accounting needs a Placement; got {what}, which holds no devices", field="placement")
     if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not math.isfinite(hours) or hours < 0:
-        raise SpecError(f"hours must be a finite number of at least 0 (got {hours!r})", field="hours")
+        raise SpecError(f"hours must be a finite number of at least 0 (got {shown(hours)})", field="hours")
     devices = placement.grant.devices
     result: dict[str, object] = {
         "device": placement.accelerator,

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeVar
 if TYPE_CHECKING:  # cryptography loads only where a key is used, not on every command
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from examlops_policy.quantities import shown
 from examlops_policy._canonical import canonical
 from examlops_policy.errors import AuditIntegrityError, SpecError
 
@@ -92,7 +93,7 @@ def _require_string_keys(value: object, path: str) -> None:
     if isinstance(value, Mapping):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise SpecError(f"key {key!r} is not a string", field=path)
+                raise SpecError(f"key {shown(key)} is not a string", field=path)
             _require_string_keys(item, f"{path}.{key}")
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
@@ -145,7 +146,7 @@ def row_from_storage(seq: object, prev_hash: object, entry_hash_: object, canoni
             number = int(str(seq))
         except ValueError:
             number = -1
-        problems.append(f"seq is stored as {seq!r}")
+        problems.append(f"seq is stored as {shown(seq)}")
     row = AuditRow(number, blob(prev_hash, "prev_hash"), blob(entry_hash_, "entry_hash"), blob(canonical, "entry"))
     return replace(row, damage="; ".join(problems)) if problems else row
 
@@ -418,7 +419,14 @@ class VerifierKey:
 
     @classmethod
     def parse(cls, text: str) -> VerifierKey:
-        """Read a verifier key; SpecError says what is malformed (including a wrong key id)."""
+        """Read a verifier key; SpecError says what is malformed (including a wrong key id), and
+        which key is wanted when it is given the signer key (never echoing it)."""
+        if text.startswith("PRIVATE+KEY+"):
+            raise SpecError(
+                "this is a signer key (PRIVATE+KEY+..., the secret NAME.skey of 'exa audit keygen'): a signature is checked "
+                "with the verifier key, its public half (NAME.vkey, written beside it: NAME+KEYID+BASE64)",
+                source="verifier key",
+            )
         name, key_id, public_key = _key_parts(text, "verifier key")
         return _checked_id(cls(name, public_key), key_id, "verifier key")
 
@@ -459,7 +467,14 @@ class SigningKey:
     def parse(cls, text: str) -> SigningKey:
         """Read a signer key; SpecError says what is malformed, never echoing the key."""
         if not text.startswith("PRIVATE+KEY+"):
-            raise SpecError("must start with 'PRIVATE+KEY+'", source="signer key")
+            looks_public = text.count("+") >= 2 and bool(_HEX_ID.fullmatch(text.split("+")[1]))
+            raise SpecError(
+                "this is a verifier key (NAME+KEYID+BASE64, the public NAME.vkey of 'exa audit keygen'): a checkpoint is signed "
+                "with the signer key, its secret half (NAME.skey, starting with 'PRIVATE+KEY+')"
+                if looks_public
+                else "must start with 'PRIVATE+KEY+' (the signer key, NAME.skey of 'exa audit keygen')",
+                source="signer key",
+            )
         name, key_id, seed = _key_parts(text.removeprefix("PRIVATE+KEY+"), "signer key")
         return _checked_id(cls(name, seed), key_id, "signer key")
 

@@ -51,6 +51,7 @@ from typing import Final, Literal, cast
 
 import yaml
 
+from examlops_policy.quantities import shown
 from examlops_policy.errors import PolicyError, SpecError
 from examlops_policy.model import ACCELERATORS, JSONObject, JSONValue, Pool
 from examlops_policy.specs import read_text
@@ -307,7 +308,7 @@ class _Reader:
         price, spot = self._number(record, "Price", line), self._number(record, "SpotPrice", line)
         for column, value in (("Price", price), ("SpotPrice", spot)):
             if value is not None and value < 0:
-                raise SpecError(f"{column} must not be negative (got {value:g})", source=self.source, field=f"line {line}, {column}")
+                raise SpecError(f"{column} must not be negative (got {shown(value)})", source=self.source, field=f"line {line}, {column}")
         name = text("AcceleratorName")
         count = self._number(record, "AcceleratorCount", line)
         if name:
@@ -315,12 +316,12 @@ class _Reader:
                 raise SpecError(f"AcceleratorCount is empty for accelerator {_shown(name)}", source=self.source, field=f"line {line}, AcceleratorCount")
             if count <= 0:
                 raise SpecError(
-                    f"AcceleratorCount must be more than 0 for accelerator {_shown(name)} (got {count:g})",
+                    f"AcceleratorCount must be more than 0 for accelerator {_shown(name)} (got {shown(count)})",
                     source=self.source,
                     field=f"line {line}, AcceleratorCount",
                 )
             if count > MAX_ACCELERATOR_COUNT:
-                raise SpecError(f"AcceleratorCount {count:g} is larger than {MAX_ACCELERATOR_COUNT}", source=self.source, field=f"line {line}, AcceleratorCount")
+                raise SpecError(f"AcceleratorCount {shown(count)} is larger than {MAX_ACCELERATOR_COUNT}", source=self.source, field=f"line {line}, AcceleratorCount")
         return _Row(line, text("InstanceType"), name, count, price, spot, text("Region"), text("AvailabilityZone") or None)
 
 
@@ -665,7 +666,7 @@ def pool_name(cloud: str, model: str, region: str, spot: bool) -> str:
 def _check_options(options: ImportOptions, cloud: str, tables: Tables, mapping: CatalogMapping) -> None:
     count = options.count
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_POOL_COUNT):
-        raise SpecError(f"count must be a whole number from 1 to {MAX_POOL_COUNT} (got {count!r})", field="count")
+        raise SpecError(f"count must be a whole number from 1 to {MAX_POOL_COUNT} (got {shown(count)})", field="count")
     for region in options.regions:
         problem = _region_problem(region, cloud, tables)
         if problem:

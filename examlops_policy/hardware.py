@@ -21,6 +21,7 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO, cast
 
+from examlops_policy import quantities
 from examlops_policy._core import codec, commit, leases
 from examlops_policy._core.engine import Engine, Prepared, RevisionMismatch, differences, reference_input, same_policy
 from examlops_policy._core.records import DecisionInputs, Reader, judged_from
@@ -1013,7 +1014,7 @@ class Hardware:
         pods: Path,
         nodes: Path | None = None,
         *,
-        format: str = "openb",
+        format: str | None = None,
         inflate: float = 1.3,
         seeds: Sequence[int] = (42,),
         packers: Sequence[str] = ("exa",),
@@ -1029,13 +1030,18 @@ class Hardware:
         pool of every GPU node, for a trace that names no model); ``generic``: ``pods`` a trace
         (``schemas/trace.schema.json``; ``nodes``, when given, a pools file replacing its pools), or
         a workload list in CSV beside ``nodes``, a node list in CSV (``_sim.generic``'s columns),
-        in time order, work leaving when its duration ends. ``policy``: a policy folder to judge
+        in time order, work leaving when its duration ends. ``format`` None: read from ``pods``
+        (``_sim.trace_format``: a YAML or JSON trace, or a CSV with an ``arrival`` column, is
+        generic; else openb). ``policy``: a policy folder to judge
         with instead of the reviewed one (its own OPA, stopped afterwards). One run per packer.
 
         SpecError for bad input (file, line, column); PolicyUnavailable/PolicyError without a policy."""
         from examlops_policy._node_packers import PACKERS
         from examlops_policy._sim import simulate as sim
+        from examlops_policy._sim.generic import trace_format
 
+        if format is None:
+            format = trace_format(Path(pods))
         if format not in ("openb", "generic"):
             raise SpecError(f"unknown trace format {format!r}; known: openb, generic", field="format")
         if not packers or any(p not in PACKERS for p in packers):
@@ -1045,11 +1051,11 @@ class Hardware:
             if nodes is None:
                 raise SpecError("the openb format needs the node list (--nodes FILE)", field="nodes")
             if not (isinstance(inflate, (int, float)) and math.isfinite(inflate) and 0 < inflate <= 10):
-                raise SpecError(f"inflate is a ratio in (0, 10] (got {inflate!r})", field="inflate")
+                raise SpecError(f"inflate is a ratio in (0, 10] (got {quantities.shown(inflate)})", field="inflate")
             if not seeds:
                 raise SpecError("give at least one seed", field="seeds")
             if pools not in ("model", "one"):
-                raise SpecError(f"pools are grouped by model or as one (got {pools!r})", field="pools")
+                raise SpecError(f"pools are grouped by model or as one (got {quantities.shown(pools)})", field="pools")
 
         def run(engine: Engine, tables: Tables) -> Simulation:
             if format == "openb":
@@ -1236,7 +1242,7 @@ def _hours(hours: float | None) -> float | None:
     if hours is None:
         return None
     if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not math.isfinite(hours) or hours < 0:
-        raise SpecError(f"hours must be a finite number of at least 0 (got {hours!r})", field="hours")
+        raise SpecError(f"hours must be a finite number of at least 0 (got {quantities.shown(hours)})", field="hours")
     return float(hours)
 
 
@@ -1273,7 +1279,7 @@ def _day(ts: str) -> date:
 
 def _check_lease(lease: timedelta) -> timedelta:
     if not isinstance(lease, timedelta) or lease <= timedelta(0) or lease > timedelta(days=366):
-        raise SpecError(f"a lease must be a positive duration of at most a year (got {lease!r})", field="lease")
+        raise SpecError(f"a lease must be a duration of more than 0s and at most a year (got {quantities.shown(lease)})", field="lease")
     return lease
 
 

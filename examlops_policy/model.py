@@ -38,6 +38,8 @@ RESIDENCIES: Final = ("open", "eu-only", "no-egress", "restricted")
 OBJECTIVES: Final = ("cost", "carbon", "balanced", "earliest")
 # How a pool shares whole devices between workloads (NVIDIA time-slicing or MPS, Slurm shards).
 SHARING: Final = ("time-slice", "mps")
+# The node packers (``_node_packers``, which says what each does); the first is the one placement uses.
+PACKERS: Final = ("exa", "fgd", "best-fit", "gpu-packing", "dot-product", "gpu-clustering", "random")
 # Whether a workload's fraction must be an isolated slice (``required``) or may be a shared device.
 ISOLATIONS: Final = ("required", "any")
 # Where the nodes of a gang must be, and how firmly.
@@ -106,28 +108,29 @@ def _bad(field_: str, message: str, owner: str) -> SpecError:
 def _check_number(owner: str, name: str, value: object, *, low: float, high: float, low_open: bool = False, integer: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
         kind = "a whole number" if integer else "a number"
-        raise _bad(name, f"must be {kind} (got {value!r})", owner)
+        raise _bad(name, f"must be {kind} (got {quantities.shown(value)})", owner)
     if not math.isfinite(value):
         raise _bad(name, "must be a finite number (not NaN or infinity)", owner)
     if value < low or (low_open and value == low) or value > high:
-        lower = f"greater than {low:g}" if low_open else f"at least {low:g}"
-        raise _bad(name, f"must be {lower} and at most {high:g} (got {value:g})", owner)
+        said = quantities.number_text
+        lower = f"greater than {said(low)}" if low_open else f"at least {said(low)}"
+        raise _bad(name, f"must be {lower} and at most {said(high)} (got {said(value)})", owner)
 
 
 def _check_choice(owner: str, name: str, value: object, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise _bad(name, f"expected one of {', '.join(choices)} (got {value!r})", owner)
+        raise _bad(name, f"expected one of {', '.join(choices)} (got {quantities.shown(value)})", owner)
 
 
 def _check_bool(owner: str, name: str, value: object) -> None:
     if not isinstance(value, bool):
-        raise _bad(name, f"must be true or false (got {value!r})", owner)
+        raise _bad(name, f"must be true or false (got {quantities.shown(value)})", owner)
 
 
 def _tags(owner: str, name: str, value: object) -> tuple[str, ...]:
     """A sequence of capability tags, never a bare string (which would become its letters)."""
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, set, frozenset)):
-        raise _bad(name, f"must be a list of tags such as ['fp8'] (got {value!r})", owner)
+        raise _bad(name, f"must be a list of tags such as [fp8] (got {quantities.shown(value)})", owner)
     if len(value) > MAX_TAGS:
         raise _bad(name, f"at most {MAX_TAGS} tags (got {len(value)})", owner)
     for tag in value:

@@ -148,9 +148,9 @@ def _field_path(error: ValidationError) -> str:
 
 
 def _shown(value: object, limit: int = 80) -> str:
-    """``repr(value)``, cut short: an error must not echo megabytes of hostile input."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+    """``value`` as YAML and JSON write it (``quantities.shown``), cut short: an error must not
+    echo megabytes of hostile input."""
+    return quantities.shown(value, limit)
 
 
 _QUANTITIES: Final[dict[str, Callable[[object], object]]] = {

@@ -32,14 +32,17 @@ if TYPE_CHECKING:  # for annotations only: the OPA stack loads when a command ne
 class PoolChange:
     """What a change to a pool did (or, previewed, would do): ``added``, ``updated``, ``unchanged``,
     ``drained``, ``undrained``, ``removed``, or ``removal_pending`` (a drained pool whose live
-    grants keep it until the last of them ends). ``holders``: the live decisions holding its
-    devices; ``removal_cancelled``: undraining it cancelled a pending removal."""
+    grants keep it until the last of them ends); previewed only, ``refused`` (``refused`` says
+    why: the change would be refused, and with it the whole write). ``holders``: the live
+    decisions holding its devices; ``removal_cancelled``: undraining it cancelled a pending
+    removal."""
 
     name: str
     action: str
     changed_fields: tuple[str, ...] = ()
     holders: tuple[str, ...] = ()
     removal_cancelled: bool = False
+    refused: str | None = None
 
 
 @dataclass(frozen=True)
@@ -216,8 +219,8 @@ class PoolView:
 @dataclass(frozen=True)
 class NodeDetail:
     """One node of a node-tracked pool as people look at it: its state and labels, its devices
-    (``free``: with nothing on them; ``layout``: what the others hold, e.g. ``0-1 whole, 2: 3 of 4
-    shares``), its CPU millicores and memory MiB in all and free (None: not tracked)."""
+    (``free``: with nothing on them; ``layout``: what the others hold, by device index, e.g.
+    ``devices 0-1 whole, device 2: 3 of 4 shares``), its CPU millicores and memory MiB in all and free (None: not tracked)."""
 
     name: str
     state: str

@@ -69,7 +69,7 @@ def test_the_specification_transcript(exa_home: Path) -> None:
     decisions = json.loads(run_exa(exa_home, "hardware", "decisions", "--json", check=True).stdout)
     assert [d["outcome"] for d in decisions] == ["blocked", "placed", "rejected", "placed"]
     first = decisions[-1]
-    accounting = json.loads(run_exa(exa_home, "hardware", "accounting", first["id"], "--hours", "10", check=True).stdout)
+    accounting = json.loads(run_exa(exa_home, "hardware", "accounting", first["id"], "--hours", "10", "--json", check=True).stdout)
     assert accounting == {"device": "amd", "region": "eu", "hours": 10.0, "cost": 18.0, "carbon_g": 2500.0}
 
     events = json.loads(run_exa(exa_home, "hardware", "burst-events", "--json", check=True).stdout)

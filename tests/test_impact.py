@@ -243,7 +243,7 @@ def summary(outcome: str = "placed", pool: str | None = "a", *, fallback: bool =
         (summary(), summary(), ()),
         (summary(), summary(pool="b", codes={"a": ("y",), "b": ()}), (Change("pool", "a → b"), Change("reasons", "a: none → y; b: x → none"))),
         (summary(), summary("rejected", None, codes={"a": ("y",), "b": ("x",)}), (Change("outcome", "placed → rejected"), Change("reasons", "a: none → y"))),
-        (summary(fallback=True, note="n1"), summary(fallback=True, note="n2"), (Change("fallback", "note 'n1' → 'n2'"),)),
+        (summary(fallback=True, note="n1"), summary(fallback=True, note="n2"), (Change("fallback", "note \"n1\" → \"n2\""),)),
         (summary(burst=(True, "allowed", None)), summary("blocked", None, burst=(True, "blocked", "b")),
          (Change("outcome", "placed → blocked"), Change("burst", "allowed → blocked (b)"))),
     ],
@@ -274,7 +274,7 @@ def test_exa_policy_impact_formats_and_exit_codes(tmp_path: Path) -> None:
     assert md.returncode == 3, md.stdout + md.stderr
     assert md.stdout.startswith("### Policy impact\n")
     assert "| outcome changed (placed ↔ rejected / blocked) | 1 |" in md.stdout
-    assert "#### outcome changed (placed ↔ rejected / blocked): workload gaudi-cloud" in md.stdout
+    assert "#### outcome changed (placed ↔ rejected / blocked); burst verdict changed; reasons changed: workload gaudi-cloud" in md.stdout
 
     js = run_exa(home, "policy", "impact", "--against", str(POLICIES), "--no-recorded", "--json", env=env, shared_opa=False)
     assert js.returncode == 0, js.stderr

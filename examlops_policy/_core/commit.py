@@ -724,7 +724,8 @@ def apply_pools(
     count that would drop a device they hold. A registered pool keeps its drained state.
     ``prune``: every registered pool not among ``pools`` is removed (as ``remove_pools``: refused,
     with nothing written, for one that live grants hold unless it is drained). ``dry_run``: what
-    would change, the same refusals included, with nothing written."""
+    would change, with nothing written: every change the write would refuse is in the list as
+    ``refused`` (saying why), beside all the others."""
     specs: dict[str, str] = {}
     changes: list[PoolChange] = []
 
@@ -739,11 +740,11 @@ def apply_pools(
             pool = dataclasses.replace(given, drained=True) if row is not None and codec.pool_from_text(row.spec).drained else given
             specs[pool.name] = codec.pool_text(pool)
             kept.append(pool)
-        _apply(txn, capacities, kept, specs, changes, replace=replace, source=source)
+        _apply(txn, capacities, kept, specs, changes, replace=replace, source=source, preview=dry_run)
         if prune:
             given_names = {p.name for p in pools}
             gone = [row.name for row in txn.pools(-1) if not row.removed and row.name not in given_names]
-            changes.extend(_remove(txn, gone, source=source))
+            changes.extend(_remove(txn, gone, source=source, preview=dry_run))
         return list(changes)
 
     def landed(txn: Transaction) -> list[PoolChange] | None:
@@ -846,7 +847,9 @@ def remove_pools(store: Rows, capacities: Capacities, names: Sequence[str], *, s
     return _transaction(store, work, landed, dry_run)
 
 
-def _remove(txn: Transaction, names: Sequence[str], *, source: str) -> list[PoolChange]:
+def _remove(txn: Transaction, names: Sequence[str], *, source: str, preview: bool = False) -> list[PoolChange]:
+    """Remove ``names`` (see ``remove_pools``). ``preview``: a refused removal is in the list as
+    ``refused``, not raised, so a dry run shows every one."""
     out: list[PoolChange] = []
     refused: list[tuple[str, tuple[str, ...]]] = []
     for name in names:
@@ -864,6 +867,10 @@ def _remove(txn: Transaction, names: Sequence[str], *, source: str) -> list[Pool
             txn.set_removing(name, now, txn.bump())
             txn.audit("pool", {"pool": name, "action": "removal_pending", "live_grants": list(holders), "removing_since": now}, source=source)
             out.append(PoolChange(name, "removal_pending", holders=holders))
+        elif preview:
+            grants = f"{len(holders)} live grant{'s hold' if len(holders) > 1 else ' holds'} it ({_named(holders)})"
+            why = f"{grants}, and it is not drained: drain it first (exa hardware drain {name}), or release the grants"
+            out.append(PoolChange(name, "refused", (), holders, refused=why))
         else:
             refused.append((name, holders))
     if refused:
@@ -880,10 +887,12 @@ def _remove(txn: Transaction, names: Sequence[str], *, source: str) -> list[Pool
 
 
 def _apply(
-    txn: Transaction, capacities: Capacities, pools: Sequence[Pool], specs: Mapping[str, str], changes: list[PoolChange], *, replace: bool, source: str
+    txn: Transaction, capacities: Capacities, pools: Sequence[Pool], specs: Mapping[str, str], changes: list[PoolChange], *, replace: bool,
+    source: str, preview: bool = False,
 ) -> None:
     """Register or update ``pools`` (specs as stored), audited, and work out again what they (and
-    the pools sharing their nodes) can place."""
+    the pools sharing their nodes) can place. ``preview``: a refused update is in ``changes`` as
+    ``refused`` (and not made), not raised, so a dry run shows every one."""
     version: int | None = None
     touched: list[tuple[Pool, float]] = []
     for pool in pools:
@@ -904,7 +913,12 @@ def _apply(
             before = pool_spec(codec.pool_from_text(row.spec))
             after = pool_spec(pool)
             fields = tuple(sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k)))
-            _check_change(txn, pool, fields)
+            problem = _change_problem(txn, pool, fields)
+            if problem is not None and preview:
+                changes.append(PoolChange(pool.name, "refused", fields, tuple(txn.holders(pool.name)), refused=problem[0]))
+                continue
+            if problem is not None:
+                raise SpecError(f"pool {pool.name!r}: {problem[0]}", field=problem[1])
             txn.update_pool(pool.name, spec, pool.count)
             changes.append(PoolChange(pool.name, "updated", fields))
             touched.append((pool, row.held_outside))
@@ -925,18 +939,19 @@ def _apply(
                 _refresh(txn, capacities, codec.pool_from_text(row.spec), row.held_outside, version, sharing=sharing, before=row)
 
 
-def _check_change(txn: Transaction, pool: Pool, fields: Sequence[str]) -> None:
-    """Refuse a change that would move live grants: what they hold must stay what it was."""
+def _change_problem(txn: Transaction, pool: Pool, fields: Sequence[str]) -> tuple[str, str] | None:
+    """Why a change would move live grants (what they hold must stay what it was), and the field;
+    None when it would not."""
     holders = txn.holders(pool.name)
     if not holders:
-        return
+        return None
     named = _named(holders)
     moved = [f for f in fields if f in FROZEN_WHILE_HELD]
     if moved:
-        raise SpecError(
-            f"pool {pool.name!r}: cannot change {', '.join(moved)} while decisions hold its devices ({named}); "
+        return (
+            f"cannot change {', '.join(moved)} while decisions hold its devices ({named}); "
             "release them first (prices, carbon factor, capabilities and a larger count may change)",
-            field=moved[0],
+            moved[0],
         )
     if pool.node_tracked:
         sizes = {n.name: n.devices for n in pool.node_list()}
@@ -947,20 +962,21 @@ def _check_change(txn: Transaction, pool: Pool, fields: Sequence[str]) -> None:
         lost = sorted({f"{h.node}:{h.holding.device}" for h in gone})
         if lost:
             # Named: the grants on the node devices the change would drop.
-            raise SpecError(
-                f"pool {pool.name!r}: its nodes would drop node device(s) {', '.join(lost[:8])} that live decisions hold "
+            return (
+                f"its nodes would drop node device(s) {', '.join(lost[:8])} that live decisions hold "
                 f"({_named(sorted({h.decision_id for h in gone}))}); release them first",
-                field="nodes",
+                "nodes",
             )
     dropped = [h for h in txn.held(pool.name) if h.holding.device >= pool.count and h.node in (None, pool.name)]
     beyond = sorted({h.holding.device for h in dropped})
     if beyond:
         # Named: the grants on the devices the count would drop.
-        raise SpecError(
-            f"pool {pool.name!r}: count {pool.count} would drop device(s) {', '.join(map(str, beyond[:8]))} that "
+        return (
+            f"count {pool.count} would drop device(s) {', '.join(map(str, beyond[:8]))} that "
             f"live decisions hold ({_named(sorted({h.decision_id for h in dropped}))}); release them first",
-            field="count",
+            "count",
         )
+    return None
 
 
 def record_usage(

@@ -356,13 +356,13 @@ def differences(decision: Decision, reference: Mapping[str, object]) -> list[str
     # A queued decision is the policy's rejection for capacity (no_capacity) that waited.
     ours = "rejected" if decision.outcome == "queued" else decision.outcome
     if reference.get("outcome") != ours:
-        out.append(f"outcome: {ours} here, {reference.get('outcome')} by the policy")
+        out.append(f"outcome: {ours} here, {_said(reference.get('outcome'), 'no outcome')} by the policy")
     pool = getattr(decision, "pool", None)
     if reference.get("pool") != pool:
-        out.append(f"pool: {pool} here, {reference.get('pool')} by the policy")
+        out.append(f"pool: {_said(pool, 'no pool')} here, {_said(reference.get('pool'), 'no pool')} by the policy")
     note = getattr(decision, "note", None)
     if pool is not None and reference.get("note") != note:
-        out.append(f"note: {note!r} here, {reference.get('note')!r} by the policy")
+        out.append(f"note: {_said(note, 'no note', quoted=True)} here, {_said(reference.get('note'), 'no note', quoted=True)} by the policy")
     burst = cast(Mapping[str, object], reference.get("burst") or {})
     if bool(burst.get("attempted")) != decision.burst.attempted or (
         decision.burst.attempted and (burst.get("verdict") != decision.burst.verdict or burst.get("pool") != decision.burst.pool)
@@ -371,12 +371,27 @@ def differences(decision: Decision, reference: Mapping[str, object]) -> list[str
     reason = cast("Mapping[str, object] | None", reference.get("reason"))
     code = getattr(decision, "code", None)
     if reason is not None and (reason.get("code") != code or reason.get("message") != getattr(decision, "reason", None)):
-        out.append(f"reason: {code} here, {reason.get('code')} by the policy ({reason.get('message')})")
+        out.append(f"reason: {_said(code, 'no reason')} here, {_said(reason.get('code'), 'no reason')} by the policy ({reason.get('message')})")
     pools = cast(Mapping[str, Mapping[str, object]], reference.get("verdicts") or {})
     ours_by_pool = {v.pool: v for v in decision.verdicts}
     for name in sorted(set(pools) | set(ours_by_pool)):
         theirs = [cast(Mapping[str, object], r)["code"] for r in cast(list[object], pools.get(name, {}).get("reasons", []))]
         mine = [r.code for r in ours_by_pool[name].reasons] if name in ours_by_pool else None
         if mine != theirs:
-            out.append(f"pool {name}: reasons {mine} here, {theirs} by the policy")
+            here = "not judged" if mine is None else _codes(mine)
+            there = "not judged" if name not in pools else _codes(theirs)
+            out.append(f"pool {name}: {here} here, {there} by the policy")
     return out
+
+
+def _said(value: object, missing: str, *, quoted: bool = False) -> str:
+    """A value of a decision as a line of ``differences`` says it: ``missing`` for none, text
+    (in quotes with ``quoted``), never a Python object."""
+    if value is None:
+        return missing
+    return f'"{value}"' if quoted else str(value)
+
+
+def _codes(codes: Sequence[object]) -> str:
+    """``reasons spot_not_accepted, capacity_exhausted`` or ``no reasons``."""
+    return f"reason{'s' if len(codes) > 1 else ''} {', '.join(map(str, codes))}" if codes else "no reasons"

@@ -302,18 +302,32 @@ def hold_beside(rooms: Rooms, allocations: Sequence[NodeAllocation], *, same_dev
     return touched
 
 
-def give_back(rooms: Rooms, allocations: Sequence[NodeAllocation], *, devices: bool) -> list[int]:
+def give_back(rooms: Rooms, allocations: Sequence[NodeAllocation], *, devices: bool, slice_share: float = 0.0) -> list[int]:
     """Give back on ``rooms`` what ``allocations`` held there (a grant that ended): its CPU and
-    memory, and its devices (whole, or its shares) where they are this pool's devices (its own
-    grant, or ``hold_beside`` held them: ``devices``). Whole devices and shares only (slices are
-    ``packing``'s). Returns the positions of the nodes it touched."""
+    memory, and its devices (whole, its shares, or its slices, each ``slice_share`` of a device:
+    the device is free again with its last slice) where they are this pool's devices (its own
+    grant, or ``hold_beside`` held them: ``devices``). Returns the positions of the nodes it
+    touched."""
     capacity = rooms.capacity
     touched = []
     for a in allocations:
         i = capacity.index.get(a.node)
         if i is None:
             continue
-        if devices and a.share is not None:
+        if devices and any(h.profile is not None for h in a.holdings) and i in rooms.slices:
+            held, per_device = rooms.slices[i], rooms.slice_share.setdefault(i, {})
+            for h in a.holdings:
+                if h not in held:
+                    raise _nodes.CapacityError(f"node {a.node} holds no slice {h.profile}@{h.start} on device {h.device}")
+                held.remove(h)
+                if any(o.device == h.device for o in held):
+                    per_device[h.device] = round(per_device.get(h.device, 0.0) - slice_share, 9)
+                else:
+                    per_device.pop(h.device, None)
+                    capacity.release(_nodes.NodeGrant(a.node, (h.device,), 0, 0, 0))
+                    rooms.taken.get(i, set()).discard(h.device)
+            capacity.release(_nodes.NodeGrant(a.node, (), 0, a.cpu_milli, a.memory_mib))
+        elif devices and a.share is not None:
             capacity.release(_nodes.NodeGrant(a.node, (a.share.device,), a.share.shares, a.cpu_milli, a.memory_mib))
             if capacity.is_free(i, a.share.device):
                 rooms.taken.get(i, set()).discard(a.share.device)
@@ -416,13 +430,14 @@ def details(rooms: Rooms) -> tuple[NodeDetail, ...]:
         for h in rooms.slices.get(i, ()):
             slices.setdefault(h.device, []).append(h)
         whole = sorted(rooms.taken.get(i, set()) - set(shared) - set(slices))
-        parts = [f"{_ranges(whole)} whole"] if whole else []
+        # "devices 0-1 whole", "device 3 whole": the indices of the devices held, never a count.
+        parts = [f"device{'s' if len(whole) > 1 else ''} {_ranges(whole)} whole"] if whole else []
         for device in sorted(set(shared) | set(slices)):
             if device in slices:
                 held = sorted(slices[device], key=lambda h: (h.start or 0, h.profile or ""))
-                parts.append(f"{device}: " + ", ".join(f"{h.profile}@{h.start}" if h.start is not None else str(h.profile) for h in held))
+                parts.append(f"device {device}: " + ", ".join(f"{h.profile}@{h.start}" if h.start is not None else str(h.profile) for h in held))
             else:
-                parts.append(f"{device}: {rooms.unit - shared[device]} of {rooms.unit} shares")
+                parts.append(f"device {device}: {rooms.unit - shared[device]} of {rooms.unit} shares")
         out.append(
             NodeDetail(
                 node.name, node.state, node.devices, int(capacity.whole_free[i]), ", ".join(parts) or "nothing held",

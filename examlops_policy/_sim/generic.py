@@ -21,6 +21,7 @@ Bad input is one ``SpecError`` naming the file, the line and column of the entry
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,9 +148,7 @@ def read_trace(path: str | Path, tables: Tables) -> GenericTrace:
             pool = specs.pool_from_mapping(item, source=str(path), field=field, tables=tables)
         except SpecError as exc:
             raise SpecError(exc.detail, source=_where(path, marks, exc.field), field=exc.field) from exc
-        if not pool.nodes_named:
-            raise SpecError("a trace's pools list their nodes (nodes: [{name, devices, cpu, memory}, ...])", source=_where(path, marks, field), field=f"{field}.nodes")
-        pools.append(pool)
+        pools.append(_listed(pool))
     if doc.get("host_cpu", True):
         pools.extend(_host_pools(pools, seen))
     workloads = []
@@ -187,10 +186,33 @@ def _host_pools(pools: list[Pool], taken: Mapping[str, str]) -> list[Pool]:
 
 
 def with_pools(trace: GenericTrace, pools: list[Pool]) -> GenericTrace:
-    """``trace``'s workloads over ``pools`` (a candidate fleet), host CPU pools added."""
-    if any(not p.nodes_named for p in pools):
-        raise SpecError("a simulated fleet's pools list their nodes (nodes: [{name, devices, cpu, memory}, ...])", field="nodes")
-    return GenericTrace((*pools, *_host_pools(pools, {p.name: p.name for p in pools})), trace.workloads)
+    """``trace``'s workloads over ``pools`` (a candidate fleet: any pools file ``apply`` takes),
+    host CPU pools added."""
+    listed = [_listed(p) for p in pools]
+    return GenericTrace((*listed, *_host_pools(listed, {p.name: p.name for p in listed})), trace.workloads)
+
+
+def _listed(pool: Pool) -> Pool:
+    """``pool`` with its nodes listed by name, as the layer counts them (``Pool.node_list``): N
+    identical nodes named ``<pool>-<i>``, or a pool without nodes as one node holding ``count``
+    devices, named like the pool. A pool that lists its nodes already is itself."""
+    if pool.nodes_named:
+        return pool
+    return dataclasses.replace(pool, nodes=pool.node_list(), devices_per_node=None, cpu_per_node=None, memory_per_node=None)
+
+
+def trace_format(pods: Path) -> str:
+    """The format of a trace file, read from it: ``generic`` for YAML or JSON (a site's trace) and
+    for a CSV whose header names an ``arrival`` column (a generic workload list); else ``openb``
+    (its pod list). A file that cannot be read is ``openb``'s to refuse."""
+    if pods.suffix.lower() in (".yaml", ".yml", ".json"):
+        return "generic"
+    try:
+        with pods.open(encoding="utf-8", newline="") as handle:
+            header = handle.readline(65536)
+    except (OSError, UnicodeDecodeError):
+        return "openb"
+    return "generic" if "arrival" in (c.strip().lower() for c in header.split(",")) else "openb"
 
 
 NODE_COLUMNS = ("node", "pool", "region", "accelerator", "model", "devices", "cpu", "memory", "cost_per_hour")

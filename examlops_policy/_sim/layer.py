@@ -37,7 +37,7 @@ from examlops_policy import _nodes
 from examlops_policy._core import rooms as _rooms
 from examlops_policy._core.engine import Engine
 from examlops_policy._core import codec
-from examlops_policy._core.selection import Judged, priced, select
+from examlops_policy._core.selection import Judged, priced, select, summary
 from examlops_policy._core.state import Capacities, sharing_of
 from examlops_policy._node_packers import DEFAULT_PACKER, ExpectedWorkload, packer_named
 from examlops_policy.errors import SpecError, StateError
@@ -173,6 +173,7 @@ class LayerPlacer:
         self._capacity = _nodes.NodeCapacity(nodes)
         self.judged_new = 0  # workload signatures judged (an OPA query each at most)
         self.refused: dict[str, int] = {}  # requests the policy refused outright, by reason code
+        self._failed: tuple[Workload, Judged, str | None, str | None] | None = None  # the last request that failed
 
     @property
     def capacity(self) -> _nodes.NodeCapacity:
@@ -195,11 +196,17 @@ class LayerPlacer:
         """Place ``request`` (a trace's request, or a workload): the pool selection chooses and the
         node(s) its packer chooses, held; None when no pool is admitted with room."""
         workload, judged = self.judged(request)
+        if isinstance(request, Workload):
+            workload = request  # its own name (the judged one may be another's of the same signature)
         outcome = select(judged, self.summaries)
         if outcome.chosen is None:
             rejection = judged.workload.rejection
             if rejection is not None:  # refused whatever the capacity: counted by its reason
                 self.refused[rejection.code] = self.refused.get(rejection.code, 0) + 1
+                self._failed = (workload, judged, rejection.code, rejection.message)
+            else:
+                blocked = outcome.burst.reason if outcome.burst.verdict == "blocked" else None
+                self._failed = (workload, judged, None if blocked is None else blocked.code, None if blocked is None else blocked.message)
             return None
         i = outcome.chosen
         grant = outcome.grant or judged.verdict(i).grant
@@ -213,8 +220,20 @@ class LayerPlacer:
             if touched:
                 self.summaries[j] = _rooms.summary(self.rooms[j], touched)[0]
         for a in allocations:
-            self._capacity.allocate(_node_grant(a, self.pools[i]))
+            for g in _node_grants(a, self.pools[i], grant):
+                self._capacity.allocate(g)
         return Placed(self.pools[i].name, grant, allocations)
+
+    def why_failed(self) -> tuple[str, str]:
+        """(code, message) of the last request ``decide`` could not place, as a placement's
+        rejection says it (the policy's reason, or how many pools each reason stopped, in the
+        policy's words, against the capacity when it was asked). Worked out only when asked."""
+        if self._failed is None:
+            raise StateError("no request has failed")
+        workload, judged, code, message = self._failed
+        if code is not None and message is not None:
+            return code, message
+        return summary(judged, self.summaries, workload)
 
     def place(self, request: _nodes.NodeRequest) -> tuple[_nodes.NodeGrant, ...] | None:
         """``decide``, as the replay harness reads it: one grant per node."""
@@ -222,29 +241,40 @@ class LayerPlacer:
         if placed is None:
             return None
         pool = next(p for p in self.pools if p.name == placed.pool)
-        return tuple(_node_grant(a, pool) for a in placed.allocations)
+        return tuple(g for a in placed.allocations for g in _node_grants(a, pool, placed.grant))
 
     def release(self, placed: Placed) -> None:
         """Give back what ``placed`` holds (work that ended), on its pool and the pools sharing its nodes."""
         i = next(k for k, p in enumerate(self.pools) if p.name == placed.pool)
-        touched = _rooms.give_back(self.rooms[i], placed.allocations, devices=True)
+        touched = _rooms.give_back(self.rooms[i], placed.allocations, devices=True, slice_share=placed.grant.share)
         self.summaries[i] = _rooms.summary(self.rooms[i], touched)[0]
         for j, same in self.sharers[i]:
             touched = _rooms.give_back(self.rooms[j], placed.allocations, devices=same)
             if touched:
                 self.summaries[j] = _rooms.summary(self.rooms[j], touched)[0]
         for a in placed.allocations:
-            self._capacity.release(_node_grant(a, self.pools[i]))
+            for g in _node_grants(a, self.pools[i], placed.grant):
+                self._capacity.release(g)
 
 
-def _node_grant(a: NodeAllocation, pool: Pool) -> _nodes.NodeGrant:
-    """An allocation as the fleet-wide capacity holds it (a ``cpu`` pool's cores are no devices)."""
+def _node_grants(a: NodeAllocation, pool: Pool, grant: Grant) -> tuple[_nodes.NodeGrant, ...]:
+    """An allocation as the fleet-wide capacity holds it (a ``cpu`` pool's cores are no devices;
+    slices of a partitioned device are shares of it, their thousandths rounded down, one grant per
+    device, the node's CPU and memory on the first)."""
     if pool.accelerator == "cpu":
-        return _nodes.NodeGrant(a.node, (), 0, a.cpu_milli, a.memory_mib)
+        return (_nodes.NodeGrant(a.node, (), 0, a.cpu_milli, a.memory_mib),)
     if a.share is not None:
         milli = a.share.shares * _nodes.MILLI // (pool.shares_per_device or _nodes.MILLI)
-        return _nodes.NodeGrant(a.node, (a.share.device,), milli, a.cpu_milli, a.memory_mib)
-    return _nodes.NodeGrant(a.node, tuple(h.device for h in a.holdings), 0, a.cpu_milli, a.memory_mib)
+        return (_nodes.NodeGrant(a.node, (a.share.device,), milli, a.cpu_milli, a.memory_mib),)
+    if grant.profile is None or not a.holdings:
+        return (_nodes.NodeGrant(a.node, tuple(h.device for h in a.holdings), 0, a.cpu_milli, a.memory_mib),)
+    per_device: dict[int, int] = {}
+    for h in a.holdings:
+        per_device[h.device] = per_device.get(h.device, 0) + int(grant.share * _nodes.MILLI)
+    return tuple(
+        _nodes.NodeGrant(a.node, (device,), milli, a.cpu_milli if k == 0 else 0, a.memory_mib if k == 0 else 0)
+        for k, (device, milli) in enumerate(sorted(per_device.items()))
+    )
 
 
 def replace_nodes(pools: Sequence[Pool], order: Sequence[str]) -> list[Pool]:

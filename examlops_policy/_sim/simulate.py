@@ -27,6 +27,28 @@ from examlops_policy.errors import SpecError
 from examlops_policy.model import JSONObject
 
 POINTS = (100, 130)
+# Failed workloads a person reads by name under a packer's line (all of them with --json).
+SHOWN_FAILURES = 10
+
+
+@dataclass(frozen=True)
+class WorkloadOutcome:
+    """What became of one workload of a generic trace: the pool it was placed on, or the reason
+    it failed, as a placement's rejection says it (code and message)."""
+
+    name: str
+    arrival: float
+    pool: str | None = None
+    code: str | None = None
+    message: str | None = None
+
+    def to_json(self) -> JSONObject:
+        out: JSONObject = {"name": self.name, "arrival": self.arrival, "outcome": "placed" if self.pool is not None else "failed"}
+        if self.pool is not None:
+            out["pool"] = self.pool
+        else:
+            out["reason"] = {"code": self.code, "message": self.message}
+        return out
 
 
 @dataclass(frozen=True)
@@ -37,6 +59,16 @@ class PackerRun:
     results: tuple[ReplayResult, ...]
     judged: int = 0  # workload signatures the policy judged (at most one OPA query each)
     refused: Mapping[str, int] = field(default_factory=dict)  # requests the policy refused outright, by reason code
+    outcomes: tuple[WorkloadOutcome, ...] = ()  # a generic trace: each workload's, in the order they arrived
+
+    @property
+    def failures(self) -> dict[str, int]:
+        """How many workloads failed, by reason code (a generic trace: capacity included)."""
+        out: dict[str, int] = {}
+        for o in self.outcomes:
+            if o.pool is None and o.code is not None:
+                out[o.code] = out.get(o.code, 0) + 1
+        return dict(sorted(out.items()))
 
     @property
     def alloc_pct(self) -> dict[int, float]:
@@ -60,6 +92,9 @@ class PackerRun:
 
     def to_json(self, points: Sequence[int]) -> JSONObject:
         mean = self.alloc_pct
+        workloads: JSONObject = (
+            {"failures": dict(self.failures), "workloads": [o.to_json() for o in self.outcomes]} if self.outcomes else {}
+        )
         return {
             "packer": self.packer,
             "alloc_pct": {str(x): mean[x] for x in (points or sorted(mean)) if x in mean},
@@ -76,6 +111,7 @@ class PackerRun:
             "placements_per_second": self.placements_per_second,
             "judged": self.judged,
             "refused": dict(self.refused),
+            **workloads,
         }
 
 
@@ -115,6 +151,11 @@ class Simulation:
                 )
                 if run.refused:
                     out.append("  refused by the policy whatever the capacity: " + ", ".join(f"{c} x{n}" for c, n in run.refused.items()))
+                failed = [o for o in run.outcomes if o.pool is None]
+                if failed:
+                    named = ", ".join(f"{o.name} at {o.arrival:g} s ({o.code})" for o in failed[:SHOWN_FAILURES])
+                    more = f" and {len(failed) - SHOWN_FAILURES} more (--json lists them all)" if len(failed) > SHOWN_FAILURES else ""
+                    out.append(f"  failed: {named}{more}")
             return out
         out.append(f"seeds {', '.join(map(str, self.seeds))}, GPU demand tuned to {round(self.inflate * 100)} % of GPU capacity")
         for run in self.runs:
@@ -188,12 +229,15 @@ def simulate_events(engine: Engine, trace: GenericTrace, *, packers: Sequence[st
     for packer in packers:
         expected = expected_workload([TracePod(w.name, w.request) for w in trace.workloads if w.request is not None]) if packer == "fgd" else None
         placer = LayerPlacer(engine, confirmed, trace.pools, packer=packer, expected=expected)
-        runs.append(PackerRun(packer, (_events(placer, trace, packer),), placer.judged_new, _refused([placer])))
+        outcomes: list[WorkloadOutcome] = []
+        result = _events(placer, trace, packer, outcomes)
+        runs.append(PackerRun(packer, (result,), placer.judged_new, _refused([placer]), tuple(outcomes)))
     _confirm_same(engine, confirmed)
     return Simulation(name, confirmed[0], None, (), tuple(runs), points=(), pools=tuple(sorted(p.name for p in trace.pools)))
 
 
-def _events(placer: LayerPlacer, trace: GenericTrace, packer: str) -> ReplayResult:
+def _events(placer: LayerPlacer, trace: GenericTrace, packer: str, outcomes: list[WorkloadOutcome]) -> ReplayResult:
+    """The replay of ``trace`` in time order; ``outcomes`` gets each workload's outcome."""
     total = max(1, sum(n.devices for n in placer.capacity.nodes))
     leaving: list[tuple[float, int, Placed]] = []
     events: list[tuple[int, int]] = [(0, 0)]
@@ -210,7 +254,10 @@ def _events(placer: LayerPlacer, trace: GenericTrace, packer: str) -> ReplayResu
         got = placer.decide(w.workload)
         if got is None:
             failed[w.kind] += 1
+            code, message = placer.why_failed()
+            outcomes.append(WorkloadOutcome(w.name, w.arrival, code=code, message=message))
         else:
+            outcomes.append(WorkloadOutcome(w.name, w.arrival, pool=got.pool))
             placed += 1
             allocated += _milli(placer, got)
             if w.duration is not None:
@@ -243,7 +290,8 @@ def _milli(placer: LayerPlacer, placed: Placed) -> int:
     if pool.accelerator == "cpu":
         return 0
     unit = pool.shares_per_device or _nodes.MILLI
-    return sum(a.share.shares * _nodes.MILLI // unit if a.share is not None else _nodes.MILLI * len(a.holdings) for a in placed.allocations)
+    slice_milli = int(placed.grant.share * _nodes.MILLI) if placed.grant.profile is not None else _nodes.MILLI
+    return sum(a.share.shares * _nodes.MILLI // unit if a.share is not None else slice_milli * len(a.holdings) for a in placed.allocations)
 
 
 def _confirm_same(engine: Engine, confirmed: tuple[str, str]) -> None:

@@ -62,10 +62,24 @@ def names(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
+def unitless(text: str) -> str | None:
+    """Why a duration given on the command line without its unit is refused, or None. A bare
+    number other than 0 would silently be seconds where minutes or hours were meant (``--lease 5``);
+    a workload file may say whole seconds."""
+    bare = text.strip()
+    if bare.isdigit() and int(bare) != 0:
+        return f"say the unit: {bare}s, {bare}m, {bare}h or {bare}d (got {bare} without one)"
+    return None
+
+
 def lease(text: str) -> timedelta:
-    """A duration (``quantities.duration_s``): ``90s``, ``30m``, ``2h``, ``1d``, ``1h30m``."""
+    """A duration with its unit, of more than 0s (``quantities.duration_s``): ``90s``, ``30m``,
+    ``2h``, ``1d``, ``1h30m``."""
+    problem = unitless(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     try:
-        return timedelta(seconds=quantities.duration_s(text))
+        return timedelta(seconds=quantities.duration_s(text, least=1))
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from examlops_policy.cli.console import Console, Text
 
@@ -71,6 +71,10 @@ def placement(args: argparse.Namespace) -> tuple[Workload, bool]:
     for option in WORKLOAD_OPTIONS[1:]:
         if option not in LIST_OPTIONS and getattr(args, option, None) is not None:
             values[option] = getattr(args, option)
+    for option in ("max_wait", "walltime"):
+        problem = types.unitless(str(values[option])) if option in values else None
+        if problem:
+            raise SpecError(problem, source="command line", field=option)
     if args.models is not None:
         values["models"] = types.names(args.models)
     return specs.workload_from_mapping(values, source="command line"), False
@@ -241,7 +245,20 @@ def cmd_renew(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
 
 
 def cmd_accounting(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
-    render.dump_json(console, hw.accounting(args.id, args.hours))
+    figures = hw.accounting(args.id, args.hours)
+    if args.json:
+        render.dump_json(console, figures)
+        return exits.OK
+    record = hw.decision(args.id)
+    d = record.decision
+    assert isinstance(d, Placement)
+    hours = float(args.hours)
+    console.print(f"decision {record.id[:12]} · {render.grant_text(d.grant, d.accelerator)} on {d.pool} in {d.region} · "
+                  f"held {render.number(hours)} hour{'' if hours == 1 else 's'}")  # fmt: skip
+    console.print(f"  cost    {render.amount(cast(float, figures['cost']), 2, '$')}")
+    console.print(f"  carbon  {render.number(cast(float, figures['carbon_g']))} gCO2e")
+    if "carbon_g_grounded" in figures:
+        console.print(f"          {render.number(cast(float, figures['carbon_g_grounded']))} gCO2e from the pool's power (board power x PUE x grid intensity)")
     return exits.OK
 
 
@@ -297,7 +314,7 @@ def _workload_args(p: argparse.ArgumentParser, *, target: bool, queue: bool = Fa
     p.add_argument("--explain", action="store_true", help="show every pool's verdict and why the winner won")
     p.add_argument("--dry-run", action="store_true", help="decide without reserving or recording")
     p.add_argument("--request-id", help="idempotency key: a retry with the same key returns the same decision")
-    p.add_argument("--lease", type=types.lease, help="release the placement unless submitted or renewed within this time, e.g. 30m")
+    p.add_argument("--lease", type=types.lease, help="release the placement unless submitted or renewed within this time, with its unit, e.g. 30m or 2h")
     p.add_argument("--priority", help="its priority class (priorities.yaml: orders the queue, may allow preemption)")
     p.add_argument("--ask-kubernetes", action="store_true",
                    help="ask the Kubernetes cluster (--kubeconfig, --context) when the pools it serves would start it, not the provisioning table")
@@ -346,10 +363,10 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
 
     p = hardware.add_parser("renew", parents=[common], help="extend a placement's lease")
     p.add_argument("id")
-    p.add_argument("--lease", type=types.lease, required=True, help="from now, e.g. 30m, 2h")
+    p.add_argument("--lease", type=types.lease, required=True, help="from now, with its unit, e.g. 30m, 2h")
     p.set_defaults(handler=cmd_renew)
 
-    p = hardware.add_parser("accounting", parents=[common], help="cost and carbon of a placement")
+    p = hardware.add_parser("accounting", parents=[common], help="cost and carbon of a placement held for --hours (--json: the figures)")
     p.add_argument("id")
     p.add_argument("--hours", type=types.hours, required=True)
     p.set_defaults(handler=cmd_accounting)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from examlops_policy.hardware import Hardware
 
 Handler = Callable[[argparse.Namespace, "Hardware", Console], int]
+# What argparse takes for a (negative) value rather than an option: a minus, then a digit.
+_NEGATIVE_VALUE: Final = re.compile(r"^-\.?\d")
 
 
 def _console() -> Console:
@@ -43,6 +46,10 @@ def _error(name: str, code: int, message: str, *, as_json: bool) -> None:
 class _Parser(argparse.ArgumentParser):
     """argparse, with a usage error as JSON on stderr when ``--json`` was asked for (exit 2).
 
+    A word that starts with a minus and a digit (``-5Gi``, ``-1h``, ``-0.5``) is a value, not an
+    option (no option starts with a digit): ``--memory-per-node -5Gi`` reaches the option's reader,
+    which says that it cannot be negative, instead of argparse's "expected one argument".
+
     With ``wanted`` (the words of the command line), a subcommand whose name is not among them is
     listed (name and help, so usage, help and errors read the same) but its arguments are not
     built: building every command's arguments costs a cold command about ten milliseconds.
@@ -50,6 +57,7 @@ class _Parser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, wanted: frozenset[str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE_VALUE
         self.register("action", "parsers", _Commands)
         self.wanted = wanted
 

@@ -93,12 +93,14 @@ def cmd_add_pool(args: argparse.Namespace, hw: Hardware, console: Console) -> in
     return exits.OK
 
 
-CHANGE_MARKS = {"added": "+", "updated": "~", "unchanged": "=", "drained": "~", "undrained": "~", "removed": "-", "removal_pending": "-"}
+CHANGE_MARKS = {
+    "added": "+", "updated": "~", "unchanged": "=", "drained": "~", "undrained": "~", "removed": "-", "removal_pending": "-", "refused": "✗",
+}  # fmt: skip
 
 
 def change_json(c: PoolChange) -> dict[str, object]:
     return {"pool": c.name, "action": c.action, "changed": list(c.changed_fields), "live_grants": list(c.holders),
-            "removal_cancelled": c.removal_cancelled}  # fmt: skip
+            "removal_cancelled": c.removal_cancelled, "refused": c.refused}  # fmt: skip
 
 
 def grants_text(holders: tuple[str, ...]) -> str:
@@ -118,6 +120,9 @@ def change_line(c: PoolChange) -> str:
         what = f"drained: takes no new grants{kept}"
     elif c.action == "undrained":
         what = "undrained: takes new grants again" + ("; its pending removal is cancelled" if c.removal_cancelled else "")
+    elif c.action == "refused":
+        change = f"update ({', '.join(c.changed_fields)})" if c.changed_fields else "removal"
+        what = f"{change} refused: {c.refused}"
     else:
         what = c.action + (f" ({', '.join(c.changed_fields)})" if c.changed_fields else "")
     return f"{CHANGE_MARKS[c.action]} {c.name} {what}"
@@ -131,19 +136,25 @@ def show_changes(args: argparse.Namespace, console: Console, changes: list[PoolC
     for c in changes:
         console.print(change_line(c))
     if summary:
-        counts = {a: sum(1 for c in changes if c.action == a) for a in ("added", "updated", "unchanged", "removed", "removal_pending")}
+        counts = {a: sum(1 for c in changes if c.action == a) for a in ("added", "updated", "unchanged", "removed", "removal_pending", "refused")}
         line = f"{counts['added']} added, {counts['updated']} updated, {counts['unchanged']} unchanged"
         if getattr(args, "prune", False):
             line += f", {counts['removed']} removed" + (f", {counts['removal_pending']} removal pending" if counts["removal_pending"] else "")
-        console.print(line)
-    if args.dry_run:
+        console.print(line + (f", {counts['refused']} refused" if counts["refused"] else ""))
+    refused = sum(1 for c in changes if c.action == "refused")
+    if args.dry_run and refused:
+        them = "them" if refused > 1 else "it"
+        console.print(Text(f"dry run: nothing was changed; {refused} change{'s' if refused > 1 else ''} would be refused, "
+                           f"and with {them} the whole write (all or nothing): resolve {them} first", style="red"))  # fmt: skip
+    elif args.dry_run:
         console.print("dry run: nothing was changed (run it again without --dry-run to make these changes)")
 
 
 def cmd_apply(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     changes = hw.apply_file(Path(args.file), prune=args.prune, dry_run=args.dry_run)
     show_changes(args, console, changes, summary=True)
-    return exits.OK
+    # A dry run that would be refused exits as the write would (bad input), having shown it all.
+    return exits.BAD_INPUT if any(c.action == "refused" for c in changes) else exits.OK
 
 
 def cmd_drain(args: argparse.Namespace, hw: Hardware, console: Console) -> int:

@@ -39,8 +39,10 @@ def emit_table(console: Console, title: str, columns: Sequence[str], rows: Seque
     console.file.write("\n".join([title, line(columns), *(line(row) for row in plain)]) + "\n")
 
 
-def dump_json(console: Console, value: object) -> None:
-    console.file.write(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+def dump_json(console: Console, value: object, *, sort_keys: bool = True) -> None:
+    """``value`` as indented JSON; ``sort_keys=False`` keeps the order it was built in (e.g. keys
+    that are numbers, which sorted as text would read 0, 1, 104, 39)."""
+    console.file.write(json.dumps(value, indent=2, sort_keys=sort_keys, ensure_ascii=False) + "\n")
 
 
 def stream_json(console: Console, items: Iterable[object]) -> None:
@@ -388,7 +390,10 @@ def print_pool(console: Console, detail: PoolDetail) -> None:
         console.print(Text(f"  drained, removal pending since {state.removing}: it goes when its last live grant ends", style="yellow"))
     elif p.drained:
         console.print(Text("  drained: takes no new grants, keeps its live ones (exa hardware undrain to take new ones)", style="yellow"))
-    packing = f"fixed {p.fixed_profile} slices" if view.packing == "fixed" else PACKING[view.packing]
+    if p.sharing is not None:
+        packing = f"shared devices ({p.sharing}, {p.shares_per_device} shares each)"
+    else:
+        packing = f"fixed {p.fixed_profile} slices" if view.packing == "fixed" else PACKING[view.packing]
     console.print(f"  packing: {packing} · free {number(state.free)}/{p.count}"
                   + (f" · placeable {view.placeable}" if view.placeable is not None else "")
                   + f" · empty devices {state.capacity.whole}")  # fmt: skip

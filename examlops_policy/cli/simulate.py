@@ -10,6 +10,7 @@ from examlops_policy.cli.args import Commands
 from examlops_policy.cli.console import Console
 from examlops_policy.errors import SpecError
 from examlops_policy.hardware import Hardware
+from examlops_policy.model import PACKERS
 
 
 def seeds_of(text: str) -> list[int]:
@@ -31,7 +32,7 @@ def seeds_of(text: str) -> list[int]:
 
 
 def cmd_simulate(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
-    packers = [p for group in (args.packer or [["exa"]]) for p in group]
+    packers = [p for group in (args.packer or [[PACKERS[0]]]) for p in group]
     result = hw.simulate(
         Path(args.pods), Path(args.nodes) if args.nodes else None, format=args.format, inflate=args.inflate, seeds=seeds_of(args.seeds),
         packers=packers, policy=Path(args.policy) if args.policy else None, region=args.region, pools=args.pools,
@@ -42,7 +43,7 @@ def cmd_simulate(args: argparse.Namespace, hw: Hardware, console: Console) -> in
         except OSError as exc:
             raise SpecError(f"cannot write the plot: {exc.strerror}", source=args.plot) from exc
     if args.json:
-        render.dump_json(console, result.to_json())
+        render.dump_json(console, result.to_json(), sort_keys=False)  # alloc_pct in the order of its numbers
     else:
         for line in result.lines():
             console.print(line, markup=False, highlight=False)
@@ -57,10 +58,13 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--pods", required=True, metavar="FILE", help="the pod list (openb CSV), or a generic trace (YAML: pools and workloads)")
     p.add_argument("--nodes", metavar="FILE", help="the node list (openb CSV; required for openb), or a pools file replacing a generic trace's pools")
-    p.add_argument("--format", choices=["openb", "generic"], default="openb", help="openb (default): the openb protocol; generic: in time order")
+    p.add_argument("--format", choices=["openb", "generic"],
+                   help="openb: the openb protocol; generic: in time order (default: from --pods: a YAML trace, or a CSV with an arrival column, "
+                        "is generic; else openb)")  # fmt: skip
     p.add_argument("--inflate", type=float, default=1.3, help="openb: GPU demand tuned to this x the GPU capacity (default 1.3)")
     p.add_argument("--seeds", default="42", help="openb: seeds, e.g. 42-51 (default 42)")
-    p.add_argument("--packer", nargs="+", action="append", metavar="NAME", help="node packer(s) to replay with (default exa, the one place uses)")
+    p.add_argument("--packer", nargs="+", action="append", metavar="NAME", choices=PACKERS,
+                   help=f"node packer(s) to replay with: {', '.join(PACKERS)} (default {PACKERS[0]}, the one place uses)")  # fmt: skip
     p.add_argument("--policy", metavar="DIR", help="judge with the policy in DIR (its own OPA) instead of the reviewed one")
     p.add_argument("--region", default="eu", help="openb: the region of the fleet's pools (default eu)")
     p.add_argument("--pools", choices=["model", "one"], default="model",

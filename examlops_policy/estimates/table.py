@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Final, cast
 
+from examlops_policy.quantities import shown
 from examlops_policy.errors import PolicyError
 from examlops_policy.estimates import StartEstimate, iso, unknown
 from examlops_policy.model import JSONObject, Pool
@@ -109,7 +110,7 @@ def _delay(row: object, where: str) -> Delay:
         if seconds is None:
             continue
         if isinstance(seconds, bool) or not isinstance(seconds, int) or not 0 <= seconds <= MAX_DURATION_S:
-            raise PolicyError(f"{where}.{kind}_s: expected whole seconds between 0 and {MAX_DURATION_S} (got {seconds!r})")
+            raise PolicyError(f"{where}.{kind}_s: expected whole seconds between 0 and {MAX_DURATION_S} (got {shown(seconds)})")
         means, source = row.get(f"{kind}_means"), row.get(f"{kind}_source")
         if not isinstance(means, str) or not means or not isinstance(source, str) or not source:
             raise PolicyError(f"{where}: {kind}_s needs {kind}_means and {kind}_source (what the figure means, where it comes from)")

@@ -1,0 +1,79 @@
+"""``exa hardware simulate`` says what became of each workload (and why the failed ones failed),
+writes ``alloc_pct`` in the order of its numbers, reads the trace's format from the file, names
+its packers, and replays against any pools file ``apply`` takes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from examlops_policy.hardware import Hardware
+from tests.conftest import ROOT, run_exa
+
+TRACE = ROOT / "examples" / "traces" / "site" / "trace.yaml"
+
+
+def test_each_workload_has_its_outcome_and_the_failed_ones_their_reason(hardware: Hardware) -> None:
+    run = hardware.simulate(TRACE).runs[0]
+    outcomes = {o.name: o for o in run.outcomes}
+    assert list(outcomes) == ["pretrain", "notebook-1", "notebook-2", "finetune", "etl", "serve", "pretrain-2"]
+    failed = [o for o in run.outcomes if o.pool is None]
+    assert [(o.name, o.arrival, o.code) for o in failed] == [("serve", 900.0, "no_capacity"), ("pretrain-2", 1200.0, "no_capacity")]
+    assert failed[1].message is not None and failed[1].message.startswith("no pool has free capacity for pretrain-2 ")
+    assert outcomes["pretrain"].pool == "h100-eu" and outcomes["etl"].pool == "cpu"
+    out = run.to_json(())
+    assert out["failures"] == {"no_capacity": 2} and out["refused"] == {}
+    assert out["workloads"][5] == {  # type: ignore[index]
+        "name": "serve", "arrival": 900.0, "outcome": "failed", "reason": {"code": "no_capacity", "message": failed[0].message},
+    }  # fmt: skip
+
+
+def test_the_cli_names_the_failed_and_orders_alloc_pct_by_number(exa_home: Path) -> None:
+    text = run_exa(exa_home, "hardware", "simulate", "--pods", str(TRACE), check=True).stdout
+    assert "  failed: serve at 900 s (no_capacity), pretrain-2 at 1200 s (no_capacity)" in text.splitlines()
+    raw = run_exa(exa_home, "hardware", "simulate", "--pods", str(TRACE), "--json", check=True).stdout
+    doc = json.loads(raw, object_pairs_hook=lambda pairs: pairs)
+    curve = dict(doc)["alloc_pct"]
+    numbers = [int(k) for k, _ in curve]
+    assert len(numbers) > 10 and numbers == sorted(numbers)
+    assert [w["name"] for w in json.loads(raw)["workloads"] if w["outcome"] == "failed"] == ["serve", "pretrain-2"]
+
+
+def test_the_format_is_read_from_the_file(tmp_path: Path, exa_home: Path) -> None:
+    from examlops_policy._sim.generic import trace_format
+
+    assert trace_format(TRACE) == "generic"
+    assert trace_format(ROOT / "examples" / "traces" / "openb" / "openb_pod_list_default.csv") == "openb"
+    workloads = tmp_path / "workloads.csv"
+    workloads.write_text("name,arrival,duration,accelerator,count,fraction,cpu,memory,models\nw,0,,nvidia,1,,,,\n", encoding="utf-8")
+    assert trace_format(workloads) == "generic"
+    assert trace_format(tmp_path / "missing.csv") == "openb"  # openb's reader names the missing file
+    # Without --format a YAML trace replays in time order (it was read as openb's pod list).
+    assert run_exa(exa_home, "hardware", "simulate", "--pods", str(TRACE), check=True).stdout.splitlines()[1].startswith("in time order")
+
+
+def test_the_packers_are_named_in_the_help_and_the_readme(exa_home: Path) -> None:
+    from examlops_policy._node_packers import PACKERS
+
+    help_text = " ".join(run_exa(exa_home, "hardware", "simulate", "--help", check=True).stdout.split())
+    assert f"node packer(s) to replay with: {', '.join(PACKERS)} (default exa" in help_text
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert all(f"| `{name}` |" in readme for name in PACKERS)
+    bad = run_exa(exa_home, "hardware", "simulate", "--pods", str(TRACE), "--packer", "tetris")
+    assert bad.returncode == 2 and "invalid choice: 'tetris'" in bad.stderr
+
+
+def test_nodes_takes_a_pools_file_that_apply_takes(exa_home: Path, hardware: Hardware) -> None:
+    """examples/pools-lifecycle.yaml: a count-only pool and a partitioned one, neither listing
+    nodes; examples/nodes/pools.yaml: node counts and listed nodes."""
+    for name in ("pools-lifecycle.yaml", "nodes/pools.yaml"):
+        pools = ROOT / "examples" / name
+        assert run_exa(exa_home, "hardware", "apply", "-f", str(pools), "--dry-run").returncode == 0
+        sim = hardware.simulate(TRACE, pools)
+        run = sim.runs[0]
+        assert len(run.outcomes) == 7
+        assert all(o.pool is not None or o.code for o in run.outcomes)
+    # The two 0.25 notebooks take AMD partitions of one MI300X, and give them back when they end.
+    lifecycle = hardware.simulate(TRACE, ROOT / "examples" / "pools-lifecycle.yaml").runs[0]
+    assert {o.name: o.pool for o in lifecycle.outcomes}["notebook-2"] == "mi300-c"
+    assert lifecycle.results[0].placed == 4
