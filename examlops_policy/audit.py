@@ -49,12 +49,13 @@ import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, TypeVar
 
 
 if TYPE_CHECKING:  # cryptography loads only where a key is used, not on every command
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from examlops_policy._canonical import canonical
 from examlops_policy.errors import AuditIntegrityError, SpecError
@@ -561,10 +562,17 @@ class VerifierKey:
         if not _valid_name(self.name) or len(self.public_key) != 32:
             raise SpecError("needs a name without spaces or '+', and 32 bytes", source="verifier key")
 
-    @property
+    @cached_property
     def key_id(self) -> bytes:
         """SHA-256(name || 0x0A || 0x01 || public_key)[:4], per c2sp.org/signed-note."""
         return _key_id(self.name, self.public_key)
+
+    @cached_property
+    def _public(self) -> Ed25519PublicKey:
+        """The key as cryptography holds it, made once (not per signature checked)."""
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+        return Ed25519PublicKey.from_public_bytes(self.public_key)
 
     @classmethod
     def parse(cls, text: str) -> VerifierKey:
@@ -580,10 +588,9 @@ class VerifierKey:
     def verify(self, message: bytes, signature: bytes) -> bool:
         """True when `signature` (64 bytes, no key id) is this key's Ed25519 signature of `message`."""
         from cryptography.exceptions import InvalidSignature
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
         try:
-            Ed25519PublicKey.from_public_bytes(self.public_key).verify(signature, message)
+            self._public.verify(signature, message)
         except (InvalidSignature, ValueError):
             return False
         return True
@@ -600,10 +607,17 @@ class SigningKey:
         if not _valid_name(self.name) or len(self.seed) != 32:
             raise SpecError("needs a name without spaces or '+', and 32 bytes", source="signer key")
 
-    @property
+    @cached_property
     def key_id(self) -> bytes:
         """The key id of the matching verifier key."""
         return self.verifier_key().key_id
+
+    @cached_property
+    def _private(self) -> Ed25519PrivateKey:
+        """The key as cryptography holds it, made once (not per entry signed)."""
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        return Ed25519PrivateKey.from_private_bytes(self.seed)
 
     @classmethod
     def parse(cls, text: str) -> SigningKey:
@@ -620,16 +634,11 @@ class SigningKey:
 
     def verifier_key(self) -> VerifierKey:
         """The public half, under the same name."""
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-        public = Ed25519PrivateKey.from_private_bytes(self.seed).public_key().public_bytes_raw()
-        return VerifierKey(self.name, public)
+        return VerifierKey(self.name, self._private.public_key().public_bytes_raw())
 
     def sign(self, message: bytes) -> bytes:
         """The 64-byte Ed25519 signature of `message` (deterministic, RFC 8032)."""
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-        return Ed25519PrivateKey.from_private_bytes(self.seed).sign(message)
+        return self._private.sign(message)
 
 
 def _checked_id(key: _Key, key_id: bytes, source: str) -> _Key:
