@@ -295,7 +295,8 @@ class SQLStore(QueueReads, ABC):
                 # alone is no sign: a state made before a migration was added below others has one.)
                 raise StateCorrupt(
                     f"{self.where}: schema migration(s) {', '.join(str(v) for v, _ in pending(done))} do not apply to this state "
-                    f"({_first_line(cause)}): schema_migrations was edited, and the schema is not what it says; nothing was written"
+                    f"({_first_line(cause)}): the state is not what its schema_migrations table says (a row of it deleted, or the "
+                    "schema edited); nothing was written"
                 ) from cause
             if cause is None or getattr(cause, "sqlstate", None) != "42501":  # insufficient privilege
                 raise
