@@ -26,6 +26,7 @@ difference with the tables as stored, and each row no entry accounts for:
                     upgrade mapped to its node, as the ``holding`` entry that moved it says)
     node_grants     each node of a node-by-node grant: its place, CPU and memory, as its entry says
     burst_events    one per burst attempt: workload, residency, pool, region, verdict, reason
+    verdict_sets    the verdict set (and fleets) each compact record was judged on: stored
     node_usage      what a scheduler reported busy on each node of a pool, as its last
                     ``node_usage`` entry says
     pools           spec and count as the last pool entry, held_outside as the last capacity
@@ -92,8 +93,7 @@ _CHAIN_BROKEN: Final = frozenset({"edited", "deleted", "reordered", "inserted", 
 # live grants hold of its nodes' CPU and memory, what schedulers report busy there, and the pools
 # whose devices on its nodes are its own (``held``, ``grants`` and ``usage`` then include the rows
 # of the pools sharing its nodes): (pool, held, held outside, grants, usage, same devices) ->
-# (summary, free). None: the stored summaries were worked out with other packing rules, and are
-# not compared.
+# (summary, free). None: summaries are not compared.
 Summary = Callable[[Pool, Sequence[HeldRow], float, Sequence[NodeGrantRow], Sequence[NodeUsageRow], frozenset[str] | None], tuple[object, float]]
 
 
@@ -399,6 +399,7 @@ def compare(
     (None: not compared)."""
     out = _Report()
     fleets = _Fleets(state.documents)
+    stored = {key for key, _ in state.documents}
     rows = state.tables
     decisions = {str(r[0]): dict(zip(DECISION_COLUMNS, r)) for r in rows["decisions"]}
     allocations = {str(r[0]): dict(zip(ALLOCATION_COLUMNS, r)) for r in rows["allocations"]}
@@ -423,6 +424,7 @@ def compare(
             continue
         record = _record(row, d.entry.get("record_digest"), records)
         _compare_decision(out, ident, d, row, record, fleets)
+        _compare_documents(out, ident, d.seq, record, stored)
         if record is not None and record.get("v") in _DECIDED_AT:
             at = record.get("at")
             if isinstance(at, int) and not isinstance(at, bool):
@@ -510,6 +512,20 @@ def _compare_decision(
         if spec is not None:
             for column in ("model", "target"):
                 out.differs("decisions", column, key, row.get(column), spec.get(column), seq)
+
+
+def _compare_documents(out: _Report, ident: str, seq: int, record: Mapping[str, object] | None, stored: set[str]) -> None:
+    """The verdict set (and fleet) a compact record was judged on must be stored: the decision is
+    read back from them. (The fleet of a record that names its state version is held to the
+    capacity log, which names it when it is gone.)"""
+    if record is None:
+        return
+    wanted = [("verdict set", record.get("verdicts"))]
+    if record.get("v") not in _DECIDED_AT:
+        wanted.append(("fleet", record.get("fleet")))
+    for what, key in wanted:
+        if isinstance(key, str) and key not in stored:
+            out.add(seq, f"the {what} {key[:24]}... that decision {ident[:12]} (entry {seq}) was judged on is not stored: its row was deleted")
 
 
 def _compare_allocation(out: _Report, ident: str, d: _Decision, row: Row, alloc: Row | None) -> None:

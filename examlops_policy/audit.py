@@ -21,11 +21,16 @@ them back to `verify_chain`. Design: /work/shared/reference/audit-log.md.
                 does not link to                                              nothing vouches for it
     truncated   the log ends before the checkpoint's size                     the first missing seq
     mismatch    the entry at the checkpoint's size is not the checkpoint head  checkpoint size
-    signature   no checkpoint signature by the given key verifies             checkpoint size
+    signature   no checkpoint signature by the given key verifies; or, with   checkpoint size; the
+                that key, an entry after the checkpoint that it did not sign    entry (the first of
+                (unsigned, or signed by another key, or not over this place)    an unsigned run)
+    time        an entry dated before the entry it follows (a writer dates    that entry
+                each entry no earlier than the head it links to)
     damaged     a stored entry is not what an entry can be (a hash or the      that entry
                 entry stored as text, a seq that is not a number)
     record      a decision whose stored record no longer hashes to the digest  the decision's audit
-                its audit entry holds, or whose columns differ from its record; entry (0 when it has
+                its audit entry holds, whose columns or audit entry's fields   entry (0 when it has
+                differ from its record;
                 a decision with no audit entry; a stored fleet or verdict set  none)
                 whose bytes no longer hash to its key
     state       a table differs from the state the chain describes: a column,  the entry that says
@@ -42,13 +47,15 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, TypeVar
 
 
 if TYPE_CHECKING:  # cryptography loads only where a key is used, not on every command
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from examlops_policy.quantities import shown
 from examlops_policy._canonical import canonical
@@ -57,16 +64,24 @@ from examlops_policy.errors import AuditIntegrityError, SpecError
 __all__ = [
     "DOMAIN_TAG", "GENESIS", "ORIGIN", "AuditRow", "Checkpoint", "Problem", "ProblemKind",
     "SigningKey", "VerifierKey", "VerifyReport", "canonical_bytes", "entry_hash",
-    "format_checkpoint", "generate_key", "leaf_hash", "make_checkpoint", "next_row",
-    "parse_checkpoint", "sign_checkpoint", "sign_note", "verify_chain",
-    "verify_checkpoint_signature", "verify_note",
+    "configured_signing_key", "entry_signature", "format_checkpoint", "generate_key", "leaf_hash",
+    "make_checkpoint", "next_row", "parse_checkpoint", "read_signing_key", "sign_checkpoint",
+    "sign_note", "verify_chain", "verify_checkpoint_signature", "verify_entries", "verify_note",
 ]
 
 GENESIS: Final[bytes] = bytes(32)
 DOMAIN_TAG: Final[bytes] = b"examlops-audit-v1\x00"
 ORIGIN: Final = "examlops.example/audit"
+# What an entry's signature covers: this tag, its seq (u64 big-endian), the entry hash it links to
+# and its canonical bytes without the signature, so a signed entry cannot be moved or re-linked.
+ENTRY_SIGNATURE_TAG: Final[bytes] = b"examlops-audit-entry-v1\x00"
+SIGNER_FIELD: Final = "signer"  # the signing key's name, signed with the entry
+SIGNATURE_FIELD: Final = "sig"  # base64(key id || Ed25519 signature), not itself signed
+SIGNING_KEY_ENV: Final = "EXA_SIGNING_KEY"  # the signer key file of the state's writer of record
 
-ProblemKind = Literal["edited", "deleted", "reordered", "inserted", "truncated", "mismatch", "signature", "damaged", "record", "state"]
+ProblemKind = Literal[
+    "edited", "deleted", "reordered", "inserted", "truncated", "mismatch", "signature", "time", "damaged", "record", "state"
+]
 
 _ED25519: Final = 0x01  # signed-note signature type byte for Ed25519
 _MAX_SIGNATURES: Final = 100  # the limit golang.org/x/mod/sumdb/note applies
@@ -151,14 +166,66 @@ def row_from_storage(seq: object, prev_hash: object, entry_hash_: object, canoni
     return replace(row, damage="; ".join(problems)) if problems else row
 
 
-def next_row(head: AuditRow | None, entry: Mapping[str, object]) -> AuditRow:
-    """The row that follows `head` (the current last row; None for an empty log).
+def next_row(head: AuditRow | None, entry: Mapping[str, object], signer: SigningKey | None = None) -> AuditRow:
+    """The row that follows `head` (the current last row; None for an empty log), signed by
+    ``signer`` when given (the state's writer of record: ``entry_signature``).
 
     Raises SpecError when `entry` has no canonical form (see `canonical_bytes`).
     """
     seq, prev = (1, GENESIS) if head is None else (head.seq + 1, head.entry_hash)
+    if signer is not None:
+        body = {**{k: v for k, v in entry.items() if k != SIGNATURE_FIELD}, SIGNER_FIELD: signer.name}
+        blob = signer.key_id + signer.sign(_entry_message(seq, prev, body))
+        entry = {**body, SIGNATURE_FIELD: base64.b64encode(blob).decode()}
     canonical = canonical_bytes(entry)
     return AuditRow(seq, prev, entry_hash(prev, seq, leaf_hash(canonical)), canonical)
+
+
+def _entry_message(seq: int, prev_hash: bytes, body: Mapping[str, object]) -> bytes:
+    return ENTRY_SIGNATURE_TAG + seq.to_bytes(8, "big") + prev_hash + canonical_bytes(body)
+
+
+def entry_signature(seq: int, prev_hash: bytes, entry: Mapping[str, object], key: VerifierKey) -> bool | None:
+    """Whether ``entry`` (entry ``seq``, linking to ``prev_hash``) carries ``key``'s signature over
+    its place and content: None when it carries none, False when it carries another key's or one
+    that does not verify."""
+    blob = entry.get(SIGNATURE_FIELD)
+    if not isinstance(blob, str):
+        return None
+    try:
+        raw = base64.b64decode(blob, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    if raw[:4] != key.key_id or entry.get(SIGNER_FIELD) != key.name:
+        return False
+    try:
+        message = _entry_message(seq, prev_hash, {k: v for k, v in entry.items() if k != SIGNATURE_FIELD})
+    except SpecError:
+        return False
+    return key.verify(message, raw[4:])
+
+
+def read_signing_key(path: str | Path) -> SigningKey:
+    """The signer key in the file ``path`` (``exa audit keygen``'s ``.skey``): what signs checkpoints
+    (``exa audit checkpoint --key``) and the entries of a writer of record (``EXA_SIGNING_KEY``).
+    SpecError naming the file when it cannot be read or is not a signer key."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read signer key: {exc}", source=str(path)) from exc
+    try:
+        return SigningKey.parse(text.strip())
+    except SpecError as exc:
+        raise SpecError(f"{path} is not a signer key: {exc}", source=str(path)) from exc
+
+
+def configured_signing_key() -> SigningKey | None:
+    """The key this process signs audit entries with: the signer key file ``EXA_SIGNING_KEY``
+    names (None when it is unset or empty). SpecError when that file is not a signer key."""
+    import os
+
+    path = os.environ.get(SIGNING_KEY_ENV, "")
+    return read_signing_key(path) if path else None
 
 
 @dataclass(frozen=True)
@@ -265,6 +332,69 @@ def verify_chain(
     return VerifyReport(not problems, size, head, problems)
 
 
+_CHAIN_BROKEN: Final = frozenset({"edited", "deleted", "reordered", "inserted", "truncated", "damaged"})
+
+
+def verify_entries(
+    report: VerifyReport,
+    rows: Iterable[AuditRow],
+    entries: Iterable[tuple[int, Mapping[str, object]]],
+    *,
+    key: VerifierKey | None = None,
+    checkpoint: Checkpoint | None = None,
+) -> VerifyReport:
+    """Add to ``report`` what the entries of a chain that verifies say of themselves: each is dated
+    no earlier than the one before it (kind ``time``), and with ``key`` every entry after
+    ``checkpoint`` (every entry, without one) carries that key's signature over its place and
+    content (kind ``signature``; a run of unsigned entries is one problem). The entries up to a
+    checkpoint are vouched for by its signature, which ``verify_chain`` checks (one that does not
+    verify vouches for nothing: its problem is reported, and the entries are not weighed against
+    it). A chain that does not verify on its own is left to its own problems."""
+    if any(p.kind in _CHAIN_BROKEN for p in report.problems):
+        return report
+    if any(p.kind == "signature" for p in report.problems):
+        key = None
+    found = list(report.problems)
+    links = {row.seq: row.prev_hash for row in rows}
+    after = checkpoint.size if checkpoint is not None else 0
+    last: tuple[int, str, float | None] | None = None
+    unsigned: list[int] = []
+
+    def flush() -> None:
+        if unsigned:
+            what = f"entries {unsigned[0]}..{unsigned[-1]} are" if len(unsigned) > 1 else f"entry {unsigned[0]} is"
+            assert key is not None
+            found.append(Problem(unsigned[0], "signature", f"{what} not signed by key {key.name}"))
+            unsigned.clear()
+
+    for seq, entry in entries:
+        ts = entry.get("ts")
+        if isinstance(ts, str):
+            when = _epoch(ts)
+            if last is not None and when is not None and last[2] is not None and when < last[2]:
+                found.append(Problem(seq, "time", f"entry {seq} is dated {ts}, before entry {last[0]} ({last[1]}) that it follows"))
+            last = (seq, ts, when)
+        if key is None or seq <= after:
+            continue
+        signed = entry_signature(seq, links.get(seq, GENESIS), entry, key)
+        if signed is None:
+            unsigned.append(seq)
+            continue
+        flush()
+        if not signed:
+            found.append(Problem(seq, "signature", f"entry {seq} carries a signature that is not key {key.name}'s over this entry at this place"))
+    flush()
+    problems = tuple(found)
+    return VerifyReport(not problems, report.size, report.head, problems)
+
+
+def _epoch(ts: str) -> float | None:
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 def verify_records(
     report: VerifyReport,
     rows: Iterable[AuditRow],
@@ -285,12 +415,12 @@ def verify_records(
     found = list(report.problems)
     # Entries missing from the chain explain decisions without one: the chain's problem says it.
     chain_lost = any(p.kind in ("deleted", "truncated", "damaged", "inserted", "reordered") for p in found)
-    digests: dict[str, tuple[int, object]] = {}
+    digests: dict[str, tuple[int, object, Mapping[str, object]]] = {}
     for seq, entry in entries if entries is not None else _parsed(rows):
         if entry.get("kind") == "decision" and isinstance(entry.get("decision_id"), str):
-            digests.setdefault(str(entry["decision_id"]), (seq, entry.get("record_digest")))
+            digests.setdefault(str(entry["decision_id"]), (seq, entry.get("record_digest"), entry))
     for ident, document, stored_digest, columns in decisions:
-        seq, audited = digests.get(ident, (0, None))
+        seq, audited, said = digests.get(ident, (0, None, {}))
         if seq == 0:
             if not chain_lost:
                 found.append(Problem(0, "record", f"decision {ident[:12]} has no audit entry: it was inserted, or the log cut short"))
@@ -307,6 +437,9 @@ def verify_records(
         differs = _columns_differ(record, columns)
         if differs:
             found.append(Problem(seq, "record", f"decision {ident[:12]}: its {', '.join(differs)} column(s) differ from its audited record"))
+        for name, entry_value, record_value in _entry_differs(said, record):
+            found.append(Problem(seq, "record", f"audit entry {seq} says {name} {json.dumps(entry_value)} for decision {ident[:12]}, "
+                                                f"the record it vouches for says {json.dumps(record_value)}"))  # fmt: skip
     for key, document in documents:
         prefix, _, hexdigest = key.partition(":")
         if hashlib.sha256(str(document).encode("utf-8")).hexdigest() != hexdigest:
@@ -322,6 +455,24 @@ def _parsed(rows: Iterable[AuditRow]) -> Iterable[tuple[int, Mapping[str, object
             continue  # the chain walk already reports an entry that is not what it hashed
         if isinstance(entry, dict):
             yield row.seq, entry
+
+
+def _entry_differs(entry: Mapping[str, object], record: object) -> list[tuple[str, object, object]]:
+    """(field, the entry's value, the record's) of each field a decision entry states that its
+    compact record (version 2 to 4) states otherwise: the workload's name and project, the outcome
+    and pool, and the provenance."""
+    if not isinstance(record, dict) or record.get("v") not in (2, 3, 4):
+        return []
+    workload = record.get("workload") if isinstance(record.get("workload"), dict) else {}
+    provenance = record.get("provenance") if isinstance(record.get("provenance"), dict) else {}
+    assert isinstance(workload, dict) and isinstance(provenance, dict)
+    stated = (
+        ("workload", workload.get("name")), ("project", workload.get("project")), ("outcome", record.get("outcome")),
+        ("pool", record.get("pool")), ("input_digest", provenance.get("input_digest")),
+        ("policy_revision", provenance.get("policy_revision")), ("opa_version", provenance.get("opa_version")),
+        ("verdicts", provenance.get("verdicts")),
+    )  # fmt: skip
+    return [(name, entry[name], value) for name, value in stated if name in entry and entry[name] != value]
 
 
 def _columns_differ(record: object, columns: tuple[object, ...]) -> list[str]:
@@ -412,10 +563,17 @@ class VerifierKey:
         if not _valid_name(self.name) or len(self.public_key) != 32:
             raise SpecError("needs a name without spaces or '+', and 32 bytes", source="verifier key")
 
-    @property
+    @cached_property
     def key_id(self) -> bytes:
         """SHA-256(name || 0x0A || 0x01 || public_key)[:4], per c2sp.org/signed-note."""
         return _key_id(self.name, self.public_key)
+
+    @cached_property
+    def _public(self) -> Ed25519PublicKey:
+        """The key as cryptography holds it, made once (not per signature checked)."""
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+        return Ed25519PublicKey.from_public_bytes(self.public_key)
 
     @classmethod
     def parse(cls, text: str) -> VerifierKey:
@@ -438,10 +596,9 @@ class VerifierKey:
     def verify(self, message: bytes, signature: bytes) -> bool:
         """True when `signature` (64 bytes, no key id) is this key's Ed25519 signature of `message`."""
         from cryptography.exceptions import InvalidSignature
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
         try:
-            Ed25519PublicKey.from_public_bytes(self.public_key).verify(signature, message)
+            self._public.verify(signature, message)
         except (InvalidSignature, ValueError):
             return False
         return True
@@ -458,10 +615,17 @@ class SigningKey:
         if not _valid_name(self.name) or len(self.seed) != 32:
             raise SpecError("needs a name without spaces or '+', and 32 bytes", source="signer key")
 
-    @property
+    @cached_property
     def key_id(self) -> bytes:
         """The key id of the matching verifier key."""
         return self.verifier_key().key_id
+
+    @cached_property
+    def _private(self) -> Ed25519PrivateKey:
+        """The key as cryptography holds it, made once (not per entry signed)."""
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        return Ed25519PrivateKey.from_private_bytes(self.seed)
 
     @classmethod
     def parse(cls, text: str) -> SigningKey:
@@ -485,16 +649,11 @@ class SigningKey:
 
     def verifier_key(self) -> VerifierKey:
         """The public half, under the same name."""
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-        public = Ed25519PrivateKey.from_private_bytes(self.seed).public_key().public_bytes_raw()
-        return VerifierKey(self.name, public)
+        return VerifierKey(self.name, self._private.public_key().public_bytes_raw())
 
     def sign(self, message: bytes) -> bytes:
         """The 64-byte Ed25519 signature of `message` (deterministic, RFC 8032)."""
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-        return Ed25519PrivateKey.from_private_bytes(self.seed).sign(message)
+        return self._private.sign(message)
 
 
 def _checked_id(key: _Key, key_id: bytes, source: str) -> _Key:

@@ -246,15 +246,21 @@ class Hardware:
         """The reviewed tables (of the policy snapshot decisions are made under now)."""
         return self._current().policy.tables
 
-    @property
-    def store(self) -> Store:
+    def _opened_store(self) -> Store:
+        """The store as it is found: nothing worked out again (what ``audit verify`` reads)."""
         self._open()
         if self._store is None:
             self._store = open_store(self.home)
+        return self._store
+
+    @property
+    def store(self) -> Store:
+        self._opened_store()
+        assert self._store is not None
         capacities = self._current().capacities
         if self._laid_out != capacities.digest:
             # Capacities worked out with other packing rules (or before an upgrade) are redone once;
-            # a state opened read-only is read as it is (audit verify then leaves them uncompared).
+            # a state opened read-only is read as it is.
             if self._store.read_only is None:
                 commit.ensure_layout(self._store, capacities, source=SOURCE)
             self._laid_out = capacities.digest
@@ -941,7 +947,8 @@ class Hardware:
         table held to the state the chain describes; with ``checkpoint`` (and ``key``), the anchor too."""
         from examlops_policy import _audit_verify
 
-        return _audit_verify.verify(self.store, self._capacities, checkpoint, key)  # every table held to the chain, too
+        # The state as found: capacities worked out again first (``store``) would hide an edit.
+        return _audit_verify.verify(self._opened_store(), self._capacities, checkpoint, key)  # every table held to the chain, too
 
     def checkpoint(self, *, origin: str | None = None, key: audit.SigningKey | None = None) -> audit.Checkpoint:
         """A checkpoint (size and head) of a log that verifies, signed with ``key`` when given;

@@ -503,3 +503,61 @@ def test_verify_note_rejects_malformed_notes(note: str) -> None:
     # The malformed-message table of golang.org/x/mod/sumdb/note TestOpen.
     with pytest.raises(SpecError):
         verify_note(note, VerifierKey.parse(GO_VKEY))
+
+
+# --- signed entries (issue 32 item 5) ---------------------------------------------------------------
+
+
+def _signed_chain(key: SigningKey | None, size: int = 5) -> list[AuditRow]:
+    rows: list[AuditRow] = []
+    for i in range(size):
+        rows.append(next_row(rows[-1] if rows else None, {"kind": "test", "i": i, "ts": f"2026-01-01T00:00:0{i}.000000Z"}, key))
+    return rows
+
+
+def _entries(rows: list[AuditRow]) -> list[tuple[int, dict[str, object]]]:
+    import json
+
+    return [(r.seq, json.loads(r.canonical)) for r in rows]
+
+
+def _entries_report(rows: list[AuditRow], key: VerifierKey | None, checkpoint: Checkpoint | None = None) -> list[tuple[int, str]]:
+    from examlops_policy.audit import verify_entries
+
+    return kinds(verify_entries(verify_chain(rows), rows, _entries(rows), key=key, checkpoint=checkpoint))
+
+
+def test_entries_signed_by_the_writer_verify_with_its_key_only() -> None:
+    writer = SigningKey.parse(generate_key("writer")[0])
+    other = SigningKey.parse(generate_key("other")[0])
+    rows = _signed_chain(writer)
+    assert verify_chain(rows).ok and _entries_report(rows, writer.verifier_key()) == []
+    assert _entries_report(rows, other.verifier_key()) == [(s, "signature") for s in range(1, 6)]
+    assert _entries_report(_signed_chain(None), writer.verifier_key()) == [(1, "signature")]  # one unsigned run
+    # Entries up to a checkpoint are vouched for by it; those after it must be signed.
+    unsigned = _signed_chain(None)
+    assert _entries_report(unsigned, writer.verifier_key(), checkpoint_at(5, unsigned)) == []
+    assert _entries_report(unsigned, writer.verifier_key(), checkpoint_at(3, unsigned)) == [(4, "signature")]
+
+
+def test_an_entry_signature_covers_its_place_not_only_its_bytes() -> None:
+    """The same signed bytes at another seq (or linking to another entry) do not verify."""
+    import json
+
+    from examlops_policy.audit import entry_signature
+
+    writer = SigningKey.parse(generate_key("writer")[0])
+    rows = _signed_chain(writer)
+    entry = json.loads(rows[2].canonical)
+    assert entry_signature(3, rows[2].prev_hash, entry, writer.verifier_key()) is True
+    assert entry_signature(4, rows[2].prev_hash, entry, writer.verifier_key()) is False
+    assert entry_signature(3, rows[0].entry_hash, entry, writer.verifier_key()) is False
+    assert entry_signature(3, rows[2].prev_hash, {**entry, "i": 9}, writer.verifier_key()) is False
+    assert entry_signature(3, rows[2].prev_hash, {k: v for k, v in entry.items() if k != "sig"}, writer.verifier_key()) is None
+
+
+def test_an_entry_dated_before_the_one_it_follows_is_reported() -> None:
+    rows = _signed_chain(None)
+    late = next_row(rows[-1], {"kind": "test", "ts": "2025-01-01T00:00:00.000000Z"})
+    assert _entries_report([*rows, late], None) == [(6, "time")]
+    assert _entries_report(rows, None) == []

@@ -183,6 +183,13 @@ EDITS = [
         ["UPDATE capacity_log SET capacity = '8' WHERE pool = 'hpc-mi300' AND version = (SELECT max(version) FROM capacity_log WHERE pool = 'hpc-mi300')"],
         ["capacity_log's latest entry for pool 'hpc-mi300' is 8", "but pools holds"],
     ),
+    # Rows a decision is read back from, and what the summaries were worked out with.
+    ("verdict set deleted", ["DELETE FROM verdict_sets"], ["the verdict set verdicts:", "that decision {live12}", "is not stored"]),
+    (
+        "layout and summary",
+        ["UPDATE state SET layout = 'sha256:other-rules'", "UPDATE pools SET capacity = '8', free = 8 WHERE name = 'hpc-mi300'"],
+        ["state.layout is \"sha256:other-rules\"", "the summaries above were worked out under other rules, or edited"],
+    ),
     (
         "capacity beyond the state",
         ["INSERT INTO capacity_log (version, pool, capacity) SELECT version + 5, 'cloud-us', '8' FROM state"],
@@ -206,6 +213,40 @@ def test_an_inserted_row_no_entry_accounts_for_is_named(made: Made, tmp_path: Pa
         f"SELECT created_at, id, workload, 'open', 'cloud-us', 'us-east-1', 'allowed' FROM decisions WHERE id = '{made.live}'",
     )  # fmt: skip
     named(problems(home), f"burst_events has 1 row(s) for decision {made.live[:12]}", "record no burst attempt")
+
+
+def test_a_decision_whose_verdict_set_was_deleted_is_a_damaged_state_not_a_busy_one(made: Made, tmp_path: Path) -> None:
+    home = edited(made, tmp_path, "DELETE FROM verdict_sets")
+    result = run_exa(home, "hardware", "explain", made.live)
+    assert result.returncode == 10, (result.stdout, result.stderr)
+    assert "verdict set" in result.stderr and "is missing" in result.stderr and str(home / "state.db") in result.stderr
+
+
+@pytest.mark.parametrize("which", ["a middle one", "the last one"])
+def test_a_deleted_schema_migrations_row_is_a_damaged_state_not_a_busy_one(made: Made, tmp_path: Path, which: str) -> None:
+    """Not migrated again (a column it adds is there already): exit 10 naming the table, nothing written."""
+    version = "2" if which == "a middle one" else "(SELECT max(version) FROM schema_migrations)"
+    home = edited(made, tmp_path, f"DELETE FROM schema_migrations WHERE version = {version}")
+    before = (home / "state.db").read_bytes()
+    for args in (["audit", "verify"], ["hardware", "pools"]):
+        result = run_exa(home, *args)
+        assert result.returncode == 10, (args, result.stdout, result.stderr)
+        assert result.stderr.startswith("StateCorrupt: ") and "schema_migrations" in result.stderr, result.stderr
+    assert (home / "state.db").read_bytes() == before
+
+
+def test_audit_verify_holds_the_state_as_found_and_writes_nothing(made: Made, tmp_path: Path) -> None:
+    """A stored layout that says the summaries were worked out under other rules is not worked out
+    again first (which would hide the edit): the summaries are held to the live grants anyway."""
+    home = edited(made, tmp_path, "UPDATE state SET layout = 'sha256:other-rules'", "UPDATE pools SET free = 8 WHERE name = 'hpc-mi300'")
+    db = sqlite3.connect(home / "state.db")
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    before = (home / "state.db").read_bytes()
+    found = problems(home)
+    named(found, "pools.free of 'hpc-mi300' is 8")
+    named(found, "state.layout is \"sha256:other-rules\"")
+    assert (home / "state.db").read_bytes() == before
 
 
 def test_the_untouched_state_verifies(made: Made) -> None:
@@ -286,3 +327,27 @@ def test_the_summary_of_a_pool_sharing_a_node_is_held_to_what_the_other_pool_hol
     for pool in ("batch", "debug"):
         home = edited(made, tmp_path / pool, f"UPDATE pools SET free = 4 WHERE name = '{pool}'")
         named(problems(home), f"pools.free of '{pool}' is 4", "says 1")
+
+
+def test_entries_written_while_the_clock_steps_back_are_dated_in_their_order(tmp_path: Path) -> None:
+    """A writer dates an entry no earlier than the head it links to, so verify can hold entry times
+    to their order (an entry dated before the one it follows was not written so)."""
+    from examlops_policy.store.sqlite import SQLiteStore
+
+    times = iter(["2026-06-01T12:00:00.000000Z", "2026-06-01T11:00:00.000000Z", "2026-06-01T13:00:00.000000Z"])
+    now = ["2026-06-01T12:00:00.000000Z"]
+
+    def clock() -> str:
+        return now[0]
+
+    home = tmp_path / "home"
+    hw = Hardware(home, store=SQLiteStore(tmp_path / "state.db", clock=clock))
+    try:
+        for name in ("a", "b", "c"):
+            now[0] = next(times)
+            hw.add_pool(Pool(name, "hpc", "amd", 2, "eu"))
+        stamps = [json.loads(r.canonical)["ts"] for r in hw.store.audit_rows()]
+        assert stamps == sorted(stamps) and stamps[-1] == "2026-06-01T13:00:00.000000Z", stamps
+        assert hw.verify_audit().ok, hw.verify_audit().problems
+    finally:
+        hw.close()

@@ -145,6 +145,13 @@ def backdated(entry: bytes) -> bytes:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
+def reworded(entry: bytes) -> bytes:
+    """The same entry said by another writer (its time kept), in the same canonical form."""
+    data = json.loads(entry)
+    data["source"] = "forger"
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
 def chain_hash(prev: bytes, seq: int, canonical: bytes) -> bytes:
     leaf = hashlib.sha256(b"\x00" + canonical).digest()
     return hashlib.sha256(DOMAIN_TAG + prev + seq.to_bytes(8, "big") + leaf).digest()
@@ -217,7 +224,7 @@ def test_every_rehashed_edit_is_detected_against_a_checkpoint(log: Log, tmp_path
 
     def case(seq: int) -> tuple[Verdict, list[tuple[int, str]]]:
         prev, _, entry = row(log, seq)
-        edited = backdated(entry)
+        edited = reworded(entry)
         home = tamper(
             log, tmp_path, ("UPDATE audit_log SET entry = ?, entry_hash = ? WHERE seq = ?", (edited, chain_hash(prev, seq, edited), seq))
         )
@@ -228,12 +235,22 @@ def test_every_rehashed_edit_is_detected_against_a_checkpoint(log: Log, tmp_path
 
 
 def test_a_rehashed_tail_passes_the_chain_alone(log: Log, tmp_path: Path) -> None:
-    """Why checkpoints exist: the chain alone cannot see a re-hashed last entry."""
+    """Why checkpoints exist: the chain alone cannot see a re-hashed last entry that keeps its time."""
     prev, _, entry = row(log, log.size)
-    edited = backdated(entry)
+    edited = reworded(entry)
     home = tamper(log, tmp_path, ("UPDATE audit_log SET entry = ?, entry_hash = ? WHERE seq = ?", (edited, chain_hash(prev, log.size, edited), log.size)))
     assert verify(home).code == EXIT_OK
     assert verify(home, "--checkpoint", str(log.checkpoint)).problems == [(log.size, "mismatch")]
+
+
+def test_a_rehashed_tail_dated_before_the_entry_it_follows_is_caught_by_its_time(log: Log, tmp_path: Path) -> None:
+    """Entries are written in time order: one dated before the entry it follows was not."""
+    prev, _, entry = row(log, log.size)
+    edited = backdated(entry)
+    home = tamper(log, tmp_path, ("UPDATE audit_log SET entry = ?, entry_hash = ? WHERE seq = ?", (edited, chain_hash(prev, log.size, edited), log.size)))
+    got = verify(home)
+    assert (got.code, got.problems) == (EXIT_AUDIT, [(log.size, "time")]), got.output
+    assert f"entry {log.size} is dated 2000-01-01T00:00:00.000000Z, before entry {log.size - 1}" in exa(home, "audit", "verify").stdout
 
 
 # --- deletions, reorders, truncation ---------------------------------------------------------------
@@ -426,7 +443,7 @@ def test_a_whole_rewritten_log_fails_the_signed_checkpoint(log: Log, signed: Sig
     prev = row(log, 1)[1]
     for seq in range(2, log.size + 1):
         _, _, entry = row(log, seq)
-        edited = backdated(entry)
+        edited = reworded(entry)
         head = chain_hash(prev, seq, edited)
         statements.append(("UPDATE audit_log SET prev_hash = ?, entry_hash = ?, entry = ? WHERE seq = ?", (prev, head, edited, seq)))
         prev = head
@@ -442,21 +459,87 @@ def test_a_whole_rewritten_log_fails_the_signed_checkpoint(log: Log, signed: Sig
     assert (got.code, got.problems) == (EXIT_AUDIT, [(log.size, "signature")]), got.output
 
 
-def test_entries_appended_after_a_signed_checkpoint_still_verify(log: Log, signed: Signed, tmp_path: Path) -> None:
-    """No false alarm: the checkpoint anchors a prefix; the log may grow past it."""
+def test_entries_the_writer_signed_after_a_signed_checkpoint_verify(log: Log, signed: Signed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No false alarm: the checkpoint anchors a prefix; the log may grow past it with entries the
+    writer of record signed (``EXA_SIGNING_KEY``), and verify says how many lie after it."""
     home = tamper(log, tmp_path)
+    monkeypatch.setenv("EXA_SIGNING_KEY", str(signed.vkey.with_suffix(".skey")))
     hw = open_hardware(home)
     try:
         assert hw.place(Workload("later", "nvidia", target="hpc")).decision.ok
-        assert len(hw.store.audit_rows()) > log.size
+        after = len(hw.store.audit_rows()) - log.size
+        assert after > 0
     finally:
         hw.close()
         stop_server(home)
     got = verify(home, "--checkpoint", str(signed.checkpoint), "--key", str(signed.vkey))
     assert (got.code, got.problems) == (EXIT_OK, []), got.output
+    text = exa(home, "audit", "verify", "--checkpoint", str(signed.checkpoint), "--key", str(signed.vkey)).stdout
+    assert f"matches checkpoint at size {log.size}; {after} entr" in text and "after it, each signed by auditor" in text, text
 
 
-def test_a_key_without_a_checkpoint_is_bad_input(signed: Signed) -> None:
-    result = exa(signed.home, "audit", "verify", "--key", str(signed.vkey))
-    assert result.returncode == EXIT_BAD_INPUT, result.stdout + result.stderr
-    assert result.stderr.startswith("SpecError: ")
+@pytest.mark.parametrize("writer", ["nobody", "mallory"])
+def test_an_entry_after_a_signed_checkpoint_the_writer_did_not_sign_is_refused(
+    log: Log, signed: Signed, tmp_path: Path, writer: str
+) -> None:
+    """A lease renewed far ahead by someone who can write the state but does not hold the writer's
+    key (unsigned, or signed with their own) verifies against the chain and the checkpoint taken
+    before it, which covers only the entries up to its size; with the writer's key it does not."""
+    home = tamper(log, tmp_path)
+    writer_key = {"EXA_SIGNING_KEY": str(signed.vkey.with_suffix(".skey"))}
+    placed = run_exa(home, "hardware", "place", "leased", "--accelerator", "nvidia", "--target", "hpc", "--lease", "1h", "--json", env=writer_key)
+    assert placed.returncode == EXIT_OK, placed.stderr
+    ident = json.loads(placed.stdout)["decision_id"]
+    forger = {"EXA_SIGNING_KEY": str(signed.other_vkey.with_suffix(".skey"))} if writer == "mallory" else {"EXA_SIGNING_KEY": ""}
+    renewed = run_exa(home, "hardware", "renew", ident, "--lease", "366d", env=forger)
+    assert renewed.returncode == EXIT_OK, renewed.stderr
+    assert verify(home).code == EXIT_OK, "the renewal verifies against the chain alone"
+    assert verify(home, "--checkpoint", str(signed.checkpoint)).code == EXIT_OK, "and against the checkpoint without the key"
+    size = json.loads(exa(home, "audit", "verify", "--json").stdout)["size"]
+    got = verify(home, "--checkpoint", str(signed.checkpoint), "--key", str(signed.vkey))
+    assert (got.code, got.problems) == (EXIT_AUDIT, [(size, "signature")]), got.output
+    said = "is not signed by key auditor" if writer == "nobody" else "carries a signature that is not key auditor's"
+    assert said in exa(home, "audit", "verify", "--checkpoint", str(signed.checkpoint), "--key", str(signed.vkey)).stdout
+
+
+def test_a_decision_entry_whose_project_is_not_its_records_is_refused(log: Log, tmp_path: Path) -> None:
+    """The last entry re-hashed to name another project (and the decisions row with it): the chain
+    and the tables agree with it, the record it vouches for does not."""
+    home = tamper(log, tmp_path)
+    made = run_exa(home, "hardware", "place", "billed", "--accelerator", "nvidia", "--target", "hpc", "--project", "inference-eu", "--json")
+    assert made.returncode in (EXIT_OK, 3), made.stderr
+    ident = json.loads(made.stdout)["decision_id"]
+    con = sqlite3.connect(home / "state.db")
+    try:
+        seq, prev, entry = con.execute("SELECT seq, prev_hash, entry FROM audit_log ORDER BY seq DESC LIMIT 1").fetchone()
+    finally:
+        con.close()
+    data = json.loads(entry)
+    assert (data["kind"], data["decision_id"], data["project"]) == ("decision", ident, "inference-eu")
+    data["project"] = "research"
+    forged = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    home = tamper(
+        Log(home, log.size, log.checkpoint), tmp_path,
+        ("UPDATE audit_log SET entry = ?, entry_hash = ? WHERE seq = ?", (forged, chain_hash(bytes(prev), seq, forged), seq)),
+        ("UPDATE decisions SET project = 'research' WHERE id = ?", (ident,)),
+    )  # fmt: skip
+    got = verify(home)
+    assert (got.code, got.problems) == (EXIT_AUDIT, [(seq, "record")]), got.output
+    assert f'audit entry {seq} says project "research" for decision {ident[:12]}, the record it vouches for says "inference-eu"' in exa(home, "audit", "verify").stdout
+
+
+def test_a_key_without_a_checkpoint_holds_every_entry_to_it(log: Log, signed: Signed, tmp_path: Path) -> None:
+    """With no checkpoint to vouch for a prefix, every entry must be the writer's: a log written
+    without its key is one run of unsigned entries; one written with it from the start verifies."""
+    got = verify(signed.home, "--key", str(signed.vkey))
+    assert (got.code, got.problems) == (EXIT_AUDIT, [(1, "signature")]), got.output
+    assert f"entries 1..{log.size} are not signed by key auditor" in exa(signed.home, "audit", "verify", "--key", str(signed.vkey)).stdout
+    home = tmp_path / "signed-from-the-start"
+    writer = {"EXA_SIGNING_KEY": str(signed.vkey.with_suffix(".skey"))}
+    run_exa(home, "hardware", "add-pool", "hpc-mi300", "--target", "hpc", "--accelerator", "amd", "--count", "4", "--region", "eu", env=writer, check=True)
+    run_exa(home, "hardware", "place", "train", "--accelerator", "amd", "--engine", "vllm", env=writer, check=True)
+    got = verify(home, "--key", str(signed.vkey))
+    assert (got.code, got.problems) == (EXIT_OK, []), got.output
+    assert "✓ audit log verifies: " in (text := exa(home, "audit", "verify", "--key", str(signed.vkey)).stdout) and "each signed by auditor" in text
+    got = verify(home, "--key", str(signed.other_vkey))
+    assert got.code == EXIT_AUDIT and {kind for _, kind in got.problems} == {"signature"}, got.output

@@ -28,7 +28,7 @@ from examlops_policy.hardware import Hardware, ManagedPolicy
 from examlops_policy.model import Placement, Pool, Rejection, Workload
 from examlops_policy.store.sqlite import SQLiteStore
 from reliability.backends import Backend, fresh_backend
-from tests.conftest import SEED_POOLS, free_port, run_exa
+from tests.conftest import SEED_POOLS, free_port, run_exa, shared_opa_env
 from tests.disk_support import fill, small_tmpfs
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -633,3 +633,54 @@ def test_a_signed_checkpoint_without_key_warns_that_the_signature_was_not_checke
 
     checked = run_exa(exa_home, "audit", "verify", "--checkpoint", str(checkpoint), "--key", str(keys / "auditor.vkey"), check=True).stdout
     assert "matches checkpoint at size 3" in checked and warning not in checked
+
+
+# -- issue 32 item 6: what an OPA reports is not what is proven ---------------------------------------
+
+
+def test_an_external_opa_that_reports_the_reviewed_tables_is_reported_not_proven(exa_home: Path) -> None:
+    """An OPA at EXA_OPA_URL serving the reviewed bundle: its revision and table digest come from
+    the rules it serves, so both status commands say they are reported by it, not proven."""
+    env = shared_opa_env()
+    opa = run_exa(exa_home, "opa", "status", env=env, shared_opa=False)
+    assert opa.returncode == 0, opa.stdout + opa.stderr
+    assert "matches the policy files: reported by the OPA, not proven" in opa.stdout, opa.stdout
+    assert json.loads(run_exa(exa_home, "opa", "status", "--json", env=env, shared_opa=False).stdout)["proven"] is False
+    policy = run_exa(exa_home, "policy", "status", env=env, shared_opa=False)
+    assert policy.returncode == 0, policy.stdout + policy.stderr
+    line = next(line for line in policy.stdout.splitlines() if "EXA_OPA_URL" in line)
+    assert "· matches: reported by the OPA, not proven" in line and "✓" not in line, policy.stdout
+    external = json.loads(run_exa(exa_home, "policy", "status", "--json", env=env, shared_opa=False).stdout)["paths"][1]
+    assert (external["matches"], external["proven"]) == (True, False)
+
+
+def test_a_local_opa_without_a_verification_key_is_warned_about() -> None:
+    """A local OPA whose recorded command line verifies no bundle signature (a same-user impostor
+    serving an unsigned bundle) matches only by what it reports: both status commands say so."""
+    import io
+    from types import SimpleNamespace
+
+    from examlops_policy.cli import opa_cmds, policy as policy_cmds
+    from examlops_policy.cli.console import Console
+    from examlops_policy.opa.connection import OpaStatus
+    from examlops_policy.opa.revisions import PathRevision, PolicyStatus
+
+    def shown(signed: bool) -> str:
+        out = io.StringIO()
+        st = OpaStatus(running=True, managed=True, reached_at="unix:///h/opa/opa.sock", policy_revision="sha256:" + "a" * 64,
+                       served_revision="sha256:" + "a" * 64, pid=2, supervisor_pid=1, listeners=("unix:///h/opa/opa.sock",),
+                       bundle_roots=("examlops", "system/authz"), refuses_anonymous=True, token_file="/h/opa/token", signed_bundle=signed)  # fmt: skip
+        assert st.proven is signed and st.to_json()["proven"] is signed
+        opa_cmds.print_status(Console(file=out, width=400), st)
+        return out.getvalue()
+
+    assert "not proven" not in shown(True) and "no --verification-key" not in shown(True)
+    unsigned = shown(False)
+    assert "matches the policy files: reported by the OPA, not proven" in unsigned
+    assert "⚠ its recorded command line has no --verification-key" in unsigned
+    for proven in (True, False):
+        path = PathRevision("local OPA", "unix:///h/opa/opa.sock", True, "sha256:" + "a" * 64, True, proven=proven)
+        hw = SimpleNamespace(policy_status=lambda path=path: PolicyStatus(Path("policies"), "sha256:" + "a" * 64, (path,)))
+        out = io.StringIO()
+        assert policy_cmds.cmd_status(SimpleNamespace(json=False), hw, Console(file=out, width=400)) == 0  # type: ignore[arg-type]
+        assert ("no --verification-key" in out.getvalue()) is not proven and ("✓ local OPA" in out.getvalue()) is proven

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from typing import Final, cast
 
 from examlops_policy._canonical import canonical as canonical  # offered to the core from here
-from examlops_policy.errors import PolicyError, StateError
+from examlops_policy.errors import PolicyError, StateCorrupt, StateError
 from examlops_policy.model import (
     BurstVerdict,
     Capacity,
@@ -209,9 +209,9 @@ def capacity_from_json(raw: object) -> Capacity:
         try:
             rooms = tuple(node_room_from_json(r) for r in raw[2])
         except (ValueError, TypeError):
-            raise StateError(f"malformed capacity in the state: {str(raw)[:80]}") from None
+            raise StateCorrupt(f"malformed capacity in the state: {str(raw)[:80]}") from None
         return Capacity(raw[0], {str(k): int(v) for k, v in raw[1].items()}, rooms)
-    raise StateError(f"malformed capacity in the state: {str(raw)[:80]}")
+    raise StateCorrupt(f"malformed capacity in the state: {str(raw)[:80]}")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -219,7 +219,7 @@ def capacity_from_text(text: str) -> Capacity:
     try:
         return capacity_from_json(json.loads(text))
     except ValueError as exc:
-        raise StateError(f"malformed capacity in the state: {text[:80]}") from exc
+        raise StateCorrupt(f"malformed capacity in the state: {text[:80]}") from exc
 
 
 def capacity_digest(capacities: Sequence[Capacity]) -> str:
@@ -271,7 +271,7 @@ def allocations_from_json(raw: object) -> tuple[NodeAllocation, ...]:
             shared = None if share is None else DeviceShare(int(cast(list[int], share)[0]), int(cast(list[int], share)[1]))
             out.append(NodeAllocation(str(node), holdings_from_json(held), shared, int(cast(int, cpu)), int(cast(int, memory))))
     except (TypeError, ValueError, IndexError) as exc:
-        raise StateError(f"malformed node allocations in a stored decision: {str(raw)[:80]}") from exc
+        raise StateCorrupt(f"malformed node allocations in a stored decision: {str(raw)[:80]}") from exc
     return tuple(out)
 
 
@@ -306,10 +306,10 @@ def capacities_of(raw: object) -> list[Capacity]:
             inflater = zlib.decompressobj()
             data = inflater.decompress(base64.b64decode(str(raw["deflate"]), validate=True), MAX_VECTOR_BYTES)
             if inflater.unconsumed_tail:
-                raise StateError("a stored decision's capacity vector is larger than any fleet's; the record was altered")
+                raise StateCorrupt("a stored decision's capacity vector is larger than any fleet's; the record was altered")
             raw = json.loads(data)
         except (ValueError, zlib.error) as exc:
-            raise StateError(f"malformed capacity vector in a stored decision: {exc}") from exc
+            raise StateCorrupt(f"malformed capacity vector in a stored decision: {exc}") from exc
     try:
         if isinstance(raw, list):
             return [capacity_from_json(c) for c in raw]
@@ -321,7 +321,7 @@ def capacities_of(raw: object) -> list[Capacity]:
                     return [decoded[i] for i in at]
     except StateError:
         pass
-    raise StateError(f"malformed capacity vector in a stored decision: {str(raw)[:80]}")
+    raise StateCorrupt(f"malformed capacity vector in a stored decision: {str(raw)[:80]}")
 
 
 # -- the fleet and verdict-set documents ------------------------------------------------------
@@ -1003,7 +1003,7 @@ def starts_of(document: Mapping[str, object]) -> Starts | None:
             raise ValueError(f"a decision time without its offset: {when!r}")
         estimates = {str(name): StartEstimate.from_json(cast(Mapping[str, object], e), str(name)) for name, e in raw.items()}
     except (ValueError, TypeError, AttributeError) as exc:
-        raise StateError(f"malformed start estimates in a stored decision: {exc}") from exc
+        raise StateCorrupt(f"malformed start estimates in a stored decision: {exc}") from exc
     return Starts(now, estimates)
 
 
@@ -1019,7 +1019,7 @@ def record_at(document: Mapping[str, object]) -> int | None:
     if document.get("v") in (3, RECORD_VERSION):
         if isinstance(at, int) and not isinstance(at, bool) and at >= 0:
             return at
-        raise StateError(f"malformed state version in a stored decision: {str(at)[:40]}")
+        raise StateCorrupt(f"malformed state version in a stored decision: {str(at)[:40]}")
     return None
 
 
@@ -1027,9 +1027,9 @@ def document_of(raw: str | bytes) -> JSONObject:
     try:
         doc = json.loads(raw)
     except ValueError as exc:
-        raise StateError(f"a stored decision is not JSON: {exc}") from exc
+        raise StateCorrupt(f"a stored decision is not JSON: {exc}") from exc
     if not isinstance(doc, dict):
-        raise StateError("a stored decision is not a JSON object")
+        raise StateCorrupt("a stored decision is not a JSON object")
     return cast(JSONObject, doc)
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
 
-from examlops_policy.errors import SpecError, StateError
+from examlops_policy.errors import SpecError, StateCorrupt, StateError
 from examlops_policy.model import Capacity, Decision, JSONObject, Placement, Provenance, Rejection
 from examlops_policy.store.api import DecisionRow, Document
 from examlops_policy.tables import Tables
@@ -48,7 +48,7 @@ def judged_from(fleet_doc: Mapping[str, object], verdict_doc: Mapping[str, objec
     shapes = {k: codec.shape_verdict_from_json(v, where) for k, v in cast(Mapping[str, object], verdict_doc["shapes"]).items()}
     judged = bool(verdict_doc.get("judged", True))
     if judged and any(e.key not in shapes for e in entries):
-        raise StateError(f"stored {where} lacks verdicts for some of its pools; the record cannot be rebuilt")
+        raise StateCorrupt(f"stored {where} lacks verdicts for some of its pools; the record cannot be rebuilt")
     wv = codec.workload_verdict_from_json(verdict_doc["workload_verdict"], where)
     checks = codec.checks_from_json(verdict_doc.get("checks"))
     wsig = cast(Mapping[str, object], verdict_doc.get("workload") or {})
@@ -70,7 +70,7 @@ def capacities_of_record(ident: str, document: Mapping[str, object], fleet: Flee
     else:
         capacities = list(capacities_at(at, [e.pool.name for e in fleet.entries]))
     if len(capacities) != len(fleet.entries):
-        raise StateError(f"decision {ident[:12]}: its capacity vector does not match its fleet; the record was altered")
+        raise StateCorrupt(f"decision {ident[:12]}: its capacity vector does not match its fleet; the record was altered")
     return capacities
 
 
@@ -85,7 +85,7 @@ def rebuild(
 ) -> Decision:
     """The decision a compact record describes, rebuilt by the selection that made it.
 
-    Raises StateError when the rebuilt outcome is not the recorded one (the record, its fleet or its
+    Raises StateCorrupt (a damaged state) when the rebuilt outcome is not the recorded one (the record, its fleet or its
     verdict set was altered).
     """
     fleet_rev = str(document["fleet"])
@@ -104,7 +104,7 @@ def rebuild(
         # The capacities came from the capacity log, outside the record: its input digest (in the
         # record, and in the record's audit entry) covers them.
         if codec.recorded_input_digest(codec.capacity_digest(capacities), document) != prov["input_digest"]:
-            raise StateError(
+            raise StateCorrupt(
                 f"decision {ident[:12]}: the capacity it was decided at (state version {codec.record_at(document)}) is not what "
                 "its input digest says; the capacity log or the record was altered (run exa audit verify)"
             )
@@ -118,7 +118,7 @@ def rebuild(
     if recorded == "queued" and isinstance(decision, Rejection) and decision.code == "no_capacity":
         decision = dataclasses.replace(decision, queued=True)  # it was not rejected: it waited for capacity
     if decision.outcome != recorded or (isinstance(decision, Placement) and decision.pool != document.get("pool")):
-        raise StateError(
+        raise StateCorrupt(
             f"decision {ident[:12]} does not rebuild to what it recorded ({recorded} {document.get('pool') or ''}); "
             "the record, its fleet or its verdict set was altered (run exa audit verify)"
         )
@@ -186,7 +186,7 @@ class Reader:
             self._capacities[version] = found
         capacities = aligned(found, names)
         if capacities is None:
-            raise StateError(f"the capacity log has no entry at state version {version} for a pool a decision was made over; the state was altered")
+            raise StateCorrupt(f"the capacity log has no entry at state version {version} for a pool a decision was made over; the state was altered")
         return capacities
 
     def carbon_method(self, fleet_revision: str | None, pool: str | None) -> str | None:

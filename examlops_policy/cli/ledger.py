@@ -47,9 +47,17 @@ def cmd_audit_verify(args: argparse.Namespace, hw: Hardware, console: Console) -
     if args.json:
         render.dump_json(console, {"ok": found.ok, "size": found.size, "head": found.head.hex(),
                                    "signature_checked": key is not None if checkpoint is not None else None,
+                                   "after_checkpoint": found.size - checkpoint.size if checkpoint is not None else None,
+                                   "entries_signed_by": key.name if key is not None and found.ok else None,
                                    "problems": [dataclasses.asdict(p) for p in found.problems]})  # fmt: skip
     elif found.ok:
+        signed = f", each signed by {key.name}" if key is not None else ""
         extra = f", matches checkpoint at size {checkpoint.size}" if checkpoint else ""
+        if checkpoint is not None:
+            after = found.size - checkpoint.size
+            extra += f"; {'1 entry' if after == 1 else f'{after} entries'} after it{signed}"
+        else:
+            extra += signed
         entries = "1 entry" if found.size == 1 else f"{found.size} entries"
         console.print(f"✓ audit log verifies: {entries}, head {found.head.hex()[:16]}{extra}", style="green")
         if unchecked:
@@ -65,7 +73,7 @@ def cmd_audit_verify(args: argparse.Namespace, hw: Hardware, console: Console) -
 def cmd_audit_checkpoint(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     from examlops_policy import audit
 
-    key = audit.SigningKey.parse(_read_text(args.key, "signer key").strip()) if args.key else None
+    key = audit.read_signing_key(args.key) if args.key else None
     cp = hw.checkpoint(origin=args.origin, key=key)
     text = audit.format_checkpoint(cp)
     if args.out:
@@ -152,7 +160,7 @@ def register(groups: Commands, common: argparse.ArgumentParser) -> None:
     audit_cmds = groups.add_parser("audit", help="the tamper-evident audit log").add_subparsers(dest="command", required=True)
     p = audit_cmds.add_parser("verify", parents=[common], help="verify the hash chain (and a checkpoint)")
     p.add_argument("--checkpoint", help="a checkpoint file exported earlier")
-    p.add_argument("--key", help="verifier key file for the checkpoint's signature (NAME.vkey of 'exa audit keygen', not the signer's NAME.skey)")
+    p.add_argument("--key", help="verifier key file (NAME.vkey of 'exa audit keygen', not the signer's NAME.skey): the checkpoint's signature, and every entry after it (every entry, without one) signed by it")
     p.set_defaults(handler=cmd_audit_verify)
     p = audit_cmds.add_parser("checkpoint", parents=[common], help="export a checkpoint (size + head), signed with --key")
     p.add_argument("--key", help="signer key file (Ed25519: NAME.skey of 'exa audit keygen')")

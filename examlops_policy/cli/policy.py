@@ -66,8 +66,13 @@ def cmd_status(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     else:
         console.print(f"policy files {st.policy_root} · reviewed revision {st.reviewed}")
         for p in st.paths:
-            if p.matches is True:
+            if p.matches is True and p.proven:
                 console.print(f"  ✓ {p.path} ({p.where}) serves {p.revision} · matches")
+            elif p.matches is True:
+                from examlops_policy.cli.opa_cmds import NOT_PROVEN, UNSIGNED_LOCAL
+
+                why = NOT_PROVEN if p.path == "EXA_OPA_URL" else UNSIGNED_LOCAL
+                console.print(f"  ⚠ {p.path} ({p.where}) serves {p.revision} · matches: reported by the OPA, not proven ({why})", style="yellow")
             elif p.matches is False:
                 console.print(f"  ✗ {p.path} ({p.where}) serves {p.revision or 'nothing'}{f' ({p.note})' if p.note else ''} · does NOT match", style="red")
             elif p in st.unanswered:

@@ -173,6 +173,15 @@ class OpaStatus:
         return self.served_revision is not None and content_digest(self.served_revision) == self.policy_revision
 
     @property
+    def proven(self) -> bool:
+        """Whether what it serves is proven to be what exa built, not only reported by the OPA: a
+        local OPA whose recorded command line verifies the bundle's signature (a key made for the
+        start). An external OPA's revision and table digest come from its own rules, which are
+        trusted to its operator; a local one started without a verification key may serve any
+        bundle its starter chose."""
+        return self.managed and self.signed_bundle is True
+
+    @property
     def matches(self) -> bool | None:
         """Whether the served bundle has the local policy's content: its revision, and the digest the
         policy computes of its tables (None when nothing is served)."""
@@ -190,6 +199,7 @@ class OpaStatus:
             "served_revision": self.served_revision,
             "policy_revision": self.policy_revision,
             "revision_matches": self.matches,
+            "proven": self.proven,
             "content_problem": self.content_problem,
             "idle_s": None if self.idle_s is None else round(self.idle_s, 1),
             "idle_timeout_s": self.idle_timeout_s,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from examlops_policy.errors import ExaError
@@ -42,6 +42,9 @@ class PathRevision:
     revision: str | None = None
     matches: bool | None = None
     note: str | None = None
+    # Whether a match is proven (a local OPA that verifies the bundle's signature at load), or only
+    # reported by the OPA (an external one, or a local one started without a verification key).
+    proven: bool = False
 
     def to_json(self) -> JSONObject:
         return {
@@ -50,6 +53,7 @@ class PathRevision:
             "running": self.running,
             "revision": self.revision,
             "matches": self.matches,
+            "proven": self.proven if self.matches else None,
             "note": self.note,
         }
 
@@ -113,7 +117,9 @@ def _local(home: Path, reviewed: str, root: Path) -> PathRevision:
     except ExaError as exc:
         return PathRevision("local OPA", where, True, note=str(exc))
     transport = OpaTransport(Endpoint("unix", path=str(server.socket)), token=token, describe=server.url)
-    return _served(transport, reviewed, "local OPA", root)
+    served = _served(transport, reviewed, "local OPA", root)
+    assert record.opa is not None
+    return replace(served, proven=any(a.startswith("--verification-key=") for a in record.opa.argv))
 
 
 def _external(env: Mapping[str, str], reviewed: str, root: Path) -> PathRevision:

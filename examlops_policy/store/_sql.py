@@ -86,6 +86,15 @@ class Cursor(Protocol):
     def fetchall(self) -> list[Any]: ...
 
 
+def _entry_ts(canonical: bytes) -> str:
+    """The time a stored entry is dated (empty when it has none that reads as one)."""
+    try:
+        ts = json.loads(canonical).get("ts")
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        return ""
+    return ts if isinstance(ts, str) and len(ts) == 27 and ts.endswith("Z") else ""
+
+
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
@@ -130,6 +139,7 @@ class SQLStore(QueueReads, ABC):
         self.reconnects = 0
         self._stored: set[str] = set()  # fleet and verdict-set keys known to be committed
         self._storing: set[str] = set()  # ... written by the open transaction (committed with it, or forgotten)
+        self._signer: tuple[audit.SigningKey | None] | None = None  # (the writer's key,) once read
 
     # -- what an adapter provides -----------------------------------------------------------
 
@@ -279,6 +289,15 @@ class SQLStore(QueueReads, ABC):
             self._run(work, landed=lambda: None)
         except StateError as exc:
             cause = exc.__cause__
+            if type(exc) is StateError and done and cause is not None and getattr(cause, "sqlstate", None) != "42501":
+                # A migration that does not apply to a state that has some (a column it adds is
+                # there already): its row was deleted, and the schema is ahead of the table. (A gap
+                # alone is no sign: a state made before a migration was added below others has one.)
+                raise StateCorrupt(
+                    f"{self.where}: schema migration(s) {', '.join(str(v) for v, _ in pending(done))} do not apply to this state "
+                    f"({_first_line(cause)}): the state is not what its schema_migrations table says (a row of it deleted, or the "
+                    "schema edited); nothing was written"
+                ) from cause
             if cause is None or getattr(cause, "sqlstate", None) != "42501":  # insufficient privilege
                 raise
             what = (
@@ -291,11 +310,23 @@ class SQLStore(QueueReads, ABC):
                 "(see docs/postgres-least-privilege.sql), then retry; nothing was written"
             ) from cause
 
+    def _signing_key(self) -> audit.SigningKey | None:
+        """The key this process signs audit entries with (``EXA_SIGNING_KEY``), read at the first
+        entry it writes; SpecError (nothing written) when that file is not a signer key."""
+        if self._signer is None:
+            self._signer = (audit.configured_signing_key(),)
+        return self._signer[0]
+
     def _append_audit(self, kind: str, body: JSONObject, *, source: str) -> None:
         row = self._execute("SELECT seq, prev_hash, entry_hash, entry FROM audit_log ORDER BY seq DESC LIMIT 1").fetchone()
         head = _audit_row(row) if row else None
-        entry: JSONObject = {"source": source, "kind": kind, "ts": self._clock(), **body}
-        new = audit.next_row(head, entry)
+        # Entries are dated in the order they are written: never before the head (a clock that
+        # stepped back dates it as the head), so verify can hold their times to their order.
+        ts, before = self._clock(), _entry_ts(head.canonical) if head is not None else ""
+        if len(ts) == 27 and ts.endswith("Z") and before > ts:
+            ts = before
+        entry: JSONObject = {"source": source, "kind": kind, "ts": ts, **body}
+        new = audit.next_row(head, entry, self._signing_key())
         self._execute(
             "INSERT INTO audit_log (seq, prev_hash, entry_hash, entry, source, kind, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
             (new.seq, new.prev_hash, new.entry_hash, new.canonical, source, kind, entry["ts"]),
@@ -361,7 +392,10 @@ class SQLStore(QueueReads, ABC):
     def document(self, kind: Document, key: str) -> str:
         row = self._run(lambda: self._execute(f"SELECT document FROM {kind} WHERE {_KEY_COLUMN[kind]} = ?", (key,)).fetchone())
         if row is None:
-            raise StateError(f"{self.where}: the stored {kind[:-1].replace('_', ' ')} {key} is missing; a decision cannot be rebuilt")
+            raise StateCorrupt(
+                f"{self.where}: the stored {kind[:-1].replace('_', ' ')} {key} is missing (its row was deleted); a decision cannot "
+                "be rebuilt (run exa audit verify)"
+            )
         return str(row[0])
 
     def pool_row(self, name: str) -> tuple[PoolRow, list[HeldRow]]:
