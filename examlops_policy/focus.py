@@ -55,6 +55,10 @@ X_COLUMNS: Final = (
     "x_CarbonMethod", "x_EnergyKWh", "x_WaitSeconds", "x_JobId", "x_Scheduler",
 )  # fmt: skip
 UNASSIGNED: Final = "unassigned"  # the project of a workload that named none
+# The allocation method of the 1.3 split: a device-hour shared by compute slices (MIG sevenths, AMD
+# eighths) or shares (time-slice, MPS), split by the part of the device each grant held, for the
+# part of the hour it held it; what no grant held is the unallocated row.
+METHOD: Final = "examlops-device-share"
 
 
 def columns(version: str) -> tuple[str, ...]:
@@ -255,7 +259,14 @@ class Exporter:
         made one row per grant (its part of the device for the part of the hour it held it) and
         one row for the rest, with the allocation columns."""
         shared: dict[tuple[str, str, int, float], list[tuple[UsageRow, str, PoolFacts | None, dict[str, str], float, float, str, int, int]]] = {}
+        flushed = -math.inf
         for p, entry_hash in self.placements():
+            # Placements come in the order they were made: a device-hour that ended before this one
+            # was made has every grant it will have, so it is written and forgotten.
+            if p.held_from >= flushed + HOUR:
+                flushed = math.floor(p.held_from / HOUR) * HOUR
+                for key in sorted(key for key in shared if key[3] + HOUR <= p.held_from):
+                    yield from self._device_hour(*key, shared.pop(key))
             facts = self.facts(p.fleet_revision, p.pool)
             base = self._base(p, entry_hash, facts)
             parts = [h for h in p.holdings if h[2] is not None or h[5] is not None]
@@ -294,14 +305,16 @@ class Exporter:
         price = grants[0][0].cost_per_hour
         total = sum(g[4] for g in grants)
         scale = 1.0 / total if total > 1.0 else 1.0  # never more than the device (a record that overlapped)
-        elements = [{"AllocatedRatio": round(g[4] * scale, 12), "UsageUnit": g[6], "UsageQuantity": round(g[7] * g[4] / g[5] * scale if g[5] else 0.0, 12)}
-                    for g in grants]  # fmt: skip
-        idle = max(0.0, 1.0 - sum(e["AllocatedRatio"] for e in elements))  # type: ignore[misc]
-        method = "Proportional" if len({g[6] for g in grants}) == 1 else "Proportional (mixed units)"
-        details = json.dumps({"Elements": [*elements, {"AllocatedRatio": round(idle, 12), "UsageUnit": "Unallocated", "UsageQuantity": round(idle, 12)}]},
-                             sort_keys=True)  # fmt: skip
-        for (p, _, facts, base, share, *_), element in zip(grants, elements):
-            ratio = float(element["AllocatedRatio"])  # type: ignore[arg-type]
+        # Each allocated charge's own element (FOCUS 1.3: its AllocatedRatio of the origin charge,
+        # the device-hour; the ratios of all the charges of one device-hour sum to 1). UsageQuantity:
+        # the slices or shares it held, for the part of the hour it held them.
+        ratios = [round(g[4] * scale, 12) for g in grants]
+        elements = [{"AllocatedRatio": r, "UsageUnit": g[6], "UsageQuantity": round(g[7] * r / g[5], 12) if g[5] else 0.0, "x_Of": g[8]}
+                    for r, g in zip(ratios, grants)]  # fmt: skip
+        idle = round(max(0.0, 1.0 - sum(ratios)), 12)
+        method = METHOD
+        for (p, _, facts, base, *_), ratio, element in zip(grants, ratios, elements):
+            details = json.dumps({"Elements": [element], "x_OriginResourceId": resource}, sort_keys=True)
             row = self._row(base, p, facts, hour, "used" if self._ran_in(p, hour) else "idle", ratio)
             row.update({"ResourceId": resource, "ResourceName": f"{pool} {node} device {device}", "ResourceType": "Shared accelerator",
                         "ListUnitPrice": _number(price)})  # fmt: skip
@@ -321,6 +334,9 @@ class Exporter:
                 "ChargeDescription": f"{p.accelerator} device-hour on {pool} held by no grant" + ("" if self.charge_idle else " (not charged)"),
                 "Tags": json.dumps({"pool": pool, "accelerator": p.accelerator}, sort_keys=True), "BillingAccountId": b["account_id"],
             })  # fmt: skip
+            details = json.dumps({"Elements": [{"AllocatedRatio": idle, "UsageUnit": "Unallocated", "UsageQuantity": idle}], "x_OriginResourceId": resource},
+                                 sort_keys=True)  # fmt: skip
+            # FOCUS 1.3: the unallocated portion of the origin charge has a null AllocatedResourceId.
             yield self._with_allocation(row, method, details, "", "", json.dumps({"unallocated": "true"}))
 
     def _ran_in(self, p: UsageRow, hour: float) -> bool:

@@ -209,18 +209,48 @@ def test_the_13_split_of_a_shared_device_hour_sums_to_the_device(clocked: tuple[
         by_device[r["ResourceId"], r["ChargePeriodStart"]].append(r)
     assert by_device
     for group in by_device.values():
-        details = json.loads(group[0]["AllocatedMethodDetails"])
-        ratios = [e["AllocatedRatio"] for e in details["Elements"]]
+        # Each allocated charge carries its own ratio of the origin charge (the device-hour); the
+        # ratios of all its charges sum to 1, and so do their quantities (device-hours) and costs.
+        ratios = [sum(e["AllocatedRatio"] for e in json.loads(r["AllocatedMethodDetails"])["Elements"]) for r in group]
         assert sum(ratios) == pytest.approx(1.0)
-        assert all(json.loads(r["AllocatedMethodDetails"]) == details for r in group)
-        assert sum(float(r["PricingQuantity"]) for r in group) == pytest.approx(1.0)
+        assert [float(r["PricingQuantity"]) for r in group] == pytest.approx(ratios)
         assert sum(float(r["ListCost"]) for r in group) == pytest.approx(float(group[0]["ListUnitPrice"]))
+        assert {r["AllocatedMethodId"] for r in group} == {focus.METHOD}
         grants = [r for r in group if r["AllocatedResourceId"]]
-        assert len(group) == len(grants) + 1  # one row per grant, one for what no grant held
-        assert all(r["AllocatedMethodId"] for r in group)
+        assert len(group) == len(grants) + 1  # one row per grant, one (with no AllocatedResourceId) for what no grant held
+        for r in grants:
+            (element,) = json.loads(r["AllocatedMethodDetails"])["Elements"]
+            assert element["UsageUnit"] == "Compute slices" and element["x_Of"] == 7
+            assert element["UsageQuantity"] == pytest.approx(element["AllocatedRatio"] * 7)
     grants = {r["x_Workload"]: r for r in rows if r["x_Workload"]}
     assert set(grants) == {"big", "small"}
-    assert grants["big"]["x_Grant"].startswith("MIG ") and grants["big"]["AllocatedTags"]
+    # big held a 3g (3 of 7 compute slices) all hour; small a 2g for half of it.
+    assert {w: float(r["PricingQuantity"]) for w, r in grants.items()} == pytest.approx({"big": 3 / 7, "small": 1 / 7})
+    assert grants["big"]["x_Grant"].startswith("MIG 3g") and grants["small"]["x_Grant"].startswith("MIG 2g")
+    assert json.loads(grants["big"]["AllocatedTags"]) == {"project": "llm-pretraining", "workload": "big"}
+
+
+SHARED = Pool("t4-mps", "hpc", "nvidia", 1, "eu", model="t4", cost_per_hour=0.8, carbon_factor=20.0, sharing="mps", shares_per_device=8)
+
+
+def test_the_13_split_of_mps_shares_is_by_shares(clocked: tuple[Hardware, Clock], tmp_path: Path) -> None:
+    hw, clock = clocked
+    hw.apply([SHARED])
+    a = hw.place(Workload("a", "nvidia", fraction=0.25))
+    b = hw.place(Workload("b", "nvidia", fraction=0.5))
+    clock.move(hours=1)
+    for record in (a, b):
+        hw.release(record.id)
+    out = tmp_path / "mps.csv"
+    focus.export(hw, T0, T0 + timedelta(hours=1), out, version="1.3")
+    rows = read(out)
+    by_workload = {r["x_Workload"]: r for r in rows}
+    assert by_workload["a"]["x_Grant"] == "mps 2 of 8 shares" and by_workload["b"]["x_Grant"] == "mps 4 of 8 shares"
+    assert [float(by_workload[w]["PricingQuantity"]) for w in ("a", "b", "")] == pytest.approx([0.25, 0.5, 0.25])
+    assert sum(float(r["ListCost"]) for r in rows) == pytest.approx(0.8)
+    (element,) = json.loads(by_workload["b"]["AllocatedMethodDetails"])["Elements"]
+    assert (element["UsageUnit"], element["UsageQuantity"], element["x_Of"]) == ("Shares", 4.0, 8)
+    assert by_workload[""]["AllocatedResourceId"] == "" and by_workload[""]["SubAccountId"] == ""
 
 
 
