@@ -174,6 +174,25 @@ def test_the_export_reads_page_by_page_and_bills_each_placement_once(clocked: tu
     assert sorted(set(ids)) == sorted(made) and len(ids) == len(set(ids)) + 1  # the live one spans two hours
 
 
+def test_the_fast_writer_writes_what_the_rows_say(clocked: tuple[Hardware, Clock], tmp_path: Path) -> None:
+    """The 1.2 file (lines rendered once per placement and filled in per hour) is the CSV of the rows."""
+    import io
+
+    hw, clock = clocked
+    ran(hw, clock, started=30, ended=135, released=150)
+    note = hw.place(Workload("notebook", "amd", count=1))
+    assert note.decision.ok, note.decision
+    clock.move(hours=3, seconds=7)
+    exporter = focus.Exporter(hw, T0, T0 + timedelta(hours=6))
+    fast = io.StringIO()
+    assert exporter.write(fast) == 9
+    plain = io.StringIO()
+    writer = csv.DictWriter(plain, fieldnames=focus.columns("1.2"), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(exporter.usage_rows())
+    assert fast.getvalue() == plain.getvalue()
+
+
 def test_the_period_is_whole_utc_hours_and_nothing_is_written_on_bad_input(clocked: tuple[Hardware, Clock], tmp_path: Path) -> None:
     hw, _ = clocked
     with pytest.raises(SpecError, match="not on an hour"):
