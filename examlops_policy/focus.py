@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import math
 import os
@@ -368,10 +369,12 @@ class Exporter:
         marked = {key: f"\x01{key}\x01" for key in ("ChargePeriodStart", "ChargePeriodEnd", "BillingPeriodStart", "BillingPeriodEnd", "InvoiceId")}
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
+        period_order = tuple(c for c in names if c in marked)
+        hours: dict[float, tuple[str, ...]] = {}
         for p, entry_hash in self.placements():
             facts = self.facts(p.fleet_revision, p.pool)
             base = self._base(p, entry_hash, facts)
-            templates: dict[tuple[str, float], tuple[list[str], list[str]]] = {}
+            templates: dict[tuple[str, float], str] = {}
             for hour, kind, device_hours in self._hours_of(p):
                 template = templates.get((kind, device_hours))
                 if template is None:
@@ -379,29 +382,42 @@ class Exporter:
                     buffer.seek(0)
                     buffer.truncate()
                     writer.writerow([row.get(c, "") for c in names])
-                    pieces = buffer.getvalue().split("\x01")
-                    template = templates[kind, device_hours] = (pieces[0::2], pieces[1::2])
-                texts, keys = template
-                period = self._hour(hour)
-                parts = [texts[0]]
-                for key, text in zip(keys, texts[1:]):
-                    parts.append(period[key])
-                    parts.append(text)
-                yield "".join(parts)
+                    # "%s" where each period column goes (in column order), every other "%" doubled.
+                    pieces = buffer.getvalue().replace("%", "%%").split("\x01")
+                    order = tuple(pieces[1::2])
+                    assert order == period_order, order
+                    template = templates[kind, device_hours] = "%s".join(pieces[0::2])
+                periods = hours.get(hour)
+                if periods is None:
+                    period = self._hour(hour)
+                    periods = hours[hour] = tuple(period[key] for key in period_order)
+                    if len(hours) > 4096:
+                        hours.clear()
+                        hours[hour] = periods
+                yield template % periods
 
     def _hours_of(self, p: UsageRow) -> Iterator[tuple[float, str, float]]:
-        """(hour, used or idle, device-hours) of each row of ``p``: what ``_rows_of`` writes."""
-        first, last = max(p.held_from, self.start_ts), min(p.held_until, self.end_ts)
-        hour = math.floor(first / HOUR) * HOUR
+        """(hour, used or idle, device-hours) of each row of ``p``: the part of each hour in the
+        period it held its devices, and of that the part its job ran (arithmetic inline: it runs
+        once per row)."""
+        held_from, held_until = p.held_from, p.held_until
+        last = min(held_until, self.end_ts)
+        hour = math.floor(max(held_from, self.start_ts) / HOUR) * HOUR
         run_from, run_until = self._run(p)
+        ran = run_until > run_from
+        devices = p.devices
         while hour < last:
-            held = _overlap(p.held_from, p.held_until, hour, hour + HOUR)
-            used = min(held, _overlap(run_from, run_until, hour, hour + HOUR) if run_until > run_from else 0.0)
+            end = hour + HOUR
+            held = (held_until if held_until < end else end) - (held_from if held_from > hour else hour)
+            used = 0.0
+            if ran:
+                used = (run_until if run_until < end else end) - (run_from if run_from > hour else hour)
+                used = 0.0 if used < 0 else held if used > held else used
             if used > 1e-9:
-                yield hour, "used", p.devices * used / HOUR
+                yield hour, "used", devices * used / HOUR
             if held - used > 1e-9:
-                yield hour, "idle", p.devices * (held - used) / HOUR
-            hour += HOUR
+                yield hour, "idle", devices * (held - used) / HOUR
+            hour = end
 
     def write(self, out: IO[str]) -> int:
         """Write the CSV (header, then every row) to ``out``; the number of rows."""
@@ -409,15 +425,10 @@ class Exporter:
         csv.writer(out, lineterminator="\n").writerow(names)
         count = 0
         if self.version == "1.2":
-            chunk: list[str] = []
-            for line in self.usage_lines():
-                chunk.append(line)
-                if len(chunk) >= 4096:
-                    out.write("".join(chunk))
-                    count += len(chunk)
-                    chunk.clear()
-            out.write("".join(chunk))
-            count += len(chunk)
+            lines = self.usage_lines()
+            while chunk := list(itertools.islice(lines, 8192)):
+                out.write("".join(chunk))
+                count += len(chunk)
         else:
             writer = csv.DictWriter(out, fieldnames=names, extrasaction="ignore", lineterminator="\n")
             for row in self.rows():
