@@ -95,6 +95,10 @@ def test_used_time_is_billed_as_usage_and_the_rest_is_reserved_but_idle(clocked:
     assert (models.rows[0].used_device_hours, models.rows[0].idle_device_hours) == (3.5, 1.5)
     report = hw.finops_report(now=clock.at)
     assert (report.cost_carbon[0].used_device_hours, report.cost_carbon[0].idle_cost, report.totals.cost) == (3.5, 3.0, 10.0)
+    from examlops_policy.report import render_html
+
+    page = render_html(report)
+    assert 'id="total-idle"' in page and "1.5 device-h" in page and "of 5.0 held; $3.00 charged" in page
 
 
 def test_idle_is_not_charged_when_the_setting_says_so(clocked: tuple[Hardware, Clock], monkeypatch: pytest.MonkeyPatch) -> None:
