@@ -57,7 +57,7 @@ def build(home: Path, placements: int, hours: int) -> float:
     clock = Clock()
     home.mkdir(parents=True, exist_ok=True)
     store = SQLiteStore(home / "state.db", clock=clock)
-    store._db.execute("PRAGMA synchronous=OFF")  # type: ignore[attr-defined]
+    store._db.execute("PRAGMA synchronous=OFF")
     hw = Hardware(home, store=store, policy=ManagedPolicy(home))
     try:
         hw.apply(POOLS)
