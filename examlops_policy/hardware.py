@@ -898,7 +898,8 @@ class Hardware:
             method = self.records.carbon_method(fleet, pool)
             found.setdefault((device, region), set()).add(method or UNRECORDED)
         rows = tuple(
-            dataclasses.replace(r, carbon_methods=tuple(sorted(found.get((r.device, r.region), ())))) for r in self.store.finops(hours=_hours(hours))
+            dataclasses.replace(r, carbon_methods=tuple(sorted(found.get((r.device, r.region), ()))))
+            for r in self.store.finops(hours=_hours(hours), charge_idle=self.tables.charge_idle)
         )  # fmt: skip
         return FinopsReport(
             rows,
@@ -907,6 +908,10 @@ class Hardware:
             round(sum(r.cost for r in rows), 6),
             round(sum(r.carbon_g for r in rows), 6),
             tuple((m, carbon_method_text(m, self.tables)) for m in sorted({m for r in rows for m in r.carbon_methods})),
+            used_device_hours=round(sum(r.used_device_hours for r in rows), 6),
+            idle_device_hours=round(sum(r.idle_device_hours for r in rows), 6),
+            used_cost=round(sum(r.used_cost for r in rows), 6),
+            idle_cost=round(sum(r.idle_cost for r in rows), 6),
         )
 
     def estimate_errors(self, *, since: str | None = None, until: str | None = None) -> tuple[EstimateError, ...]:
@@ -919,8 +924,11 @@ class Hardware:
 
     def models_cost(self, hours: float | None = None) -> ModelsCost:
         """Cost and carbon per workload name (``exa models cost``), most expensive first."""
-        rows = tuple(self.store.cost_by_workload(hours=_hours(hours)))
-        return ModelsCost(rows, round(sum(r.cost for r in rows), 6), round(sum(r.carbon_g for r in rows), 6))
+        rows = tuple(self.store.cost_by_workload(hours=_hours(hours), charge_idle=self.tables.charge_idle))
+        return ModelsCost(
+            rows, round(sum(r.cost for r in rows), 6), round(sum(r.carbon_g for r in rows), 6),
+            used_cost=round(sum(r.used_cost for r in rows), 6), idle_cost=round(sum(r.idle_cost for r in rows), 6),
+        )  # fmt: skip
 
     def finops_report(self, *, since: str | None = None, until: str | None = None, title: str = "FinOps report", now: datetime | None = None) -> ReportData:
         """The FinOps report's data over a period (default: from the first decision to now), for
@@ -938,7 +946,7 @@ class Hardware:
                 row["carbon_method"] = records.carbon_method(cast("str | None", fleet), cast("str | None", pool))
         start = _day(since) if since else min((_day(str(d["created_at"])) for d in decisions), default=now.date())
         end = (_day(until) - timedelta(days=1)) if until else now.date()
-        return report_from_rows(title, start, max(start, end), now, decisions=decisions, bursts=bursts)
+        return report_from_rows(title, start, max(start, end), now, decisions=decisions, bursts=bursts, charge_idle=self.tables.charge_idle)
 
     # -- audit ------------------------------------------------------------------------------
 

@@ -162,6 +162,7 @@ def report_from_rows(
     bursts: Iterable[Mapping[str, object]] = (),
     top: int = TOP_WORKLOADS,
     currency: str = "USD",
+    charge_idle: bool = True,
 ) -> ReportData:
     """Build ``ReportData`` from plain rows, checking each one.
 
@@ -172,7 +173,9 @@ def report_from_rows(
     ``fraction_honored`` (bool) and ``carbon_method`` (how its carbon per device-hour was found: a
     key of ``accounting.CARBON_METHODS``; absent or None: not recorded) and, where its start was
     estimated and its job's actual start is known, ``estimate_source``, ``estimated_start`` and
-    ``actual_start`` (RFC 3339). A burst row: ``residency`` (str) and ``verdict`` (allowed,
+    ``actual_start`` (RFC 3339); ``used_device_hours`` and ``used_cost`` say how much of that its
+    job ran (default: all of it), the rest being reserved but idle, counted in the cost only when
+    ``charge_idle``. A burst row: ``residency`` (str) and ``verdict`` (allowed,
     blocked or unavailable). Raises ``SpecError`` naming the row and field; a decision outside
     the period is an error too (the caller selects the period).
     """
@@ -213,8 +216,14 @@ def report_from_rows(
         if outcome != "placed":
             continue
         device, region = _text(row, "device", where("device")), _text(row, "region", where("region"))
-        hours, cost, carbon = (_number(row, k, where(k)) for k in ("device_hours", "cost", "carbon_g"))
-        group = groups.setdefault((str(device), str(region)), [0, 0.0, 0.0, 0.0])
+        hours, held_cost, carbon = (_number(row, k, where(k)) for k in ("device_hours", "cost", "carbon_g"))
+        used_hours = min(hours, _number(row, "used_device_hours", where("used_device_hours"), default=hours))
+        used_cost = min(held_cost, _number(row, "used_cost", where("used_cost"), default=held_cost))
+        cost = held_cost if charge_idle else used_cost
+        group = groups.setdefault((str(device), str(region)), [0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+        group[4] += used_hours
+        group[5] += used_cost
+        group[6] += held_cost - used_cost
         group_methods.setdefault((str(device), str(region)), set()).add(str(row.get("carbon_method") or UNRECORDED))
         group[0] += 1
         group[1] += hours
@@ -254,7 +263,10 @@ def report_from_rows(
         verdicts.setdefault(str(residency), dict.fromkeys(BURST_VERDICTS, 0))[str(verdict)] += 1
 
     cost_carbon = tuple(
-        FinopsRow(device, region, int(g[0]), round(g[1], 6), round(g[2], 6), round(g[3], 6), tuple(sorted(group_methods[device, region])))
+        FinopsRow(device, region, int(g[0]), round(g[1], 6), round(g[2], 6), round(g[3], 6), used_device_hours=round(g[4], 6),
+                  idle_device_hours=round(max(0.0, g[1] - g[4]), 6), used_cost=round(g[5], 6), idle_cost=round(max(0.0, g[6]), 6),
+                  idle_charged=charge_idle,
+                  carbon_methods=tuple(sorted(group_methods[device, region])))  # fmt: skip
         for (device, region), g in sorted(groups.items())
     )
     # Only workloads that cost something are "most expensive" (a workload only ever rejected is not).
@@ -519,6 +531,10 @@ def render_html(data: ReportData) -> str:
     t, h = data.totals, data.honesty
     period = f"{data.period_start.isoformat()} to {data.period_end.isoformat()}"
     generated = data.generated_at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    used_hours = sum(r.used_device_hours for r in data.cost_carbon)
+    idle_hours = sum(r.idle_device_hours for r in data.cost_carbon)
+    idle_cost = sum(r.idle_cost for r in data.cost_carbon)
+    charged = all(r.idle_charged for r in data.cost_carbon)
     parts: list[str] = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -540,6 +556,8 @@ def render_html(data: ReportData) -> str:
         _total("total-cost", "Total cost", f"{t.cost:.6f}", _money(t.cost, cur), f"{cur}, placed work over the period"),
         _total("total-carbon", "Total carbon", f"{t.carbon_g:.6f}", _carbon(t.carbon_g), _carbon_note(data)),
         _total("total-decisions", "Decisions", str(t.decisions), f"{t.decisions:,}", f"{h.placements:,} placed"),
+        _total("total-idle", "Reserved but idle", f"{idle_hours:.6f}", f"{idle_hours:,.1f} device-h",
+               f"of {used_hours + idle_hours:,.1f} held; {_money(idle_cost, cur)} {'charged' if charged else 'not charged'}"),
         "</div>",
     ]
 
@@ -555,8 +573,10 @@ def render_html(data: ReportData) -> str:
         "</div><div>",
         _table(
             "Placed work by device type and region",
-            [("Device", False), ("Region", False), ("Decisions", True), ("Device-hours", True), (f"Cost ({cur})", True), ("Carbon (g CO₂e)", True)],
-            ([escape(r.device), escape(r.region), f"{r.decisions:,}", f"{r.device_hours:,.1f}", f"{r.cost:,.2f}", f"{r.carbon_g:,.0f}"] for r in rows),
+            [("Device", False), ("Region", False), ("Decisions", True), ("Device-hours", True), ("Used", True), ("Idle", True),
+             (f"Idle cost ({cur})", True), (f"Cost ({cur})", True), ("Carbon (g CO₂e)", True)],
+            ([escape(r.device), escape(r.region), f"{r.decisions:,}", f"{r.device_hours:,.1f}", f"{r.used_device_hours:,.1f}",
+              f"{r.idle_device_hours:,.1f}", f"{r.idle_cost:,.2f}", f"{r.cost:,.2f}", f"{r.carbon_g:,.0f}"] for r in rows),
             "table-cost-carbon",
         ),
         "</div></div></section>",

@@ -159,6 +159,31 @@ class Tables:
         by_family = cast("JSONObject", acc.get("reference_power_w_by_accelerator") or {})
         return float(cast(float, by_family.get(accelerator, acc["reference_power_w"])))
 
+    @property
+    def charge_idle(self) -> bool:
+        """Whether a placement's reserved-but-idle time is charged (accounting.yaml ``charge_idle``;
+        true when the table does not say)."""
+        value = self.accounting.get("charge_idle", True)
+        if not isinstance(value, bool):
+            raise PolicyError(f"accounting.yaml: charge_idle must be true or false, got {value!r}")
+        return value
+
+    def billing(self) -> dict[str, str]:
+        """Who bills in the FOCUS export (accounting.yaml ``billing``): ``provider``,
+        ``account_id``, ``account_name`` and ``currency``, each a non-empty string."""
+        found = self.accounting.get("billing")
+        defaults = {"provider": "ExaMLOps", "account_id": "examlops-fleet", "account_name": "ExaMLOps accelerator fleet", "currency": "USD"}
+        if found is None:
+            return defaults
+        if not isinstance(found, dict):
+            raise PolicyError(f"accounting.yaml: billing must be a mapping of {', '.join(defaults)}, got {found!r}")
+        out = dict(defaults)
+        for key, value in found.items():
+            if key not in defaults or not isinstance(value, str) or not value.strip():
+                raise PolicyError(f"accounting.yaml: billing.{key} must be one of {', '.join(defaults)} with a non-empty text value, got {value!r}")
+            out[key] = value
+        return out
+
     def default_carbon_factor(self, region: str, accelerator: str | None = None) -> float:
         """gCO2e per device-hour for a pool that states no carbon factor and no power: the
         reference power of its family (None: the reference accelerator's) x the reference PUE x

@@ -180,6 +180,14 @@ class FinopsRow:
     device_hours: float
     cost: float
     carbon_g: float
+    # Of the device-hours: those its jobs ran (used; a placement submitted to no scheduler counts
+    # as used) and the rest of what it held (reserved but idle); the cost of each, and whether the
+    # idle cost counts in ``cost`` (accounting.yaml's ``charge_idle``).
+    used_device_hours: float = 0.0
+    idle_device_hours: float = 0.0
+    used_cost: float = 0.0
+    idle_cost: float = 0.0
+    idle_charged: bool = True
     carbon_methods: tuple[str, ...] = ()
 
 
@@ -193,6 +201,47 @@ class WorkloadCost:
     device_hours: float
     cost: float
     carbon_g: float
+    # Of the device-hours: those its jobs ran (used; a placement submitted to no scheduler counts
+    # as used) and the rest of what it held (reserved but idle); the cost of each, and whether the
+    # idle cost counts in ``cost`` (accounting.yaml's ``charge_idle``).
+    used_device_hours: float = 0.0
+    idle_device_hours: float = 0.0
+    used_cost: float = 0.0
+    idle_cost: float = 0.0
+    idle_charged: bool = True
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    """A placement as a bill reads it (``Store.usage_page``): its columns, when it held its devices
+    (``held_from`` to ``held_until``, epoch seconds) and when its job ran where reconcile recorded
+    it, the hours of its holding the job ran (``used_hours``; all of them without a scheduler),
+    when its workload asked (``asked_at``: its queued record's time; None: when it was placed),
+    and its holdings: (node, device, profile, units, share, shares) each."""
+
+    id: str
+    created_at: str
+    workload: str
+    project: str | None
+    pool: str
+    accelerator: str
+    model: str | None
+    region: str
+    devices: float
+    cost_per_hour: float
+    carbon_factor: float
+    policy_revision: str
+    fleet_revision: str | None
+    job_id: str | None
+    scheduler: str | None
+    held_from: float
+    held_until: float
+    job_started: float | None
+    job_ended: float | None
+    used_hours: float
+    asked_at: float | None
+    target: str | None
+    holdings: tuple[tuple[str, int, str | None, int | None, float, int | None], ...]
 
 
 @dataclass(frozen=True)
@@ -277,6 +326,10 @@ class FinopsReport:
     cost: float
     carbon_g: float
     methods: tuple[tuple[str, str], ...] = ()
+    used_device_hours: float = 0.0
+    idle_device_hours: float = 0.0
+    used_cost: float = 0.0
+    idle_cost: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -286,6 +339,8 @@ class ModelsCost:
     rows: tuple[WorkloadCost, ...]
     cost: float
     carbon_g: float
+    used_cost: float = 0.0
+    idle_cost: float = 0.0
 
 
 @dataclass(frozen=True)

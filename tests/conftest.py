@@ -55,7 +55,7 @@ SEED_POOLS = (
 
 # Services only one test may use at a time in this suite (one group on one worker).
 SINGLETON_SERVICES = ("slurm", "postgres", "kubernetes", "chromium")
-SERVICE_MARKERS = (*SINGLETON_SERVICES, "slow", "opa")
+SERVICE_MARKERS = (*SINGLETON_SERVICES, "slow", "opa", "focus_validator")
 # Fixtures that reach the session's OPA (or run exa, which does).
 OPA_FIXTURES = frozenset({"opa_home", "make_hardware", "hardware", "seeded", "exa_home"})
 

@@ -147,7 +147,8 @@ def test_finops_groups_by_device_and_region(exa_home: Path) -> None:
     run_exa(exa_home, "hardware", "burst", "c", "--accelerator", "nvidia", "--allow-burst", check=True)
     report = json.loads(run_exa(exa_home, "finops", "cost", "--hours", "10", "--json", check=True).stdout)
     rows = report["rows"]
-    assert report["totals"] == {"decisions": 3, "device_hours": 40.0, "cost": 95.5, "carbon_g": 12900.0}
+    assert report["totals"] == {"decisions": 3, "device_hours": 40.0, "cost": 95.5, "carbon_g": 12900.0,
+                                "used_device_hours": 40.0, "idle_device_hours": 0.0, "used_cost": 95.5, "idle_cost": 0.0}  # fmt: skip
     assert [(r["device"], r["region"], r["cost"], r["carbon_g"]) for r in rows] == [
         ("amd", "eu", 18.0, 2500.0),
         ("nvidia", "eu", 50.0, 6000.0),

@@ -533,7 +533,7 @@ def test_the_html_report_is_self_contained_and_its_totals_match_finops_in_chromi
 
 def test_models_cost_is_per_workload_most_expensive_first_and_adds_up_to_finops(exa_home: Path) -> None:
     empty = exa_json(exa_home, "models", "cost")
-    assert empty == {"rows": [], "totals": {"cost": 0, "carbon_g": 0}}
+    assert empty == {"rows": [], "totals": {"cost": 0, "carbon_g": 0, "used_cost": 0, "idle_cost": 0}}
     assert run_exa(exa_home, "models", "cost", check=True).stdout == "No placements yet.\n"
 
     add_pool(exa_home, "hpc-nvidia", "--target", "hpc", "--accelerator", "nvidia", "--count", "8", "--region", "eu",
@@ -552,13 +552,14 @@ def test_models_cost_is_per_workload_most_expensive_first_and_adds_up_to_finops(
         ("train", 2, 20.0, 50.0, 6000.0),
         ("infer", 1, 10.0, 18.0, 2500.0),
     ]
-    assert found["totals"] == {"cost": 143.0, "carbon_g": 17500.0}
+    assert found["totals"] == {"cost": 143.0, "carbon_g": 17500.0, "used_cost": 143.0, "idle_cost": 0.0}
     for kind in ("cost", "carbon"):
         totals = exa_json(exa_home, "finops", kind, "--hours", "10")["totals"]
-        assert totals == {"decisions": 4, "device_hours": 60.0, "cost": 143.0, "carbon_g": 17500.0}
+        assert totals == {"decisions": 4, "device_hours": 60.0, "cost": 143.0, "carbon_g": 17500.0,
+                          "used_device_hours": 60.0, "idle_device_hours": 0.0, "used_cost": 143.0, "idle_cost": 0.0}  # fmt: skip
     table = run_exa(exa_home, "models", "cost", "--hours", "10", check=True).stdout.splitlines()
     assert [line.split()[0] for line in table[2:5]] == ["eval", "train", "infer"]
-    assert table[-1] == "total $143.00 · 17500.0 gCO2e"
+    assert table[-1] == "total $143.00 · used $143.00 · idle $0.00 · 17500.0 gCO2e"
 
     # Without --hours both count the time held (fixed once released), and still agree.
     for decision in (train[1], infer, evaluation):

@@ -1,8 +1,8 @@
 """Every code block of the README runs, and shows what really happens.
 
 * ``console`` blocks are transcripts: each ``$ command`` runs in bash (``exa`` on PATH, the
-  block's state folder in ``EXA_HOME``, a scratch working directory where ``examples/`` and
-  ``docs/`` of the checkout are at hand) and its output must be the lines shown, in order. ``...``
+  block's state folder in ``EXA_HOME``, a scratch working directory where ``examples/``,
+  ``docs/`` and ``scripts/`` of the checkout are at hand) and its output must be the lines shown, in order. ``...``
   stands for any number of lines, and a line ending in `` ...`` for any line that begins so;
   ``[exit N]`` is the exit status (0 otherwise). Decision ids,
   digests, uids, times, ports and process ids differ from run to run: they are compared as their
@@ -17,7 +17,8 @@
 
 A comment right before a block sets where it runs: ``<!-- readme: home=NAME needs=SERVICE,... -->``
 (blocks of one home share state, in README order; the default home is ``main``). ``needs``:
-``kubernetes`` (the local control plane and kubectl), ``slurm``, ``chromium``. A block whose
+``kubernetes`` (the local control plane and kubectl), ``slurm``, ``chromium``, ``focus_validator``
+(the FinOps Foundation's FOCUS validator, scripts/focus-validator-setup; ``scripts/`` is at hand). A block whose
 service is missing is skipped, or fails under ``EXA_REQUIRE_SERVICES=1``.
 """
 
@@ -227,6 +228,9 @@ def _available(service: str) -> str | None:
         return None if (ROOT / ".exa-services" / "slurm" / "env").is_file() else "no local Slurm (scripts/slurm-up)"
     if service == "chromium":
         return None if shutil.which("chromium") or shutil.which("chromium-browser") else "no chromium"
+    if service == "focus_validator":
+        made = subprocess.run([str(ROOT / "scripts" / "focus-validator-setup")], capture_output=True, text=True, timeout=900)
+        return None if made.returncode == 0 else f"no FOCUS validator (scripts/focus-validator-setup: {made.stderr.strip()[-200:]})"
     raise AssertionError(f"unknown service {service!r}")
 
 
@@ -254,7 +258,7 @@ def session_for(sessions: dict[str, Session], name: str, tmp_path_factory: pytes
         base = tmp_path_factory.mktemp(f"readme-{name}")
         work = base / "work"
         work.mkdir()
-        for folder in ("examples", "docs"):
+        for folder in ("examples", "docs", "scripts"):
             (work / folder).symlink_to(ROOT / folder)
         sessions[name] = Session(base / "home", work)
     return sessions[name]

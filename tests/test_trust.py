@@ -530,7 +530,8 @@ def test_opa_status_and_finops_cost_speak_json(exa_home: Path) -> None:
     assert isinstance(doc, dict) and doc["running"] is True
     placed(exa_home, "a", "--accelerator", "amd")
     cost = json.loads(run_exa(exa_home, "finops", "cost", "--hours", "10", "--json", check=True).stdout)
-    assert cost["totals"] == {"decisions": 1, "device_hours": 10.0, "cost": 18.0, "carbon_g": 2500.0}
+    assert cost["totals"] == {"decisions": 1, "device_hours": 10.0, "cost": 18.0, "carbon_g": 2500.0,
+                              "used_device_hours": 10.0, "idle_device_hours": 0.0, "used_cost": 18.0, "idle_cost": 0.0}  # fmt: skip
 
 
 # -- item 17: messages ------------------------------------------------------------------------------

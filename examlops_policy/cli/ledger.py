@@ -98,22 +98,28 @@ def cmd_audit_keygen(args: argparse.Namespace, hw: Hardware, console: Console) -
 def cmd_finops(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     found = hw.finops(args.hours, methods=args.kind == "carbon" or args.json)
     if args.json:
-        totals = {"decisions": found.decisions, "device_hours": found.device_hours, "cost": found.cost, "carbon_g": found.carbon_g}
+        totals = {"decisions": found.decisions, "device_hours": found.device_hours, "cost": found.cost, "carbon_g": found.carbon_g,
+                  "used_device_hours": found.used_device_hours, "idle_device_hours": found.idle_device_hours,
+                  "used_cost": found.used_cost, "idle_cost": found.idle_cost}  # fmt: skip
         render.dump_json(console, {"rows": [dataclasses.asdict(r) for r in found.rows], "totals": totals})
         return exits.OK
     if args.kind == "carbon":
         # Each row says how its carbon was found, and a legend explains the methods shown.
-        columns: tuple[str, ...] = ("device", "region", "decisions", "device-hours", "gCO2e", "carbon from")
-        cells = [[r.device, r.region, str(r.decisions), render.amount(r.device_hours, 2), render.amount(r.carbon_g, 1), ",".join(r.carbon_methods) or "-"]
+        columns: tuple[str, ...] = ("device", "region", "decisions", "device-hours", "used", "idle", "gCO2e", "carbon from")
+        cells = [[r.device, r.region, str(r.decisions), render.amount(r.device_hours, 2), render.amount(r.used_device_hours, 2),
+                  render.amount(r.idle_device_hours, 2), render.amount(r.carbon_g, 1), ",".join(r.carbon_methods) or "-"]
                  for r in found.rows]  # fmt: skip
-        render.emit_table(console, "Carbon by device type and region", columns, cells, right=columns[2:5])
+        render.emit_table(console, "Carbon by device type and region", columns, cells, right=columns[2:7])
         console.print(f"total {render.amount(found.carbon_g, 1)} gCO2e")
         render.print_carbon_legend(console, dict(found.methods))
         return exits.OK
-    columns = ("device", "region", "decisions", "device-hours", "USD")
-    cells = [[r.device, r.region, str(r.decisions), render.amount(r.device_hours, 2), render.amount(r.cost, 2)] for r in found.rows]
+    columns = ("device", "region", "decisions", "device-hours", "used", "idle", "used USD", "idle USD", "USD")
+    cells = [[r.device, r.region, str(r.decisions), render.amount(r.device_hours, 2), render.amount(r.used_device_hours, 2),
+              render.amount(r.idle_device_hours, 2), render.amount(r.used_cost, 2), render.amount(r.idle_cost, 2), render.amount(r.cost, 2)]
+             for r in found.rows]  # fmt: skip
     render.emit_table(console, "Cost by device type and region", columns, cells, right=columns[2:])
-    console.print(f"total {render.amount(found.cost, 2, '$')}")
+    console.print(f"total {render.amount(found.cost, 2, '$')} · used {render.amount(found.used_cost, 2, '$')} · idle "
+                  f"{render.amount(found.idle_cost, 2, '$')}{'' if hw.tables.charge_idle else ' (not charged)'}")  # fmt: skip
     return exits.OK
 
 
@@ -138,18 +144,35 @@ def cmd_finops_report(args: argparse.Namespace, hw: Hardware, console: Console) 
     return exits.OK
 
 
+def cmd_finops_export(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    from examlops_policy import focus
+
+    start, end = focus.parse_hour(args.from_, "--from"), focus.parse_hour(args.to, "--to")
+    count = focus.export(hw, start, end, Path(args.out), version=args.focus_version)
+    if args.json:
+        render.dump_json(console, {"out": args.out, "rows": count, "format": "focus", "focus_version": args.focus_version,
+                                   "from": start.isoformat().replace("+00:00", "Z"), "to": end.isoformat().replace("+00:00", "Z")})  # fmt: skip
+    else:
+        console.print(f"✓ FOCUS {args.focus_version} export {args.out} · {count} rows · hourly charge periods "
+                      f"{start:%Y-%m-%dT%H:%MZ} to {end:%Y-%m-%dT%H:%MZ} (UTC, end excluded)")  # fmt: skip
+    return exits.OK
+
+
 def cmd_models_cost(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     found = hw.models_cost(args.hours)
     if args.json:
-        render.dump_json(console, {"rows": [dataclasses.asdict(r) for r in found.rows], "totals": {"cost": found.cost, "carbon_g": found.carbon_g}})
+        totals = {"cost": found.cost, "carbon_g": found.carbon_g, "used_cost": found.used_cost, "idle_cost": found.idle_cost}
+        render.dump_json(console, {"rows": [dataclasses.asdict(r) for r in found.rows], "totals": totals})
         return exits.OK
     if not found.rows:
         console.print("No placements yet.")
         return exits.OK
-    columns = ("workload", "decisions", "device-hours", "USD", "gCO2e")
-    cells = [[r.workload, str(r.decisions), render.amount(r.device_hours, 2), render.amount(r.cost, 2), render.amount(r.carbon_g, 1)] for r in found.rows]
+    columns = ("workload", "decisions", "device-hours", "used", "idle", "idle USD", "USD", "gCO2e")
+    cells = [[r.workload, str(r.decisions), render.amount(r.device_hours, 2), render.amount(r.used_device_hours, 2), render.amount(r.idle_device_hours, 2),
+              render.amount(r.idle_cost, 2), render.amount(r.cost, 2), render.amount(r.carbon_g, 1)] for r in found.rows]  # fmt: skip
     render.emit_table(console, "Cost and carbon by workload (most expensive first)", columns, cells, right=columns[1:])
-    console.print(f"total {render.amount(found.cost, 2, '$')} · {render.amount(found.carbon_g, 1)} gCO2e")
+    console.print(f"total {render.amount(found.cost, 2, '$')} · used {render.amount(found.used_cost, 2, '$')} · idle "
+                  f"{render.amount(found.idle_cost, 2, '$')}{'' if hw.tables.charge_idle else ' (not charged)'} · {render.amount(found.carbon_g, 1)} gCO2e")  # fmt: skip
     return exits.OK
 
 
@@ -183,6 +206,14 @@ def register(groups: Commands, common: argparse.ArgumentParser) -> None:
     p.add_argument("--until", help="end, exclusive (ISO 8601, UTC; default: now)")
     p.add_argument("--title", default="FinOps report")
     p.set_defaults(handler=cmd_finops_report)
+    p = finops.add_parser("export", parents=[common], help="the bill in FOCUS (FinOps Open Cost and Usage Specification), one row per placement-hour")
+    p.add_argument("--format", choices=("focus",), default="focus", help="the format (FOCUS, the FinOps Foundation's)")
+    p.add_argument("--from", dest="from_", required=True, metavar="T", help="first hour (ISO 8601, UTC, on a whole hour)")
+    p.add_argument("--to", required=True, metavar="T", help="end hour, excluded (ISO 8601, UTC, on a whole hour)")
+    p.add_argument("--out", required=True, metavar="FILE", help="the .csv file to write (whole or not at all)")
+    p.add_argument("--focus-version", choices=("1.2", "1.3"), default="1.2",
+                   help="1.2 (default), or 1.3 with split cost allocation of shared devices (slices, shares)")
+    p.set_defaults(handler=cmd_finops_export)
 
     models = groups.add_parser("models", help="what each workload (model) cost and emitted").add_subparsers(dest="command", required=True)
     p = models.add_parser("cost", parents=[common], help="cost and carbon per workload name")

@@ -28,7 +28,7 @@ from examlops_policy.store.api import (
     AuditedState, DecisionRow, Document, GrantRow, HeldRow, NodeGrantRow, NodeUsageRow, PoolRow, QueueRow, StaleFleet, StateRows,
     Transaction,
 )  # fmt: skip
-from examlops_policy.views import BurstEvent, DecisionSummary, FinopsRow, WorkloadCost
+from examlops_policy.views import BurstEvent, DecisionSummary, FinopsRow, UsageRow, WorkloadCost
 
 if TYPE_CHECKING:
     from examlops_policy.audit import AuditRow
@@ -94,17 +94,31 @@ class Store(Protocol):
         """Most recent first, from columns only, one page at a time."""
         ...
 
-    def finops(self, *, hours: float | None = None, since: str | None = None, until: str | None = None, now: str | None = None) -> list[FinopsRow]:
-        """Cost and carbon of placements by device type and region, summed by the database."""
+    def finops(
+        self, *, hours: float | None = None, since: str | None = None, until: str | None = None, now: str | None = None, charge_idle: bool = True
+    ) -> list[FinopsRow]:
+        """Cost and carbon of placements by device type and region, used and reserved-but-idle,
+        summed by the database."""
         ...
 
-    def cost_by_workload(self, *, hours: float | None = None, since: str | None = None, until: str | None = None, now: str | None = None) -> list[WorkloadCost]:
-        """Cost and carbon per workload name, summed by the database."""
+    def cost_by_workload(
+        self, *, hours: float | None = None, since: str | None = None, until: str | None = None, now: str | None = None, charge_idle: bool = True
+    ) -> list[WorkloadCost]:
+        """Cost and carbon per workload name, used and reserved-but-idle, summed by the database."""
         ...
 
     def placed_pools(self) -> list[tuple[str, str, str | None, str | None]]:
         """Each distinct (device type, region, pool, fleet revision) of the placed decisions: what
         says how their carbon was found."""
+        ...
+
+    def usage_page(self, start: str, end: str, *, after: tuple[str, str] | None = None, limit: int = 1000) -> list[UsageRow]:
+        """One page of the placements that held devices in ``[start, end)``, in (created, id)
+        order after ``after``, with their holding and run times and what they hold."""
+        ...
+
+    def decision_audit_hashes(self, ids: Sequence[str], since: str) -> dict[str, str]:
+        """The hash (hex) of the audit entry that recorded each decision of ``ids`` (made at or after ``since``)."""
         ...
 
     def report_rows(self, *, hours: float | None = None, since: str | None = None, until: str | None = None, now: str | None = None) -> tuple[list[JSONObject], list[JSONObject]]:

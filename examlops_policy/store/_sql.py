@@ -41,7 +41,7 @@ from examlops_policy.store.api import (
     StateRows,
     Transaction,
 )
-from examlops_policy.views import BurstEvent, DecisionSummary, FinopsRow, WorkloadCost
+from examlops_policy.views import BurstEvent, DecisionSummary, FinopsRow, UsageRow, WorkloadCost
 from examlops_policy.store._queue_sql import QueueReads, QueueWrites
 
 BACKOFF_S: Final = 0.05
@@ -85,6 +85,8 @@ class Cursor(Protocol):
 
     def fetchall(self) -> list[Any]: ...
 
+    def fetchmany(self, size: int = ...) -> list[Any]: ...
+
 
 def _entry_ts(canonical: bytes) -> str:
     """The time a stored entry is dated (empty when it has none that reads as one)."""
@@ -127,6 +129,7 @@ class SQLStore(QueueReads, ABC):
     """
 
     dialect: str  # the migrations folder
+    epoch_sql: str  # epoch seconds of a text time column ``{col}`` (UTC ISO 8601), in this dialect
     where: str  # names the database in messages (never with a password)
     read_only: StateError | None = None  # why writes are refused (None: a writable state)
 
@@ -536,14 +539,17 @@ class SQLStore(QueueReads, ABC):
             for r in rows
         ]
 
-    def finops(self, *, hours: float | None = None, since: str | None = None, until: str | None = None, now: str | None = None) -> list[FinopsRow]:
+    def finops(
+        self, *, hours: float | None = None, since: str | None = None, until: str | None = None, now: str | None = None, charge_idle: bool = True
+    ) -> list[FinopsRow]:
         """Cost and carbon of placements by device type and region, summed in SQL.
 
         Hours are ``hours`` per placement when given, else the time it held its devices (until its
-        release, or ``now``).
+        release, or ``now``), split into the time its job ran (used) and the rest (reserved but
+        idle; ``_spans``). ``charge_idle``: whether the idle time counts in ``cost``.
         """
         rows = self._placed_sums(("accelerator", "region"), "accelerator, region", hours=hours, since=since, until=until, now=now)
-        return [FinopsRow(str(r[0]), str(r[1]), *r[2:]) for r in rows]  # type: ignore[arg-type]
+        return [FinopsRow(str(r[0]), str(r[1]), **_used_idle(r[2:], charge_idle)) for r in rows]  # type: ignore[arg-type]
 
     def placed_pools(self) -> list[tuple[str, str, str | None, str | None]]:
         """Each distinct (device type, region, pool, fleet revision) of the placed decisions."""
@@ -555,43 +561,123 @@ class SQLStore(QueueReads, ABC):
         self, keys: tuple[str, ...], order: str, *, hours: float | None, since: str | None, until: str | None, now: str | None
     ) -> list[tuple[object, ...]]:
         """Per ``keys`` of the placed decisions: the keys, then decisions, device-hours, cost and
-        carbon (rounded to 6 places), summed in SQL over the hours each counts."""
+        carbon over the hours each held its devices, then device-hours, cost and carbon over the
+        hours its job ran (rounded to 6 places), summed in SQL."""
         where, params = _period(since, until)
-        span, span_params = self._span(hours, now)
+        spans, span_params = self._spans(hours, now, f"WHERE outcome = 'placed'{where}")
         columns = ", ".join(keys)
         sql = (
-            f"SELECT {columns}, COUNT(*), SUM(devices * h), SUM(cost_per_hour * devices * h), SUM(carbon_factor * devices * h) "
-            f"FROM (SELECT {columns}, devices, cost_per_hour, carbon_factor, {span} AS h FROM decisions "
-            f"WHERE outcome = 'placed'{where}) placed GROUP BY {columns} ORDER BY {order}"
+            f"SELECT {columns}, COUNT(*), SUM(devices * h), SUM(cost_per_hour * devices * h), SUM(carbon_factor * devices * h), "
+            f"SUM(devices * u), SUM(cost_per_hour * devices * u), SUM(carbon_factor * devices * u) "
+            f"FROM {spans} placed GROUP BY {columns} ORDER BY {order}"
         )
         rows = self._run(lambda: self._execute(sql, (*span_params, *params)).fetchall())
         n = len(keys)
-        return [(*r[:n], int(r[n]), *(round(float(v), 6) for v in r[n + 1 :])) for r in rows]
+        return [(*r[:n], int(r[n]), *(round(float(v or 0), 6) for v in r[n + 1 :])) for r in rows]
 
-    def _span(self, hours: float | None, now: str | None) -> tuple[str, list[object]]:
-        """The SQL for the hours a placement counts (``hours``, else held until its release, the
-        end of a lease that ended without a job, or now)."""
+    def _spans(self, hours: float | None, now: str | None, where: str) -> tuple[str, list[object]]:
+        """A subquery of the decisions ``where`` selects, each with ``h``, the hours it counts
+        (``hours``, else held until its release, the end of a lease that ended without a job, or
+        now), and ``u``, the hours of those its job ran (the overlap of the job's start and end, as
+        reconcile recorded them, with the time held; a placement submitted to no scheduler counts
+        all its hours as used, one whose job never started none). Its parameters come first."""
         if hours is not None:
-            return "?", [hours]
+            return f"(SELECT *, CAST(? AS DOUBLE PRECISION) AS h, CAST(? AS DOUBLE PRECISION) AS u FROM decisions {where})", [hours, hours]
         end = epoch(now or self._clock())
         until = "COALESCE(released_ts, CASE WHEN job_id IS NULL AND lease_expires_ts < ? THEN lease_expires_ts END, ?)"
-        return f"(CASE WHEN {until} > created_ts THEN {until} - created_ts ELSE 0 END) / 3600.0", [end, end, end, end]
+        js, je = self.epoch_sql.format(col="job_started_at"), self.epoch_sql.format(col="job_ended_at")
+        held = f"(SELECT *, created_ts AS c_ts, {until} AS e_ts, {js} AS js_ts, {je} AS je_ts FROM decisions {where}) held"
+        ran = (
+            "(SELECT *, CASE WHEN e_ts > c_ts THEN e_ts - c_ts ELSE 0 END AS held_s, "
+            "CASE WHEN js_ts > c_ts THEN js_ts ELSE c_ts END AS s_ts, "
+            f"CASE WHEN je_ts IS NOT NULL AND je_ts < e_ts THEN je_ts ELSE e_ts END AS f_ts FROM {held}) ran"
+        )
+        spans = (
+            "(SELECT *, held_s / 3600.0 AS h, (CASE WHEN job_id IS NULL THEN held_s WHEN js_ts IS NULL THEN 0 "
+            f"WHEN f_ts > s_ts THEN f_ts - s_ts ELSE 0 END) / 3600.0 AS u FROM {ran})"
+        )
+        return spans, [end, end]
 
-    def cost_by_workload(self, *, hours: float | None = None, since: str | None = None, until: str | None = None, now: str | None = None) -> list[WorkloadCost]:
+    def cost_by_workload(
+        self, *, hours: float | None = None, since: str | None = None, until: str | None = None, now: str | None = None, charge_idle: bool = True
+    ) -> list[WorkloadCost]:
         """Cost and carbon of placements per workload name, summed in SQL, most expensive first."""
-        rows = self._placed_sums(("workload",), "4 DESC, workload", hours=hours, since=since, until=until, now=now)
-        return [WorkloadCost(str(r[0]), *r[1:]) for r in rows]  # type: ignore[arg-type]
+        rows = self._placed_sums(("workload",), "workload", hours=hours, since=since, until=until, now=now)
+        found = [WorkloadCost(str(r[0]), **_used_idle(r[1:], charge_idle)) for r in rows]  # type: ignore[arg-type]
+        return sorted(found, key=lambda w: (-w.cost, w.workload))
+
+    def usage_page(self, start: str, end: str, *, after: tuple[str, str] | None = None, limit: int = 1000) -> list[UsageRow]:
+        """One page of the placements that held devices during ``[start, end)`` (UTC ISO 8601), in
+        (created_at, id) order after ``after`` (the last row's): the columns a bill is made of, each placement's
+        holding and run times as epoch seconds (``_spans``; the holding of a live one ends at
+        ``end``), and what it holds, device by device (holdings stay after release)."""
+        now = self._clock()
+        spans, span_params = self._spans(None, end if epoch(end) < epoch(now) else now, "WHERE outcome = 'placed' AND created_ts < ?")
+        keyset, keyset_params = ("", []) if after is None else (" AND (created_at > ? OR (created_at = ? AND id > ?))", [after[0], after[0], after[1]])
+        sql = (
+            "SELECT id, created_at, workload, project, pool, accelerator, model, region, devices, cost_per_hour, carbon_factor, "
+            "policy_revision, fleet_revision, job_id, scheduler, c_ts, e_ts, js_ts, je_ts, u, "
+            "(SELECT q.created_ts FROM decisions q WHERE q.id = s.queued_id), target "
+            f"FROM {spans} s WHERE e_ts > ?{keyset} ORDER BY created_at, id LIMIT ?"
+        )
+        start_ts, end_ts = epoch(start), epoch(end)
+
+        def work() -> list[UsageRow]:
+            rows = self._execute(sql, (*span_params, end_ts, start_ts, *keyset_params, limit)).fetchall()
+            if not rows:
+                return []
+            ids = [str(r[0]) for r in rows]
+            marks = ", ".join("?" for _ in ids)
+            held: dict[str, list[tuple[str, int, str | None, int | None, float, int | None]]] = {}
+            for h in self._execute(
+                f"SELECT decision_id, node, device, profile, units, share, shares FROM holdings WHERE decision_id IN ({marks}) ORDER BY decision_id, node, device, start",
+                ids,
+            ).fetchall():
+                held.setdefault(str(h[0]), []).append((str(h[1] or ""), int(h[2]), h[3], None if h[4] is None else int(h[4]), float(h[5]), None if h[6] is None else int(h[6])))
+            return [
+                UsageRow(
+                    id=str(r[0]), created_at=str(r[1]), workload=str(r[2]), project=r[3], pool=str(r[4]), accelerator=str(r[5]), model=r[6],
+                    region=str(r[7]), devices=float(r[8]), cost_per_hour=float(r[9] or 0), carbon_factor=float(r[10] or 0),
+                    policy_revision=str(r[11]), fleet_revision=r[12], job_id=r[13], scheduler=r[14], held_from=_ms(r[15]), held_until=_ms(r[16]),
+                    job_started=None if r[17] is None else _ms(r[17]), job_ended=None if r[18] is None else _ms(r[18]),
+                    used_hours=float(r[19] or 0), asked_at=None if r[20] is None else _ms(r[20]), target=r[21], holdings=tuple(held.get(str(r[0]), ())),
+                )  # fmt: skip
+                for r in rows
+            ]
+
+        return self._run(work, consistent=True)
+
+    def decision_audit_hashes(self, ids: Sequence[str], since: str) -> dict[str, str]:
+        """The entry hash (hex) of the audit entry that recorded each of the decisions ``ids``,
+        made at or after ``since``: the chain's decision entries from then on, read in seq order
+        until every one is found."""
+        wanted, found = set(ids), dict[str, str]()
+        sql = "SELECT entry_hash, entry FROM audit_log WHERE kind = 'decision' AND created_at >= ? ORDER BY seq"
+
+        def work() -> dict[str, str]:
+            cursor = self._execute(sql, (since,))
+            while wanted - found.keys():
+                batch = cursor.fetchmany(500)
+                if not batch:
+                    break
+                for entry_hash, entry in batch:
+                    ident = json.loads(bytes(entry)).get("decision_id")
+                    if ident in wanted:
+                        found[ident] = bytes(entry_hash).hex()
+            return found
+
+        return self._run(work, consistent=True)
 
     def report_rows(self, *, hours: float | None = None, since: str | None = None, until: str | None = None, now: str | None = None) -> tuple[list[JSONObject], list[JSONObject]]:
         """Decision and burst rows (columns only) for the FinOps report over a period; a placement's
         row also names its ``pool`` and the ``fleet`` revision it was decided on (None before
         decisions kept their fleet), from which the façade says how its carbon was found."""
         where, params = _period(since, until)
-        span, span_params = self._span(hours, now)
+        spans, span_params = self._spans(hours, now, f"WHERE 1 = 1{where}")
         sql = (
             "SELECT workload, created_at, outcome, accelerator, region, devices * h, cost_per_hour * devices * h, "
             "carbon_factor * devices * h, fallback, fraction, fraction_honored, pool, fleet_revision, estimate_source, estimated_start, "
-            f"actual_start FROM (SELECT *, {span} AS h, {ACTUAL_START} AS actual_start FROM decisions WHERE 1 = 1{where}) d ORDER BY created_at"
+            f"{ACTUAL_START}, devices * u, cost_per_hour * devices * u, carbon_factor * devices * u FROM {spans} d ORDER BY created_at"
         )
 
         def work() -> tuple[list[JSONObject], list[JSONObject]]:
@@ -601,7 +687,8 @@ class SQLStore(QueueReads, ABC):
                 if r[2] == "placed":
                     row.update(device=r[3], region=r[4], device_hours=float(r[5] or 0), cost=float(r[6] or 0), carbon_g=float(r[7] or 0),
                                fallback=bool(r[8]), fraction=float(r[9]) if r[9] is not None else 1.0, fraction_honored=bool(r[10]),
-                               pool=r[11], fleet=r[12], estimate_source=r[13], estimated_start=r[14], actual_start=r[15])  # fmt: skip
+                               pool=r[11], fleet=r[12], estimate_source=r[13], estimated_start=r[14], actual_start=r[15],
+                               used_device_hours=float(r[16] or 0), used_cost=float(r[17] or 0), used_carbon_g=float(r[18] or 0))  # fmt: skip
                 decisions.append(row)
             burst_where = where.replace("created_at", "b.created_at")
             bursts = [
@@ -913,6 +1000,25 @@ def _pool_row(row: Row) -> PoolRow:
         str(name), str(spec), None if capacity is None else str(capacity), None if free is None else float(free), float(held_outside), int(version),
         removed_at is not None, None if removing_since is None else str(removing_since),
     )  # fmt: skip
+
+
+def _ms(value: object) -> float:
+    """Epoch seconds to the millisecond (SQLite's julianday keeps no more)."""
+    return round(float(value), 3)  # type: ignore[arg-type]
+
+
+def _used_idle(sums: Sequence[object], charge_idle: bool) -> dict[str, object]:
+    """A finops row's figures from ``_placed_sums``' (decisions, held device-hours, cost, carbon,
+    used device-hours, cost, carbon): the total cost counts the idle part only when ``charge_idle``."""
+    decisions, hours, cost, carbon, used_hours, used_cost, used_carbon = sums
+    assert isinstance(hours, float) and isinstance(cost, float) and isinstance(carbon, float)
+    assert isinstance(used_hours, float) and isinstance(used_cost, float) and isinstance(used_carbon, float)
+    idle_cost = round(max(0.0, cost - used_cost), 6)
+    return {
+        "decisions": decisions, "device_hours": hours, "cost": round(used_cost + idle_cost, 6) if charge_idle else used_cost, "carbon_g": carbon,
+        "used_device_hours": used_hours, "idle_device_hours": round(max(0.0, hours - used_hours), 6), "used_cost": used_cost, "idle_cost": idle_cost,
+        "idle_charged": charge_idle,
+    }  # fmt: skip
 
 
 def _period(since: str | None, until: str | None) -> tuple[str, list[object]]:

@@ -65,6 +65,7 @@ class PostgresStore(SQLStore):
     """
 
     dialect = "postgres"
+    epoch_sql = "CAST(EXTRACT(EPOCH FROM CAST({col} AS timestamptz)) AS DOUBLE PRECISION)"
 
     def __init__(
         self,

@@ -66,6 +66,7 @@ class SQLiteStore(SQLStore):
     """
 
     dialect = "sqlite"
+    epoch_sql = "((julianday({col}) - 2440587.5) * 86400.0)"
 
     def __init__(
         self,
