@@ -132,6 +132,35 @@ def workload_from_spec(text: str) -> Workload:
     return specs.workload_from_mapping(cast(JSONObject, json.loads(text)), source="the queue")
 
 
+def vouched_workload(hw: Hardware, row: QueueRow) -> Workload:
+    """What a waiting workload is placed as: its queued decision's record (whose digest its audit
+    entry holds) with its priority class (which its queued entry states), never the queue row's
+    ``spec`` (a copy ``exa audit verify`` holds to the record). StateError when the record is
+    not a queued record."""
+    document = codec.document_of(hw.store.decision_row(row.id).document)
+    if document.get("outcome") != "queued" or not isinstance(document.get("workload"), dict):
+        raise StateError(f"queued workload {row.id[:12]} ({row.workload}) has no queued record to place it from (run exa audit verify)")
+    workload = codec.workload_from_json(cast(Mapping[str, object], document["workload"]))
+    return dataclasses.replace(workload, priority=row.priority)
+
+
+def submission_vouched(hw: Hardware, row: QueueRow) -> str | None:
+    """Why the queue row's submission is not the one its ``queued`` audit entry records (its
+    digest), or None when it is (an entry from before entries held the digest: only whether there
+    is one)."""
+    entry = hw.store.queued_entry(row.id)
+    if entry is None:
+        return "the audit log has no queued entry for it"
+    digest = entry.get("submission_digest")
+    if row.submission is None:
+        return None if not entry.get("submission") else "its submission was removed from its queue row"
+    if digest is None:
+        return None if entry.get("submission") else "its queue row names a submission its queued entry does not record"
+    if codec.digest(row.submission.encode("utf-8")) != digest:
+        return "its submission is not the one it was queued with (the digest in its queued entry)"
+    return None
+
+
 def asks(workload: Workload) -> float:
     """Devices the workload asks for, for the order (a fraction counts as its share)."""
     return float(workload.count * workload.nodes) if workload.fraction >= 1 else float(workload.fraction)
@@ -325,9 +354,13 @@ def admit_one(hw: Hardware, row: QueueRow) -> Admitted | QueueEntry | None:
     its class may and it fits nowhere. Admitted, the entry of a workload that failed, or None
     (it still waits)."""
     try:
-        workload = workload_from_spec(row.spec)
-    except SpecError as exc:
+        workload = vouched_workload(hw, row)
+    except (SpecError, TypeError) as exc:
         return _fail(hw, row, f"its workload no longer reads as valid: {exc}")
+    if row.submission is not None:
+        edited = submission_vouched(hw, row)
+        if edited is not None:
+            return _fail(hw, row, f"not admitted: {edited}; its queue row was changed beside the audit log (run exa audit verify)")
     request = Request(workload)
     lease = None if row.lease_s is None else timedelta(seconds=row.lease_s)
     preempted: tuple[str, ...] = ()
@@ -434,6 +467,12 @@ def _retry_submissions(hw: Hardware, failed: list[QueueEntry]) -> list[Admitted]
             continue
         record = hw.decision(row.admitted_by)
         if record.released_at is not None or record.job_id is not None:
+            continue
+        edited = submission_vouched(hw, row)
+        if edited is not None:
+            done_failed = _fail(hw, row, f"not submitted: {edited}; its queue row was changed beside the audit log (run exa audit verify)")
+            if done_failed is not None:
+                failed.append(done_failed)
             continue
         done = _submit(hw, row, Admitted(row.id, record.id, row.workload, str(getattr(record.decision, "pool", ""))))
         if isinstance(done, Admitted):

@@ -576,6 +576,9 @@ class Hardware:
                 )  # fmt: skip
             except StaleFleet:
                 continue
+            if done.record is None and done.not_admitted == "replaced":
+                assert done.earlier is not None  # the victim was placed or queued again already: that decision
+                return self._with_queue(self._record(done.earlier))
             if done.record is None:
                 assert done.earlier is not None and request_id is not None
                 return self._with_queue(_same_request(self._record(done.earlier), request, request_id))

@@ -97,3 +97,16 @@ def test_serve_refuses_a_bad_interval(exa_home: Path) -> None:
     assert bad.returncode == exits.BAD_INPUT
     once = run_exa(exa_home, "hardware", "serve", "--once", "--interval", "1s")
     assert once.returncode == 0 and once.stdout.rstrip().endswith("stopped")
+
+
+def test_an_edited_queue_spec_fails_audit_verify_naming_the_row(exa_home: Path) -> None:
+    import sqlite3
+
+    full(exa_home)
+    waiting = json.loads(run_exa(exa_home, "hardware", "place", "small", "--accelerator", "amd", "--queue", "--json", check=True).stdout)["id"]
+    assert run_exa(exa_home, "audit", "verify").returncode == exits.OK
+    with sqlite3.connect(exa_home / "state.db") as db:
+        db.execute("UPDATE queue SET spec = ? WHERE id = ?", ('{"accelerator":"amd","count":2,"name":"small"}', waiting))
+    verify = run_exa(exa_home, "audit", "verify")
+    assert verify.returncode == exits.AUDIT, (verify.stdout, verify.stderr)  # "audit log does not verify"
+    assert f"queue.spec of {waiting[:12]}" in verify.stdout + verify.stderr

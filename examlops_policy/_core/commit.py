@@ -62,7 +62,8 @@ class Committed:
     """What ``place`` did: the decision recorded (``record``), or the one an earlier call with the
     same request id recorded (``earlier``: its row, to be read back). An admission that wrote
     nothing says why (``not_admitted``: ``no_room`` when nothing fits under the lock, ``claimed``
-    when the queued record was no longer waiting: another admitter or a cancel came first)."""
+    when the queued record was no longer waiting: another admitter or a cancel came first;
+    ``replaced`` when a preempted victim to place again already was: ``earlier`` is that decision)."""
 
     record: DecisionRecord | None
     earlier: DecisionRow | None = None
@@ -232,6 +233,13 @@ def place(
                 # limit or earliest the estimate only informs: the record says it was not asked.)
                 retry.append(f"pool {decision.pool!r}, chosen now, was not asked when it would start; asking again")
                 return stale_fleet
+        replaces = queue.preempted_from if queue is not None else None
+        if replaces is not None:
+            # A preempted workload is placed (or queued) again once: the first write for its victim
+            # wins, under the lock; another finds it and writes nothing.
+            found = txn.replaced(replaces)
+            if found is not None:
+                return Committed(None, txn.by_id(found), not_admitted="replaced")
         if admit is not None:
             if not isinstance(decision, Placement):
                 return Committed(None, not_admitted="no_room")
@@ -280,7 +288,7 @@ def place(
         until = leases.lease_end(now, lease) if lease is not None else lease_expires_at
         record = _write(
             txn, ident, decision, prepared, snap.version, now=now, source=source, request_id=request_id, lease_expires_at=until,
-            starts=starts, queued_id=admit, project=project, priority=priority,
+            starts=starts, queued_id=admit, project=project, priority=priority, replaces=replaces,
         )  # fmt: skip
         if queued is not None:
             _enqueue(txn, ident, decision, queued, source=source)
@@ -381,6 +389,7 @@ def _write(
     queued_id: str | None = None,
     project: str | None = None,
     priority: str | None = None,
+    replaces: str | None = None,
 ) -> DecisionRecord:
     """The decision's documents, row, grant, burst event and audit entries, recorded at ``now``."""
     fleet = prepared.judged.fleet
@@ -421,7 +430,7 @@ def _write(
             estimated_start=None if estimate is None or estimate.at is None else iso(estimate.at),
             estimate_source=None if estimate is None else estimate.source,
             nodes=_node_grants(placed) if placed else (),
-            queued_id=queued_id, project=project, priority=priority,
+            queued_id=queued_id, project=project, priority=priority, replaces=replaces,
         )
     )  # fmt: skip
     if burst_row is not None:
@@ -461,6 +470,8 @@ def _write(
     # The queue's columns (exa audit verify holds them to this entry): the project and priority
     # class it was decided for, and the queued record a placement admitted (None: none).
     summary.update(project=project, priority=priority, queued_id=queued_id)
+    if replaces is not None:  # the preempted grant whose workload it places (or queues) again
+        summary["replaces"] = replaces
     txn.audit("decision", summary, source=source)
     return DecisionRecord(
         ident, now, dataclasses.replace(decision, decision_id=ident), None, None, request_id, lease_expires_at if placed else None,
@@ -485,6 +496,8 @@ def _enqueue(txn: Transaction, ident: str, decision: Decision, queued: QueueInte
         "reason": getattr(decision, "reason", None), "submission": queued.submission is not None,
         "accelerator": queued.accelerator, "devices": queued.devices, "lease_s": queued.lease_s,
     }  # fmt: skip
+    if queued.submission is not None:  # what admission submits is held to it (and exa audit verify holds the row)
+        entry["submission_digest"] = codec.digest(queued.submission.encode("utf-8"))
     if queued.preempted_from is not None:
         entry["preempted_from"] = queued.preempted_from
     txn.audit("queued", entry, source=source)

@@ -161,4 +161,9 @@ class Store(Protocol):
 
     def preempted(self) -> list[GrantRow]: ...
 
+    def queued_entry(self, ident: str) -> JSONObject | None:
+        """The ``queued`` audit entry of a queued record (None: the log has none); a scan of the
+        log, for what admission holds a queue row to before it submits."""
+        ...
+
     def close(self) -> None: ...
