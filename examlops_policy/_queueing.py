@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import tempfile
 import time
@@ -93,6 +94,7 @@ class Hardware(Protocol):
     def mark_job(self, ident: str, state: str) -> DecisionRecord: ...
 
 ORDER_RULE: Final = "examlops/queue/order/ranked"
+RESERVATION_RULE: Final = "examlops/queue/reservation/judged"
 VICTIMS_RULE: Final = "examlops/queue/preemption/victims"
 REPORT_RULE: Final = "examlops/queue/quotas/report"
 SUBMIT_ATTEMPTS: Final = 3
@@ -277,7 +279,8 @@ def listing(hw: Hardware, *, every: bool = False) -> QueueListing:
     now_ts = store_now(hw)
     ranked = rank(hw, rows, now_ts=now_ts) if rows else Ranked((), {}, {})
     by_id = {r.id: r for r in rows}
-    entries = [entry_of(by_id[str(p["id"])], ranked, now_ts) for p in ranked.order if str(p["id"]) in by_id]
+    held = reservation_now(hw, rows, ranked) if rows else None
+    entries = [_reserving(entry_of(by_id[str(p["id"])], ranked, now_ts), held) for p in ranked.order if str(p["id"]) in by_id]
     entries += [entry_of(by_id[i], ranked, now_ts) for i in sorted(ranked.invalid) if i in by_id]
     if every:
         entries += [entry_of(r) for r in hw.store.queue_rows(("admitted", "cancelled", "failed"))]
@@ -292,7 +295,15 @@ def entry(hw: Hardware, ident: str) -> QueueEntry | None:
     if row.state != "queued":
         return entry_of(row)
     rows = hw.store.queue_rows(("queued",))
-    return entry_of(row, rank(hw, rows))
+    ranked = rank(hw, rows)
+    return _reserving(entry_of(row, ranked), reservation_now(hw, rows, ranked))
+
+
+def _reserving(found: QueueEntry, held: Reservation | None) -> QueueEntry:
+    """The entry with the reservation it holds (the policy's words), when it is the holder."""
+    if held is None or held.id != found.id:
+        return found
+    return dataclasses.replace(found, reservation=held.reason)
 
 
 # -- queueing a placement ------------------------------------------------------------------------
@@ -334,13 +345,14 @@ def admit(hw: Hardware, *, limit: int | None = None) -> AdmissionReport:
     rows = store.queue_rows(("queued",))
     ranked = rank(hw, rows)
     by_id = {r.id: r for r in rows}
+    reserved: list[Reservation] = []  # the reservation the first workload that does not fit holds (one a pass)
     for place in ranked.order:
         if limit is not None and len(admitted) >= limit:
             break
         row = by_id.get(str(place["id"]))
         if row is None:
             continue
-        done = admit_one(hw, row)
+        done = admit_one(hw, row, reserved)
         if isinstance(done, Admitted):
             admitted.append(done)
         elif done is not None:
@@ -349,10 +361,11 @@ def admit(hw: Hardware, *, limit: int | None = None) -> AdmissionReport:
     return AdmissionReport(tuple(admitted), tuple(failed), waiting, hw.engine.reviewed)
 
 
-def admit_one(hw: Hardware, row: QueueRow) -> Admitted | QueueEntry | None:
-    """Judge one waiting workload again and place it when it fits (claiming its row); preempt when
-    its class may and it fits nowhere. Admitted, the entry of a workload that failed, or None
-    (it still waits)."""
+def admit_one(hw: Hardware, row: QueueRow, reserved: list[Reservation] | None = None) -> Admitted | QueueEntry | None:
+    """Judge one waiting workload again and place it when it fits (claiming its row) and the
+    reservation held in this pass (``reserved``) lets it start; preempt when its class may and it
+    fits nowhere; else, when no reservation is held yet, ask whether it holds one. Admitted, the
+    entry of a workload that failed, or None (it still waits)."""
     try:
         workload = vouched_workload(hw, row)
     except (SpecError, TypeError) as exc:
@@ -373,9 +386,15 @@ def admit_one(hw: Hardware, row: QueueRow) -> Admitted | QueueEntry | None:
                 return _fail(hw, row, f"the policy now refuses it: {getattr(decided, 'reason', '')}")
             victims = _preemption(hw, row, workload, decided)
             if not victims:
+                if reserved is not None and not reserved:
+                    held = reservation_for(hw, row, workload, decided, snap)
+                    if held is not None:
+                        reserved.append(held)
                 return None
             preempted = victims
             snap = hw._snapshot()
+        elif reserved and not _may_start(hw, reserved[0], row.id, workload, decided, lease):
+            return None  # the capacity it would take is reserved for a workload before it
         try:
             # The lease is counted from the commit that records the placement, as for place.
             done = commit.place(
@@ -405,6 +424,148 @@ SOURCE: Final = "exa-hardware"
 def _fail(hw: Hardware, row: QueueRow, message: str) -> QueueEntry | None:
     after = commit.fail_queued(hw.store, hw._capacities, row.id, message, source=SOURCE)
     return None if after is None else entry_of(after)
+
+
+# -- reservations (backfill) ----------------------------------------------------------------------------
+
+
+@dataclass
+class Reservation:
+    """What the first waiting workload that does not fit holds in an admission pass, as the policy
+    granted it (``data.examlops.queue.reservation.judged``): the devices it needs on the pool where
+    it could start soonest, from when (RFC 3339; None: no grant there says when it ends), the
+    devices free then beyond them (``spare``, taken down as backfilled work takes them), and the
+    policy's words."""
+
+    id: str
+    name: str
+    priority: str | None
+    pool: str
+    devices: float
+    starts_at: str | None
+    spare: float
+    reason: str
+
+    def as_holder(self) -> JSONObject:
+        return {"id": self.id, "name": self.name, "priority": self.priority, "pool": self.pool, "devices": self.devices,
+                "starts_at": self.starts_at, "spare": self.spare}  # fmt: skip
+
+
+def _ends(hw: Hardware, pool: str) -> list[tuple[float, float | None]]:
+    """(devices, when they free in epoch seconds or None) of the live grants on a pool: the end of
+    an unsubmitted grant's lease, or its start plus its workload's walltime, whichever is first."""
+    out = []
+    for devices, lease_ts, submitted, started, document in hw.store.grant_ends(pool):
+        ends = [lease_ts] if lease_ts is not None and not submitted else []
+        try:
+            walltime = cast(Mapping[str, object], codec.document_of(document).get("workload") or {}).get("walltime")
+        except StateError:
+            walltime = None
+        if isinstance(walltime, (int, float)) and not isinstance(walltime, bool):
+            ends.append(started + float(walltime))
+        out.append((devices, min(ends) if ends else None))
+    return out
+
+
+def _start_on(free: float, needed: float, ends: Sequence[tuple[float, float | None]], now_ts: float) -> tuple[float | None, float]:
+    """When ``needed`` devices are free on a pool with ``free`` free now and grants ending at
+    ``ends`` (None: no grant says when enough end), and the devices free then beyond them."""
+    known = sorted((end, devices) for devices, end in ends if end is not None)
+    for at in [now_ts, *(max(now_ts, end) for end, _ in known)]:
+        have = free + sum(devices for end, devices in known if end <= at)
+        if have + 1e-9 >= needed:
+            return at, have - needed
+    return None, 0.0
+
+
+def reservation_for(hw: Hardware, row: QueueRow, workload: Workload, decided: Decision, snap: Snapshot) -> Reservation | None:
+    """The reservation a waiting workload that does not fit holds, when the policy grants it one:
+    on the pool, of those only full for it, where it could start soonest (then by name)."""
+    now_ts = store_now(hw)
+    options: list[tuple[bool, float, str, float, float]] = []
+    for v in decided.verdicts:
+        reasons = [r for r in v.reasons if r.kind != "preference"]
+        if not reasons or any(r.kind != "not_now" or r.code != "capacity_exhausted" for r in reasons) or v.pool not in snap.index:
+            continue
+        state = snap.states[snap.index[v.pool]]
+        needed = float(v.grant.devices)
+        if needed <= 0 or needed > state.pool.count:
+            continue
+        at, spare = _start_on(float(state.capacity.whole), needed, _ends(hw, v.pool), now_ts)
+        options.append((at is None, at or 0.0, v.pool, needed, spare))
+    if not options:
+        return None
+    unknown, at, pool, needed, spare = min(options)
+    starts_at = None if unknown else rfc3339(at)
+    item: JSONObject = {"id": row.id, "name": workload.name, "project": workload.project, "priority": workload.priority, "fits": False,
+                        "pool": pool, "devices": needed, "starts_at": starts_at}  # fmt: skip
+    answer = _judged(hw, {"workload": item})
+    if not answer.get("holds"):
+        return None
+    return Reservation(row.id, workload.name, workload.priority, pool, needed, starts_at, max(0.0, spare), str(answer.get("reason") or ""))
+
+
+def _judged(hw: Hardware, policy_input: JSONObject) -> Mapping[str, JSONValue]:
+    raw = _query(hw, RESERVATION_RULE, policy_input)
+    if not isinstance(raw, dict) or not isinstance(raw.get("holds"), bool) or not isinstance(raw.get("may_start"), bool):
+        raise PolicyError("the policy's reservation (examlops.queue.reservation.judged) gave a malformed answer")
+    return cast(Mapping[str, JSONValue], raw)
+
+
+def _may_start(hw: Hardware, held: Reservation, ident: str, workload: Workload, placed: Placement, lease: timedelta | None) -> bool:
+    """Whether a workload that fits may start while ``held`` is reserved (the policy's backfill
+    rule); taking devices of the reserved pool beyond the reservation's start takes them from its
+    spare."""
+    now_ts = store_now(hw)
+    ends = [float(s) for s in (workload.walltime, None if lease is None else lease.total_seconds()) if s is not None]
+    ends_ts = now_ts + min(ends) if ends else None
+    item: JSONObject = {"id": ident, "name": workload.name, "project": workload.project, "priority": workload.priority, "fits": True,
+                        "pool": placed.pool, "devices": placed.grant.devices, "ends_at": None if ends_ts is None else rfc3339(ends_ts)}  # fmt: skip
+    answer = _judged(hw, {"workload": item, "holder": held.as_holder()})
+    if not answer["may_start"]:
+        return False
+    start_ts = None if held.starts_at is None else commit.epoch_of(held.starts_at)
+    if placed.pool == held.pool and (ends_ts is None or start_ts is None or ends_ts > start_ts):
+        held.spare = max(0.0, held.spare - float(placed.grant.devices))
+    return True
+
+
+def reservation_now(hw: Hardware, rows: Sequence[QueueRow], ranked: Ranked) -> Reservation | None:
+    """The reservation the next admission pass would hold as the queue stands (what ``queue`` and
+    ``explain`` show): the first workload in the order that does not fit now and that the policy
+    lets reserve. Workloads that fit are passed over (the pass would admit them)."""
+    by_id = {r.id: r for r in rows}
+    under = None
+    for place in ranked.order:
+        row = by_id.get(str(place["id"]))
+        if row is None:
+            continue
+        try:
+            workload = vouched_workload(hw, row)
+        except (ExaError, TypeError):
+            continue
+        under = hw._current() if under is None else under
+        snap = hw._snapshot()
+        decided = hw._decide(Request(workload), snap, under)[3]
+        if isinstance(decided, Placement) or not commit.queueable(decided):
+            continue
+        found = reservation_for(hw, row, workload, decided, snap)
+        if found is not None:
+            return found
+    return None
+
+
+def withheld_for(hw: Hardware, workload: Workload, placed: Placement, ident: str, lease: timedelta | None) -> dict[str, int]:
+    """What a workload placed with ``queue`` may not take at once because the queue holds a
+    reservation it may not use (the policy's backfill rule): the reserved pool's devices (pool ->
+    whole devices); empty when it may start (or nothing is reserved)."""
+    rows = hw.store.queue_rows(("queued",))
+    if not rows:
+        return {}
+    held = reservation_now(hw, rows, rank(hw, rows))
+    if held is None or _may_start(hw, held, ident, workload, placed, lease):
+        return {}
+    return {held.pool: int(math.ceil(held.devices - 1e-9))}
 
 
 # -- submission once admitted -----------------------------------------------------------------------

@@ -135,10 +135,12 @@ def test_admission_with_nothing_waiting_writes_nothing(hw: Hardware) -> None:
 
 def test_what_does_not_fit_does_not_block_what_does(hw: Hardware) -> None:
     first = hw.place(amd("a"))
-    hw.place(amd("b"))
+    hw.place(amd("b"), lease=timedelta(hours=1))
     big = hw.place(amd("big", 2, priority="high"), queue=True)
-    small = hw.place(amd("small"), queue=True)
-    hw.release(first.id)  # one device free: the big one (first in order) does not fit, the small one does
+    small = hw.place(amd("small", walltime=600), queue=True)
+    # One device free: the big one (first in order) does not fit and holds a reservation from when
+    # b's lease ends; the small one fits and ends before then (backfilled).
+    hw.release(first.id)
     assert hw.decision(small.id).queue.state == "admitted"  # type: ignore[union-attr]
     assert hw.decision(big.id).queue.state == "queued"  # type: ignore[union-attr]
 
@@ -524,5 +526,62 @@ def test_an_edited_queue_row_is_named_by_verify_and_admission_places_what_its_re
         assert [(f.id, f.state) for f in admitted.failed] == [(script.id, "failed")]
         assert "not admitted: its submission is not the one it was queued with" in str(admitted.failed[0].message)
         assert [g.workload for g in hw.store.live_grants()] == ["small"]  # the swapped script's row placed nothing
+    finally:
+        hw.close()
+
+
+# -- reservations (backfill) ---------------------------------------------------------------------------
+
+
+def test_a_large_workload_queued_behind_small_ones_is_admitted_within_a_bounded_number_of_rounds(backend: Backend, opa_home: Path) -> None:
+    """Issue 32, 3: a 4-device job of class high waits while 4 one-device jobs hold the pool; each
+    round one small job is queued and one released. The big one holds a reservation on the pool
+    (the first in the order that does not fit), so no small job of its class or below takes the
+    freed devices (none says when it ends): it is admitted once the 4 are released."""
+    hw = open_hardware(backend, opa_home)
+    try:
+        hw.apply([Pool("nv", "hpc", "nvidia", 4, "eu", cost_per_hour=0.5, carbon_factor=10)])
+        live = [hw.place(Workload(f"s{i}", "nvidia")).id for i in range(4)]
+        big = hw.place(Workload("big", "nvidia", count=4, priority="high"), queue=True)
+        assert big.decision.outcome == "queued"
+        rounds = 0
+        while hw.store.queue_find(big.id).state == "queued" and rounds < 12:
+            rounds += 1
+            small = hw.place(Workload(f"q{rounds}", "nvidia"), queue=True)
+            assert small.decision.outcome == "queued", f"round {rounds}: a small job took reserved capacity"
+            hw.release(live.pop(0))
+            held = [e for e in hw.queue().entries if e.reservation]
+            if hw.store.queue_find(big.id).state == "queued":
+                assert [e.id for e in held] == [big.id]
+                assert "holds a reservation of 4 devices on pool nv" in str(held[0].reservation)
+        assert hw.store.queue_find(big.id).state == "admitted" and rounds == 4
+        assert [g.workload for g in hw.store.live_grants()] == ["big"]
+        assert violations(backend) == []
+        report = hw.verify_audit()
+        assert report.ok, report.problems
+        for e in hw.queue().entries:  # every small job queued while the reservation held reads back as queued
+            assert hw.decision(e.id).decision.outcome == "queued"
+    finally:
+        hw.close()
+
+
+def test_a_small_job_that_ends_before_the_reservation_starts_is_backfilled(backend: Backend, opa_home: Path) -> None:
+    """Slurm's backfill: the reservation starts when the grants holding the pool end (their leases);
+    a job of the same class whose walltime ends before then may use the reserved devices, one that
+    ends after may not."""
+    hw = open_hardware(backend, opa_home)
+    try:
+        hw.apply([Pool("nv", "hpc", "nvidia", 4, "eu", cost_per_hour=0.5, carbon_factor=10)])
+        hw.place(Workload("long", "nvidia", count=3), lease=timedelta(hours=2))
+        big = hw.place(Workload("big", "nvidia", count=4), queue=True)
+        [entry] = hw.queue().entries
+        assert entry.id == big.id and entry.reservation is not None and " on pool nv from 20" in entry.reservation
+        late = hw.place(Workload("late", "nvidia", walltime=3 * 3600), queue=True)
+        assert late.decision.outcome == "queued"  # it would end after the reservation starts
+        assert hw.decision(late.id).decision.outcome == "queued" and hw.replay(late.id).same
+        short = hw.place(Workload("short", "nvidia", walltime=1800), queue=True)
+        assert isinstance(short.decision, Placement) and short.decision.pool == "nv"  # backfilled
+        report = hw.verify_audit()
+        assert report.ok, report.problems
     finally:
         hw.close()

@@ -160,6 +160,7 @@ def place(
     preempted: Sequence[str] = (),
     lease: timedelta | None = None,
     starts: Starts | None = None,
+    withheld: Mapping[str, int] | None = None,
 ) -> Committed:
     """Record ``decided`` (made on ``snapshot`` from ``prepared`` with the start estimates
     ``starts``, gathered before, and on what the projects held for its quotas) in one write
@@ -171,6 +172,10 @@ def place(
     waiting (claimed in this transaction, linked to the placement); else nothing is written for it.
     ``preempted``: grants a planned preemption marked for ``admit`` whose jobs were cancelled: released
     first, in the same transaction (audited as ``preempted``), whatever selection then finds.
+
+    ``withheld``: whole devices of pools a queue's reservation keeps from this workload (pool ->
+    devices): it was decided, and is decided again, as if they were held, and its record keeps the
+    capacities it was decided on (a record of version 2), so it rebuilds as decided.
 
     ``lease``: the placement's lease, counted from this commit (``lease_expires_at``: an end
     given outright). Raises StaleFleet when pools were added or changed since the snapshot, or
@@ -225,7 +230,10 @@ def place(
                 snap = snapshot  # decided on the snapshot's capacity, and still what selection gives now
         elif quota_moved:
             again = True
-        if again:
+        if again and withheld:
+            seen = withhold(snap.capacities, snap.pools, withheld)
+            decision = prepared.decide(seen, tables, capacities_digest=codec.capacity_digest(seen), starts=starts, quota=use)
+        elif again:
             decision = prepared.decide(snap.capacities, tables, capacities_digest=snap.capacity_digest, starts=starts, quota=use)
             if isinstance(decision, Placement) and starts is not None and starts.of(decision.pool) is None and _by_start(prepared):
                 # Selection depends on the estimates, and nothing waits on a scheduler under the
@@ -289,6 +297,7 @@ def place(
         record = _write(
             txn, ident, decision, prepared, snap.version, now=now, source=source, request_id=request_id, lease_expires_at=until,
             starts=starts, queued_id=admit, project=project, priority=priority, replaces=replaces,
+            seen=withhold(snap.capacities, snap.pools, withheld) if withheld else None,
         )  # fmt: skip
         if queued is not None:
             _enqueue(txn, ident, decision, queued, source=source)
@@ -333,6 +342,15 @@ def place(
     if done is stale_fleet:
         raise StaleFleet(retry[-1])
     return done
+
+
+def withhold(capacities: Sequence[Capacity], pools: Sequence[Pool], withheld: Mapping[str, int]) -> list[Capacity]:
+    """The capacities with the whole devices a reservation keeps taken out (a pool counted node
+    by node is left as it is: its nodes say what it can place)."""
+    return [
+        dataclasses.replace(c, whole=max(0, c.whole - withheld[p.name])) if p.name in withheld and c.nodes is None else c
+        for c, p in zip(capacities, pools)
+    ]
 
 
 def _by_start(prepared: Prepared) -> bool:
@@ -390,15 +408,17 @@ def _write(
     project: str | None = None,
     priority: str | None = None,
     replaces: str | None = None,
+    seen: Sequence[Capacity] | None = None,
 ) -> DecisionRecord:
-    """The decision's documents, row, grant, burst event and audit entries, recorded at ``now``."""
+    """The decision's documents, row, grant, burst event and audit entries, recorded at ``now``
+    (``seen``: the capacities it was decided on when they are not the state's at ``at``)."""
     fleet = prepared.judged.fleet
     txn.put_document("fleets", fleet.revision, lambda: fleet.document)
     txn.put_document("verdict_sets", prepared.verdict_set_key, lambda: prepared.verdict_set_bytes)
     placed = decision if isinstance(decision, Placement) else None
     document = codec.encode_record(
-        decision, workload=prepared.request.input, verdict_set=prepared.verdict_set_key, at=at, holdings=placed.holdings if placed else (), starts=starts,
-        allocations=placed.allocations if placed else (),
+        decision, workload=prepared.request.input, verdict_set=prepared.verdict_set_key, at=at if seen is None else None,
+        capacities=seen or (), holdings=placed.holdings if placed else (), starts=starts, allocations=placed.allocations if placed else (),
     )  # fmt: skip
     estimate = placed.estimate if placed else None
     record_digest = codec.digest(document)

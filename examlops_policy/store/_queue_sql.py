@@ -176,6 +176,23 @@ class QueueReads:
         )
         return [_grant_row(r) for r in self._run(lambda: self._execute(sql).fetchall(), consistent=True)]
 
+    def grant_ends(self, pool: str) -> list[tuple[float, float | None, bool, float, str]]:
+        """The live grants on a pool, for when they end: (devices, lease end in epoch seconds or
+        None, whether submitted to a scheduler, when it started (its job's start, else its
+        placement), its record)."""
+        rows = self._run(
+            lambda: self._execute(
+                f"SELECT d.devices, d.lease_expires_ts, d.job_id, d.job_started_at, d.created_ts, d.document FROM decisions d "
+                f"WHERE {_LIVE} AND d.pool = ?",
+                (pool,),
+            ).fetchall(),
+            consistent=True,
+        )
+        return [
+            (float(r[0] or 0.0), None if r[1] is None else float(r[1]), r[2] is not None, _epoch(r[3]) if r[3] else float(r[4]), str(r[5]))
+            for r in rows
+        ]
+
     def queued_entry(self, ident: str) -> JSONObject | None:
         """The ``queued`` audit entry of a queued record (None: the log has none): the first entry
         of that kind whose canonical bytes name it (then read as JSON and checked)."""
