@@ -505,6 +505,20 @@ def reservation_for(hw: Hardware, row: QueueRow, workload: Workload, decided: De
     return Reservation(row.id, workload.name, workload.priority, pool, needed, starts_at, max(0.0, spare), str(answer.get("reason") or ""))
 
 
+def _reservation_at_once(hw: Hardware, row: QueueRow, workload: Workload, placed: Placement, snap: Snapshot) -> Reservation | None:
+    """The reservation of a waiting workload that fits now, when the policy lets it reserve: the
+    devices it would be placed on, from now, until the next pass admits it."""
+    state = snap.states[snap.index[placed.pool]]
+    starts_at = rfc3339(store_now(hw))
+    item: JSONObject = {"id": row.id, "name": workload.name, "project": workload.project, "priority": workload.priority, "fits": False,
+                        "pool": placed.pool, "devices": placed.grant.devices, "starts_at": starts_at}  # fmt: skip
+    answer = _judged(hw, {"workload": item})
+    if not answer.get("holds"):
+        return None
+    spare = max(0.0, float(state.capacity.whole) - float(placed.grant.devices))
+    return Reservation(row.id, workload.name, workload.priority, placed.pool, float(placed.grant.devices), starts_at, spare, str(answer.get("reason") or ""))
+
+
 def _judged(hw: Hardware, policy_input: JSONObject) -> Mapping[str, JSONValue]:
     raw = _query(hw, RESERVATION_RULE, policy_input)
     if not isinstance(raw, dict) or not isinstance(raw.get("holds"), bool) or not isinstance(raw.get("may_start"), bool):
@@ -531,9 +545,10 @@ def _may_start(hw: Hardware, held: Reservation, ident: str, workload: Workload, 
 
 
 def reservation_now(hw: Hardware, rows: Sequence[QueueRow], ranked: Ranked) -> Reservation | None:
-    """The reservation the next admission pass would hold as the queue stands (what ``queue`` and
-    ``explain`` show): the first workload in the order that does not fit now and that the policy
-    lets reserve. Workloads that fit are passed over (the pass would admit them)."""
+    """The reservation the queue holds as it stands (what ``place --queue`` is held to, and what
+    ``queue`` and ``explain`` show): that of the first workload in the order the policy lets
+    reserve: one that does not fit, on the capacity it needs; one that fits now (the next pass
+    admits it), on the devices it would be placed on, from now."""
     by_id = {r.id: r for r in rows}
     under = None
     for place in ranked.order:
@@ -547,9 +562,12 @@ def reservation_now(hw: Hardware, rows: Sequence[QueueRow], ranked: Ranked) -> R
         under = hw._current() if under is None else under
         snap = hw._snapshot()
         decided = hw._decide(Request(workload), snap, under)[3]
-        if isinstance(decided, Placement) or not commit.queueable(decided):
+        if isinstance(decided, Placement):
+            found = _reservation_at_once(hw, row, workload, decided, snap)
+        elif commit.queueable(decided):
+            found = reservation_for(hw, row, workload, decided, snap)
+        else:
             continue
-        found = reservation_for(hw, row, workload, decided, snap)
         if found is not None:
             return found
     return None

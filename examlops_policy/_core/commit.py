@@ -248,6 +248,11 @@ def place(
             found = txn.replaced(replaces)
             if found is not None:
                 return Committed(None, txn.by_id(found), not_admitted="replaced")
+        if again and queue is not None and not withheld and isinstance(decision, Placement) and not isinstance(decided, Placement):
+            # It would have waited and fits now (capacity freed meanwhile): whether the queue's
+            # reservation lets it take that capacity is asked outside the lock, so it is asked again.
+            retry.append("capacity freed while it was judged; asking again whether the queue reserves it")
+            return stale_fleet
         if admit is not None:
             if not isinstance(decision, Placement):
                 return Committed(None, not_admitted="no_room")
