@@ -7,8 +7,10 @@
 #   start soonest, from when the grants there end. Later work of the same or a lower class may
 #   take those devices only if it ends (its walltime, or its lease) before the reservation could
 #   start, or takes only devices the reservation leaves spare then; a higher class is not held
-#   back, nor work on another pool. Whether a project's workloads reserve is policy data
-#   (priorities.yaml, reservations: a default and per project; on when unsaid).
+#   back, nor work on another pool. Between passes the first waiting workload holds its
+#   reservation against work placed with --queue (one that fits now: the devices it would be
+#   placed on, from now). Whether a project's workloads reserve is policy data (priorities.yaml,
+#   reservations: a default and per project; on when unsaid).
 #
 #   Input (reservation-input.schema.json): workload {id, name, project, priority, fits, pool,
 #   devices, ends_at} (fits: whether selection places it now; pool and devices: where it would
@@ -71,7 +73,7 @@ reserves(project) := v if {
 } else := object.get(table, "default", true)
 
 holds_words(w) := sprintf(
-	"holds a reservation of %s on pool %s %s: the first of class %s or below that does not fit; %s",
+	"holds a reservation of %s on pool %s %s: the first waiting of class %s or below; %s",
 	[devices_words(w.devices), w.pool, from_words(object.get(w, "starts_at", null)), class_of(w), rule_words(w)],
 ) if {
 	reserves(project_of(w))

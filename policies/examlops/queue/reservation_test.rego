@@ -43,7 +43,7 @@ test_the_first_that_does_not_fit_holds_a_reservation if {
 	j := judged(big("ml-a", "2026-12-01T12:00:00Z"), null)
 	j.holds
 	not j.may_start
-	j.reason == "holds a reservation of 4 devices on pool nv from 2026-12-01T12:00:00Z: the first of class mid or below that does not fit; work of class mid or below may take them only if it ends before"
+	j.reason == "holds a reservation of 4 devices on pool nv from 2026-12-01T12:00:00Z: the first waiting of class mid or below; work of class mid or below may take them only if it ends before"
 }
 
 test_a_reservation_whose_start_no_grant_says_is_held_all_the_same if {
