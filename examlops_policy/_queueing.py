@@ -6,10 +6,12 @@ Only a workload whose pools are stopped by ``not_now`` reasons alone waits (the 
 ``no_capacity``); its decision is recorded as ``queued``, with its row in the queue. Admission (one
 pass, nothing held while OPA or a scheduler is asked): the waiting rows and the projects' use over
 the fair-share window go to the policy's order (``data.examlops.queue.order.ranked``, asked once
-per pass); then each position in turn is judged again under the policy revision served now, and
-placed when it fits, in one write transaction that claims its row (a conditional update) and links
-the placement to it. A position that does not fit does not block those behind it (Kueue's
-BestEffortFIFO). A workload whose class may preempt and that fits nowhere asks the policy which
+per pass); then each position in turn is judged again under the policy revision served now (its
+queued decision's record, which the chain vouches for, not the queue row's copy), and placed when
+it fits, in one write transaction that claims its row (a conditional update) and links the
+placement to it. The first position that does not fit holds a reservation on the capacity it needs
+(``data.examlops.queue.reservation.judged``): those behind it of its class or below take that
+capacity only if they end before it could start (Slurm's backfill). A workload whose class may preempt and that fits nowhere asks the policy which
 grants it may take (``data.examlops.queue.preemption.victims``); the victims are marked, their jobs
 cancelled through their executors, then released and the workload admitted in one transaction,
 and the victims queued again (keeping their age). After a placement commits, a workload queued
@@ -368,6 +370,8 @@ def admit_one(hw: Hardware, row: QueueRow, reserved: list[Reservation] | None = 
     entry of a workload that failed, or None (it still waits)."""
     try:
         workload = vouched_workload(hw, row)
+    except StateError:
+        return None  # no queued record to place it from: nothing is placed (exa audit verify names the row)
     except (SpecError, TypeError) as exc:
         return _fail(hw, row, f"its workload no longer reads as valid: {exc}")
     if row.submission is not None:
