@@ -16,10 +16,12 @@ difference with the tables as stored, and each row no entry accounts for:
                     estimate and its source as its record says (``audit.verify_records``); the
                     project, priority class and queued record it was decided for, when its job
                     started and ended (reconcile), when a node it holds went down, the queued
-                    record a preemption takes it for
+                    record a preemption takes it for, the preempted grant whose workload it
+                    places again
     queue           each queued record: what it asks, its state (queued, admitted, cancelled,
                     failed), the placement that admitted it, when its wait ended and why, its
-                    submission attempts
+                    submission attempts; the workload it keeps as its queued decision's record
+                    says, its submission as the digest its queued entry holds
     allocations     one per placement: its pool, devices, times and release
     holdings        the devices (and slices) each placement holds, as its entry lists them (node by
                     node, with the shares of a shared device, as its allocations say; a holding an
@@ -54,6 +56,7 @@ consistent read.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -61,8 +64,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, cast
 
+from examlops_policy import specs
 from examlops_policy.audit import AuditRow, Problem, VerifyReport
-from examlops_policy.errors import StateError
+from examlops_policy.errors import ExaError, StateError
 from examlops_policy.model import Holding, Pool
 from examlops_policy.store.api import AUDITED, AuditedState, HeldRow, NodeGrantRow, NodeUsageRow
 from examlops_policy._core import codec
@@ -413,6 +417,7 @@ def compare(
     for r in rows["burst_events"]:
         bursts.setdefault(str(r[2]), []).append(dict(zip(BURST_COLUMNS, r)))
     decided: list[tuple[int, int, str, dict[str, object]]] = []  # (state version, entry, id, record) of version-3 records
+    queued: dict[str, dict[str, object]] = {}  # the records of queued decisions, that hash to their entries
 
     for seq, ident in chain.stray:
         if not chain_lost:
@@ -425,6 +430,8 @@ def compare(
         record = _record(row, d.entry.get("record_digest"), records)
         _compare_decision(out, ident, d, row, record, fleets)
         _compare_documents(out, ident, d.seq, record, stored)
+        if record is not None and record.get("outcome") == "queued":
+            queued[ident] = record
         if record is not None and record.get("v") in _DECIDED_AT:
             at = record.get("at")
             if isinstance(at, int) and not isinstance(at, bool):
@@ -444,7 +451,7 @@ def compare(
             out.add(0, f"burst_events has {len(found)} row(s) for decision {ident[:12]}, which no burst entry in the audit log accounts for")
     _compare_pools(out, chain, state, decisions, summary, chain_lost=chain_lost)
     _compare_node_usage(out, chain, state, chain_lost=chain_lost)
-    _compare_queue(out, chain, state, chain_lost=chain_lost)
+    _compare_queue(out, chain, state, queued, chain_lost=chain_lost)
     _compare_capacity_log(out, state, decided, fleets)
     return out.found
 
@@ -494,6 +501,8 @@ def _compare_decision(
     if "project" in e:  # entries that state the queue's columns
         for name in ("project", "priority", "queued_id"):
             out.differs("decisions", name, key, row.get(name), e.get(name), seq)
+    # The preempted grant it places again (entries state it only when there is one).
+    out.differs("decisions", "replaces", key, row.get("replaces"), e.get("replaces"), seq)
     for name, said in (("job_started_at", d.job_started), ("job_ended_at", d.job_ended), ("node_down_at", d.node_down),
                        ("preempting_for", d.preempting)):  # fmt: skip
         if said is not None:
@@ -633,9 +642,11 @@ def _compare_node_grants(out: _Report, ident: str, d: _Decision, found: list[Row
         out.add(seq, f"node_grants of decision {key} are {_shown([list(g) for g in have])}, the audit log (entry {seq}) says {_shown([list(g) for g in want])}")
 
 
-def _compare_queue(out: _Report, chain: ChainState, state: AuditedState, *, chain_lost: bool) -> None:
+def _compare_queue(out: _Report, chain: ChainState, state: AuditedState, records: Mapping[str, dict[str, object]], *, chain_lost: bool) -> None:
     """Each queued record's row as its entries say: what it asks, its state, the placement that
-    admitted it, when its wait ended and why, its submission attempts."""
+    admitted it, when its wait ended and why, its submission attempts; the workload it keeps
+    (``spec``) as its queued decision's record says (``records``: those that hash to their
+    entries), and its submission as the digest its queued entry holds."""
     rows = {str(r[0]): dict(zip(QUEUE_COLUMNS, r)) for r in state.tables.get("queue", ())}
     for ident, q in sorted(chain.queue.items(), key=lambda kv: kv[1].seq):
         key, e, seq = ident[:12], q.entry, q.seq
@@ -643,6 +654,10 @@ def _compare_queue(out: _Report, chain: ChainState, state: AuditedState, *, chai
         if row is None:
             out.add(seq, f"queued record {key} is in the audit log (entry {seq}) but not in the queue table: its row was deleted")
             continue
+        record = records.get(ident)
+        if record is not None and not _spec_is_record(row.get("spec"), record, e.get("priority")):
+            out.add(seq, f"queue.spec of {key} is {_shown(row.get('spec'))}, not the workload its queued record (entry {seq}) holds")
+        _compare_submission(out, key, row.get("submission"), e, seq)
         for name in ("queued_at", "workload", "project", "priority", "accelerator", "devices", "lease_s", "preempted_from"):
             if name in e or name == "preempted_from":
                 out.differs("queue", name, key, row.get(name), e.get(name), seq)
@@ -667,6 +682,32 @@ def _compare_queue(out: _Report, chain: ChainState, state: AuditedState, *, chai
     if not chain_lost:
         for ident in sorted(rows):
             out.add(0, f"queue has a row for {ident[:12]}, which no queued entry in the audit log accounts for")
+
+
+def _spec_is_record(spec: object, record: Mapping[str, object], priority: object) -> bool:
+    """Whether a queue row's workload (JSON) is its queued record's workload (the policy's input)
+    with the priority class its entry states."""
+    try:
+        kept = specs.workload_from_mapping(json.loads(str(spec)), source="the queue")
+        recorded = codec.workload_from_json(cast(Mapping[str, object], record.get("workload")))
+    except (ValueError, TypeError, AttributeError, ExaError):
+        return False
+    return kept == dataclasses.replace(recorded, priority=priority if isinstance(priority, str) else None)
+
+
+def _compare_submission(out: _Report, key: str, submission: object, e: Mapping[str, object], seq: int) -> None:
+    """A queue row's submission as its queued entry records it: its digest (entries from before
+    entries held it: only whether there is one)."""
+    digest = e.get("submission_digest")
+    if submission is None:
+        if e.get("submission") or digest is not None:
+            out.add(seq, f"queue.submission of {key} is null, but the audit log (entry {seq}) records a submission for it")
+    elif digest is not None:
+        actual = "sha256:" + hashlib.sha256(str(submission).encode("utf-8")).hexdigest()
+        if actual != digest:
+            out.add(seq, f"queue.submission of {key} is not the submission its queued entry (entry {seq}) records: its digest differs")
+    elif not e.get("submission"):
+        out.add(seq, f"queue.submission of {key} is {_shown(submission)}, but the audit log (entry {seq}) records no submission for it")
 
 
 def _compare_node_usage(out: _Report, chain: ChainState, state: AuditedState, *, chain_lost: bool) -> None:

@@ -6,10 +6,12 @@ Only a workload whose pools are stopped by ``not_now`` reasons alone waits (the 
 ``no_capacity``); its decision is recorded as ``queued``, with its row in the queue. Admission (one
 pass, nothing held while OPA or a scheduler is asked): the waiting rows and the projects' use over
 the fair-share window go to the policy's order (``data.examlops.queue.order.ranked``, asked once
-per pass); then each position in turn is judged again under the policy revision served now, and
-placed when it fits, in one write transaction that claims its row (a conditional update) and links
-the placement to it. A position that does not fit does not block those behind it (Kueue's
-BestEffortFIFO). A workload whose class may preempt and that fits nowhere asks the policy which
+per pass); then each position in turn is judged again under the policy revision served now (its
+queued decision's record, which the chain vouches for, not the queue row's copy), and placed when
+it fits, in one write transaction that claims its row (a conditional update) and links the
+placement to it. The first position that does not fit holds a reservation on the capacity it needs
+(``data.examlops.queue.reservation.judged``): those behind it of its class or below take that
+capacity only if they end before it could start (Slurm's backfill). A workload whose class may preempt and that fits nowhere asks the policy which
 grants it may take (``data.examlops.queue.preemption.victims``); the victims are marked, their jobs
 cancelled through their executors, then released and the workload admitted in one transaction,
 and the victims queued again (keeping their age). After a placement commits, a workload queued
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import tempfile
 import time
@@ -93,6 +96,7 @@ class Hardware(Protocol):
     def mark_job(self, ident: str, state: str) -> DecisionRecord: ...
 
 ORDER_RULE: Final = "examlops/queue/order/ranked"
+RESERVATION_RULE: Final = "examlops/queue/reservation/judged"
 VICTIMS_RULE: Final = "examlops/queue/preemption/victims"
 REPORT_RULE: Final = "examlops/queue/quotas/report"
 SUBMIT_ATTEMPTS: Final = 3
@@ -130,6 +134,35 @@ def workload_spec(workload: Workload) -> str:
 
 def workload_from_spec(text: str) -> Workload:
     return specs.workload_from_mapping(cast(JSONObject, json.loads(text)), source="the queue")
+
+
+def vouched_workload(hw: Hardware, row: QueueRow) -> Workload:
+    """What a waiting workload is placed as: its queued decision's record (whose digest its audit
+    entry holds) with its priority class (which its queued entry states), never the queue row's
+    ``spec`` (a copy ``exa audit verify`` holds to the record). StateError when the record is
+    not a queued record."""
+    document = codec.document_of(hw.store.decision_row(row.id).document)
+    if document.get("outcome") != "queued" or not isinstance(document.get("workload"), dict):
+        raise StateError(f"queued workload {row.id[:12]} ({row.workload}) has no queued record to place it from (run exa audit verify)")
+    workload = codec.workload_from_json(cast(Mapping[str, object], document["workload"]))
+    return dataclasses.replace(workload, priority=row.priority)
+
+
+def submission_vouched(hw: Hardware, row: QueueRow) -> str | None:
+    """Why the queue row's submission is not the one its ``queued`` audit entry records (its
+    digest), or None when it is (an entry from before entries held the digest: only whether there
+    is one)."""
+    entry = hw.store.queued_entry(row.id)
+    if entry is None:
+        return "the audit log has no queued entry for it"
+    digest = entry.get("submission_digest")
+    if row.submission is None:
+        return None if not entry.get("submission") else "its submission was removed from its queue row"
+    if digest is None:
+        return None if entry.get("submission") else "its queue row names a submission its queued entry does not record"
+    if codec.digest(row.submission.encode("utf-8")) != digest:
+        return "its submission is not the one it was queued with (the digest in its queued entry)"
+    return None
 
 
 def asks(workload: Workload) -> float:
@@ -248,7 +281,8 @@ def listing(hw: Hardware, *, every: bool = False) -> QueueListing:
     now_ts = store_now(hw)
     ranked = rank(hw, rows, now_ts=now_ts) if rows else Ranked((), {}, {})
     by_id = {r.id: r for r in rows}
-    entries = [entry_of(by_id[str(p["id"])], ranked, now_ts) for p in ranked.order if str(p["id"]) in by_id]
+    held = reservation_now(hw, rows, ranked) if rows else None
+    entries = [_reserving(entry_of(by_id[str(p["id"])], ranked, now_ts), held) for p in ranked.order if str(p["id"]) in by_id]
     entries += [entry_of(by_id[i], ranked, now_ts) for i in sorted(ranked.invalid) if i in by_id]
     if every:
         entries += [entry_of(r) for r in hw.store.queue_rows(("admitted", "cancelled", "failed"))]
@@ -263,7 +297,15 @@ def entry(hw: Hardware, ident: str) -> QueueEntry | None:
     if row.state != "queued":
         return entry_of(row)
     rows = hw.store.queue_rows(("queued",))
-    return entry_of(row, rank(hw, rows))
+    ranked = rank(hw, rows)
+    return _reserving(entry_of(row, ranked), reservation_now(hw, rows, ranked))
+
+
+def _reserving(found: QueueEntry, held: Reservation | None) -> QueueEntry:
+    """The entry with the reservation it holds (the policy's words), when it is the holder."""
+    if held is None or held.id != found.id:
+        return found
+    return dataclasses.replace(found, reservation=held.reason)
 
 
 # -- queueing a placement ------------------------------------------------------------------------
@@ -305,13 +347,14 @@ def admit(hw: Hardware, *, limit: int | None = None) -> AdmissionReport:
     rows = store.queue_rows(("queued",))
     ranked = rank(hw, rows)
     by_id = {r.id: r for r in rows}
+    reserved: list[Reservation] = []  # the reservation the first workload that does not fit holds (one a pass)
     for place in ranked.order:
         if limit is not None and len(admitted) >= limit:
             break
         row = by_id.get(str(place["id"]))
         if row is None:
             continue
-        done = admit_one(hw, row)
+        done = admit_one(hw, row, reserved)
         if isinstance(done, Admitted):
             admitted.append(done)
         elif done is not None:
@@ -320,14 +363,21 @@ def admit(hw: Hardware, *, limit: int | None = None) -> AdmissionReport:
     return AdmissionReport(tuple(admitted), tuple(failed), waiting, hw.engine.reviewed)
 
 
-def admit_one(hw: Hardware, row: QueueRow) -> Admitted | QueueEntry | None:
-    """Judge one waiting workload again and place it when it fits (claiming its row); preempt when
-    its class may and it fits nowhere. Admitted, the entry of a workload that failed, or None
-    (it still waits)."""
+def admit_one(hw: Hardware, row: QueueRow, reserved: list[Reservation] | None = None) -> Admitted | QueueEntry | None:
+    """Judge one waiting workload again and place it when it fits (claiming its row) and the
+    reservation held in this pass (``reserved``) lets it start; preempt when its class may and it
+    fits nowhere; else, when no reservation is held yet, ask whether it holds one. Admitted, the
+    entry of a workload that failed, or None (it still waits)."""
     try:
-        workload = workload_from_spec(row.spec)
-    except SpecError as exc:
+        workload = vouched_workload(hw, row)
+    except StateError:
+        return None  # no queued record to place it from: nothing is placed (exa audit verify names the row)
+    except (SpecError, TypeError) as exc:
         return _fail(hw, row, f"its workload no longer reads as valid: {exc}")
+    if row.submission is not None:
+        edited = submission_vouched(hw, row)
+        if edited is not None:
+            return _fail(hw, row, f"not admitted: {edited}; its queue row was changed beside the audit log (run exa audit verify)")
     request = Request(workload)
     lease = None if row.lease_s is None else timedelta(seconds=row.lease_s)
     preempted: tuple[str, ...] = ()
@@ -340,9 +390,15 @@ def admit_one(hw: Hardware, row: QueueRow) -> Admitted | QueueEntry | None:
                 return _fail(hw, row, f"the policy now refuses it: {getattr(decided, 'reason', '')}")
             victims = _preemption(hw, row, workload, decided)
             if not victims:
+                if reserved is not None and not reserved:
+                    held = reservation_for(hw, row, workload, decided, snap)
+                    if held is not None:
+                        reserved.append(held)
                 return None
             preempted = victims
             snap = hw._snapshot()
+        elif reserved and not _may_start(hw, reserved[0], row.id, workload, decided, lease):
+            return None  # the capacity it would take is reserved for a workload before it
         try:
             # The lease is counted from the commit that records the placement, as for place.
             done = commit.place(
@@ -372,6 +428,166 @@ SOURCE: Final = "exa-hardware"
 def _fail(hw: Hardware, row: QueueRow, message: str) -> QueueEntry | None:
     after = commit.fail_queued(hw.store, hw._capacities, row.id, message, source=SOURCE)
     return None if after is None else entry_of(after)
+
+
+# -- reservations (backfill) ----------------------------------------------------------------------------
+
+
+@dataclass
+class Reservation:
+    """What the first waiting workload that does not fit holds in an admission pass, as the policy
+    granted it (``data.examlops.queue.reservation.judged``): the devices it needs on the pool where
+    it could start soonest, from when (RFC 3339; None: no grant there says when it ends), the
+    devices free then beyond them (``spare``, taken down as backfilled work takes them), and the
+    policy's words."""
+
+    id: str
+    name: str
+    priority: str | None
+    pool: str
+    devices: float
+    starts_at: str | None
+    spare: float
+    reason: str
+
+    def as_holder(self) -> JSONObject:
+        return {"id": self.id, "name": self.name, "priority": self.priority, "pool": self.pool, "devices": self.devices,
+                "starts_at": self.starts_at, "spare": self.spare}  # fmt: skip
+
+
+def _ends(hw: Hardware, pool: str) -> list[tuple[float, float | None]]:
+    """(devices, when they free in epoch seconds or None) of the live grants on a pool: the end of
+    an unsubmitted grant's lease, or its start plus its workload's walltime, whichever is first."""
+    out = []
+    for devices, lease_ts, submitted, started, document in hw.store.grant_ends(pool):
+        ends = [lease_ts] if lease_ts is not None and not submitted else []
+        try:
+            walltime = cast(Mapping[str, object], codec.document_of(document).get("workload") or {}).get("walltime")
+        except StateError:
+            walltime = None
+        if isinstance(walltime, (int, float)) and not isinstance(walltime, bool):
+            ends.append(started + float(walltime))
+        out.append((devices, min(ends) if ends else None))
+    return out
+
+
+def _start_on(free: float, needed: float, ends: Sequence[tuple[float, float | None]], now_ts: float) -> tuple[float | None, float]:
+    """When ``needed`` devices are free on a pool with ``free`` free now and grants ending at
+    ``ends`` (None: no grant says when enough end), and the devices free then beyond them."""
+    known = sorted((end, devices) for devices, end in ends if end is not None)
+    for at in [now_ts, *(max(now_ts, end) for end, _ in known)]:
+        have = free + sum(devices for end, devices in known if end <= at)
+        if have + 1e-9 >= needed:
+            return at, have - needed
+    return None, 0.0
+
+
+def reservation_for(hw: Hardware, row: QueueRow, workload: Workload, decided: Decision, snap: Snapshot) -> Reservation | None:
+    """The reservation a waiting workload that does not fit holds, when the policy grants it one:
+    on the pool, of those only full for it, where it could start soonest (then by name)."""
+    now_ts = store_now(hw)
+    options: list[tuple[bool, float, str, float, float]] = []
+    for v in decided.verdicts:
+        reasons = [r for r in v.reasons if r.kind != "preference"]
+        if not reasons or any(r.kind != "not_now" or r.code != "capacity_exhausted" for r in reasons) or v.pool not in snap.index:
+            continue
+        state = snap.states[snap.index[v.pool]]
+        needed = float(v.grant.devices)
+        if needed <= 0 or needed > state.pool.count:
+            continue
+        at, spare = _start_on(float(state.capacity.whole), needed, _ends(hw, v.pool), now_ts)
+        options.append((at is None, at or 0.0, v.pool, needed, spare))
+    if not options:
+        return None
+    unknown, at, pool, needed, spare = min(options)
+    starts_at = None if unknown else rfc3339(at)
+    item: JSONObject = {"id": row.id, "name": workload.name, "project": workload.project, "priority": workload.priority, "fits": False,
+                        "pool": pool, "devices": needed, "starts_at": starts_at}  # fmt: skip
+    answer = _judged(hw, {"workload": item})
+    if not answer.get("holds"):
+        return None
+    return Reservation(row.id, workload.name, workload.priority, pool, needed, starts_at, max(0.0, spare), str(answer.get("reason") or ""))
+
+
+def _reservation_at_once(hw: Hardware, row: QueueRow, workload: Workload, placed: Placement, snap: Snapshot) -> Reservation | None:
+    """The reservation of a waiting workload that fits now, when the policy lets it reserve: the
+    devices it would be placed on, from now, until the next pass admits it."""
+    state = snap.states[snap.index[placed.pool]]
+    starts_at = rfc3339(store_now(hw))
+    item: JSONObject = {"id": row.id, "name": workload.name, "project": workload.project, "priority": workload.priority, "fits": False,
+                        "pool": placed.pool, "devices": placed.grant.devices, "starts_at": starts_at}  # fmt: skip
+    answer = _judged(hw, {"workload": item})
+    if not answer.get("holds"):
+        return None
+    spare = max(0.0, float(state.capacity.whole) - float(placed.grant.devices))
+    return Reservation(row.id, workload.name, workload.priority, placed.pool, float(placed.grant.devices), starts_at, spare, str(answer.get("reason") or ""))
+
+
+def _judged(hw: Hardware, policy_input: JSONObject) -> Mapping[str, JSONValue]:
+    raw = _query(hw, RESERVATION_RULE, policy_input)
+    if not isinstance(raw, dict) or not isinstance(raw.get("holds"), bool) or not isinstance(raw.get("may_start"), bool):
+        raise PolicyError("the policy's reservation (examlops.queue.reservation.judged) gave a malformed answer")
+    return cast(Mapping[str, JSONValue], raw)
+
+
+def _may_start(hw: Hardware, held: Reservation, ident: str, workload: Workload, placed: Placement, lease: timedelta | None) -> bool:
+    """Whether a workload that fits may start while ``held`` is reserved (the policy's backfill
+    rule); taking devices of the reserved pool beyond the reservation's start takes them from its
+    spare."""
+    now_ts = store_now(hw)
+    ends = [float(s) for s in (workload.walltime, None if lease is None else lease.total_seconds()) if s is not None]
+    ends_ts = now_ts + min(ends) if ends else None
+    item: JSONObject = {"id": ident, "name": workload.name, "project": workload.project, "priority": workload.priority, "fits": True,
+                        "pool": placed.pool, "devices": placed.grant.devices, "ends_at": None if ends_ts is None else rfc3339(ends_ts)}  # fmt: skip
+    answer = _judged(hw, {"workload": item, "holder": held.as_holder()})
+    if not answer["may_start"]:
+        return False
+    start_ts = None if held.starts_at is None else commit.epoch_of(held.starts_at)
+    if placed.pool == held.pool and (ends_ts is None or start_ts is None or ends_ts > start_ts):
+        held.spare = max(0.0, held.spare - float(placed.grant.devices))
+    return True
+
+
+def reservation_now(hw: Hardware, rows: Sequence[QueueRow], ranked: Ranked) -> Reservation | None:
+    """The reservation the queue holds as it stands (what ``place --queue`` is held to, and what
+    ``queue`` and ``explain`` show): that of the first workload in the order the policy lets
+    reserve: one that does not fit, on the capacity it needs; one that fits now (the next pass
+    admits it), on the devices it would be placed on, from now."""
+    by_id = {r.id: r for r in rows}
+    under = None
+    for place in ranked.order:
+        row = by_id.get(str(place["id"]))
+        if row is None:
+            continue
+        try:
+            workload = vouched_workload(hw, row)
+        except (ExaError, TypeError):
+            continue
+        under = hw._current() if under is None else under
+        snap = hw._snapshot()
+        decided = hw._decide(Request(workload), snap, under)[3]
+        if isinstance(decided, Placement):
+            found = _reservation_at_once(hw, row, workload, decided, snap)
+        elif commit.queueable(decided):
+            found = reservation_for(hw, row, workload, decided, snap)
+        else:
+            continue
+        if found is not None:
+            return found
+    return None
+
+
+def withheld_for(hw: Hardware, workload: Workload, placed: Placement, ident: str, lease: timedelta | None) -> dict[str, int]:
+    """What a workload placed with ``queue`` may not take at once because the queue holds a
+    reservation it may not use (the policy's backfill rule): the reserved pool's devices (pool ->
+    whole devices); empty when it may start (or nothing is reserved)."""
+    rows = hw.store.queue_rows(("queued",))
+    if not rows:
+        return {}
+    held = reservation_now(hw, rows, rank(hw, rows))
+    if held is None or _may_start(hw, held, ident, workload, placed, lease):
+        return {}
+    return {held.pool: int(math.ceil(held.devices - 1e-9))}
 
 
 # -- submission once admitted -----------------------------------------------------------------------
@@ -434,6 +650,12 @@ def _retry_submissions(hw: Hardware, failed: list[QueueEntry]) -> list[Admitted]
             continue
         record = hw.decision(row.admitted_by)
         if record.released_at is not None or record.job_id is not None:
+            continue
+        edited = submission_vouched(hw, row)
+        if edited is not None:
+            done_failed = _fail(hw, row, f"not submitted: {edited}; its queue row was changed beside the audit log (run exa audit verify)")
+            if done_failed is not None:
+                failed.append(done_failed)
             continue
         done = _submit(hw, row, Admitted(row.id, record.id, row.workload, str(getattr(record.decision, "pool", ""))))
         if isinstance(done, Admitted):

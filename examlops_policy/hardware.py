@@ -36,7 +36,7 @@ from examlops_policy.store import DecisionRow, StaleFleet, Store
 from examlops_policy.store.api import NodeUsageRow
 from examlops_policy._reviewed import Pinned, PolicySnapshot, Reviewed
 from examlops_policy.tables import Tables, policy_dir
-from examlops_policy._core.quota import NO_USE
+from examlops_policy._core.quota import NO_USE, QuotaUse
 from examlops_policy._core.verdicts import About, Answer
 from examlops_policy._core.waiting import Starts
 from examlops_policy.views import (
@@ -568,6 +568,16 @@ class Hardware:
             under, prepared, starts, decided = self._decide(request, snap, under)
             ident = uuid.uuid4().hex
             waits = None
+            withheld: dict[str, int] = {}
+            if queue and isinstance(decided, Placement) and preempted_from is None and self.store.queue_waiting():
+                # Work that may wait does not take what the queue reserves for a workload before it
+                # (backfill): decided again as if the reserved devices were held.
+                withheld = _queueing.withheld_for(self, workload, decided, ident, lease)
+                if withheld:
+                    seen = commit.withhold(snap.capacities, snap.pools, withheld)
+                    used = QuotaUse.from_json(decided.provenance.quota_use)
+                    tables = under.policy.tables
+                    decided = prepared.decide(seen, tables, capacities_digest=codec.capacity_digest(seen), starts=starts, quota=used)
             if queue:
                 # Its place in the order is asked before the write (when it is only full now; one
                 # found only full under the lock is queued all the same, its place asked later).
@@ -579,10 +589,13 @@ class Hardware:
                 # The lease is counted from the commit that records the placement.
                 done = commit.place(
                     self.store, prepared, decided, snap, under.capacities, source=SOURCE, request_id=request_id, lease=lease,
-                    starts=starts, queue=waits, ident=ident,
+                    starts=starts, queue=waits, ident=ident, withheld=withheld or None,
                 )  # fmt: skip
             except StaleFleet:
                 continue
+            if done.record is None and done.not_admitted == "replaced":
+                assert done.earlier is not None  # the victim was placed or queued again already: that decision
+                return self._with_queue(self._record(done.earlier))
             if done.record is None:
                 assert done.earlier is not None and request_id is not None
                 return self._with_queue(_same_request(self._record(done.earlier), request, request_id))

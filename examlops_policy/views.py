@@ -626,6 +626,9 @@ class QueueEntry:
     submission: str | None = None
     preempted_from: str | None = None
     invalid: tuple[str, ...] = ()
+    # The reservation it holds on the capacity it needs (the policy's words), when it is the first
+    # waiting workload that does not fit (later work of its class or below is held back from it).
+    reservation: str | None = None
 
 
 @dataclass(frozen=True)

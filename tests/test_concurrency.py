@@ -97,3 +97,63 @@ def test_admitters_placers_and_releasers_at_once_admit_nothing_twice(backend: Ba
     assert live == 6 and states.get("admitted", 0) + direct == 6
     assert violations(backend) == []
     assert run_exa(home, "audit", "verify", env=backend.env()).returncode == 0
+
+
+@pytest.mark.opa  # the session's OPA, through shared_opa_env
+def test_admitters_at_once_after_a_preemption_place_the_victim_once(backend: Backend, tmp_path: Path) -> None:
+    """Issue 32, 2, under concurrency: a high-priority workload preempts a low one on spot capacity,
+    and the victim fits at once on demand; 4 admitters running at once (each finishing what a
+    preemption left) and the preemptor's release never place or queue the victim twice."""
+    home = Path(backend.target).parent if backend.name == "sqlite" else tmp_path / "home"
+    env = {**os.environ, "EXA_HOME": str(home), **backend.env(), **shared_opa_env(), "COLUMNS": "200"}
+    for name, spot in (("nv-spot", ["--spot"]), ("nv-od", [])):
+        run_exa(home, "hardware", "add-pool", name, "--target", "hpc", "--accelerator", "nvidia", "--count", "2", "--region", "eu",
+                "--cost-per-hour", "0.5" if spot else "2", *spot, env=backend.env(), check=True)  # fmt: skip
+    victim = json.loads(run_exa(home, "hardware", "place", "victim", "--accelerator", "nvidia", "--count", "2", "--priority", "low",
+                                "--spot", "allow", "--json", env=backend.env(), check=True).stdout)["id"]  # fmt: skip
+    run_exa(home, "hardware", "place", "boss", "--accelerator", "nvidia", "--count", "2", "--priority", "high", "--spot", "require",
+            "--queue", env=backend.env(), check=True)  # fmt: skip
+    admit = f"for i in 1 2 3 4; do {EXA} hardware admit --json >/dev/null; done"
+    procs = [subprocess.Popen(["bash", "-c", admit], env=env, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    errors = [p.communicate(timeout=600)[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), errors
+    with backend.raw() as db:
+        boss = db.execute("SELECT id FROM decisions WHERE workload = 'boss' AND outcome = 'placed' AND released_at IS NULL").fetchall()
+    assert len(boss) == 1
+    run_exa(home, "hardware", "release", boss[0][0], env=backend.env(), check=True)
+    run_exa(home, "hardware", "admit", env=backend.env(), check=True)
+    with backend.raw() as db:
+        live = db.execute("SELECT count(*) FROM decisions WHERE workload = 'victim' AND outcome = 'placed' AND released_at IS NULL").fetchone()[0]
+        again = db.execute("SELECT count(*) FROM decisions WHERE replaces = " + ("?" if backend.name == "sqlite" else "%s"), (victim,)).fetchone()[0]
+        waiting = db.execute("SELECT count(*) FROM queue WHERE workload = 'victim' AND state = 'queued'").fetchone()[0]
+    assert (live, again, waiting) == (1, 1, 0)
+    assert violations(backend) == []
+    assert run_exa(home, "audit", "verify", env=backend.env()).returncode == 0
+
+
+@pytest.mark.opa  # the session's OPA, through shared_opa_env
+def test_small_jobs_placed_and_admitted_at_once_do_not_starve_a_reserved_large_one(backend: Backend, tmp_path: Path) -> None:
+    """Issue 32, 3, under concurrency: a 4-device high-priority job waits behind 4 one-device jobs;
+    4 processes queue small jobs and 2 admit while the 4 are released one by one. The large job
+    holds its reservation throughout and is admitted; no pool holds more than it has."""
+    home = Path(backend.target).parent if backend.name == "sqlite" else tmp_path / "home"
+    env = {**os.environ, "EXA_HOME": str(home), **backend.env(), **shared_opa_env(), "COLUMNS": "200"}
+    run_exa(home, "hardware", "add-pool", "nv", "--target", "hpc", "--accelerator", "nvidia", "--count", "4", "--region", "eu",
+            "--cost-per-hour", "0.5", env=backend.env(), check=True)  # fmt: skip
+    holders = [json.loads(run_exa(home, "hardware", "place", f"s{i}", "--accelerator", "nvidia", "--json", env=backend.env(), check=True).stdout)["id"]
+               for i in range(4)]  # fmt: skip
+    big = json.loads(run_exa(home, "hardware", "place", "big", "--accelerator", "nvidia", "--count", "4", "--priority", "high", "--queue",
+                             "--json", env=backend.env(), check=True).stdout)["id"]  # fmt: skip
+    place = f"for i in 1 2 3; do {EXA} hardware place q$$-$i --accelerator nvidia --queue --json >/dev/null; sleep 0.3; done"
+    admit = f"for i in 1 2 3 4 5; do {EXA} hardware admit --json >/dev/null; sleep 0.3; done"
+    release = " ; ".join(f"sleep 0.4; {EXA} hardware release {h} --json >/dev/null" for h in holders)
+    procs = [subprocess.Popen(["bash", "-c", s], env=env, stderr=subprocess.PIPE, text=True) for s in [place] * 4 + [admit] * 2 + [release]]
+    errors = [p.communicate(timeout=600)[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), errors
+    run_exa(home, "hardware", "admit", env=backend.env(), check=True)
+    with backend.raw() as db:
+        state = db.execute("SELECT state FROM queue WHERE id = " + ("?" if backend.name == "sqlite" else "%s"), (big,)).fetchone()[0]
+        live = db.execute("SELECT COALESCE(SUM(devices), 0) FROM allocations WHERE released_at IS NULL").fetchone()[0]
+    assert state == "admitted" and live == 4
+    assert violations(backend) == []
+    assert run_exa(home, "audit", "verify", env=backend.env()).returncode == 0

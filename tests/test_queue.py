@@ -135,10 +135,12 @@ def test_admission_with_nothing_waiting_writes_nothing(hw: Hardware) -> None:
 
 def test_what_does_not_fit_does_not_block_what_does(hw: Hardware) -> None:
     first = hw.place(amd("a"))
-    hw.place(amd("b"))
+    hw.place(amd("b"), lease=timedelta(hours=1))
     big = hw.place(amd("big", 2, priority="high"), queue=True)
-    small = hw.place(amd("small"), queue=True)
-    hw.release(first.id)  # one device free: the big one (first in order) does not fit, the small one does
+    small = hw.place(amd("small", walltime=600), queue=True)
+    # One device free: the big one (first in order) does not fit and holds a reservation from when
+    # b's lease ends; the small one fits and ends before then (backfilled).
+    hw.release(first.id)
     assert hw.decision(small.id).queue.state == "admitted"  # type: ignore[union-attr]
     assert hw.decision(big.id).queue.state == "queued"  # type: ignore[union-attr]
 
@@ -455,3 +457,131 @@ def test_the_queue_wakes_when_the_first_lease_of_an_unsubmitted_placement_ends(h
     assert hw.queue_wakes_at() == pytest.approx(leases.instant(leased.lease_expires_at).timestamp())
     hw.set_job(leased.id, "4711", scheduler="slurm")
     assert hw.queue_wakes_at() is None  # submitted: it holds its devices until its job ends
+
+
+def test_a_preempted_victim_placed_again_at_once_is_never_queued_again(backend: Backend, opa_home: Path) -> None:
+    """Issue 32, 2: the victim of a preemption re-placed at once on another pool is marked as the
+    victim's re-placement; a later pass does not queue it again, and releasing the preemptor admits
+    no copy of it: one live placement of the workload, and the state verifies."""
+    hw = open_hardware(backend, opa_home)
+    try:
+        hw.apply([
+            Pool("nv-spot", "hpc", "nvidia", 2, "eu", cost_per_hour=0.5, carbon_factor=10, spot=True),
+            Pool("nv-od", "hpc", "nvidia", 2, "eu", cost_per_hour=2.0, carbon_factor=10),
+        ])  # fmt: skip
+        victim = hw.place(Workload("victim", "nvidia", count=2, priority="low", spot="allow"))
+        assert isinstance(victim.decision, Placement) and victim.decision.pool == "nv-spot"
+        boss = hw.place(Workload("boss", "nvidia", count=2, priority="high", spot="require"), queue=True)
+        assert boss.decision.outcome == "queued"
+        first = hw.admit()
+        assert [a.queued_id for a in first.admitted] == [boss.id] and first.admitted[0].preempted == (victim.id,)
+        live = [g for g in hw.store.live_grants() if g.workload == "victim"]
+        assert [g.pool for g in live] == ["nv-od"]  # placed again at once, on demand
+        assert hw.store.grant(live[0].id).replaces == victim.id  # type: ignore[union-attr]  # marked as its re-placement
+        hw.admit()  # the next pass: nothing of the victim is left to finish
+        # Placing it again is conditional, keyed by the victim: a second try (another admitter
+        # finishing the same preemption) writes nothing and answers the re-placement.
+        before = len(hw.store.audit_rows())
+        again = hw.place(Workload("victim", "nvidia", count=2, priority="low", spot="allow"), queue=True, preempted_from=victim.id)
+        assert again.id == live[0].id and len(hw.store.audit_rows()) == before
+        assert [r for r in hw.store.queue_rows(("queued",)) if r.workload == "victim"] == []
+        hw.release(first.admitted[0].decision_id)  # boss ends: no copy of the victim to admit
+        assert len([g for g in hw.store.live_grants() if g.workload == "victim"]) == 1
+        assert violations(backend) == []
+        report = hw.verify_audit()
+        assert report.ok, report.problems
+    finally:
+        hw.close()
+
+
+def test_an_edited_queue_row_is_named_by_verify_and_admission_places_what_its_record_holds(backend: Backend, opa_home: Path) -> None:
+    """Issue 32, 1: queue.spec and queue.submission are held to the chain. A row whose spec was
+    edited (2 devices, no project, for a row queued as 1 device of inference-eu) or whose batch
+    script was swapped is named by exa audit verify; admission places the queued record's workload,
+    never the edited spec, and submits nothing a row was edited to say (its row fails)."""
+    from examlops_policy.views import Submit
+
+    hw = open_hardware(backend, opa_home)
+    try:
+        hw.apply([Pool("nv", "hpc", "nvidia", 2, "eu", cost_per_hour=0.5, carbon_factor=10)])
+        holder = hw.place(Workload("holder", "nvidia", count=2))
+        small = hw.place(Workload("small", "nvidia", project="inference-eu"), queue=True)
+        script = hw.place(Workload("job", "nvidia", project="inference-eu"), queue=True,
+                          submission=Submit("slurm", {"script": "#!/bin/sh\necho queued\n", "name": "job.sh"}))  # fmt: skip
+        assert hw.verify_audit().ok
+        [queued] = [e for e in entries(hw.store, "queued") if e["decision_id"] == script.id]
+        assert queued["submission"] is True and str(queued["submission_digest"]).startswith("sha256:")
+        with backend.raw() as db:
+            mark = "?" if backend.name == "sqlite" else "%s"
+            db.execute(f"UPDATE queue SET spec = {mark} WHERE id = {mark}", ('{"accelerator":"nvidia","count":2,"name":"small"}', small.id))
+            db.execute(f"UPDATE queue SET submission = {mark} WHERE id = {mark}", ('{"name":"job.sh","scheduler":"slurm","script":"#!/bin/sh\\nrm -rf /\\n"}', script.id))  # fmt: skip
+        problems = [p.message for p in hw.verify_audit().problems]
+        assert any(m.startswith(f"queue.spec of {small.id[:12]} ") for m in problems), problems
+        assert any(m.startswith(f"queue.submission of {script.id[:12]} ") for m in problems), problems
+        admitted = hw.release(holder.id).admitted
+        assert admitted is not None
+        assert [a.queued_id for a in admitted.admitted] == [small.id]
+        placed = hw.decision(admitted.admitted[0].decision_id).decision
+        assert isinstance(placed, Placement) and placed.grant.devices == 1 and placed.workload.project == "inference-eu"
+        assert [(f.id, f.state) for f in admitted.failed] == [(script.id, "failed")]
+        assert "not admitted: its submission is not the one it was queued with" in str(admitted.failed[0].message)
+        assert [g.workload for g in hw.store.live_grants()] == ["small"]  # the swapped script's row placed nothing
+    finally:
+        hw.close()
+
+
+# -- reservations (backfill) ---------------------------------------------------------------------------
+
+
+def test_a_large_workload_queued_behind_small_ones_is_admitted_within_a_bounded_number_of_rounds(backend: Backend, opa_home: Path) -> None:
+    """Issue 32, 3: a 4-device job of class high waits while 4 one-device jobs hold the pool; each
+    round one small job is queued and one released. The big one holds a reservation on the pool
+    (the first in the order that does not fit), so no small job of its class or below takes the
+    freed devices (none says when it ends): it is admitted once the 4 are released."""
+    hw = open_hardware(backend, opa_home)
+    try:
+        hw.apply([Pool("nv", "hpc", "nvidia", 4, "eu", cost_per_hour=0.5, carbon_factor=10)])
+        live = [hw.place(Workload(f"s{i}", "nvidia")).id for i in range(4)]
+        big = hw.place(Workload("big", "nvidia", count=4, priority="high"), queue=True)
+        assert big.decision.outcome == "queued"
+        rounds = 0
+        while hw.store.queue_find(big.id).state == "queued" and rounds < 12:
+            rounds += 1
+            small = hw.place(Workload(f"q{rounds}", "nvidia"), queue=True)
+            assert small.decision.outcome == "queued", f"round {rounds}: a small job took reserved capacity"
+            hw.release(live.pop(0))
+            held = [e for e in hw.queue().entries if e.reservation]
+            if hw.store.queue_find(big.id).state == "queued":
+                assert [e.id for e in held] == [big.id]
+                assert "holds a reservation of 4 devices on pool nv" in str(held[0].reservation)
+        assert hw.store.queue_find(big.id).state == "admitted" and rounds == 4
+        assert [g.workload for g in hw.store.live_grants()] == ["big"]
+        assert violations(backend) == []
+        report = hw.verify_audit()
+        assert report.ok, report.problems
+        for e in hw.queue().entries:  # every small job queued while the reservation held reads back as queued
+            assert hw.decision(e.id).decision.outcome == "queued"
+    finally:
+        hw.close()
+
+
+def test_a_small_job_that_ends_before_the_reservation_starts_is_backfilled(backend: Backend, opa_home: Path) -> None:
+    """Slurm's backfill: the reservation starts when the grants holding the pool end (their leases);
+    a job of the same class whose walltime ends before then may use the reserved devices, one that
+    ends after may not."""
+    hw = open_hardware(backend, opa_home)
+    try:
+        hw.apply([Pool("nv", "hpc", "nvidia", 4, "eu", cost_per_hour=0.5, carbon_factor=10)])
+        hw.place(Workload("long", "nvidia", count=3), lease=timedelta(hours=2))
+        big = hw.place(Workload("big", "nvidia", count=4), queue=True)
+        [entry] = hw.queue().entries
+        assert entry.id == big.id and entry.reservation is not None and " on pool nv from 20" in entry.reservation
+        late = hw.place(Workload("late", "nvidia", walltime=3 * 3600), queue=True)
+        assert late.decision.outcome == "queued"  # it would end after the reservation starts
+        assert hw.decision(late.id).decision.outcome == "queued" and hw.replay(late.id).same
+        short = hw.place(Workload("short", "nvidia", walltime=1800), queue=True)
+        assert isinstance(short.decision, Placement) and short.decision.pool == "nv"  # backfilled
+        report = hw.verify_audit()
+        assert report.ok, report.problems
+    finally:
+        hw.close()

@@ -97,3 +97,30 @@ def test_serve_refuses_a_bad_interval(exa_home: Path) -> None:
     assert bad.returncode == exits.BAD_INPUT
     once = run_exa(exa_home, "hardware", "serve", "--once", "--interval", "1s")
     assert once.returncode == 0 and once.stdout.rstrip().endswith("stopped")
+
+
+def test_an_edited_queue_spec_fails_audit_verify_naming_the_row(exa_home: Path) -> None:
+    import sqlite3
+
+    full(exa_home)
+    waiting = json.loads(run_exa(exa_home, "hardware", "place", "small", "--accelerator", "amd", "--queue", "--json", check=True).stdout)["id"]
+    assert run_exa(exa_home, "audit", "verify").returncode == exits.OK
+    with sqlite3.connect(exa_home / "state.db") as db:
+        db.execute("UPDATE queue SET spec = ? WHERE id = ?", ('{"accelerator":"amd","count":2,"name":"small"}', waiting))
+    verify = run_exa(exa_home, "audit", "verify")
+    assert verify.returncode == exits.AUDIT, (verify.stdout, verify.stderr)  # "audit log does not verify"
+    assert f"queue.spec of {waiting[:12]}" in verify.stdout + verify.stderr
+
+
+def test_queue_and_explain_show_the_reservation_the_first_waiting_workload_holds(exa_home: Path) -> None:
+    full(exa_home)
+    big = json.loads(run_exa(exa_home, "hardware", "place", "big", "--accelerator", "amd", "--count", "2", "--priority", "high", "--queue",
+                             "--json", check=True).stdout)["id"]  # fmt: skip
+    run_exa(exa_home, "hardware", "place", "small", "--accelerator", "amd", "--queue", check=True)
+    listing = run_exa(exa_home, "hardware", "queue", check=True).stdout
+    assert f"reserved: big ({big[:12]}) holds a reservation of 2 devices on pool small from when enough of its grants end" in listing
+    assert listing.count("reserved:") == 1
+    explained = run_exa(exa_home, "hardware", "explain", big, check=True).stdout
+    assert "reserved: holds a reservation of 2 devices on pool small" in explained
+    entries = json.loads(run_exa(exa_home, "hardware", "queue", "--json", check=True).stdout)["entries"]
+    assert [e["reservation"] is not None for e in entries] == [True, False]

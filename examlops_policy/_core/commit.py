@@ -62,7 +62,8 @@ class Committed:
     """What ``place`` did: the decision recorded (``record``), or the one an earlier call with the
     same request id recorded (``earlier``: its row, to be read back). An admission that wrote
     nothing says why (``not_admitted``: ``no_room`` when nothing fits under the lock, ``claimed``
-    when the queued record was no longer waiting: another admitter or a cancel came first)."""
+    when the queued record was no longer waiting: another admitter or a cancel came first;
+    ``replaced`` when a preempted victim to place again already was: ``earlier`` is that decision)."""
 
     record: DecisionRecord | None
     earlier: DecisionRow | None = None
@@ -159,6 +160,7 @@ def place(
     preempted: Sequence[str] = (),
     lease: timedelta | None = None,
     starts: Starts | None = None,
+    withheld: Mapping[str, int] | None = None,
 ) -> Committed:
     """Record ``decided`` (made on ``snapshot`` from ``prepared`` with the start estimates
     ``starts``, gathered before, and on what the projects held for its quotas) in one write
@@ -170,6 +172,10 @@ def place(
     waiting (claimed in this transaction, linked to the placement); else nothing is written for it.
     ``preempted``: grants a planned preemption marked for ``admit`` whose jobs were cancelled: released
     first, in the same transaction (audited as ``preempted``), whatever selection then finds.
+
+    ``withheld``: whole devices of pools a queue's reservation keeps from this workload (pool ->
+    devices): it was decided, and is decided again, as if they were held, and its record keeps the
+    capacities it was decided on (a record of version 2), so it rebuilds as decided.
 
     ``lease``: the placement's lease, counted from this commit (``lease_expires_at``: an end
     given outright). Raises StaleFleet when pools were added or changed since the snapshot, or
@@ -224,7 +230,10 @@ def place(
                 snap = snapshot  # decided on the snapshot's capacity, and still what selection gives now
         elif quota_moved:
             again = True
-        if again:
+        if again and withheld:
+            seen = withhold(snap.capacities, snap.pools, withheld)
+            decision = prepared.decide(seen, tables, capacities_digest=codec.capacity_digest(seen), starts=starts, quota=use)
+        elif again:
             decision = prepared.decide(snap.capacities, tables, capacities_digest=snap.capacity_digest, starts=starts, quota=use)
             if isinstance(decision, Placement) and starts is not None and starts.of(decision.pool) is None and _by_start(prepared):
                 # Selection depends on the estimates, and nothing waits on a scheduler under the
@@ -232,6 +241,18 @@ def place(
                 # limit or earliest the estimate only informs: the record says it was not asked.)
                 retry.append(f"pool {decision.pool!r}, chosen now, was not asked when it would start; asking again")
                 return stale_fleet
+        replaces = queue.preempted_from if queue is not None else None
+        if replaces is not None:
+            # A preempted workload is placed (or queued) again once: the first write for its victim
+            # wins, under the lock; another finds it and writes nothing.
+            found = txn.replaced(replaces)
+            if found is not None:
+                return Committed(None, txn.by_id(found), not_admitted="replaced")
+        if again and queue is not None and not withheld and isinstance(decision, Placement) and not isinstance(decided, Placement):
+            # It would have waited and fits now (capacity freed meanwhile): whether the queue's
+            # reservation lets it take that capacity is asked outside the lock, so it is asked again.
+            retry.append("capacity freed while it was judged; asking again whether the queue reserves it")
+            return stale_fleet
         if admit is not None:
             if not isinstance(decision, Placement):
                 return Committed(None, not_admitted="no_room")
@@ -280,7 +301,8 @@ def place(
         until = leases.lease_end(now, lease) if lease is not None else lease_expires_at
         record = _write(
             txn, ident, decision, prepared, snap.version, now=now, source=source, request_id=request_id, lease_expires_at=until,
-            starts=starts, queued_id=admit, project=project, priority=priority,
+            starts=starts, queued_id=admit, project=project, priority=priority, replaces=replaces,
+            seen=withhold(snap.capacities, snap.pools, withheld) if withheld else None,
         )  # fmt: skip
         if queued is not None:
             _enqueue(txn, ident, decision, queued, source=source)
@@ -325,6 +347,15 @@ def place(
     if done is stale_fleet:
         raise StaleFleet(retry[-1])
     return done
+
+
+def withhold(capacities: Sequence[Capacity], pools: Sequence[Pool], withheld: Mapping[str, int]) -> list[Capacity]:
+    """The capacities with the whole devices a reservation keeps taken out (a pool counted node
+    by node is left as it is: its nodes say what it can place)."""
+    return [
+        dataclasses.replace(c, whole=max(0, c.whole - withheld[p.name])) if p.name in withheld and c.nodes is None else c
+        for c, p in zip(capacities, pools)
+    ]
 
 
 def _by_start(prepared: Prepared) -> bool:
@@ -381,15 +412,18 @@ def _write(
     queued_id: str | None = None,
     project: str | None = None,
     priority: str | None = None,
+    replaces: str | None = None,
+    seen: Sequence[Capacity] | None = None,
 ) -> DecisionRecord:
-    """The decision's documents, row, grant, burst event and audit entries, recorded at ``now``."""
+    """The decision's documents, row, grant, burst event and audit entries, recorded at ``now``
+    (``seen``: the capacities it was decided on when they are not the state's at ``at``)."""
     fleet = prepared.judged.fleet
     txn.put_document("fleets", fleet.revision, lambda: fleet.document)
     txn.put_document("verdict_sets", prepared.verdict_set_key, lambda: prepared.verdict_set_bytes)
     placed = decision if isinstance(decision, Placement) else None
     document = codec.encode_record(
-        decision, workload=prepared.request.input, verdict_set=prepared.verdict_set_key, at=at, holdings=placed.holdings if placed else (), starts=starts,
-        allocations=placed.allocations if placed else (),
+        decision, workload=prepared.request.input, verdict_set=prepared.verdict_set_key, at=at if seen is None else None,
+        capacities=seen or (), holdings=placed.holdings if placed else (), starts=starts, allocations=placed.allocations if placed else (),
     )  # fmt: skip
     estimate = placed.estimate if placed else None
     record_digest = codec.digest(document)
@@ -421,7 +455,7 @@ def _write(
             estimated_start=None if estimate is None or estimate.at is None else iso(estimate.at),
             estimate_source=None if estimate is None else estimate.source,
             nodes=_node_grants(placed) if placed else (),
-            queued_id=queued_id, project=project, priority=priority,
+            queued_id=queued_id, project=project, priority=priority, replaces=replaces,
         )
     )  # fmt: skip
     if burst_row is not None:
@@ -461,6 +495,8 @@ def _write(
     # The queue's columns (exa audit verify holds them to this entry): the project and priority
     # class it was decided for, and the queued record a placement admitted (None: none).
     summary.update(project=project, priority=priority, queued_id=queued_id)
+    if replaces is not None:  # the preempted grant whose workload it places (or queues) again
+        summary["replaces"] = replaces
     txn.audit("decision", summary, source=source)
     return DecisionRecord(
         ident, now, dataclasses.replace(decision, decision_id=ident), None, None, request_id, lease_expires_at if placed else None,
@@ -485,6 +521,8 @@ def _enqueue(txn: Transaction, ident: str, decision: Decision, queued: QueueInte
         "reason": getattr(decision, "reason", None), "submission": queued.submission is not None,
         "accelerator": queued.accelerator, "devices": queued.devices, "lease_s": queued.lease_s,
     }  # fmt: skip
+    if queued.submission is not None:  # what admission submits is held to it (and exa audit verify holds the row)
+        entry["submission_digest"] = codec.digest(queued.submission.encode("utf-8"))
     if queued.preempted_from is not None:
         entry["preempted_from"] = queued.preempted_from
     txn.audit("queued", entry, source=source)

@@ -63,6 +63,9 @@ def cmd_queue(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
         rows.append([where, e.id[:12], e.workload, e.project or "-", e.priority or "-", age_text(e.waited_s), asks, waits, why])
     columns = ("position", "id", "workload", "project", "priority", "age", "asks", "waits for", "order")
     render.emit_table(console, "Queue", columns, rows)
+    for e in listing.entries:
+        if e.reservation:  # the capacity later work of its class or below is held back from
+            console.print(f"reserved: {e.workload} ({e.id[:12]}) {e.reservation}")
     return exits.OK
 
 

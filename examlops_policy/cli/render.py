@@ -174,6 +174,8 @@ def print_links(console: Console, record: DecisionRecord) -> None:
         elif entry.state == "queued":
             where = f"position {entry.position} of {entry.of}" if entry.position is not None else "not ordered: " + "; ".join(entry.invalid)
             console.print(f"waiting since {entry.queued_at} · {where}" + (f" · {entry.order_reason}" if entry.order_reason else ""))
+            if entry.reservation:
+                console.print(f"reserved: {entry.reservation}")
         else:
             console.print(f"{entry.state} at {entry.ended_at}" + (f": {entry.message}" if entry.message else ""))
         if entry.preempted_from is not None:

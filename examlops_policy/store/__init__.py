@@ -175,4 +175,13 @@ class Store(Protocol):
 
     def preempted(self) -> list[GrantRow]: ...
 
+    def grant_ends(self, pool: str) -> list[tuple[float, float | None, bool, float, str]]:
+        """The live grants on a pool: (devices, lease end or None, submitted, started, record)."""
+        ...
+
+    def queued_entry(self, ident: str) -> JSONObject | None:
+        """The ``queued`` audit entry of a queued record (None: the log has none); a scan of the
+        log, for what admission holds a queue row to before it submits."""
+        ...
+
     def close(self) -> None: ...

@@ -9,11 +9,13 @@ A decision recorded without a project counts as the unassigned project, which th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar, cast
 
 from examlops_policy.errors import NotFoundError, SpecError
+from examlops_policy.model import JSONObject
 from examlops_policy.store.api import GrantRow, NewQueued, QueueRow, QueueState
 
 T = TypeVar("T")
@@ -23,7 +25,7 @@ _QUEUE_COLUMNS: Final = (
 )
 _GRANT_COLUMNS: Final = (
     "d.id, d.created_at, d.created_ts, d.released_ts, d.workload, d.project, d.priority, d.pool, d.accelerator, d.devices, "
-    "d.job_id, d.scheduler, d.job_uid, d.job_state, d.job_started_at, d.node_down_at, d.preempting_for, d.queued_id"
+    "d.job_id, d.scheduler, d.job_uid, d.job_state, d.job_started_at, d.node_down_at, d.preempting_for, d.queued_id, d.replaces"
 )
 _LIVE: Final = "d.outcome = 'placed' AND d.released_at IS NULL"
 
@@ -51,7 +53,7 @@ def _queue_row(r: Sequence[Any]) -> QueueRow:
 def _grant_row(r: Sequence[Any]) -> GrantRow:
     return GrantRow(
         str(r[0]), str(r[1]), float(r[2]), None if r[3] is None else float(r[3]), str(r[4]), r[5], r[6], str(r[7]), str(r[8]),
-        float(r[9]), r[10], r[11], r[12], r[13], r[14], r[15], r[16], r[17],
+        float(r[9]), r[10], r[11], r[12], r[13], r[14], r[15], r[16], r[17], r[18],
     )  # fmt: skip
 
 
@@ -75,6 +77,7 @@ class QueueReads:
     """Reads outside a write transaction (mixed into ``SQLStore``)."""
 
     _execute: Callable[..., _Cursor]
+    dialect: str
 
     def _run(self, work: Callable[[], T], *, landed: Callable[[], T | None] | None = None, consistent: bool = False) -> T:
         raise NotImplementedError  # SQLStore's
@@ -165,12 +168,47 @@ class QueueReads:
 
     def preempted(self) -> list[GrantRow]:
         """Grants marked for a preemption: live ones (the preemption unfinished), and released ones
-        not yet queued again (their requeue unfinished)."""
+        neither placed nor queued again (their requeue unfinished)."""
         sql = (
             f"SELECT {_GRANT_COLUMNS} FROM decisions d WHERE d.preempting_for IS NOT NULL AND (d.released_at IS NULL "
-            "OR NOT EXISTS (SELECT 1 FROM queue q WHERE q.preempted_from = d.id)) ORDER BY d.created_ts, d.id"
+            "OR NOT (EXISTS (SELECT 1 FROM queue q WHERE q.preempted_from = d.id) OR EXISTS (SELECT 1 FROM decisions r WHERE r.replaces = d.id))) "
+            "ORDER BY d.created_ts, d.id"
         )
         return [_grant_row(r) for r in self._run(lambda: self._execute(sql).fetchall(), consistent=True)]
+
+    def grant_ends(self, pool: str) -> list[tuple[float, float | None, bool, float, str]]:
+        """The live grants on a pool, for when they end: (devices, lease end in epoch seconds or
+        None, whether submitted to a scheduler, when it started (its job's start, else its
+        placement), its record)."""
+        rows = self._run(
+            lambda: self._execute(
+                f"SELECT d.devices, d.lease_expires_ts, d.job_id, d.job_started_at, d.created_ts, d.document FROM decisions d "
+                f"WHERE {_LIVE} AND d.pool = ?",
+                (pool,),
+            ).fetchall(),
+            consistent=True,
+        )
+        return [
+            (float(r[0] or 0.0), None if r[1] is None else float(r[1]), r[2] is not None, _epoch(r[3]) if r[3] else float(r[4]), str(r[5]))
+            for r in rows
+        ]
+
+    def queued_entry(self, ident: str) -> JSONObject | None:
+        """The ``queued`` audit entry of a queued record (None: the log has none): the first entry
+        of that kind whose canonical bytes name it (then read as JSON and checked)."""
+        names = f'"decision_id":"{ident}"'.encode("utf-8")
+        contains = "instr(entry, ?) > 0" if self.dialect == "sqlite" else "position(? in entry) > 0"  # the bytes hold it
+        rows = self._run(
+            lambda: self._execute(f"SELECT entry FROM audit_log WHERE kind = 'queued' AND {contains} ORDER BY seq", (names,)).fetchall()
+        )
+        for (raw,) in rows:
+            try:
+                entry = json.loads(bytes(raw))
+            except (ValueError, TypeError):
+                continue
+            if isinstance(entry, dict) and entry.get("kind") == "queued" and entry.get("decision_id") == ident:
+                return cast(JSONObject, entry)
+        return None
 
 
 def _quota_held(execute: Callable[..., _Cursor], pairs: Sequence[tuple[str, str]], unassigned: str) -> dict[tuple[str, str], float]:
@@ -273,3 +311,10 @@ class QueueWrites:
     def grant_row(self, ident: str) -> GrantRow | None:
         row = self._execute(f"SELECT {_GRANT_COLUMNS} FROM decisions d WHERE d.id = ?", (ident,)).fetchone()
         return None if row is None else _grant_row(row)
+
+    def replaced(self, victim: str) -> str | None:
+        # A requeue made before decisions named the grant they replace has only its queue row.
+        row = self._execute(
+            "SELECT id FROM decisions WHERE replaces = ? UNION ALL SELECT id FROM queue WHERE preempted_from = ? LIMIT 1", (victim, victim)
+        ).fetchone()
+        return None if row is None else str(row[0])

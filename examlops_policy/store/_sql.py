@@ -889,15 +889,15 @@ class _SQLTransaction(QueueWrites):
             "INSERT INTO decisions (id, created_at, workload, outcome, pool, accelerator, model, target, region, fallback, "
             "fraction_honored, devices, cost_per_hour, carbon_factor, note, input_digest, policy_revision, opa_version, document, "
             "record_digest, fleet_revision, verdict_set, request_id, lease_expires_at, created_ts, residency, verdicts, fraction, "
-            "lease_expires_ts, larger_partition, estimated_start, estimate_source, queued_id, project, priority) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "lease_expires_ts, larger_partition, estimated_start, estimate_source, queued_id, project, priority, replaces) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 row.id, row.created_at, row.workload, row.outcome, row.pool, row.accelerator, row.model, row.target, row.region,
                 flag(row.fallback), flag(row.fraction_honored), row.devices, row.cost_per_hour, row.carbon_factor, row.note,
                 row.input_digest, row.policy_revision, row.opa_version, row.document, row.record_digest, row.fleet_revision,
                 row.verdict_set, row.request_id, row.lease_expires_at, epoch(row.created_at), row.residency, row.verdicts, row.fraction,
                 None if row.lease_expires_at is None else epoch(row.lease_expires_at), flag(row.larger_partition),
-                row.estimated_start, row.estimate_source, row.queued_id, row.project, row.priority,
+                row.estimated_start, row.estimate_source, row.queued_id, row.project, row.priority, row.replaces,
             ),
         )  # fmt: skip
         if row.pool is not None and row.devices is not None:

@@ -182,6 +182,8 @@ class NewDecision:
     queued_id: str | None = None
     project: str | None = None
     priority: str | None = None
+    # The preempted grant whose workload this decision places again (at once, or queued again).
+    replaces: str | None = None
     # A node-tracked grant node by node: each node's holdings (or its share: (device, shares) with
     # the share of a device it is), CPU and memory. Empty: ``holdings`` on the pool's one node.
     nodes: tuple[NewNodeGrant, ...] = ()
@@ -268,6 +270,7 @@ class GrantRow:
     node_down_at: str | None = None
     preempting_for: str | None = None
     queued_id: str | None = None
+    replaces: str | None = None  # the preempted grant whose workload it places again
 
 
 class Transaction(Protocol):
@@ -460,6 +463,11 @@ class Transaction(Protocol):
 
     def grant_row(self, ident: str) -> GrantRow | None: ...
 
+    def replaced(self, victim: str) -> str | None:
+        """The decision that places a preempted grant's workload again (at once, or queued again),
+        if one was made: what makes placing it again conditional, keyed by the victim."""
+        ...
+
 
 class Rows(Protocol):
     """The reads the decision core makes outside a write transaction, and the write transaction."""
@@ -508,11 +516,11 @@ AUDITED: Final[Mapping[str, tuple[tuple[str, ...], str]]] = {
         "opa_version", "released_at", "job_id", "document", "record_digest", "fleet_revision", "verdict_set",
         "request_id", "lease_expires_at", "created_ts", "released_ts", "residency", "verdicts", "fraction", "scheduler",
         "job_uid", "job_state", "lease_expires_ts", "larger_partition", "estimated_start", "estimate_source", "submitted_at",
-        "queued_id", "project", "priority", "job_started_at", "job_ended_at", "node_down_at", "preempting_for",
+        "queued_id", "project", "priority", "job_started_at", "job_ended_at", "node_down_at", "preempting_for", "replaces",
     ), "id"),
     "queue": ((
         "id", "state", "queued_at", "workload", "project", "priority", "accelerator", "devices", "lease_s", "admitted_by", "ended_at",
-        "preempted_from", "message", "attempts",
+        "preempted_from", "message", "attempts", "spec", "submission",
     ), "id"),
     "allocations": (("decision_id", "pool", "devices", "created_at", "released_at"), "decision_id"),
     "holdings": (("decision_id", "pool", "device", "profile", "start", "units", "share", "node", "shares"), "decision_id, node, device"),

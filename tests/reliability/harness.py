@@ -417,6 +417,14 @@ def hang_inside_transaction(backend: Backend, opa_home: str, complete: int, insi
         done += 1
 
 
+def admit_until_killed(backend: Backend, opa_home: str, started: Any) -> None:
+    """Admission passes one after another until killed (a preemption among them)."""
+    hw = open_hardware(backend, opa_home)
+    started.set()
+    while True:
+        hw.admit()
+
+
 def place_forever(backend: Backend, opa_home: str, out: str, started: Any) -> None:
     """Place and release until killed, appending each decision id to ``out`` once it is returned."""
     hw = open_hardware(backend, opa_home)

@@ -21,6 +21,7 @@ from reliability.harness import (
     FLEET,
     SPAWN,
     WORKLOADS,
+    admit_until_killed,
     hang_inside_transaction,
     kill_opa,
     opa_pid,
@@ -229,6 +230,50 @@ def test_placer_killed_at_random_moments(backend: Backend, opa_home: Path, tmp_p
         assert told <= stored, "a decision the placer was handed is not stored"
         assert len(stored - told) <= round_ + 1, "more than one unreported decision per kill"
         assert violations(backend) == []
+
+
+def test_admitter_killed_during_a_preemption_places_the_victim_once(backend: Backend, opa_home: Path) -> None:
+    """Issue 32, 2, with faults: an admitter preempting a low-priority workload for a high one is
+    killed at a random moment (marking, releasing and admitting, placing the victim again); the
+    next passes finish what it left, and the preemptor's release admits no copy: the victim has
+    one live placement or one waiting row, never both, never two."""
+    from examlops_policy.model import Pool, Workload
+
+    hw = open_hardware(backend, opa_home)
+    try:
+        hw.apply([
+            Pool("nv-spot", "hpc", "nvidia", 2, "eu", cost_per_hour=0.5, carbon_factor=10, spot=True),
+            Pool("nv-od", "hpc", "nvidia", 2, "eu", cost_per_hour=2.0, carbon_factor=10),
+        ])  # fmt: skip
+        hw.place(Workload("victim", "nvidia", count=2, priority="low", spot="allow"))
+        hw.place(Workload("boss", "nvidia", count=2, priority="high", spot="require"), queue=True)
+    finally:
+        hw.close()
+    started = SPAWN.Event()
+    admitter = SPAWN.Process(target=admit_until_killed, args=(backend, str(opa_home), started), daemon=True)
+    admitter.start()
+    try:
+        assert started.wait(60)
+        time.sleep(random.uniform(0.05, 1.5))
+    finally:
+        admitter.kill()
+        admitter.join(10)
+    hw = open_hardware(backend, opa_home)
+    try:
+        hw.admit()
+        hw.admit()
+        boss = [g for g in hw.store.live_grants() if g.workload == "boss"]
+        assert len(boss) == 1
+        hw.release(boss[0].id)
+        hw.admit()
+        live = [g for g in hw.store.live_grants() if g.workload == "victim"]
+        waiting = [r for r in hw.store.queue_rows(("queued",)) if r.workload == "victim"]
+        assert len(live) + len(waiting) == 1, (live, waiting)
+        report = hw.verify_audit()
+        assert report.ok, report.problems
+    finally:
+        hw.close()
+    assert violations(backend) == []
 
 
 # -- PostgreSQL restarted --------------------------------------------------------------------
