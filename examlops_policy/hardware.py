@@ -775,9 +775,11 @@ class Hardware:
         """``exa hardware serve``: reconcile, expire leases and admit every ``interval_s`` until
         SIGTERM or SIGINT (``once``: one step), logging to ``out`` (see ``_serve``). This Hardware
         is closed first: the loop opens its own on the same home (and again after a fault). The
-        exit status: 0, or 5 when the policy cannot be served at start."""
-        from examlops_policy._serve import Server
+        exit status: 0, or 5 when the policy cannot be served at start. SpecError (nothing closed)
+        for an interval shorter than ``_serve.MIN_INTERVAL_S`` (1 s)."""
+        from examlops_policy._serve import Server, check_interval
 
+        check_interval(interval_s)
         home = self.home
         self.close()
         server = Server(lambda: Hardware(home), interval_s=interval_s, slurm=slurm, kubernetes=kubernetes, out=out)
