@@ -73,6 +73,7 @@ def placement(args: argparse.Namespace) -> tuple[Workload, bool]:
             values[option] = getattr(args, option)
     if args.models is not None:
         values["models"] = types.names(args.models)
+    specs.check_carbon_weight(values, source="command line", weight="--carbon-weight", optimize="--optimize")
     return specs.workload_from_mapping(values, source="command line"), False
 
 
@@ -284,7 +285,7 @@ def _workload_args(p: argparse.ArgumentParser, *, target: bool, queue: bool = Fa
     p.add_argument("--allow-burst", action="store_true", help="allow bursting from HPC to cloud")
     p.add_argument("--allow-cpu-fallback", action="store_true", help="a CPU may stand in for the accelerator")
     p.add_argument("--optimize", choices=OBJECTIVES, help="what to minimise among admissible pools (default cost; earliest: the soonest estimated start)")
-    p.add_argument("--carbon-weight", type=float, help="balanced: the weight of carbon against cost, 0 to 1 (default 0.5)")
+    p.add_argument("--carbon-weight", type=float, help="with --optimize balanced only: the weight of carbon against cost, 0 to 1 (default 0.5)")
     p.add_argument("--max-cost-per-hour", type=float, help="cap on what the grant may cost per hour (USD)")
     p.add_argument("--max-carbon-per-hour", type=float, help="cap on what the grant may emit per hour (gCO2e)")
     p.add_argument("--project", help="the project whose caps apply (budgets.yaml)")
