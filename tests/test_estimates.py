@@ -79,6 +79,13 @@ def test_no_estimate_is_not_now() -> None:
         (StartEstimate("p", NOW + timedelta(minutes=10), "table", NOW, "x", facts={"delay_s": 600, "typical": False}),
          "table: expected start 12:10 UTC (in 10 m; provisioning at most 10 m)"),
         (unknown("p", "slurm", "Slurm's controller does not answer (DOWN)", NOW), "slurm: no estimate (Slurm's controller does not answer (DOWN))"),
+        # Nobody to ask: "now: no estimate" read as a contradiction.
+        (unknown("p", "now", "no room for the grant now, and no scheduler to ask when there will be", NOW),
+         "no estimate (no room for the grant now, and no scheduler to ask when there will be)"),
+        (ProvisioningTable.load().estimate(Pool("site", "cloud", "nvidia", 8, "de-juelich"), NOW),
+         "table: no estimate (provider not in the provisioning table: region de-juelich names no cloud provider in regions.yaml)"),
+        (ProvisioningTable.load().estimate(Pool("seeweb", "cloud", "nvidia", 8, "it-mi2"), NOW),
+         "table: no estimate (provider not in the provisioning table: provisioning.yaml has no provisioning delay for seeweb nvidia)"),
     ],
 )  # fmt: skip
 def test_an_estimate_is_worded_for_people(estimate: StartEstimate, text: str) -> None:
