@@ -681,6 +681,9 @@ def start_text(estimate: StartEstimate, now: datetime) -> str:
     if estimate.at is None:
         return f"no estimate ({estimate.reason})" if estimate.source == "now" else f"{estimate.source}: no estimate ({estimate.reason})"
     wait = estimate.wait(now)
+    if "instead_of" in estimate.facts:
+        # --own-capacity-estimate: the layer's own account stood in for a scheduler's missing answer.
+        return f"now: starts now by this layer's own account ({estimate.facts['instead_of']} gave no estimate: {estimate.facts.get('unanswered')})"
     if estimate.source == "now" or (wait is not None and wait.total_seconds() <= NOW_WITHIN_S):
         return f"{estimate.source}: starts now"
     at = estimate.at.astimezone(timezone.utc)

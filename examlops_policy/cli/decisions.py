@@ -120,6 +120,8 @@ def _ask_kubernetes(args: argparse.Namespace, hw: Hardware) -> None:
     and ``--kubeconfig`` only say how to ``--submit kubernetes``."""
     if args.ask_kubernetes:
         hw.ask_kubernetes(kubeconfig=args.kubeconfig, context=args.context)
+    if args.own_capacity_estimate:
+        hw.estimate_from_own_capacity()
 
 
 def cmd_place(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
@@ -302,6 +304,8 @@ def _workload_args(p: argparse.ArgumentParser, *, target: bool, queue: bool = Fa
     p.add_argument("--priority", help="its priority class (priorities.yaml: orders the queue, may allow preemption)")
     p.add_argument("--ask-kubernetes", action="store_true",
                    help="ask the Kubernetes cluster (--kubeconfig, --context) when the pools it serves would start it, not the provisioning table")
+    p.add_argument("--own-capacity-estimate", action="store_true",
+                   help="where Slurm or Kubernetes gives no start estimate (cannot be asked), take now when this layer's own account has room (off by default)")
     uses = "--ask-kubernetes, --submit kubernetes" if queue else "--ask-kubernetes"
     p.add_argument("--context", help=f"{uses}: the kubeconfig context (default: its current context)")
     p.add_argument("--kubeconfig", help=f"{uses}: the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
