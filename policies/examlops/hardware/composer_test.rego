@@ -130,8 +130,8 @@ test_signature_fields if {
 	sig := composer.signature with checks as core_checks
 	sig == {
 		"shape": [
-			"accelerator", "capabilities", "fixed_profile", "model", "region", "shares_per_device", "sharing", "spot",
-			"supports_fractions", "target",
+			"accelerator", "capabilities", "fixed_profile", "model", "node_limits", "region", "shares_per_device", "sharing",
+			"spot", "supports_fractions", "target",
 		],
 		"workload": [
 			"accelerator", "allow_budget_fallback", "allow_burst", "allow_cpu_fallback", "capabilities", "carbon_weight",
