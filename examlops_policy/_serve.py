@@ -30,7 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Final, Protocol, TextIO
 
-from examlops_policy.errors import ExaError, PolicyError, PolicyUnavailable, StateError
+from examlops_policy.errors import ExaError, PolicyError, PolicyUnavailable, SpecError, StateError
 
 if TYPE_CHECKING:
     from examlops_policy._core.engine import Engine
@@ -38,8 +38,22 @@ if TYPE_CHECKING:
     from examlops_policy.views import AdmissionReport, ReconcileReport
 
 MAX_BACKOFF_S: Final = 300.0
+# The shortest interval between steps: a step reads the policy files, the state and the schedulers,
+# so a shorter one would only keep a core busy (an interval of 0 s is a busy loop).
+MIN_INTERVAL_S: Final = 1.0
 # Woken for a lease's end this long after it (a lease is released once its end has passed).
 WAKE_SLACK_S: Final = 0.2
+
+
+def check_interval(interval_s: float) -> float:
+    """``interval_s``, or SpecError when it is shorter than ``MIN_INTERVAL_S`` (or not a number of
+    seconds at all)."""
+    if not isinstance(interval_s, (int, float)) or isinstance(interval_s, bool) or not interval_s >= MIN_INTERVAL_S:
+        raise SpecError(
+            f"expected at least {MIN_INTERVAL_S:g} s between steps (got {interval_s!r} s): a shorter interval would only keep a core busy",
+            field="interval",
+        )
+    return float(interval_s)
 
 
 class Under(Protocol):
@@ -95,7 +109,7 @@ class Server:
         out: TextIO | None = None,
     ) -> None:
         self._make = make
-        self.interval_s = interval_s
+        self.interval_s = check_interval(interval_s)
         self.slurm = slurm
         self.kubernetes = kubernetes
         self._out = out or sys.stdout

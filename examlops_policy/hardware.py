@@ -220,6 +220,7 @@ class Hardware:
         self._estimator = estimator
         self._slurm: SlurmEstimator | None = None
         self._kubernetes: KubernetesEstimator | None = None
+        self._own_capacity = False  # estimate_from_own_capacity
         self._closing: list[Callable[[], None]] = []  # what this Hardware opened beside its store and policy
         # The reviewed policy a decision is made under: its tables and their revision, read together
         # and noticed when the files change (tables passed in are pinned).
@@ -318,7 +319,7 @@ class Hardware:
             root = under.policy.root
             under.estimator = StartEstimator(
                 slurm=self._slurm_estimator, kubernetes=self._kubernetes, table=ProvisioningTable.from_tables(under.policy.tables),
-                gres=lambda: _gres_table(root),
+                gres=lambda: _gres_table(root), own_capacity=self._own_capacity,
             )  # fmt: skip
         return under.estimator
 
@@ -345,6 +346,20 @@ class Hardware:
             self._closing.append(connected.close)
             cluster = connected
         self._kubernetes = KubernetesEstimator(cluster)
+        if self._under is not None:
+            self._under.estimator = None
+
+    def estimate_from_own_capacity(self, on: bool = True) -> None:
+        """From now on (off by default), where Slurm or a Kubernetes cluster gives no start estimate
+        (it cannot be asked, or does not say) and the grant fits the pool's free capacity by this
+        layer's own account, take "now" as the estimate (source ``now``; its detail names the
+        scheduler's reason). The layer does not see work it did not place, so this is an
+        assumption: for a scheduler that is down or not installed here while its pools are known to
+        be this layer's. StateError when this Hardware was given an estimator of its own (set
+        ``own_capacity`` on it instead)."""
+        if self._estimator is not None:
+            raise StateError("this Hardware was given its own start estimator: set own_capacity on that estimator instead")
+        self._own_capacity = on
         if self._under is not None:
             self._under.estimator = None
 
@@ -795,9 +810,11 @@ class Hardware:
         """``exa hardware serve``: reconcile, expire leases and admit every ``interval_s`` until
         SIGTERM or SIGINT (``once``: one step), logging to ``out`` (see ``_serve``). This Hardware
         is closed first: the loop opens its own on the same home (and again after a fault). The
-        exit status: 0, or 5 when the policy cannot be served at start."""
-        from examlops_policy._serve import Server
+        exit status: 0, or 5 when the policy cannot be served at start. SpecError (nothing closed)
+        for an interval shorter than ``_serve.MIN_INTERVAL_S`` (1 s)."""
+        from examlops_policy._serve import Server, check_interval
 
+        check_interval(interval_s)
         home = self.home
         self.close()
         server = Server(lambda: Hardware(home), interval_s=interval_s, slurm=slurm, kubernetes=kubernetes, out=out)

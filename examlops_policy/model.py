@@ -457,6 +457,24 @@ class Pool:
         return tuple((*key, c) for key, c in sorted(counted.items(), key=lambda kv: tuple((v is None, v or 0) for v in kv[0])))
 
     @property
+    def whole_cpus(self) -> bool | None:
+        """True when the pool's scheduler allocates whole CPUs only (an HPC pool of a Slurm
+        partition: ``--cpus-per-task`` counts cores), None otherwise (its shape's ``whole_cpus``,
+        left out while None)."""
+        return True if self.target == "hpc" and self.partition is not None else None
+
+    @property
+    def node_limits(self) -> tuple[str, ...] | None:
+        """Which of ``cpu`` and ``memory`` every node of the pool says (its shape's
+        ``node_limits``: what a node is checked for beside its devices), None when the pool is not
+        node-tracked or its nodes say neither (a shape left as it was)."""
+        if not self.node_tracked:
+            return None
+        nodes = self.node_list()
+        said = tuple(what for what, attr in (("cpu", "cpu_milli"), ("memory", "memory_mib")) if all(getattr(n, attr) is not None for n in nodes))
+        return said or None
+
+    @property
     def nodes_named(self) -> bool:
         """True when the pool lists its nodes by the names its scheduler knows them by."""
         return isinstance(self.nodes, tuple)

@@ -417,6 +417,20 @@ def workload_from_mapping(data: Mapping[str, object], *, source: str = "workload
     return cast(Workload, _build(Workload, values, source))
 
 
+def check_carbon_weight(values: Mapping[str, object], *, source: str, weight: str = "carbon_weight", optimize: str = "optimize") -> None:
+    """A carbon weight weighs carbon against cost under ``optimize: balanced`` only: given with
+    another objective it would be ignored without a word, so it is refused (SpecError naming
+    ``weight``, the field or option as the user wrote it)."""
+    objective = values.get("optimize") or "cost"
+    if values.get("carbon_weight") is not None and objective != "balanced":
+        raise SpecError(
+            f"a carbon weight is used only with {optimize} balanced, and the objective here is {objective} "
+            f"(it would be ignored): drop {weight}, or ask for {optimize} balanced",
+            source=source,
+            field=weight,
+        )
+
+
 def _timestamps_as_text(data: object) -> object:
     """YAML reads an unquoted ``deadline: 2026-12-01T14:00:00Z`` as a timestamp: give it back as the
     RFC 3339 text it was (a time without an offset stays without one, and is refused as such)."""
@@ -441,4 +455,6 @@ def placement_from_file(path: Path) -> tuple[Workload, bool]:
     data = _timestamps_as_text(read_yaml(path))
     validate(data, "workload-file.schema.json", source=str(path))
     doc = cast(JSONObject, data)
-    return workload_from_mapping(cast(Mapping[str, object], doc["workload"]), source=str(path)), bool(doc.get("queue", False))
+    workload = cast(Mapping[str, object], doc["workload"])
+    check_carbon_weight(workload, source=str(path), weight="workload.carbon_weight", optimize="optimize:")
+    return workload_from_mapping(workload, source=str(path)), bool(doc.get("queue", False))

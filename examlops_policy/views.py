@@ -736,11 +736,15 @@ def duration_text(seconds: float) -> str:
 def start_text(estimate: StartEstimate, now: datetime) -> str:
     """An estimate for people, seen from ``now``: ``slurm: expected start 14:20 UTC (in 2 h 05 m)``,
     ``now: starts now``, ``table: expected start 12:10 UTC (in 10 m; provisioning at most 10 m ...)``,
-    ``slurm: no estimate (Slurm's controller does not answer ...)``. A start on another day than
-    ``now`` says its date."""
+    ``slurm: no estimate (Slurm's controller does not answer ...)``, ``table: no estimate (provider
+    not in the provisioning table: ...)``; with nobody to ask (source ``now``) just ``no estimate
+    (...)``, never "now: no estimate". A start on another day than ``now`` says its date."""
     if estimate.at is None:
-        return f"{estimate.source}: no estimate ({estimate.reason})"
+        return f"no estimate ({estimate.reason})" if estimate.source == "now" else f"{estimate.source}: no estimate ({estimate.reason})"
     wait = estimate.wait(now)
+    if "instead_of" in estimate.facts:
+        # --own-capacity-estimate: the layer's own account stood in for a scheduler's missing answer.
+        return f"now: starts now by this layer's own account ({estimate.facts['instead_of']} gave no estimate: {estimate.facts.get('unanswered')})"
     if estimate.source == "now" or (wait is not None and wait.total_seconds() <= NOW_WITHIN_S):
         return f"{estimate.source}: starts now"
     at = estimate.at.astimezone(timezone.utc)

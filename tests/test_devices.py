@@ -201,20 +201,30 @@ def test_2_a_4g_and_a_3g_share_an_h100(hardware: Hardware) -> None:
 
 @pytest.mark.parametrize(
     "fractions",
-    [(0.25, 0.25, 0.4), (0.25, 0.4, 0.25), (0.1, 0.1, 0.25, 0.4)],
-    ids=["2g-2g-3g", "2g-3g-2g", "1g-1g-2g-3g"],
+    [(0.1, 0.5), (0.25, 0.5), (0.1, 0.25, 0.5), (0.25, 0.1, 0.5), (0.1, 0.1, 0.1, 0.5)],
+    ids=["1g-4g", "2g-4g", "1g-2g-4g", "2g-1g-4g", "1g-1g-1g-4g"],
 )
-def test_2_slices_that_fill_an_h100_together_are_all_placed_in_any_order(hardware: Hardware, fractions: tuple[float, ...]) -> None:
-    """2g@0 + 2g@2 + 3g@4 (and 1g@0 + 1g@1 + 2g@2 + 3g@4) is a valid layout: the starts keep the
-    3g's run 4-7 free for it rather than a 4g's start 0, which these requests never use."""
+def test_2_slices_that_fit_an_h100_beside_a_4g_are_all_placed_in_any_order(hardware: Hardware, fractions: tuple[float, ...]) -> None:
+    """Small slices keep the 4g's only start (0) free: 1g@6 and 2g@4 leave it, and the 4g arrives
+    after them on the same device."""
     hw = hardware
     hw.add_pool(h100s("h100", 1))
     for i, fraction in enumerate(fractions):
         placed(hw, f"w{i}", fraction=fraction)
-    assert hw.pool("h100").view.placeable == "none"  # 7 compute slices used
     layout = hw.pool("h100").devices[0]
-    assert "3g.40gb@4" in layout, layout
+    assert "4g.40gb@0" in layout, layout
     assert_real_geometry(hw, "h100")
+
+
+def test_2_a_1g_then_a_4g_keep_the_second_a100_whole_for_a_whole_device_job(hardware: Hardware) -> None:
+    """One node of 2 A100s: the 1g goes to start 6 of device 0, the 4g beside it at 0, and the
+    whole-device job takes device 1 (a 1g at 0 would have sent the 4g to device 1 and refused it)."""
+    hw = hardware
+    hw.add_pool(Pool("a100", "hpc", "nvidia", 2, "eu", cost_per_hour=2.0, model="a100", supports_fractions=True, nodes=1))
+    assert placed(hw, "small", fraction=0.1)[1].holdings == (Holding(0, "1g.10gb", 6, 1),)
+    assert placed(hw, "half", fraction=0.5)[1].holdings == (Holding(0, "4g.40gb", 0, 4),)
+    assert placed(hw, "whole")[1].holdings == (Holding(1),)
+    assert hw.pool("a100").nodes[0].layout == "1 whole, 0: 4g.40gb@0, 1g.10gb@6"
 
 
 def test_2_seven_1g_fill_an_h100_and_memory_slice_7_is_no_1g_start(hardware: Hardware) -> None:
@@ -222,10 +232,8 @@ def test_2_seven_1g_fill_an_h100_and_memory_slice_7_is_no_1g_start(hardware: Har
     hw.add_pool(h100s("h100", 1))
     starts = [placed(hw, f"s{i}", fraction=0.1)[1].holdings[0].start for i in range(7)]
     assert sorted(int(s or 0) for s in starts) == [0, 1, 2, 3, 4, 5, 6] and None not in starts
-    # The first 1g strands the least: at 0 it keeps the 3g start 4 and the 2g starts 2 and 4 (every
-    # way to fill the rest uses all 6 compute slices left); at 6 a 3g could join it only at 0 and
-    # strand a slice.
-    assert starts[0] == 0
+    # The first 1g goes where only a 1g fits (6): the 4g (start 0) and the 3g at 0 stay placeable.
+    assert starts[0] == 6
     eighth = refused(hw, "s7", fraction=0.1)
     assert reasons(verdict(eighth, "h100")) == [
         ("slice_unavailable", "no H100 in the pool has room for a 1g.10gb beside the slices it holds, nor for a larger one the budget allows "
@@ -498,9 +506,9 @@ def test_7_a_pool_of_fixed_1g_slices_gives_whole_slices_and_refuses_a_half(hardw
 
     # The slices are gone: the next 1g is carved on the MIG pool, which says why the fixed one did not serve.
     third_id, third = placed(hw, "tiny-2", fraction=0.1)
-    assert (third.pool, third.holdings) == ("h100", (Holding(0, "1g.10gb", 0, 1),))
+    assert (third.pool, third.holdings) == ("h100", (Holding(0, "1g.10gb", 6, 1),))
     assert reasons(verdict(third, "mig-1g")) == [("capacity_exhausted", "needs 1 free 1g.10gb slice(s), more than are free")]
-    hw.release(third_id)  # a 1g at 0 leaves no 4g start: the H100 is empty again for the half
+    hw.release(third_id)  # the H100 is empty again for the half
 
     half = placed(hw, "half", fraction=0.5)[1]
     assert (half.pool, half.grant.profile) == ("h100", "4g.40gb")

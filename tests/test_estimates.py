@@ -79,6 +79,13 @@ def test_no_estimate_is_not_now() -> None:
         (StartEstimate("p", NOW + timedelta(minutes=10), "table", NOW, "x", facts={"delay_s": 600, "typical": False}),
          "table: expected start 12:10 UTC (in 10 m; provisioning at most 10 m)"),
         (unknown("p", "slurm", "Slurm's controller does not answer (DOWN)", NOW), "slurm: no estimate (Slurm's controller does not answer (DOWN))"),
+        # Nobody to ask: "now: no estimate" read as a contradiction.
+        (unknown("p", "now", "no room for the grant now, and no scheduler to ask when there will be", NOW),
+         "no estimate (no room for the grant now, and no scheduler to ask when there will be)"),
+        (ProvisioningTable.load().estimate(Pool("site", "cloud", "nvidia", 8, "de-juelich"), NOW),
+         "table: no estimate (provider not in the provisioning table: region de-juelich names no cloud provider in regions.yaml)"),
+        (ProvisioningTable.load().estimate(Pool("seeweb", "cloud", "nvidia", 8, "it-mi2"), NOW),
+         "table: no estimate (provider not in the provisioning table: provisioning.yaml has no provisioning delay for seeweb nvidia)"),
     ],
 )  # fmt: skip
 def test_an_estimate_is_worded_for_people(estimate: StartEstimate, text: str) -> None:
@@ -265,6 +272,51 @@ def test_a_grant_slurm_cannot_be_asked_for_is_no_estimate() -> None:
         [EstimateRequest(SLURM_POOL, W, half, fits_now=True)]
     )[0]
     assert not e.known and "Slurm cannot be asked for this grant" in str(e.reason) and "whole numbers" in str(e.reason)
+
+
+def test_own_capacity_stands_in_only_when_asked_for_and_only_where_a_scheduler_gave_no_estimate() -> None:
+    """Off by default: a Slurm pool Slurm cannot be asked about has no estimate. With own_capacity,
+    the layer's own account says now where the grant fits (source now, the scheduler's reason
+    kept), and still nothing where it does not fit; Slurm's own answers, the table and the free
+    capacity of pools without a scheduler are as before."""
+    slurm = Slurm(CommandResult(("sbatch",), 0, "", "sbatch: Job 9 to start at 2026-12-01T14:05:00 using 1 processors on nodes vm in partition gpu\n"))
+    requests = [
+        EstimateRequest(SLURM_POOL, W, ONE, fits_now=True),
+        EstimateRequest(SLURM_POOL, W, ONE, fits_now=False),
+        EstimateRequest(AWS_POOL, W, ONE, fits_now=True),
+        EstimateRequest(LOCAL_POOL, W, ONE, fits_now=False),
+    ]
+    off = StartEstimator(clock=lambda: NOW).estimate(requests)
+    assert [e.known for e in off] == [False, False, True, False]
+    on = StartEstimator(clock=lambda: NOW, own_capacity=True).estimate(requests)
+    assert [(e.source, e.at) for e in on] == [("now", NOW), ("slurm", None), ("table", NOW + timedelta(minutes=10)), ("now", None)]
+    assert on[0].facts == {"instead_of": "slurm", "unanswered": "no Slurm to ask (no Slurm estimator was given)"}
+    assert start_text(on[0], NOW) == "now: starts now by this layer's own account (slurm gave no estimate: no Slurm to ask (no Slurm estimator was given))"
+    answered = StartEstimator(slurm=SlurmEstimator(slurm, clock=lambda: NOW), clock=lambda: NOW, own_capacity=True).estimate(requests[:1])[0]
+    assert (answered.source, answered.at) == ("slurm", datetime(2026, 12, 1, 14, 5, tzinfo=timezone.utc))  # Slurm's word stands
+
+
+def test_a_hardware_estimates_from_its_own_capacity_only_when_told_to(tmp_path: Path) -> None:
+    from examlops_policy.errors import StateError
+    from examlops_policy.hardware import Hardware
+
+    hw = Hardware(tmp_path)
+    try:
+        before = hw.estimator()
+        assert before.own_capacity is False
+        hw.estimate_from_own_capacity()
+        after = hw.estimator()
+        assert after is not before and after.own_capacity is True
+        hw.estimate_from_own_capacity(False)
+        assert hw.estimator().own_capacity is False
+    finally:
+        hw.close()
+    own = Hardware(tmp_path, estimator=StartEstimator())
+    try:
+        with pytest.raises(StateError, match="its own start estimator"):
+            own.estimate_from_own_capacity()
+    finally:
+        own.close()
 
 
 def test_a_cloud_pool_on_a_cluster_without_a_kubernetes_estimator_is_read_from_the_table() -> None:

@@ -37,3 +37,18 @@ def test_example_workload_gets_its_expected_decision(hardware: Hardware, name: s
         assert decision.grant.profile == expected["profile"]
     if "burst" in expected:
         assert decision.burst.verdict == expected["burst"]
+
+
+@pytest.mark.parametrize(("name", "pool"), [("shared-infer", "infer-t4"), ("gang", "ai-a100")])
+def test_the_node_examples_land_where_their_comments_say(hardware: Hardware, name: str, pool: str) -> None:
+    """examples/nodes/: shared-infer.yaml says it takes a time-sliced T4 share (it went to an A100
+    MIG 2g with the shipped pools), gang.yaml a gang of two nodes under one switch."""
+    fleet = pools_from_file(EXAMPLES / "nodes" / "pools.yaml")
+    decision = hardware.what_if(workload_from_file(EXAMPLES / "nodes" / f"{name}.yaml"), fleet)
+    assert isinstance(decision, Placement), decision
+    assert decision.pool == pool
+    if name == "shared-infer":
+        assert (decision.grant.scheme, decision.grant.shares, decision.grant.profile) == ("time-slice", 1, None)
+        assert "shared without isolation (time-slice: 1 of 4 shares of one device)" in (decision.note or "")
+    else:
+        assert (decision.grant.units, decision.grant.nodes) == (4, 2)

@@ -296,6 +296,25 @@ def test_a_bad_objective_or_weight_is_bad_input(three_pools: Path) -> None:
     assert exa_json(three_pools, "hardware", "decisions") == []
 
 
+@pytest.mark.parametrize("objective", [None, "cost", "carbon", "earliest"])
+def test_a_carbon_weight_without_the_balanced_objective_is_refused_not_ignored(three_pools: Path, tmp_path: Path, objective: str | None) -> None:
+    """--carbon-weight weighs carbon against cost under --optimize balanced only; with any other
+    objective it was silently ignored. Refused (exit 2) on the command line and in a workload file,
+    saying why; nothing recorded."""
+    extra = ["--optimize", objective] if objective else []
+    result = run_exa(three_pools, "hardware", "place", "w", "--accelerator", "nvidia", "--carbon-weight", "0.9", *extra)
+    assert result.returncode == 2, result.stdout
+    assert (f"--carbon-weight: a carbon weight is used only with --optimize balanced, and the objective here is {objective or 'cost'} "
+            "(it would be ignored)") in result.stderr  # fmt: skip
+    path = tmp_path / "w.yaml"
+    path.write_text("workload: {name: w, accelerator: nvidia, carbon_weight: 0.9" + (f", optimize: {objective}" if objective else "") + "}\n")
+    from_file = run_exa(three_pools, "hardware", "place", "-f", str(path))
+    assert from_file.returncode == 2 and f"{path}: workload.carbon_weight: a carbon weight is used only with optimize: balanced" in from_file.stderr
+    assert exa_json(three_pools, "hardware", "decisions") == []
+    balanced = run_exa(three_pools, "hardware", "place", "w", "--accelerator", "nvidia", "--carbon-weight", "0.9", "--optimize", "balanced", "--dry-run")
+    assert balanced.returncode == 0, balanced.stderr
+
+
 # --- 4. budgets ---------------------------------------------------------------------------------
 
 

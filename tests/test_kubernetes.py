@@ -234,3 +234,26 @@ def test_cli_manifest_emits_yaml_and_json(exa_home: Path) -> None:
 
     missing = run_exa(exa_home, "hardware", "manifest", ident, "--image", "bad image")
     assert missing.returncode == 2 and "SpecError" in missing.stderr
+
+
+def test_the_walltime_is_the_job_s_active_deadline(hardware: Hardware) -> None:
+    """--walltime 30m went to Slurm as --time but not into the Job: it is activeDeadlineSeconds
+    (Kubernetes ends the Job past it); without a walltime the Job has no deadline."""
+    pool = Pool("cloud-h100", "cloud", "nvidia", 8, "us-east-1", model="h100")
+    timed = manifest_for(placed(hardware, pool, burst("timed", "nvidia", walltime=1800)), pool, image="img")
+    validate(timed)
+    assert timed["spec"]["activeDeadlineSeconds"] == 1800
+    untimed = manifest_for(placed(hardware, pool, burst("untimed", "nvidia")), pool, image="img")
+    assert "activeDeadlineSeconds" not in untimed["spec"]
+
+
+def test_cli_manifest_yaml_writes_every_part_out_without_anchors(exa_home: Path) -> None:
+    """A gang's manifest repeats its node affinity terms: the YAML said them once as an anchor
+    (&id001) and then as aliases (*id001). Written out in full, it reads back the same as --json."""
+    examples = Path(__file__).resolve().parent.parent / "examples" / "nodes"
+    run_exa(exa_home, "hardware", "apply", "-f", str(examples / "pools.yaml"), check=True)
+    ident = json.loads(run_exa(exa_home, "hardware", "place", "-f", str(examples / "gang.yaml"), "--json", check=True).stdout)["id"]
+    out = run_exa(exa_home, "hardware", "manifest", ident, "--image", "img", check=True).stdout
+    assert not re.search(r"[&*]id\d+", out), out
+    as_json = json.loads(run_exa(exa_home, "hardware", "manifest", ident, "--image", "img", "--json", check=True).stdout)
+    assert yaml.safe_load(out) == as_json

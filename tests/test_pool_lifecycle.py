@@ -103,7 +103,8 @@ def test_only_a_drained_pool_left_is_a_shortfall_for_now_not_ineligible(hw: Hard
     hw.drain("dear")
     decision = hw.place(ONE).decision
     assert isinstance(decision, Rejection) and decision.code == "no_capacity"
-    assert decision.reason == "no pool has free capacity for one (2 checked: pool_drained on 2 pools)"
+    # Not "no pool has free capacity": the pools are drained, not full.
+    assert decision.reason == "no pool can take one now (2 checked: pool_drained on 2 pools)"
 
 
 def test_apply_keeps_a_pool_drained_and_a_pool_is_not_registered_drained(hw: Hardware) -> None:

@@ -74,6 +74,32 @@ def test_serve_admits_when_the_lease_ends_and_stops_cleanly_on_sigterm(exa_home:
     assert run_exa(exa_home, "audit", "verify").returncode == 0
 
 
+@pytest.mark.parametrize("interval", ["0s", "0m"])
+def test_serve_refuses_an_interval_under_a_second_instead_of_spinning(exa_home: Path, interval: str) -> None:
+    """``--interval 0s`` was accepted and stepped without pause (a core busy): below the documented
+    minimum of 1 s, serve exits 2 at once, saying the minimum, and serves nothing."""
+    proc = serve(exa_home, "--interval", interval)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 2, out
+    assert "interval: expected at least 1 s between steps" in out, out
+    assert "serving" not in out
+
+
+def test_the_serving_loop_refuses_a_short_interval_in_the_library_too(tmp_path: Path) -> None:
+    from examlops_policy._serve import MIN_INTERVAL_S, Server
+    from examlops_policy.errors import SpecError
+
+    with pytest.raises(SpecError, match="at least 1 s") as info:
+        Server(lambda: None, interval_s=0.0, slurm=None, kubernetes=None)  # type: ignore[arg-type,return-value]
+    assert info.value.field == "interval"
+    assert Server(lambda: None, interval_s=MIN_INTERVAL_S, slurm=None, kubernetes=None).interval_s == 1.0  # type: ignore[arg-type,return-value]
+
+
 def test_serve_wakes_when_a_lease_ends_while_work_waits_not_at_the_next_interval(exa_home: Path) -> None:
     # The first step finds the pool still held (its lease ends 2 s after it was placed); the next
     # interval is a minute away, but capacity frees when the lease ends, and serve steps then.

@@ -58,6 +58,9 @@ KEY_HEX: Final = 32  # 128 bits of SHA-256: content keys, not security
 POOL_STAGE: Final = ("budget", "capacity", "quota", "wait")
 # The message texts the policy gives (``about.texts``), which selection fills in with counts.
 TEXTS: Final = ("no_pools", "no_eligible_pool", "no_capacity", "reason_on_one", "reason_on_many", "separator")
+# The headlines of a no_capacity summary by what stops the pools that could take the workload
+# (composer.headline_causes); a policy from before them words every such summary as no_capacity.
+HEADLINE_TEXTS: Final = ("no_capacity_wait", "no_capacity_quota", "no_capacity_other")
 # 4: also the decision's time and its candidates' start estimates ("decided_at", "estimates");
 # 3: the state version decided at ("at"); 2: the capacity vector itself.
 RECORD_VERSION: Final = 4
@@ -604,6 +607,8 @@ def decode_about(raw: object, where: str) -> About:
     # A policy from before it published its texts words its summaries itself (its reference rule).
     raw_texts = d.obj(top.get("texts", {}), "about.texts")
     texts = {name: d.text(d.field(raw_texts, name, "about.texts"), f"about.texts.{name}") for name in TEXTS} if raw_texts else {}
+    if texts:
+        texts |= {name: d.text(raw_texts[name], f"about.texts.{name}") for name in HEADLINE_TEXTS if name in raw_texts}
     for name in signature.shape:
         if name not in SHAPE_FIELDS:
             raise PolicyError(f"{where}: the policy reads a pool field this library does not know: {name!r}")

@@ -16,18 +16,20 @@ agree by construction: a profile is placeable exactly when ``choose`` finds room
 
 Where a slice goes: among the free starts on every device, the one that strands the least capacity.
 An empty device used up counts first of all (small slices fill devices that already hold slices and
-keep whole devices placeable). Then, on MIG, the compute the device would strand: over every
-maximal way its free memory slices could still be filled (each a set of instances that leaves no
-room for another), the compute slices that way leaves unused, summed. Then what the pool loses of
-each profile it could still place, largest profile first; then the fullest device, the lowest
-device and start.
+keep whole devices placeable). Then what the device loses of each profile it could still place,
+largest profile first: the first 1g on an empty H100 goes to start 6, where only a 1g fits, and
+leaves the 4g (start 0 only) and the 3g at 0 placeable. Then, on MIG, the compute the device would
+strand: over every maximal way its free memory slices could still be filled (each a set of
+instances that leaves no room for another), the compute slices that way leaves unused, summed.
+Then the room left on the device, the lowest device and start.
 
-Stranding first keeps a device's 3g start at 4 for a 3g when small slices can go to 0-3: on one
-H100, 2g, 2g, 3g ends 2g@0, 2g@2, 3g@4 (keeping the 4g's start 0 instead would leave 2g@4 and a
-second 2g where every 3g run overlaps it). No online rule places every arrival order that fits (2g
-then 4g needs the 2g at 4, 2g then 3g then 2g needs it at 0 or 2); over every arrival order of up
-to five slices that fits one H100 this rule places as many as the best possible rule does, 91 of
-105 (tests/test_invariants.py checks the ones of 1g, 2g and 3g slices it places).
+No online rule places every arrival order that fits one device (1g then 4g needs the 1g away from
+0-3; 1g, 1g, 2g, 3g needs memory slice 7, which a 1g at 6 cuts off). This one places every
+arrival order of slices that fit one device without memory slice 7 (whatever comes first), and
+every order largest first; so a device's slices never take a second, empty device while a better
+start keeps the first one's room: on two H100s, 1g, 4g and a whole device all fit (1g@6 and 4g@0
+on device 0, device 1 whole). tests/test_invariants.py checks both on pools of devices and of
+nodes, with whole devices asked for in between.
 """
 
 from __future__ import annotations
@@ -260,9 +262,9 @@ def _starts(layout: PoolLayout, d: _Device, share: Share) -> list[int]:
 
 
 def _loss(layout: PoolLayout, d: _Device, share: Share, start: int) -> tuple[object, ...]:
-    """The rank of putting ``share`` at ``start`` on ``d``: what the pool loses of each profile,
-    largest first (an empty device used up counts first), then the room left on the device, then
-    device and start."""
+    """The rank of putting ``share`` at ``start`` on ``d``: an empty device used up counts first,
+    then what the device loses of each profile, largest first, then the MIG compute it would strand,
+    the room left on the device, device and start."""
     after = _Device(d.index, d.whole, set(d.memory), d.compute, d.mode, set(d.partitions))
     if layout.kind == "mig":
         after.memory.update(range(start, start + share.memory))
@@ -273,7 +275,7 @@ def _loss(layout: PoolLayout, d: _Device, share: Share, start: int) -> tuple[obj
     lost = [_fits(layout, d, s) - _fits(layout, after, s) for s in (layout.shares[p] for p in layout.profiles_large_first)]
     stranded = _stranded(layout, after) - _stranded(layout, d) if layout.kind == "mig" else 0
     room = layout.compute_slices - after.compute if layout.kind == "mig" else -len(after.partitions)
-    return (int(d.empty), stranded, *lost, room, d.index, start)
+    return (int(d.empty), *lost, stranded, room, d.index, start)
 
 
 def _stranded(layout: PoolLayout, d: _Device) -> int:

@@ -23,7 +23,7 @@ explanations) are built only when someone looks at them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Final, overload
@@ -52,6 +52,9 @@ from examlops_policy._core.quota import NO_USE, QuotaUse
 from examlops_policy._core.verdicts import Alternative, ShapeVerdict, WorkloadVerdict
 from examlops_policy._core.waiting import Starts, exceeded
 
+# The headline of a no_capacity summary by what stops the pools that could take the workload (the
+# policy's composer.headline_causes; any other cause, or several: no_capacity_other).
+HEADLINES: Final = {"capacity": "no_capacity", "wait": "no_capacity_wait", "quota": "no_capacity_quota"}
 COST_DIGITS: Final = 9  # grant costs compare at this precision (Rego computes them in decimals)
 
 
@@ -343,6 +346,22 @@ class Judged:
         return sorted(rows, key=lambda row: row[:-1])
 
     @cached_property
+    def check_of_code(self) -> Mapping[str, str]:
+        """The check that declares each reason code (the policy's ``about.checks``)."""
+        return {code: check.name for check in self.checks for code, _, _ in check.codes}
+
+    def cause(self, reasons: Iterable[Reason]) -> str:
+        """What stops a pool whose reasons are all ``not_now`` (the policy's ``composer.cause``):
+        ``other`` when a check beside capacity, wait and quota gives one of them, else ``quota``,
+        else ``wait``, else ``capacity``."""
+        checks = {self.check_of_code.get(r.code) for r in reasons}
+        if checks - set(HEADLINES):
+            return "other"
+        if "quota" in checks:
+            return "quota"
+        return "wait" if "wait" in checks else "capacity"
+
+    @cached_property
     def static_counts(self) -> tuple[Mapping[str, int], tuple[bool | None, ...]]:
         """What a rejection's summary counts that no capacity changes: each code over the pools'
         shape and budget denials, and per pool whether those are all ``not_now`` (None: it has
@@ -545,7 +564,7 @@ def summary(
         return "no_pools", texts.get("no_pools", "")
     static, not_now = judged.static_counts
     counts = dict(static)
-    capacity_only = False
+    causes: set[str] = set()  # what stops each pool stopped only by not_now reasons
     shapes = judged.shapes
     for i, entry in enumerate(entries):
         v = shapes[entry.key]
@@ -555,18 +574,25 @@ def summary(
         if short:
             extra.append(v.shortfall)
         if not extra:
-            capacity_only = capacity_only or base is True
+            if base is True:
+                causes.add(judged.cause(judged.denials[i]))
             continue
         for r in extra:
             counts[r.code] = counts.get(r.code, 0) + 1
-        capacity_only = capacity_only or ((base is None or base) and all(r.kind == "not_now" for r in extra))
-    code = "no_capacity" if capacity_only else "no_eligible_pool"
+        if (base is None or base) and all(r.kind == "not_now" for r in extra):
+            causes.add(judged.cause((*judged.denials[i], *extra)))
+    code = "no_capacity" if causes else "no_eligible_pool"
     if not texts:
         return code, ""
     parts = texts["separator"].join(
         fill(texts["reason_on_one"] if n == 1 else texts["reason_on_many"], code=c, count=n) for c, n in sorted(counts.items())
     )
-    return code, fill(texts[code], workload=workload.name, checked=len(entries), reasons=parts)
+    headline = code
+    if causes:
+        # As the policy's composer.headline: the text of the one cause every such pool has.
+        (one,) = causes if len(causes) == 1 else ("other",)
+        headline = HEADLINES.get(one, "no_capacity_other")
+    return code, fill(texts.get(headline) or texts[code], workload=workload.name, checked=len(entries), reasons=parts)
 
 
 def decide_over(

@@ -22,8 +22,8 @@ from examlops_policy._core.waiting import WaitLimits
 # What a shape may say of a pool: its fields, and what is derived from its nodes. The fields that
 # came with nodes are left out of a shape while they are null, so a pool that is not node-tracked
 # has the shape (and the shape key) it had before.
-DERIVED_SHAPE_FIELDS: Final = ("node_sizes",)
-LATER_SHAPE_FIELDS: Final = frozenset({"node_sizes", "sharing", "shares_per_device"})
+DERIVED_SHAPE_FIELDS: Final = ("node_sizes", "node_limits", "whole_cpus")
+LATER_SHAPE_FIELDS: Final = frozenset({"node_sizes", "node_limits", "whole_cpus", "sharing", "shares_per_device"})
 SHAPE_FIELDS: Final = frozenset(Pool.__dataclass_fields__) | frozenset(DERIVED_SHAPE_FIELDS)
 
 

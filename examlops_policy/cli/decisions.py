@@ -77,6 +77,7 @@ def placement(args: argparse.Namespace) -> tuple[Workload, bool]:
             raise SpecError(problem, source="command line", field=option)
     if args.models is not None:
         values["models"] = types.names(args.models)
+    specs.check_carbon_weight(values, source="command line", weight="--carbon-weight", optimize="--optimize")
     return specs.workload_from_mapping(values, source="command line"), False
 
 
@@ -123,6 +124,8 @@ def _ask_kubernetes(args: argparse.Namespace, hw: Hardware) -> None:
     and ``--kubeconfig`` only say how to ``--submit kubernetes``."""
     if args.ask_kubernetes:
         hw.ask_kubernetes(kubeconfig=args.kubeconfig, context=args.context)
+    if args.own_capacity_estimate:
+        hw.estimate_from_own_capacity()
 
 
 def cmd_place(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
@@ -301,7 +304,7 @@ def _workload_args(p: argparse.ArgumentParser, *, target: bool, queue: bool = Fa
     p.add_argument("--allow-burst", action="store_true", help="allow bursting from HPC to cloud")
     p.add_argument("--allow-cpu-fallback", action="store_true", help="a CPU may stand in for the accelerator")
     p.add_argument("--optimize", choices=OBJECTIVES, help="what to minimise among admissible pools (default cost; earliest: the soonest estimated start)")
-    p.add_argument("--carbon-weight", type=float, help="balanced: the weight of carbon against cost, 0 to 1 (default 0.5)")
+    p.add_argument("--carbon-weight", type=float, help="with --optimize balanced only: the weight of carbon against cost, 0 to 1 (default 0.5)")
     p.add_argument("--max-cost-per-hour", type=float, help="cap on what the grant may cost per hour (USD)")
     p.add_argument("--max-carbon-per-hour", type=float, help="cap on what the grant may emit per hour (gCO2e)")
     p.add_argument("--project", help="the project whose caps apply (budgets.yaml)")
@@ -318,6 +321,8 @@ def _workload_args(p: argparse.ArgumentParser, *, target: bool, queue: bool = Fa
     p.add_argument("--priority", help="its priority class (priorities.yaml: orders the queue, may allow preemption)")
     p.add_argument("--ask-kubernetes", action="store_true",
                    help="ask the Kubernetes cluster (--kubeconfig, --context) when the pools it serves would start it, not the provisioning table")
+    p.add_argument("--own-capacity-estimate", action="store_true",
+                   help="where Slurm or Kubernetes gives no start estimate (cannot be asked), take now when this layer's own account has room (off by default)")
     uses = "--ask-kubernetes, --submit kubernetes" if queue else "--ask-kubernetes"
     p.add_argument("--context", help=f"{uses}: the kubeconfig context (default: its current context)")
     p.add_argument("--kubeconfig", help=f"{uses}: the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")

@@ -82,9 +82,7 @@ def cmd_manifest(args: argparse.Namespace, hw: Hardware, console: Console) -> in
     if args.json:
         render.dump_json(console, manifest)
     else:
-        import yaml
-
-        console.file.write(yaml.safe_dump(manifest, sort_keys=False, default_flow_style=False))
+        console.file.write(render.plain_yaml(manifest))
     return exits.OK
 
 

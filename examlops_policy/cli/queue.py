@@ -199,7 +199,7 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=cmd_reconcile)
 
     p = hardware.add_parser("serve", parents=[common], help="reconcile, expire leases and admit, every interval, until SIGTERM or SIGINT")
-    p.add_argument("--interval", type=types.lease, default=types.lease("30s"), help="between steps, e.g. 2s, 30s, 5m (default 30s)")
+    p.add_argument("--interval", type=types.lease, default=types.lease("30s"), help="between steps, at least 1s, e.g. 2s, 30s, 5m (default 30s)")
     p.add_argument("--once", action="store_true", help="one step, then exit")
     _scheduler_args(p)
     p.set_defaults(handler=cmd_serve)

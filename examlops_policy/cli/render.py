@@ -45,6 +45,18 @@ def dump_json(console: Console, value: object, *, sort_keys: bool = True) -> Non
     console.file.write(json.dumps(value, indent=2, sort_keys=sort_keys, ensure_ascii=False) + "\n")
 
 
+def plain_yaml(value: object) -> str:
+    """``value`` as block YAML in its own key order, every repeated part written out in full: no
+    anchors and aliases (``&id001`` / ``*id001``), which kubectl reads but people and many tools do not."""
+    import yaml
+
+    class _Plain(yaml.SafeDumper):
+        def ignore_aliases(self, data: object) -> bool:
+            return True
+
+    return yaml.dump(value, Dumper=_Plain, sort_keys=False, default_flow_style=False)
+
+
 def stream_json(console: Console, items: Iterable[object]) -> None:
     """A JSON array written item by item: a long list never sits in memory as one document."""
     first = True

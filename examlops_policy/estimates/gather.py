@@ -13,6 +13,12 @@ Which source a pool gets (``StartEstimator.source_of``):
   whose devices are all taken has nothing to provision (no estimate).
 * any other pool (HPC without a scheduler to ask): now when the grant fits, else no estimate.
 
+Off by default, ``own_capacity`` (``Hardware.estimate_from_own_capacity``, ``--own-capacity-estimate``):
+where Slurm or a Kubernetes cluster gives no estimate (it cannot be asked, or does not say) and the
+grant fits the pool's free capacity by the layer's own account, the estimate is "now" (source
+``now``), its detail naming the scheduler's own reason. The layer does not see work it did not
+place: the start is an assumption, said so.
+
 This waits on schedulers: call it before the state's write lock is taken, never under it.
 """
 
@@ -64,6 +70,7 @@ class StartEstimator:
         table: ProvisioningTable | None = None,
         gres: GresTable | Callable[[], GresTable] | None = None,
         clock: Callable[[], datetime] = utc_now,
+        own_capacity: bool = False,
     ) -> None:
         self._slurm: SlurmEstimator | None = None
         self._make_slurm: Callable[[], SlurmEstimator] | None = None
@@ -76,6 +83,8 @@ class StartEstimator:
         # The GRES table is read when a Slurm pool is first asked about (given, or how to read it).
         self._gres = gres
         self._clock = clock
+        # Where a scheduler gives no estimate: now when the grant fits by the layer's own account.
+        self.own_capacity = own_capacity
 
     @property
     def slurm(self) -> SlurmEstimator | None:
@@ -147,7 +156,16 @@ class StartEstimator:
         if kube_items and self.kubernetes is not None:
             for (index, _, _), estimate in zip(kube_items, self.kubernetes.estimate_many([(p, f) for _, p, f in kube_items])):
                 results[index] = estimate
-        return [r if r is not None else unknown(requests[i].pool.name, self.source_of(requests[i].pool), "no answer", now) for i, r in enumerate(results)]
+        found = [r if r is not None else unknown(requests[i].pool.name, self.source_of(requests[i].pool), "no answer", now) for i, r in enumerate(results)]
+        if self.own_capacity:
+            found = [_own(e, now) if e.at is None and e.source in ("slurm", "kubernetes") and r.fits_now else e for e, r in zip(found, requests)]
+        return found
+
+
+def _own(unanswered: StartEstimate, now: datetime) -> StartEstimate:
+    """The layer's own account instead of a scheduler's missing estimate: the grant fits now."""
+    why = f"free capacity now by this layer's own account, which cannot see work it did not place: starts now ({unanswered.source} gave no estimate: {unanswered.reason})"
+    return StartEstimate(unanswered.pool, now, "now", now, f"now: {why}", facts={"instead_of": unanswered.source, "unanswered": unanswered.reason})
 
 
 __all__ = ["EstimateRequest", "StartEstimator"]

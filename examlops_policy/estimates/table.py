@@ -88,9 +88,10 @@ class ProvisioningTable:
         """When a cloud pool with no scheduler to ask would start a workload asked for ``now``."""
         provider, delay = self.delay(pool)
         if provider is None:
-            return unknown(pool.name, "table", f"region {pool.region} names no cloud provider in regions.yaml; {TABLE} has no row for it", now)
+            return unknown(pool.name, "table", f"provider not in the provisioning table: region {pool.region} names no cloud provider in regions.yaml", now)
         if delay is None:
-            return unknown(pool.name, "table", f"{TABLE} has no provisioning delay for {provider} {pool.accelerator}", now, {"provider": provider})
+            return unknown(pool.name, "table", f"provider not in the provisioning table: {TABLE} has no provisioning delay for {provider} {pool.accelerator}",
+                           now, {"provider": provider})  # fmt: skip
         at = now + timedelta(seconds=delay.seconds)
         kind = "typical" if delay.typical else "at most"
         facts: JSONObject = {

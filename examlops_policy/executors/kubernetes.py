@@ -208,7 +208,8 @@ def job_manifest(
     amd_memory_partition: str = "nps1",
     tpu_topology: str | None = None,
 ) -> JSONObject:
-    """The ``batch/v1`` Job for a placed, unreleased decision on ``pool``."""
+    """The ``batch/v1`` Job for a placed, unreleased decision on ``pool``; the workload's
+    ``walltime`` is the Job's ``activeDeadlineSeconds``."""
     decision = live_placement(record, pool, nothing="to emit a Job for")
     if not IMAGE_RE.fullmatch(image):
         raise SpecError(f"not a container image reference: {image!r}", field="--image")
@@ -278,6 +279,9 @@ def job_manifest(
         "backoffLimit": 0,
         "template": {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}, "spec": pod_spec},
     }
+    if decision.workload.walltime is not None:
+        # The workload's time limit, as Slurm gets it (--time): Kubernetes ends the Job past it.
+        spec["activeDeadlineSeconds"] = decision.workload.walltime
     if len(allocations) > 1:
         # A gang: N pods together, each with its index (JOB_COMPLETION_INDEX), all or nothing.
         gang: JSONObject = {"completionMode": "Indexed", "completions": len(allocations), "parallelism": len(allocations)}

@@ -100,14 +100,49 @@ burst_blocking := {name | some name, a in check_about; a.custom.blocks_burst == 
 # Why nothing was placed when the workload itself was fine: the caller fills in the workload's
 # name, how many pools were checked and, per reason code, on how many pools it was found
 # ({code}, {count}), joined with the separator. The reference decision words it the same way.
+# A workload that could run later (no_capacity) is told what stops the pools that could take it
+# (headline_causes): capacity alone, the wait (no estimate, or one too late: the scheduler may not
+# have been asked), the quota, or several or other reasons.
 texts := {
 	"no_pools": "no pools are registered",
 	"no_eligible_pool": "no pool is eligible for {workload} ({checked} checked: {reasons})",
 	"no_capacity": "no pool has free capacity for {workload} ({checked} checked: {reasons})",
+	"no_capacity_wait": "no pool is expected to start {workload} within its waiting limits ({checked} checked: {reasons})",
+	"no_capacity_quota": "no pool is within the quota {workload} may use ({checked} checked: {reasons})",
+	"no_capacity_other": "no pool can take {workload} now ({checked} checked: {reasons})",
 	"reason_on_one": "{code} on 1 pool",
 	"reason_on_many": "{code} on {count} pools",
 	"separator": ", ",
 }
+
+# Which headline a no_capacity summary takes, by what stops each pool stopped only by not_now
+# reasons (each pool's cause: other when a check beside these gives one of its reasons, else quota,
+# else wait, else capacity): the text when every such pool has that cause, else no_capacity_other.
+headline_causes := {"capacity": "no_capacity", "wait": "no_capacity_wait", "quota": "no_capacity_quota"}
+
+# The check that declares each reason code.
+check_of_code := {code: name |
+	some name, a in check_about
+	some code, _ in object.get(a, ["custom", "codes"], {})
+}
+
+# What stops a pool, from the codes of its reasons (all not_now).
+cause(codes) := "other" if {
+	some c in codes
+	not object.get(check_of_code, c, null) in object.keys(headline_causes)
+} else := "quota" if {
+	some c in codes
+	check_of_code[c] == "quota"
+} else := "wait" if {
+	some c in codes
+	check_of_code[c] == "wait"
+} else := "capacity"
+
+# The text of a no_capacity summary whose pools have these causes.
+headline(causes) := headline_causes[c] if {
+	count(causes) == 1
+	some c in causes
+} else := "no_capacity_other"
 
 # --- provenance ----------------------------------------------------------------------------------
 

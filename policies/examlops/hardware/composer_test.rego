@@ -130,8 +130,8 @@ test_signature_fields if {
 	sig := composer.signature with checks as core_checks
 	sig == {
 		"shape": [
-			"accelerator", "capabilities", "fixed_profile", "model", "region", "shares_per_device", "sharing", "spot",
-			"supports_fractions", "target",
+			"accelerator", "capabilities", "fixed_profile", "model", "node_limits", "region", "shares_per_device", "sharing",
+			"spot", "supports_fractions", "target",
 		],
 		"workload": [
 			"accelerator", "allow_budget_fallback", "allow_burst", "allow_cpu_fallback", "capabilities", "carbon_weight",
@@ -231,4 +231,26 @@ test_texts_name_every_placeholder_the_caller_fills if {
 
 test_the_pool_stage_is_budget_capacity_quota_and_wait if {
 	composer.pool_stage_checks == {"budget", "capacity", "quota", "wait"}
+}
+
+# --- the headline of a no_capacity summary ----------------------------------------------------------
+
+test_a_pools_cause_is_quota_then_wait_then_capacity_and_other_beside_them if {
+	composer.cause({"capacity_exhausted"}) == "capacity"
+	composer.cause({"capacity_exhausted", "estimate_unknown"}) == "wait"
+	composer.cause({"quota_exceeded", "wait_exceeded", "slice_unavailable"}) == "quota"
+	composer.cause({"pool_drained", "capacity_exhausted"}) == "other"
+	composer.cause({"a_code_no_check_declares"}) == "other"
+}
+
+test_the_headline_is_the_one_cause_s_else_the_general_one if {
+	composer.headline({"capacity"}) == "no_capacity"
+	composer.headline({"wait"}) == "no_capacity_wait"
+	composer.headline({"quota"}) == "no_capacity_quota"
+	composer.headline({"other"}) == "no_capacity_other"
+	composer.headline({"capacity", "wait"}) == "no_capacity_other"
+	every _, name in composer.headline_causes {
+		composer.texts[name]
+	}
+	composer.texts.no_capacity_other
 }

@@ -16,9 +16,11 @@
 #   slices) or shares on each of `nodes` nodes (a gang, all or nothing), beside cpu_milli and
 #   memory_mib of each node's own, and the topology level the gang's nodes must share when it is
 #   required (null otherwise). devices, what is priced and accounted, counts every node of the gang.
+#   CPU or memory asked of a pool whose nodes do not all say theirs (node_limits) are not checked
+#   there: the grant's note says so.
 # custom:
 #   reads:
-#     shape: [accelerator, model, supports_fractions, fixed_profile, sharing, shares_per_device]
+#     shape: [accelerator, model, supports_fractions, fixed_profile, sharing, shares_per_device, node_limits]
 #     workload: [fraction, count, nodes, cpu, memory, topology, topology_mode]
 package examlops.hardware.fractions
 
@@ -41,17 +43,46 @@ scheme(shape) := partitioning.schemes[scheme_name(shape)]
 # grant.units of grant.profile (null: whole devices), or grant.shares of one device, on each of
 # grant.nodes nodes, is what the pool's capacity must hold; grant.devices is the share of devices
 # held, which is what is priced and accounted.
-grant(shape, w) := per_node(per_device(shape, w), w)
 
-# A grant of one device's worth (whole devices, slices or a share) with what it asks of each node.
-per_node(d, w) := object.union(d, {
+grant(shape, w) := per_node(per_device(shape, w), w, unchecked(shape, w))
+
+# A grant of one device's worth (whole devices, slices or a share) with what it asks of each node,
+# its note saying what of that was not checked on the pool's nodes.
+per_node(d, w, unsaid) := object.union(d, {
 	"nodes": gang(w),
 	"cpu_milli": milli(object.get(w, "cpu", null)),
 	"memory_mib": mib(object.get(w, "memory", null)),
 	"shares": object.get(d, "shares", null),
 	"topology": required_topology(w),
 	"devices": d.devices * gang(w),
+	"note": with_unchecked(d.note, unsaid),
 })
+
+# What the workload asks of a node that the pool's nodes do not all say: "CPU", "memory", both.
+unchecked(shape, w) := [what |
+	some [key, what, asked] in [
+		["cpu", "CPU", milli(object.get(w, "cpu", null))],
+		["memory", "memory", mib(object.get(w, "memory", null))],
+	]
+	asked > 0
+	not key in node_limits(shape)
+]
+
+# What every node of the pool says beside its devices (none when it is absent or null).
+node_limits(shape) := said if {
+	said := object.get(shape, "node_limits", null)
+	is_array(said)
+} else := []
+
+with_unchecked(note, []) := note
+
+with_unchecked(note, unsaid) := concat("; ", [n | some n in [note, text]; n != null]) if {
+	count(unsaid) > 0
+	text := sprintf(
+		"%s not checked: the pool does not say its nodes' %s",
+		[concat(" and ", unsaid), concat(" and ", unsaid)],
+	)
+}
 
 per_device(shape, w) := fixed(shape, w) if {
 	fixed_profile(shape) != null
@@ -153,7 +184,7 @@ shared(shape, w) := {
 # smallest covering share (the grant) has no room now. Each is a grant of its own, flagged larger,
 # whose devices are what is priced and budgeted; its note says why the workload holds more than it
 # asked for. Empty where the grant is not a share cut for the request (whole devices, fixed slices).
-alternatives(shape, w) := [per_node(larger(sc, s, w, g), w) |
+alternatives(shape, w) := [per_node(larger(sc, s, w, g), w, unchecked(shape, w)) |
 	fixed_profile(shape) == null
 	w.fraction < 1
 	shape.supports_fractions == true

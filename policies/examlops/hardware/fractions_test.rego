@@ -316,7 +316,7 @@ test_every_slice_packs_in_its_geometry[name] if {
 
 test_about_reads if {
 	fractions.about.custom.reads == {
-		"shape": ["accelerator", "model", "supports_fractions", "fixed_profile", "sharing", "shares_per_device"],
+		"shape": ["accelerator", "model", "supports_fractions", "fixed_profile", "sharing", "shares_per_device", "node_limits"],
 		"workload": ["fraction", "count", "nodes", "cpu", "memory", "topology", "topology_mode"],
 	}
 }
@@ -327,6 +327,21 @@ test_a_gang_asks_each_node_the_same_and_is_priced_for_all if {
 	w := {"fraction": 1, "count": 4, "nodes": 2, "cpu": 1.5, "memory": 65536, "topology": "same-switch", "topology_mode": "required"}
 	g := fractions.grant(nvidia({"model": "h100"}), w)
 	[g.units, g.nodes, g.cpu_milli, g.memory_mib, g.topology, g.devices] == [4, 2, 1500, 65536, "same-switch", 8]
+}
+
+# CPU and memory asked of a pool whose nodes do not say them are not checked: the note says which.
+test_what_the_pool_s_nodes_do_not_say_is_noted_as_not_checked if {
+	w := {"fraction": 1, "count": 1, "cpu": 2, "memory": 1024}
+	fractions.grant(nvidia({}), w).note == "CPU and memory not checked: the pool does not say its nodes' CPU and memory"
+	fractions.grant(nvidia({"node_limits": ["cpu"]}), w).note == "memory not checked: the pool does not say its nodes' memory"
+	fractions.grant(nvidia({"node_limits": ["cpu", "memory"]}), w).note == null
+	fractions.grant(nvidia({}), {"fraction": 1, "count": 1}).note == null
+	fractions.grant(nvidia({}), {"fraction": 1, "count": 1, "cpu": 0.5}).note == "CPU not checked: the pool does not say its nodes' CPU"
+	t4 := nvidia({"model": "t4", "supports_fractions": true})
+	fractions.grant(t4, {"fraction": 0.5, "count": 1, "memory": 1024}).note == concat("; ", [
+		"fraction 0.5 not honored (nvidia model 't4' has no isolated partitioning) — whole device allocated",
+		"memory not checked: the pool does not say its nodes' memory",
+	])
 }
 
 test_one_node_is_always_together if {
@@ -412,7 +427,7 @@ test_no_alternatives_where_no_larger_share_is_cut[name] if {
 
 test_alternatives_ask_each_node_what_the_grant_asks if {
 	w := object.union(share(0.25), {"cpu": 2, "memory": 1024})
-	alts := fractions.alternatives(amd({"model": "mi300x"}), w)
+	alts := fractions.alternatives(amd({"model": "mi300x", "node_limits": ["cpu", "memory"]}), w)
 	[[a.profile, a.nodes, a.cpu_milli, a.memory_mib, a.shares, a.topology] | some a in alts] == [
 		["dpx", 1, 2000, 1024, null, null],
 		["spx", 1, 2000, 1024, null, null],

@@ -413,8 +413,21 @@ summary := {"code": "no_pools", "message": texts.no_pools} if {
 			"{checked}": format_int(count(pool_verdicts), 10),
 			"{reasons}": concat(texts.separator, parts),
 		},
-		texts[shortfall_code],
+		texts[shortfall_text],
 	)
+}
+
+# The headline: a workload that could run later is told what stops the pools that could take it.
+shortfall_text := composer.headline(waiting_causes) if {
+	shortfall_code == "no_capacity"
+} else := shortfall_code
+
+waiting_causes := {composer.cause({r.code | some r in pv.denials}) |
+	some pv in pool_verdicts
+	count(pv.denials) > 0
+	every r in pv.denials {
+		r.kind == "not_now"
+	}
 }
 
 # Some pool is stopped by capacity alone: the workload could run once capacity frees.

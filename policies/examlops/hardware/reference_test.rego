@@ -977,7 +977,10 @@ test_a_pool_over_the_projects_quota_waits_and_a_class_without_quota_is_refused i
 	codes(d.verdicts["hpc-mi300"]) == ["quota_unknown"]
 	d.verdicts["hpc-mi300"].reasons[0].kind == "never"
 	d.outcome == "rejected"
-	d.reason.code == "no_capacity"
+	d.reason == {
+		"code": "no_capacity",
+		"message": "no pool is within the quota train may use (3 checked: burst_not_allowed on 1 pool, quota_exceeded on 2 pools, quota_unknown on 1 pool)",
+	}
 }
 
 test_within_the_quota_the_pool_is_chosen if {
@@ -1200,7 +1203,16 @@ test_only_late_pools_is_no_capacity if {
 	d.pool == null
 	d.reason == {
 		"code": "no_capacity",
-		"message": "no pool has free capacity for train (2 checked: estimate_unknown on 1 pool, wait_exceeded on 1 pool)",
+		"message": "no pool is expected to start train within its waiting limits (2 checked: estimate_unknown on 1 pool, wait_exceeded on 1 pool)",
+	}
+}
+
+# A full pool under a waiting limit is told by the wait as well: it could start were it asked when.
+test_a_full_pool_under_a_limit_is_told_by_the_wait if {
+	d := decide_at(train({"max_wait": 600}), [full(unknown)], noon)
+	d.reason == {
+		"code": "no_capacity",
+		"message": "no pool is expected to start train within its waiting limits (1 checked: capacity_exhausted on 1 pool, estimate_unknown on 1 pool)",
 	}
 }
 

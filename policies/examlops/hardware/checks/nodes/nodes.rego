@@ -7,15 +7,20 @@
 #   and the reason names what is lacking and what the largest node has; a pool whose nodes are only
 #   busy now is judged by capacity. Every node counts, whatever its state (a drained or down node
 #   may come back). A pool without node information is one node: it never holds a gang of several.
+#   A pool whose scheduler allocates whole CPUs only (whole_cpus: a Slurm partition) never takes a
+#   fraction of a CPU: refused here, at placement, rather than by the scheduler at submit.
 # custom:
 #   order: 65
 #   reads:
-#     shape: [node_sizes, accelerator, model, supports_fractions, fixed_profile, sharing, shares_per_device]
+#     shape: [node_sizes, accelerator, model, supports_fractions, fixed_profile, sharing, shares_per_device, whole_cpus]
 #     workload: [fraction, count, nodes, cpu, memory, topology, topology_mode]
 #   codes:
 #     no_node_fits:
 #       kind: never
 #       meaning: "no node of the pool (or too few for the gang) could ever hold what the workload asks of one node"
+#     cpu_not_whole:
+#       kind: never
+#       meaning: "the workload asks a fraction of a CPU, and the pool's scheduler (Slurm) allocates whole CPUs only"
 package examlops.hardware.checks.nodes
 
 import data.examlops.hardware.asks
@@ -29,6 +34,22 @@ deny contains r if {
 	asks_of_nodes(input.shape, input.workload)
 	g := fractions.grant(input.shape, input.workload)
 	some r in too_small(object.get(input.shape, "node_sizes", null), g, input.shape)
+}
+
+# Slurm's --cpus-per-task counts whole CPUs: a fraction of one is refused here, not rounded (the
+# workload says how much it needs; rounding up would hold more than it asked for, unasked).
+deny contains reason.make(
+	"cpu_not_whole",
+	"never",
+	sprintf(
+		"the pool's scheduler (Slurm) allocates whole CPUs, and the workload asks %s per node: ask for whole cores (e.g. %s)",
+		[asks.cpu_text(cpu), asks.cores(ceil(cpu / 1000) * 1000)],
+	),
+	{"cpu_milli": cpu},
+) if {
+	input.shape.whole_cpus == true
+	cpu := fractions.milli(object.get(input.workload, "cpu", null))
+	cpu % 1000 != 0
 }
 
 # Only a pool of nodes, or a gang, can be too small here (a pool without node information is one

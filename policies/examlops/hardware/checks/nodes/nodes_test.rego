@@ -70,3 +70,15 @@ test_a_share_needs_one_device if {
 	deny(shape, ask({"fraction": 0.25, "cpu": 8})) == set()
 	messages(shape, ask({"fraction": 0.25, "cpu": 16})) == {"no node of the pool has 16 CPU cores; the largest has 8"}
 }
+
+# A Slurm partition allocates whole CPUs: half a core is refused at placement (never), a whole
+# number of cores is not, and a pool of another scheduler takes the half.
+test_a_fraction_of_a_cpu_is_never_placed_where_only_whole_cpus_are_allocated if {
+	slurm := {"accelerator": "nvidia", "whole_cpus": true}
+	[r] := [r | some r in nodes.deny with input as {"shape": slurm, "workload": {"fraction": 1, "count": 1, "cpu": 0.5}}]
+	r.code == "cpu_not_whole"
+	r.kind == "never"
+	r.message == "the pool's scheduler (Slurm) allocates whole CPUs, and the workload asks 0.5 CPU cores per node: ask for whole cores (e.g. 1)"
+	count(nodes.deny) == 0 with input as {"shape": slurm, "workload": {"fraction": 1, "count": 1, "cpu": 2}}
+	count(nodes.deny) == 0 with input as {"shape": {"accelerator": "nvidia"}, "workload": {"fraction": 1, "count": 1, "cpu": 0.5}}
+}
