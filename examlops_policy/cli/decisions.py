@@ -327,7 +327,7 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=cmd_portable)
 
     p = hardware.add_parser("decisions", parents=[common], help="recent placement decisions, a page at a time")
-    p.add_argument("--limit", type=types.limit, default=20)
+    p.add_argument("--limit", type=types.page_limit, default=20)
     p.add_argument("--since", help="only decisions made at or after this time (ISO 8601, UTC)")
     p.add_argument("--until", help="only decisions made before this time (ISO 8601, UTC)")
     p.add_argument("--cursor", type=types.cursor, help="the next page: the cursor the last page printed")

@@ -181,7 +181,7 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=cmd_queue)
 
     p = hardware.add_parser("admit", parents=[common], help="offer the queue the capacity there is now")
-    p.add_argument("--max", type=types.limit, help="admit at most this many")
+    p.add_argument("--max", type=types.admissions, help="admit at most this many (1 or more)")
     p.set_defaults(handler=cmd_admit)
 
     p = hardware.add_parser("cancel", parents=[common], help="take a waiting workload out of the queue")
