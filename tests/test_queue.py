@@ -344,6 +344,9 @@ def test_device_hours_used_in_the_period_stop_new_work_of_the_class(tmp_path: Pa
         assert waits.decision.outcome == "queued" and dict(waits.queue.waits_for) == {"quota_exceeded": 1}  # type: ignore[union-attr]
         assert waits.decision.provenance.quota_use == {"device_hours": {"green-research": {"nvidia": 2001.0}},
                                                        "devices": {"green-research": {"nvidia": 1.0}}}
+        # The quotas report agrees: no room while the device-hours are used up (nominal 16, 1 held).
+        row = next(r for r in hw.quotas() if (r.project, r.accelerator) == ("green-research", "nvidia"))
+        assert (row.held, row.room) == (1.0, 0.0) and row.summary.endswith("used up, nothing more starts until older use ages out")
         clock["now"] = "2026-12-06T06:00:00.000000Z"  # 30 days on, the first grant's hours have aged out
         assert isinstance(hw.place(Workload("later", "nvidia", project="green-research")).decision, Placement)
     finally:
