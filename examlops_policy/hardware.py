@@ -787,14 +787,14 @@ class Hardware:
         """Release the placements whose lease ended (audited as ``expired``): their ids."""
         return commit.expire_leases(self.store, self._capacities, source=SOURCE)
 
-    def queue_wakes_at(self) -> float | None:
+    def queue_wakes_at(self) -> datetime | None:
         """While work waits in the queue, when capacity next frees by itself: the end of the first
-        lease of a live placement not yet submitted, in epoch seconds by the store's clock (None:
-        nothing waits, or no placement has a lease). What ``serve`` wakes for."""
+        lease of a live placement not yet submitted, an aware UTC datetime by the store's clock
+        (None: nothing waits, or no placement has a lease). What ``serve`` wakes for."""
         if not self.store.queue_waiting():
             return None
         ends = self.store.next_lease_end()
-        return None if ends is None else commit.epoch_of(ends)
+        return None if ends is None else datetime.fromtimestamp(commit.epoch_of(ends), timezone.utc)
 
     def quotas(self) -> list[QuotaRow]:
         """Use against quota per project and accelerator class (quotas.yaml), worded by the policy."""

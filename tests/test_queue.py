@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ import pytest
 from examlops_policy._core import leases
 from examlops_policy.errors import NotFoundError, SpecError
 from examlops_policy.hardware import Hardware
-from examlops_policy.model import Placement, Pool, Rejection, Workload
+from examlops_policy.model import Placement, Pool, Queued, Rejection, Workload
 from examlops_policy.store import Store
 from reliability.backends import Backend, backend  # noqa: F401  (backend: the fixture)
 from reliability.harness import open_hardware, violations
@@ -50,7 +50,7 @@ def test_a_workload_whose_pools_are_full_waits_recorded_and_audited_as_queued(hw
     assert isinstance(first.decision, Placement)
     waiting = hw.place(amd("b"), queue=True)
     d = waiting.decision
-    assert isinstance(d, Rejection) and d.queued and d.outcome == "queued" and d.code == "no_capacity"
+    assert isinstance(d, Queued) and not isinstance(d, Rejection) and d.queued and d.outcome == "queued" and d.code == "no_capacity"
     assert waiting.queue is not None and waiting.queue.state == "queued" and (waiting.queue.position, waiting.queue.of) == (1, 1)
     assert dict(waiting.queue.waits_for) == {"capacity_exhausted": 1}
     queued = entries(hw.store, "queued")
@@ -59,9 +59,20 @@ def test_a_workload_whose_pools_are_full_waits_recorded_and_audited_as_queued(hw
     assert [e["outcome"] for e in entries(hw.store, "decision")] == ["placed", "queued"]
     # The record reads back as it was decided (rebuilt), and the chain vouches for it.
     again = hw.decision(waiting.id)
-    assert again.decision.outcome == "queued" and again.decision.reason == d.reason
+    assert isinstance(again.decision, Queued) and again.decision.reason == d.reason
     assert hw.verify_audit().ok
     assert violations(backend) == []
+
+
+def test_the_public_api_names_the_queued_decision_and_the_node() -> None:
+    """``from examlops_policy import ...`` gives what a pool of nodes and a queued record are built
+    of: ``Node``, and ``Queued`` (a queued record's decision, no ``Rejection``)."""
+    import examlops_policy
+    from examlops_policy import model
+
+    assert examlops_policy.Node is model.Node and examlops_policy.Queued is model.Queued
+    assert {"Node", "Queued"} <= set(examlops_policy.__all__)
+    assert not issubclass(model.Queued, model.Rejection)
 
 
 def test_without_queue_a_full_fleet_rejects_as_before(hw: Hardware) -> None:
@@ -455,6 +466,8 @@ def test_the_queue_wakes_when_the_first_lease_of_an_unsubmitted_placement_ends(h
     assert leased.lease_expires_at is not None
     assert hw.queue_wakes_at() is None  # a lease, but nothing waits
     hw.place(amd("b"), queue=True)
-    assert hw.queue_wakes_at() == pytest.approx(leases.instant(leased.lease_expires_at).timestamp())
+    wakes = hw.queue_wakes_at()
+    assert isinstance(wakes, datetime) and wakes.utcoffset() == timedelta(0)  # a datetime, as the rest of the API
+    assert wakes == leases.instant(leased.lease_expires_at)
     hw.set_job(leased.id, "4711", scheduler="slurm")
     assert hw.queue_wakes_at() is None  # submitted: it holds its devices until its job ends

@@ -23,11 +23,11 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Final, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Final, Protocol, TypeGuard, TypeVar, cast
 
 from examlops_policy.errors import NotFoundError, SpecError, StateError
 from examlops_policy.model import (
-    Capacity, Decision, DeviceShare, Holding, JSONObject, JSONValue, NodeAllocation, Placement, Pool, PoolState, Rejection, iso, pool_spec,
+    Capacity, Decision, DeviceShare, Holding, JSONObject, JSONValue, NodeAllocation, Placement, Pool, PoolState, Queued, Rejection, iso, pool_spec,
 )
 from examlops_policy.store.api import (
     BurstRow, DecisionRow, HeldRow, NewDecision, NewNodeGrant, NewQueued, NodeUsageRow, PoolRow, QueueRow, Rows, StaleFleet,
@@ -105,7 +105,7 @@ def waits_for(decision: Decision) -> dict[str, int]:
     return counts
 
 
-def queueable(decision: Decision) -> bool:
+def queueable(decision: Decision) -> TypeGuard[Rejection]:
     """Only a workload whose pools are stopped by ``not_now`` reasons alone (full, slice
     unavailable, over quota) may wait: the policy's ``no_capacity``. One that can never run, or
     whose burst data residency blocked, is rejected at once."""
@@ -275,7 +275,8 @@ def place(
                 decision = dataclasses.replace(decision, holdings=chosen)
         project, priority = prepared.workload.project, prepared.workload.priority
         if queued is not None:
-            decision = dataclasses.replace(decision, queued=True)  # type: ignore[arg-type]
+            assert isinstance(decision, Rejection)
+            decision = Queued.of(decision)
         now = txn.now()
         until = leases.lease_end(now, lease) if lease is not None else lease_expires_at
         record = _write(

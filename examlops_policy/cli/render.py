@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from examlops_policy.cli.console import Console, Text
 from examlops_policy.quantities import memory_text
 
-from examlops_policy.model import Decision, Grant, Placement, PoolState, PoolVerdict, Rejection, article
+from examlops_policy.model import Decision, Grant, Placement, PoolState, PoolVerdict, Queued, Rejection, article
 from examlops_policy.views import (
     DecisionRecord, DecisionSummary, Explanation, PoolDetail, PoolView, QueueEntry, Standing, explain, start_text, wait_text,
 )  # fmt: skip
@@ -149,8 +149,7 @@ def print_decision(console: Console, decision: Decision, entry: QueueEntry | Non
         for line in allocation_lines(decision):
             console.print(Text(f"  {line}", style="dim"))
         return
-    assert isinstance(decision, Rejection)
-    if decision.queued:
+    if isinstance(decision, Queued):
         console.print(Text(queued_line(decision.workload.name, entry), style="yellow"))
         console.print(Text(f"  {decision.reason}", style="dim"))
     elif decision.burst_blocked:
