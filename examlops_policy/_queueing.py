@@ -527,6 +527,9 @@ def _requeue(hw: Hardware, grant: GrantRow) -> None:
     origin = hw.store.queue_of(grant.id)
     record = hw.decision(grant.id)
     workload = workload_from_spec(origin.spec) if origin is not None else record.decision.workload
+    if workload.priority is None and grant.priority is not None:
+        # A record from before the workload document kept the class: its column has it.
+        workload = dataclasses.replace(workload, priority=grant.priority)
     submission = Submit.from_text(origin.submission) if origin is not None and origin.submission else None
     lease = timedelta(seconds=origin.lease_s) if origin is not None and origin.lease_s else None
     queued_at = origin.queued_at if origin is not None else grant.created_at

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from examlops_policy._core import leases
+from examlops_policy._queueing import workload_from_spec
 from examlops_policy.errors import NotFoundError, SpecError
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Placement, Pool, Queued, Rejection, Workload
@@ -416,6 +417,35 @@ def test_a_high_priority_workload_preempts_a_low_one_on_spot_capacity(backend: B
         assert violations(backend) == []
         report = hw.verify_audit()  # the tables held to the chain: the victim's release and mark
         assert report.ok, report.problems
+    finally:
+        hw.close()
+
+
+def test_a_preempted_workload_is_queued_again_in_its_class_and_may_be_preempted_again(backend: Backend, opa_home: Path) -> None:
+    """The record keeps the workload's class (its document says ``priority``); the victim waits as
+    ``low`` behind normal work, and a later high one takes its grant again."""
+    hw = open_hardware(backend, opa_home)
+    try:
+        hw.apply([Pool("spot-amd", "hpc", "amd", 2, "eu", cost_per_hour=0.5, carbon_factor=10, spot=True)])
+        victim = hw.place(amd("batch", 2, priority="low", spot="allow"))
+        assert hw.decision(victim.id).decision.workload.priority == "low"  # rebuilt from its recorded document
+        first = hw.place(amd("urgent", 2, priority="high", spot="allow"), queue=True)
+        normal = hw.place(amd("normal", 2, spot="allow"), queue=True)
+        assert [a.queued_id for a in hw.admit().admitted] == [first.id]
+        requeued = next(r for r in hw.store.queue_rows(("queued",)) if r.preempted_from == victim.id)
+        assert requeued.priority == "low" and workload_from_spec(requeued.spec).priority == "low"
+        assert [e.id for e in hw.queue().entries] == [normal.id, requeued.id]  # low stays behind normal
+        # The urgent work ends: normal comes first, then the victim runs again, still low ...
+        assert [a.queued_id for a in hw.release(hw.queue(every=True).entries[-1].admitted_by).admitted.admitted] == [normal.id]  # type: ignore[arg-type,union-attr]
+        hw.release(next(e.admitted_by for e in hw.queue(every=True).entries if e.id == normal.id))  # type: ignore[arg-type]
+        again = next(e for e in hw.queue(every=True).entries if e.id == requeued.id)
+        assert again.state == "admitted" and again.admitted_by is not None
+        assert hw.decision(again.admitted_by).decision.workload.priority == "low"
+        # ... and high work takes it again.
+        second = hw.place(amd("urgent-2", 2, priority="high", spot="allow"), queue=True)
+        report = hw.admit()
+        assert [(a.queued_id, a.preempted) for a in report.admitted] == [(second.id, (again.admitted_by,))]
+        assert violations(backend) == []
     finally:
         hw.close()
 
