@@ -220,17 +220,6 @@ def index_ranges(indices: Sequence[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def print_released_retry(console: Console, record: DecisionRecord) -> None:
-    """A retry of a request whose placement was released since, or whose lease ended: it holds
-    nothing now."""
-    when = f"lease ended {record.released_at}" if record.lease_ended else f"released {record.released_at}"
-    console.print(Text(
-        f"  {when}: request id {record.request_id!r} was placed by decision {record.id[:12]} "
-        "and holds nothing now (nothing was placed again; use a new request id to place it again)",
-        style="yellow",
-    ))  # fmt: skip
-
-
 def ended_text(record: DecisionRecord) -> str:
     """`` · released T`` or `` · lease ended T`` for a placement that holds nothing now; else empty."""
     if record.released_at is None:
