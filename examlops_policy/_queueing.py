@@ -37,7 +37,7 @@ from examlops_policy.errors import ExaError, ExecutorError, PolicyError, SpecErr
 from examlops_policy.model import Decision, JSONObject, JSONValue, Placement, Rejection, Workload
 from examlops_policy.store import StaleFleet
 from examlops_policy.store.api import GrantRow, QueueRow
-from examlops_policy.views import AdmissionReport, Admitted, Cancelled, DecisionRecord, QueueEntry, QueueListing, QuotaRow, Submit
+from examlops_policy.views import AdmissionReport, Admitted, Cancelled, DecisionRecord, QueueEntry, QueueListing, QuotaRow, Submit, duration_text
 
 if TYPE_CHECKING:
     from examlops_policy._core.engine import Engine, Prepared
@@ -303,6 +303,13 @@ def admit(hw: Hardware, *, limit: int | None = None) -> AdmissionReport:
     if not store.queue_waiting():
         return AdmissionReport(tuple(admitted), tuple(failed), 0, None)
     rows = store.queue_rows(("queued",))
+    # Work past its max_wait (counted from when it was first queued) leaves the queue first.
+    now_ts = store_now(hw)
+    late = {r.id: why for r in rows if (why := past_max_wait(r, now_ts)) is not None}
+    for r in rows:
+        if r.id in late and (gone := _fail(hw, r, late[r.id], waiting=True)) is not None:
+            failed.append(gone)
+    rows = [r for r in rows if r.id not in late]
     ranked = rank(hw, rows)
     by_id = {r.id: r for r in rows}
     for place in ranked.order:
@@ -328,7 +335,10 @@ def admit_one(hw: Hardware, row: QueueRow) -> Admitted | QueueEntry | None:
         workload = workload_from_spec(row.spec)
     except SpecError as exc:
         return _fail(hw, row, f"its workload no longer reads as valid: {exc}")
-    request = Request(workload)
+    late = past_max_wait(row, store_now(hw), workload)
+    if late is not None:
+        return _fail(hw, row, late, waiting=True)
+    request = Request(_left_to_wait(workload, row, store_now(hw)))
     lease = None if row.lease_s is None else timedelta(seconds=row.lease_s)
     preempted: tuple[str, ...] = ()
     for _ in range(FLEET_ROUNDS):
@@ -369,9 +379,43 @@ FLEET_ROUNDS: Final = 5
 SOURCE: Final = "exa-hardware"
 
 
-def _fail(hw: Hardware, row: QueueRow, message: str) -> QueueEntry | None:
-    after = commit.fail_queued(hw.store, hw._capacities, row.id, message, source=SOURCE)
+def _fail(hw: Hardware, row: QueueRow, message: str, *, waiting: bool = False) -> QueueEntry | None:
+    after = commit.fail_queued(hw.store, hw._capacities, row.id, message, source=SOURCE, waiting=waiting)
     return None if after is None else entry_of(after)
+
+
+# -- max_wait, counted from when it was first queued ---------------------------------------------------
+
+
+def past_max_wait(row: QueueRow, now_ts: float, workload: Workload | None = None) -> str | None:
+    """Why a waiting workload leaves the queue unplaced: its ``max_wait``, counted from when it was
+    first queued (as a deadline is fixed then), has passed; None while it has not, or when it has
+    none. A workload queued again after it was preempted had started within its max_wait: it
+    waits on (its wait is the preemption's)."""
+    if row.preempted_from is not None:
+        return None
+    if workload is None:
+        try:
+            workload = workload_from_spec(row.spec)
+        except SpecError:
+            return None  # admission fails it, saying why
+    if workload.max_wait is None:
+        return None
+    waited = now_ts - row.queued_ts
+    if waited <= workload.max_wait:
+        return None
+    return (
+        f"past its max_wait: it waited {duration_text(waited)} since it was first queued at {row.queued_at}, "
+        f"longer than its max_wait of {duration_text(workload.max_wait)}; it leaves the queue unplaced"
+    )
+
+
+def _left_to_wait(workload: Workload, row: QueueRow, now_ts: float) -> Workload:
+    """The workload as admission judges it: its max_wait is what is left of it since it was first
+    queued (the placement's record keeps that), so no pass starts its clock again."""
+    if workload.max_wait is None or row.preempted_from is not None:
+        return workload
+    return dataclasses.replace(workload, max_wait=max(0, int(workload.max_wait - (now_ts - row.queued_ts))))
 
 
 # -- submission once admitted -----------------------------------------------------------------------

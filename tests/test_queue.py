@@ -138,6 +138,40 @@ def test_a_release_admits_the_next_in_order_linked_to_its_queued_record(hw: Hard
     assert violations(backend) == []
 
 
+def test_max_wait_counts_from_when_it_was_first_queued_and_work_past_it_leaves_the_queue(tmp_path: Path, opa_home: Path) -> None:
+    """As a deadline would be: a pass does not start the clock again. Work past its max_wait leaves
+    the queue (failed, saying why) and is not placed; work within it is judged with what is left."""
+    from examlops_policy.hardware import ManagedPolicy
+    from examlops_policy.store.sqlite import SQLiteStore
+
+    clock = {"now": "2026-11-01T00:00:00.000000Z"}
+    hw = Hardware(tmp_path, store=SQLiteStore(tmp_path / "state.db", clock=lambda: clock["now"]), policy=ManagedPolicy(opa_home))
+    try:
+        hw.apply([SMALL])
+        first = hw.place(amd("a", 2))
+        short = hw.place(amd("short", max_wait=60), queue=True)
+        long = hw.place(amd("long", max_wait=600), queue=True)
+        assert short.decision.outcome == long.decision.outcome == "queued"
+        clock["now"] = "2026-11-01T00:00:30.000000Z"
+        assert hw.admit().failed == ()  # within both: both still wait
+        clock["now"] = "2026-11-01T00:02:00.000000Z"  # 2 min after both were queued
+        report = hw.release(first.id).admitted
+        assert report is not None
+        assert [a.queued_id for a in report.admitted] == [long.id]
+        assert [(e.id, e.state) for e in report.failed] == [(short.id, "failed")]
+        why = report.failed[0].message or ""
+        assert why.startswith("past its max_wait: it waited 2 m since it was first queued at 2026-11-01T00:00:00") and "max_wait of 1 m" in why
+        placed = hw.decision(report.admitted[0].decision_id).decision
+        assert isinstance(placed, Placement) and placed.workload.max_wait == 480  # 10 min less the 2 it waited
+        # The reason stays with the queued record: explain and queue --all show it.
+        entry = hw.decision(short.id).queue
+        assert entry is not None and (entry.state, entry.message) == ("failed", why)
+        assert hw.store.queue_rows(("queued",)) == []
+        assert hw.verify_audit().ok
+    finally:
+        hw.close()
+
+
 def test_admission_with_nothing_waiting_writes_nothing(hw: Hardware) -> None:
     before = len(hw.store.audit_rows())
     report = hw.admit()

@@ -1223,15 +1223,18 @@ def cancel_queued(store: Rows, ident: str, *, source: str) -> tuple[QueueRow, bo
     return store.transaction(work, landed=landed)
 
 
-def fail_queued(store: Rows, capacities: Capacities, ident: str, message: str, *, source: str, release_placement: bool = True) -> QueueRow | None:
+def fail_queued(
+    store: Rows, capacities: Capacities, ident: str, message: str, *, source: str, release_placement: bool = True, waiting: bool = False,
+) -> QueueRow | None:
     """A queued workload that cannot run: a waiting one the policy now refuses outright, or an
     admitted one whose submission the scheduler refused (its placement released). The row after;
-    None when it was no longer in a state to fail (another process did it)."""
+    None when it was no longer in a state to fail (another process did it; with ``waiting``, one
+    that no longer waits: admitted meanwhile, it is left as it is)."""
 
     def work(txn: Transaction) -> QueueRow | None:
         expire(txn, capacities, source=source)
         row = txn.queue_row(ident)
-        if row is None or row.state not in ("queued", "admitted"):
+        if row is None or row.state not in (("queued",) if waiting else ("queued", "admitted")):
             return None
         if row.state == "admitted" and row.admitted_by is not None and release_placement:
             placed = txn.find(row.admitted_by)
