@@ -538,7 +538,9 @@ class Hardware:
         then on (every read sees it ended; the next write releases it, stamped with the lease's end,
         audited as ``expired``). ``queue``: when every pool that could take the workload is only
         full (the policy's ``no_capacity``), it waits in the queue instead (outcome ``queued``, its
-        record's ``queue`` says its place) and is placed when capacity frees (``admit``);
+        record's ``queue`` says its place) and is placed when capacity frees (``admit``); work of a
+        class that may preempt tries its preemption at once (its record's ``queue`` then says it was
+        admitted, or why it takes no grant);
         ``submission``: how it is submitted once placed. A workload that can never run is rejected
         as ever. Raises SpecError, PolicyUnavailable/PolicyError (nothing placed), StateError.
         """
@@ -581,6 +583,9 @@ class Hardware:
                 return self._with_queue(_same_request(self._record(done.earlier), request, request_id))
             if done.after is not None:
                 self._snapshots.advance(snap.base or snap, *done.after)
+            if done.record.decision.outcome == "queued":
+                # Urgent work (a class that may preempt) takes its grants now, not at the next pass.
+                _queueing.preempt_now(self, done.record.id)
             return self._with_queue(done.record)
         raise StateError(f"pools kept changing while {workload.name} was being placed ({FLEET_ROUNDS} rounds); nothing was placed")
 

@@ -440,10 +440,16 @@ def test_a_high_priority_workload_preempts_a_low_one_on_spot_capacity(backend: B
         assert isinstance(victim.decision, Placement)
         urgent = hw.place(amd("urgent", 2, priority="high", spot="allow"), queue=True)
         assert urgent.decision.outcome == "queued"
-        report = hw.admit()
-        assert [a.queued_id for a in report.admitted] == [urgent.id] and report.admitted[0].preempted == (victim.id,)
+        # Queueing urgent work tries its preemption at once, not at the next pass.
+        assert urgent.queue is not None and urgent.queue.state == "admitted" and urgent.queue.preempted == (victim.id,)
+        assert hw.admit().admitted == ()
         after = hw.decision(victim.id)
         assert after.released_at is not None and after.preempting_for == urgent.id
+        # The victim says who took its grant; the preemptor's placement names its victims.
+        assert after.preempted_by == urgent.queue.admitted_by
+        assert hw.decision(urgent.queue.admitted_by).preempted == (victim.id,)  # type: ignore[arg-type]
+        flags = {s.id: (s.preempting_for, s.released_at) for s in hw.decision_page().decisions}
+        assert flags[victim.id] == (urgent.id, after.released_at)
         requeued = [r for r in hw.store.queue_rows(("queued",)) if r.preempted_from == victim.id]
         assert len(requeued) == 1 and requeued[0].queued_at == victim.created_at  # it keeps its age
         kinds = [e["kind"] for e in entries(hw.store)]
@@ -464,22 +470,52 @@ def test_a_preempted_workload_is_queued_again_in_its_class_and_may_be_preempted_
         victim = hw.place(amd("batch", 2, priority="low", spot="allow"))
         assert hw.decision(victim.id).decision.workload.priority == "low"  # rebuilt from its recorded document
         first = hw.place(amd("urgent", 2, priority="high", spot="allow"), queue=True)
+        assert first.queue is not None and first.queue.state == "admitted" and first.queue.admitted_by is not None  # preempted at once
         normal = hw.place(amd("normal", 2, spot="allow"), queue=True)
-        assert [a.queued_id for a in hw.admit().admitted] == [first.id]
         requeued = next(r for r in hw.store.queue_rows(("queued",)) if r.preempted_from == victim.id)
         assert requeued.priority == "low" and workload_from_spec(requeued.spec).priority == "low"
         assert [e.id for e in hw.queue().entries] == [normal.id, requeued.id]  # low stays behind normal
         # The urgent work ends: normal comes first, then the victim runs again, still low ...
-        assert [a.queued_id for a in hw.release(hw.queue(every=True).entries[-1].admitted_by).admitted.admitted] == [normal.id]  # type: ignore[arg-type,union-attr]
+        assert [a.queued_id for a in hw.release(first.queue.admitted_by).admitted.admitted] == [normal.id]  # type: ignore[union-attr]
         hw.release(next(e.admitted_by for e in hw.queue(every=True).entries if e.id == normal.id))  # type: ignore[arg-type]
         again = next(e for e in hw.queue(every=True).entries if e.id == requeued.id)
         assert again.state == "admitted" and again.admitted_by is not None
         assert hw.decision(again.admitted_by).decision.workload.priority == "low"
         # ... and high work takes it again.
         second = hw.place(amd("urgent-2", 2, priority="high", spot="allow"), queue=True)
-        report = hw.admit()
-        assert [(a.queued_id, a.preempted) for a in report.admitted] == [(second.id, (again.admitted_by,))]
+        assert second.queue is not None and (second.queue.state, second.queue.preempted) == ("admitted", (again.admitted_by,))
         assert violations(backend) == []
+    finally:
+        hw.close()
+
+
+def test_when_urgent_work_does_not_preempt_the_plans_reasons_say_why(backend: Backend, opa_home: Path) -> None:
+    """The policy's reasons for passing over each grant reach the queued record, the queue, the
+    admission report and the place result (victim_within_quota: the other project borrows nothing;
+    pool_not_preemptible: not spot capacity)."""
+    hw = open_hardware(backend, opa_home)
+    try:
+        hw.apply([
+            Pool("spot-nv", "hpc", "nvidia", 2, "eu", cost_per_hour=0.5, carbon_factor=10, spot=True),
+            Pool("small", "hpc", "amd", 2, "eu", cost_per_hour=0.5, carbon_factor=10),
+        ])  # fmt: skip
+        train = hw.place(amd("train", 2))
+        held = hw.place(Workload("serve", "nvidia", count=2, priority="low", spot="allow", project="inference-eu"))
+        assert isinstance(held.decision, Placement)
+        urgent = hw.place(Workload("urgent", "nvidia", count=2, priority="high", spot="allow", project="llm-pretraining"), queue=True)
+        entry = urgent.queue
+        assert entry is not None and entry.state == "queued" and entry.preemption is not None
+        # Its own pool's grant borrows nothing; the fallback pool (amd) is not spot capacity.
+        assert entry.preemption.startswith("pool_not_preemptible on 1 grant, victim_within_quota on 1 grant ("), entry.preemption
+        listed = next(e for e in hw.queue().entries if e.id == urgent.id)
+        assert listed.preemption == entry.preemption
+        report = hw.admit()
+        assert report.not_preempted == ((urgent.id, "urgent", entry.preemption),)
+        assert hw.decision(urgent.id).queue.preemption == entry.preemption  # type: ignore[union-attr]
+
+        other = hw.place(amd("eval", 2, priority="high"), queue=True)
+        assert other.queue is not None and other.queue.preemption is not None
+        assert other.queue.preemption.startswith("pool_not_preemptible on 1 grant (") and train.id in other.queue.preemption
     finally:
         hw.close()
 
@@ -489,8 +525,10 @@ def test_a_normal_priority_workload_does_not_preempt(backend: Backend, opa_home:
     try:
         hw.apply([Pool("spot-amd", "hpc", "amd", 2, "eu", cost_per_hour=0.5, carbon_factor=10, spot=True)])
         hw.place(amd("batch", 2, priority="low", spot="allow"))
-        hw.place(amd("normal", 2, spot="allow"), queue=True)
-        assert hw.admit().admitted == ()
+        normal = hw.place(amd("normal", 2, spot="allow"), queue=True)
+        assert normal.queue is not None and normal.queue.preemption is None  # its class never preempts: nothing to explain
+        report = hw.admit()
+        assert report.admitted == () and report.not_preempted == ()
     finally:
         hw.close()
 
