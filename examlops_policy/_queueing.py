@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 from examlops_policy import specs
 from examlops_policy._core import codec, commit
 from examlops_policy._core.request import Request
-from examlops_policy.errors import ExaError, ExecutorError, PolicyError, SpecError, StateError
+from examlops_policy.errors import ExaError, ExecutorError, NotFoundError, PolicyError, SpecError, StateError
 from examlops_policy.model import Decision, JSONObject, JSONValue, Placement, Rejection, Workload
 from examlops_policy.store import StaleFleet
 from examlops_policy.store.api import GrantRow, QueueRow
-from examlops_policy.views import AdmissionReport, Admitted, Cancelled, DecisionRecord, QueueEntry, QueueListing, QuotaRow, Submit
+from examlops_policy.views import AdmissionReport, Admitted, Cancelled, DecisionRecord, QueueEntry, QueueListing, QuotaRow, Submit, duration_text
 
 if TYPE_CHECKING:
     from examlops_policy._core.engine import Engine, Prepared
@@ -282,23 +282,33 @@ def listing(hw: Hardware, *, every: bool = False) -> QueueListing:
     ranked = rank(hw, rows, now_ts=now_ts) if rows else Ranked((), {}, {})
     by_id = {r.id: r for r in rows}
     held = reservation_now(hw, rows, ranked) if rows else None
-    entries = [_reserving(entry_of(by_id[str(p["id"])], ranked, now_ts), held) for p in ranked.order if str(p["id"]) in by_id]
+    entries = [
+        _with_outlook(hw, _reserving(entry_of(by_id[str(p["id"])], ranked, now_ts), held), by_id[str(p["id"])])
+        for p in ranked.order
+        if str(p["id"]) in by_id
+    ]
     entries += [entry_of(by_id[i], ranked, now_ts) for i in sorted(ranked.invalid) if i in by_id]
     if every:
         entries += [entry_of(r) for r in hw.store.queue_rows(("admitted", "cancelled", "failed"))]
     return QueueListing(tuple(entries), ranked.projects)
 
 
-def entry(hw: Hardware, ident: str) -> QueueEntry | None:
-    """A queued record's entry, its place in the order asked when it waits (None: no queue row)."""
+def entry(hw: Hardware, ident: str, verdicts: Sequence[Any] | None = None) -> QueueEntry | None:
+    """A queued record's entry, its place in the order asked when it waits, and why its class takes
+    no grant by preemption where it may preempt (``verdicts``: those it was queued with); the
+    grants it took once admitted by preemption (None: no queue row)."""
     row = hw.store.queue_find(ident) if ident else None
     if row is None:
         return None
     if row.state != "queued":
-        return entry_of(row)
+        found = entry_of(row)
+        if row.state == "admitted":
+            taken = tuple(g.id for g in hw.store.preempted_for(row.id) if g.released_ts is not None)
+            found = dataclasses.replace(found, preempted=taken)
+        return found
     rows = hw.store.queue_rows(("queued",))
     ranked = rank(hw, rows)
-    return _reserving(entry_of(row, ranked), reservation_now(hw, rows, ranked))
+    return _with_outlook(hw, _reserving(entry_of(row, ranked), reservation_now(hw, rows, ranked)), row, verdicts)
 
 
 def _reserving(found: QueueEntry, held: Reservation | None) -> QueueEntry:
@@ -306,6 +316,25 @@ def _reserving(found: QueueEntry, held: Reservation | None) -> QueueEntry:
     if held is None or held.id != found.id:
         return found
     return dataclasses.replace(found, reservation=held.reason)
+
+
+def _with_outlook(hw: Hardware, found: QueueEntry, row: QueueRow, verdicts: Sequence[Any] | None = None) -> QueueEntry:
+    """A waiting entry with why its class, one that may preempt, takes no grant now (the policy's
+    plan asked read-only over the verdicts it was queued with); other entries as they are."""
+    try:
+        workload = workload_from_spec(row.spec)
+    except SpecError:
+        return found
+    if not may_preempt(hw, workload):
+        return found
+    if verdicts is None:
+        verdicts = hw.records.record(hw.store.decision_row(row.id)).decision.verdicts
+    answer, none = victims_answer(hw, row.id, workload, verdicts)
+    plan = answer.get("plan") if answer is not None else None
+    if isinstance(plan, dict) and plan.get("victims"):
+        taken = ", ".join(str(v)[:12] for v in cast(list[JSONValue], plan["victims"]))
+        return dataclasses.replace(found, preemption=f"the next admission pass preempts grant(s) {taken} for it")
+    return dataclasses.replace(found, preemption=none or why_not(cast(JSONObject, answer)))
 
 
 # -- queueing a placement ------------------------------------------------------------------------
@@ -345,29 +374,41 @@ def admit(hw: Hardware, *, limit: int | None = None) -> AdmissionReport:
     if not store.queue_waiting():
         return AdmissionReport(tuple(admitted), tuple(failed), 0, None)
     rows = store.queue_rows(("queued",))
+    # Work past its max_wait (counted from when it was first queued) leaves the queue first.
+    now_ts = store_now(hw)
+    late = {r.id: text for r in rows if (text := past_max_wait(r, now_ts)) is not None}
+    for r in rows:
+        if r.id in late and (gone := _fail(hw, r, late[r.id], waiting=True)) is not None:
+            failed.append(gone)
+    rows = [r for r in rows if r.id not in late]
     ranked = rank(hw, rows)
     by_id = {r.id: r for r in rows}
     reserved: list[Reservation] = []  # the reservation the first workload that does not fit holds (one a pass)
+    why: dict[str, str] = {}
     for place in ranked.order:
         if limit is not None and len(admitted) >= limit:
             break
         row = by_id.get(str(place["id"]))
         if row is None:
             continue
-        done = admit_one(hw, row, reserved)
+        done = admit_one(hw, row, reserved, why)
         if isinstance(done, Admitted):
             admitted.append(done)
         elif done is not None:
             failed.append(done)
     waiting = len(store.queue_rows(("queued",)))
-    return AdmissionReport(tuple(admitted), tuple(failed), waiting, hw.engine.reviewed)
+    not_preempted = tuple((i, by_id[i].workload, text) for i, text in why.items() if i in by_id)
+    return AdmissionReport(tuple(admitted), tuple(failed), waiting, hw.engine.reviewed, not_preempted)
 
 
-def admit_one(hw: Hardware, row: QueueRow, reserved: list[Reservation] | None = None) -> Admitted | QueueEntry | None:
+def admit_one(
+    hw: Hardware, row: QueueRow, reserved: list[Reservation] | None = None, why: dict[str, str] | None = None
+) -> Admitted | QueueEntry | None:
     """Judge one waiting workload again and place it when it fits (claiming its row) and the
     reservation held in this pass (``reserved``) lets it start; preempt when its class may and it
     fits nowhere; else, when no reservation is held yet, ask whether it holds one. Admitted, the
-    entry of a workload that failed, or None (it still waits)."""
+    entry of a workload that failed, or None (it still waits; ``why``, by queued id, says why a
+    class that may preempt took no grant)."""
     try:
         workload = vouched_workload(hw, row)
     except StateError:
@@ -378,7 +419,10 @@ def admit_one(hw: Hardware, row: QueueRow, reserved: list[Reservation] | None = 
         edited = submission_vouched(hw, row)
         if edited is not None:
             return _fail(hw, row, f"not admitted: {edited}; its queue row was changed beside the audit log (run exa audit verify)")
-    request = Request(workload)
+    late = past_max_wait(row, store_now(hw), workload)
+    if late is not None:
+        return _fail(hw, row, late, waiting=True)
+    request = Request(_left_to_wait(workload, row, store_now(hw)))
     lease = None if row.lease_s is None else timedelta(seconds=row.lease_s)
     preempted: tuple[str, ...] = ()
     for _ in range(FLEET_ROUNDS):
@@ -388,7 +432,7 @@ def admit_one(hw: Hardware, row: QueueRow, reserved: list[Reservation] | None = 
         if not isinstance(decided, Placement):
             if not commit.queueable(decided):
                 return _fail(hw, row, f"the policy now refuses it: {getattr(decided, 'reason', '')}")
-            victims = _preemption(hw, row, workload, decided)
+            victims = _preemption(hw, row, workload, decided, why)
             if not victims:
                 if reserved is not None and not reserved:
                     held = reservation_for(hw, row, workload, decided, snap)
@@ -425,8 +469,8 @@ FLEET_ROUNDS: Final = 5
 SOURCE: Final = "exa-hardware"
 
 
-def _fail(hw: Hardware, row: QueueRow, message: str) -> QueueEntry | None:
-    after = commit.fail_queued(hw.store, hw._capacities, row.id, message, source=SOURCE)
+def _fail(hw: Hardware, row: QueueRow, message: str, *, waiting: bool = False) -> QueueEntry | None:
+    after = commit.fail_queued(hw.store, hw._capacities, row.id, message, source=SOURCE, waiting=waiting)
     return None if after is None else entry_of(after)
 
 
@@ -590,6 +634,40 @@ def withheld_for(hw: Hardware, workload: Workload, placed: Placement, ident: str
     return {held.pool: int(math.ceil(held.devices - 1e-9))}
 
 
+# -- max_wait, counted from when it was first queued ---------------------------------------------------
+
+
+def past_max_wait(row: QueueRow, now_ts: float, workload: Workload | None = None) -> str | None:
+    """Why a waiting workload leaves the queue unplaced: its ``max_wait``, counted from when it was
+    first queued (as a deadline is fixed then), has passed; None while it has not, or when it has
+    none. A workload queued again after it was preempted had started within its max_wait: it
+    waits on (its wait is the preemption's)."""
+    if row.preempted_from is not None:
+        return None
+    if workload is None:
+        try:
+            workload = workload_from_spec(row.spec)
+        except SpecError:
+            return None  # admission fails it, saying why
+    if workload.max_wait is None:
+        return None
+    waited = now_ts - row.queued_ts
+    if waited <= workload.max_wait:
+        return None
+    return (
+        f"past its max_wait: it waited {duration_text(waited)} since it was first queued at {row.queued_at}, "
+        f"longer than its max_wait of {duration_text(workload.max_wait)}; it leaves the queue unplaced"
+    )
+
+
+def _left_to_wait(workload: Workload, row: QueueRow, now_ts: float) -> Workload:
+    """The workload as admission judges it: its max_wait is what is left of it since it was first
+    queued (the placement's record keeps that), so no pass starts its clock again."""
+    if workload.max_wait is None or row.preempted_from is not None:
+        return workload
+    return dataclasses.replace(workload, max_wait=max(0, int(workload.max_wait - (now_ts - row.queued_ts))))
+
+
 # -- submission once admitted -----------------------------------------------------------------------
 
 
@@ -673,23 +751,55 @@ def _class(hw: Hardware, priority: str | None) -> Mapping[str, JSONValue]:
     return classes.get(priority or hw.tables.default_priority or "", {})
 
 
-def _preemption(hw: Hardware, row: QueueRow, workload: Workload, decided: Rejection) -> tuple[str, ...]:
+def _preemption(
+    hw: Hardware, row: QueueRow, workload: Workload, decided: Rejection, why: dict[str, str] | None = None,
+) -> tuple[str, ...]:
     """The grants a waiting workload takes by preemption (marked for it, their jobs cancelled), or
     nothing: its class may not preempt, the policy finds no plan, or a cancel failed (the marks
-    stay; the next pass finishes them)."""
-    if not _class(hw, workload.priority).get("may_preempt"):
+    stay; the next pass finishes them). Why it takes nothing, for a class that may preempt, goes
+    in ``why`` (by queued id)."""
+    if not may_preempt(hw, workload):
         return ()
+    answer, none = victims_answer(hw, row.id, workload, decided.verdicts)
+    plan = answer.get("plan") if answer is not None else None
+    if not isinstance(plan, dict) or not plan.get("victims"):
+        if why is not None:
+            why[row.id] = none or why_not(cast(JSONObject, answer))
+        return ()
+    victims = [str(v) for v in cast(list[JSONValue], plan["victims"])]
+    marked = commit.mark_preemption(hw.store, row.id, victims, plan, source=SOURCE)
+    if not marked:
+        if why is not None:
+            why[row.id] = f"the grants its plan takes ({', '.join(v[:12] for v in victims)}) are marked for another preemption"
+        return ()
+    for victim in marked:
+        if not _cancel_job(hw, victim):
+            if why is not None:
+                why[row.id] = f"the job of grant {victim[:12]} could not be cancelled yet (tried again at the next pass)"
+            return ()
+    return tuple(marked)
+
+
+def may_preempt(hw: Hardware, workload: Workload) -> bool:
+    """Whether the workload's priority class may preempt (priorities.yaml)."""
+    return bool(_class(hw, workload.priority).get("may_preempt"))
+
+
+def victims_answer(hw: Hardware, ident: str, workload: Workload, verdicts: Sequence[Any]) -> tuple[JSONObject | None, str | None]:
+    """The policy's preemption answer for a waiting workload judged with ``verdicts`` (read only):
+    the pools that deny it only for capacity or quota, the live grants on them, what the projects
+    hold. (None, why) when no pool it could use is stopped only by capacity or quota."""
     snap = hw._snapshot()
     pools: list[JSONValue] = []
-    for v in decided.verdicts:
+    for v in verdicts:
         reasons = [r for r in v.reasons if r.kind != "preference"]
-        if not reasons or any(r.kind != "not_now" or r.code not in _PREEMPTABLE_CODES for r in reasons):
+        if not reasons or any(r.kind != "not_now" or r.code not in _PREEMPTABLE_CODES for r in reasons) or v.pool not in snap.index:
             continue
         state = snap.states[snap.index[v.pool]]
         pools.append({"name": v.pool, "spot": state.pool.spot, "free": state.capacity.whole, "devices": v.grant.devices})
     if not pools:
-        return ()
-    grants = [g for g in hw.store.live_grants(pools=[str(cast(JSONObject, p)["name"]) for p in pools]) if g.preempting_for in (None, row.id)]
+        return None, "no pool it could use is stopped only by capacity or quota, so no grant there would make room"
+    grants = [g for g in hw.store.live_grants(pools=[str(cast(JSONObject, p)["name"]) for p in pools]) if g.preempting_for in (None, ident)]
     unassigned, default = hw.tables.unassigned, hw.tables.default_priority
     pairs = sorted({(g.project or unassigned, g.accelerator) for g in grants} | {(workload.project or unassigned, g.accelerator) for g in grants})
     held = hw.store.quota_held(pairs, unassigned)
@@ -697,7 +807,7 @@ def _preemption(hw: Hardware, row: QueueRow, workload: Workload, decided: Reject
     for (p, c), n in held.items():
         use.setdefault(p, {})[c] = n
     policy_input: JSONObject = {
-        "workload": {"id": row.id, "project": workload.project, "priority": workload.priority},
+        "workload": {"id": ident, "project": workload.project, "priority": workload.priority},
         "pools": pools,
         "grants": [
             {"id": g.id, "project": g.project, "priority": g.priority or default, "pool": g.pool, "accelerator": g.accelerator,
@@ -707,17 +817,35 @@ def _preemption(hw: Hardware, row: QueueRow, workload: Workload, decided: Reject
         "quota_use": {"devices": cast(JSONValue, use)},
     }
     answer = _query(hw, VICTIMS_RULE, policy_input)
-    plan = cast(JSONObject, answer).get("plan") if isinstance(answer, dict) else None
-    if not isinstance(plan, dict) or not plan.get("victims"):
-        return ()
-    victims = [str(v) for v in cast(list[JSONValue], plan["victims"])]
-    marked = commit.mark_preemption(hw.store, row.id, victims, plan, source=SOURCE)
-    if not marked:
-        return ()
-    for victim in marked:
-        if not _cancel_job(hw, victim):
-            return ()
-    return tuple(marked)
+    if not isinstance(answer, dict):
+        raise PolicyError("the policy's preemption answer (examlops.queue.preemption.victims) is malformed")
+    return cast(JSONObject, answer), None
+
+
+def why_not(answer: JSONObject) -> str:
+    """Why the policy's answer has no plan, in its reasons: the workload's own (its class), else the
+    codes of the grants it spared (how many each) and the first one's words, else that its
+    candidates free too little on any one pool, else that no grant holds the pools."""
+    own = answer.get("reason")
+    if isinstance(own, dict):
+        return f"{own.get('code')}: {own.get('message')}"
+    spared = [cast(JSONObject, s) for s in cast(list[JSONValue], answer.get("spared") or [])]
+    candidates = cast(list[JSONValue], answer.get("candidates") or [])
+    if candidates:
+        n = len(candidates)
+        return f"its {n} candidate grant{'s' if n != 1 else ''} would free too little on any one pool"
+    if spared:
+        counts: dict[str, int] = {}
+        first: str | None = None
+        for s in spared:
+            reasons = [cast(JSONObject, r) for r in cast(list[JSONValue], s.get("reasons") or [])]
+            if reasons:
+                code = str(reasons[0].get("code"))
+                counts[code] = counts.get(code, 0) + 1
+                first = first or str(reasons[0].get("message"))
+        codes = ", ".join(f"{c} on {n} grant{'s' if n != 1 else ''}" for c, n in sorted(counts.items()))
+        return f"{codes} ({first})"
+    return "no live grant holds devices on the pools it could use"
 
 
 def _cancel_job(hw: Hardware, ident: str) -> bool:
@@ -749,6 +877,9 @@ def _requeue(hw: Hardware, grant: GrantRow) -> None:
     origin = hw.store.queue_of(grant.id)
     record = hw.decision(grant.id)
     workload = workload_from_spec(origin.spec) if origin is not None else record.decision.workload
+    if workload.priority is None and grant.priority is not None:
+        # A record from before the workload document kept the class: its column has it.
+        workload = dataclasses.replace(workload, priority=grant.priority)
     submission = Submit.from_text(origin.submission) if origin is not None and origin.submission else None
     lease = timedelta(seconds=origin.lease_s) if origin is not None and origin.lease_s else None
     queued_at = origin.queued_at if origin is not None else grant.created_at
@@ -822,8 +953,39 @@ def quotas(hw: Hardware) -> list[QuotaRow]:
 
 
 def record_entry(hw: Hardware, record: DecisionRecord) -> DecisionRecord:
-    """A queued record with its queue entry (its place when it waits)."""
-    if record.decision.outcome != "queued":
-        return record
-    found = entry(hw, record.id)
-    return dataclasses.replace(record, queue=found)
+    """A record with what the queue says of it: a queued one's entry (its place when it waits, why
+    it takes no grant by preemption, the grants it took); the placement that took a preempted
+    grant (``preempted_by``); the grants a placement admitted by preemption took (``preempted``)."""
+    if record.decision.outcome == "queued":
+        return dataclasses.replace(record, queue=entry(hw, record.id, record.decision.verdicts))
+    if record.preempting_for is not None and record.released_at is not None:
+        row = _queue_row(hw, record.preempting_for)
+        if row is not None and row.admitted_by is not None:
+            return dataclasses.replace(record, preempted_by=row.admitted_by)
+    if record.queued_id is not None:
+        taken = tuple(g.id for g in hw.store.preempted_for(record.queued_id) if g.released_ts is not None)
+        if taken:
+            return dataclasses.replace(record, preempted=taken)
+    return record
+
+
+def _queue_row(hw: Hardware, ident: str) -> QueueRow | None:
+    try:
+        return hw.store.queue_find(ident)
+    except NotFoundError:
+        return None
+
+
+def preempt_now(hw: Hardware, ident: str) -> None:
+    """Work of a class that may preempt, just queued: its preemption is tried at once (its
+    admission alone), not only at the next pass. What stops it stays for that pass to try again
+    (and the entry says why it takes no grant)."""
+    row = _queue_row(hw, ident)
+    if row is None or row.state != "queued":
+        return
+    try:
+        if not may_preempt(hw, workload_from_spec(row.spec)):
+            return
+        admit_one(hw, row)
+    except ExaError:
+        return  # the queued record stands; the next admission pass tries again

@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Final, Protocol, TextIO
 from examlops_policy.errors import ExaError, PolicyError, PolicyUnavailable, SpecError, StateError
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from examlops_policy._core.engine import Engine
     from examlops_policy._reviewed import PolicySnapshot
     from examlops_policy.views import AdmissionReport, ReconcileReport
@@ -79,7 +81,7 @@ class Hardware(Protocol):
 
     def expire_leases(self) -> list[str]: ...
 
-    def queue_wakes_at(self) -> float | None: ...
+    def queue_wakes_at(self) -> datetime | None: ...
 
     def reconcile(
         self, *, slurm: bool | None = None, kubernetes: Mapping[str, str | None] | None = None, admit: bool = True
@@ -178,7 +180,7 @@ class Server:
             return wait
         if wakes is None:
             return wait
-        return min(wait, max(0.0, wakes - time.time()) + WAKE_SLACK_S)
+        return min(wait, max(0.0, wakes.timestamp() - time.time()) + WAKE_SLACK_S)
 
     def _signalled(self, signum: int, frame: FrameType | None) -> None:
         if not self.stopping:

@@ -26,7 +26,7 @@ from typing import Final
 
 from examlops_policy.quantities import shown
 from examlops_policy.errors import SpecError
-from examlops_policy.model import Placement, Pool, Rejection
+from examlops_policy.model import Placement, Pool, Queued, Rejection
 from examlops_policy.tables import Tables
 
 CARBON_METHODS: Final[dict[str, str]] = {
@@ -94,7 +94,11 @@ def device_accounting(placement: Placement, hours: float) -> dict[str, object]:
     ``carbon_g_grounded`` where the pool's power, PUE and grid intensity are known.
     """
     if not isinstance(placement, Placement):
-        what = "a rejection (nothing was placed)" if isinstance(placement, Rejection) else type(placement).__name__
+        what = (
+            "a rejection (nothing was placed)" if isinstance(placement, Rejection)
+            else "a queued workload (nothing is placed until it is admitted)" if isinstance(placement, Queued)
+            else type(placement).__name__
+        )  # fmt: skip
         raise SpecError(f"device_accounting needs a Placement; got {what}, which holds no devices", field="placement")
     if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not math.isfinite(hours) or hours < 0:
         raise SpecError(f"hours must be a finite number of at least 0 (got {shown(hours)})", field="hours")

@@ -560,7 +560,9 @@ class Hardware:
         then on (every read sees it ended; the next write releases it, stamped with the lease's end,
         audited as ``expired``). ``queue``: when every pool that could take the workload is only
         full (the policy's ``no_capacity``), it waits in the queue instead (outcome ``queued``, its
-        record's ``queue`` says its place) and is placed when capacity frees (``admit``);
+        record's ``queue`` says its place) and is placed when capacity frees (``admit``); work of a
+        class that may preempt tries its preemption at once (its record's ``queue`` then says it was
+        admitted, or why it takes no grant);
         ``submission``: how it is submitted once placed. A workload that can never run is rejected
         as ever. Raises SpecError, PolicyUnavailable/PolicyError (nothing placed), StateError.
         """
@@ -616,6 +618,9 @@ class Hardware:
                 return self._with_queue(_same_request(self._record(done.earlier), request, request_id))
             if done.after is not None:
                 self._snapshots.advance(snap.base or snap, *done.after)
+            if done.record.decision.outcome == "queued":
+                # Urgent work (a class that may preempt) takes its grants now, not at the next pass.
+                _queueing.preempt_now(self, done.record.id)
             return self._with_queue(done.record)
         raise StateError(f"pools kept changing while {workload.name} was being placed ({FLEET_ROUNDS} rounds); nothing was placed")
 
@@ -824,14 +829,14 @@ class Hardware:
         """Release the placements whose lease ended (audited as ``expired``): their ids."""
         return commit.expire_leases(self.store, self._capacities, source=SOURCE)
 
-    def queue_wakes_at(self) -> float | None:
+    def queue_wakes_at(self) -> datetime | None:
         """While work waits in the queue, when capacity next frees by itself: the end of the first
-        lease of a live placement not yet submitted, in epoch seconds by the store's clock (None:
-        nothing waits, or no placement has a lease). What ``serve`` wakes for."""
+        lease of a live placement not yet submitted, an aware UTC datetime by the store's clock
+        (None: nothing waits, or no placement has a lease). What ``serve`` wakes for."""
         if not self.store.queue_waiting():
             return None
         ends = self.store.next_lease_end()
-        return None if ends is None else commit.epoch_of(ends)
+        return None if ends is None else datetime.fromtimestamp(commit.epoch_of(ends), timezone.utc)
 
     def quotas(self) -> list[QuotaRow]:
         """Use against quota per project and accelerator class (quotas.yaml), worded by the policy."""

@@ -1,7 +1,8 @@
 """The decision core's vocabulary: pools, workloads, verdicts, placements and rejections.
 
 Plain frozen dataclasses with no I/O. Names follow the E8 specification: a ``Workload`` is placed
-on a ``Pool``; ``place()`` returns a ``Placement`` or a ``Rejection``; every pool gets a
+on a ``Pool``; ``place()`` returns a ``Placement`` or a ``Rejection`` (a ``Queued`` when it waits in
+the queue); every pool gets a
 ``PoolVerdict`` with stable reason codes.
 
 ``Pool`` and ``Workload`` check every field on construction, types and values, as a YAML file is
@@ -1012,9 +1013,8 @@ class Placement:
 
 @dataclass(frozen=True)
 class Rejection:
-    """A workload that cannot be placed, with the reason; nothing was reserved. ``queued``: it was
-    not placed now because its pools are only full (``no_capacity``), and it waits in the queue
-    (its outcome is ``queued``)."""
+    """A workload that cannot be placed, with the reason; nothing was reserved. (One that waits in
+    the queue instead, its pools only full, is a ``Queued``.)"""
 
     workload: Workload
     reason: str
@@ -1024,10 +1024,10 @@ class Rejection:
     provenance: Provenance
     decision_id: str | None = None
     checks: tuple[CheckInfo, ...] = ()
-    queued: bool = False
     decided_at: datetime | None = None  # the time the candidates' start estimates were judged at
 
     ok: bool = field(default=False, init=False)
+    queued: bool = field(default=False, init=False)
 
     @property
     def burst_blocked(self) -> bool:
@@ -1036,11 +1036,48 @@ class Rejection:
 
     @property
     def outcome(self) -> str:
-        """``blocked`` (a burst that data governance blocked), ``queued`` (waiting for capacity) or
-        ``rejected``."""
-        if self.queued:
-            return "queued"
+        """``blocked`` (a burst that data governance blocked) or ``rejected``."""
         return "blocked" if self.burst_blocked else "rejected"
 
 
-Decision = Union[Placement, Rejection]
+@dataclass(frozen=True)
+class Queued:
+    """A workload that waits in the queue (``place(queue=True)``): not placed now because every pool
+    that could take it is only full (``code`` is the policy's ``no_capacity``; ``reason`` and each
+    pool's verdict say what it waits for: capacity, a slice, its project's quota). Nothing was
+    reserved; the record's ``queue`` (a ``QueueEntry``) says its place in the order and what
+    became of it (admitted by which placement, cancelled, failed)."""
+
+    workload: Workload
+    reason: str
+    code: str
+    verdicts: Sequence[PoolVerdict]
+    burst: BurstVerdict
+    provenance: Provenance
+    decision_id: str | None = None
+    checks: tuple[CheckInfo, ...] = ()
+    decided_at: datetime | None = None  # the time the candidates' start estimates were judged at
+
+    ok: bool = field(default=False, init=False)
+    queued: bool = field(default=True, init=False)
+
+    @classmethod
+    def of(cls, rejection: Rejection) -> Queued:
+        """The decision that waits, from the selection's ``no_capacity`` rejection."""
+        return cls(
+            rejection.workload, rejection.reason, rejection.code, rejection.verdicts, rejection.burst, rejection.provenance,
+            decision_id=rejection.decision_id, checks=rejection.checks, decided_at=rejection.decided_at,
+        )  # fmt: skip
+
+    @property
+    def burst_blocked(self) -> bool:
+        """False: a blocked burst never waits."""
+        return False
+
+    @property
+    def outcome(self) -> str:
+        """``queued``."""
+        return "queued"
+
+
+Decision = Union[Placement, Rejection, Queued]

@@ -294,14 +294,24 @@ def check_pool_facts(pool: Pool, tables: Tables, *, source: str | None = None, f
 
 
 def check_workload_facts(workload: Workload, tables: Tables) -> Workload:
-    """What the reviewed tables say of a workload: its data region must be a known region, and
-    each model it would take a known model of its accelerator."""
+    """What the reviewed tables say of a workload: its data region must be a known region, its
+    project a project of the budgets table, its priority a class of the priorities table, and each
+    model it would take a known model of its accelerator. A name the tables do not know is bad
+    input (SpecError), whichever table it names: nothing is decided or recorded for it."""
     if workload.data_region is not None and not tables.region_known(workload.data_region):
         raise SpecError(
             f"data_region {workload.data_region!r} is not in the reviewed regions table "
             "(policies/examlops/tables/regions.yaml); its jurisdiction would be unknown",
             source=f"workload {workload.name!r}",
             field="data_region",
+        )
+    projects = cast(Mapping[str, object], tables.budgets.get("projects") or {})
+    if workload.project is not None and workload.project not in projects:
+        raise SpecError(
+            f"unknown project {workload.project!r} (known: {', '.join(sorted(projects)) or 'none'}; "
+            "policies/examlops/tables/budgets.yaml)",
+            source=f"workload {workload.name!r}",
+            field="project",
         )
     if workload.priority is not None and workload.priority not in tables.priority_classes:
         raise SpecError(

@@ -67,6 +67,10 @@ class DecisionRecord:
     preempting_for: str | None = None
     queue: QueueEntry | None = None
     lease_ended: bool = False  # released because its lease ended (at ``released_at``, the lease's end)
+    # Preemption: the placement that took this grant (a victim: preempted by it), and the grants a
+    # placement admitted by preemption took (their decisions).
+    preempted_by: str | None = None
+    preempted: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,7 @@ class DecisionSummary:
     estimate_source: str | None = None
     submitted_at: str | None = None
     actual_start: str | None = None
+    preempting_for: str | None = None  # the queued record a preemption took (or marked) this grant for
 
     @property
     def estimate_error_s(self) -> float | None:
@@ -516,7 +521,8 @@ def decision_json(decision: Decision, record: DecisionRecord | None = None) -> d
             id=record.id, decision_id=record.id, created_at=record.created_at, released_at=record.released_at, job_id=record.job_id,
             request_id=record.request_id, lease_expires_at=record.lease_expires_at, scheduler=record.scheduler, job_uid=record.job_uid,
             job_state=record.job_state, queued_id=record.queued_id, job_started_at=record.job_started_at, job_ended_at=record.job_ended_at,
-            node_down_at=record.node_down_at, lease_ended=record.lease_ended,
+            node_down_at=record.node_down_at, lease_ended=record.lease_ended, preempting_for=record.preempting_for,
+            preempted_by=record.preempted_by, preempted=list(record.preempted),
         )  # fmt: skip
         if record.queue is not None:
             body["queue"] = queue_entry_json(record.queue)
@@ -629,6 +635,10 @@ class QueueEntry:
     # The reservation it holds on the capacity it needs (the policy's words), when it is the first
     # waiting workload that does not fit (later work of its class or below is held back from it).
     reservation: str | None = None
+    # Preemption: while it waits, why its class (one that may preempt) takes no grant, in the
+    # policy's reasons; once admitted, the grants it took.
+    preemption: str | None = None
+    preempted: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -663,6 +673,8 @@ class AdmissionReport:
     failed: tuple[QueueEntry, ...]
     waiting: int
     revision: str | None = None
+    # Waiting workloads whose class may preempt and that took no grant: (queued id, workload, why).
+    not_preempted: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass(frozen=True)

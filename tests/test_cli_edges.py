@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -139,22 +140,31 @@ def test_an_ambiguous_id_prefix_is_bad_input_not_not_found(exa_home: Path) -> No
 # -- a retry of a request whose placement is over ---------------------------------------------------
 
 
-def test_a_retry_of_a_released_request_says_it_was_released_and_when(exa_home: Path) -> None:
+@pytest.mark.parametrize("ended", ["released", "lease ended"])
+def test_a_retry_of_an_ended_request_is_not_reported_as_placed(exa_home: Path, ended: str) -> None:
+    """It places nothing now: no check mark and no exit 0, but bad input (exit 2, as renewing or
+    submitting that placement would be), saying when it was released or its lease ended."""
     seed(exa_home)
-    first = run_exa(exa_home, "hardware", "place", "job", "--accelerator", "amd", "--request-id", "k1", check=True)
+    lease = ["--lease", "1s"] if ended == "lease ended" else []
+    first = run_exa(exa_home, "hardware", "place", "job", "--accelerator", "amd", "--request-id", "k1", *lease, check=True)
     assert first.stdout.splitlines() == ["✓ job → pool mi · amd on hpc"]
     ident = decision_ids(exa_home)[0]
-    run_exa(exa_home, "hardware", "release", ident, check=True)
-    released_at = json.loads(run_exa(exa_home, "hardware", "explain", ident, "--json", check=True).stdout)["released_at"]
+    if ended == "released":
+        run_exa(exa_home, "hardware", "release", ident, check=True)
+    else:
+        time.sleep(1.2)
+    shown = json.loads(run_exa(exa_home, "hardware", "explain", ident, "--json", check=True).stdout)
+    when = f"its lease ended at {shown['released_at']}" if ended == "lease ended" else f"it was released at {shown['released_at']}"
+    assert shown["lease_ended"] is (ended == "lease ended")
 
-    retry = run_exa(exa_home, "hardware", "place", "job", "--accelerator", "amd", "--request-id", "k1")
-    assert retry.returncode == exits.OK
-    lines = retry.stdout.splitlines()
-    assert lines[0] == "✓ job → pool mi · amd on hpc"
-    assert lines[1] == (
-        f"  released {released_at}: request id 'k1' was placed by decision {ident[:12]} and holds nothing now "
-        "(nothing was placed again; use a new request id to place it again)"
-    )
+    for extra in ([], ["--json"]):
+        retry = run_exa(exa_home, "hardware", "place", "job", "--accelerator", "amd", "--request-id", "k1", *extra)
+        assert (retry.returncode, retry.stdout) == (exits.BAD_INPUT, ""), retry.stdout + retry.stderr
+        assert "✓" not in retry.stderr
+        assert (
+            f"--request-id: request id 'k1' was placed by decision {ident[:12]} (job → pool mi) and {when}: it holds nothing now, "
+            "and nothing was placed again (use a new request id to place it again)"
+        ) in retry.stderr
     assert decision_ids(exa_home) == [ident]  # the retry placed nothing
     assert json.loads(run_exa(exa_home, "hardware", "pools", "--json", check=True).stdout)[0]["free"] == 2
 

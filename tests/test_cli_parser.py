@@ -106,3 +106,20 @@ def test_a_command_that_was_not_built_is_built_when_chosen(tmp_path: Path, monke
         code = cli_main.main(["hardware", "pools", "--json", "--home", str(tmp_path / "home")])
     assert code == 0 and json.loads(out.getvalue()) == []
     assert asked == [frozenset({"hardware", "pools", str(tmp_path / "home")}), None]
+
+
+@pytest.mark.parametrize(
+    ("argv", "hint"),
+    [
+        (["hardware", "admit", "--max", "0"], "; leave out --max to admit every workload that fits"),
+        (["hardware", "burst-events", "--limit", "0"], ""),
+        (["hardware", "decisions", "--limit", "0"], "; page through more with --cursor"),
+    ],
+    ids=["admit", "burst-events", "decisions"],
+)
+def test_a_count_out_of_range_names_only_options_its_command_has(argv: list[str], hint: str) -> None:
+    """Only ``decisions`` pages with --cursor: ``admit --max 0`` and ``burst-events --limit 0`` say
+    the range without pointing at an option they do not have."""
+    message = parse_error(build_parser(argv[0]), argv)
+    option = argv[-2]
+    assert message.rstrip().endswith(f"{option}: must be from 1 to 1000000 (got '0'){hint}"), message

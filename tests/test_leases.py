@@ -167,7 +167,8 @@ def test_the_cli_sees_an_ended_lease_ended_and_bills_only_the_lease(exa_home: Pa
     renew = run_exa(exa_home, "hardware", "renew", placed["id"], "--lease", "1h")
     assert renew.returncode == 2 and f"its lease ended at {placed['lease_expires_at']}" in renew.stderr, renew.stderr
     retry = run_exa(exa_home, "hardware", "place", "train", "--accelerator", "amd", "--count", "2", "--request-id", "r1")
-    assert f"lease ended {placed['lease_expires_at']}: request id 'r1' was placed by decision {placed['id'][:12]}" in retry.stdout
+    assert retry.returncode == 2 and retry.stdout == "", retry.stdout  # it places nothing now: not reported as placed
+    assert f"request id 'r1' was placed by decision {placed['id'][:12]} (train → pool mi300) and its lease ended at {placed['lease_expires_at']}" in retry.stderr
     # Billed one second, whenever FinOps is asked.
     time.sleep(0.5)
     totals = exa_json(exa_home, "finops", "cost")["totals"]

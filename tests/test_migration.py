@@ -40,7 +40,7 @@ from pathlib import Path
 
 import pytest
 
-from examlops_policy import Hardware, Placement, Rejection, Workload
+from examlops_policy import Hardware, Placement, Queued, Rejection, Workload
 from examlops_policy.hardware import ManagedPolicy
 from examlops_policy.store._sql import migrations
 from examlops_policy.store.sqlite import SQLiteStore
@@ -492,7 +492,7 @@ def test_queued_and_admitted_records_round_trip_on_the_migrated_state(
     again = Hardware(hw.home, store=SQLiteStore(hw.home / "state.db"), policy=ManagedPolicy(opa_home))
     try:
         queued = again.decision(waiting.id)
-        assert isinstance(queued.decision, Rejection) and queued.decision.outcome == "queued"
+        assert isinstance(queued.decision, Queued) and queued.decision.outcome == "queued"
         assert queued.queue is not None and queued.queue.state == "admitted" and queued.queue.admitted_by == placement_id
         placed = again.decision(placement_id)
         assert isinstance(placed.decision, Placement) and placed.queued_id == waiting.id

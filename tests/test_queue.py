@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import json
 import threading
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from examlops_policy._core import leases
+from examlops_policy._queueing import workload_from_spec
 from examlops_policy.errors import NotFoundError, SpecError
 from examlops_policy.hardware import Hardware
-from examlops_policy.model import Placement, Pool, Rejection, Workload
+from examlops_policy.model import Placement, Pool, Queued, Rejection, Workload
 from examlops_policy.store import Store
 from reliability.backends import Backend, backend  # noqa: F401  (backend: the fixture)
 from reliability.harness import open_hardware, violations
@@ -50,7 +51,7 @@ def test_a_workload_whose_pools_are_full_waits_recorded_and_audited_as_queued(hw
     assert isinstance(first.decision, Placement)
     waiting = hw.place(amd("b"), queue=True)
     d = waiting.decision
-    assert isinstance(d, Rejection) and d.queued and d.outcome == "queued" and d.code == "no_capacity"
+    assert isinstance(d, Queued) and not isinstance(d, Rejection) and d.queued and d.outcome == "queued" and d.code == "no_capacity"
     assert waiting.queue is not None and waiting.queue.state == "queued" and (waiting.queue.position, waiting.queue.of) == (1, 1)
     assert dict(waiting.queue.waits_for) == {"capacity_exhausted": 1}
     queued = entries(hw.store, "queued")
@@ -59,9 +60,20 @@ def test_a_workload_whose_pools_are_full_waits_recorded_and_audited_as_queued(hw
     assert [e["outcome"] for e in entries(hw.store, "decision")] == ["placed", "queued"]
     # The record reads back as it was decided (rebuilt), and the chain vouches for it.
     again = hw.decision(waiting.id)
-    assert again.decision.outcome == "queued" and again.decision.reason == d.reason
+    assert isinstance(again.decision, Queued) and again.decision.reason == d.reason
     assert hw.verify_audit().ok
     assert violations(backend) == []
+
+
+def test_the_public_api_names_the_queued_decision_and_the_node() -> None:
+    """``from examlops_policy import ...`` gives what a pool of nodes and a queued record are built
+    of: ``Node``, and ``Queued`` (a queued record's decision, no ``Rejection``)."""
+    import examlops_policy
+    from examlops_policy import model
+
+    assert examlops_policy.Node is model.Node and examlops_policy.Queued is model.Queued
+    assert {"Node", "Queued"} <= set(examlops_policy.__all__)
+    assert not issubclass(model.Queued, model.Rejection)
 
 
 def test_without_queue_a_full_fleet_rejects_as_before(hw: Hardware) -> None:
@@ -124,6 +136,40 @@ def test_a_release_admits_the_next_in_order_linked_to_its_queued_record(hw: Hard
     assert [e["queued_id"] for e in entries(hw.store, "admit")] == [sooner.id, later.id]
     assert hw.store.queue_rows(("queued",)) == []
     assert violations(backend) == []
+
+
+def test_max_wait_counts_from_when_it_was_first_queued_and_work_past_it_leaves_the_queue(tmp_path: Path, opa_home: Path) -> None:
+    """As a deadline would be: a pass does not start the clock again. Work past its max_wait leaves
+    the queue (failed, saying why) and is not placed; work within it is judged with what is left."""
+    from examlops_policy.hardware import ManagedPolicy
+    from examlops_policy.store.sqlite import SQLiteStore
+
+    clock = {"now": "2026-11-01T00:00:00.000000Z"}
+    hw = Hardware(tmp_path, store=SQLiteStore(tmp_path / "state.db", clock=lambda: clock["now"]), policy=ManagedPolicy(opa_home))
+    try:
+        hw.apply([SMALL])
+        first = hw.place(amd("a", 2))
+        short = hw.place(amd("short", max_wait=60), queue=True)
+        long = hw.place(amd("long", max_wait=600), queue=True)
+        assert short.decision.outcome == long.decision.outcome == "queued"
+        clock["now"] = "2026-11-01T00:00:30.000000Z"
+        assert hw.admit().failed == ()  # within both: both still wait
+        clock["now"] = "2026-11-01T00:02:00.000000Z"  # 2 min after both were queued
+        report = hw.release(first.id).admitted
+        assert report is not None
+        assert [a.queued_id for a in report.admitted] == [long.id]
+        assert [(e.id, e.state) for e in report.failed] == [(short.id, "failed")]
+        why = report.failed[0].message or ""
+        assert why.startswith("past its max_wait: it waited 2 m since it was first queued at 2026-11-01T00:00:00") and "max_wait of 1 m" in why
+        placed = hw.decision(report.admitted[0].decision_id).decision
+        assert isinstance(placed, Placement) and placed.workload.max_wait == 480  # 10 min less the 2 it waited
+        # The reason stays with the queued record: explain and queue --all show it.
+        entry = hw.decision(short.id).queue
+        assert entry is not None and (entry.state, entry.message) == ("failed", why)
+        assert hw.store.queue_rows(("queued",)) == []
+        assert hw.verify_audit().ok
+    finally:
+        hw.close()
 
 
 def test_admission_with_nothing_waiting_writes_nothing(hw: Hardware) -> None:
@@ -346,6 +392,9 @@ def test_device_hours_used_in_the_period_stop_new_work_of_the_class(tmp_path: Pa
         assert waits.decision.outcome == "queued" and dict(waits.queue.waits_for) == {"quota_exceeded": 1}  # type: ignore[union-attr]
         assert waits.decision.provenance.quota_use == {"device_hours": {"green-research": {"nvidia": 2001.0}},
                                                        "devices": {"green-research": {"nvidia": 1.0}}}
+        # The quotas report agrees: no room while the device-hours are used up (nominal 16, 1 held).
+        row = next(r for r in hw.quotas() if (r.project, r.accelerator) == ("green-research", "nvidia"))
+        assert (row.held, row.room) == (1.0, 0.0) and row.summary.endswith("used up, nothing more starts until older use ages out")
         clock["now"] = "2026-12-06T06:00:00.000000Z"  # 30 days on, the first grant's hours have aged out
         assert isinstance(hw.place(Workload("later", "nvidia", project="green-research")).decision, Placement)
     finally:
@@ -393,10 +442,16 @@ def test_a_high_priority_workload_preempts_a_low_one_on_spot_capacity(backend: B
         assert isinstance(victim.decision, Placement)
         urgent = hw.place(amd("urgent", 2, priority="high", spot="allow"), queue=True)
         assert urgent.decision.outcome == "queued"
-        report = hw.admit()
-        assert [a.queued_id for a in report.admitted] == [urgent.id] and report.admitted[0].preempted == (victim.id,)
+        # Queueing urgent work tries its preemption at once, not at the next pass.
+        assert urgent.queue is not None and urgent.queue.state == "admitted" and urgent.queue.preempted == (victim.id,)
+        assert hw.admit().admitted == ()
         after = hw.decision(victim.id)
         assert after.released_at is not None and after.preempting_for == urgent.id
+        # The victim says who took its grant; the preemptor's placement names its victims.
+        assert after.preempted_by == urgent.queue.admitted_by
+        assert hw.decision(urgent.queue.admitted_by).preempted == (victim.id,)  # type: ignore[arg-type]
+        flags = {s.id: (s.preempting_for, s.released_at) for s in hw.decision_page().decisions}
+        assert flags[victim.id] == (urgent.id, after.released_at)
         requeued = [r for r in hw.store.queue_rows(("queued",)) if r.preempted_from == victim.id]
         assert len(requeued) == 1 and requeued[0].queued_at == victim.created_at  # it keeps its age
         kinds = [e["kind"] for e in entries(hw.store)]
@@ -408,13 +463,74 @@ def test_a_high_priority_workload_preempts_a_low_one_on_spot_capacity(backend: B
         hw.close()
 
 
+def test_a_preempted_workload_is_queued_again_in_its_class_and_may_be_preempted_again(backend: Backend, opa_home: Path) -> None:
+    """The record keeps the workload's class (its document says ``priority``); the victim waits as
+    ``low`` behind normal work, and a later high one takes its grant again."""
+    hw = open_hardware(backend, opa_home)
+    try:
+        hw.apply([Pool("spot-amd", "hpc", "amd", 2, "eu", cost_per_hour=0.5, carbon_factor=10, spot=True)])
+        victim = hw.place(amd("batch", 2, priority="low", spot="allow"))
+        assert hw.decision(victim.id).decision.workload.priority == "low"  # rebuilt from its recorded document
+        first = hw.place(amd("urgent", 2, priority="high", spot="allow"), queue=True)
+        assert first.queue is not None and first.queue.state == "admitted" and first.queue.admitted_by is not None  # preempted at once
+        normal = hw.place(amd("normal", 2, spot="allow"), queue=True)
+        requeued = next(r for r in hw.store.queue_rows(("queued",)) if r.preempted_from == victim.id)
+        assert requeued.priority == "low" and workload_from_spec(requeued.spec).priority == "low"
+        assert [e.id for e in hw.queue().entries] == [normal.id, requeued.id]  # low stays behind normal
+        # The urgent work ends: normal comes first, then the victim runs again, still low ...
+        assert [a.queued_id for a in hw.release(first.queue.admitted_by).admitted.admitted] == [normal.id]  # type: ignore[union-attr]
+        hw.release(next(e.admitted_by for e in hw.queue(every=True).entries if e.id == normal.id))  # type: ignore[arg-type]
+        again = next(e for e in hw.queue(every=True).entries if e.id == requeued.id)
+        assert again.state == "admitted" and again.admitted_by is not None
+        assert hw.decision(again.admitted_by).decision.workload.priority == "low"
+        # ... and high work takes it again.
+        second = hw.place(amd("urgent-2", 2, priority="high", spot="allow"), queue=True)
+        assert second.queue is not None and (second.queue.state, second.queue.preempted) == ("admitted", (again.admitted_by,))
+        assert violations(backend) == []
+    finally:
+        hw.close()
+
+
+def test_when_urgent_work_does_not_preempt_the_plans_reasons_say_why(backend: Backend, opa_home: Path) -> None:
+    """The policy's reasons for passing over each grant reach the queued record, the queue, the
+    admission report and the place result (victim_within_quota: the other project borrows nothing;
+    pool_not_preemptible: not spot capacity)."""
+    hw = open_hardware(backend, opa_home)
+    try:
+        hw.apply([
+            Pool("spot-nv", "hpc", "nvidia", 2, "eu", cost_per_hour=0.5, carbon_factor=10, spot=True),
+            Pool("small", "hpc", "amd", 2, "eu", cost_per_hour=0.5, carbon_factor=10),
+        ])  # fmt: skip
+        train = hw.place(amd("train", 2))
+        held = hw.place(Workload("serve", "nvidia", count=2, priority="low", spot="allow", project="inference-eu"))
+        assert isinstance(held.decision, Placement)
+        urgent = hw.place(Workload("urgent", "nvidia", count=2, priority="high", spot="allow", project="llm-pretraining"), queue=True)
+        entry = urgent.queue
+        assert entry is not None and entry.state == "queued" and entry.preemption is not None
+        # Its own pool's grant borrows nothing; the fallback pool (amd) is not spot capacity.
+        assert entry.preemption.startswith("pool_not_preemptible on 1 grant, victim_within_quota on 1 grant ("), entry.preemption
+        listed = next(e for e in hw.queue().entries if e.id == urgent.id)
+        assert listed.preemption == entry.preemption
+        report = hw.admit()
+        assert report.not_preempted == ((urgent.id, "urgent", entry.preemption),)
+        assert hw.decision(urgent.id).queue.preemption == entry.preemption  # type: ignore[union-attr]
+
+        other = hw.place(amd("eval", 2, priority="high"), queue=True)
+        assert other.queue is not None and other.queue.preemption is not None
+        assert other.queue.preemption.startswith("pool_not_preemptible on 1 grant (") and train.id in other.queue.preemption
+    finally:
+        hw.close()
+
+
 def test_a_normal_priority_workload_does_not_preempt(backend: Backend, opa_home: Path) -> None:
     hw = open_hardware(backend, opa_home)
     try:
         hw.apply([Pool("spot-amd", "hpc", "amd", 2, "eu", cost_per_hour=0.5, carbon_factor=10, spot=True)])
         hw.place(amd("batch", 2, priority="low", spot="allow"))
-        hw.place(amd("normal", 2, spot="allow"), queue=True)
-        assert hw.admit().admitted == ()
+        normal = hw.place(amd("normal", 2, spot="allow"), queue=True)
+        assert normal.queue is not None and normal.queue.preemption is None  # its class never preempts: nothing to explain
+        report = hw.admit()
+        assert report.admitted == () and report.not_preempted == ()
     finally:
         hw.close()
 
@@ -454,7 +570,9 @@ def test_the_queue_wakes_when_the_first_lease_of_an_unsubmitted_placement_ends(h
     assert leased.lease_expires_at is not None
     assert hw.queue_wakes_at() is None  # a lease, but nothing waits
     hw.place(amd("b"), queue=True)
-    assert hw.queue_wakes_at() == pytest.approx(leases.instant(leased.lease_expires_at).timestamp())
+    wakes = hw.queue_wakes_at()
+    assert isinstance(wakes, datetime) and wakes.utcoffset() == timedelta(0)  # a datetime, as the rest of the API
+    assert wakes == leases.instant(leased.lease_expires_at)
     hw.set_job(leased.id, "4711", scheduler="slurm")
     assert hw.queue_wakes_at() is None  # submitted: it holds its devices until its job ends
 

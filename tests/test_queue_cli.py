@@ -124,3 +124,37 @@ def test_queue_and_explain_show_the_reservation_the_first_waiting_workload_holds
     assert "reserved: holds a reservation of 2 devices on pool small" in explained
     entries = json.loads(run_exa(exa_home, "hardware", "queue", "--json", check=True).stdout)["entries"]
     assert [e["reservation"] is not None for e in entries] == [True, False]
+
+
+def test_a_preemption_is_said_on_both_sides_and_a_preemption_not_done_says_why(exa_home: Path) -> None:
+    """The victim's explain and the decisions list say "preempted" (by which placement), the
+    preemptor's explain names its victims; urgent work that takes nothing says the plan's reasons
+    (place, queue, admit --json, explain)."""
+    run_exa(exa_home, "hardware", "add-pool", "spot", "--target", "hpc", "--accelerator", "amd", "--count", "2", "--region", "eu", "--spot",
+            check=True)  # fmt: skip
+    low = json.loads(run_exa(exa_home, "hardware", "place", "low", "--accelerator", "amd", "--count", "2", "--priority", "low", "--spot", "allow",
+                             "--json", check=True).stdout)["id"]  # fmt: skip
+    urgent = run_exa(exa_home, "hardware", "place", "urgent", "--accelerator", "amd", "--count", "2", "--priority", "high", "--spot", "allow",
+                     "--queue", check=True).stdout.splitlines()  # fmt: skip
+    assert urgent[0] == "⏳ Queued: urgent · admitted"
+    assert urgent[2].startswith("  admitted at once by decision ") and urgent[2].endswith(f": preempted {low[:12]}")
+    placed = urgent[2].removeprefix("  admitted at once by decision ").split(":")[0]
+    victim = run_exa(exa_home, "hardware", "explain", low, check=True).stdout.splitlines()
+    assert victim[0].endswith(f" · preempted {victim[0].split(' · preempted ')[1].split(' ')[0]} by decision {placed[:12]}")
+    assert any(line.startswith(f"preempted by decision {placed} (for queued record ") for line in victim)
+    assert f"preempted {low} to make room" in run_exa(exa_home, "hardware", "explain", placed, check=True).stdout
+    row = next(line for line in run_exa(exa_home, "hardware", "decisions", check=True).stdout.splitlines() if line.startswith(low[:12]))
+    assert row.split()[-1] == "preempted"
+
+    # Urgent work of another class on a pool that is not spot capacity: nothing to take, and why.
+    run_exa(exa_home, "hardware", "add-pool", "gpus", "--target", "hpc", "--accelerator", "nvidia", "--count", "2", "--region", "eu", check=True)
+    run_exa(exa_home, "hardware", "place", "train", "--accelerator", "nvidia", "--count", "2", check=True)
+    waits = run_exa(exa_home, "hardware", "place", "eval", "--accelerator", "nvidia", "--count", "2", "--priority", "high", "--queue", "--json",
+                    check=True)  # fmt: skip
+    entry = json.loads(waits.stdout)["queue"]
+    assert entry["state"] == "queued" and entry["preemption"].startswith("pool_not_preemptible on 1 grant (")
+    why = entry["preemption"]
+    assert f"not preempting: {why}" in run_exa(exa_home, "hardware", "queue", check=True).stdout
+    assert f"not preempting: {why}" in run_exa(exa_home, "hardware", "explain", entry["id"], check=True).stdout
+    report = json.loads(run_exa(exa_home, "hardware", "admit", "--json", check=True).stdout)
+    assert report["not_preempted"] == [{"id": entry["id"], "workload": "eval", "why": why}]

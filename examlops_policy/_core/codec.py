@@ -89,7 +89,8 @@ def digest(document: bytes) -> str:
 
 
 def workload_input(workload: Workload) -> JSONObject:
-    """The workload as the policy reads it (every field; the target ``any`` when none)."""
+    """The workload as the policy reads it, and as its record keeps it (every field; the target
+    ``any`` when none; what it asks of nodes and its priority class only where it gives them)."""
     return {
         "name": workload.name,
         "accelerator": workload.accelerator,
@@ -115,6 +116,9 @@ def workload_input(workload: Workload) -> JSONObject:
         "deadline": workload.deadline,
         "walltime": workload.walltime,
         **node_asks(workload),
+        # Its priority class, where it names one: the placement policy does not read it, the record
+        # keeps it (a preempted workload is queued again in its class; the input digest covers it).
+        **({"priority": workload.priority} if workload.priority is not None else {}),
     }
 
 

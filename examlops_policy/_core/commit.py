@@ -23,11 +23,11 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Final, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Final, Protocol, TypeGuard, TypeVar, cast
 
 from examlops_policy.errors import NotFoundError, SpecError, StateError
 from examlops_policy.model import (
-    Capacity, Decision, DeviceShare, Holding, JSONObject, JSONValue, NodeAllocation, Placement, Pool, PoolState, Rejection, iso, pool_spec,
+    Capacity, Decision, DeviceShare, Holding, JSONObject, JSONValue, NodeAllocation, Placement, Pool, PoolState, Queued, Rejection, iso, pool_spec,
 )
 from examlops_policy.store.api import (
     BurstRow, DecisionRow, HeldRow, NewDecision, NewNodeGrant, NewQueued, NodeUsageRow, PoolRow, QueueRow, Rows, StaleFleet,
@@ -106,7 +106,7 @@ def waits_for(decision: Decision) -> dict[str, int]:
     return counts
 
 
-def queueable(decision: Decision) -> bool:
+def queueable(decision: Decision) -> TypeGuard[Rejection]:
     """Only a workload whose pools are stopped by ``not_now`` reasons alone (full, slice
     unavailable, over quota) may wait: the policy's ``no_capacity``. One that can never run, or
     whose burst data residency blocked, is rejected at once."""
@@ -296,7 +296,8 @@ def place(
                 decision = dataclasses.replace(decision, holdings=chosen)
         project, priority = prepared.workload.project, prepared.workload.priority
         if queued is not None:
-            decision = dataclasses.replace(decision, queued=True)  # type: ignore[arg-type]
+            assert isinstance(decision, Rejection)
+            decision = Queued.of(decision)
         now = txn.now()
         until = leases.lease_end(now, lease) if lease is not None else lease_expires_at
         record = _write(
@@ -1276,15 +1277,18 @@ def cancel_queued(store: Rows, ident: str, *, source: str) -> tuple[QueueRow, bo
     return store.transaction(work, landed=landed)
 
 
-def fail_queued(store: Rows, capacities: Capacities, ident: str, message: str, *, source: str, release_placement: bool = True) -> QueueRow | None:
+def fail_queued(
+    store: Rows, capacities: Capacities, ident: str, message: str, *, source: str, release_placement: bool = True, waiting: bool = False,
+) -> QueueRow | None:
     """A queued workload that cannot run: a waiting one the policy now refuses outright, or an
     admitted one whose submission the scheduler refused (its placement released). The row after;
-    None when it was no longer in a state to fail (another process did it)."""
+    None when it was no longer in a state to fail (another process did it; with ``waiting``, one
+    that no longer waits: admitted meanwhile, it is left as it is)."""
 
     def work(txn: Transaction) -> QueueRow | None:
         expire(txn, capacities, source=source)
         row = txn.queue_row(ident)
-        if row is None or row.state not in ("queued", "admitted"):
+        if row is None or row.state not in (("queued",) if waiting else ("queued", "admitted")):
             return None
         if row.state == "admitted" and row.admitted_by is not None and release_placement:
             placed = txn.find(row.admitted_by)

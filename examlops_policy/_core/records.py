@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol, cast
 
 from examlops_policy.errors import SpecError, StateCorrupt, StateError
-from examlops_policy.model import Capacity, Decision, JSONObject, Placement, Provenance, Rejection
+from examlops_policy.model import Capacity, Decision, JSONObject, Placement, Provenance, Queued, Rejection
 from examlops_policy.store.api import DecisionRow, Document
 from examlops_policy.tables import Tables
 from examlops_policy.views import DecisionRecord
@@ -116,7 +116,7 @@ def rebuild(
     decision = decide_over(judged, workload, capacities, tables, provenance, codec.starts_of(document), QuotaUse.from_json(used))
     recorded = str(document["outcome"])
     if recorded == "queued" and isinstance(decision, Rejection) and decision.code == "no_capacity":
-        decision = dataclasses.replace(decision, queued=True)  # it was not rejected: it waited for capacity
+        decision = Queued.of(decision)  # it was not rejected: it waited for capacity
     if decision.outcome != recorded or (isinstance(decision, Placement) and decision.pool != document.get("pool")):
         raise StateCorrupt(
             f"decision {ident[:12]} does not rebuild to what it recorded ({recorded} {document.get('pool') or ''}); "

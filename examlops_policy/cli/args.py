@@ -32,12 +32,26 @@ def hours(text: str) -> float:
 
 def limit(text: str) -> int:
     """A whole number of rows, from 1 to ``MAX_LIMIT``."""
+    return _count(text, "")
+
+
+def page_limit(text: str) -> int:
+    """A page's rows, from 1 to ``MAX_LIMIT`` (a command with ``--cursor``)."""
+    return _count(text, "; page through more with --cursor")
+
+
+def admissions(text: str) -> int:
+    """How many workloads one admission pass may admit, from 1 to ``MAX_LIMIT``."""
+    return _count(text, "; leave out --max to admit every workload that fits")
+
+
+def _count(text: str, hint: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if not 1 <= value <= MAX_LIMIT:
-        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_LIMIT} (got {text!r}); page through more with --cursor")
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_LIMIT} (got {text!r}){hint}")
     return value
 
 

@@ -82,13 +82,14 @@ def placement(args: argparse.Namespace) -> tuple[Workload, bool]:
 
 
 def show(args: argparse.Namespace, console: Console, decision: Decision, record: DecisionRecord | None = None) -> int:
+    if record is not None and record.released_at is not None and isinstance(decision, Placement):
+        # Only a retry (--request-id) returns a decision made earlier, and it may be over: it
+        # places nothing now, so it is not reported as placed (exit 2, as renewing it would be).
+        raise ended_retry(record, decision)
     if args.json:
         render.dump_json(console, decision_json(decision, record))
     else:
         render.print_decision(console, decision, record.queue if record is not None else None)
-        if record is not None and record.released_at is not None and isinstance(decision, Placement):
-            # Only a retry (--request-id) returns a decision made earlier, and it may be over.
-            render.print_released_retry(console, record)
         if getattr(args, "explain", False):
             render.print_explanation(console, decision)
             if record is not None:
@@ -96,6 +97,17 @@ def show(args: argparse.Namespace, console: Console, decision: Decision, record:
             else:
                 console.print("dry run: nothing was reserved or recorded")
     return outcome_code(decision)
+
+
+def ended_retry(record: DecisionRecord, decision: Placement) -> SpecError:
+    """A retry of a request whose placement was released since, or whose lease ended."""
+    when = f"its lease ended at {record.released_at}" if record.lease_ended else f"it was released at {record.released_at}"
+    return SpecError(
+        f"request id {record.request_id!r} was placed by decision {record.id[:12]} ({decision.workload.name} → pool {decision.pool}) "
+        f"and {when}: it holds nothing now, and nothing was placed again (use a new request id to place it again)",
+        source="command line",
+        field="--request-id",
+    )
 
 
 def _submission(args: argparse.Namespace, queue: bool) -> Submit | None:
@@ -349,7 +361,7 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=cmd_portable)
 
     p = hardware.add_parser("decisions", parents=[common], help="recent placement decisions, a page at a time")
-    p.add_argument("--limit", type=types.limit, default=20)
+    p.add_argument("--limit", type=types.page_limit, default=20)
     p.add_argument("--since", help="only decisions made at or after this time (ISO 8601, UTC)")
     p.add_argument("--until", help="only decisions made before this time (ISO 8601, UTC)")
     p.add_argument("--cursor", type=types.cursor, help="the next page: the cursor the last page printed")

@@ -29,10 +29,10 @@ TABLE: Final[tuple[tuple[type[errors.ExaError] | None, int, str], ...]] = (
     (None, OK, "success (placed, queued, portable, verified)"),
     (errors.ExaError, INTERNAL, "internal error"),
     (errors.SpecError, BAD_INPUT, "bad input: an unknown value, a field of the wrong type, a name that is too long or holds a "
-     "forbidden character, an unknown region or model, malformed YAML, an id prefix that names more than one decision, a change that "
+     "forbidden character, an unknown region, model, project or priority class, malformed YAML, an id prefix that names more than one decision, a change that "
      "would move live work (a pool's accelerator or partitioning, a count below the devices live grants hold, removing or pruning a "
      "pool that live grants hold and that is not drained), renewing or submitting a placement that was released or whose lease "
-     "ended. Nothing is written."),
+     "ended, or retrying its `--request-id` (it places nothing again). Nothing is written."),
     (None, REJECTED, "rejected: not portable, or no eligible pool"),
     (None, BURST_BLOCKED, "burst blocked by data residency"),
     (errors.PolicyUnavailable, POLICY, "policy engine unavailable, not the reviewed revision, or no usable policy decision (fail closed)"),

@@ -55,6 +55,8 @@ def cmd_queue(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
             where = str(e.position) if e.position is not None else Text("invalid", style="red")
             waits = render.waits_text(dict(e.waits_for))
             why = e.order_reason or "; ".join(e.invalid)
+            if e.preemption:
+                why = f"{why}; not preempting: {e.preemption}" if why else f"not preempting: {e.preemption}"
         else:
             where = Text(e.state, style="green" if e.state == "admitted" else "red")
             waits = "-"
@@ -75,6 +77,7 @@ def report_json(report: AdmissionReport) -> dict[str, object]:
         "failed": [entry_json(e) for e in report.failed],
         "waiting": report.waiting,
         "policy_revision": report.revision,
+        "not_preempted": [{"id": i, "workload": w, "why": why} for i, w, why in report.not_preempted],
     }
 
 
@@ -90,6 +93,8 @@ def print_admission(console: Console, report: AdmissionReport, *, quiet_when_emp
             console.print(Text(f"  not submitted yet: {a.submit_error}", style="yellow"))
     for e in report.failed:
         console.print(Text(f"✗ failed {e.workload} (queued {e.id[:12]}): {e.message}", style="red"))
+    for ident, workload, why in report.not_preempted:
+        console.print(Text(f"  {workload} (queued {ident[:12]}) waits, not preempting: {why}", style="yellow"))
     if report.admitted or report.failed or not quiet_when_empty:
         console.print(f"{report.waiting} waiting" if report.waiting else "nothing waiting")
 
@@ -184,7 +189,7 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=cmd_queue)
 
     p = hardware.add_parser("admit", parents=[common], help="offer the queue the capacity there is now")
-    p.add_argument("--max", type=types.limit, help="admit at most this many")
+    p.add_argument("--max", type=types.admissions, help="admit at most this many (1 or more)")
     p.set_defaults(handler=cmd_admit)
 
     p = hardware.add_parser("cancel", parents=[common], help="take a waiting workload out of the queue")

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from examlops_policy.cli.console import Console, Text
 from examlops_policy.quantities import memory_text
 
-from examlops_policy.model import Decision, Grant, Placement, PoolState, PoolVerdict, Rejection, article
+from examlops_policy.model import Decision, Grant, Placement, PoolState, PoolVerdict, Queued, Rejection, article
 from examlops_policy.views import (
     DecisionRecord, DecisionSummary, Explanation, PoolDetail, PoolView, QueueEntry, Standing, explain, start_text, wait_text,
 )  # fmt: skip
@@ -163,10 +163,13 @@ def print_decision(console: Console, decision: Decision, entry: QueueEntry | Non
         for line in allocation_lines(decision):
             console.print(Text(f"  {line}", style="dim"))
         return
-    assert isinstance(decision, Rejection)
-    if decision.queued:
+    if isinstance(decision, Queued):
         console.print(Text(queued_line(decision.workload.name, entry), style="yellow"))
         console.print(Text(f"  {decision.reason}", style="dim"))
+        if entry is not None and entry.state == "admitted" and entry.preempted:
+            console.print(Text(f"  admitted at once by decision {entry.admitted_by}: preempted {', '.join(v[:12] for v in entry.preempted)}", style="green"))
+        elif entry is not None and entry.state == "queued" and entry.preemption:
+            console.print(Text(f"  not preempting: {entry.preemption}", style="dim"))
     elif decision.burst_blocked:
         console.print(Text(f"⚠ Burst blocked: {decision.reason}", style="yellow"))
     else:
@@ -180,14 +183,22 @@ def print_links(console: Console, record: DecisionRecord) -> None:
     entry = record.queue
     if record.queued_id is not None:
         console.print(f"admitted from queued record {record.queued_id}")
+    if record.preempted:
+        console.print(f"preempted {', '.join(record.preempted)} to make room")
+    if record.preempted_by is not None:
+        console.print(f"preempted by decision {record.preempted_by} (for queued record {record.preempting_for}) at {record.released_at}")
     if entry is not None:
         if entry.state == "admitted":
             console.print(f"admitted by decision {entry.admitted_by} at {entry.ended_at}")
+            if entry.preempted:
+                console.print(f"preempted {', '.join(entry.preempted)} to make room")
         elif entry.state == "queued":
             where = f"position {entry.position} of {entry.of}" if entry.position is not None else "not ordered: " + "; ".join(entry.invalid)
             console.print(f"waiting since {entry.queued_at} · {where}" + (f" · {entry.order_reason}" if entry.order_reason else ""))
             if entry.reservation:
                 console.print(f"reserved: {entry.reservation}")
+            if entry.preemption:
+                console.print(f"not preempting: {entry.preemption}")
         else:
             console.print(f"{entry.state} at {entry.ended_at}" + (f": {entry.message}" if entry.message else ""))
         if entry.preempted_from is not None:
@@ -237,21 +248,12 @@ def index_ranges(indices: Sequence[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def print_released_retry(console: Console, record: DecisionRecord) -> None:
-    """A retry of a request whose placement was released since, or whose lease ended: it holds
-    nothing now."""
-    when = f"lease ended {record.released_at}" if record.lease_ended else f"released {record.released_at}"
-    console.print(Text(
-        f"  {when}: request id {record.request_id!r} was placed by decision {record.id[:12]} "
-        "and holds nothing now (nothing was placed again; use a new request id to place it again)",
-        style="yellow",
-    ))  # fmt: skip
-
-
 def ended_text(record: DecisionRecord) -> str:
     """`` · released T`` or `` · lease ended T`` for a placement that holds nothing now; else empty."""
     if record.released_at is None:
         return ""
+    if record.preempted_by is not None:
+        return f" · preempted {record.released_at} by decision {record.preempted_by[:12]}"
     return f" · lease ended {record.released_at}" if record.lease_ended else f" · released {record.released_at}"
 
 
@@ -434,7 +436,8 @@ def print_decisions(console: Console, summaries: Sequence[DecisionSummary]) -> N
             flags = [f for f, on in (
                 ("fallback", s.fallback), ("whole-device", s.fraction_honored is False), ("larger-partition", s.larger_partition),
                 ("admitted", s.queued_id is not None), ("lease-ended", s.lease_ended),
-                ("released", s.released_at is not None and not s.lease_ended),
+                ("preempted", s.released_at is not None and s.preempting_for is not None),
+                ("released", s.released_at is not None and not s.lease_ended and s.preempting_for is None),
             ) if on]  # fmt: skip
             rows.append([s.id[:12], s.created_at[:19], s.workload, Text("placed", style="green"), s.pool or "-", s.accelerator or "-", s.region or "-", ",".join(flags)])
         else:

@@ -166,6 +166,11 @@ class QueueReads:
         row = self._run(lambda: self._execute(f"SELECT {_GRANT_COLUMNS} FROM decisions d WHERE d.id = ?", (ident,)).fetchone())
         return None if row is None else _grant_row(row)
 
+    def preempted_for(self, queued_id: str) -> list[GrantRow]:
+        """The grants a preemption marked for queued record ``queued_id`` (its victims), oldest first."""
+        sql = f"SELECT {_GRANT_COLUMNS} FROM decisions d WHERE d.preempting_for = ? ORDER BY d.created_ts, d.id"
+        return [_grant_row(r) for r in self._run(lambda: self._execute(sql, (queued_id,)).fetchall())]
+
     def preempted(self) -> list[GrantRow]:
         """Grants marked for a preemption: live ones (the preemption unfinished), and released ones
         neither placed nor queued again (their requeue unfinished)."""

@@ -523,8 +523,8 @@ class SQLStore(QueueReads, ABC):
         sql = (
             "SELECT id, created_at, workload, outcome, pool, accelerator, model, region, fallback, fraction_honored, devices, "
             "cost_per_hour, carbon_factor, note, released_at, job_id, residency, policy_revision, verdicts, lease_expires_at, "
-            f"scheduler, job_state, queued_id, larger_partition, estimated_start, estimate_source, submitted_at, {ACTUAL_START} "
-            f"FROM decisions WHERE {' AND '.join(where)} ORDER BY created_at DESC, id LIMIT ?"
+            f"scheduler, job_state, queued_id, larger_partition, estimated_start, estimate_source, submitted_at, {ACTUAL_START}, "
+            f"preempting_for FROM decisions WHERE {' AND '.join(where)} ORDER BY created_at DESC, id LIMIT ?"
         )
         rows = self._run(lambda: self._execute(sql, (*params, limit)).fetchall())
         return [
@@ -534,7 +534,7 @@ class SQLStore(QueueReads, ABC):
                 devices=r[10], cost_per_hour=r[11], carbon_factor=r[12], note=r[13], released_at=r[14], job_id=r[15],
                 residency=r[16], policy_revision=r[17], verdicts=r[18], lease_expires_at=r[19], scheduler=r[20], job_state=r[21],
                 queued_id=r[22], larger_partition=bool(r[23]), estimated_start=r[24], estimate_source=r[25], submitted_at=r[26],
-                actual_start=r[27],
+                actual_start=r[27], preempting_for=r[28],
             )  # fmt: skip
             for r in rows
         ]

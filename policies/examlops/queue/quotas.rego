@@ -50,23 +50,24 @@ borrowed(lim, u) := max([0, u.devices - lim.nominal]) if lim.nominal != null
 
 # How many more devices a grant could hold now (null: no device quota): within the nominal quota,
 # or borrowing within the ceiling and the cohort's unused quota, whichever is more. A grant of
-# exactly this many passes the quota check; one more does not.
-room(lim, _) := null if lim.nominal == null
-
-room(lim, u) := max([0, lim.nominal - u.devices]) if {
-	lim.nominal != null
+# exactly this many passes the quota check; one more does not. 0 once the project's device-hours
+# in the period are used up: the check then refuses every grant, whatever its size.
+room(lim, u) := 0 if {
+	used_up(lim, u)
+} else := null if {
+	lim.nominal == null
+} else := max([0, lim.nominal - u.devices]) if {
 	lim.cohort == null
-}
+} else := max([0, lim.nominal - u.devices, borrow_room(lim, u)])
 
-room(lim, u) := max([0, lim.nominal - u.devices, borrow_room]) if {
-	lim.nominal != null
-	lim.cohort != null
-	borrow_room := min([ceiling_room(lim, u), lim.cohort_nominal - u.cohort_devices])
-}
+borrow_room(lim, u) := min([ceiling_room(lim, u), lim.cohort_nominal - u.cohort_devices])
 
 ceiling_room(lim, u) := lim.ceiling - u.devices if lim.ceiling != null
 
 ceiling_room(lim, u) := lim.cohort_nominal - u.cohort_devices if lim.ceiling == null
+
+# The project's device-hours in the period reach its quota: the quota check's own comparison.
+used_up(lim, u) if quota.hours_over(lim, u) != null
 
 # --- words ----------------------------------------------------------------------------------------
 
@@ -93,9 +94,9 @@ hours_words(lim, u) := null if {
 	lim.device_hours == null
 } else := sprintf("%s of %s device-hours in the last %s days%s", [
 	quota.number(u.device_hours), quota.number(lim.device_hours), quota.number(lim.period_days),
-	used_up_words(u.device_hours, lim.device_hours),
+	used_up_words(lim, u),
 ])
 
-used_up_words(used, most) := ": used up, nothing more starts until older use ages out" if {
-	used >= most - quota.epsilon
+used_up_words(lim, u) := ": used up, nothing more starts until older use ages out" if {
+	used_up(lim, u)
 } else := ""

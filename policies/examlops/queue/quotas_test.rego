@@ -10,6 +10,7 @@ quotas_fixture := {"projects": {
 	"ml-b": {"cohort": "research", "accelerators": {"nvidia": {"devices": 12}, "amd": {"devices": 0}}},
 	"solo": {"accelerators": {"nvidia": {"devices": 4}, "tpu": {}}},
 	"hours": {"accelerators": {"nvidia": {"device_hours": 100, "period_days": 7}}},
+	"both": {"accelerators": {"nvidia": {"devices": 4, "device_hours": 100, "period_days": 7}}},
 }}
 
 report(use) := r if {
@@ -31,17 +32,40 @@ use_cases := {
 	"the cohort full": {"devices": {"ml-a": {"nvidia": 6}, "ml-b": {"nvidia": 14}}},
 	"solo full": {"devices": {"solo": {"nvidia": 4}}},
 	"amd borrowed": {"devices": {"ml-b": {"amd": 0}}},
+	"device-hours left": {"devices": {"both": {"nvidia": 2}}, "device_hours": {"both": {"nvidia": 99}}},
+	"device-hours used up": {"devices": {"both": {"nvidia": 2}}, "device_hours": {"both": {"nvidia": 100}}},
 }
 
 # The room is what the quota check admits: a grant of exactly that passes, a little more does not.
 test_room_is_what_the_check_admits[name] if {
 	some name, use in use_cases
 	rows := [r | some r in report(use); r.room != null]
-	count(rows) == 4
+	count(rows) == 5
 	every r in rows {
-		admits(r, use, r.room)
-		not admits(r, use, r.room + 0.5)
+		room_admitted(r, use)
 	}
+}
+
+room_admitted(r, use) if {
+	r.room > 0
+	admits(r, use, r.room)
+	not admits(r, use, r.room + 0.5)
+}
+
+# No room: not even half a device passes (device-hours used up refuse every grant).
+room_admitted(r, use) if {
+	r.room == 0
+	not admits(r, use, 0.5)
+}
+
+test_no_room_once_the_device_hours_are_used_up if {
+	left := row({"devices": {"both": {"nvidia": 2}}, "device_hours": {"both": {"nvidia": 99}}}, "both", "nvidia")
+	left.room == 2
+	used := row({"devices": {"both": {"nvidia": 2}}, "device_hours": {"both": {"nvidia": 100}}}, "both", "nvidia")
+	used.room == 0
+	endswith(used.summary, "room now for 0 more; 100 of 100 device-hours in the last 7 days: used up, nothing more starts until older use ages out")
+	row({"device_hours": {"hours": {"nvidia": 100}}}, "hours", "nvidia").room == 0
+	row({"device_hours": {"hours": {"nvidia": 99}}}, "hours", "nvidia").room == null
 }
 
 admits(r, use, devices) if {
@@ -51,7 +75,7 @@ admits(r, use, devices) if {
 
 test_one_row_per_project_and_class_in_order if {
 	[[r.project, r.accelerator] | some r in report({})] == [
-		["hours", "nvidia"], ["ml-a", "nvidia"], ["ml-b", "amd"], ["ml-b", "nvidia"], ["solo", "nvidia"], ["solo", "tpu"],
+		["both", "nvidia"], ["hours", "nvidia"], ["ml-a", "nvidia"], ["ml-b", "amd"], ["ml-b", "nvidia"], ["solo", "nvidia"], ["solo", "tpu"],
 	]
 }
 
