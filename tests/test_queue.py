@@ -591,8 +591,10 @@ def test_a_preempted_victim_placed_again_at_once_is_never_queued_again(backend: 
         assert isinstance(victim.decision, Placement) and victim.decision.pool == "nv-spot"
         boss = hw.place(Workload("boss", "nvidia", count=2, priority="high", spot="require"), queue=True)
         assert boss.decision.outcome == "queued"
-        first = hw.admit()
-        assert [a.queued_id for a in first.admitted] == [boss.id] and first.admitted[0].preempted == (victim.id,)
+        # Urgent work queued by place --queue preempts at once (no admission pass needed).
+        entry = boss.queue
+        assert entry is not None and entry.state == "admitted" and entry.admitted_by is not None
+        assert entry.preempted == (victim.id,)
         live = [g for g in hw.store.live_grants() if g.workload == "victim"]
         assert [g.pool for g in live] == ["nv-od"]  # placed again at once, on demand
         assert hw.store.grant(live[0].id).replaces == victim.id  # type: ignore[union-attr]  # marked as its re-placement
@@ -603,7 +605,7 @@ def test_a_preempted_victim_placed_again_at_once_is_never_queued_again(backend: 
         again = hw.place(Workload("victim", "nvidia", count=2, priority="low", spot="allow"), queue=True, preempted_from=victim.id)
         assert again.id == live[0].id and len(hw.store.audit_rows()) == before
         assert [r for r in hw.store.queue_rows(("queued",)) if r.workload == "victim"] == []
-        hw.release(first.admitted[0].decision_id)  # boss ends: no copy of the victim to admit
+        hw.release(entry.admitted_by)  # boss ends: no copy of the victim to admit
         assert len([g for g in hw.store.live_grants() if g.workload == "victim"]) == 1
         assert violations(backend) == []
         report = hw.verify_audit()
