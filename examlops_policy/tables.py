@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import time
@@ -155,6 +156,23 @@ class Tables:
         no work said, or no throughput known)."""
         rate = self.work_rate(work_class, model, grant)
         return None if work is None or rate is None or rate <= 0 else work / rate
+
+    def throughput_weight(self, model: str | None, reference: str) -> float:
+        """How much more work than one device of ``reference`` one device of ``model`` does: the
+        geometric mean, over the classes of throughput.yaml that measure both, of their rates'
+        ratio; 1 where none does (a device of unknown speed counts as one device)."""
+        if model is None:
+            return 1.0
+        one = {"requested": 1.0, "honored": True, "share": 1.0, "units": 1, "devices": 1.0}
+        from examlops_policy.model import Grant
+
+        grant = Grant(**one)  # type: ignore[arg-type]
+        logs = []
+        for name in self.work_classes:
+            mine, theirs = self.work_rate(name, model, grant), self.work_rate(name, reference, grant)
+            if mine is not None and theirs is not None and mine > 0 and theirs > 0:
+                logs.append(math.log(mine / theirs))
+        return math.exp(sum(logs) / len(logs)) if logs else 1.0
 
     def region_known(self, region: str) -> bool:
         return region in self.regions

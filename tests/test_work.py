@@ -9,9 +9,11 @@ by tests/test_invariants.py (test_ranking_by_work_...); the table's rows by poli
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -238,3 +240,56 @@ def test_a_replay_by_work_runs_each_job_for_its_work_over_its_grant_s_throughput
 def test_a_replay_by_work_needs_a_generic_trace(exa_home: Path, tmp_path: Path) -> None:
     out = run_exa(exa_home, "hardware", "simulate", "--pods", str(tmp_path / "p.csv"), "--nodes", str(tmp_path / "n.csv"), "--optimize", "cost")
     assert out.returncode == exits.BAD_INPUT and "generic" in out.stderr
+
+
+# -- fair share weighted by flavour -----------------------------------------------------------------
+
+
+class _Weighed:
+    """The façade as the fair share reads it, with fair_share.yaml's usage_weight set."""
+
+    def __init__(self, hw: Any, how: str) -> None:
+        self._hw = hw
+        self.tables = dataclasses.replace(hw.tables, fair_share={**hw.tables.fair_share, "usage_weight": how})
+        self.store = hw.store
+
+    def _snapshot(self) -> Any:
+        return self._hw._snapshot()
+
+
+def test_a_project_s_use_is_weighed_by_the_flavour_it_held(tmp_path: Path, opa_home: Path) -> None:
+    """Ten hours of a K80 at $0.45 and ten of a V100 at $2.48: by devices 10 and 10; by price 4.5
+    and 24.8 (dollars); by throughput 10 x the K80's speed against a V100 (the geometric mean of
+    Gavel's seven ratios) and 10."""
+    from examlops_policy import _queueing
+    from examlops_policy.hardware import Hardware, ManagedPolicy
+    from examlops_policy.store._sql import epoch
+    from examlops_policy.store.sqlite import SQLiteStore
+
+    clock = {"now": "2026-11-01T00:00:00.000000Z"}
+    hw = Hardware(tmp_path, store=SQLiteStore(tmp_path / "state.db", clock=lambda: clock["now"]), policy=ManagedPolicy(opa_home))
+    try:
+        hw.apply([
+            Pool("k80s", "hpc", "nvidia", 4, "eu", cost_per_hour=0.45, model="k80"),
+            Pool("v100s", "hpc", "nvidia", 4, "eu", cost_per_hour=2.48, model="v100"),
+        ])  # fmt: skip
+        a = hw.place(Workload("a", "nvidia", models=("k80",), project="llm-pretraining"))
+        b = hw.place(Workload("b", "nvidia", models=("v100",), project="inference-eu"))
+        assert (a.decision.pool, b.decision.pool) == ("k80s", "v100s")  # type: ignore[union-attr]
+        clock["now"] = "2026-11-01T10:00:00.000000Z"
+        hw.release(a.id)
+        hw.release(b.id)
+        now = epoch("2026-11-01T12:00:00Z")
+        hours = {how: {p: sum(h for _, h in rows) for p, rows in _queueing.usage(_Weighed(hw, how), now).items()}  # type: ignore[arg-type]
+                 for how in ("devices", "price", "throughput")}  # fmt: skip
+        assert hours["devices"] == {"inference-eu": pytest.approx(10.0), "llm-pretraining": pytest.approx(10.0)}
+        assert hours["price"] == {"inference-eu": pytest.approx(24.8), "llm-pretraining": pytest.approx(4.5)}
+        rows = load_tables().throughput["classes"]
+        ratios = [c["models"]["k80"]["per_second"] / c["models"]["v100"]["per_second"] for c in rows.values()]  # type: ignore[index,union-attr]
+        speed = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        assert hours["throughput"] == {"inference-eu": pytest.approx(10.0), "llm-pretraining": pytest.approx(10 * speed)}
+        assert load_tables().throughput_weight("h100", "v100") == 1.0  # no class measures it: one device
+        with pytest.raises(Exception, match="usage_weight is devices, price or throughput"):
+            _queueing.usage(_Weighed(hw, "karma"), now)  # type: ignore[arg-type]
+    finally:
+        hw.close()
