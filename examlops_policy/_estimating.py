@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from examlops_policy.model import Capacity, Placement
+from examlops_policy.model import START_OBJECTIVES, Capacity, Placement
 from examlops_policy.tables import Tables
 from examlops_policy._core.engine import Prepared
 from examlops_policy._core.quota import NO_USE, QuotaUse
@@ -28,9 +28,10 @@ if TYPE_CHECKING:
 
 
 def needs_every_candidate(prepared: Prepared) -> bool:
-    """Whether selection itself depends on the estimates (a wait limit, or the earliest start)."""
+    """Whether selection itself depends on the estimates (a wait limit, the earliest start or
+    completion)."""
     judged = prepared.judged
-    return judged.workload.wait.any or judged.objective == "earliest"
+    return judged.workload.wait.any or judged.objective in START_OBJECTIVES
 
 
 def wanted(

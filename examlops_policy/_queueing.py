@@ -27,7 +27,7 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -37,7 +37,7 @@ from examlops_policy import specs
 from examlops_policy._core import codec, commit
 from examlops_policy._core.request import Request
 from examlops_policy.errors import ExaError, ExecutorError, NotFoundError, PolicyError, SpecError, StateError
-from examlops_policy.model import Decision, JSONObject, JSONValue, Placement, Rejection, Workload
+from examlops_policy.model import Decision, JSONObject, JSONValue, Placement, Pool, Rejection, Workload
 from examlops_policy.store import StaleFleet
 from examlops_policy.store.api import GrantRow, QueueRow
 from examlops_policy.views import AdmissionReport, Admitted, Cancelled, DecisionRecord, QueueEntry, QueueListing, QuotaRow, Submit, duration_text
@@ -190,9 +190,38 @@ class Ranked:
         return None
 
 
+def flavour_weights(tables: Tables, pools: Mapping[str, Pool]) -> Callable[[str, str], float]:
+    """What an hour of one device of a pool weighs in a project's use (fair_share.yaml,
+    ``usage_weight``): ``devices`` 1; ``price`` the pool's price per device-hour (the accelerator's
+    default for a pool removed since); ``throughput`` its model's throughput against the reference
+    model (``Tables.throughput_weight``; 1 where no class measures both)."""
+    how = str(tables.fair_share.get("usage_weight") or "devices")
+    if how == "devices":
+        return lambda pool, accelerator: 1.0
+    if how == "price":
+
+        def price(pool: str, accelerator: str) -> float:
+            p = pools.get(pool)
+            if p is not None and p.cost_per_hour is not None:
+                return p.cost_per_hour
+            return tables.default_cost(p.accelerator if p is not None else accelerator)
+
+        return price
+    if how == "throughput":
+        reference = str(tables.fair_share.get("reference_model") or "v100")
+
+        def speed(pool: str, accelerator: str) -> float:
+            p = pools.get(pool)
+            return tables.throughput_weight(p.model if p is not None else None, reference)
+
+        return speed
+    raise PolicyError(f"fair_share.yaml: usage_weight is devices, price or throughput (got {how!r})")
+
+
 def usage(hw: Hardware, now_ts: float) -> dict[str, list[list[float]]]:
     """Each project's device-hours per bucket of the fair-share window, each bucket aged at its
-    middle (fair_share.yaml), from the placements that held devices in the window."""
+    middle (fair_share.yaml), from the placements that held devices in the window; each hour of a
+    device weighed by its flavour (``flavour_weights``: by default 1, raw device-hours)."""
     tables = hw.tables
     fs = tables.fair_share
     window_h = float(cast(float, fs.get("window_hours", 672)))
@@ -201,7 +230,10 @@ def usage(hw: Hardware, now_ts: float) -> dict[str, list[list[float]]]:
     since = now_ts - window_h * 3600.0
     n = max(1, int(round(window_h / bucket_h)))
     buckets: dict[str, dict[int, float]] = {}
-    for project, devices, start, end in hw.store.usage_rows(since, now_ts, tables.unassigned):
+    snap = hw._snapshot() if str(tables.fair_share.get("usage_weight") or "devices") != "devices" else None
+    weigh = flavour_weights(tables, {} if snap is None else {s.pool.name: s.pool for s in snap.states})
+    for project, held, start, end, pool, accelerator in hw.store.usage_rows(since, now_ts, tables.unassigned):
+        devices = held * weigh(pool, accelerator)
         s, e = max(start, since), min(end, now_ts)
         if e <= s:
             continue

@@ -80,6 +80,7 @@ if TYPE_CHECKING:  # the crypto, OPA-process and report stacks load only when a 
     from examlops_policy.opa.bundle import Bundle
     from examlops_policy.report import ReportData
     from examlops_policy._sim.simulate import Simulation
+    from examlops_policy._sim.work import WorkSimulation
 
 DEFAULT_HOME: Final = Path("~/.local/share/examlops")
 SOURCE: Final = "exa-hardware"
@@ -1071,7 +1072,8 @@ class Hardware:
         policy: Path | None = None,
         region: str = "eu",
         pools: str = "model",
-    ) -> Simulation:
+        optimize: Sequence[str] = (),
+    ) -> Simulation | WorkSimulation:
         """Replay a trace against a fleet in memory through the placement path (the policy's
         verdicts from the real OPA, the core's selection, the node packer ``place`` uses): nothing
         is written, nothing audited. ``format`` ``openb``: ``nodes`` the node list, ``pods`` the pod
@@ -1084,6 +1086,10 @@ class Hardware:
         (``_sim.trace_format``: a YAML or JSON trace, or a CSV with an ``arrival`` column, is
         generic; else openb). ``policy``: a policy folder to judge
         with instead of the reviewed one (its own OPA, stopped afterwards). One run per packer.
+        ``optimize`` (generic only): replay by work instead (``_sim.work``): waiting workloads placed
+        as room frees, each running for its duration or its work over its grant's throughput, once
+        per objective, with the first packer; a ``WorkSimulation`` (cost, cost per unit of work,
+        completion times, utilisation per device model).
 
         SpecError for bad input (file, line, column); PolicyUnavailable/PolicyError without a policy."""
         from examlops_policy._node_packers import PACKERS
@@ -1107,7 +1113,10 @@ class Hardware:
             if pools not in ("model", "one"):
                 raise SpecError(f"pools are grouped by model or as one (got {quantities.shown(pools)})", field="pools")
 
-        def run(engine: Engine, tables: Tables) -> Simulation:
+        if optimize and format != "generic":
+            raise SpecError("--optimize replays a generic trace by its work (--format generic)", field="optimize")
+
+        def run(engine: Engine, tables: Tables) -> Simulation | WorkSimulation:
             if format == "openb":
                 from examlops_policy._sim import read_openb_nodes, read_openb_pods
 
@@ -1130,6 +1139,17 @@ class Hardware:
                 trace = read_trace(pods, tables)
                 if nodes is not None:
                     trace = with_pools(trace, specs.pools_from_file(nodes, tables))
+            if optimize:
+                from examlops_policy._sim.layer import LayerPlacer
+                from examlops_policy._sim.work import simulate_work
+
+                confirmed = engine.confirm()
+                done = simulate_work(
+                    lambda: LayerPlacer(engine, confirmed, trace.pools, packer=packers[0]), trace, optimize, name=Path(pods).name,
+                    revision=confirmed[0],
+                )  # fmt: skip
+                sim._confirm_same(engine, confirmed)
+                return done
             return sim.simulate_events(engine, trace, packers=packers, name=Path(pods).name)
 
         if policy is None:

@@ -36,7 +36,14 @@ WORKLOAD_TARGETS: Final = ("hpc", "cloud", "any")
 RESIDENCIES: Final = ("open", "eu-only", "no-egress", "restricted")
 # What selection minimises among the admissible pools of the best tier (``earliest``: the soonest
 # estimated start, then cost).
-OBJECTIVES: Final = ("cost", "carbon", "balanced", "earliest")
+OBJECTIVES: Final = ("cost", "carbon", "balanced", "earliest", "work-cost", "work-carbon", "work-time")
+# The objectives that rank by the workload's work (its work_class and work, throughput.yaml): the
+# cost or carbon of the whole job on a pool, or its estimated completion (start + run time).
+WORK_OBJECTIVES: Final = ("work-cost", "work-carbon", "work-time")
+# The objectives whose ranking depends on each decision's start estimates.
+START_OBJECTIVES: Final = ("earliest", "work-time")
+# The most work a workload may say (in its class's unit).
+MAX_WORK: Final = 1e18
 # How a pool shares whole devices between workloads (NVIDIA time-slicing or MPS, Slurm shards).
 SHARING: Final = ("time-slice", "mps")
 # The node packers (``_node_packers``, which says what each does); the first is the one placement uses.
@@ -642,6 +649,11 @@ class Workload:
     then cost. (These are read by the wait policy and the start estimates; until selection is
     given estimates, ``earliest`` ranks like ``cost`` and the three fields decide nothing.)
 
+    What it does: ``work`` units of ``work_class`` (a class of throughput.yaml, e.g. 10000
+    iterations of ``ResNet-50``); given together or not at all. From them and a pool's throughput,
+    its run time, cost and carbon per job there; ``optimize: work-cost``, ``work-carbon`` and
+    ``work-time`` rank by those.
+
     ``priority``: its priority class (priorities.yaml; None: the default class). The class orders
     the queue and may allow preemption; it is not part of what the policy judges a pool by.
     """
@@ -675,6 +687,8 @@ class Workload:
     deadline: str | None = None
     walltime: int | None = None
     priority: str | None = None
+    work_class: str | None = None
+    work: float | None = None
 
     def __post_init__(self) -> None:
         owner = f"workload {self.name!r}" if isinstance(self.name, str) else "workload"
@@ -737,6 +751,14 @@ class Workload:
             object.__setattr__(self, "deadline", _instant(owner, "deadline", self.deadline))
         if self.walltime is not None:
             object.__setattr__(self, "walltime", _duration(owner, "walltime", self.walltime, least=MIN_WALLTIME_S))
+        if self.work_class is not None or self.work is not None:
+            if self.work_class is None:
+                raise _bad("work_class", "is needed with work (the class of throughput.yaml the work is counted in)", owner)
+            if self.work is None:
+                raise _bad("work", f"is needed with work_class (how many units of {self.work_class} the workload does)", owner)
+            _optional_name(owner, "work_class", self.work_class, what="a workload class")
+            _check_number(owner, "work", self.work, low=0, high=MAX_WORK, low_open=True)
+            object.__setattr__(self, "work", float(self.work))
 
     @property
     def cpu_milli(self) -> int | None:
@@ -834,6 +856,9 @@ class PoolVerdict:
     # When the pool would start the workload, from whoever can know it (None: not asked: only
     # candidates are, and for a workload without max_wait, deadline or earliest only the chosen one).
     estimate: StartEstimate | None = None
+    # Units of the workload's work its grant does per second (throughput.yaml; None: the workload
+    # says no work, or no throughput is known for the pool).
+    work_rate: float | None = None
 
 
 @dataclass(frozen=True)

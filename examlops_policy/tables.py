@@ -5,7 +5,7 @@ needs them for: validating specs early, pricing and carbon defaults, and the pol
 
 Every command reads them, so the parsed tables are kept in a compiled cache (JSON, named by the
 SHA-256 of the YAML files' names and bytes): a cold process reads one small file instead of
-importing PyYAML and parsing thirteen files. The YAML stays the only source: an entry is used only
+importing PyYAML and parsing every file. The YAML stays the only source: an entry is used only
 when the digest of the files read now names it and its own checksum holds, and is otherwise
 ignored, so a stale, damaged, foreign or unwritable cache costs a parse, never a wrong table.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import time
@@ -27,7 +28,7 @@ from examlops_policy._canonical import canonical
 from examlops_policy.errors import PolicyError
 
 if TYPE_CHECKING:
-    from examlops_policy.model import JSONObject
+    from examlops_policy.model import Grant, JSONObject
 
 _PACKAGE_DIR: Final = Path(__file__).resolve().parent
 
@@ -118,6 +119,60 @@ class Tables:
     # Typical provisioning delays of cloud providers (provisioning.yaml): the start estimates of
     # cloud pools with no scheduler to ask, read with the rest of the snapshot.
     provisioning: JSONObject = field(default_factory=dict)
+    # What a device does per second, per workload class (throughput.yaml).
+    throughput: JSONObject = field(default_factory=dict)
+
+    @property
+    def work_classes(self) -> tuple[str, ...]:
+        """The workload classes of throughput.yaml, in name order."""
+        return tuple(sorted(cast("JSONObject", self.throughput.get("classes") or {})))
+
+    def work_unit(self, work_class: str) -> str | None:
+        entry = cast("JSONObject", cast("JSONObject", self.throughput.get("classes") or {}).get(work_class) or {})
+        unit = entry.get("unit")
+        return None if unit is None else str(unit)
+
+    def work_rate(self, work_class: str | None, model: str | None, grant: Grant) -> float | None:
+        """Units of ``work_class`` per second that ``grant`` on a pool of ``model`` does
+        (throughput.yaml; the policy's reference rule reads it alike): a whole device's row x the
+        devices granted, or the profile's row x the slices granted; None where the table has no row
+        (no class, no model, a shared device, a profile without its own row)."""
+        if work_class is None or model is None or grant.shares is not None:
+            return None
+        entry = cast("JSONObject", cast("JSONObject", self.throughput.get("classes") or {}).get(work_class) or {})
+        key = model.lower()
+        if grant.profile is None:
+            row = cast("JSONObject", entry.get("models") or {}).get(key)
+            many = grant.devices
+        else:
+            row = cast("JSONObject", cast("JSONObject", entry.get("profiles") or {}).get(key) or {}).get(grant.profile)
+            many = float(grant.units * grant.nodes)
+        if not isinstance(row, dict):
+            return None
+        return float(cast(float, row["per_second"])) * many
+
+    def run_s(self, work_class: str | None, work: float | None, model: str | None, grant: Grant) -> float | None:
+        """Seconds ``work`` units of ``work_class`` take on ``grant`` of a pool of ``model`` (None:
+        no work said, or no throughput known)."""
+        rate = self.work_rate(work_class, model, grant)
+        return None if work is None or rate is None or rate <= 0 else work / rate
+
+    def throughput_weight(self, model: str | None, reference: str) -> float:
+        """How much more work than one device of ``reference`` one device of ``model`` does: the
+        geometric mean, over the classes of throughput.yaml that measure both, of their rates'
+        ratio; 1 where none does (a device of unknown speed counts as one device)."""
+        if model is None:
+            return 1.0
+        one = {"requested": 1.0, "honored": True, "share": 1.0, "units": 1, "devices": 1.0}
+        from examlops_policy.model import Grant
+
+        grant = Grant(**one)  # type: ignore[arg-type]
+        logs = []
+        for name in self.work_classes:
+            mine, theirs = self.work_rate(name, model, grant), self.work_rate(name, reference, grant)
+            if mine is not None and theirs is not None and mine > 0 and theirs > 0:
+                logs.append(math.log(mine / theirs))
+        return math.exp(sum(logs) / len(logs)) if logs else 1.0
 
     def region_known(self, region: str) -> bool:
         return region in self.regions
@@ -435,6 +490,7 @@ def load_tables(root: Path | None = None) -> Tables:
             fair_share=cast("JSONObject", merged.get("fair_share") or {}),
             quotas=cast("JSONObject", merged.get("quotas") or {}),
             provisioning=cast("JSONObject", merged.get("provisioning") or {}),
+            throughput=cast("JSONObject", merged.get("throughput") or {}),
         )
     except KeyError as exc:
         raise PolicyError(f"{base}: table {exc} is missing") from exc

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
 
 from examlops_policy.errors import SpecError
-from examlops_policy.model import Decision, Holding, JSONObject, JSONValue, Pool, PoolState, PoolVerdict, Reason, StartEstimate
+from examlops_policy.model import WORK_OBJECTIVES, Decision, Holding, JSONObject, JSONValue, Pool, PoolState, PoolVerdict, Reason, StartEstimate
 
 # A start estimated within this many seconds of the decision's time is "now" for people: Slurm
 # answers in whole seconds, a free partition the second after it is asked (the wait policy's
@@ -442,6 +442,26 @@ class Standing:
     carbon_per_hour: float
     score: float | None = None
     estimate: StartEstimate | None = None  # when it would start (where it was asked)
+    job: JobFigures | None = None  # by work: what the workload's work takes there (None: unknown)
+
+
+@dataclass(frozen=True)
+class JobFigures:
+    """What a workload's work takes on a pool: the units its grant does per second (throughput.yaml
+    x the devices granted), the run time, and what the whole job costs and emits."""
+
+    rate: float
+    run_s: float
+    cost: float
+    carbon_g: float
+
+    @classmethod
+    def of(cls, verdict: PoolVerdict, work: float | None) -> JobFigures | None:
+        """The figures of ``work`` units on the pool of ``verdict`` (None: no throughput known)."""
+        if work is None or verdict.work_rate is None or verdict.work_rate <= 0:
+            return None
+        run_s = work / verdict.work_rate
+        return cls(verdict.work_rate, run_s, verdict.grant_cost_per_hour * run_s / 3600, verdict.grant_carbon_per_hour * run_s / 3600)
 
 
 @dataclass(frozen=True)
@@ -478,6 +498,11 @@ def explain(decision: Decision) -> Explanation:
             return (0, moment if at <= moment + NOW_WITHIN_S else at, v.grant_cost_per_hour, v.pool)
 
         standings = [Standing(v.pool, v.grant_cost_per_hour, v.grant_carbon_per_hour, None, v.estimate) for v in sorted(pool_rows, key=soonest)]
+    elif w.optimize in WORK_OBJECTIVES:
+        standings = [
+            Standing(v.pool, v.grant_cost_per_hour, v.grant_carbon_per_hour, None, v.estimate, JobFigures.of(v, w.work))
+            for v in sorted(pool_rows, key=lambda v: _by_work(v, w.optimize, w.work, decision.decided_at))
+        ]
     else:
         carbon = w.optimize == "carbon"
 
@@ -490,6 +515,25 @@ def explain(decision: Decision) -> Explanation:
     # The winner first even where room, not rank, decided (a cheaper pool full at commit time).
     standings.sort(key=lambda s: s.pool != chosen)
     return Explanation(tier, w.optimize, w.carbon_weight, tuple(standings), decision.decided_at)
+
+
+def _by_work(v: PoolVerdict, objective: str, work: float | None, now: datetime | None) -> tuple[object, ...]:
+    """Where a pool ranks by work (as selection ranks it): those whose throughput is known first,
+    by the job's cost, carbon or completion; the others by the hour (or by start)."""
+    job = JobFigures.of(v, work)
+    e = v.estimate
+    if e is None or e.at is None or now is None:
+        wait: tuple[int, float] = (1, 0.0)
+    else:
+        at, moment = math.floor(e.at.timestamp()), math.floor(now.timestamp())
+        wait = (0, float(max(0, at - moment) if at > moment + NOW_WITHIN_S else 0))
+    if objective == "work-time":
+        rank: tuple[object, ...] = (1, *wait) if job is None else (0, wait[0], wait[1] + job.run_s)
+    elif objective == "work-carbon":
+        rank = (1, v.grant_carbon_per_hour) if job is None else (0, job.carbon_g)
+    else:
+        rank = (1, v.grant_cost_per_hour) if job is None else (0, job.cost)
+    return (*rank, v.grant_cost_per_hour, v.pool)
 
 
 def balanced_scores(rows: Sequence[tuple[float, float]], carbon_weight: float) -> list[float]:
@@ -516,6 +560,16 @@ def decision_json(decision: Decision, record: DecisionRecord | None = None) -> d
         estimated_start=shown.get("estimated_start"), estimate_source=shown.get("estimate_source"),
         estimate_observed_at=shown.get("observed_at"), estimate_reason=shown.get("reason"),
     )  # fmt: skip
+    work = decision.workload.work
+    rows = body.get("verdicts")
+    if work is not None and isinstance(rows, list):
+        # What the workload's work takes on each pool (null where no throughput is known).
+        for row, v in zip(rows, decision.verdicts):
+            job = JobFigures.of(v, work)
+            row.update(
+                run_s=None if job is None else round(job.run_s, 3), cost_per_job=None if job is None else round(job.cost, 6),
+                carbon_g_per_job=None if job is None else round(job.carbon_g, 3),
+            )  # fmt: skip
     if record is not None:
         body.update(
             id=record.id, decision_id=record.id, created_at=record.created_at, released_at=record.released_at, job_id=record.job_id,

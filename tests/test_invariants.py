@@ -76,6 +76,7 @@ PROJECTS: dict[str, dict[str, float]] = T["budgets"]["projects"]
 QUOTAS: dict[str, dict[str, Any]] = T["quotas"]["projects"]
 UNASSIGNED: str = T["budgets"]["unassigned"]
 DEFAULT_CARBON: dict[str, float] = T["accounting"]["default_carbon_factor"]
+WORK_CLASSES: dict[str, dict[str, Any]] = T["throughput"]["classes"]
 RESIDENCY_LEVEL = {"open": 0, "eu-only": 1, "no-egress": 2, "restricted": 3}
 
 ACCELERATORS = sorted(BACKEND)
@@ -321,6 +322,8 @@ def choose(w: Workload, eligible: frozenset[str], by_name: dict[str, Pool], per_
         return min(eligible, key=lambda n: (money[n], n))
     if w.optimize == "carbon":
         return min(eligible, key=lambda n: (grams[n], money[n], n))
+    if w.optimize in ("work-cost", "work-carbon", "work-time"):
+        return min(eligible, key=lambda n: work_order(w, by_name[n], per_pool[n], money[n], grams[n]))
     top_money, top_grams = max(money.values()), max(grams.values())
 
     def score(n: str) -> float:
@@ -329,6 +332,26 @@ def choose(w: Workload, eligible: frozenset[str], by_name: dict[str, Pool], per_
         return round((1 - w.carbon_weight) * a + w.carbon_weight * b, 9)
 
     return min(eligible, key=lambda n: (score(n), money[n], n))
+
+
+def work_rate(w: Workload, pool: Pool, e: Expected) -> float | None:
+    """What the grant does of the workload's work per second, from the table read here: a whole
+    device's row x devices; no row for a slice (the table measures no profile yet), nor for a pool
+    of no model or a model the class lacks."""
+    if w.work_class is None or pool.model is None or e.profile is not None:
+        return None
+    row = WORK_CLASSES[w.work_class]["models"].get(pool.model.lower())
+    return None if row is None else float(row["per_second"]) * e.devices
+
+
+def work_order(w: Workload, pool: Pool, e: Expected, money: float, grams: float) -> tuple[Any, ...]:
+    """The README's ranking by work, without start estimates: pools whose throughput is known first,
+    by the job's cost, carbon or run time; the others as they rank by cost or carbon per hour."""
+    rate = work_rate(w, pool, e)
+    per_hour = grams if w.optimize == "work-carbon" else money
+    if w.optimize == "work-time":
+        return (1, 0, money, pool.name) if rate is None else (0, w.work / rate, money, pool.name)  # type: ignore[operator]
+    return (1, per_hour, money, pool.name) if rate is None else (0, per_hour * w.work / (rate * 3600), money, pool.name)  # type: ignore[operator]
 
 
 @dataclass(frozen=True)
@@ -535,14 +558,23 @@ def workloads(draw: st.DrawFn) -> Workload:
         allow_burst=draw(st.booleans()),
         data_region=draw(st.sampled_from([None, None, "eu", "de-juelich", "fi-kajaani", "eu-central-1", "us-east-1"])),
         allow_cpu_fallback=draw(st.booleans()),
-        optimize=draw(st.sampled_from(["cost", "cost", "carbon", "balanced"])),
+        optimize=draw(st.sampled_from(["cost", "cost", "carbon", "balanced", "work-cost", "work-carbon", "work-time"])),
         carbon_weight=draw(st.sampled_from([0.0, 0.5, 0.8, 1.0])),
         max_cost_per_hour=draw(st.sampled_from([None, None, None, 1.0, 2.5, 8.0])),
         max_carbon_per_hour=draw(st.sampled_from([None, None, None, 150.0, 500.0])),
         project=draw(st.sampled_from([None, None, *sorted(PROJECTS), *sorted(QUOTAS)])),
         spot=draw(st.sampled_from(["never", "never", "allow", "require"])),
         allow_budget_fallback=draw(st.sampled_from([True, True, False])),
+        **draw(work_of()),
     )
+
+
+@st.composite
+def work_of(draw: st.DrawFn) -> dict[str, Any]:
+    """A workload's work: mostly a class of the throughput table and an amount; sometimes none."""
+    if draw(st.integers(0, 3)) == 0:
+        return {}
+    return {"work_class": draw(st.sampled_from(sorted(WORK_CLASSES))), "work": draw(st.sampled_from([1.0, 500.0, 20000.0, 3e6]))}
 
 
 @st.composite
@@ -757,7 +789,7 @@ def waiting_workloads(draw: st.DrawFn) -> Workload:
     w = draw(workloads())
     return dataclasses.replace(
         w,
-        optimize=draw(st.sampled_from(["earliest", "earliest", "cost", w.optimize])),
+        optimize=draw(st.sampled_from(["earliest", "earliest", "work-time", "work-time", "cost", w.optimize])),
         max_wait=draw(st.sampled_from([None, None, 0, 600, 3600, 86400])),
         deadline=draw(st.sampled_from([None, None, "2026-12-01T13:00:00Z", "2026-12-01T11:00:00Z", "2026-12-02T12:00:00+01:00"])),
         walltime=draw(st.sampled_from([None, 1800])),
@@ -808,6 +840,15 @@ def test_selection_with_start_estimates_equals_the_policys_reference_decision(
             assert all(r is None for r in rivals)
         else:
             assert all(r is None or r >= start for r in rivals)
+    if w.optimize == "work-time" and w.work is not None:
+        # No eligible pool whose start and throughput are known completes sooner than the chosen one.
+        def done(v: Any) -> float | None:
+            begins = _start_s(starts, v.pool)
+            return None if v.work_rate is None or begins is None else begins + w.work / v.work_rate  # type: ignore[operator]
+
+        mine = next(done(v) for v in decision.verdicts if v.pool == decision.pool)
+        if mine is not None:
+            assert all(d is None or d >= mine - 1e-6 for v in decision.verdicts if v.eligible and v.pool != decision.pool for d in [done(v)])
 
 
 @settings(SETTINGS, max_examples=max(5, SETTINGS.max_examples // 8))
@@ -1434,3 +1475,58 @@ def test_recorded_node_grants_never_hold_a_device_share_core_or_mib_twice(
         assert store_hw.verify_audit().ok
     finally:
         store_hw.close()
+
+
+# --- ranking by work (throughput.yaml) -------------------------------------------------------------
+
+
+@st.composite
+def work_cases(draw: st.DrawFn) -> tuple[list[Pool], Workload]:
+    """Pools of the models the throughput table measures (and some it does not, or of no model), at
+    GCP's prices of Gavel's GPUs and others; a workload that says its work and ranks by it."""
+    names = draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=6, unique=True))
+    pools = [
+        Pool(
+            name=name,
+            target=draw(st.sampled_from(["hpc", "hpc", "cloud"])),
+            accelerator="nvidia",
+            count=draw(st.integers(1, 8)),
+            region=draw(st.sampled_from(COARSE)),
+            cost_per_hour=draw(st.sampled_from([0.45, 1.46, 2.48, 0.3, 4.0, *PRICES])),
+            model=draw(st.sampled_from(["k80", "p100", "v100", "V100", "K80", "a100", None])),
+            supports_fractions=draw(st.booleans()),
+        )
+        for name in names
+    ]
+    fraction = draw(st.sampled_from([1.0, 1.0, 0.5]))
+    w = Workload(
+        "job", "nvidia", engine="generic", allow_burst=draw(st.booleans()), count=1 if fraction < 1 else draw(st.integers(1, 3)),
+        fraction=fraction, optimize=draw(st.sampled_from(["work-cost", "work-carbon", "work-time"])), **draw(work_of()),
+    )  # fmt: skip
+    return pools, w
+
+
+@SETTINGS
+@given(case=work_cases(), data=st.data())
+def test_ranking_by_work_is_decided_alike_by_selection_the_policy_and_the_oracle(
+    hw: Hardware, case: tuple[list[Pool], Workload], data: st.DataObject
+) -> None:
+    """Under work-cost, work-carbon and work-time, Python selection and the policy's reference rule
+    choose the same pool with the same reasons (with and without start estimates), and without
+    estimates the oracle's: the cheapest, lowest-carbon or fastest job among the pools whose
+    throughput is known, then the others as they rank by the hour."""
+    from examlops_policy._core.engine import differences, reference_input
+
+    pools, w = case
+    capacities = data.draw(capacities_for(pools))
+    states = sorted(states_of(pools, capacities, hw.tables), key=lambda s: s.pool.name)
+    prepared = hw.engine.prepare(w, [s.pool for s in states])
+    caps = [s.capacity for s in states]
+    decision = prepared.decide(caps, hw.tables)
+    check(decision, w, pools, capacities)
+    reference = hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about))
+    assert differences(decision, reference) == []
+    starts = data.draw(starts_for(pools))
+    timed = prepared.decide(caps, hw.tables, starts=starts)
+    reference = hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about, starts))
+    assert differences(timed, reference) == []

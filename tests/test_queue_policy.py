@@ -93,7 +93,7 @@ def test_the_order_ranks_and_says_why() -> None:
     assert cast(str, order[1]["reason"]).startswith("priority normal; project llm-pretraining at ")
     invalid = cast(list[dict[str, object]], answer["invalid"])
     assert [(i["id"], [r["code"] for r in cast(list[dict[str, str]], i["reasons"])]) for i in invalid] == [("q3", ["project_unknown"])]
-    assert answer["errors"] == [] and answer["fair_share"] == {"half_life_hours": 168, "window_hours": 672, "bucket_hours": 24}
+    assert answer["errors"] == [] and answer["fair_share"] == {"half_life_hours": 168, "window_hours": 672, "bucket_hours": 24, "usage_weight": "devices"}
 
 
 def test_preemption_names_its_victims_and_spares_the_others() -> None:

@@ -119,7 +119,16 @@ def workload_input(workload: Workload) -> JSONObject:
         # Its priority class, where it names one: the placement policy does not read it, the record
         # keeps it (a preempted workload is queued again in its class; the input digest covers it).
         **({"priority": workload.priority} if workload.priority is not None else {}),
+        **work_asks(workload),
     }
+
+
+def work_asks(workload: Workload) -> JSONObject:
+    """The workload's work (its class and amount), in its policy input only when it says it (a
+    workload that says none has the input, and the input digest, it had before work existed)."""
+    if workload.work_class is None:
+        return {}
+    return {"work_class": workload.work_class, "work": workload.work}
 
 
 # What a workload asks of nodes, in its policy input only when it asks it (a workload that asks
@@ -147,7 +156,7 @@ def workload_from_json(raw: Mapping[str, object]) -> Workload:
     return Workload(**values)  # type: ignore[arg-type]
 
 
-_WORKLOAD_FIELDS: Final = frozenset(workload_input(Workload("x", "cpu"))) | frozenset(NODE_ASKS)
+_WORKLOAD_FIELDS: Final = frozenset(workload_input(Workload("x", "cpu"))) | frozenset(NODE_ASKS) | frozenset({"work_class", "work"})
 
 
 # -- pools, capacity, holdings -------------------------------------------------------------------

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Final, Protocol, TypeGuard, TypeVar, cast
 
 from examlops_policy.errors import NotFoundError, SpecError, StateError
 from examlops_policy.model import (
+    START_OBJECTIVES,
+    WORK_OBJECTIVES,
     Capacity, Decision, DeviceShare, Holding, JSONObject, JSONValue, NodeAllocation, Placement, Pool, PoolState, Queued, Rejection, iso, pool_spec,
 )
 from examlops_policy.store.api import (
@@ -359,9 +361,15 @@ def withhold(capacities: Sequence[Capacity], pools: Sequence[Pool], withheld: Ma
     ]
 
 
+# The objectives a change of capacity elsewhere may reorder (by score, by start, by a larger grant's
+# work): a decision under them is made again when any pool of its tier or better changed.
+PER_DECISION: Final = ("balanced", *START_OBJECTIVES, *WORK_OBJECTIVES)
+
+
 def _by_start(prepared: Prepared) -> bool:
-    """Whether the workload's selection depends on start estimates (a wait limit, or earliest)."""
-    return prepared.judged.workload.wait.any or prepared.judged.objective == "earliest"
+    """Whether the workload's selection depends on start estimates (a wait limit, or earliest or
+    work-time)."""
+    return prepared.judged.workload.wait.any or prepared.judged.objective in START_OBJECTIVES
 
 
 def _rows(txn: Transaction, version: int, fleet: int, since: int) -> StateRows:
@@ -390,7 +398,7 @@ def stale(judged: Judged, decided: Decision, capacities: Sequence[Capacity], cha
         if at is None:
             continue  # denied by its shape or budget: never chosen, whatever its room
         v = judged.verdict(i)
-        if judged.objective in ("balanced", "earliest"):  # ranked per decision, not by cost alone
+        if judged.objective in PER_DECISION:  # ranked per decision, not by cost alone
             if v.tier <= tier:
                 return True
         elif judged.ranked[at][:-1] < at_best and judged.grant_for(i, capacities[i]) is not None:

@@ -25,7 +25,7 @@ from examlops_policy.tables import Tables
 from examlops_policy._core import codec
 from examlops_policy._core.quota import NO_USE, QuotaUse, relevant
 from examlops_policy._core.request import Request
-from examlops_policy._core.selection import Fleet, FleetEntry, Judged, decide_over, priced
+from examlops_policy._core.selection import Fleet, FleetEntry, Judged, Work, decide_over, priced
 from examlops_policy._core.verdicts import About, PolicyEvaluator, ShapeVerdict, Signature, WorkloadVerdict
 from examlops_policy._core.waiting import Starts
 
@@ -289,6 +289,7 @@ class Engine:
             Judged(
                 fleet, shapes if judged else {}, workload_verdict, judged=judged, checks=about.explained, texts=about.texts,
                 objective=str(wsig.get("optimize", "cost")), carbon_weight=float(wsig.get("carbon_weight", 0.5)),  # type: ignore[arg-type]
+                work=Work.of(wsig, self.tables),
             ),
             fresh,
         )  # fmt: skip
@@ -321,6 +322,7 @@ def reference_input(
                 "shape": entry.key,
                 "cost_per_hour": entry.price,
                 "carbon_per_hour": entry.carbon,
+                **({"model": entry.pool.model} if entry.pool.model is not None else {}),
                 "capacity": capacity_input(capacity),
                 **({"estimate": starts.policy_input(entry.pool.name)} if starts is not None and starts.of(entry.pool.name) else {}),
             }

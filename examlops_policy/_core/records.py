@@ -25,7 +25,7 @@ from examlops_policy.tables import Tables
 from examlops_policy.views import DecisionRecord
 from examlops_policy._core import codec, leases
 from examlops_policy._core.quota import QuotaUse
-from examlops_policy._core.selection import Fleet, FleetEntry, Judged, decide_over
+from examlops_policy._core.selection import Fleet, FleetEntry, Judged, Work, decide_over
 from examlops_policy._core.state import aligned
 from examlops_policy._core.verdicts import Signature
 from examlops_policy._core.waiting import Starts
@@ -36,8 +36,9 @@ CapacitiesAt = Callable[[int, Sequence[str]], Sequence[Capacity]]
 log at or before it), in the order named."""
 
 
-def judged_from(fleet_doc: Mapping[str, object], verdict_doc: Mapping[str, object], fleet_revision: str) -> Judged:
-    """The fleet and its verdicts as stored, joined again by shape key."""
+def judged_from(fleet_doc: Mapping[str, object], verdict_doc: Mapping[str, object], fleet_revision: str, tables: Tables | None = None) -> Judged:
+    """The fleet and its verdicts as stored, joined again by shape key (``tables``: the throughput
+    a workload's work is ranked by; without them, as if none were known)."""
     where = f"verdict set of fleet {fleet_revision}"
     sig = cast(Mapping[str, list[str]], verdict_doc["signature"])
     signature = Signature(tuple(sig["shape"]), tuple(sig["workload"]))
@@ -56,6 +57,7 @@ def judged_from(fleet_doc: Mapping[str, object], verdict_doc: Mapping[str, objec
     return Judged(
         Fleet(fleet_revision, tuple(entries)), shapes, wv, judged=judged, checks=checks,
         objective=str(wsig.get("optimize", "cost")), carbon_weight=float(cast(float, wsig.get("carbon_weight", 0.5))), texts=texts,
+        work=None if tables is None else Work.of(wsig, tables),
     )  # fmt: skip
 
 
@@ -93,7 +95,7 @@ def rebuild(
     cache_key = (fleet_rev, verdict_key)
     judged = judged_cache.get(cache_key) if judged_cache is not None else None
     if judged is None:
-        judged = judged_from(load_fleet(fleet_rev), load_verdicts(verdict_key), fleet_rev)
+        judged = judged_from(load_fleet(fleet_rev), load_verdicts(verdict_key), fleet_rev, tables)
         if judged_cache is not None:
             if len(judged_cache) > 32:
                 judged_cache.clear()

@@ -15,7 +15,9 @@ piece of decision logic outside Rego, kept equal to the policy's own reference r
 3. within it, what the workload optimises: the cheapest grant (price per device-hour x devices
    granted, a slice counting as its share), or the lowest carbon of the grant (then cost), or the
    earliest start (a pool without an estimate last; then cost), or a balanced score of cost and
-   carbon; then the pool's name.
+   carbon, or by its work (``work-cost``, ``work-carbon``: the cost or carbon of the whole job on
+   the pool; ``work-time``: its start plus its run time; pools whose throughput throughput.yaml
+   does not give rank after those whose it does, as they would without it); then the pool's name.
 
 The burst verdict and a rejection's summary follow from the same filter. Per-pool verdicts (for
 explanations) are built only when someone looks at them.
@@ -29,6 +31,8 @@ from functools import cached_property
 from typing import Final, overload
 
 from examlops_policy.model import (
+    START_OBJECTIVES,
+    WORK_OBJECTIVES,
     BurstVerdict,
     Capacity,
     CheckInfo,
@@ -137,6 +141,35 @@ def grant_cost(price: float, grant: Grant) -> float:
 
 
 @dataclass(frozen=True)
+class Work:
+    """A workload's work: ``amount`` units of ``work_class``, and the throughput table that says
+    what a pool's grant does of it per second (``Tables.work_rate``; the policy's reference rule
+    reads the same table)."""
+
+    work_class: str
+    amount: float
+    tables: Tables
+
+    @classmethod
+    def of(cls, wsig: Mapping[str, object], tables: Tables) -> Work | None:
+        """The work a workload's signed input says (None: it says none)."""
+        work_class, amount = wsig.get("work_class"), wsig.get("work")
+        if not isinstance(work_class, str) or not isinstance(amount, (int, float)):
+            return None
+        return cls(work_class, float(amount), tables)
+
+    def rate(self, pool: Pool, grant: Grant) -> float | None:
+        """Units per second ``grant`` on ``pool`` does (None: no throughput known)."""
+        return self.tables.work_rate(self.work_class, pool.model, grant)
+
+
+def job_figure(per_hour: float, amount: float, rate: float) -> float:
+    """What a job of ``amount`` units costs (or emits) at ``per_hour`` for the grant doing
+    ``rate`` units a second, at the precision the policy compares it."""
+    return round(per_hour * amount / (rate * 3600), COST_DIGITS)
+
+
+@dataclass(frozen=True)
 class FleetEntry:
     """One pool of a fleet: the pool, its shape key under the policy's signature, its price and
     carbon per device-hour."""
@@ -182,8 +215,10 @@ class Judged:
         objective: str = "cost",
         carbon_weight: float = 0.5,
         texts: Mapping[str, str] | None = None,
+        work: Work | None = None,
     ) -> None:
         self.fleet = fleet
+        self.work = work
         self.texts = texts or {}
         self.shapes = shapes
         self.workload = workload
@@ -248,7 +283,32 @@ class Judged:
         if self.objective == "earliest":
             at = None if starts is None else starts.start_s(entry.pool.name)
             return (tier, 1, 0, cost, entry.pool.name) if at is None else (tier, 0, at, cost, entry.pool.name)
+        if self.objective in WORK_OBJECTIVES:
+            return (tier, *self.work_key(index, grant, starts), cost, entry.pool.name)
         return (tier, cost, entry.pool.name)
+
+    def work_rate(self, index: int, grant: Grant) -> float | None:
+        """What pool ``index`` giving ``grant`` does of the workload's work per second (None: the
+        workload says no work, or the table has no row for the pool)."""
+        return None if self.work is None else self.work.rate(self.fleet.entries[index].pool, grant)
+
+    def work_key(self, index: int, grant: Grant, starts: Starts | None) -> tuple[object, ...]:
+        """The objective's part of the key under a work objective, as the policy's ``work_key``:
+        (0, the job's cost or carbon) where the throughput is known, else (1, the grant's cost or
+        carbon per hour); under work-time (0, started, seconds from now to completion), else (1,
+        started, seconds from now to the start), started 0 with a start estimate, 1 without."""
+        entry = self.fleet.entries[index]
+        rate = self.work_rate(index, grant)
+        if self.objective == "work-time":
+            at = None if starts is None else starts.start_s(entry.pool.name)
+            waited = (1, 0) if at is None or starts is None else (0, at - starts.now_s)
+            if rate is None or self.work is None:
+                return (1, *waited)
+            return (0, waited[0], round(waited[1] + self.work.amount / rate, COST_DIGITS))
+        per_hour = grant_cost(entry.carbon if self.objective == "work-carbon" else entry.price, grant)
+        if rate is None or self.work is None:
+            return (1, per_hour)
+        return (0, job_figure(per_hour, self.work.amount, rate))
 
     def grant_for(self, index: int, capacity: Capacity, use: QuotaUse = NO_USE) -> Grant | None:
         """What pool ``index`` gives with ``capacity`` while the projects hold ``use``: the first of
@@ -337,7 +397,7 @@ class Judged:
         """The candidates in selection order for this decision, each row its key (``key_of`` its
         smallest grant) and its fleet index: ``ranked``, or for ``optimize: earliest`` by tier,
         then the earliest start in ``starts`` (none last), then cost and name."""
-        if self.objective != "earliest" or starts is None:
+        if self.objective not in START_OBJECTIVES or starts is None:
             return self.ranked
         rows = []
         for row in self.ranked:
@@ -452,7 +512,7 @@ def select(judged: Judged, capacities: Sequence[Capacity], starts: Starts | None
         # at or after the best found so far ends the search.
         best: tuple[object, ...] | None = None
         for row in judged.order(starts):
-            if best is not None and row[:-1] >= best:
+            if best is not None and row[:-1] >= best and larger_ranks_later(judged):
                 break
             index = int(row[-1])  # type: ignore[call-overload]
             given = judged.grant_for(index, capacities[index], use)
@@ -475,6 +535,13 @@ def select(judged: Judged, capacities: Sequence[Capacity], starts: Starts | None
                 return Outcome(chosen, tier, burst, i, grant)
         burst = BurstVerdict(attempted=True, verdict="unavailable")
     return Outcome(chosen, tier, burst, grant=grant)
+
+
+def larger_ranks_later(judged: Judged) -> bool:
+    """Whether a pool's larger grants rank at or after its smallest (by cost or carbon per hour,
+    or start: they cost more, emit more, start alike); not so by work, where a larger partition
+    may do more than its price says."""
+    return judged.objective not in WORK_OBJECTIVES
 
 
 def _balanced(
@@ -527,7 +594,7 @@ def pool_verdicts(
             PoolVerdict(
                 pool.name, eligible, admissible, v.tier, v.fallback, v.burst, reasons, grant, entry.price, v.note, cost,
                 pool.accelerator, pool.target, pool.region, grant_cost(entry.carbon, grant), pool.spot,
-                None if starts is None else starts.of(pool.name),
+                None if starts is None else starts.of(pool.name), judged.work_rate(i, grant),
             )
         )  # fmt: skip
     return tuple(sorted(out, key=lambda p: (not p.eligible, p.tier, p.grant_cost_per_hour, p.pool)))

@@ -29,6 +29,7 @@ WORKLOAD_OPTIONS = (
     "accelerator", "engine", "target", "fraction", "count", "capabilities", "residency", "data_region",
     "optimize", "carbon_weight", "max_cost_per_hour", "max_carbon_per_hour", "project", "spot",
     "nodes", "cpu", "memory", "topology", "topology_mode", "models", "isolation", "max_wait", "deadline", "walltime", "priority",
+    "work_class", "work",
 )  # fmt: skip
 # Options that are lists, comma-separated on the command line.
 LIST_OPTIONS = ("capabilities", "models")
@@ -315,7 +316,11 @@ def _workload_args(p: argparse.ArgumentParser, *, target: bool, queue: bool = Fa
     p.add_argument("--data-region", help="where the workload's data lives (a region of regions.yaml)")
     p.add_argument("--allow-burst", action="store_true", help="allow bursting from HPC to cloud")
     p.add_argument("--allow-cpu-fallback", action="store_true", help="a CPU may stand in for the accelerator")
-    p.add_argument("--optimize", choices=OBJECTIVES, help="what to minimise among admissible pools (default cost; earliest: the soonest estimated start)")
+    p.add_argument("--optimize", choices=OBJECTIVES,
+                   help="what to minimise among admissible pools (default cost; earliest: the soonest estimated start; "
+                        "work-cost, work-carbon, work-time: the job's cost, carbon or completion, from --work-class and --work)")
+    p.add_argument("--work-class", metavar="CLASS", help="the workload's class of work, a class of throughput.yaml (e.g. ResNet-50)")
+    p.add_argument("--work", type=float, metavar="AMOUNT", help="how much work it does, in its class's unit (e.g. 20000 iterations)")
     p.add_argument("--carbon-weight", type=float, help="with --optimize balanced only: the weight of carbon against cost, 0 to 1 (default 0.5)")
     p.add_argument("--max-cost-per-hour", type=float, help="cap on what the grant may cost per hour (USD)")
     p.add_argument("--max-carbon-per-hour", type=float, help="cap on what the grant may emit per hour (gCO2e)")

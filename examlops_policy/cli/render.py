@@ -8,9 +8,10 @@ from collections.abc import Iterable, Sequence
 from examlops_policy.cli.console import Console, Text
 from examlops_policy.quantities import memory_text
 
-from examlops_policy.model import Decision, Grant, Placement, PoolState, PoolVerdict, Queued, Rejection, article
+from examlops_policy.model import WORK_OBJECTIVES, Decision, Grant, Placement, PoolState, PoolVerdict, Queued, Rejection, article
 from examlops_policy.views import (
-    DecisionRecord, DecisionSummary, Explanation, PoolDetail, PoolView, QueueEntry, Standing, explain, start_text, wait_text,
+    DecisionRecord, DecisionSummary, Explanation, JobFigures, PoolDetail, PoolView, QueueEntry, Standing, duration_text, explain,
+    start_text, wait_text,
 )  # fmt: skip
 
 Cell = str | Text
@@ -293,6 +294,9 @@ def print_explanation(console: Console, decision: Decision) -> None:
     # Each pool's start where the decision asked more pools than the one it chose (a wait limit,
     # or the earliest start); else the chosen pool's alone, below the table.
     starts = now is not None and any(v.estimate is not None for v in verdicts if v.pool != chosen)
+    # What the workload's work takes on each pool, where it says its work.
+    work = decision.workload.work
+    unit = (decision.workload.work_class or "work") if work is not None else ""
     rows: list[list[Cell]] = []
     for v in verdicts:
         reasons = "; ".join(f"{r.code}: {r.message}" for r in v.reasons) or ("chosen" if v.pool == chosen else "")
@@ -304,9 +308,18 @@ def print_explanation(console: Console, decision: Decision) -> None:
         ]  # fmt: skip
         if starts:
             row.append(start_text(v.estimate, now) if v.estimate is not None and now is not None else "not asked")
+        if work is not None:
+            row.extend(_job_cells(v, work))
         rows.append([*row, reasons])
-    columns = ("pool", "accel", "target", "region", "$/device-h", "grant", "grant $/h", "grant gCO2e/h", "verdict", *(("start",) if starts else ()), "reasons")
-    emit_table(console, f"Pools for {decision.workload.name}", columns, rows, right=("$/device-h", "grant $/h", "grant gCO2e/h"))
+    work_columns = (f"{unit}/s", "run time", "$/job", "gCO2e/job") if work is not None else ()
+    columns = (
+        "pool", "accel", "target", "region", "$/device-h", "grant", "grant $/h", "grant gCO2e/h", "verdict", *(("start",) if starts else ()),
+        *work_columns, "reasons",
+    )  # fmt: skip
+    right = ("$/device-h", "grant $/h", "grant gCO2e/h", *work_columns[:1], *work_columns[2:])
+    emit_table(console, f"Pools for {decision.workload.name}", columns, rows, right=right)
+    if work is not None and any(v.work_rate is None for v in verdicts):
+        console.print(Text(f"-: no throughput known for {decision.workload.work_class} on the pool's model (throughput.yaml)", style="dim"))
     if any(_grant_cell(v).endswith("*") for v in verdicts):
         console.print(Text("* a whole device for the fraction asked: the pool cannot cut its devices into that share", style="dim"))
     total = len(verdicts)
@@ -332,6 +345,19 @@ def print_explanation(console: Console, decision: Decision) -> None:
     )
 
 
+def _job_cells(v: PoolVerdict, work: float) -> list[Cell]:
+    """A pool's throughput, run time, cost and carbon per job (``-`` where no throughput is known)."""
+    job = JobFigures.of(v, work)
+    if job is None:
+        return ["-", "-", "-", "-"]
+    return [_rate_text(job.rate), duration_text(job.run_s) if job.run_s >= 1 else "<1 s", amount(job.cost, 2, "$"), number(job.carbon_g)]
+
+
+def _rate_text(rate: float) -> str:
+    """Units a second, to three significant figures."""
+    return f"{rate:.3g}" if rate < 1000 else f"{rate:,.0f}"
+
+
 def _figures(s: Standing, objective: str, ex: Explanation | None = None) -> str:
     if objective == "cost":
         return f"${s.cost_per_hour:.2f}/h"
@@ -339,6 +365,17 @@ def _figures(s: Standing, objective: str, ex: Explanation | None = None) -> str:
         return f"{wait_text(s.estimate, ex.decided_at if ex else None)} at ${s.cost_per_hour:.2f}/h"
     if objective == "carbon":
         return f"{number(s.carbon_per_hour)} gCO2e/h (${s.cost_per_hour:.2f}/h)"
+    if objective in WORK_OBJECTIVES:
+        job = s.job
+        if job is None:
+            return f"no throughput known (${s.cost_per_hour:.2f}/h, {number(s.carbon_per_hour)} gCO2e/h)"
+        head = {
+            "work-cost": f"{amount(job.cost, 2, '$')} per job",
+            "work-carbon": f"{number(job.carbon_g)} gCO2e per job",
+        }.get(objective)
+        if head is None:  # work-time: its start, then its run time
+            return f"starts {wait_text(s.estimate, ex.decided_at if ex else None)}, runs {duration_text(job.run_s)} at ${s.cost_per_hour:.2f}/h"
+        return f"{head} ({duration_text(job.run_s)} at ${s.cost_per_hour:.2f}/h)"
     return f"score {s.score:.3f} (${s.cost_per_hour:.2f}/h, {number(s.carbon_per_hour)} gCO2e/h)"
 
 
@@ -352,6 +389,8 @@ def why_chosen(decision: Placement, ex: Explanation, eligible: int) -> str:
         how = f"best balanced score (carbon weight {ex.carbon_weight:g}; cost and carbon each divided by the highest in the tier)"
     elif ex.objective == "earliest":
         how = "earliest start"
+    elif ex.objective in WORK_OBJECTIVES:
+        how = {"work-cost": "cheapest job", "work-carbon": "lowest-carbon job", "work-time": "earliest completion"}[ex.objective]
     else:
         how = "cheapest grant"
     top = ex.standings[0] if ex.standings else None
@@ -359,12 +398,28 @@ def why_chosen(decision: Placement, ex: Explanation, eligible: int) -> str:
     if ex.objective == "cost":
         figures += f" (${decision.cost_per_hour:.2f} per device-hour)"
     # "2 nvidia devices now at $5.00/h": the start comes first under earliest.
-    why = f"{how} of {eligible} eligible in tier {tier}: {held} {figures}" if ex.objective == "earliest" else f"{how} of {eligible} eligible in tier {tier}: {held} at {figures}"
+    spaced = ex.objective in ("earliest", "work-time")
+    why = f"{how} of {eligible} eligible in tier {tier}: {held} {figures}" if spaced else f"{how} of {eligible} eligible in tier {tier}: {held} at {figures}"
     if len(ex.standings) > 1:
         runner = ex.standings[1]
-        joiner = " " if ex.objective == "earliest" else " at "
+        joiner = " " if spaced else " at "
         why += f"; next: {runner.pool}{joiner}{_figures(runner, ex.objective, ex)}"
+        if ex.objective in WORK_OBJECTIVES and top is not None:
+            why += _against(top, runner)
     return why
+
+
+def _against(top: Standing, other: Standing) -> str:
+    """The winner against the runner-up by work: ``; 3.1x the work per hour for 1.6x the price``."""
+    if top.job is None or other.job is None or other.job.rate <= 0 or other.cost_per_hour <= 0:
+        return ""
+    work = top.job.rate / other.job.rate
+    price = top.cost_per_hour / other.cost_per_hour
+    return f"; {top.pool} does {_times(work)} the work per hour of {other.pool} for {_times(price)} the price"
+
+
+def _times(ratio: float) -> str:
+    return f"{ratio:.1f}x" if ratio >= 0.095 else f"{ratio:.2g}x"
 
 
 def print_pools(console: Console, views: Sequence[PoolView]) -> None:

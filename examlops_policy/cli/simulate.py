@@ -10,7 +10,8 @@ from examlops_policy.cli.args import Commands
 from examlops_policy.cli.console import Console
 from examlops_policy.errors import SpecError
 from examlops_policy.hardware import Hardware
-from examlops_policy.model import PACKERS
+from examlops_policy._sim.work import WorkSimulation
+from examlops_policy.model import OBJECTIVES, PACKERS
 
 
 def seeds_of(text: str) -> list[int]:
@@ -36,8 +37,11 @@ def cmd_simulate(args: argparse.Namespace, hw: Hardware, console: Console) -> in
     result = hw.simulate(
         Path(args.pods), Path(args.nodes) if args.nodes else None, format=args.format, inflate=args.inflate, seeds=seeds_of(args.seeds),
         packers=packers, policy=Path(args.policy) if args.policy else None, region=args.region, pools=args.pools,
+        optimize=[o for group in (args.optimize or []) for o in group],
     )  # fmt: skip
-    if args.plot:
+    if args.plot and isinstance(result, WorkSimulation):
+        raise SpecError("--plot draws a replay's allocation; a replay by work (--optimize) reports a table", source="--plot")
+    if args.plot and not isinstance(result, WorkSimulation):
         try:
             Path(args.plot).write_text(result.svg())
         except OSError as exc:
@@ -70,4 +74,8 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
     p.add_argument("--pools", choices=["model", "one"], default="model",
                    help="openb: a pool per GPU model (default; the models rule tells them apart), or one pool of every GPU node")
     p.add_argument("--plot", metavar="FILE.svg", help="write allocation against arrived demand as an SVG")
+    p.add_argument("--optimize", nargs="+", action="append", choices=OBJECTIVES, metavar="OBJECTIVE",
+                   help="generic: replay by work under each objective (e.g. cost work-cost work-time): waiting work placed as room frees, "
+                        "running for its duration or its work over its grant's throughput; reports total cost, cost per unit of work, "
+                        "mean and p95 completion, utilisation per device model")
     p.set_defaults(handler=cmd_simulate)

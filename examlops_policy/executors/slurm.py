@@ -14,7 +14,8 @@ devices, slices or shards (``shard:<type>:<k>``, Slurm's shared GPU GRES). Slurm
 indices itself: no sbatch option names them, so a grant's indices are the layer's own account.
 
 A workload's ``walltime`` is its time limit, ``--time`` in whole minutes (rounded up: Slurm counts
-minutes). ``grant_request`` builds the options for a grant whether or not it was recorded yet, so
+minutes); a workload without one that says its work (``work_class``, ``work``) is given its expected
+run time on the grant (throughput.yaml) instead. ``grant_request`` builds the options for a grant whether or not it was recorded yet, so
 the question "when would this start" (``test_only_argv``: ``sbatch --test-only``, which prints
 Slurm's expected start) asks exactly what ``submit`` would ask.
 """
@@ -119,6 +120,17 @@ def time_minutes(walltime_s: int | None) -> int | None:
     return None if walltime_s is None else max(1, math.ceil(walltime_s / 60))
 
 
+def time_limit_s(workload: Workload, grant: Grant, pool: Pool) -> int | None:
+    """The job's time limit: its walltime; else, for a workload that says its work, its expected
+    run time on this grant (work / the grant's throughput, throughput.yaml), rounded up; else none."""
+    if workload.walltime is not None or workload.work is None:
+        return workload.walltime
+    from examlops_policy.tables import load_tables
+
+    run_s = load_tables().run_s(workload.work_class, workload.work, pool.model, grant)
+    return None if run_s is None else max(1, math.ceil(run_s))
+
+
 def _script(path: Path) -> Path:
     resolved = path.expanduser().resolve()
     if not resolved.is_file():
@@ -166,7 +178,7 @@ def grant_request(
         partition=_served_by_slurm(pool),
         job_name=safe_name(workload.name, "job name"),
         script=script,
-        time_min=time_minutes(workload.walltime),
+        time_min=time_minutes(time_limit_s(workload, grant, pool)),
     )
     # Only features Slurm knows on the pool's nodes can be constraints; capabilities the model
     # guarantees (models.yaml) are already implied by the GRES type.

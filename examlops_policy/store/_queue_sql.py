@@ -126,21 +126,23 @@ class QueueReads:
         row = self._run(lambda: self._execute(f"SELECT {_QUEUE_COLUMNS} FROM queue WHERE admitted_by = ?", (placement_id,)).fetchone())
         return None if row is None else _queue_row(row)
 
-    def usage_rows(self, since_ts: float, now_ts: float, unassigned: str) -> list[tuple[str, float, float, float]]:
+    def usage_rows(self, since_ts: float, now_ts: float, unassigned: str) -> list[tuple[str, float, float, float, str, str]]:
         """Every placement that held devices between ``since_ts`` and ``now_ts``: (project, devices,
-        start, end), the end clipped to ``now_ts`` (the live ones, and those released since)."""
+        start, end, pool, accelerator), the end clipped to ``now_ts`` (the live ones, and those
+        released since)."""
         project = "COALESCE(d.project, ?)"
+        columns = f"{project}, d.devices, d.created_ts, d.released_ts, d.pool, d.accelerator"
         sql = (
-            f"SELECT {project}, d.devices, d.created_ts, d.released_ts FROM decisions d WHERE {_LIVE} "
-            f"UNION ALL SELECT {project}, d.devices, d.created_ts, d.released_ts FROM decisions d "
+            f"SELECT {columns} FROM decisions d WHERE {_LIVE} "
+            f"UNION ALL SELECT {columns} FROM decisions d "
             "WHERE d.outcome = 'placed' AND d.released_ts IS NOT NULL AND d.released_ts > ?"
         )
         rows = self._run(lambda: self._execute(sql, (unassigned, unassigned, since_ts)).fetchall(), consistent=True)
         out = []
-        for p, devices, start, end in rows:
+        for p, devices, start, end, pool, accelerator in rows:
             stop = now_ts if end is None or float(end) > now_ts else float(end)
             if devices and float(start) < now_ts and stop > since_ts:
-                out.append((str(p), float(devices), float(start), stop))
+                out.append((str(p), float(devices), float(start), stop, str(pool), str(accelerator)))
         return out
 
     def quota_held(self, pairs: Sequence[tuple[str, str]], unassigned: str) -> dict[tuple[str, str], float]:

@@ -137,7 +137,7 @@ test_signature_fields if {
 			"accelerator", "allow_budget_fallback", "allow_burst", "allow_cpu_fallback", "capabilities", "carbon_weight",
 			"count", "cpu", "data_region", "deadline", "engine", "fraction", "isolation", "max_carbon_per_hour",
 			"max_cost_per_hour", "max_wait", "memory", "models", "nodes", "optimize", "project", "residency", "spot",
-			"target", "topology", "topology_mode",
+			"target", "topology", "topology_mode", "work", "work_class",
 		],
 	}
 }

@@ -26,6 +26,7 @@ import data.examlops.hardware.composer
 import data.examlops.hardware.reason
 import data.examlops.hardware.tiers
 import data.examlops.hardware.verdicts
+import data.examlops.tables.throughput
 
 # This package's own annotations (its codes).
 own_about := [e.annotations | some e in rego.metadata.chain(); e.annotations.scope == "package"][0]
@@ -164,6 +165,8 @@ priced_verdict(p, v, carbon) := pv if {
 		"grant": o.given.grant,
 		"grant_cost_per_hour": nine(p.cost_per_hour * o.given.grant.devices),
 		"grant_carbon_per_hour": nine(carbon * o.given.grant.devices),
+		# Units of the workload's work its grant does per second (throughput.yaml; null: no row).
+		"work_rate": work_rate(work_rows, object.get(p, "model", null), o.given.grant),
 		"cost_per_hour": p.cost_per_hour,
 		"fallback": v.fallback,
 		"burst": v.burst,
@@ -230,6 +233,7 @@ unknown_verdict(p) := {
 	"grant": null,
 	"grant_cost_per_hour": 0,
 	"grant_carbon_per_hour": 0,
+	"work_rate": null,
 	"cost_per_hour": object.get(p, "cost_per_hour", 0),
 	"fallback": false,
 	"burst": false,
@@ -287,7 +291,54 @@ selection_key(pv, n, wl, most_cost, most_carbon) := [pv.grant_cost_per_hour, n] 
 	wl.optimize == "carbon"
 } else := [start_rank(pv.start), pv.grant_cost_per_hour, n] if {
 	wl.optimize == "earliest"
+} else := array.concat(work_key(pv, wl), [pv.grant_cost_per_hour, n]) if {
+	startswith(wl.optimize, "work-")
 } else := [balanced_score(pv, wl.carbon_weight, most_cost, most_carbon), pv.grant_cost_per_hour, n]
+
+# By the workload's work: the pools whose throughput is known first, by the cost (work-cost) or
+# carbon (work-carbon) of the whole job there, or its completion (work-time: its start, relative
+# to now, plus its run time; a pool without a start estimate after those with one); then the
+# pools with no throughput known, as they rank without it (by cost, by carbon, by start).
+work_key(pv, wl) := [0, nine((pv.grant_cost_per_hour * wl.work) / (pv.work_rate * 3600))] if {
+	wl.optimize == "work-cost"
+	pv.work_rate != null
+} else := [1, pv.grant_cost_per_hour] if {
+	wl.optimize == "work-cost"
+} else := [0, nine((pv.grant_carbon_per_hour * wl.work) / (pv.work_rate * 3600))] if {
+	wl.optimize == "work-carbon"
+	pv.work_rate != null
+} else := [1, pv.grant_carbon_per_hour] if {
+	wl.optimize == "work-carbon"
+} else := [0, waited[0], nine(waited[1] + (wl.work / pv.work_rate))] if {
+	pv.work_rate != null
+	waited := wait_of(pv.start)
+} else := array.concat([1], wait_of(pv.start))
+
+# A start as [known, seconds from now]: [0, s] with an estimate, [1, 0] without one.
+wait_of(s) := [0, s - input.now] if {
+	s != null
+	is_number(input.now)
+} else := [1, 0]
+
+# The rows of the workload's class of work (empty: it names none).
+default work_rows := {}
+
+work_rows := throughput.classes[w.work_class] if w.work_class != null
+
+# What the grant g of a pool of this model does per second of the class with these rows: a whole
+# device's row x its devices, a partition profile's own row x its slices; null where the table
+# has no row (no class, no model, a shared device, a profile without its row).
+work_rate(rows, model, g) := rate if {
+	is_string(model)
+	object.get(g, "shares", null) == null
+	g.profile == null
+	rate := rows.models[lower(model)].per_second * g.devices
+} else := rate if {
+	is_string(model)
+	object.get(g, "shares", null) == null
+	g.profile != null
+	rate := rows.profiles[lower(model)][g.profile].per_second * (g.units * object.get(g, "nodes", 1))
+} else := null
 
 # Known starts first, soonest first; then the pools without an estimate.
 start_rank(null) := [1, 0]

@@ -418,6 +418,8 @@ test_decision_carries_the_normalized_workload if {
 		"topology_mode": null,
 		"models": [],
 		"isolation": "any",
+		"work_class": null,
+		"work": null,
 	}
 }
 
@@ -508,7 +510,7 @@ test_verdict_fields if {
 	object.keys(d.verdicts["hpc-nvidia"]) == {
 		"pool", "tier", "denials", "shape_denied", "fits", "room", "grant", "grant_cost_per_hour", "grant_carbon_per_hour",
 		"cost_per_hour", "fallback", "burst", "note", "note_full", "note_budget", "requested", "over_budget_only",
-		"blocks_burst", "reasons", "admissible", "eligible", "late", "estimate", "start",
+		"blocks_burst", "reasons", "admissible", "eligible", "late", "estimate", "start", "work_rate",
 	}
 	object.keys(d) == {
 		"workload", "outcome", "pool", "note", "selected_tier", "eligible", "burst", "reason", "rejection",
@@ -1260,4 +1262,73 @@ test_a_pool_over_its_quota_is_not_judged_by_its_start if {
 	codes(over.verdicts.late) == ["quota_exceeded"]
 	within := decide_at(w, [late], noon)
 	codes(within.verdicts.late) == ["wait_exceeded"]
+}
+
+# --- ranking by work (throughput.yaml) -------------------------------------------------------------
+
+# Gavel's three GPUs at GCP's prices, and a pool that names no model (no throughput known).
+gavel := [
+	object.union(green("k80", "hpc-nvidia", 0.45, 150), {"model": "k80"}),
+	object.union(green("p100", "hpc-nvidia", 1.46, 250), {"model": "P100"}),
+	object.union(green("v100", "hpc-nvidia", 2.48, 300), {"model": "v100"}),
+	green("plain", "hpc-nvidia", 0.3, 100),
+]
+
+work(optimize, class, amount) := train({"optimize": optimize, "work_class": class, "work": amount})
+
+work_cases := {
+	# LM: 96.2 it/s on a V100 for $2.48/h against 1.58 it/s on a K80 for $0.45/h.
+	"work-cost: LM goes to the V100": {"w": work("work-cost", "LM", 100000), "pool": "v100"},
+	# ResNet-50: K80 $0.45 / 0.58 it/s = $0.22 per 1000 iterations; V100 $0.50; P100 $0.47.
+	"work-cost: ResNet-50 stays on the K80": {"w": work("work-cost", "ResNet-50", 100000), "pool": "k80"},
+	# Recommendation: 150 g / 0.2395 it/s against 300 g / 0.4302 and 250 g / 0.39.
+	"work-carbon: Recommendation on the K80": {"w": work("work-carbon", "Recommendation", 1000), "pool": "k80"},
+	"work-carbon: CycleGAN on the V100": {"w": work("work-carbon", "CycleGAN", 1000), "pool": "v100"},
+	"work-time: the fastest device": {"w": work("work-time", "Recommendation", 1000), "pool": "v100"},
+	# Without work the pools rank as by cost: no throughput is known for any of them.
+	"work-cost without work: by cost": {"w": train({"optimize": "work-cost"}), "pool": "plain"},
+	"work-carbon without work: by carbon": {"w": train({"optimize": "work-carbon"}), "pool": "plain"},
+	"work-time without work: by start, then cost": {"w": train({"optimize": "work-time"}), "pool": "plain"},
+}
+
+test_work_objective_selects[name] if {
+	some name, tc in work_cases
+	d := decide(tc.w, gavel)
+	d.pool == tc.pool
+}
+
+test_work_rate_is_the_rows_per_second_times_devices if {
+	d := decide(object.union(work("work-cost", "LM", 10), {"count": 2}), gavel)
+	d.verdicts.v100.work_rate == 2 * data.examlops.tables.throughput.classes.LM.models.v100.per_second
+	d.verdicts.plain.work_rate == null
+}
+
+# A pool with no throughput known ranks after every pool whose throughput is known, even cheaper.
+test_no_throughput_known_ranks_last if {
+	d := decide(work("work-cost", "LM", 10), [gavel[3], gavel[0]])
+	d.pool == "k80"
+}
+
+# A slice has no throughput unless its profile has its own row.
+test_a_slice_without_its_own_row_has_no_throughput if {
+	h100 := {
+		"name": "hpc-h100", "shape": "hpc-h100", "model": "h100", "cost_per_hour": 2.0, "carbon_per_hour": 350,
+		"capacity": {"whole": 0, "slices": {"2g.20gb": 1}},
+	}
+	d := decide(object.union(work("work-cost", "LM", 10), {"fraction": 0.25}), [h100])
+	d.verdicts["hpc-h100"].work_rate == null
+}
+
+# work-time: an earlier start with a slower device against a later start with a faster one.
+test_work_time_adds_the_start_to_the_run_time if {
+	k80 := object.union(gavel[0], {"estimate": {"at": 1000, "source": "now", "observed_at": 1000}})
+	v100 := object.union(gavel[2], {"estimate": {"at": 1600, "source": "table", "observed_at": 1000}})
+
+	# LM, 1000 iterations: K80 634 s from now; V100 600 + 10.4 s.
+	lm := decide_at(work("work-time", "LM", 1000), [k80, v100], 1000)
+	lm.pool == "v100"
+
+	# Recommendation, 100 iterations: K80 417 s; V100 600 + 232 s.
+	rec := decide_at(work("work-time", "Recommendation", 100), [k80, v100], 1000)
+	rec.pool == "k80"
 }

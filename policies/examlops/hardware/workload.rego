@@ -7,7 +7,8 @@
 #   reads:
 #     workload: [accelerator, engine, capabilities, target, fraction, count, residency, allow_burst,
 #       data_region, allow_cpu_fallback, optimize, carbon_weight, max_cost_per_hour, max_carbon_per_hour,
-#       project, spot, allow_budget_fallback, cpu, memory, nodes, topology, topology_mode, models, isolation]
+#       project, spot, allow_budget_fallback, cpu, memory, nodes, topology, topology_mode, models, isolation,
+#       work_class, work]
 #   codes:
 #     accelerator_unknown: {kind: never, meaning: invalid workload (unknown accelerator)}
 #     engine_unknown: {kind: never, meaning: invalid workload (unknown engine)}
@@ -31,6 +32,10 @@
 #     topology_unknown: {kind: never, meaning: "invalid workload (topology is not same-block or same-switch)"}
 #     topology_mode_unknown: {kind: never, meaning: "invalid workload (topology_mode is not required or preferred)"}
 #     isolation_unknown: {kind: never, meaning: "invalid workload (isolation is not required or any)"}
+#     work_class_unknown: {kind: never, meaning: "the workload's work_class is not a class of the throughput table"}
+#     work_invalid:
+#       kind: never
+#       meaning: "invalid workload (work not a number above 0, or work and work_class not given together)"
 package examlops.hardware.workload
 
 import data.examlops.hardware.reason
@@ -39,6 +44,7 @@ import data.examlops.tables.budgets
 import data.examlops.tables.engines
 import data.examlops.tables.models
 import data.examlops.tables.regions
+import data.examlops.tables.throughput
 import data.examlops.tables.vocabulary
 
 # The annotations above, for the placement package.
@@ -77,6 +83,9 @@ defaults := {
 	"topology_mode": null,
 	"models": [],
 	"isolation": "any",
+	# What the workload does: units of a class of throughput.yaml (both, or neither).
+	"work_class": null,
+	"work": null,
 }
 
 # The workload with defaults filled in for absent fields.
@@ -116,6 +125,8 @@ errors(w) := [e |
 			project_error(w.project),
 			unknown("spot", w.spot, known.spot),
 			type_error("allow_budget_fallback", w.allow_budget_fallback, is_boolean(w.allow_budget_fallback)),
+			work_class_error(w.work_class),
+			work_error(w.work_class, w.work),
 		],
 		node_errors(w),
 	)
@@ -289,3 +300,34 @@ model_error(ms) := null if {
 )
 
 unknown_models(ms) := sort([m | some m in ms; not models[lower(m)]])
+
+# A class of work the throughput table does not know is refused, never ranked as if unknown.
+work_class_error(null) := null
+
+work_class_error(c) := null if {
+	is_string(c)
+	throughput.classes[c]
+} else := reason.make(
+	"work_class_unknown",
+	"never",
+	sprintf("work_class '%v' is not in the throughput table (policies/examlops/tables/throughput.yaml)", [c]),
+	{"field": "work_class", "value": c},
+) if {
+	c != null
+}
+
+# Work is a number above 0, given with its class (and a class with its work).
+work_error(null, null) := null
+
+work_error(c, n) := null if {
+	c != null
+	is_number(n)
+	n > 0
+} else := reason.make(
+	"work_invalid",
+	"never",
+	sprintf("work %v must be a number above 0, given with work_class (got work_class %v)", [n, c]),
+	{"field": "work", "value": n},
+) if {
+	[c, n] != [null, null]
+}

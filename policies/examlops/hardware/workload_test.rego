@@ -38,6 +38,8 @@ test_normalize_fills_every_default if {
 		"topology_mode": null,
 		"models": [],
 		"isolation": "any",
+		"work_class": null,
+		"work": null,
 	}
 }
 
@@ -142,7 +144,7 @@ test_vocabulary_table if {
 		"pool_targets": ["hpc", "cloud"],
 		"workload_targets": ["hpc", "cloud", "any"],
 		"residencies": ["open", "eu-only", "no-egress", "restricted"],
-		"objectives": ["cost", "carbon", "balanced", "earliest"],
+		"objectives": ["cost", "carbon", "balanced", "earliest", "work-cost", "work-carbon", "work-time"],
 		"sharing": ["time-slice", "mps"],
 		"isolations": ["required", "any"],
 		"topologies": ["same-block", "same-switch"],
@@ -152,7 +154,7 @@ test_vocabulary_table if {
 	}
 	workload.known.spot == {"never", "allow", "require"}
 	workload.targets == {"hpc", "cloud", "any"}
-	workload.objectives == {"cost", "carbon", "balanced", "earliest"}
+	workload.objectives == {"cost", "carbon", "balanced", "earliest", "work-cost", "work-carbon", "work-time"}
 }
 
 # --- invalid workloads: each case the one error it gives -----------------------------------------
@@ -366,7 +368,7 @@ invalid_cases := {
 	"unknown optimize": {
 		"w": train({"optimize": "speed"}),
 		"code": "optimize_unknown",
-		"message": `unknown optimize 'speed' (expected one of ["balanced", "carbon", "cost", "earliest"])`,
+		"message": `unknown optimize 'speed' (expected one of ["balanced", "carbon", "cost", "earliest", "work-carbon", "work-cost", "work-time"])`,
 		"details": {"field": "optimize", "value": "speed"},
 	},
 	"optimize null": {
@@ -460,6 +462,16 @@ invalid_cases := {
 		"code": "field_invalid",
 		"message": "allow_budget_fallback has the wrong type (got no)",
 		"details": {"field": "allow_budget_fallback", "value": "no"},
+	},
+	"work_class not in the throughput table": {
+		"w": train({"work_class": "GPT-9", "work": 5}),
+		"code": "work_class_unknown",
+		"details": {"field": "work_class", "value": "GPT-9"},
+	},
+	"work without its class": {
+		"w": train({"work": 5}),
+		"code": "work_invalid",
+		"details": {"field": "work", "value": 5},
 	},
 }
 
@@ -613,7 +625,7 @@ test_about_reads_every_workload_field if {
 		"accelerator", "engine", "capabilities", "target", "fraction", "count", "residency", "allow_burst",
 		"data_region", "allow_cpu_fallback", "optimize", "carbon_weight", "max_cost_per_hour", "max_carbon_per_hour",
 		"project", "spot", "allow_budget_fallback", "cpu", "memory", "nodes", "topology", "topology_mode", "models",
-		"isolation",
+		"isolation", "work_class", "work",
 	]
 }
 
@@ -643,4 +655,29 @@ test_other_codes_metadata_is_well_formed[code] if {
 	some code, c in object.remove(workload.about.custom.codes, ["count_invalid"])
 	object.keys(c) == {"kind", "meaning"}
 	is_string(c.meaning)
+}
+
+# --- work ----------------------------------------------------------------------------------------
+
+test_work_of_a_known_class_is_valid if {
+	codes(train({"work_class": "ResNet-50", "work": 20000, "optimize": "work-cost"})) == []
+}
+
+test_a_work_class_the_throughput_table_lacks_is_refused if {
+	e := workload.errors(workload.normalize({"name": "t", "accelerator": "nvidia", "engine": "vllm", "work_class": "GPT-9", "work": 1}))[0]
+	e.code == "work_class_unknown"
+	contains(e.message, "not in the throughput table")
+}
+
+test_work_must_be_above_zero_and_come_with_its_class if {
+	codes(train({"work_class": "LM", "work": 0})) == ["work_invalid"]
+	codes(train({"work_class": "LM", "work": "many"})) == ["work_invalid"]
+	codes(train({"work": 10})) == ["work_invalid"]
+	codes(train({"work_class": "LM"})) == ["work_invalid"]
+}
+
+test_every_work_objective_is_known if {
+	every o in ["work-cost", "work-carbon", "work-time"] {
+		codes(train({"optimize": o})) == []
+	}
 }

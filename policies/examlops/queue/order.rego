@@ -62,6 +62,8 @@ weighing := {
 	"half_life_hours": fair_share.half_life_hours,
 	"window_hours": fair_share.window_hours,
 	"bucket_hours": fair_share.bucket_hours,
+	# What an hour of one device weighs (devices, price, throughput): the caller weighs the use it sends.
+	"usage_weight": object.get(fair_share, "usage_weight", "devices"),
 }
 
 # --- validation ---------------------------------------------------------------------------------------

@@ -195,7 +195,14 @@ test_input_projects_show_weight_use_and_share if {
 	r.projects["ml-b"].weight == 3
 	r.projects["default"] == {"weight": 2, "used_device_hours": 0, "fair_share": 0}
 	not r.projects.gone
-	r.fair_share == fair_share_fixture
+	r.fair_share == object.union(fair_share_fixture, {"usage_weight": "devices"})
+}
+
+# The order says how the use it was sent was weighed (fair_share.yaml, usage_weight).
+test_the_order_says_how_use_was_weighed if {
+	r := order.ranked with input as {"now": now, "queue": [], "usage": {}}
+		with fair_share as object.union(fair_share_fixture, {"usage_weight": "price"})
+	r.fair_share.usage_weight == "price"
 }
 
 test_input_no_use_at_all_is_no_share if {
