@@ -46,10 +46,10 @@ def until(check: object, timeout_s: float = 60.0, every_s: float = 0.3) -> bool:
 
 
 def setup_full(home: Path, env: dict[str, str] | None = None) -> tuple[str, str]:
-    """A pool of two devices held by one placement leased for 2 s, and a workload queued behind it."""
+    """A pool of two devices held by one placement leased for 8 s (long enough that the queued one still finds it held on a loaded machine), and a workload queued behind it."""
     run_exa(home, "hardware", "add-pool", "small", "--target", "hpc", "--accelerator", "amd", "--count", "2", "--region", "eu",
             "--cost-per-hour", "0.5", check=True, env=env)  # fmt: skip
-    first = json.loads(run_exa(home, "hardware", "place", "a", "--accelerator", "amd", "--count", "2", "--lease", "2s", "--json", check=True, env=env).stdout)
+    first = json.loads(run_exa(home, "hardware", "place", "a", "--accelerator", "amd", "--count", "2", "--lease", "8s", "--json", check=True, env=env).stdout)
     queued = json.loads(run_exa(home, "hardware", "place", "b", "--accelerator", "amd", "--queue", "--json", check=True, env=env).stdout)
     assert queued["outcome"] == "queued"
     return first["id"], queued["id"]
@@ -101,13 +101,13 @@ def test_the_serving_loop_refuses_a_short_interval_in_the_library_too(tmp_path: 
 
 
 def test_serve_wakes_when_a_lease_ends_while_work_waits_not_at_the_next_interval(exa_home: Path) -> None:
-    # The first step finds the pool still held (its lease ends 2 s after it was placed); the next
+    # The first step finds the pool still held (its lease ends 8 s after it was placed); the next
     # interval is a minute away, but capacity frees when the lease ends, and serve steps then.
     _, queued = setup_full(exa_home)
     started = time.monotonic()
     proc = serve(exa_home, "--interval", "60s")
     try:
-        assert until(lambda: state_of(exa_home, queued) == "admitted", 30), "not admitted within 30 s of a lease of 2 s"
+        assert until(lambda: state_of(exa_home, queued) == "admitted", 30), "not admitted within 30 s of a lease of 8 s"
         took = time.monotonic() - started
     finally:
         code, out = stop(proc)
