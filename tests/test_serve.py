@@ -171,7 +171,12 @@ def test_serve_survives_its_opa_killed_and_unable_to_start_for_a_while(tmp_path:
                                     shared_opa=False).stdout)["id"]  # fmt: skip
         proc = serve(home, "--interval", "1s", env=env)
         try:
-            time.sleep(2.5)
+            # Serving (its policy read at start, where an OPA that cannot start is exit 5): its first
+            # line says so. On a loaded machine that takes longer than any fixed pause.
+            assert proc.stdout is not None
+            serving = proc.stdout.readline()
+            assert "serving: policy" in serving, serving
+            time.sleep(1.5)
             flag.touch()
             stop_server(home)  # OPA gone, and it cannot start again
             time.sleep(4.0)
@@ -182,6 +187,7 @@ def test_serve_survives_its_opa_killed_and_unable_to_start_for_a_while(tmp_path:
             assert until(lambda: '"admitted"' in run_exa(home, "hardware", "queue", "--all", "--json", env=env, shared_opa=False).stdout, 90)
         finally:
             code, out = stop(proc)
+        out = serving + out
         assert code == 0, out
         assert "fault: policy: Policy" in out and "backing off" in out and f"admitted b (queued {queued[:12]})" in out
     finally:
