@@ -551,7 +551,8 @@ class Hardware:
         audited as ``expired``). ``queue``: when every pool that could take the workload is only
         full (the policy's ``no_capacity``), it waits in the queue instead (outcome ``queued``, its
         record's ``queue`` says its place) and is placed when capacity frees (``admit``);
-        ``submission``: how it is submitted once placed. A workload that can never run is rejected
+        ``submission``: how it is submitted once placed (now, when it fits at once: ExecutorError,
+        its placement kept, when the scheduler refuses). A workload that can never run is rejected
         as ever. Raises SpecError, PolicyUnavailable/PolicyError (nothing placed), StateError.
         """
         from examlops_policy import _queueing, specs
@@ -593,6 +594,9 @@ class Hardware:
                 return self._with_queue(_same_request(self._record(done.earlier), request, request_id))
             if done.after is not None:
                 self._snapshots.advance(snap.base or snap, *done.after)
+            if submission is not None and isinstance(done.record.decision, Placement):
+                # It fitted at once: submitted now, as admission would have (not left unsubmitted).
+                return self._with_queue(_queueing.submit_placed(self, done.record, submission))
             return self._with_queue(done.record)
         raise StateError(f"pools kept changing while {workload.name} was being placed ({FLEET_ROUNDS} rounds); nothing was placed")
 
