@@ -15,8 +15,8 @@ holdings, records and audit entries are the product's. ``--home`` keeps the stat
 with the same ``--home`` and count reuses it).
 
 Then ``exa audit verify --json`` runs ``--runs`` times as a fresh process (the figure cron and CI
-see: start, open, one read of the log and every table, chain, records, state and capacity log),
-and once in-process to split the time into the read and the checks. Prints JSON.
+see: start, open, one read of the log and every table, chain, records, state and capacity log;
+its time and its peak resident set), and once in-process to split the time into the read and the checks. Prints JSON.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -131,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             print(done.stdout[-2000:], done.stderr[-2000:], file=sys.stderr)
             return 1
     result["cli_seconds"] = {"median": round(statistics.median(walls), 2), "runs": [round(w, 2) for w in walls]}
+    # The largest resident set of the verify processes (the only children this script waited for).
+    result["cli_peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
 
     from examlops_policy import _audit_verify, _chain_state as chain_state
 

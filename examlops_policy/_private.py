@@ -144,6 +144,43 @@ def write_private_file(path: Path, data: bytes, *, error: type[ExaError] = State
         raise error(describe_os_error("write", path, exc)) from exc
 
 
+class NotARegularFile(OSError):
+    """``read_small_file`` found a link, a device, a FIFO or a folder, or a file over its limit."""
+
+
+def read_small_file(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them. A symbolic link is not
+    followed, a FIFO is opened without waiting for a writer, and anything but a regular file (a
+    device such as ``/dev/zero``, a FIFO, a folder) or a file over ``limit`` bytes raises
+    ``NotARegularFile`` (an ``OSError``) before more than ``limit + 1`` bytes are read.
+    ``FileNotFoundError`` when there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotARegularFile(errno.ELOOP, "a symbolic link, not a file", str(path)) from exc
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "a device or socket"
+            raise NotARegularFile(errno.EINVAL, f"{kind}, not a file", str(path))
+        chunks: list[bytes] = []
+        left = limit + 1
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise NotARegularFile(errno.EFBIG, f"larger than {limit} bytes", str(path))
+    return data
+
+
 def open_private_log(path: Path, *, error: type[ExaError] = StateError) -> int:
     """An append-only file descriptor on a 0600 log file (for a child process's output)."""
     try:

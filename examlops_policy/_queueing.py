@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from examlops_policy.model import Pool
     from examlops_policy.store import Store
     from examlops_policy.tables import Tables
+    from examlops_policy.views import Submission
 
 
 class Hardware(Protocol):
@@ -711,17 +712,10 @@ def _transient(exc: ExaError) -> bool:
 def _submit(hw: Hardware, row: QueueRow, admitted: Admitted) -> Admitted | QueueEntry | None:
     """Hand an admitted workload's placement to its scheduler. A refusal fails the row (its
     placement released); a scheduler that does not answer is tried again at the next pass."""
-    from examlops_policy import _submitting
-
     assert row.submission is not None
     sub = Submit.from_text(row.submission)
     try:
-        if sub.scheduler == "slurm":
-            with _script_file(str(sub.options["script"]), str(sub.options.get("name") or "job.sh")) as script:
-                done = _submitting.submit(hw, admitted.decision_id, "slurm", dry_run=False, script=str(script))
-        else:
-            options = {k: v for k, v in sub.options.items() if k in ("image", "namespace", "command", "context", "kubeconfig")}
-            done = _submitting.submit(hw, admitted.decision_id, "kubernetes", dry_run=False, **options)
+        done = hand_over(hw, admitted.decision_id, sub)
     except ExaError as exc:
         if isinstance(exc, ExecutorError) and _transient(exc):
             attempts = commit.note_submission(hw.store, row.id, str(exc), source=SOURCE)
@@ -729,6 +723,37 @@ def _submit(hw: Hardware, row: QueueRow, admitted: Admitted) -> Admitted | Queue
                 return dataclasses.replace(admitted, scheduler=sub.scheduler, submit_error=f"{exc} (tried {attempts} of {SUBMIT_ATTEMPTS} times)")
         return _fail(hw, row, f"{sub.scheduler} refused its submission: {exc}")
     return dataclasses.replace(admitted, job_id=done.job_id, scheduler=sub.scheduler)
+
+
+def hand_over(hw: Hardware, decision_id: str, sub: Submit) -> Submission:
+    """Submit the live placement ``decision_id`` as ``sub`` says (the queued script's text in a
+    private file while sbatch reads it); the job is recorded on the decision. ExaError as
+    ``Hardware.submit`` raises it."""
+    from examlops_policy import _submitting
+
+    if sub.scheduler == "slurm":
+        with _script_file(str(sub.options["script"]), str(sub.options.get("name") or "job.sh")) as script:
+            return _submitting.submit(hw, decision_id, "slurm", dry_run=False, script=str(script))
+    options = {k: v for k, v in sub.options.items() if k in ("image", "namespace", "command", "context", "kubeconfig")}
+    return _submitting.submit(hw, decision_id, "kubernetes", dry_run=False, **options)
+
+
+def submit_placed(hw: Hardware, record: DecisionRecord, sub: Submit) -> DecisionRecord:
+    """A workload placed with a submission for when it is admitted that fitted at once (nothing
+    queued): it is submitted now, as admission would have, and its record read again with the
+    job. When the scheduler refuses or cannot be reached, the placement stays (recorded, live) and
+    ``ExecutorError`` says so, naming the decision to submit again or release."""
+    try:
+        hand_over(hw, record.id, sub)
+    except ExaError as exc:
+        pool = str(getattr(record.decision, "pool", ""))
+        how = "--script FILE" if sub.scheduler == "slurm" else "--kubernetes --image IMAGE"
+        raise ExecutorError(
+            f"{record.decision.workload.name} fitted at once and was placed on pool {pool} (decision {record.id}), but its "
+            f"submission to {sub.scheduler} failed: {exc}; the placement holds its devices: submit it again with "
+            f"'exa hardware submit {record.id[:12]} {how}' or release it with 'exa hardware release {record.id[:12]}'"
+        ) from exc
+    return hw.decision(record.id)
 
 
 class _script_file:

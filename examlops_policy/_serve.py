@@ -13,7 +13,10 @@ a lease ends before the interval does (just after it ends: the capacity it held 
   database unreachable: the same. A scheduler that cannot be read: logged, skipped (the others are
   read). Any other error of a step: logged with its type, the step tried again next interval.
 * The process records itself (pid, start, command line) in ``<home>/serve/<pid>.json`` before it
-  serves, and removes the record when it stops.
+  serves, and removes the record when it stops. Records that serve processes killed outright
+  (SIGKILL, a crash) left behind are removed by the next start: only those whose process is proven
+  gone (no process has that pid, or the one that has it started at another time than recorded); a
+  record that cannot be told apart from a live process is kept. No process is ever signalled.
 """
 
 from __future__ import annotations
@@ -138,7 +141,9 @@ class Server:
     def run(self, home: Path, *, once: bool = False) -> int:
         """Serve until stopped (SIGTERM, SIGINT), or one step with ``once``. Exit status 0; 5 when
         the policy cannot be served at start (it does not compile, or OPA will not serve it)."""
-        record = _record(home)
+        record, gone = _record(home)
+        for pid in gone:
+            self.log(f"removed the record of serve process {pid}: it is gone (killed without stopping)")
         previous = {sig: signal.signal(sig, self._signalled) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             start = StepReport()
@@ -287,16 +292,49 @@ def _same(a: str, b: str) -> bool:
     return a.split("@", 1)[0] == b.split("@", 1)[0]
 
 
-def _record(home: Path) -> Path:
+def _record(home: Path) -> tuple[Path, list[int]]:
     """This process recorded in ``<home>/serve/<pid>.json`` (pid, start time, command line) before
-    it serves."""
+    it serves, and the pids of the records of gone serve processes removed on the way."""
     from examlops_policy._private import ensure_private_dir, write_private_file
     from examlops_policy.opa.procs import ProcessIdentity
 
     folder = ensure_private_dir(home / "serve")
+    gone = _remove_gone(folder)
     me = ProcessIdentity.of(os.getpid())
     path = folder / f"{os.getpid()}.json"
     doc = {"pid": os.getpid(), "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "identity": me.to_json() if me is not None else None, "argv": sys.argv}  # fmt: skip
     write_private_file(path, json.dumps(doc).encode("utf-8"))
-    return path
+    return path, gone
+
+
+RECORD_LIMIT_BYTES: Final = 1 << 20  # a record holds a command line
+
+
+def _remove_gone(folder: Path) -> list[int]:
+    """Remove the records (``<pid>.json``) whose serve process is proven gone: no live process has
+    the pid, or the live one with it started at another time (its pid was reused). A record of a
+    live process, or one that does not say when its process started, is left as it is."""
+    from examlops_policy._private import read_small_file
+    from examlops_policy.opa.procs import ProcessIdentity
+
+    gone: list[int] = []
+    for path in sorted(folder.glob("*.json")):
+        if not path.stem.isdigit() or int(path.stem) == os.getpid():
+            continue
+        pid = int(path.stem)
+        now = ProcessIdentity.of(pid)
+        if now is not None:
+            try:
+                doc = json.loads(read_small_file(path, RECORD_LIMIT_BYTES))
+                recorded = ProcessIdentity.from_json(doc["identity"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # not known to be another process: kept
+            if recorded.pid != pid or recorded.start_ticks == now.start_ticks:
+                continue  # the recorded process itself (or a record that names another pid)
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        gone.append(pid)
+    return gone

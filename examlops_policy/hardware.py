@@ -91,12 +91,24 @@ RECHECK_AFTER_S: Final = 1.0
 
 
 def default_home() -> Path:
-    """``$EXA_HOME``, else ``$XDG_DATA_HOME/examlops``, else ``~/.local/share/examlops``."""
-    if os.environ.get("EXA_HOME"):
-        return Path(os.environ["EXA_HOME"]).expanduser()
+    """``$EXA_HOME``, else ``$XDG_DATA_HOME/examlops``, else ``~/.local/share/examlops``: an
+    absolute path (see ``resolve_home``). An ``EXA_HOME`` that is set but empty is refused."""
+    if "EXA_HOME" in os.environ:
+        return resolve_home(os.environ["EXA_HOME"], source="EXA_HOME")
     if os.environ.get("XDG_DATA_HOME"):
-        return Path(os.environ["XDG_DATA_HOME"]).expanduser() / "examlops"
-    return DEFAULT_HOME.expanduser()
+        return resolve_home(Path(os.environ["XDG_DATA_HOME"]).expanduser() / "examlops")
+    return resolve_home(DEFAULT_HOME)
+
+
+def resolve_home(home: str | Path, *, source: str = "--home") -> Path:
+    """The state folder ``home`` names, made absolute once (``~`` expanded, ``..`` and symlinks
+    resolved): what is started or opened in it later (the OPA supervisor, which runs in the folder
+    itself) reads the same folder, and ``x/../home`` creates no ``x``. An empty name is refused, not
+    read as the current or the default folder."""
+    if isinstance(home, str) and not home.strip():
+        default = "unset it" if source == "EXA_HOME" else "leave the option out"
+        raise SpecError(f"the state folder is empty: name a folder (or {default} for the default)", source=source)
+    return Path(home).expanduser().resolve()
 
 
 class ManagedPolicy:
@@ -205,14 +217,14 @@ class Hardware:
 
     def __init__(
         self,
-        home: Path | None = None,
+        home: Path | str | None = None,
         *,
         store: Store | None = None,
         policy: PolicyEvaluator | None = None,
         tables: Tables | None = None,
         estimator: StartEstimator | None = None,
     ) -> None:
-        self.home = home or default_home()
+        self.home = default_home() if home is None else resolve_home(home)
         self._store = store
         self._policy = policy
         # Who is asked when pools would start a workload (None: Slurm where a pool names a
@@ -563,8 +575,9 @@ class Hardware:
         full (the policy's ``no_capacity``), it waits in the queue instead (outcome ``queued``, its
         record's ``queue`` says its place) and is placed when capacity frees (``admit``); work of a
         class that may preempt tries its preemption at once (its record's ``queue`` then says it was
-        admitted, or why it takes no grant);
-        ``submission``: how it is submitted once placed. A workload that can never run is rejected
+        admitted, or why it takes no grant); ``submission``: how it is submitted once placed (now,
+        when it fits at once: ExecutorError, its placement kept, when the scheduler refuses). A
+        workload that can never run is rejected
         as ever. Raises SpecError, PolicyUnavailable/PolicyError (nothing placed), StateError.
         """
         from examlops_policy import _queueing, specs
@@ -622,6 +635,9 @@ class Hardware:
             if done.record.decision.outcome == "queued":
                 # Urgent work (a class that may preempt) takes its grants now, not at the next pass.
                 _queueing.preempt_now(self, done.record.id)
+            if submission is not None and isinstance(done.record.decision, Placement):
+                # It fitted at once: submitted now, as admission would have (not left unsubmitted).
+                return self._with_queue(_queueing.submit_placed(self, done.record, submission))
             return self._with_queue(done.record)
         raise StateError(f"pools kept changing while {workload.name} was being placed ({FLEET_ROUNDS} rounds); nothing was placed")
 

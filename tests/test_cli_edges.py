@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from examlops_policy.cli import exits
+from examlops_policy.opa import stop_server
 from tests.conftest import EXA, run_exa, shared_opa_env
 
 POOLS = [
@@ -44,6 +45,43 @@ def test_home_before_the_group_is_the_state_folder(exa_home: Path, tmp_path: Pat
     assert before.stdout == after.stdout and "mi " in before.stdout and "nv " in before.stdout
     as_json = run_exa(elsewhere, "--home", str(exa_home), "--json", "hardware", "pools", check=True)
     assert sorted(p["name"] for p in json.loads(as_json.stdout)) == ["mi", "nv"]
+
+
+def test_a_relative_home_decides_with_its_own_opa(exa_home: Path) -> None:
+    """``exa --home relhome ...`` (and ``EXA_HOME=relhome``) with no OPA running: the home is made
+    absolute once, so the OPA started on demand (whose supervisor runs in the home) finds its
+    files; a relative path handed on failed every decision with exit 5."""
+    relative = exa_home.name  # run_exa runs in exa_home's parent
+    for args in POOLS:
+        run_exa(exa_home, "--home", relative, *args, check=True)
+    by_option = run_exa(exa_home, "--home", relative, "hardware", "place", "a", "--accelerator", "amd", shared_opa=False)
+    assert by_option.returncode == 0, by_option.stderr
+    stop_server(exa_home)  # the next one starts it again, from EXA_HOME
+    by_env = run_exa(exa_home, "hardware", "place", "b", "--accelerator", "amd", env={"EXA_HOME": relative}, shared_opa=False)
+    assert by_env.returncode == 0, by_env.stderr
+    assert len(decision_ids(exa_home)) == 2
+
+
+def test_an_empty_home_is_refused_and_nothing_is_created(tmp_path: Path) -> None:
+    """``--home ""`` or ``EXA_HOME=`` is bad input (exit 2) naming where it came from, not the
+    default folder read (and created) in its place."""
+    data = tmp_path / "xdg"
+    env = {"HOME": str(tmp_path / "user"), "XDG_DATA_HOME": str(data)}
+    by_option = run_exa(tmp_path / "unused", "--home", "", "hardware", "pools", env=env)
+    assert by_option.returncode == exits.BAD_INPUT, by_option.stderr
+    assert "--home: the state folder is empty" in by_option.stderr
+    by_env = run_exa(tmp_path / "unused", "hardware", "pools", env={**env, "EXA_HOME": ""})
+    assert by_env.returncode == exits.BAD_INPUT, by_env.stderr
+    assert "EXA_HOME: the state folder is empty" in by_env.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_home_through_a_missing_folder_creates_only_the_home(tmp_path: Path) -> None:
+    """``--home x/../real`` is the folder ``real``: no ``x`` is made on the way."""
+    home = tmp_path / "real"
+    result = run_exa(home, "--home", "x/../real", "hardware", "pools")  # runs in tmp_path
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["real"]
 
 
 # -- a reader that goes away ------------------------------------------------------------------------

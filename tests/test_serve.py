@@ -277,3 +277,38 @@ def test_serve_follows_the_reviewed_files_and_decides_under_the_revision_it_reco
         assert placed["provenance"]["policy_revision"].split("@")[0] == after
     finally:
         stop_server(home)
+
+
+def test_records_of_killed_serve_processes_are_removed_at_the_next_start_and_only_theirs(exa_home: Path) -> None:
+    """A serve SIGKILLed leaves ``serve/<pid>.json``; the next start removes it, and a record whose
+    pid a later process reuses, but keeps the record of a live process and one that cannot be told
+    apart from the live process with its pid. Nothing is signalled."""
+    setup_full(exa_home)
+    killed = serve(exa_home, "--interval", "30s")
+    record = exa_home / "serve" / f"{killed.pid}.json"
+    try:
+        assert until(record.exists, 60), "serve records itself"
+    finally:
+        killed.kill()
+        killed.communicate(timeout=60)
+    assert record.exists()
+    live = subprocess.Popen(["sleep", "300"])
+    try:
+        folder = exa_home / "serve"
+        me = json.loads(record.read_text())["identity"]
+        identity = {**me, "pid": live.pid, "argv": ["sleep", "300"]}
+        ticks = int(Path(f"/proc/{live.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        (folder / f"{live.pid}.json").write_text(json.dumps({"pid": live.pid, "identity": {**identity, "start_ticks": ticks}}))
+        reused = folder / f"{os.getpid()}.json"  # this test's pid: alive, but not the recorded start
+        reused.write_text(json.dumps({"pid": os.getpid(), "identity": {**identity, "pid": os.getpid(), "start_ticks": 1}}))
+        unknown = folder / f"{os.getppid()}.json"  # a live pid whose record says nothing of its start
+        unknown.write_text(json.dumps({"pid": os.getppid(), "identity": None}))
+        once = serve(exa_home, "--once")
+        out, _ = once.communicate(timeout=120)
+        assert once.returncode == 0, out
+        assert f"removed the record of serve process {killed.pid}" in out and f"serve process {os.getpid()}" in out
+        assert sorted(p.name for p in folder.glob("*.json")) == sorted([f"{live.pid}.json", unknown.name])
+        assert live.poll() is None
+    finally:
+        live.kill()
+        live.wait()

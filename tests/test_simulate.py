@@ -384,3 +384,25 @@ def test_a_bad_csv_cell_is_named_by_file_line_and_column(
         hardware.simulate(files["workloads.csv"], files["nodes.csv"], format="generic")
     assert err.value.source == f"{files[where[0]]} line {where[1]}"
     assert err.value.field == column or (column is not None and (err.value.field or "").endswith(column)), err.value
+
+
+def test_a_csv_trace_over_the_size_limit_is_refused_before_it_is_used(hardware: Hardware, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CSV trace is read up to ``MAX_CSV_BYTES`` (256 MiB, documented), refused beyond it naming
+    the file; a line that never ends (a link to /dev/zero) is cut at the limit, not read whole."""
+    from examlops_policy._sim import trace
+
+    documented = getattr(trace, "MAX_CSV_BYTES", None)
+    monkeypatch.setattr(trace, "MAX_CSV_BYTES", 4096, raising=False)
+    nodes = write(tmp_path / "nodes.csv", NODES_CSV)
+    rows = "".join(f"x{i},{i},,nvidia,1,,2,,\n" for i in range(400))  # ~8 KB
+    workloads = write(tmp_path / "workloads.csv", WORKLOADS_CSV + rows)
+    with pytest.raises(SpecError) as err:
+        hardware.simulate(workloads, nodes, format="generic")
+    assert err.value.source == str(workloads) and "larger than 4096 bytes" in str(err.value)
+    endless = tmp_path / "endless.csv"
+    endless.symlink_to("/dev/zero")
+    with pytest.raises(SpecError) as err:
+        hardware.simulate(endless, nodes, format="generic")
+    assert err.value.source == str(endless) and "larger than 4096 bytes" in str(err.value)
+    assert hardware.simulate(write(tmp_path / "small.csv", WORKLOADS_CSV), nodes, format="generic").runs[0].results[0].placed == 4
+    assert documented == 256 * 1024 * 1024  # as the README says

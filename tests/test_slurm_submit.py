@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from examlops_policy.cli import exits
 from examlops_policy.errors import ExecutorError, SpecError
 from examlops_policy.executors.command import DEFAULT_TIMEOUT_S, CommandResult
 from examlops_policy.executors.gres import load_gres_table
@@ -243,3 +244,33 @@ def test_cli_submit_refused_by_slurm_exits_9_and_records_nothing(tmp_path: Path,
 def test_cli_submit_unknown_decision_is_not_found(exa_home: Path, script: Path) -> None:
     result = run_exa(exa_home, "hardware", "submit", "0123456789ab", "--script", str(script), "--dry-run")
     assert result.returncode == 8
+
+
+def test_place_queue_submit_that_fits_at_once_is_submitted_now(tmp_path: Path, exa_home: Path) -> None:
+    """``place --queue --submit slurm`` that fits at once is placed and submitted then, as admission
+    would have (it was placed and left unsubmitted, without a word); the job is on its record."""
+    run_exa(exa_home, "hardware", "add-pool", "gpu-mi300x", "--target", "hpc", "--accelerator", "amd", "--count", "4", "--region", "eu",
+            "--partition", "gpu", "--gres-type", "mi300x", check=True)  # fmt: skip
+    job_script = tmp_path / "job.sh"
+    job_script.write_text("#!/bin/sh\necho queued text\n")
+    env, argv_file = fake_sbatch(tmp_path)
+    placed = run_exa(exa_home, "hardware", "place", "train", "--accelerator", "amd", "--count", "2", "--queue", "--submit", "slurm",
+                     "--script", str(job_script), env=env, check=True)  # fmt: skip
+    assert "✓ train → pool gpu-mi300x" in placed.stdout
+    assert "it fitted at once (nothing queued): submitted to Slurm as job 4242" in placed.stdout
+    assert argv_file.read_text().splitlines()[0] == "--parsable"
+    decision = json.loads(run_exa(exa_home, "hardware", "decisions", "--json", check=True).stdout)[0]
+    assert decision["job_id"] == "4242" and decision["outcome"] == "placed"
+    assert run_exa(exa_home, "audit", "verify").returncode == 0
+
+
+def test_place_queue_submit_refused_at_once_says_so_and_keeps_the_placement(tmp_path: Path, exa_home: Path, script: Path) -> None:
+    run_exa(exa_home, "hardware", "add-pool", "gpu-mi300x", "--target", "hpc", "--accelerator", "amd", "--count", "4", "--region", "eu",
+            "--partition", "gpu", "--gres-type", "mi300x", check=True)  # fmt: skip
+    env, _ = fake_sbatch(tmp_path, fail=True)
+    result = run_exa(exa_home, "hardware", "place", "train", "--accelerator", "amd", "--queue", "--submit", "slurm", "--script", str(script), env=env)
+    assert result.returncode == exits.EXECUTOR, result.stderr
+    decision = json.loads(run_exa(exa_home, "hardware", "decisions", "--json", check=True).stdout)[0]
+    assert decision["outcome"] == "placed" and decision["job_id"] is None and decision["released_at"] is None
+    assert f"was placed on pool gpu-mi300x (decision {decision['id']}), but its submission to slurm failed: sbatch refused the job" in result.stderr
+    assert f"'exa hardware submit {decision['id'][:12]} --script FILE'" in result.stderr

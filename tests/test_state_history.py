@@ -5,11 +5,16 @@ that was emptied, deleted, rolled back to an older copy or replaced by another o
 from __future__ import annotations
 
 import json
+import os
+import resource
 import shutil
 import sqlite3
+import subprocess
 from pathlib import Path
 
-from tests.conftest import run_exa
+import pytest
+
+from tests.conftest import EXA, run_exa, shared_opa_env
 from tests.test_cli import seed
 
 PLACE = ("hardware", "place", "w", "--accelerator", "amd", "--engine", "vllm")
@@ -117,3 +122,39 @@ def test_a_signed_checkpoint_beyond_the_head_is_truncation(exa_home: Path, tmp_p
     (exa_home / "state.db.head").unlink()
     result = run_exa(exa_home, "audit", "verify", "--checkpoint", str(tmp_path / "cp.txt"), "--key", str(tmp_path / "ops.vkey"))
     assert result.returncode == 7 and "truncated" in result.stdout, result.stdout
+
+
+def _run_bounded(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``exa`` with its address space capped (1 GiB over what it starts with is plenty) and a
+    timeout: a reader that never stops fails here, not on the machine."""
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    env = {**os.environ, "EXA_HOME": str(home), "COLUMNS": "200", **shared_opa_env()}
+    return subprocess.run([str(EXA), *args], capture_output=True, text=True, env=env, timeout=30, preexec_fn=cap, check=False)
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "large", "link-to-a-good-record"])
+def test_a_record_that_is_no_small_file_is_refused_at_once(exa_home: Path, tmp_path: Path, kind: str) -> None:
+    """``state.db.head`` replaced by a link to /dev/zero (read until memory ran out), a FIFO
+    (waited on for ever), a file of 100 MB, or a link (even to a good record) is refused (exit
+    10), naming the file, before anything is read from it beyond its limit."""
+    seed(exa_home)
+    record = exa_home / "state.db.head"
+    good = tmp_path / "good.head"
+    shutil.copy2(record, good)
+    record.unlink()
+    if kind == "dev-zero":
+        record.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(record)
+    elif kind == "large":
+        record.write_bytes(b" " * (100 << 20))
+    else:
+        record.symlink_to(good)
+    result = _run_bounded(exa_home, "hardware", "pools")
+    assert result.returncode == 10, (result.stdout, result.stderr[-2000:])
+    assert result.stderr.startswith(f"StateCorrupt: {record} cannot be read"), result.stderr
+    expected = {"dev-zero": "a symbolic link", "fifo": "a FIFO", "large": "larger than 4096 bytes", "link-to-a-good-record": "a symbolic link"}
+    assert expected[kind] in result.stderr

@@ -17,10 +17,12 @@ import base64
 import functools
 import hashlib
 import json
+import threading
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Final, cast
+from typing import Final, Generic, TypeVar, cast
 
 from examlops_policy._canonical import canonical as canonical  # offered to the core from here
 from examlops_policy.errors import PolicyError, StateCorrupt, StateError
@@ -167,10 +169,63 @@ def pool_text(pool: Pool) -> str:
     return json.dumps(pool_spec(pool), sort_keys=True, separators=(",", ":"))
 
 
-@functools.lru_cache(maxsize=65536)
-def pool_from_text(text: str) -> Pool:
-    """The Pool a stored spec describes (cached: every snapshot reads pools; Pool is frozen)."""
+_T = TypeVar("_T")
+
+
+class TextCache(Generic[_T]):
+    """The values of a function of stored text, the most recently used kept within a budget of
+    ``chars`` characters of text (what the decoded value's size follows) and ``entries`` entries.
+    An entry-count cache alone kept every version of a large pool: a pool of 20,000 nodes is ~1 MB
+    of spec and ~6 MiB decoded, and each change of one node's state is a new text, so a process
+    that changes node states grew by that much a change. A text over the whole budget is not kept."""
+
+    def __init__(self, fn: Callable[[str], _T], *, chars: int, entries: int) -> None:
+        self._fn, self._chars, self._entries = fn, chars, entries
+        self._kept: OrderedDict[str, _T] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, text: str) -> _T:
+        with self._lock:
+            found = self._kept.get(text, _MISSING)
+            if found is not _MISSING:
+                self._kept.move_to_end(text)
+                return cast(_T, found)
+        value = self._fn(text)
+        if len(text) > self._chars:
+            return value
+        with self._lock:
+            if text not in self._kept:
+                self._kept[text] = value
+                self._size += len(text)
+                while self._size > self._chars or len(self._kept) > self._entries:
+                    dropped, _ = self._kept.popitem(last=False)
+                    self._size -= len(dropped)
+        return value
+
+    def cache_clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+            self._size = 0
+
+    def cache_size(self) -> tuple[int, int]:
+        """(entries, characters of text) kept now."""
+        with self._lock:
+            return len(self._kept), self._size
+
+
+_MISSING: Final = object()
+# The pools and capacity summaries of a few versions of a fleet (a pool of 20,000 nodes is ~1 MB).
+CACHE_CHARS: Final = 8 << 20
+
+
+def _pool_from_text(text: str) -> Pool:
     return pool_from_doc(json.loads(text))
+
+
+pool_from_text: Final = TextCache(_pool_from_text, chars=CACHE_CHARS, entries=65536)
+"""The Pool a stored spec describes (cached: every snapshot reads pools; Pool is frozen)."""
 
 
 def pool_from_doc(doc: Mapping[str, object]) -> Pool:
@@ -230,12 +285,14 @@ def capacity_from_json(raw: object) -> Capacity:
     raise StateCorrupt(f"malformed capacity in the state: {str(raw)[:80]}")
 
 
-@functools.lru_cache(maxsize=4096)
-def capacity_from_text(text: str) -> Capacity:
+def _capacity_from_text(text: str) -> Capacity:
     try:
         return capacity_from_json(json.loads(text))
     except ValueError as exc:
         raise StateCorrupt(f"malformed capacity in the state: {text[:80]}") from exc
+
+
+capacity_from_text: Final = TextCache(_capacity_from_text, chars=CACHE_CHARS, entries=4096)
 
 
 def capacity_digest(capacities: Sequence[Capacity]) -> str:

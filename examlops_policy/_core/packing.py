@@ -77,6 +77,11 @@ class PoolLayout:
         return sorted(self.shares, key=lambda p: (-self.shares[p].units, p))
 
 
+def layout_key(pool: Pool) -> tuple[object, ...]:
+    """What ``layout_of`` reads of a pool: two pools alike in these have the same layout."""
+    return (pool.fixed_profile, pool.count, pool.supports_fractions, pool.accelerator, pool.model)
+
+
 def layout_of(pool: Pool, tables: Tables) -> PoolLayout:
     """The packing rules for ``pool``: whole devices, fixed slices, MIG or AMD partitions.
 

@@ -80,7 +80,9 @@ class Capacities:
 
     def __init__(self, tables: Tables) -> None:
         self.tables = tables
-        self._layouts: dict[Pool, packing.PoolLayout] = {}
+        # By what ``packing.layout_of`` reads of a pool, not by the pool: keyed by Pool, every version
+        # of a pool of nodes was kept (and hashed whole, node by node, at each look-up).
+        self._layouts: dict[tuple[object, ...], packing.PoolLayout] = {}
         self._sharing: tuple[int, Sharing] | None = None
         # A pool's nodes as this process last wrote them, by pool: (the pool row's version and spec
         # then, the rooms). Reused by the next write that finds the row unchanged (nothing else
@@ -117,11 +119,12 @@ class Capacities:
         return codec.digest(codec.canonical(rules))
 
     def layout(self, pool: Pool) -> packing.PoolLayout:
-        layout = self._layouts.get(pool)
+        key = packing.layout_key(pool)
+        layout = self._layouts.get(key)
         if layout is None:
             if len(self._layouts) > 65536:
                 self._layouts.clear()
-            layout = self._layouts[pool] = packing.layout_of(pool, self.tables)
+            layout = self._layouts[key] = packing.layout_of(pool, self.tables)
         return layout
 
     def of(

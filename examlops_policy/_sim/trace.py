@@ -17,7 +17,7 @@ import csv
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final, Literal, TextIO
 
 from examlops_policy._nodes import MILLI, Node, NodeRequest
 from examlops_policy.errors import SpecError
@@ -28,6 +28,24 @@ POD_KINDS: Final = ("cpu", "share", "one", "multi")
 
 NODE_COLUMNS: Final = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS: Final = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+MAX_CSV_BYTES: Final = 256 * 1024 * 1024
+"""A CSV trace file is read up to this size (about 4 million workload rows), refused beyond it
+before a row is used: the path may be a huge file or a device that never ends (a YAML trace is
+read up to ``specs.MAX_FILE_BYTES``, 4 MiB)."""
+
+
+def _within(handle: TextIO, path: Path, limit: int) -> Iterator[str]:
+    """The lines of ``handle``, a SpecError once more than ``limit`` characters were read (a line
+    that never ends is cut at the limit)."""
+    read = 0
+    while True:
+        line = handle.readline(limit - read + 1)
+        if not line:
+            return
+        read += len(line)
+        if read > limit:
+            raise SpecError(f"the file is larger than {limit} bytes; at most {limit} are read", source=str(path))
+        yield line
 
 
 @dataclass(frozen=True)
@@ -64,7 +82,7 @@ def _rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, 
     except OSError as exc:
         raise SpecError(f"cannot read the trace ({exc.strerror or exc})", source=str(path)) from None
     with handle:
-        reader = csv.reader(handle)
+        reader = csv.reader(_within(handle, path, MAX_CSV_BYTES))
         try:
             header = next(reader)
         except StopIteration:

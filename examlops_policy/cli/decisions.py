@@ -149,7 +149,11 @@ def cmd_place(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     if args.dry_run:
         return show(args, console, hw.what_if(w, where=True))
     record = hw.place(w, request_id=args.request_id, lease=args.lease, queue=queue, submission=submission)
-    return show(args, console, record.decision, record)
+    code = show(args, console, record.decision, record)
+    if submission is not None and record.job_id is not None and not args.json:
+        scheduler = {"slurm": "Slurm as job", "kubernetes": "Kubernetes as Job"}.get(record.scheduler or "", "job")
+        console.print(Text(f"  it fitted at once (nothing queued): submitted to {scheduler} {record.job_id}", style="green"))
+    return code
 
 
 def cmd_burst(args: argparse.Namespace, hw: Hardware, console: Console) -> int:

@@ -13,12 +13,11 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from examlops_policy.cli import exits
 from examlops_policy.cli.console import Console
-from examlops_policy.errors import ExaError
+from examlops_policy.errors import ExaError, SpecError
 
 if TYPE_CHECKING:
     from examlops_policy.hardware import Hardware
@@ -213,7 +212,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = _console()
     from examlops_policy.hardware import Hardware
 
-    hw = Hardware(Path(args.home).expanduser() if args.home else None)
+    try:
+        hw = Hardware(args.home)  # made absolute once; an empty --home or EXA_HOME is refused
+    except SpecError as exc:
+        code = exits.code_for(exc)
+        _error(type(exc).__name__, code, str(exc), as_json=args.json)
+        return code
     try:
         handler: Handler = args.handler
         code = handler(args, hw, console)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Final
 
 from examlops_policy.errors import StateCorrupt, StateError, StateFull
-from examlops_policy._private import check_private_dir, private_database
+from examlops_policy._private import check_private_dir, private_database, read_small_file
 from examlops_policy.store._sql import Cursor, Fault, SQLStore, utc_now
 
 LOCK_TIMEOUT_S: Final = 10.0
@@ -56,6 +56,7 @@ _SQLITE_CANTOPEN: Final = 14
 _UNWRITABLE_ERRNO: Final = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT})
 _UNWRITABLE_SQLITE: Final = frozenset({_SQLITE_READONLY, _SQLITE_CANTOPEN, _SQLITE_IOERR, _SQLITE_FULL})
 HEAD_SUFFIX: Final = ".head"
+HEAD_LIMIT_BYTES: Final = 4096  # the record is ~130 bytes
 
 
 class SQLiteStore(SQLStore):
@@ -167,7 +168,9 @@ class SQLiteStore(SQLStore):
     def _recorded_head(self) -> tuple[int, str] | None:
         """The audit size and head this home recorded last, or None (no file: nothing recorded)."""
         try:
-            doc = json.loads(self.head_file.read_text(encoding="utf-8"))
+            # Read as a small regular file: a link to /dev/zero or a FIFO put in its place is
+            # refused, not read until memory runs out or waited on.
+            doc = json.loads(read_small_file(self.head_file, HEAD_LIMIT_BYTES).decode("utf-8"))
             return int(doc["audit_size"]), str(doc["audit_head"])
         except (FileNotFoundError, NotADirectoryError):
             return None  # nothing recorded (a home that is not a folder is refused as unusable when opened)

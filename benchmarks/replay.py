@@ -1,0 +1,105 @@
+"""The generic replay (``exa hardware simulate --format generic``) as its trace grows: time and peak
+memory at 1,000, 16,000 and 1,000,000 workloads.
+
+    .venv/bin/python benchmarks/replay.py [--sizes 1000,16000,1000000] [--nodes 64]
+
+A synthetic site in CSV (``_sim.generic``'s columns): ``--nodes`` nodes of 8 A100 (96 cores, 1 TiB)
+in one pool, and N workloads arriving one a minute, each running 30 minutes to 4 hours (about 60 % of the
+devices held once it settles): whole
+devices (1, 2, 4 or 8), a share of one (0.25, 0.5), or CPU only, each with CPU and memory, drawn
+from a fixed seed. Each size runs in its own process (``Hardware.simulate``, the path the command
+runs: the CSV read and checked, every workload through the policy's verdicts, the selection and
+the node packer, the allocation curve), so its peak RSS is its own. Prints JSON: per size, the
+seconds to read and replay, the placements per second and the peak RSS in MiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SHAPES = (
+    {"accelerator": "nvidia", "count": 1}, {"accelerator": "nvidia", "count": 2}, {"accelerator": "nvidia", "count": 4},
+    {"accelerator": "nvidia", "count": 8}, {"accelerator": "nvidia", "fraction": 0.5}, {"accelerator": "nvidia", "fraction": 0.25},
+    {"accelerator": "cpu"},
+)  # fmt: skip
+
+
+def write_trace(folder: Path, workloads: int, nodes: int, seed: int = 42) -> tuple[Path, Path]:
+    """The node list and the workload list (CSV) of a synthetic site."""
+    rng = random.Random(seed)
+    node_csv = folder / "nodes.csv"
+    with node_csv.open("w", encoding="utf-8") as out:
+        out.write("node,pool,region,accelerator,model,devices,cpu,memory,cost_per_hour\n")
+        for i in range(nodes):
+            out.write(f"gpu-{i:05d},a100,eu,nvidia,a100,8,96,1Ti,2.4\n")
+    work_csv = folder / "workloads.csv"
+    with work_csv.open("w", encoding="utf-8") as out:
+        out.write("name,arrival,duration,accelerator,count,fraction,cpu,memory,models\n")
+        for i in range(workloads):
+            shape = rng.choice(SHAPES)
+            cpu, memory = rng.choice((2, 4, 8, 16)), rng.choice(("8Gi", "16Gi", "64Gi"))
+            duration = rng.randrange(1800, 4 * 3600)
+            out.write(f"w{i},{60 * i},{duration},{shape['accelerator']},{shape.get('count', '')},{shape.get('fraction', '')},{cpu},{memory},\n")
+    return node_csv, work_csv
+
+
+def one(workloads: int, nodes: int) -> dict[str, object]:
+    """One size, in this process (run by ``main`` in a child per size)."""
+    from examlops_policy.hardware import Hardware
+    from examlops_policy.opa import stop_server
+
+    with tempfile.TemporaryDirectory(prefix="exa-replay-") as base:
+        folder = Path(base)
+        node_csv, work_csv = write_trace(folder, workloads, nodes)
+        home = folder / "home"
+        hw = Hardware(home)
+        try:
+            hw.policy.confirm()  # the OPA started before the clock: what is timed is the replay
+            began = time.perf_counter()
+            result = hw.simulate(work_csv, node_csv, format="generic")
+            seconds = time.perf_counter() - began
+        finally:
+            hw.close()
+            stop_server(home)
+    run = result.runs[0].results[0]
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {
+        "workloads": workloads, "nodes": nodes, "seconds": round(seconds, 2), "replay_seconds": round(run.seconds, 2),
+        "placed": run.placed, "workloads_per_second": round(workloads / seconds, 1), "peak_rss_mib": round(peak, 1),
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--sizes", default="1000,16000,1000000", help="comma-separated numbers of workloads")
+    parser.add_argument("--nodes", type=int, default=64, help="nodes of 8 devices in the site")
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child: one size
+    args = parser.parse_args(argv)
+    if args.one is not None:
+        print(json.dumps(one(args.one, args.nodes)))
+        return 0
+    results = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        done = subprocess.run([sys.executable, __file__, "--one", str(size), "--nodes", str(args.nodes)], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            results.append({"workloads": size, "error": done.stderr.strip().splitlines()[-1:]})
+            continue
+        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    with open("/proc/loadavg", encoding="ascii") as load:
+        print(json.dumps({"load": load.read().split()[0], "results": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
