@@ -2,7 +2,8 @@
 
 Every module of ``examlops_policy.cli`` may import the façade (``hardware``), the values it takes
 and returns (``model``, ``views``, ``errors``), the readers and writers of user files (``specs``:
-pool and workload YAML; ``audit``: checkpoints and keys; ``report``: the HTML page) and the CLI's
+pool and workload YAML; ``audit``: checkpoints and keys; ``report``: the HTML page; ``focus``: the
+FOCUS billing export) and the CLI's
 own modules; never the store, the tables, the policy engine or the placement core.
 """
 
@@ -15,7 +16,7 @@ import examlops_policy.cli
 
 ALLOWED = {
     "examlops_policy.hardware", "examlops_policy.model", "examlops_policy.views", "examlops_policy.errors",
-    "examlops_policy.specs", "examlops_policy.audit", "examlops_policy.report",
+    "examlops_policy.specs", "examlops_policy.audit", "examlops_policy.report", "examlops_policy.focus",
     "examlops_policy.quantities",  # values: CPU and memory sizes, written the one way they are read
 }  # fmt: skip
 CLI = Path(examlops_policy.cli.__file__).parent

@@ -224,7 +224,7 @@ def test_2_a_1g_then_a_4g_keep_the_second_a100_whole_for_a_whole_device_job(hard
     assert placed(hw, "small", fraction=0.1)[1].holdings == (Holding(0, "1g.10gb", 6, 1),)
     assert placed(hw, "half", fraction=0.5)[1].holdings == (Holding(0, "4g.40gb", 0, 4),)
     assert placed(hw, "whole")[1].holdings == (Holding(1),)
-    assert hw.pool("a100").nodes[0].layout == "1 whole, 0: 4g.40gb@0, 1g.10gb@6"
+    assert hw.pool("a100").nodes[0].layout == "device 1 whole, device 0: 4g.40gb@0, 1g.10gb@6"
 
 
 def test_2_seven_1g_fill_an_h100_and_memory_slice_7_is_no_1g_start(hardware: Hardware) -> None:

@@ -536,7 +536,12 @@ def test_the_html_report_is_self_contained_and_its_totals_match_finops_in_chromi
     assert dom.rows["table-bursts"][1:] == [["eu-only", "0", "1", "0"]]  # allowed, blocked, unavailable
     by_device = exa_json(exa_home, "finops", "cost")["rows"]
     assert [row[:3] for row in dom.rows["table-cost-carbon"][1:]] == [[r["device"], r["region"], str(r["decisions"])] for r in by_device]
-    assert [row[4] for row in dom.rows["table-cost-carbon"][1:]] == [f"{r['cost']:,.2f}" for r in by_device]
+    head = dom.rows["table-cost-carbon"][0]
+    cost_column = next(i for i, name in enumerate(head) if name.startswith("Cost ("))
+    assert [row[cost_column] for row in dom.rows["table-cost-carbon"][1:]] == [f"{r['cost']:,.2f}" for r in by_device]
+    # Placements never submitted to a scheduler are all used: nothing idle.
+    idle_column = head.index("Idle")
+    assert [row[idle_column] for row in dom.rows["table-cost-carbon"][1:]] == ["0.0" for _ in by_device]
     by_workload = exa_json(exa_home, "models", "cost")["rows"]  # most expensive first, like the page
     assert by_workload[0]["workload"] == "green"
     assert [row[:3] for row in dom.rows["table-workloads"][1:4]] == [[r["workload"], "1", f"{r['cost']:,.2f}"] for r in by_workload]

@@ -86,7 +86,7 @@ def test_serve_refuses_an_interval_under_a_second_instead_of_spinning(exa_home: 
             proc.kill()
             proc.communicate()
     assert proc.returncode == 2, out
-    assert "interval: expected at least 1 s between steps" in out, out
+    assert "--interval: must be at least 1s (got" in out, out
     assert "serving" not in out
 
 

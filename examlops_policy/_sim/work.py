@@ -90,6 +90,10 @@ class WorkSimulation:
     def to_json(self) -> JSONObject:
         return {"trace": self.name, "policy_revision": self.policy_revision, "runs": [r.to_json() for r in self.runs]}
 
+    def svg(self) -> str:
+        """No plot: a replay by work reports a table (``--plot`` draws a replay's allocation)."""
+        raise SpecError("--plot draws a replay's allocation; a replay by work (--optimize) reports a table", source="--plot")
+
     def lines(self) -> list[str]:
         models = sorted({m for r in self.runs for m in r.utilisation})
         head = f"{'objective':<12}{'finished':>9}{'total $':>12}{'$/unit':>12}{'$/V100-h':>10}{'mean done':>11}{'p95 done':>11}"

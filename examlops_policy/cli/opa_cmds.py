@@ -48,7 +48,7 @@ def print_status(console: Console, st: OpaStatus) -> None:
     if st.matches and st.proven:
         console.print(f"  policy {served} · matches the policy files")
     elif st.matches:
-        console.print(f"  policy {served} · matches the policy files: reported by the OPA, not proven ({NOT_PROVEN})")
+        console.print(f"  policy {served} · matches the policy files: reported by the OPA, not proven ({render.NOT_PROVEN})")
     elif st.same_revision and st.content_problem is not None:
         console.print(f"  ✗ policy {served}, but {st.content_problem}: decisions are refused", style="red")
     elif st.managed:
@@ -63,16 +63,7 @@ def print_status(console: Console, st: OpaStatus) -> None:
     console.print(f"  protected: {guard} · {authz}bundle roots {roots} (OPA refuses writes there){signed}",
                   style=None if st.refuses_anonymous else "red")  # fmt: skip
     if st.managed and not st.signed_bundle:
-        console.print(f"  ⚠ {UNSIGNED_LOCAL}", style="yellow")
-
-
-# Why a served policy that matches is not proven to: an external OPA's revision and table digest
-# come from its own rules; a local one whose command line has no verification key loads any bundle.
-NOT_PROVEN = "its revision and the digest of its tables come from the rules it serves, which are trusted to its operator"
-UNSIGNED_LOCAL = (
-    "its recorded command line has no --verification-key: it loads a bundle nobody signed, so what it serves is not "
-    "proven to be what exa built (another process of this user may have started it); exa opa restart starts one that verifies"
-)
+        console.print(f"  ⚠ {render.UNSIGNED_LOCAL}", style="yellow")
 
 
 def cmd_status(args: argparse.Namespace, hw: Hardware, console: Console) -> int:

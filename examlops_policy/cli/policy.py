@@ -69,9 +69,7 @@ def cmd_status(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
             if p.matches is True and p.proven:
                 console.print(f"  ✓ {p.path} ({p.where}) serves {p.revision} · matches")
             elif p.matches is True:
-                from examlops_policy.cli.opa_cmds import NOT_PROVEN, UNSIGNED_LOCAL
-
-                why = NOT_PROVEN if p.path == "EXA_OPA_URL" else UNSIGNED_LOCAL
+                why = render.NOT_PROVEN if p.path == "EXA_OPA_URL" else render.UNSIGNED_LOCAL
                 console.print(f"  ⚠ {p.path} ({p.where}) serves {p.revision} · matches: reported by the OPA, not proven ({why})", style="yellow")
             elif p.matches is False:
                 console.print(f"  ✗ {p.path} ({p.where}) serves {p.revision or 'nothing'}{f' ({p.note})' if p.note else ''} · does NOT match", style="red")

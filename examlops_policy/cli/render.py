@@ -211,6 +211,14 @@ def print_links(console: Console, record: DecisionRecord) -> None:
         console.print(Text(f"a node of this grant went down at {record.node_down_at}", style="red"))
 
 
+# Why a served policy that matches is not proven to: an external OPA's revision and table digest
+# come from its own rules; a local one whose command line has no verification key loads any bundle.
+NOT_PROVEN = "its revision and the digest of its tables come from the rules it serves, which are trusted to its operator"
+UNSIGNED_LOCAL = (
+    "its recorded command line has no --verification-key: it loads a bundle nobody signed, so what it serves is not "
+    "proven to be what exa built (another process of this user may have started it); exa opa restart starts one that verifies"
+)
+
 NODES_SHOWN = 8
 
 

@@ -10,7 +10,6 @@ from examlops_policy.cli.args import Commands
 from examlops_policy.cli.console import Console
 from examlops_policy.errors import SpecError
 from examlops_policy.hardware import Hardware
-from examlops_policy._sim.work import WorkSimulation
 from examlops_policy.model import OBJECTIVES, PACKERS
 
 
@@ -39,11 +38,10 @@ def cmd_simulate(args: argparse.Namespace, hw: Hardware, console: Console) -> in
         packers=packers, policy=Path(args.policy) if args.policy else None, region=args.region, pools=args.pools,
         optimize=[o for group in (args.optimize or []) for o in group],
     )  # fmt: skip
-    if args.plot and isinstance(result, WorkSimulation):
-        raise SpecError("--plot draws a replay's allocation; a replay by work (--optimize) reports a table", source="--plot")
-    if args.plot and not isinstance(result, WorkSimulation):
+    if args.plot:
+        svg = result.svg()  # SpecError for a replay by work: it reports a table, no allocation to draw
         try:
-            Path(args.plot).write_text(result.svg())
+            Path(args.plot).write_text(svg)
         except OSError as exc:
             raise SpecError(f"cannot write the plot: {exc.strerror}", source=args.plot) from exc
     if args.json:
