@@ -577,8 +577,7 @@ class Hardware:
         class that may preempt tries its preemption at once (its record's ``queue`` then says it was
         admitted, or why it takes no grant); ``submission``: how it is submitted once placed (now,
         when it fits at once: ExecutorError, its placement kept, when the scheduler refuses). A
-        workload that can never run is rejected
-        as ever. Raises SpecError, PolicyUnavailable/PolicyError (nothing placed), StateError.
+        workload that can never run is rejected as ever. Raises SpecError, PolicyUnavailable/PolicyError (nothing placed), StateError.
         """
         from examlops_policy import _queueing, specs
 

@@ -28,9 +28,9 @@ from tests.conftest import run_exa
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "policies" / "examlops" / "tables" / "throughput.yaml"
 GAVEL = ("Transformer", "CycleGAN", "ResNet-50", "LM", "ResNet-18", "A3C", "Recommendation")
-# Gavel's measurements as the repository's shared data holds them (absent outside this checkout's
-# workspace: the test of equality then skips, the table's own checks do not).
-GAVEL_CSV = ROOT.parent.parent / "shared" / "data" / "gavel" / "solo_throughputs.csv"
+# Gavel's measurements as the shared data beside the checkout holds them (../shared from the
+# project's root; absent elsewhere: the test of equality then skips, the table's own checks do not).
+GAVEL_CSV = ROOT.parent / "shared" / "data" / "gavel" / "solo_throughputs.csv"
 
 
 def whole(devices: int = 1) -> Grant:
