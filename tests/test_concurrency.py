@@ -101,9 +101,10 @@ def test_admitters_placers_and_releasers_at_once_admit_nothing_twice(backend: Ba
 
 @pytest.mark.opa  # the session's OPA, through shared_opa_env
 def test_admitters_at_once_after_a_preemption_place_the_victim_once(backend: Backend, tmp_path: Path) -> None:
-    """Issue 32, 2, under concurrency: a high-priority workload preempts a low one on spot capacity,
-    and the victim fits at once on demand; 4 admitters running at once (each finishing what a
-    preemption left) and the preemptor's release never place or queue the victim twice."""
+    """Issue 32, 2, under concurrency: a high-priority workload queued with place --queue preempts a
+    low one on spot capacity, and the victim fits at once on demand; 4 admitters running beside it
+    (each finishing what a preemption left) and the preemptor's release never place or queue the
+    victim twice."""
     home = Path(backend.target).parent if backend.name == "sqlite" else tmp_path / "home"
     env = {**os.environ, "EXA_HOME": str(home), **backend.env(), **shared_opa_env(), "COLUMNS": "200"}
     for name, spot in (("nv-spot", ["--spot"]), ("nv-od", [])):
@@ -111,10 +112,11 @@ def test_admitters_at_once_after_a_preemption_place_the_victim_once(backend: Bac
                 "--cost-per-hour", "0.5" if spot else "2", *spot, env=backend.env(), check=True)  # fmt: skip
     victim = json.loads(run_exa(home, "hardware", "place", "victim", "--accelerator", "nvidia", "--count", "2", "--priority", "low",
                                 "--spot", "allow", "--json", env=backend.env(), check=True).stdout)["id"]  # fmt: skip
-    run_exa(home, "hardware", "place", "boss", "--accelerator", "nvidia", "--count", "2", "--priority", "high", "--spot", "require",
-            "--queue", env=backend.env(), check=True)  # fmt: skip
+    # The boss is queued beside the admitters: its place --queue preempts at once, while they run.
+    boss_place = (f"{EXA} hardware place boss --accelerator nvidia --count 2 --priority high --spot require --queue >/dev/null; "
+                  f"{EXA} hardware admit --json >/dev/null")  # fmt: skip
     admit = f"for i in 1 2 3 4; do {EXA} hardware admit --json >/dev/null; done"
-    procs = [subprocess.Popen(["bash", "-c", admit], env=env, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    procs = [subprocess.Popen(["bash", "-c", script], env=env, stderr=subprocess.PIPE, text=True) for script in (boss_place, *[admit] * 4)]
     errors = [p.communicate(timeout=600)[1] for p in procs]
     assert all(p.returncode == 0 for p in procs), errors
     with backend.raw() as db:

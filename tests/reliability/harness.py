@@ -418,9 +418,13 @@ def hang_inside_transaction(backend: Backend, opa_home: str, complete: int, insi
 
 
 def admit_until_killed(backend: Backend, opa_home: str, started: Any) -> None:
-    """Admission passes one after another until killed (a preemption among them)."""
+    """Urgent work queued (``place --queue`` preempts for it at once: marking, releasing and
+    placing the victim again), then admission passes one after another, until killed."""
+    from examlops_policy.model import Workload
+
     hw = open_hardware(backend, opa_home)
     started.set()
+    hw.place(Workload("boss", "nvidia", count=2, priority="high", spot="require"), queue=True)
     while True:
         hw.admit()
 

@@ -246,9 +246,9 @@ def test_admitter_killed_during_a_preemption_places_the_victim_once(backend: Bac
             Pool("nv-od", "hpc", "nvidia", 2, "eu", cost_per_hour=2.0, carbon_factor=10),
         ])  # fmt: skip
         hw.place(Workload("victim", "nvidia", count=2, priority="low", spot="allow"))
-        hw.place(Workload("boss", "nvidia", count=2, priority="high", spot="require"), queue=True)
     finally:
         hw.close()
+    # The killed process queues the boss itself: the preemption happens in its place --queue.
     started = SPAWN.Event()
     admitter = SPAWN.Process(target=admit_until_killed, args=(backend, str(opa_home), started), daemon=True)
     admitter.start()
@@ -260,6 +260,9 @@ def test_admitter_killed_during_a_preemption_places_the_victim_once(backend: Bac
         admitter.join(10)
     hw = open_hardware(backend, opa_home)
     try:
+        if not any(r.workload == "boss" for r in hw.store.queue_rows(("queued", "admitted"))):
+            # Killed before the boss was queued: queue it now, as the next caller would.
+            hw.place(Workload("boss", "nvidia", count=2, priority="high", spot="require"), queue=True)
         hw.admit()
         hw.admit()
         boss = [g for g in hw.store.live_grants() if g.workload == "boss"]
