@@ -50,8 +50,10 @@ difference with the tables as stored, and each row no entry accounts for:
 Fields an older entry does not carry are not compared (entries before this version did not hold
 the rows' own times). A chain that does not verify on its own (an entry edited, deleted, inserted,
 reordered, damaged, or the log cut short) describes no state: its problems are reported alone.
-Pure: the rows come from the store's ``audited_state`` (``store.api.AuditedState``), one
-consistent read.
+Pure: the rows come from the store's ``audited_read`` (``store.api.AuditedRead``), one consistent
+read, the log and the decisions as they stream by (``Replay``, ``Comparison.decision``), the
+smaller tables whole (``store.api.AuditedState``). Kept of a decision: its decision entry's bytes
+(parsed again when its rows are compared), its id, and what its input digest covers.
 """
 
 from __future__ import annotations
@@ -79,7 +81,6 @@ NODE_GRANT_COLUMNS: Final = AUDITED["node_grants"][0]
 NODE_USAGE_COLUMNS: Final = AUDITED["node_usage"][0]
 BURST_COLUMNS: Final = AUDITED["burst_events"][0]
 POOL_COLUMNS: Final = AUDITED["pools"][0]
-LOG_COLUMNS: Final = AUDITED["capacity_log"][0]
 QUEUE_COLUMNS: Final = AUDITED["queue"][0]
 # The decision columns an entry states by the same name.
 _ENTRY_FIELDS: Final = (
@@ -89,7 +90,6 @@ _ENTRY_FIELDS: Final = (
 Row = Mapping[str, object]
 # The record versions that name the state version they were decided at (3; 4 with start estimates).
 _DECIDED_AT: Final = (3, 4)
-_CHAIN_BROKEN: Final = frozenset({"edited", "deleted", "reordered", "inserted", "truncated", "damaged"})
 
 
 # What a pool's capacity summary (JSON) and its free devices are, for what its live grants hold
@@ -104,7 +104,7 @@ Summary = Callable[[Pool, Sequence[HeldRow], float, Sequence[NodeGrantRow], Sequ
 @dataclass
 class _Decision:
     seq: int
-    entry: dict[str, object]
+    raw: bytes  # its decision entry's canonical bytes, parsed when compared (``entry``): a fraction of its parse's memory
     burst: tuple[int, dict[str, object]] | None = None
     released: tuple[int, dict[str, object]] | None = None
     lease: tuple[int, object] | None = None
@@ -116,6 +116,10 @@ class _Decision:
     job_ended: tuple[int, object] | None = None
     node_down: tuple[int, object] | None = None
     preempting: tuple[int, object] | None = None
+
+    def entry(self) -> dict[str, object]:
+        parsed = json.loads(self.raw)
+        return parsed if isinstance(parsed, dict) else {}
 
 
 @dataclass
@@ -150,79 +154,102 @@ class ChainState:
     pools: dict[str, _Pool] = field(default_factory=dict)
     stray: list[tuple[int, str]] = field(default_factory=list)  # entries about decisions not in the chain
     queue: dict[str, _Queued] = field(default_factory=dict)
+    # The first decision entry of an id that a later decision entry states again (``decisions``
+    # holds the last): its record is held to the first, as reading it back does.
+    first: dict[str, _Decision] = field(default_factory=dict)
+
+    def said(self, ident: str) -> _Decision | None:
+        """The first decision entry of ``ident``."""
+        return self.first.get(ident) or self.decisions.get(ident)
 
 
-def replay(entries: Iterable[tuple[int, dict[str, object]]]) -> ChainState:
-    """The state the entries (seq, entry) describe, applied in seq order."""
-    state = ChainState()
-    for seq, entry in entries:
-        kind = entry.get("kind")
-        if kind == "pool":
-            _replay_pool(state, seq, entry)
-            continue
-        if kind == "node_usage":
-            pool = state.pools.get(str(entry.get("pool")))
-            if pool is not None:
-                pool.node_usage = (seq, entry)
-            continue
-        if kind == "capacity":
-            pool = state.pools.get(str(entry.get("pool")))
-            if pool is not None and isinstance(entry.get("held_outside"), (int, float)):
-                pool.held_outside = (seq, float(cast(float, entry["held_outside"])))
-            continue
-        if kind in _QUEUE_KINDS:
-            _replay_queue(state, seq, str(kind), entry)
-            continue
-        if kind == "node":  # a node that went down flags the grants on it; back up, they are cleared
-            down = entry.get("state") == "down"
-            grants = entry.get("grants")
-            for g in grants if isinstance(grants, list) else []:
-                flagged = state.decisions.get(str(g))
-                if flagged is not None and "at" in entry:
-                    flagged.node_down = (seq, entry["at"] if down else None)
-            continue
-        ident = entry.get("decision_id")
-        if not isinstance(ident, str):
-            continue
-        if kind == "decision":
-            earlier = state.decisions.get(ident)  # its burst entry comes first, in the same transaction
-            state.decisions[ident] = _Decision(seq, entry, burst=earlier.burst if earlier is not None else None)
-            continue
-        decision = state.decisions.get(ident)
-        if decision is None:
-            if kind == "burst":
-                # A burst entry precedes its decision's entry in the same transaction.
-                state.decisions[ident] = _Decision(0, {}, burst=(seq, entry))
-            else:
-                state.stray.append((seq, ident))
-            continue
+class Replay:
+    """The state the entries describe (``ChainState``), applied one at a time in seq order
+    (``add``) as the log is read, and settled by ``done``."""
+
+    def __init__(self) -> None:
+        self.state = ChainState()
+
+    def add(self, seq: int, entry: dict[str, object], raw: bytes) -> None:
+        """An entry (parsed) and its canonical bytes."""
+        _replay(self.state, seq, entry, raw)
+
+    def done(self) -> ChainState:
+        state = self.state
+        for ident, decision in list(state.decisions.items()):
+            if decision.seq == 0 and decision.burst is not None:  # a burst entry whose decision entry is gone
+                state.stray.append((decision.burst[0], ident))
+                del state.decisions[ident]
+        return state
+
+
+def _replay(state: ChainState, seq: int, entry: dict[str, object], raw: bytes) -> None:
+    """One entry applied to ``state``."""
+    kind = entry.get("kind")
+    if kind == "pool":
+        _replay_pool(state, seq, entry)
+        return
+    if kind == "node_usage":
+        pool = state.pools.get(str(entry.get("pool")))
+        if pool is not None:
+            pool.node_usage = (seq, entry)
+        return
+    if kind == "capacity":
+        pool = state.pools.get(str(entry.get("pool")))
+        if pool is not None and isinstance(entry.get("held_outside"), (int, float)):
+            pool.held_outside = (seq, float(cast(float, entry["held_outside"])))
+        return
+    if kind in _QUEUE_KINDS:
+        _replay_queue(state, seq, str(kind), entry)
+        return
+    if kind == "node":  # a node that went down flags the grants on it; back up, they are cleared
+        down = entry.get("state") == "down"
+        grants = entry.get("grants")
+        for g in grants if isinstance(grants, list) else []:
+            flagged = state.decisions.get(str(g))
+            if flagged is not None and "at" in entry:
+                flagged.node_down = (seq, entry["at"] if down else None)
+        return
+    ident = entry.get("decision_id")
+    if not isinstance(ident, str):
+        return
+    if kind == "decision":
+        earlier = state.decisions.get(ident)  # its burst entry comes first, in the same transaction
+        if earlier is not None and earlier.seq != 0 and ident not in state.first:
+            state.first[ident] = earlier  # stated twice: its record is held to the first
+        state.decisions[ident] = _Decision(seq, raw, burst=earlier.burst if earlier is not None else None)
+        return
+    decision = state.decisions.get(ident)
+    if decision is None:
         if kind == "burst":
-            decision.burst = (seq, entry)
-        elif kind in ("release", "expired", "preempted", "job_ended"):
-            decision.released = (seq, entry)
-            if kind == "job_ended":  # reconcile: its job ended, with its state and times
-                decision.job_state = (seq, entry.get("state"))
-                decision.job_ended = (seq, entry.get("ended_at"))
-                if "job_started_at" in entry:
-                    decision.job_started = (seq, entry["job_started_at"])
-        elif kind == "job_started":
-            decision.job_started = (seq, entry.get("started_at"))
-        elif kind == "preempt_dropped":
-            decision.preempting = (seq, None)
-        elif kind == "renew":
-            decision.lease = (seq, entry.get("lease_expires_at"))
-        elif kind == "submit":
-            decision.job = (seq, entry)
-            decision.job_state = (seq, None)
-        elif kind == "job":
+            # A burst entry precedes its decision's entry in the same transaction.
+            state.decisions[ident] = _Decision(0, b"{}", burst=(seq, entry))
+        else:
+            state.stray.append((seq, ident))
+        return
+    if kind == "burst":
+        decision.burst = (seq, entry)
+    elif kind in ("release", "expired", "preempted", "job_ended"):
+        # What a release is compared by: when (entries before times were recorded have none).
+        decision.released = (seq, {"released_at": entry["released_at"]} if "released_at" in entry else {})
+        if kind == "job_ended":  # reconcile: its job ended, with its state and times
             decision.job_state = (seq, entry.get("state"))
-        elif kind == "holding":
-            decision.moves.append((seq, entry))
-    for ident, decision in list(state.decisions.items()):
-        if decision.seq == 0 and decision.burst is not None:  # a burst entry whose decision entry is gone
-            state.stray.append((decision.burst[0], ident))
-            del state.decisions[ident]
-    return state
+            decision.job_ended = (seq, entry.get("ended_at"))
+            if "job_started_at" in entry:
+                decision.job_started = (seq, entry["job_started_at"])
+    elif kind == "job_started":
+        decision.job_started = (seq, entry.get("started_at"))
+    elif kind == "preempt_dropped":
+        decision.preempting = (seq, None)
+    elif kind == "renew":
+        decision.lease = (seq, entry.get("lease_expires_at"))
+    elif kind == "submit":
+        decision.job = (seq, entry)
+        decision.job_state = (seq, None)
+    elif kind == "job":
+        decision.job_state = (seq, entry.get("state"))
+    elif kind == "holding":
+        decision.moves.append((seq, entry))
 
 
 _QUEUE_KINDS: Final = frozenset({"queued", "admit", "cancel", "queue_failed", "submit_retry", "preempt"})
@@ -276,17 +303,13 @@ def _replay_pool(state: ChainState, seq: int, entry: dict[str, object]) -> None:
         pool.removing = (seq, entry.get("removing_since"))
 
 
-def entries_of(rows: Iterable[AuditRow]) -> list[tuple[int, dict[str, object]]]:
-    """(seq, entry) of every row whose bytes are a JSON object (the chain walk reports the rest)."""
-    out = []
-    for row in rows:
-        try:
-            entry = json.loads(row.canonical)
-        except (ValueError, UnicodeDecodeError):
-            continue
-        if isinstance(entry, dict):
-            out.append((row.seq, entry))
-    return out
+def entry_of(row: AuditRow) -> dict[str, object] | None:
+    """A row's entry, when its bytes are a JSON object (the chain walk reports the rest)."""
+    try:
+        entry = json.loads(row.canonical)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return entry if isinstance(entry, dict) else None
 
 
 def _number(a: object, b: object) -> bool:
@@ -337,25 +360,6 @@ class _Report:
             self.add(seq, f"{table}.{column} of {key} is {_shown(actual)}, the audit log (entry {seq}) says {_shown(expected)}")
 
 
-def _record(row: Row, audited: object, verified: Mapping[str, dict[str, object]] | None) -> dict[str, object] | None:
-    """The decision's stored record (a compact one: version 2 or 3), when it still hashes to the
-    digest its entry holds (taken from ``verified`` when ``audit.verify_records`` parsed it
-    already)."""
-    if verified is not None:
-        found = verified.get(str(row.get("id")))
-        return found if found is not None and codec.is_compact(found) else None
-    document = row.get("document")
-    if not isinstance(document, str) or not isinstance(audited, str):
-        return None
-    if "sha256:" + hashlib.sha256(document.encode("utf-8")).hexdigest() != audited:
-        return None  # reported by verify_records as an edited record
-    try:
-        doc = json.loads(document)
-    except ValueError:
-        return None
-    return doc if isinstance(doc, dict) and codec.is_compact(doc) else None
-
-
 class _Fleets:
     """The stored fleet documents, each parsed once when first asked for: its pools' specs by
     name, and their names in fleet order (None: no such fleet is stored, or it is malformed)."""
@@ -387,80 +391,109 @@ class _Fleets:
         return None if found is None else found[1]
 
 
-def compare(
-    chain: ChainState,
-    state: AuditedState,
-    *,
-    chain_lost: bool,
-    records: Mapping[str, dict[str, object]] | None = None,
-    summary: Summary | None = None,
-) -> list[Problem]:
+class Comparison:
     """Every difference between the tables and the state the chain describes (see the module
-    docstring). ``chain_lost``: entries are missing from the chain, so rows without an entry are
-    not reported again (the chain's problem explains them). ``records``: the decisions' records that
-    ``audit.verify_records`` found to hash to their entries, parsed (else they are read here).
-    ``summary``: how a pool's capacity summary and free devices follow from its live holdings
-    (None: not compared)."""
-    out = _Report()
-    fleets = _Fleets(state.documents)
-    stored = {key for key, _ in state.documents}
-    rows = state.tables
-    decisions = {str(r[0]): dict(zip(DECISION_COLUMNS, r)) for r in rows["decisions"]}
-    allocations = {str(r[0]): dict(zip(ALLOCATION_COLUMNS, r)) for r in rows["allocations"]}
-    holdings: dict[str, list[Row]] = {}
-    for r in rows["holdings"]:
-        holdings.setdefault(str(r[0]), []).append(dict(zip(HOLDING_COLUMNS, r)))
-    grants: dict[str, list[Row]] = {}
-    for r in rows["node_grants"]:
-        grants.setdefault(str(r[0]), []).append(dict(zip(NODE_GRANT_COLUMNS, r)))
-    bursts: dict[str, list[Row]] = {}
-    for r in rows["burst_events"]:
-        bursts.setdefault(str(r[2]), []).append(dict(zip(BURST_COLUMNS, r)))
-    decided: list[tuple[int, int, str, dict[str, object]]] = []  # (state version, entry, id, record) of version-3 records
-    queued: dict[str, dict[str, object]] = {}  # the records of queued decisions, that hash to their entries
+    docstring), the decisions table read as it streams by (``decision``, in any order), the other
+    tables from ``state``; ``found`` gives them in the order of the chain's entries. ``chain_lost``:
+    entries are missing from the chain, so rows without an entry are not reported again (the
+    chain's problem explains them). ``summary``: how a pool's capacity summary and free devices
+    follow from its live holdings (None: not compared). What it keeps of a decision, once compared,
+    is its id, and for the capacity log what its input digest covers (``codec.input_digest_rest``)."""
 
-    for seq, ident in chain.stray:
-        if not chain_lost:
-            out.add(seq, f"audit entry {seq} speaks of decision {ident[:12]}, which no decision entry records")
-    for ident, d in sorted(chain.decisions.items(), key=lambda kv: kv[1].seq):
-        row = decisions.get(ident)
-        if row is None:
-            out.add(d.seq, f"decision {ident[:12]} is in the audit log (entry {d.seq}) but not in the decisions table: its row was deleted")
-            continue
-        record = _record(row, d.entry.get("record_digest"), records)
-        _compare_decision(out, ident, d, row, record, fleets)
-        _compare_documents(out, ident, d.seq, record, stored)
+    def __init__(self, chain: ChainState, state: AuditedState, *, chain_lost: bool, summary: Summary | None = None) -> None:
+        self.chain, self.state, self.chain_lost, self.summary = chain, state, chain_lost, summary
+        self.fleets = _Fleets(state.documents)
+        self.stored = {key for key, _ in state.documents}
+        rows = state.tables
+        self.allocations = {str(r[0]): r for r in rows["allocations"]}
+        self.holdings: dict[str, list[tuple[object, ...]]] = {}
+        for r in rows["holdings"]:
+            self.holdings.setdefault(str(r[0]), []).append(r)
+        self.grants: dict[str, list[tuple[object, ...]]] = {}
+        for r in rows["node_grants"]:
+            self.grants.setdefault(str(r[0]), []).append(r)
+        self.bursts: dict[str, list[tuple[object, ...]]] = {}
+        for r in rows["burst_events"]:
+            self.bursts.setdefault(str(r[2]), []).append(r)
+        self.released: set[str] = set()  # decisions whose row says they were released
+        self.seen: set[str] = set()
+        self.by_decision: list[tuple[int, list[Problem]]] = []  # (its entry, what its rows showed)
+        # (state version, entry, id, fleet, what its input digest covers but the capacities, the
+        # input digest its provenance states or None) of records that name their state version
+        self.decided: list[tuple[int, int, str, object, bytes, object]] = []
+        self._rests: dict[bytes, bytes] = {}  # one copy of each (workloads repeat)
+        self.queued: dict[str, dict[str, object]] = {}  # the records of queued decisions, that hash to their entries
+
+    def decision(self, r: tuple[object, ...], entry: dict[str, object] | None, verified: dict[str, object] | None) -> None:
+        """A row of the decisions table; ``entry``: its last decision entry, parsed (None: the
+        chain has none); ``verified``: its record when it hashes to its (first) entry."""
+        row = dict(zip(DECISION_COLUMNS, r))
+        ident = str(r[0])
+        if row.get("released_at") is not None:
+            self.released.add(ident)
+        d = self.chain.decisions.get(ident)
+        if d is None or entry is None:
+            return
+        self.seen.add(ident)
+        out = _Report()
+        record = verified if verified is not None and codec.is_compact(verified) else None
+        _compare_decision(out, ident, d, entry, row, record, self.fleets)
+        _compare_documents(out, ident, d.seq, record, self.stored)
         if record is not None and record.get("outcome") == "queued":
-            queued[ident] = record
+            self.queued[ident] = record
         if record is not None and record.get("v") in _DECIDED_AT:
             at = record.get("at")
             if isinstance(at, int) and not isinstance(at, bool):
-                decided.append((at, d.seq, ident, record))
-        _compare_allocation(out, ident, d, row, allocations.pop(ident, None))
-        _compare_holdings(out, ident, d, row, holdings.pop(ident, None))
-        _compare_node_grants(out, ident, d, grants.pop(ident, None))
-        _compare_bursts(out, ident, d, row, bursts.pop(ident, None))
-    if not chain_lost:
-        for ident in sorted(allocations):
-            out.add(0, f"allocations has a row for decision {ident[:12]}, which no placement entry in the audit log accounts for")
-        for ident in sorted(holdings):
-            out.add(0, f"holdings has {len(holdings[ident])} row(s) for decision {ident[:12]}, which no placement entry in the audit log accounts for")
-        for ident, found in sorted(grants.items()):
-            out.add(0, f"node_grants has {len(found)} row(s) for decision {ident[:12]}, which no placement entry in the audit log accounts for")
-        for ident, found in sorted(bursts.items()):
-            out.add(0, f"burst_events has {len(found)} row(s) for decision {ident[:12]}, which no burst entry in the audit log accounts for")
-    _compare_pools(out, chain, state, decisions, summary, chain_lost=chain_lost)
-    _compare_node_usage(out, chain, state, chain_lost=chain_lost)
-    _compare_queue(out, chain, state, queued, chain_lost=chain_lost)
-    _compare_capacity_log(out, state, decided, fleets)
-    return out.found
+                rest = codec.input_digest_rest(record)
+                provenance = record.get("provenance")
+                claimed = provenance.get("input_digest") if isinstance(provenance, dict) else None
+                self.decided.append((at, d.seq, ident, record.get("fleet"), self._rests.setdefault(rest, rest), claimed))
+        alloc = self.allocations.pop(ident, None)
+        _compare_allocation(out, ident, d, entry, row, None if alloc is None else dict(zip(ALLOCATION_COLUMNS, alloc)))
+        held = self.holdings.pop(ident, None)
+        _compare_holdings(out, ident, d, entry, row, None if held is None else [dict(zip(HOLDING_COLUMNS, h)) for h in held])
+        granted = self.grants.pop(ident, None)
+        _compare_node_grants(out, ident, d, entry, None if granted is None else [dict(zip(NODE_GRANT_COLUMNS, g)) for g in granted])
+        burst = self.bursts.pop(ident, None)
+        _compare_bursts(out, ident, d, row, None if burst is None else [dict(zip(BURST_COLUMNS, b)) for b in burst])
+        if out.found:
+            self.by_decision.append((d.seq, out.found))
+
+    def found(self, capacity_log: Iterable[tuple[object, ...]]) -> list[Problem]:
+        """Every difference, once every decision row went by; ``capacity_log``: its rows (version,
+        pool, capacity) in version order, read once."""
+        out, chain, state, chain_lost = _Report(), self.chain, self.state, self.chain_lost
+        for seq, ident in chain.stray:
+            if not chain_lost:
+                out.add(seq, f"audit entry {seq} speaks of decision {ident[:12]}, which no decision entry records")
+        for ident, d in chain.decisions.items():
+            if ident not in self.seen:
+                gone = Problem(d.seq, "state", f"decision {ident[:12]} is in the audit log (entry {d.seq}) but not in the decisions table: its row was deleted")
+                self.by_decision.append((d.seq, [gone]))
+        self.by_decision.sort(key=lambda sp: sp[0])
+        for _, problems in self.by_decision:
+            out.found.extend(problems)
+        if not chain_lost:
+            for ident in sorted(self.allocations):
+                out.add(0, f"allocations has a row for decision {ident[:12]}, which no placement entry in the audit log accounts for")
+            for ident, rows in sorted(self.holdings.items()):
+                out.add(0, f"holdings has {len(rows)} row(s) for decision {ident[:12]}, which no placement entry in the audit log accounts for")
+            for ident, rows in sorted(self.grants.items()):
+                out.add(0, f"node_grants has {len(rows)} row(s) for decision {ident[:12]}, which no placement entry in the audit log accounts for")
+            for ident, rows in sorted(self.bursts.items()):
+                out.add(0, f"burst_events has {len(rows)} row(s) for decision {ident[:12]}, which no burst entry in the audit log accounts for")
+        _compare_pools(out, chain, state, self.released, self.summary, chain_lost=chain_lost)
+        _compare_node_usage(out, chain, state, chain_lost=chain_lost)
+        _compare_queue(out, chain, state, self.queued, chain_lost=chain_lost)
+        _compare_capacity_log(out, state, capacity_log, self.decided, self.fleets)
+        return out.found
 
 
 def _compare_decision(
-    out: _Report, ident: str, d: _Decision, row: Row, record: dict[str, object] | None,
+    out: _Report, ident: str, d: _Decision, e: Mapping[str, object], row: Row, record: dict[str, object] | None,
     fleets: _Fleets,
 ) -> None:  # fmt: skip
-    key, e, seq = ident[:12], d.entry, d.seq
+    key, seq = ident[:12], d.seq
     for name in _ENTRY_FIELDS:
         if name in e:
             out.differs("decisions", name, key, row.get(name), e[name], seq)
@@ -537,8 +570,8 @@ def _compare_documents(out: _Report, ident: str, seq: int, record: Mapping[str, 
             out.add(seq, f"the {what} {key[:24]}... that decision {ident[:12]} (entry {seq}) was judged on is not stored: its row was deleted")
 
 
-def _compare_allocation(out: _Report, ident: str, d: _Decision, row: Row, alloc: Row | None) -> None:
-    key, e, seq = ident[:12], d.entry, d.seq
+def _compare_allocation(out: _Report, ident: str, d: _Decision, e: Mapping[str, object], row: Row, alloc: Row | None) -> None:
+    key, seq = ident[:12], d.seq
     if e.get("outcome") != "placed":
         if alloc is not None:
             out.add(seq, f"allocations has a row for decision {key}, which the audit log (entry {seq}) records as {e.get('outcome')}")
@@ -590,8 +623,8 @@ def _expected_holdings(e: Row, moves: Sequence[tuple[int, dict[str, object]]]) -
     return flat
 
 
-def _compare_holdings(out: _Report, ident: str, d: _Decision, row: Row, found: list[Row] | None) -> None:
-    key, e, seq = ident[:12], d.entry, d.seq
+def _compare_holdings(out: _Report, ident: str, d: _Decision, e: Mapping[str, object], row: Row, found: list[Row] | None) -> None:
+    key, seq = ident[:12], d.seq
     if e.get("outcome") != "placed":
         if found:
             out.add(seq, f"holdings has {len(found)} row(s) for decision {key}, which the audit log (entry {seq}) records as {e.get('outcome')}")
@@ -627,8 +660,8 @@ def _compare_holdings(out: _Report, ident: str, d: _Decision, row: Row, found: l
             out.differs("holdings", "share", where, h.get("share"), float(devices) / len(want), seq, number=True)
 
 
-def _compare_node_grants(out: _Report, ident: str, d: _Decision, found: list[Row] | None) -> None:
-    key, e, seq = ident[:12], d.entry, d.seq
+def _compare_node_grants(out: _Report, ident: str, d: _Decision, e: Mapping[str, object], found: list[Row] | None) -> None:
+    key, seq = ident[:12], d.seq
     allocations = e.get("allocations") if e.get("outcome") == "placed" else None
     if not isinstance(allocations, list):
         if found:
@@ -762,10 +795,10 @@ def _compare_bursts(out: _Report, ident: str, d: _Decision, row: Row, found: lis
 
 
 def _compare_pools(
-    out: _Report, chain: ChainState, state: AuditedState, decisions: Mapping[str, Row], summary: Summary | None, *, chain_lost: bool
+    out: _Report, chain: ChainState, state: AuditedState, released: set[str], summary: Summary | None, *, chain_lost: bool
 ) -> None:
-    # A holding is live while its allocation is (the release sets both; compared above).
-    released = {ident for ident, row in decisions.items() if row.get("released_at") is not None}
+    # A holding is live while its allocation is (the release sets both; compared above):
+    # ``released``, the decisions whose row says they were released.
     ordered = _live_holdings(state, released)
     live: dict[str, list[HeldRow]] = {}
     for h in ordered:
@@ -902,20 +935,36 @@ def _fragment(text: object, cache: dict[object, bytes | None]) -> bytes | None:
     return cache[text]
 
 
-def _compare_capacity_log(out: _Report, state: AuditedState, decided: list[tuple[int, int, str, dict[str, object]]], fleets: _Fleets) -> None:
-    """Hold the capacity log to the decisions decided at its versions (see the module docstring):
-    one pass over the log in version order, each decision taking every pool's latest capacity at
-    or before its version, as reading it back does (``_core.records``)."""
-    log = [dict(zip(LOG_COLUMNS, r)) for r in state.tables["capacity_log"]]
+def _compare_capacity_log(
+    out: _Report, state: AuditedState, log: Iterable[tuple[object, ...]], decided: list[tuple[int, int, str, object, bytes, object]], fleets: _Fleets
+) -> None:  # fmt: skip
+    """Hold the capacity log (its rows in version order, read once as they stream by) to the
+    decisions decided at its versions (see the module docstring): each decision takes every pool's
+    latest capacity at or before its version, as reading it back does (``_core.records``). Kept:
+    each pool's latest entry and capacity, and each capacity's bytes once."""
     cache: dict[object, bytes | None] = {}
-    latest: dict[str, Row] = {}
-    for entry in log:
-        version = entry["version"]
+    latest: dict[str, tuple[object, ...]] = {}
+    current: dict[str, bytes | None] = {}
+    entries, by_decision = _Report(), _Report()
+    decided.sort(key=lambda d: (d[0], d[1]))
+    waiting = iter(decided)
+    due = next(waiting, None)
+    for version, pool, capacity in log:
+        # The decisions decided before this entry's version take the capacities up to it.
+        while due is not None and due[0] < cast(int, version):
+            _compare_decided(by_decision, due, current, fleets)
+            due = next(waiting, None)
         if isinstance(version, int) and version > state.version:
-            out.add(0, f"capacity_log has an entry for pool {entry['pool']!r} at state version {version}, beyond the state's version {state.version}")
-        if _fragment(entry["capacity"], cache) is None:
-            out.add(0, f"capacity_log entry of pool {entry['pool']!r} at state version {version} is not a capacity: {_text(entry['capacity'])}")
-        latest[str(entry["pool"])] = entry
+            entries.add(0, f"capacity_log has an entry for pool {pool!r} at state version {version}, beyond the state's version {state.version}")
+        fragment = _fragment(capacity, cache)
+        if fragment is None:
+            entries.add(0, f"capacity_log entry of pool {pool!r} at state version {version} is not a capacity: {_text(capacity)}")
+        latest[str(pool)] = (version, capacity)
+        current[str(pool)] = fragment
+    while due is not None:
+        _compare_decided(by_decision, due, current, fleets)
+        due = next(waiting, None)
+    out.found.extend(entries.found)
     for r in state.tables["pools"]:
         p = dict(zip(POOL_COLUMNS, r))
         name, last = str(p["name"]), latest.get(str(p["name"]))
@@ -923,54 +972,34 @@ def _compare_capacity_log(out: _Report, state: AuditedState, decided: list[tuple
             continue
         if last is None:
             out.add(0, f"capacity_log has no entry for pool {name!r}, whose capacity in pools is {_text(p['capacity'])}")
-        elif last["capacity"] != p["capacity"] or not cast(int, last["version"]) <= cast(int, p["version"]):
+        elif last[1] != p["capacity"] or not cast(int, last[0]) <= cast(int, p["version"]):
             out.add(
                 0,
-                f"capacity_log's latest entry for pool {name!r} is {_text(last['capacity'])} at state version {last['version']}, "
+                f"capacity_log's latest entry for pool {name!r} is {_text(last[1])} at state version {last[0]}, "
                 f"but pools holds {_text(p['capacity'])} at version {p['version']}",
             )
-    decided.sort(key=lambda d: (d[0], d[1]))
-    current: dict[str, bytes | None] = {}
-    i = 0
-    for at, seq, ident, record in decided:
-        while i < len(log) and cast(int, log[i]["version"]) <= at:
-            current[str(log[i]["pool"])] = _fragment(log[i]["capacity"], cache)
-            i += 1
-        names = fleets.names(record.get("fleet"))
-        if names is None:
-            out.add(seq, f"decision {ident[:12]} was decided on fleet {str(record.get('fleet'))[:22]}, which is not stored")
-            continue
-        fragments = [current.get(n) for n in names]
-        lacking = [n for n, f in zip(names, fragments) if f is None]
-        if lacking:
-            out.add(seq, f"capacity_log has no capacity of pool {lacking[0]!r} at state version {at}, which decision {ident[:12]} was decided at")
-            continue
-        capacity = hashlib.sha256(b"[" + b",".join(cast(list[bytes], fragments)) + b"]").hexdigest()
-        provenance = record.get("provenance")
-        if not isinstance(provenance, dict) or codec.recorded_input_digest(capacity, record) != provenance.get("input_digest"):
-            out.add(
-                seq,
-                f"capacity_log: the capacities decision {ident[:12]} was decided at (state version {at}) are not what its "
-                "input digest says: an entry of the log at or before that version was edited, added or removed",
-            )
+    out.found.extend(by_decision.found)
 
 
-def verify_state(
-    report: VerifyReport,
-    state: AuditedState,
-    *,
-    entries: list[tuple[int, dict[str, object]]] | None = None,
-    records: Mapping[str, dict[str, object]] | None = None,
-    summary: Summary | None = None,
-) -> VerifyReport:
-    """``report`` with every difference between the tables and the chain added (kind ``state``).
-    ``entries`` and ``records``: what ``entries_of`` and ``audit.verify_records`` parsed already;
-    ``summary``: see ``compare``."""
-    if any(p.kind in _CHAIN_BROKEN for p in report.problems):
-        # The state cannot be rebuilt from a chain that lost, gained or altered entries: its own
-        # problems say what to restore first, and the tables are held to it once it verifies.
-        return report
-    chain = replay(entries if entries is not None else entries_of(state.log))
-    found = compare(chain, state, chain_lost=False, records=records, summary=summary)
-    problems = (*report.problems, *found)
-    return VerifyReport(not problems, report.size, report.head, problems)
+def _compare_decided(
+    out: _Report, decided: tuple[int, int, str, object, bytes, object], current: Mapping[str, bytes | None], fleets: _Fleets
+) -> None:  # fmt: skip
+    """A decision's input digest against every pool's capacity at the state version it was
+    decided at (``current``)."""
+    at, seq, ident, fleet, rest, claimed = decided
+    names = fleets.names(fleet)
+    if names is None:
+        out.add(seq, f"decision {ident[:12]} was decided on fleet {str(fleet)[:22]}, which is not stored")
+        return
+    fragments = [current.get(n) for n in names]
+    lacking = [n for n, f in zip(names, fragments) if f is None]
+    if lacking:
+        out.add(seq, f"capacity_log has no capacity of pool {lacking[0]!r} at state version {at}, which decision {ident[:12]} was decided at")
+        return
+    capacity = hashlib.sha256(b"[" + b",".join(cast(list[bytes], fragments)) + b"]").hexdigest()
+    if claimed is None or codec.input_digest_with(capacity, rest) != claimed:
+        out.add(
+            seq,
+            f"capacity_log: the capacities decision {ident[:12]} was decided at (state version {at}) are not what its "
+            "input digest says: an entry of the log at or before that version was edited, added or removed",
+        )

@@ -265,30 +265,38 @@ def verify_chain(
 ) -> VerifyReport:
     """Walk `rows` in the order given (the store's seq order) and report every problem found.
 
-    Reads all rows into memory once. With `checkpoint`, the log must reach its size and hold its
+    Reads the rows as they come (one ahead), holding none of them. With `checkpoint`, the log must reach its size and hold its
     head there; with `public_key` too, a signature on it by that key must verify (a VerifierKey
     also pins the key name; a bare Ed25519 key is matched by key id under any name). A public key
     without a checkpoint is a SpecError: there would be nothing to check it against.
     """
     if public_key is not None and checkpoint is None:
         raise SpecError("a public key was given without a checkpoint to check", field="public_key")
-    rows = list(rows)
     found: dict[tuple[int, str], Problem] = {}  # keyed so one fault seen from two rows counts once
 
     def report(seq: int, kind: ProblemKind, message: str) -> None:
         found.setdefault((seq, kind), Problem(seq, kind, message))
 
     expected, links, head = 1, {GENESIS}, GENESIS
-    heads: dict[int, bytes] = {}
-    i = 0
-    while i < len(rows):
-        row, after = rows[i], (rows[i + 1] if i + 1 < len(rows) else None)
+    anchor = checkpoint.size if checkpoint is not None else None
+    heads: dict[int, bytes] = {}  # the head at the checkpoint's size (the only one it is held to)
+
+    def at(seq: int, entry_hash: bytes, *, first: bool = False) -> None:
+        if seq == anchor and not (first and seq in heads):
+            heads[seq] = entry_hash
+
+    walk = iter(rows)
+    coming = next(walk, None)
+    while coming is not None:
+        row, after = coming, next(walk, None)
         if after is not None and _swapped(row, after, expected):
             report(expected, "reordered", f"entries {expected} and {expected + 1} are swapped")
-            heads[expected], heads[expected + 1] = after.entry_hash, row.entry_hash
-            expected, links, head, i = expected + 2, {row.entry_hash}, row.entry_hash, i + 2
+            at(expected, after.entry_hash)
+            at(expected + 1, row.entry_hash)
+            expected, links, head = expected + 2, {row.entry_hash}, row.entry_hash
+            coming = next(walk, None)
             continue
-        i += 1
+        coming = after
         if row.damage is not None:
             report(row.seq if row.seq > 0 else expected, "damaged", f"entry {row.seq if row.seq > 0 else expected} is damaged: {row.damage}")
         if row.seq < expected:
@@ -316,7 +324,7 @@ def verify_chain(
                    f"entry {row.seq} does not link to {before}: one of them was forged and re-hashed")
         # An edit to the bytes or to the stored hash must not also blame the honest next entry.
         links = {row.entry_hash} | ({recomputed} if recomputed is not None else set())
-        heads.setdefault(row.seq, row.entry_hash)
+        at(row.seq, row.entry_hash, first=True)
         expected, head = row.seq + 1, row.entry_hash
 
     size = expected - 1
@@ -332,60 +340,66 @@ def verify_chain(
     return VerifyReport(not problems, size, head, problems)
 
 
-_CHAIN_BROKEN: Final = frozenset({"edited", "deleted", "reordered", "inserted", "truncated", "damaged"})
+CHAIN_BROKEN: Final = frozenset({"edited", "deleted", "reordered", "inserted", "truncated", "damaged"})
+# Problems by which entries are missing from the chain: a row without an entry is theirs to explain.
+CHAIN_LOST: Final = frozenset({"deleted", "truncated", "damaged", "inserted", "reordered"})
 
 
-def verify_entries(
-    report: VerifyReport,
-    rows: Iterable[AuditRow],
-    entries: Iterable[tuple[int, Mapping[str, object]]],
-    *,
-    key: VerifierKey | None = None,
-    checkpoint: Checkpoint | None = None,
-) -> VerifyReport:
-    """Add to ``report`` what the entries of a chain that verifies say of themselves: each is dated
-    no earlier than the one before it (kind ``time``), and with ``key`` every entry after
-    ``checkpoint`` (every entry, without one) carries that key's signature over its place and
-    content (kind ``signature``; a run of unsigned entries is one problem). The entries up to a
-    checkpoint are vouched for by its signature, which ``verify_chain`` checks (one that does not
-    verify vouches for nothing: its problem is reported, and the entries are not weighed against
-    it). A chain that does not verify on its own is left to its own problems."""
-    if any(p.kind in _CHAIN_BROKEN for p in report.problems):
-        return report
-    if any(p.kind == "signature" for p in report.problems):
-        key = None
-    found = list(report.problems)
-    links = {row.seq: row.prev_hash for row in rows}
-    after = checkpoint.size if checkpoint is not None else 0
-    last: tuple[int, str, float | None] | None = None
-    unsigned: list[int] = []
+class EntryChecks:
+    """What the entries of a chain say of themselves, checked as they come (``add``, in the log's
+    order): each is dated no earlier than the one before it (kind ``time``), and with ``key``
+    every entry after ``checkpoint`` (every entry, without one) carries that key's signature over
+    its place and content (kind ``signature``; a run of unsigned entries is one problem). The
+    entries up to a checkpoint are vouched for by its signature, which ``verify_chain`` checks (one
+    that does not verify vouches for nothing: its problem is reported, and the entries are not
+    weighed against it). A chain that does not verify on its own is left to its own problems
+    (``report``)."""
 
-    def flush() -> None:
-        if unsigned:
-            what = f"entries {unsigned[0]}..{unsigned[-1]} are" if len(unsigned) > 1 else f"entry {unsigned[0]} is"
-            assert key is not None
-            found.append(Problem(unsigned[0], "signature", f"{what} not signed by key {key.name}"))
-            unsigned.clear()
+    def __init__(self, *, key: VerifierKey | None = None, checkpoint: Checkpoint | None = None) -> None:
+        self._key = key
+        self._after = checkpoint.size if checkpoint is not None else 0
+        self._last: tuple[int, str, float | None] | None = None
+        self._unsigned: list[int] = []
+        self._found: list[Problem] = []
 
-    for seq, entry in entries:
+    def add(self, seq: int, prev_hash: bytes, entry: Mapping[str, object]) -> None:
+        """An entry (its seq, and the hash its row links to)."""
         ts = entry.get("ts")
         if isinstance(ts, str):
             when = _epoch(ts)
+            last = self._last
             if last is not None and when is not None and last[2] is not None and when < last[2]:
-                found.append(Problem(seq, "time", f"entry {seq} is dated {ts}, before entry {last[0]} ({last[1]}) that it follows"))
-            last = (seq, ts, when)
-        if key is None or seq <= after:
-            continue
-        signed = entry_signature(seq, links.get(seq, GENESIS), entry, key)
+                self._found.append(Problem(seq, "time", f"entry {seq} is dated {ts}, before entry {last[0]} ({last[1]}) that it follows"))
+            self._last = (seq, ts, when)
+        key = self._key
+        if key is None or seq <= self._after:
+            return
+        signed = entry_signature(seq, prev_hash, entry, key)
         if signed is None:
-            unsigned.append(seq)
-            continue
-        flush()
+            self._unsigned.append(seq)
+            return
+        self._flush()
         if not signed:
-            found.append(Problem(seq, "signature", f"entry {seq} carries a signature that is not key {key.name}'s over this entry at this place"))
-    flush()
-    problems = tuple(found)
-    return VerifyReport(not problems, report.size, report.head, problems)
+            self._found.append(Problem(seq, "signature", f"entry {seq} carries a signature that is not key {key.name}'s over this entry at this place"))
+
+    def _flush(self) -> None:
+        unsigned = self._unsigned
+        if unsigned:
+            what = f"entries {unsigned[0]}..{unsigned[-1]} are" if len(unsigned) > 1 else f"entry {unsigned[0]} is"
+            assert self._key is not None
+            self._found.append(Problem(unsigned[0], "signature", f"{what} not signed by key {self._key.name}"))
+            unsigned.clear()
+
+    def report(self, report: VerifyReport) -> VerifyReport:
+        """``report`` (the chain's) with what the entries said added."""
+        if any(p.kind in CHAIN_BROKEN for p in report.problems):
+            return report
+        self._flush()
+        found = self._found
+        if any(p.kind == "signature" for p in report.problems):
+            found = [p for p in found if p.kind != "signature"]  # no checkpoint signature: no key to hold them to
+        problems = (*report.problems, *found)
+        return VerifyReport(not problems, report.size, report.head, problems)
 
 
 def _epoch(ts: str) -> float | None:
@@ -395,66 +409,54 @@ def _epoch(ts: str) -> float | None:
         return None
 
 
-def verify_records(
-    report: VerifyReport,
-    rows: Iterable[AuditRow],
-    decisions: Iterable[tuple[str, str, str | None, tuple[object, ...]]],
-    documents: Iterable[tuple[str, str]],
-    *,
-    entries: Iterable[tuple[int, Mapping[str, object]]] | None = None,
-    records: dict[str, dict[str, object]] | None = None,
-) -> VerifyReport:
-    """Add to ``report`` what the chain cannot see alone: each decision's stored record must hash to
-    the digest its audit entry holds, its columns must say what its record says, and every stored
-    fleet and verdict set must hash to its key. ``decisions`` are (id, document, record_digest,
-    (outcome, pool, cost_per_hour, carbon_factor, devices)) as the store holds them.
+class RecordChecks:
+    """What the chain cannot see alone, decision by decision (``check``): each decision's stored
+    record must hash to the digest its audit entry holds, its columns must say what its record
+    says, and its entry's fields what its record says; every stored fleet and verdict set must
+    hash to its key (``documents``). ``chain_lost``: entries are missing from the chain, so a
+    decision without one is the chain's problem, not reported again."""
 
-    ``entries``: the rows' entries as (seq, entry), when the caller has them parsed already.
-    ``records``: filled with each decision's record (parsed) that hashes to its entry's digest.
-    """
-    found = list(report.problems)
-    # Entries missing from the chain explain decisions without one: the chain's problem says it.
-    chain_lost = any(p.kind in ("deleted", "truncated", "damaged", "inserted", "reordered") for p in found)
-    digests: dict[str, tuple[int, object, Mapping[str, object]]] = {}
-    for seq, entry in entries if entries is not None else _parsed(rows):
-        if entry.get("kind") == "decision" and isinstance(entry.get("decision_id"), str):
-            digests.setdefault(str(entry["decision_id"]), (seq, entry.get("record_digest"), entry))
-    for ident, document, stored_digest, columns in decisions:
-        seq, audited, said = digests.get(ident, (0, None, {}))
-        if seq == 0:
-            if not chain_lost:
-                found.append(Problem(0, "record", f"decision {ident[:12]} has no audit entry: it was inserted, or the log cut short"))
-            continue
+    def __init__(self, *, chain_lost: bool) -> None:
+        self.chain_lost = chain_lost
+        self.found: list[Problem] = []
+
+    def check(
+        self, ident: str, document: object, stored_digest: object, columns: tuple[object, ...], said: tuple[int, Mapping[str, object]] | None
+    ) -> dict[str, object] | None:
+        """A decision's row (its id, record, record digest and (outcome, pool, cost_per_hour,
+        carbon_factor, estimated_start, estimate_source)) against ``said``, its first decision
+        entry (seq, entry): its record, parsed, when it hashes to the digest the entry holds."""
+        if said is None:
+            if not self.chain_lost:
+                self.found.append(Problem(0, "record", f"decision {ident[:12]} has no audit entry: it was inserted, or the log cut short"))
+            return None
+        seq, entry = said
+        audited = entry.get("record_digest")
         if audited is None:
-            continue  # a decision recorded before its audit entry carried a digest
+            return None  # a decision recorded before its audit entry carried a digest
         actual = "sha256:" + hashlib.sha256(str(document).encode("utf-8")).hexdigest()
         if actual != audited or stored_digest != audited:
-            found.append(Problem(seq, "record", f"decision {ident[:12]}: its stored record was edited (it no longer hashes to its audit entry)"))
-            continue
+            self.found.append(Problem(seq, "record", f"decision {ident[:12]}: its stored record was edited (it no longer hashes to its audit entry)"))
+            return None
         record = json.loads(str(document))
-        if records is not None and isinstance(record, dict):
-            records[ident] = record
         differs = _columns_differ(record, columns)
         if differs:
-            found.append(Problem(seq, "record", f"decision {ident[:12]}: its {', '.join(differs)} column(s) differ from its audited record"))
-        for name, entry_value, record_value in _entry_differs(said, record):
-            found.append(Problem(seq, "record", f"audit entry {seq} says {name} {json.dumps(entry_value)} for decision {ident[:12]}, "
-                                                f"the record it vouches for says {json.dumps(record_value)}"))  # fmt: skip
-    for key, document in documents:
-        prefix, _, hexdigest = key.partition(":")
-        if hashlib.sha256(str(document).encode("utf-8")).hexdigest() != hexdigest:
-            found.append(Problem(0, "record", f"stored {prefix} {key[:24]}... was edited: its bytes no longer hash to its key"))
-    return VerifyReport(not found, report.size, report.head, tuple(found))
+            self.found.append(Problem(seq, "record", f"decision {ident[:12]}: its {', '.join(differs)} column(s) differ from its audited record"))
+        for name, entry_value, record_value in _entry_differs(entry, record):
+            self.found.append(Problem(seq, "record", f"audit entry {seq} says {name} {json.dumps(entry_value)} for decision {ident[:12]}, "
+                                                     f"the record it vouches for says {json.dumps(record_value)}"))  # fmt: skip
+        return record if isinstance(record, dict) else None
 
+    def documents(self, documents: Iterable[tuple[str, str]]) -> None:
+        for key, document in documents:
+            prefix, _, hexdigest = key.partition(":")
+            if hashlib.sha256(str(document).encode("utf-8")).hexdigest() != hexdigest:
+                self.found.append(Problem(0, "record", f"stored {prefix} {key[:24]}... was edited: its bytes no longer hash to its key"))
 
-def _parsed(rows: Iterable[AuditRow]) -> Iterable[tuple[int, Mapping[str, object]]]:
-    for row in rows:
-        try:
-            entry = json.loads(row.canonical)
-        except (ValueError, UnicodeDecodeError):
-            continue  # the chain walk already reports an entry that is not what it hashed
-        if isinstance(entry, dict):
-            yield row.seq, entry
+    def report(self, report: VerifyReport) -> VerifyReport:
+        """``report`` with the records' problems added."""
+        problems = (*report.problems, *self.found)
+        return VerifyReport(not problems, report.size, report.head, problems)
 
 
 def _entry_differs(entry: Mapping[str, object], record: object) -> list[tuple[str, object, object]]:

@@ -522,9 +522,12 @@ def _entries(rows: list[AuditRow]) -> list[tuple[int, dict[str, object]]]:
 
 
 def _entries_report(rows: list[AuditRow], key: VerifierKey | None, checkpoint: Checkpoint | None = None) -> list[tuple[int, str]]:
-    from examlops_policy.audit import verify_entries
+    from examlops_policy.audit import EntryChecks
 
-    return kinds(verify_entries(verify_chain(rows), rows, _entries(rows), key=key, checkpoint=checkpoint))
+    checks = EntryChecks(key=key, checkpoint=checkpoint)
+    for row, (seq, entry) in zip(rows, _entries(rows)):
+        checks.add(seq, row.prev_hash, entry)
+    return kinds(checks.report(verify_chain(rows)))
 
 
 def test_entries_signed_by_the_writer_verify_with_its_key_only() -> None:

@@ -306,12 +306,24 @@ def recorded_input_digest(capacity: str, record: Mapping[str, object]) -> str:
     workload and the quota use it names) and ``capacity``, the digest of the capacities it was
     decided at (``capacity_digest``): what its provenance must say when neither was altered.
     The same bytes as ``Request.input_digest``: the quota is left out when nothing counted."""
-    body: dict[str, object] = {"capacity": capacity, "fleet": record.get("fleet"), "workload": record.get("workload")}
+    return input_digest_with(capacity, input_digest_rest(record))
+
+
+def input_digest_rest(record: Mapping[str, object]) -> bytes:
+    """What a record's input digest covers besides the capacities (its fleet, workload and quota
+    use), as the canonical bytes that follow them: a verifier keeps these, not the record, until it
+    knows the capacities (``input_digest_with``)."""
+    body: dict[str, object] = {"fleet": record.get("fleet"), "workload": record.get("workload")}
     provenance = record.get("provenance")
     quota = provenance.get("quota_use") if isinstance(provenance, Mapping) else None
     if quota:
         body["quota"] = quota
-    return digest(canonical(body))
+    return canonical(body)[1:]  # '"fleet":...}': "capacity" sorts before every key of it
+
+
+def input_digest_with(capacity: str, rest: bytes) -> str:
+    """The input digest of a decision from ``capacity`` and ``input_digest_rest`` of its record."""
+    return digest(b'{"capacity":' + canonical(capacity) + b"," + rest)
 
 
 def holdings_json(holdings: Sequence[Holding]) -> list[JSONValue]:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from examlops_policy.errors import StateError
 from examlops_policy.model import JSONObject
 from examlops_policy.store.api import (
-    AuditedState, DecisionRow, Document, GrantRow, HeldRow, NodeGrantRow, NodeUsageRow, PoolRow, QueueRow, StaleFleet, StateRows,
+    AuditedRead, DecisionRow, Document, GrantRow, HeldRow, NodeGrantRow, NodeUsageRow, PoolRow, QueueRow, StaleFleet, StateRows,
     Transaction,
 )  # fmt: skip
 from examlops_policy.views import BurstEvent, DecisionSummary, FinopsRow, UsageRow, WorkloadCost
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["AuditedState", "DecisionRow", "GrantRow", "HeldRow", "PoolRow", "QueueRow", "StaleFleet", "StateRows", "Store", "Transaction"]
+__all__ = ["AuditedRead", "DecisionRow", "GrantRow", "HeldRow", "PoolRow", "QueueRow", "StaleFleet", "StateRows", "Store", "Transaction"]
 
 
 class Store(Protocol):
@@ -139,9 +139,9 @@ class Store(Protocol):
         """The whole audit chain in seq order."""
         ...
 
-    def audited_state(self) -> AuditedState:
-        """The audit log, the stored documents and every table the log describes, in one
-        consistent read (``exa audit verify``)."""
+    def audited_read(self, work: Callable[[AuditedRead], T]) -> T:
+        """``work`` given the audit log, the stored documents and every table the log describes,
+        streamed, in one consistent read (``exa audit verify``; run again when the read is retried)."""
         ...
 
     # -- the queue, quotas and reconcile (store._queue_sql) --------------------------------------

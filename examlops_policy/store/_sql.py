@@ -20,7 +20,7 @@ import json
 import random
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol, TypeVar
@@ -30,7 +30,7 @@ from examlops_policy.errors import NotFoundError, SpecError, StateBusy, StateCor
 from examlops_policy.model import Holding, JSONObject
 from examlops_policy.store.api import (
     AUDITED,
-    AuditedState,
+    AuditedRead,
     DecisionRow,
     Document,
     HeldRow,
@@ -727,25 +727,44 @@ class SQLStore(QueueReads, ABC):
         )
         return [_audit_row(r) for r in rows]
 
-    def audited_state(self) -> AuditedState:
-        """The audit log, the stored documents and every table it describes, in one read-only
-        transaction (``store.api.AuditedState``)."""
+    def audited_read(self, work: Callable[[AuditedRead], T]) -> T:
+        """``work`` given the audit log, the stored documents and every table it describes, in one
+        read-only transaction, streamed (``store.api.AuditedRead``); run again from the start when
+        the read is retried."""
+        return self._run(lambda: work(_AuditedRead(self)), consistent=True)
 
-        def work() -> AuditedState:
-            log = [_audit_row(r) for r in self._execute("SELECT seq, prev_hash, entry_hash, entry FROM audit_log ORDER BY seq").fetchall()]
-            documents = [
-                (str(r[0]), str(r[1]))
-                for r in self._execute("SELECT revision, document FROM fleets UNION ALL SELECT key, document FROM verdict_sets").fetchall()
-            ]
-            tables = {
-                table: [tuple(r) for r in self._execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {order}").fetchall()]
-                for table, (columns, order) in AUDITED.items()
-            }
-            version, layout = self._execute("SELECT version, layout FROM state WHERE id = 1").fetchone()
-            return AuditedState(log, documents, tables, int(version), layout)
+    def _stream(self, sql: str) -> Iterator[tuple[object, ...]]:
+        """The rows of a query, a batch at a time (a driver with cursors on the server overrides
+        it: a plain cursor of the PostgreSQL driver holds every row in the client)."""
+        cursor = self._execute(sql)
+        while True:
+            batch = cursor.fetchmany(STREAM_BATCH)
+            if not batch:
+                return
+            yield from (tuple(r) for r in batch)
 
-        return self._run(work, consistent=True)
 
+STREAM_BATCH: Final = 2000  # rows a streamed read takes at a time
+
+
+class _AuditedRead:
+    """``store.api.AuditedRead`` over a store's open read transaction."""
+
+    def __init__(self, store: SQLStore) -> None:
+        self._store = store
+        row = store._execute("SELECT version, layout FROM state WHERE id = 1").fetchone()
+        self.version, self.layout = int(row[0]), row[1]
+
+    def log(self) -> Iterator[audit.AuditRow]:
+        return (_audit_row(r) for r in self._store._stream("SELECT seq, prev_hash, entry_hash, entry FROM audit_log ORDER BY seq"))
+
+    def documents(self) -> list[tuple[str, str]]:
+        sql = "SELECT revision, document FROM fleets UNION ALL SELECT key, document FROM verdict_sets"
+        return [(str(r[0]), str(r[1])) for r in self._store._execute(sql).fetchall()]
+
+    def rows(self, table: str) -> Iterator[tuple[object, ...]]:
+        columns, order = AUDITED[table]
+        return self._store._stream(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {order}")
 
 
 class _SQLTransaction(QueueWrites):

@@ -12,7 +12,7 @@ version can be read back (``capacities_at``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal, Protocol, TypeVar
 
@@ -532,15 +532,35 @@ AUDITED: Final[Mapping[str, tuple[tuple[str, ...], str]]] = {
 }  # fmt: skip
 
 
+class AuditedRead(Protocol):
+    """What ``exa audit verify`` reads, inside ONE consistent read (``Store.audited_read``): a write
+    committed meanwhile cannot show up as a row without its entry. The log and the tables are
+    streamed (read a batch at a time while the read lasts), so verifying holds what its checks keep,
+    not the whole state; each stream may be read once."""
+
+    version: int  # the state version
+    layout: str | None  # the digest of the packing rules the stored capacities were worked out with
+
+    def log(self) -> Iterator[AuditRow]:
+        """The audit log in seq order."""
+        ...
+
+    def documents(self) -> list[tuple[str, str]]:
+        """The stored fleet and verdict-set documents as (key, document)."""
+        ...
+
+    def rows(self, table: str) -> Iterator[tuple[object, ...]]:
+        """The rows of a table of ``AUDITED``, tuples in its column order, in its order."""
+        ...
+
+
 @dataclass(frozen=True)
 class AuditedState:
-    """What ``exa audit verify`` holds to the chain, read in ONE consistent read (a write committed
-    meanwhile cannot show up as a row without its entry): the audit log, the stored fleet and
-    verdict-set documents as (key, document), every table of ``AUDITED`` as rows (tuples in its
-    column order), the state version and the digest of the packing rules the stored capacities
-    were worked out with."""
+    """What ``exa audit verify`` holds the state the chain describes to, besides what streams by
+    (``AuditedRead``): the stored fleet and verdict-set documents as (key, document), the tables
+    read whole as rows (tuples in their column order; the streamed ones absent), the state version
+    and the digest of the packing rules the stored capacities were worked out with."""
 
-    log: Sequence[AuditRow]
     documents: Sequence[tuple[str, str]]
     tables: Mapping[str, Sequence[tuple[object, ...]]]
     version: int

@@ -21,7 +21,7 @@ docs/postgres-least-privilege.sql cannot LOCK a state table in a mode that stops
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
 import psycopg
@@ -29,7 +29,7 @@ from psycopg import errors, pq
 from psycopg.conninfo import conninfo_to_dict
 
 from examlops_policy.errors import SpecError, StateCorrupt, StateError, StateFull, StateUnreachable
-from examlops_policy.store._sql import Cursor, Fault, SQLStore, utc_now
+from examlops_policy.store._sql import STREAM_BATCH, Cursor, Fault, SQLStore, utc_now
 
 LOCK_TIMEOUT_S: Final = 10.0
 ATTEMPTS: Final = 8
@@ -81,6 +81,7 @@ class PostgresStore(SQLStore):
         self._lock_timeout_ms = max(1, int(lock_timeout_s * 1000))
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
         self._queries: dict[str, str] = {}
+        self._streams = 0  # server cursors opened, each named after its number
         self._last_error: Exception | None = None
         self._migrate()
 
@@ -106,6 +107,19 @@ class PostgresStore(SQLStore):
         if query is None:
             query = self._queries[sql] = sql.replace("%", "%%").replace("?", "%s")
         return self._connection().execute(query, params)
+
+    def _stream(self, sql: str) -> Iterator[tuple[object, ...]]:
+        """The rows of a query through a cursor on the server (a plain psycopg cursor holds every
+        row in the client), a batch at a time; inside the read's transaction, closed with it."""
+        self._streams += 1
+        with self._connection().cursor(name=f"exa_stream_{self._streams}") as cursor:
+            cursor.itersize = STREAM_BATCH
+            cursor.execute(sql)  # no parameters: sent as written
+            while True:
+                batch = cursor.fetchmany(STREAM_BATCH)
+                if not batch:
+                    return
+                yield from (tuple(r) for r in batch)
 
     def _begin(self) -> None:
         conn = self._connection()
