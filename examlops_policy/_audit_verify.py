@@ -30,8 +30,9 @@ def summary_of(capacities: Capacities) -> chain_state.Summary:
         grants: Sequence[NodeGrantRow],
         usage: Sequence[NodeUsageRow],
         same_devices: frozenset[str] | None,
+        other_modes: frozenset[str],
     ) -> tuple[object, float]:
-        capacity, free = capacities.of(pool, held, held_outside, grants, usage, same_devices)
+        capacity, free = capacities.of(pool, held, held_outside, grants, usage, same_devices, other_modes)
         return codec.capacity_json(capacity), free
 
     return summary

@@ -96,9 +96,12 @@ _DECIDED_AT: Final = (3, 4)
 # and what its scheduler holds outside this layer; for a pool counted node by node, also what the
 # live grants hold of its nodes' CPU and memory, what schedulers report busy there, and the pools
 # whose devices on its nodes are its own (``held``, ``grants`` and ``usage`` then include the rows
-# of the pools sharing its nodes): (pool, held, held outside, grants, usage, same devices) ->
-# (summary, free). None: summaries are not compared.
-Summary = Callable[[Pool, Sequence[HeldRow], float, Sequence[NodeGrantRow], Sequence[NodeUsageRow], frozenset[str] | None], tuple[object, float]]
+# of the pools sharing its nodes) and those whose same devices there are shared another way:
+# (pool, held, held outside, grants, usage, same devices, other modes) -> (summary, free). None:
+# summaries are not compared.
+Summary = Callable[
+    [Pool, Sequence[HeldRow], float, Sequence[NodeGrantRow], Sequence[NodeUsageRow], frozenset[str] | None, frozenset[str]], tuple[object, float]
+]
 
 
 @dataclass
@@ -840,7 +843,7 @@ def _compare_pools(
                 nodes = nodes or _NodeRows(chain, state, released, ordered)
                 capacity, free = nodes.summary(summary, pool, held)
             else:
-                capacity, free = summary(pool, live.get(name, []), held, (), (), None)
+                capacity, free = summary(pool, live.get(name, []), held, (), (), None, frozenset())
             out.differs("pools", "free", repr(name), p["free"], free, expected.seq, number=True)
             try:
                 stored = json.loads(str(p["capacity"])) if isinstance(p["capacity"], str) else p["capacity"]
@@ -916,6 +919,7 @@ class _NodeRows:
             sorted((g for n in names for g in self.grants.get(n, ())), key=lambda g: (g.pool, g.decision_id, g.position)),
             sorted((u for n in names for u in self.usage.get(n, ())), key=lambda u: (u.pool, u.node)),
             self.sharing.devices(pool.name),
+            self.sharing.other_mode(pool.name),
         )
 
 

@@ -518,7 +518,7 @@ class Hardware:
             # What the pools on its nodes hold: grants whose lease ended hold nothing there either.
             rows = [r for r in rows if r.decision_id not in ended]
             grants = [g for g in grants if g.decision_id not in ended]
-        room = capacities.rooms_of(state.pool, rows, grants, usage, sharing.devices(name))
+        room = capacities.rooms_of(state.pool, rows, grants, usage, sharing.devices(name), sharing.other_mode(name))
         if ended:
             capacity, free = rooms.summary(room)
             state = PoolState(state.pool, free, capacity, state.held_outside, state.removing)
@@ -707,7 +707,7 @@ class Hardware:
         if snap.ended:
             rows = [r for r in rows if r.decision_id not in snap.ended]
             grants = [g for g in grants if g.decision_id not in snap.ended]
-        room = capacities.rooms_of(pool, rows, grants, usage, sharing.devices(pool.name))
+        room = capacities.rooms_of(pool, rows, grants, usage, sharing.devices(pool.name), sharing.other_mode(pool.name))
         return _with_nodes(decided, rooms.choose(room, decided.grant, decided.workload))
 
     def decisions(self, limit: int = 20) -> list[DecisionRecord]:

@@ -566,7 +566,8 @@ def _refresh(
             sharing = _fleet_sharing(txn, capacities)
         names = sharing.group(pool.name)
         capacity, free = capacities.of(
-            pool, txn.held_in(names), held_outside, txn.node_grants(names), txn.node_usage(names), sharing.devices(pool.name)
+            pool, txn.held_in(names), held_outside, txn.node_grants(names), txn.node_usage(names), sharing.devices(pool.name),
+            sharing.other_mode(pool.name),
         )
     else:
         capacity, free = capacities.of(pool, txn.held(pool.name) if held is None else held, held_outside)
@@ -580,7 +581,9 @@ def _refresh(
 
 def _rooms(txn: Transaction, capacities: Capacities, pool: Pool, sharing: Sharing) -> Rooms:
     names = sharing.group(pool.name)
-    return capacities.rooms_of(pool, txn.held_in(names), txn.node_grants(names), txn.node_usage(names), sharing.devices(pool.name))
+    return capacities.rooms_of(
+        pool, txn.held_in(names), txn.node_grants(names), txn.node_usage(names), sharing.devices(pool.name), sharing.other_mode(pool.name)
+    )
 
 
 def _refresh_sharers(txn: Transaction, capacities: Capacities, name: str, sharing: Sharing, version: int) -> None:

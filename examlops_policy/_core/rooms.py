@@ -51,6 +51,9 @@ class Rooms:
     slices: dict[int, list[Holding]] = field(default_factory=dict)
     slice_share: dict[int, dict[int, float]] = field(default_factory=dict)
     taken: dict[int, set[int]] = field(default_factory=dict)
+    # Devices taken whole because a pool sharing them another way holds them (``hold_beside``
+    # with ``other_mode``): (node position, device) -> how many of its grants hold it.
+    foreign: dict[tuple[int, int], int] = field(default_factory=dict)
     # Each node's room as ``summary`` last worked it out, so that a summary after a change costs
     # the nodes that changed (``summary(rooms, changed)``); None until the first summary.
     tally: _Tally | None = field(default=None, repr=False, compare=False)
@@ -82,13 +85,17 @@ def build(
     grants: Sequence[NodeGrantRow] = (),
     usage: Sequence[NodeUsageRow] = (),
     same_devices: Collection[str] | None = None,
+    other_modes: Collection[str] = (),
 ) -> Rooms:
     """The pool's nodes with what ``held`` (live holdings of the pool and of the pools sharing its
     nodes), ``grants`` (their CPU and memory) and ``usage`` (what schedulers report busy beyond
     them) put on them. Rows on other nodes are not this pool's and are left out; devices held (or
     reported busy) by a pool not in ``same_devices`` (default: this pool alone) are other devices
-    of the node, of which only CPU and memory count."""
+    of the node, of which only CPU and memory count; but a device held by a pool of
+    ``other_modes`` (the same devices, shared another way) is taken whole, whatever part of it
+    that pool granted: a device is in one mode at a time."""
     mine = frozenset(same_devices) if same_devices is not None else frozenset({pool.name})
+    otherwise = frozenset(other_modes)
     nodes = pool.node_list()
     capacity = _nodes.NodeCapacity(
         (_nodes.Node(n.name, n.devices, pool.model, n.cpu_milli, n.memory_mib, n.state, n.labels) for n in nodes),  # type: ignore[arg-type]
@@ -100,9 +107,12 @@ def build(
     shares: dict[int, dict[int, int]] = {}
     for row in held:
         where = _where(pool, index, row)
-        if where is None or (row.pool is not None and row.pool not in mine):
+        if where is None or (row.pool is not None and row.pool not in mine and row.pool not in otherwise):
             continue
         i, device = where
+        if row.pool in otherwise:
+            whole.setdefault(i, set()).add(device)
+            continue
         h = row.holding
         if row.shares is not None:
             per = shares.setdefault(i, {})
@@ -282,16 +292,31 @@ def summary(rooms: Rooms, changed: Collection[int] | None = None) -> tuple[Capac
     return Capacity(total_whole, total_slices, rows), round(free, 9)
 
 
-def hold_beside(rooms: Rooms, allocations: Sequence[NodeAllocation], *, same_devices: bool) -> list[int]:
+def _devices(a: NodeAllocation) -> list[int]:
+    """The devices an allocation holds any part of."""
+    return sorted({h.device for h in a.holdings} | ({a.share.device} if a.share is not None else set()))
+
+
+def hold_beside(rooms: Rooms, allocations: Sequence[NodeAllocation], *, same_devices: bool, other_mode: bool = False) -> list[int]:
     """Hold on ``rooms`` what ``allocations`` (a grant of another pool that lists some of the same
     nodes) took there, as ``build`` counts it from the records: its CPU and memory always, its
-    devices (whole, or its shares) only where they are this pool's devices (``same_devices``).
-    Returns the positions of the nodes it touched (for ``summary(rooms, changed)``)."""
+    devices (whole, or its shares) only where they are this pool's devices (``same_devices``), or
+    each device it holds any part of whole where they are this pool's devices shared another way
+    (``other_mode``). Returns the positions of the nodes it touched (for ``summary(rooms, changed)``)."""
     capacity = rooms.capacity
     touched = []
     for a in allocations:
         i = capacity.index.get(a.node)
         if i is None:
+            continue
+        if other_mode:
+            devices = _devices(a)
+            fresh = [d for d in devices if not rooms.foreign.get((i, d))]
+            for d in devices:
+                rooms.foreign[(i, d)] = rooms.foreign.get((i, d), 0) + 1
+            capacity.hold(i, whole=fresh, cpu_milli=a.cpu_milli, memory_mib=a.memory_mib)
+            rooms.taken.setdefault(i, set()).update(devices)
+            touched.append(i)
             continue
         whole = [h.device for h in a.holdings] if same_devices else []
         shares = {a.share.device: a.share.shares} if same_devices and a.share is not None else None
@@ -302,19 +327,33 @@ def hold_beside(rooms: Rooms, allocations: Sequence[NodeAllocation], *, same_dev
     return touched
 
 
-def give_back(rooms: Rooms, allocations: Sequence[NodeAllocation], *, devices: bool, slice_share: float = 0.0) -> list[int]:
+def give_back(
+    rooms: Rooms, allocations: Sequence[NodeAllocation], *, devices: bool, slice_share: float = 0.0, other_mode: bool = False
+) -> list[int]:
     """Give back on ``rooms`` what ``allocations`` held there (a grant that ended): its CPU and
     memory, and its devices (whole, its shares, or its slices, each ``slice_share`` of a device:
     the device is free again with its last slice) where they are this pool's devices (its own
-    grant, or ``hold_beside`` held them: ``devices``). Returns the positions of the nodes it
-    touched."""
+    grant, or ``hold_beside`` held them: ``devices``); a device held whole for a pool sharing it
+    another way (``other_mode``) is free again with the last of its grants there. Returns the
+    positions of the nodes it touched."""
     capacity = rooms.capacity
     touched = []
     for a in allocations:
         i = capacity.index.get(a.node)
         if i is None:
             continue
-        if devices and any(h.profile is not None for h in a.holdings) and i in rooms.slices:
+        if other_mode:
+            freed = []
+            for d in _devices(a):
+                left = rooms.foreign.get((i, d), 0) - 1
+                if left > 0:
+                    rooms.foreign[(i, d)] = left
+                else:
+                    rooms.foreign.pop((i, d), None)
+                    freed.append(d)
+            capacity.release(_nodes.NodeGrant(a.node, tuple(freed), 0, a.cpu_milli, a.memory_mib))
+            rooms.taken.get(i, set()).difference_update(freed)
+        elif devices and any(h.profile is not None for h in a.holdings) and i in rooms.slices:
             held, per_device = rooms.slices[i], rooms.slice_share.setdefault(i, {})
             for h in a.holdings:
                 if h not in held:

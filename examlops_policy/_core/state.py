@@ -42,19 +42,33 @@ class Sharing:
 
     by_pool: Mapping[str, tuple[str, ...]]
     same_devices: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    other_modes: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     def group(self, name: str) -> tuple[str, ...]:
         """``name`` and the pools sharing a node with it."""
         return (name, *self.by_pool.get(name, ()))
 
     def devices(self, name: str) -> frozenset[str]:
-        """``name`` and the pools whose devices on its nodes are its devices."""
+        """``name`` and the pools whose devices on its nodes are its devices, shared the same way."""
         return self.same_devices.get(name, frozenset({name}))
+
+    def other_mode(self, name: str) -> frozenset[str]:
+        """The pools whose devices on its nodes are its devices, shared another way (time-sliced
+        where it uses MPS, or in another number of shares, or whole where it shares them): a
+        device is in one mode at a time, so one that any of them holds, even a share of it, is
+        taken whole for ``name``."""
+        return self.other_modes.get(name, frozenset())
 
 
 def device_kind(pool: Pool) -> tuple[object, ...]:
     """What makes two pools' devices on one node the same devices."""
     return (pool.accelerator, pool.model, pool.gres_type, pool.fixed_profile)
+
+
+def device_mode(pool: Pool) -> tuple[object, ...]:
+    """How a pool shares its devices: a device granted by one pool is in that mode until its last
+    grant ends (whole devices and slices, None; or N shares of a sharing scheme)."""
+    return (pool.sharing, pool.shares_per_device) if pool.sharing is not None else (None, None)
 
 
 def sharing_of(pools: Iterable[Pool]) -> Sharing:
@@ -67,12 +81,19 @@ def sharing_of(pools: Iterable[Pool]) -> Sharing:
                 by_node.setdefault(node.name, []).append(pool)
     together: dict[str, set[str]] = {}
     same: dict[str, set[str]] = {}
+    other: dict[str, set[str]] = {}
     for listed in by_node.values():
         if len(listed) > 1:
             for pool in listed:
                 together.setdefault(pool.name, set()).update(p.name for p in listed if p.name != pool.name)
-                same.setdefault(pool.name, {pool.name}).update(p.name for p in listed if device_kind(p) == device_kind(pool))
-    return Sharing({name: tuple(sorted(others)) for name, others in together.items()}, {name: frozenset(s) for name, s in same.items()})
+                kin = [p for p in listed if device_kind(p) == device_kind(pool)]
+                same.setdefault(pool.name, {pool.name}).update(p.name for p in kin if device_mode(p) == device_mode(pool))
+                other.setdefault(pool.name, set()).update(p.name for p in kin if device_mode(p) != device_mode(pool))
+    return Sharing(
+        {name: tuple(sorted(others)) for name, others in together.items()},
+        {name: frozenset(s) for name, s in same.items()},
+        {name: frozenset(s) for name, s in other.items() if s},
+    )
 
 
 class Capacities:
@@ -135,6 +156,7 @@ class Capacities:
         grants: Sequence[NodeGrantRow] = (),
         usage: Sequence[NodeUsageRow] = (),
         same_devices: Collection[str] | None = None,
+        other_modes: Collection[str] = (),
     ) -> tuple[Capacity, float]:
         """What ``pool`` can still place with ``held`` on it, and its devices free (shares summed;
         a pool of fixed slices counts slices: each holding is one of its units). A node-tracked
@@ -144,7 +166,7 @@ class Capacities:
         if pool.node_tracked:
             from examlops_policy._core import rooms
 
-            return rooms.summary(rooms.build(pool, layout, held, grants, usage, same_devices))
+            return rooms.summary(rooms.build(pool, layout, held, grants, usage, same_devices, other_modes))
         capacity = packing.summarize(layout, [h.holding for h in held], held_outside)
         used = float(len(held)) if layout.kind == "fixed" else sum(h.share for h in held)
         return capacity, max(0.0, round(pool.count - held_outside - used, 9))
@@ -156,11 +178,12 @@ class Capacities:
         grants: Sequence[NodeGrantRow] = (),
         usage: Sequence[NodeUsageRow] = (),
         same_devices: Collection[str] | None = None,
+        other_modes: Collection[str] = (),
     ) -> Rooms:
         """A node-tracked pool's nodes with what is held on them, to choose where a grant goes."""
         from examlops_policy._core import rooms
 
-        return rooms.build(pool, self.layout(pool), held, grants, usage, same_devices)
+        return rooms.build(pool, self.layout(pool), held, grants, usage, same_devices, other_modes)
 
     def empty(self, pool: Pool) -> PoolState:
         """The pool with nothing held on it (what-if decisions)."""
@@ -302,7 +325,7 @@ def as_of(snapshot: Snapshot, rows: StateRows, capacities: Capacities, nodes: No
             group = set(sharing.group(name))
             capacity, free = capacities.of(
                 state.pool, [h for h in held_rows if h.pool in group], state.held_outside, [g for g in grant_rows if g.pool in group],
-                [u for u in all_usage if u.pool in group], sharing.devices(name),
+                [u for u in all_usage if u.pool in group], sharing.devices(name), sharing.other_mode(name),
             )  # fmt: skip
             states[at] = PoolState(state.pool, free, capacity, state.held_outside, state.removing)
             frags[at] = _fragment(capacity)

@@ -145,9 +145,11 @@ class LayerPlacer:
         self.summaries: list[Capacity] = [_rooms.summary(r)[0] for r in self.rooms]
         sharing = sharing_of(ordered)
         index = {p.name: i for i, p in enumerate(ordered)}
-        # Per pool: the pools sharing its nodes, and whether their devices there are its devices.
+        # Per pool: the pools sharing its nodes, whether their devices there are its devices, and
+        # whether they are its devices shared another way.
         self.sharers = [
-            tuple((index[other], other in sharing.devices(p.name)) for other in sharing.group(p.name)[1:]) for p in ordered
+            tuple((index[other], other in sharing.devices(p.name), other in sharing.other_mode(p.name)) for other in sharing.group(p.name)[1:])
+            for p in ordered
         ]  # fmt: skip
         self.packers = [
             packer_named(packer, expected=expected.get(p.name) if isinstance(expected, Mapping) else expected, seed=seed) for p in ordered
@@ -215,8 +217,8 @@ class LayerPlacer:
         if allocations is None:
             raise StateError(f"pool {self.pools[i].name!r}: its capacity summary says the grant fits but no node has room")
         self.summaries[i] = _rooms.summary(room, [room.capacity.index[a.node] for a in allocations])[0]
-        for j, same in self.sharers[i]:
-            touched = _rooms.hold_beside(self.rooms[j], allocations, same_devices=same)
+        for j, same, other_mode in self.sharers[i]:
+            touched = _rooms.hold_beside(self.rooms[j], allocations, same_devices=same, other_mode=other_mode)
             if touched:
                 self.summaries[j] = _rooms.summary(self.rooms[j], touched)[0]
         for a in allocations:
@@ -248,8 +250,8 @@ class LayerPlacer:
         i = next(k for k, p in enumerate(self.pools) if p.name == placed.pool)
         touched = _rooms.give_back(self.rooms[i], placed.allocations, devices=True, slice_share=placed.grant.share)
         self.summaries[i] = _rooms.summary(self.rooms[i], touched)[0]
-        for j, same in self.sharers[i]:
-            touched = _rooms.give_back(self.rooms[j], placed.allocations, devices=same)
+        for j, same, other_mode in self.sharers[i]:
+            touched = _rooms.give_back(self.rooms[j], placed.allocations, devices=same, other_mode=other_mode)
             if touched:
                 self.summaries[j] = _rooms.summary(self.rooms[j], touched)[0]
         for a in placed.allocations:

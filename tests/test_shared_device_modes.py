@@ -1,0 +1,88 @@
+"""A device is in one mode at a time (issue 30, case 1): two pools that list the same node and the
+same devices, one time-sliced four ways and one shared through MPS eight ways, or one giving
+whole devices and one sharing them, never hand out more than the device. Before, the shares of one
+pool were counted as raw shares of the other (4 of 4 time-slices read as 4 of 8 MPS shares), and
+0.5 more of a full L4 was placed.
+
+Through the real OPA and store (``place``), and the replay's own bookkeeping of the same rooms
+(``rooms.hold_beside``/``give_back``), which must agree."""
+
+from __future__ import annotations
+
+from examlops_policy import Placement, Pool, Workload, _nodes
+from examlops_policy._core import rooms
+from examlops_policy._core.state import sharing_of
+from examlops_policy.hardware import Hardware
+from examlops_policy.model import DeviceShare, Node, NodeAllocation
+
+L1 = (Node("l1", 1, 16, 65536),)
+
+
+def l4(name: str, **kw: object) -> Pool:
+    return Pool(name, "hpc", "nvidia", 1, "eu", model="l4", nodes=L1, **kw)  # type: ignore[arg-type]
+
+
+TS4 = l4("ts4", sharing="time-slice", shares_per_device=4, cost_per_hour=0.5)
+MPS8 = l4("mps8", sharing="mps", shares_per_device=8, cost_per_hour=0.8)  # dearer: the time-slices fill first
+TS8 = l4("ts8", sharing="time-slice", shares_per_device=8)
+WHOLE = l4("whole")
+
+
+def _place(hw: Hardware, fraction: float) -> str | None:
+    """The pool a fraction of an L4 goes to (None: refused)."""
+    decision = hw.place(Workload(f"w{fraction}", "nvidia", models=("l4",), engine="vllm", fraction=fraction)).decision
+    return decision.pool if isinstance(decision, Placement) else None
+
+
+def test_a_device_time_sliced_by_one_pool_is_taken_for_a_pool_that_shares_it_through_mps(hardware: Hardware) -> None:
+    hardware.add_pool(TS4)
+    hardware.add_pool(MPS8)
+    assert [_place(hardware, f) for f in (0.5, 0.25, 0.25)] == ["ts4", "ts4", "ts4"]
+    assert _place(hardware, 0.125) is None and _place(hardware, 0.375) is None  # the one device is full
+    held = {p.pool.name: p.free for p in hardware.pools()}
+    assert held == {"ts4": 0.0, "mps8": 0.0}, held
+    assert hardware.verify_audit().ok
+
+
+def test_while_one_pool_holds_a_share_the_other_pool_places_nothing_on_the_device(hardware: Hardware) -> None:
+    hardware.add_pool(TS4)
+    hardware.add_pool(TS8)  # the same scheme, another number of shares: another mode of the device
+    first = _place(hardware, 0.25)
+    assert first in ("ts4", "ts8")
+    other = "ts8" if first == "ts4" else "ts4"
+    assert {p.pool.name: p.free for p in hardware.pools()}[other] == 0.0
+    for fraction in (0.125, 0.25, 0.5):
+        assert _place(hardware, fraction) in (first, None)  # only the pool already sharing it, in its mode
+
+
+def test_a_whole_device_pool_sees_a_shared_device_as_taken_whole(hardware: Hardware) -> None:
+    """Case 5: a whole-device pool read another pool's 1 of 4 shares as 1 of 1000 (free 0.999)."""
+    hardware.add_pool(TS4)
+    hardware.add_pool(WHOLE)
+    decision = hardware.place(Workload("slice", "nvidia", models=("l4",), engine="vllm", fraction=0.25)).decision
+    assert isinstance(decision, Placement) and decision.pool == "ts4"
+    assert {p.pool.name: p.free for p in hardware.pools()}["whole"] == 0.0
+    refused = hardware.place(Workload("all", "nvidia", models=("l4",), engine="vllm")).decision
+    assert not isinstance(refused, Placement)
+
+
+def test_the_replays_rooms_take_the_device_whole_until_the_last_share_of_the_other_mode_ends() -> None:
+    """``hold_beside``/``give_back`` with ``other_mode`` (the replay's bookkeeping) as ``build``
+    counts it from the records: any share of another mode takes the device whole, and it is free
+    again with the last one."""
+    sharing = sharing_of([TS4, MPS8])
+    assert sharing.other_mode("ts4") == {"mps8"} and sharing.devices("ts4") == {"ts4"}
+    room = rooms.Rooms(TS4, None, L1, _capacity(TS4))  # type: ignore[arg-type]
+    one, two = NodeAllocation("l1", share=DeviceShare(0, 1)), NodeAllocation("l1", share=DeviceShare(0, 3))
+    rooms.hold_beside(room, [one], same_devices=False, other_mode=True)
+    rooms.hold_beside(room, [two], same_devices=False, other_mode=True)
+    assert not room.capacity.is_free(0, 0) and room.taken[0] == {0}
+    rooms.give_back(room, [one], devices=False, other_mode=True)
+    assert not room.capacity.is_free(0, 0)  # the second share still holds it
+    rooms.give_back(room, [two], devices=False, other_mode=True)
+    assert room.capacity.is_free(0, 0) and room.taken[0] == set() and not room.foreign
+
+
+def _capacity(pool: Pool) -> _nodes.NodeCapacity:
+    nodes = (_nodes.Node(n.name, n.devices, pool.model, n.cpu_milli, n.memory_mib, n.state, n.labels) for n in pool.node_list())  # type: ignore[arg-type]
+    return _nodes.NodeCapacity(nodes, unit=rooms.unit_of(pool))
