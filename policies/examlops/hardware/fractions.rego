@@ -44,19 +44,28 @@ scheme(shape) := partitioning.schemes[scheme_name(shape)]
 # grant.nodes nodes, is what the pool's capacity must hold; grant.devices is the share of devices
 # held, which is what is priced and accounted.
 
-grant(shape, w) := per_node(per_device(shape, w), w, unchecked(shape, w))
+grant(shape, w) := per_node(per_device(shape, w), w, unchecked(shape, w), cores(shape))
 
 # A grant of one device's worth (whole devices, slices or a share) with what it asks of each node,
-# its note saying what of that was not checked on the pool's nodes.
-per_node(d, w, unsaid) := object.union(d, {
+# its note saying what of that was not checked on the pool's nodes. Where a device is a core (a
+# cpu pool whose nodes say their CPU), its units are cores of the node: the node's CPU they take,
+# which a GPU grant's CPU on the same node then finds taken, and the other way round.
+per_node(d, w, unsaid, per_unit) := object.union(d, {
 	"nodes": gang(w),
-	"cpu_milli": milli(object.get(w, "cpu", null)),
+	"cpu_milli": max([milli(object.get(w, "cpu", null)), d.units * per_unit]),
 	"memory_mib": mib(object.get(w, "memory", null)),
 	"shares": object.get(d, "shares", null),
 	"topology": required_topology(w),
 	"devices": d.devices * gang(w),
 	"note": with_unchecked(d.note, unsaid),
 })
+
+# The millicores one unit of a grant takes of its node: 1000 where a device is a core (a cpu pool
+# whose nodes say their CPU), else none beyond what the workload asks.
+cores(shape) := 1000 if {
+	shape.accelerator == "cpu"
+	"cpu" in node_limits(shape)
+} else := 0
 
 # What the workload asks of a node that the pool's nodes do not all say: "CPU", "memory", both.
 unchecked(shape, w) := [what |
@@ -184,7 +193,7 @@ shared(shape, w) := {
 # smallest covering share (the grant) has no room now. Each is a grant of its own, flagged larger,
 # whose devices are what is priced and budgeted; its note says why the workload holds more than it
 # asked for. Empty where the grant is not a share cut for the request (whole devices, fixed slices).
-alternatives(shape, w) := [per_node(larger(sc, s, w, g), w, unchecked(shape, w)) |
+alternatives(shape, w) := [per_node(larger(sc, s, w, g), w, unchecked(shape, w), cores(shape)) |
 	fixed_profile(shape) == null
 	w.fraction < 1
 	shape.supports_fractions == true

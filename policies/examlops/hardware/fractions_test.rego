@@ -329,6 +329,16 @@ test_a_gang_asks_each_node_the_same_and_is_priced_for_all if {
 	[g.units, g.nodes, g.cpu_milli, g.memory_mib, g.topology, g.devices] == [4, 2, 1500, 65536, "same-switch", 8]
 }
 
+# A cpu pool's devices are its nodes' cores where the nodes say their CPU: the grant takes them of
+# the node (so a GPU grant's CPU on the same node finds them taken); more CPU asked is asked.
+test_a_cpu_pool_s_units_are_cores_of_its_nodes if {
+	cpu_pool := {"accelerator": "cpu", "model": null, "supports_fractions": false, "fixed_profile": null, "node_limits": ["cpu", "memory"]}
+	fractions.grant(cpu_pool, {"fraction": 1, "count": 30}).cpu_milli == 30000
+	fractions.grant(cpu_pool, {"fraction": 1, "count": 2, "cpu": 4}).cpu_milli == 4000
+	fractions.grant(object.union(cpu_pool, {"node_limits": []}), {"fraction": 1, "count": 30}).cpu_milli == 0
+	fractions.grant(nvidia({"node_limits": ["cpu"]}), {"fraction": 1, "count": 2}).cpu_milli == 0
+}
+
 # CPU and memory asked of a pool whose nodes do not say them are not checked: the note says which.
 test_what_the_pool_s_nodes_do_not_say_is_noted_as_not_checked if {
 	w := {"fraction": 1, "count": 1, "cpu": 2, "memory": 1024}

@@ -1,11 +1,17 @@
-"""A device is in one mode at a time (issue 30, case 1): two pools that list the same node and the
+"""Pools that list the same node draw on one node (issue 30).
+
+A device is in one mode at a time (case 1): two pools that list the same node and the
 same devices, one time-sliced four ways and one shared through MPS eight ways, or one giving
 whole devices and one sharing them, never hand out more than the device. Before, the shares of one
 pool were counted as raw shares of the other (4 of 4 time-slices read as 4 of 8 MPS shares), and
 0.5 more of a full L4 was placed.
 
 Through the real OPA and store (``place``), and the replay's own bookkeeping of the same rooms
-(``rooms.hold_beside``/``give_back``), which must agree."""
+(``rooms.hold_beside``/``give_back``), which must agree.
+
+A cpu pool over a GPU node (case 2) draws on the cores the GPU grants' CPU draws on: its devices
+are the node's cores where the node says its CPU, so neither side grants a core the other holds
+(before: 64 cores of GPU grants and 30 of the cpu pool on a 64-core node)."""
 
 from __future__ import annotations
 
@@ -86,3 +92,33 @@ def test_the_replays_rooms_take_the_device_whole_until_the_last_share_of_the_oth
 def _capacity(pool: Pool) -> _nodes.NodeCapacity:
     nodes = (_nodes.Node(n.name, n.devices, pool.model, n.cpu_milli, n.memory_mib, n.state, n.labels) for n in pool.node_list())  # type: ignore[arg-type]
     return _nodes.NodeCapacity(nodes, unit=rooms.unit_of(pool))
+
+
+H100_NODE = (Node("n1", 8, 64, 524288),)
+GPUS = Pool("pa", "hpc", "nvidia", 8, "eu", model="h100", nodes=H100_NODE)
+CORES = Pool("pc", "hpc", "cpu", 64, "eu", nodes=(Node("n1", 64, 64, 524288),))
+
+
+def _gpu(hw: Hardware, cores: float) -> bool:
+    return isinstance(hw.place(Workload(f"g{cores}", "nvidia", engine="vllm", cpu=cores)).decision, Placement)
+
+
+def _cores(hw: Hardware, count: int) -> bool:
+    return isinstance(hw.place(Workload(f"c{count}", "cpu", engine="cpu", count=count)).decision, Placement)
+
+
+def test_a_cpu_pool_over_a_gpu_node_takes_no_core_the_gpu_grants_hold(hardware: Hardware) -> None:
+    hardware.add_pool(GPUS)
+    hardware.add_pool(CORES)
+    assert [_gpu(hardware, c) for c in (40, 10, 14)] == [True, True, True]  # the node's 64 cores
+    assert not _cores(hardware, 30) and not _cores(hardware, 1)
+    assert hardware.verify_audit().ok
+
+
+def test_gpu_grants_take_no_core_the_cpu_pool_holds(hardware: Hardware) -> None:
+    hardware.add_pool(GPUS)
+    hardware.add_pool(CORES)
+    assert _cores(hardware, 30)
+    assert not _gpu(hardware, 40)  # 34 cores are left
+    assert _gpu(hardware, 34) and not _gpu(hardware, 1)
+    assert hardware.verify_audit().ok
