@@ -927,8 +927,9 @@ class Hardware:
 
     def set_node_states(self, states: Mapping[str, str]) -> list[PoolChange]:
         """Set the state of nodes by name (``up``, ``drained``, ``down``) in every pool that lists
-        them, in one audited write: only up nodes take new grants; live ones stay. The one place a
-        node's state changes (discovery and reconcile call it)."""
+        them, in one audited write: only up nodes take new grants; live ones stay, flagged while
+        their node is down. A node no pool lists by name is a SpecError (nothing is written). The
+        one place a node's state changes (discovery and reconcile call it)."""
         return commit.set_node_states(self.store, self._capacities, states, source=SOURCE)
 
     def burst_events(self, limit: int = 50) -> list[BurstEvent]:

@@ -12,6 +12,7 @@ import pytest
 
 from examlops_policy import Placement, Pool, Rejection, Workload
 from examlops_policy.hardware import Hardware
+from examlops_policy.errors import SpecError
 from examlops_policy.model import DeviceShare, Holding, Node, NodeAllocation, PoolVerdict
 
 
@@ -205,8 +206,8 @@ def test_a_gang_that_requires_one_block_is_placed_in_one_block(hardware: Hardwar
 
 def test_drained_and_down_nodes_have_no_capacity_and_come_back(hardware: Hardware) -> None:
     hardware.add_pool(two_by_four())
-    changes = hardware.set_node_states({"ai-0": "drained"})
-    assert [c.name for c in changes] == []  # ai-0 is a counted node, not one a scheduler names
+    with pytest.raises(SpecError, match="no pool lists node"):
+        hardware.set_node_states({"ai-0": "drained"})  # ai-0 is a counted node, not one a scheduler names
     nodes = tuple(Node(f"gpu-{i}", 4, cpu=32) for i in range(2))
     hardware.add_pool(Pool("named", "hpc", "nvidia", 8, "eu", cost_per_hour=1.0, nodes=nodes))
     hardware.set_node_states({"gpu-0": "drained", "gpu-1": "down"})
@@ -216,6 +217,30 @@ def test_drained_and_down_nodes_have_no_capacity_and_come_back(hardware: Hardwar
     hardware.set_node_states({"gpu-1": "up"})
     p = placed(hardware, "back", count=4)
     assert p.pool in ("ai", "named")
+
+
+def test_a_node_no_pool_lists_is_refused_and_nothing_changes(hardware: Hardware) -> None:
+    """A mistyped node name used to change nothing and say nothing (issue 30, case 5)."""
+    nodes = tuple(Node(f"gpu-{i}", 4, cpu=32) for i in range(2))
+    hardware.add_pool(Pool("named", "hpc", "nvidia", 8, "eu", nodes=nodes))
+    size = hardware.verify_audit().size
+    with pytest.raises(SpecError, match=r"no pool lists node\(s\) 'gpu-99'"):
+        hardware.set_node_states({"gpu-0": "drained", "gpu-99": "up"})
+    assert hardware.verify_audit().size == size  # the known node was not drained either
+    assert placed(hardware, "still-up", count=4).pool == "named"
+
+
+def test_a_node_set_down_flags_the_grants_on_it_and_up_clears_them(hardware: Hardware) -> None:
+    """As reconcile flags them when a scheduler reports the node down (issue 30, case 5)."""
+    nodes = tuple(Node(f"gpu-{i}", 4, cpu=32) for i in range(2))
+    hardware.add_pool(Pool("named", "hpc", "nvidia", 8, "eu", nodes=nodes))
+    on = placed(hardware, "on-a-node", count=4)
+    node = on.allocations[0].node
+    hardware.set_node_states({node: "down"})
+    assert hardware.decision(on.decision_id).node_down_at is not None
+    hardware.set_node_states({node: "up"})
+    assert hardware.decision(on.decision_id).node_down_at is None
+    assert hardware.verify_audit().ok
 
 
 def test_pools_that_share_nodes_share_their_capacity(hardware: Hardware) -> None:

@@ -29,7 +29,7 @@ from examlops_policy.errors import NotFoundError, SpecError, StateError
 from examlops_policy.model import (
     START_OBJECTIVES,
     WORK_OBJECTIVES,
-    Capacity, Decision, DeviceShare, Holding, JSONObject, JSONValue, NodeAllocation, Placement, Pool, PoolState, Queued, Rejection, iso, pool_spec,
+    Capacity, Decision, DeviceShare, Holding, JSONObject, JSONValue, Node, NodeAllocation, Placement, Pool, PoolState, Queued, Rejection, iso, pool_spec,
 )
 from examlops_policy.store.api import (
     BurstRow, DecisionRow, HeldRow, NewDecision, NewNodeGrant, NewQueued, NodeUsageRow, PoolRow, QueueRow, Rows, StaleFleet,
@@ -1136,8 +1136,10 @@ def _usage_json(u: NodeUsageRow) -> JSONObject:
 def set_node_states(store: Rows, capacities: Capacities, states: Mapping[str, str], *, source: str) -> list[PoolChange]:
     """Set the state of named nodes (``up``, ``drained``, ``down``; a cordoned or NotReady
     Kubernetes node, a Slurm DRAIN or DOWN) in every pool that lists them, in one audited write:
-    only up nodes take new grants, live ones stay. Nodes no pool lists are ignored; pools whose
-    nodes already have those states are unchanged."""
+    only up nodes take new grants, live ones stay; the live grants holding devices on a node set
+    down are flagged (``node_down_at``; cleared when it is up again), as reconcile flags them. A
+    node no pool lists is bad input (a name mistyped would otherwise change nothing, silently):
+    nothing is written. Pools whose nodes already have those states are unchanged."""
     for node, state in states.items():
         if state not in ("up", "drained", "down"):
             raise SpecError(f"node {node!r}: state must be up, drained or down (got {state!r})", field="state")
@@ -1145,8 +1147,16 @@ def set_node_states(store: Rows, capacities: Capacities, states: Mapping[str, st
 
     def work(txn: Transaction) -> list[PoolChange]:
         changes.clear()
+        listed = {n.name for row in txn.pools(-1) if not row.removed for n in _listed_nodes(codec.pool_from_text(row.spec))}
+        unknown = sorted(set(states) - listed)
+        if unknown:
+            raise SpecError(
+                f"no pool lists node(s) {', '.join(repr(n) for n in unknown)}: a node's state is set where pools list it by name", field="nodes"
+            )
         expire(txn, capacities, source=source)
-        _set_node_states(txn, capacities, states, changes, source=source)
+        pools = _set_node_states(txn, capacities, states, changes, source=source)
+        for node, state in sorted(states.items()):
+            _flag_grants(txn, node, state, [p for p in pools if node in {n.name for n in _listed_nodes(p)}], scheduler=None, source=source)
         return list(changes)
 
     return store.transaction(work, landed=lambda txn: None)
@@ -1183,17 +1193,30 @@ def reconcile_node(store: Rows, capacities: Capacities, node: str, state: str, *
         pools = _set_node_states(txn, capacities, {node: state}, changes, source=source)
         if not pools:
             return [], []
-        names = [p.name for p in pools]
-        now = txn.now()
-        holders = sorted({h.decision_id for h in txn.held_in(names) if h.node == node})
-        flagged = [h for h in holders if txn.flag_node_down(h, now if state == "down" else None)]
-        entry: JSONObject = {
-            "node": node, "state": state, "scheduler": scheduler, "pools": cast(JSONValue, names), "grants": cast(JSONValue, flagged), "at": now,
-        }  # fmt: skip
-        txn.audit("node", entry, source=source)
-        return names, flagged
+        return [p.name for p in pools], _flag_grants(txn, node, state, pools, scheduler=scheduler, source=source)
 
     return store.transaction(work, landed=lambda txn: None)
+
+
+def _listed_nodes(pool: Pool) -> tuple[Node, ...]:
+    return pool.nodes if isinstance(pool.nodes, tuple) else ()
+
+
+def _flag_grants(txn: Transaction, node: str, state: str, pools: Sequence[Pool], *, scheduler: str | None, source: str) -> list[str]:
+    """The live grants holding devices on ``node`` in ``pools`` (those whose state of it changed)
+    flagged when it went down, cleared when not (audited, with the pools changed): the grants
+    flagged or cleared. Nothing when no pool changed."""
+    if not pools:
+        return []
+    names = [p.name for p in pools]
+    now = txn.now()
+    holders = sorted({h.decision_id for h in txn.held_in(names) if h.node == node})
+    flagged = [h for h in holders if txn.flag_node_down(h, now if state == "down" else None)]
+    entry: JSONObject = {
+        "node": node, "state": state, "scheduler": scheduler, "pools": cast(JSONValue, names), "grants": cast(JSONValue, flagged), "at": now,
+    }  # fmt: skip
+    txn.audit("node", entry, source=source)
+    return flagged
 
 
 def ensure_layout(store: Rows, capacities: Capacities, *, source: str = "exa") -> None:
