@@ -431,6 +431,8 @@ class Pool:
             raise _bad("sharing", "a cpu pool has no devices to share", owner)
         if self.fixed_profile is not None:
             raise _bad("sharing", "a pool of fixed slices hands out its slices whole; it is not shared", owner)
+        if self.sharing == "mps" and self.accelerator != "nvidia":
+            raise _bad("sharing", f"mps is NVIDIA's Multi-Process Service: a {self.accelerator} pool cannot share through it (time-slice can)", owner)
 
     @property
     def node_tracked(self) -> bool:

@@ -155,6 +155,15 @@ def test_a_cpu_pool_is_not_shared() -> None:
         Pool("c", "hpc", "cpu", 64, "eu", sharing="time-slice", shares_per_device=2)
 
 
+def test_only_nvidia_devices_share_through_mps() -> None:
+    """MPS is NVIDIA's; an AMD pool said to use it was accepted (issue 30, case 5)."""
+    for accelerator in ("amd", "intel-gaudi", "tpu"):
+        with pytest.raises(SpecError, match="sharing: mps is NVIDIA's Multi-Process Service"):
+            Pool("m", "hpc", accelerator, 4, "eu", sharing="mps", shares_per_device=4)
+    assert Pool("t", "hpc", "amd", 4, "eu", sharing="time-slice", shares_per_device=4).sharing == "time-slice"
+    assert Pool("n", "hpc", "nvidia", 4, "eu", sharing="mps", shares_per_device=8).sharing == "mps"
+
+
 # -- files ------------------------------------------------------------------------------------
 
 
