@@ -43,6 +43,7 @@ class PoolChange:
     holders: tuple[str, ...] = ()
     removal_cancelled: bool = False
     refused: str | None = None
+    adding: bool = False  # refused: the pool would have been added
 
 
 @dataclass(frozen=True)

@@ -1356,7 +1356,7 @@ def node_pools(draw: st.DrawFn, min_size: int = 1, max_size: int = 4) -> list[Po
                 )  # fmt: skip
                 for i in range(draw(st.integers(1, 4)))
             )
-            sharing = {"sharing": draw(st.sampled_from(["time-slice", "mps"])), "shares_per_device": draw(st.sampled_from([2, 4, 16]))} if kind == "shared" else {}
+            sharing = {"sharing": draw(st.sampled_from(["time-slice", "mps"] if accelerator == "nvidia" else ["time-slice"])), "shares_per_device": draw(st.sampled_from([2, 4, 16]))} if kind == "shared" else {}
             pools.append(Pool(name, "hpc", accelerator, sum(n.devices for n in nodes), nodes=nodes, supports_fractions=draw(st.booleans()), **sharing, **common))  # type: ignore[arg-type]
     return pools
 

@@ -15,9 +15,12 @@ are the node's cores where the node says its CPU, so neither side grants a core 
 
 from __future__ import annotations
 
+import pytest
+
 from examlops_policy import Placement, Pool, Workload, _nodes
 from examlops_policy._core import rooms
 from examlops_policy._core.state import sharing_of
+from examlops_policy.errors import SpecError
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import DeviceShare, Node, NodeAllocation
 
@@ -122,3 +125,42 @@ def test_gpu_grants_take_no_core_the_cpu_pool_holds(hardware: Hardware) -> None:
     assert not _gpu(hardware, 40)  # 34 cores are left
     assert _gpu(hardware, 34) and not _gpu(hardware, 1)
     assert hardware.verify_audit().ok
+
+
+# -- pools that disagree about a node (case 3) -------------------------------------------------------
+
+
+def _h100(name: str, *nodes: Node, model: str | None = "h100") -> Pool:
+    return Pool(name, "hpc", "nvidia", sum(n.devices for n in nodes), "eu", model=model, nodes=nodes)
+
+
+@pytest.mark.parametrize(
+    ("other", "said"),
+    [
+        (_h100("pb", Node("n1", 4, 64, 524288)), "has devices 4, pool 'pa' says 8"),
+        (_h100("pb", Node("n1", 8, 32, 524288)), "has CPU 32, pool 'pa' says 64"),
+        (_h100("pb", Node("n1", 8, 64, 262144)), "has memory 256Gi, pool 'pa' says 512Gi"),
+        (_h100("pb", Node("n1", 8, 64, 524288, state="drained")), "has state drained, pool 'pa' says up"),
+        (_h100("pb", Node("n1", 8, 64, 524288), model=None), "has device model none named, pool 'pa' says h100"),
+    ],
+)
+def test_pools_that_disagree_about_a_node_are_refused_and_nothing_is_written(hardware: Hardware, other: Pool, said: str) -> None:
+    """Before, each pool kept its own idea of the node: work went to a node one pool called drained,
+    and two pools naming the model and none counted 4 whole devices on a node of 2."""
+    with pytest.raises(SpecError) as refused:
+        hardware.apply([GPUS, other])
+    assert refused.value.field == "nodes"
+    assert f"pool 'pb' says node 'n1' {said}" in str(refused.value), refused.value
+    assert hardware.pools() == []  # all or nothing
+    preview = {c.name: c for c in hardware.apply([GPUS, other], dry_run=True)}
+    assert preview["pb"].action == "refused" and preview["pb"].adding and said in str(preview["pb"].refused)
+    hardware.add_pool(GPUS)
+    with pytest.raises(SpecError, match=f"pool 'pb' says node 'n1' {said}"):
+        hardware.add_pool(other)
+
+
+def test_a_fact_one_pool_leaves_unsaid_is_no_disagreement(hardware: Hardware) -> None:
+    """A CPU partition over the GPU node that says its cores but not its memory, and a second GPU
+    pool (another partition) that says the same facts: accepted."""
+    changes = hardware.apply([GPUS, _h100("pb", Node("n1", 8, 64)), Pool("pc", "hpc", "cpu", 64, "eu", nodes=(Node("n1", 64, 64),))])
+    assert sorted(c.action for c in changes) == ["added", "added", "added"]

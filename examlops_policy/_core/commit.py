@@ -19,6 +19,7 @@ busy, and capacities worked out again when the packing rules change.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final, Protocol, TypeGuard, TypeVar, cast
 
 from examlops_policy.errors import NotFoundError, SpecError, StateError
+from examlops_policy.quantities import cpu_text, memory_text
 from examlops_policy.model import (
     START_OBJECTIVES,
     WORK_OBJECTIVES,
@@ -977,7 +979,14 @@ def _apply(
         return
     # Only listed nodes are shared: who shares what is read from the fleet when such a pool changed.
     listed = any(p.nodes_named for p, _ in touched)
-    sharing = sharing_of(codec.pool_from_text(r.spec) for r in txn.pools(-1) if not r.removed) if listed else Sharing({})
+    fleet = [codec.pool_from_text(r.spec) for r in txn.pools(-1) if not r.removed] if listed else []
+    for name, why in _node_disagreements(fleet, {p.name for p, _ in touched}):
+        if not preview:
+            raise SpecError(why, field="nodes")
+        at = next(i for i, c in enumerate(changes) if c.name == name)
+        was = changes[at]
+        changes[at] = PoolChange(name, "refused", was.changed_fields, tuple(txn.holders(name)), refused=why, adding=was.action == "added")
+    sharing = sharing_of(fleet) if listed else Sharing({})
     done = {p.name for p, _ in touched}
     for pool, outside in touched:
         _refresh(txn, capacities, pool, outside, version, sharing=sharing)
@@ -987,6 +996,50 @@ def _apply(
             if other not in done and row is not None:
                 done.add(other)
                 _refresh(txn, capacities, codec.pool_from_text(row.spec), row.held_outside, version, sharing=sharing, before=row)
+
+
+def _node_disagreements(fleet: Sequence[Pool], changed: set[str]) -> list[tuple[str, str]]:
+    """(pool, why) for each pool of ``changed`` that says a node's facts otherwise than another
+    pool listing it by name: its CPU, memory, block, switch or state; and, between pools of the
+    same devices (accelerator, scheduler resource and slices), how many and their model. A node is one machine whichever pools list it:
+    a fact one pool leaves unsaid is not a disagreement."""
+    by_node: dict[str, list[tuple[Pool, Node]]] = {}
+    for pool in fleet:
+        for node in _listed_nodes(pool):
+            by_node.setdefault(node.name, []).append((pool, node))
+    found: dict[str, str] = {}
+    for name, seen in sorted(by_node.items()):
+        if len(seen) < 2 or not any(p.name in changed for p, _ in seen):
+            continue
+        for (a, x), (b, y) in itertools.combinations(seen, 2):
+            if b.name not in changed and a.name in changed:
+                a, x, b, y = b, y, a, x  # name the changed pool second
+            if b.name not in changed or b.name in found:
+                continue
+            # (what, one pool's, the other's, whether one left unsaid agrees)
+            said: list[tuple[str, object, object, bool]] = [
+                ("CPU", _said(x.cpu_milli, cpu_text), _said(y.cpu_milli, cpu_text), True),
+                ("memory", _said(x.memory_mib, memory_text), _said(y.memory_mib, memory_text), True), ("block", x.block, y.block, True),
+                ("switch", x.switch, y.switch, True), ("state", x.state, y.state, True),
+            ]  # fmt: skip
+            if (a.accelerator, a.gres_type, a.fixed_profile) == (b.accelerator, b.gres_type, b.fixed_profile):  # the same devices
+                said += [("devices", x.devices, y.devices, True), ("device model", a.model, b.model, False)]
+            for what, first, second, unsaid_agrees in said:
+                if first != second and not (unsaid_agrees and (first is None or second is None)):
+                    found[b.name] = (
+                        f"pool {b.name!r} says node {name!r} has {what} {_fact(second)}, pool {a.name!r} says {_fact(first)}: "
+                        "a node is one machine whichever pools list it; make them agree"
+                    )
+                    break
+    return sorted(found.items())
+
+
+def _fact(value: object) -> str:
+    return "none named" if value is None else str(value)
+
+
+def _said(value: int | None, text: Callable[[int], str]) -> str | None:
+    return None if value is None else text(value)
 
 
 def _change_problem(txn: Transaction, pool: Pool, fields: Sequence[str]) -> tuple[str, str] | None:

@@ -121,7 +121,7 @@ def change_line(c: PoolChange) -> str:
     elif c.action == "undrained":
         what = "undrained: takes new grants again" + ("; its pending removal is cancelled" if c.removal_cancelled else "")
     elif c.action == "refused":
-        change = f"update ({', '.join(c.changed_fields)})" if c.changed_fields else "removal"
+        change = "addition" if c.adding else f"update ({', '.join(c.changed_fields)})" if c.changed_fields else "removal"
         what = f"{change} refused: {c.refused}"
     else:
         what = c.action + (f" ({', '.join(c.changed_fields)})" if c.changed_fields else "")
