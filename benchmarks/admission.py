@@ -40,8 +40,9 @@ sys.path.insert(0, str(REPO))
 
 from examlops_policy._core import commit  # noqa: E402
 from examlops_policy._core.request import Request  # noqa: E402
-from examlops_policy._queueing import intent  # noqa: E402
-from examlops_policy.hardware import SOURCE, Hardware  # noqa: E402
+from examlops_policy.app.cycle import SOURCE, Decided, Skip, Write  # noqa: E402
+from examlops_policy.app.queue import intent, rank  # noqa: E402
+from examlops_policy.hardware import Hardware  # noqa: E402
 from examlops_policy.model import Pool, Workload  # noqa: E402
 from examlops_policy.opa import stop_server  # noqa: E402
 
@@ -53,14 +54,15 @@ def pool(i: int) -> Pool:
 def queue_fast(hw: Hardware, workload: Workload) -> str:
     """Queue ``workload`` through the library's write path without asking for its place in the
     order (what ``place(queue=True)`` asks first): the setup of a long queue stays linear."""
-    under = hw._current()
-    snap = hw._snapshot()
-    under, prepared, starts, decided = hw._decide(Request(workload), snap, under)
-    assert commit.queueable(decided), decided
     ident = uuid.uuid4().hex
-    waits = intent(hw, workload, None, ident, lease=None, submission=None)
-    done = commit.place(hw.store, prepared, decided, snap, under.capacities, source=SOURCE, queue=waits, ident=ident, starts=starts)
-    assert done.record is not None and done.record.decision.outcome == "queued"
+
+    def plan(decided: Decided) -> Write:
+        assert commit.queueable(decided.decision), decided.decision
+        waits = intent(hw.placing.queue, workload, None, ident, lease=None, submission=None)
+        return Write(decided.decision, decided.snapshot, ident=ident, queue=waits)
+
+    written = hw.cycle.run(Request(workload), plan, name=workload.name)
+    assert not isinstance(written, Skip) and written.done.record is not None and written.done.record.decision.outcome == "queued"
     return ident
 
 
@@ -112,15 +114,13 @@ def throughput(base: Path, pools: int, queued: int) -> dict[str, Any]:
         ids = [queue_fast(hw, Workload(f"q{i}", "amd", project=None)) for i in range(queued)]
         setup_queue = time.perf_counter() - t1
         for ident in holders:  # released without offering the queue the capacity
-            commit.release(hw.store, hw._capacities, ident, source=SOURCE)
+            commit.release(hw.store, hw.cycle.capacities, ident, source=SOURCE)
         start = time.perf_counter()
         report = hw.admit()
         took = time.perf_counter() - start
         admitted = len(report.admitted)
         order_start = time.perf_counter()
-        from examlops_policy._queueing import rank
-
-        rank(hw, hw.store.queue_rows(("admitted",))[:queued])
+        rank(hw.placing.queue, hw.store.queue_rows(("admitted",))[:queued])
         order_alone = time.perf_counter() - order_start
         return {
             "pools": pools,

@@ -71,7 +71,7 @@ def build(home: Path, placements: int, hours: int) -> float:
         ended = leases.text_of(T0 + timedelta(hours=hours, minutes=-30))
         started = leases.text_of(T0 + timedelta(minutes=30))
         for n, ident in enumerate(made[::2]):
-            commit.end_job(hw.store, hw._capacities, ident, str(1000 + n), "COMPLETED", started, ended, scheduler="slurm", source="benchmark")
+            commit.end_job(hw.store, hw.cycle.capacities, ident, str(1000 + n), "COMPLETED", started, ended, scheduler="slurm", source="benchmark")
     finally:
         hw.close()
     (home / "built.json").write_text(json.dumps({"placements": placements, "hours": hours}))

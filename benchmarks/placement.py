@@ -348,14 +348,14 @@ def run_breakdown(hw: Hardware, policy: TimedPolicy, prof: Profile) -> dict[str,
     i = 0
     while i < prof.breakdown_reps and (i < len(mix) or time.perf_counter() - start < prof.breakdown_budget_s):
         workload = mix[i % len(mix)][1]
-        snap0 = hw._snapshot()
+        snap0 = hw.cycle.snapshot()
         if snap0.fleet_version not in fleet_revs:  # once per fleet version, as Hardware does
             fleet_revs[snap0.fleet_version] = fleet_revision([s.pool for s in snap0.states], tables)
         policy.reset()
         t0 = time.perf_counter()
         specs.check_workload_facts(workload, tables)
         t1 = time.perf_counter()
-        snap = hw._snapshot()
+        snap = hw.cycle.snapshot()
         t2 = time.perf_counter()
         pools = snap.pools
         capacities = snap.capacities
@@ -669,13 +669,13 @@ def durable_breakdown(hw: Hardware, policy: TimedPolicy, work: Sequence[Workload
     while i < prof.durable_breakdown_reps and (i < len(work) or time.perf_counter() - start < prof.durable_budget_s / 2):
         workload = work[i % len(work)]
         i += 1
-        snap0 = hw._snapshot()
+        snap0 = hw.cycle.snapshot()
         if snap0.fleet_version not in fleet_revs:  # once per fleet version, as Hardware does
             fleet_revs[snap0.fleet_version] = fleet_revision([s.pool for s in snap0.states], hw.tables)
         policy.reset()
         t0 = time.perf_counter()
         specs.check_workload_facts(workload, hw.tables)
-        snap = hw._snapshot()
+        snap = hw.cycle.snapshot()
         t1 = time.perf_counter()
         prepared = hw.engine.prepare(workload, snap.pools, fleet_rev=fleet_revs[snap.fleet_version])
         t2 = time.perf_counter()
@@ -683,7 +683,7 @@ def durable_breakdown(hw: Hardware, policy: TimedPolicy, work: Sequence[Workload
         t2b = time.perf_counter()
         key = prepared.verdict_set_key  # computed here, so the commit below finds it cached
         t3 = time.perf_counter()
-        done = commit.place(hw.store, prepared, decided, snap, hw._capacities, source="exa-hardware")
+        done = commit.place(hw.store, prepared, decided, snap, hw.cycle.capacities, source="exa-hardware")
         t4 = time.perf_counter()
         assert done.record is not None
         decision = done.record.decision

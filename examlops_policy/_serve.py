@@ -61,13 +61,6 @@ def check_interval(interval_s: float) -> float:
     return float(interval_s)
 
 
-class Under(Protocol):
-    """The policy snapshot decisions are made under now."""
-
-    @property
-    def policy(self) -> PolicySnapshot: ...
-
-
 class Hardware(Protocol):
     """What serving needs of the façade (``examlops_policy.hardware.Hardware``, which makes the
     server: no import of it here): the policy snapshot and its engine, lease expiry, reconcile and
@@ -76,7 +69,7 @@ class Hardware(Protocol):
     @property
     def engine(self) -> Engine: ...
 
-    def _current(self, *, force: bool = False) -> Under: ...
+    def policy_snapshot(self, *, force: bool = False) -> PolicySnapshot: ...
 
     def close_policy(self) -> None: ...
 
@@ -244,9 +237,9 @@ class Server:
         it is local and serves another). False when nothing may be decided now."""
         hw = self.hw
         try:
-            under = hw._current(force=True)
-            if under.policy.revision != self.revision and self.revision is not None and not _same(under.policy.revision, self.revision):
-                report.lines.append(f"policy changed: {self.revision[:19]} -> {under.policy.revision[:19]}")
+            snapshot = hw.policy_snapshot(force=True)
+            if snapshot.revision != self.revision and self.revision is not None and not _same(snapshot.revision, self.revision):
+                report.lines.append(f"policy changed: {self.revision[:19]} -> {snapshot.revision[:19]}")
             try:
                 served = hw.engine.confirm()[0]
             except PolicyError as exc:

@@ -32,11 +32,9 @@ FLEET = [
 def decided(hw: Hardware, workload: Workload) -> tuple[object, object, object, object]:
     """A placement selected outside the lock, not committed yet (with the start estimates it was
     selected with: ``starts[hw]``)."""
-    snap = hw._snapshot()
-    under = hw._current()
-    _, prepared, gathered, decision = hw._decide(Request(workload), snap, under)
-    starts[id(hw)] = gathered
-    return snap, under, prepared, decision
+    made = hw.cycle.decide(Request(workload))
+    starts[id(hw)] = made.starts
+    return made.snapshot, made.under, made.prepared, made.decision
 
 
 starts: dict[int, Starts] = {}
@@ -163,7 +161,7 @@ def test_a_process_s_own_placement_advances_its_snapshot_without_reading_the_poo
         db = hardware.store._db  # type: ignore[attr-defined]
         db.set_trace_callback(statements.append)
         try:
-            snap = hardware._snapshot()
+            snap = hardware.cycle.snapshot()
         finally:
             db.set_trace_callback(None)
         fresh = Snapshots().read(hardware.store)
@@ -179,4 +177,4 @@ def test_a_process_s_own_placement_advances_its_snapshot_without_reading_the_poo
         other.place(AMD)
     finally:
         other.close()
-    assert hardware._snapshot().states == Snapshots().read(hardware.store).states
+    assert hardware.cycle.snapshot().states == Snapshots().read(hardware.store).states

@@ -72,7 +72,7 @@ def ran(hw: Hardware, clock: Clock, *, started: float, ended: float, released: f
     clock.move(minutes=started)
     assert commit.start_job(hw.store, record.id, job, at(started), scheduler="slurm", source="exa-hardware")
     clock.move(minutes=released - started)
-    assert commit.end_job(hw.store, hw._capacities, record.id, job, "COMPLETED", at(started), at(ended), scheduler="slurm", source="exa-hardware")
+    assert commit.end_job(hw.store, hw.cycle.capacities, record.id, job, "COMPLETED", at(started), at(ended), scheduler="slurm", source="exa-hardware")
     return record.id
 
 
@@ -119,7 +119,7 @@ def test_a_job_that_never_started_is_all_idle_and_one_without_a_scheduler_all_us
     never = hw.place(TRAIN)
     hw.set_job(never.id, "7", scheduler="slurm")
     clock.move(hours=1)
-    assert commit.end_job(hw.store, hw._capacities, never.id, "7", "CANCELLED", None, at(60), scheduler="slurm", source="exa-hardware")
+    assert commit.end_job(hw.store, hw.cycle.capacities, never.id, "7", "CANCELLED", None, at(60), scheduler="slurm", source="exa-hardware")
     free = hw.place(Workload("notebook", "amd", count=1))
     clock.move(hours=2)
     hw.release(free.id)

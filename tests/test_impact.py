@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from examlops_policy import _impact as impact
+from examlops_policy.app import impact
 from examlops_policy.errors import SpecError
 from examlops_policy.hardware import Hardware
-from examlops_policy._impact import Change, Summary, compare
+from examlops_policy.app.impact import Change, Summary, compare
 from examlops_policy.model import Pool, Workload
 from examlops_policy.opa.scratch import policy_source, scratch_opa
 from tests.conftest import run_exa

@@ -1422,7 +1422,7 @@ def test_python_selection_equals_the_policys_reference_decision_node_by_node(hw:
     same pool or rejection and the same reasons."""
     from examlops_policy._core.engine import differences, reference_input
 
-    drawn = data.draw(node_capacities(pools, hw.tables)) if data is not None else [hw._capacities.empty(p) for p in pools]
+    drawn = data.draw(node_capacities(pools, hw.tables)) if data is not None else [hw.cycle.capacities.empty(p) for p in pools]
     states = sorted(drawn, key=lambda s: s.pool.name)
     prepared = hw.engine.prepare(w, [s.pool for s in states])
     caps = [s.capacity for s in states]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from examlops_policy import _impact as impact
+from examlops_policy.app import impact
 from examlops_policy.hardware import Hardware
 from examlops_policy.opa.bundle import content_digest, reviewed_revision
 from examlops_policy.opa.scratch import scratch_opa

@@ -121,8 +121,8 @@ def test_apply_keeps_a_pool_drained_and_a_pool_is_not_registered_drained(hw: Har
 def test_a_placement_decided_before_a_drain_committed_is_decided_again(hw: Hardware) -> None:
     """Concurrency: a placer that judged the fleet before the drain cannot commit onto the drained
     pool (the fleet changed: it asks again), and its next round goes elsewhere."""
-    snap = hw._snapshot()
-    under, prepared, starts, decided = hw._decide(Request(ONE), snap, hw._current())
+    made = hw.cycle.decide(Request(ONE))
+    snap, under, prepared, starts, decided = made.snapshot, made.under, made.prepared, made.starts, made.decision
     assert isinstance(decided, Placement) and decided.pool == "cheap"
     hw.drain("cheap")
     with pytest.raises(StaleFleet):

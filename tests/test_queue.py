@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from examlops_policy._core import leases
-from examlops_policy._queueing import workload_from_spec
+from examlops_policy.app.queue import workload_from_spec
 from examlops_policy.errors import NotFoundError, SpecError
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Placement, Pool, Queued, Rejection, Workload
@@ -539,7 +539,7 @@ def test_a_normal_priority_workload_does_not_preempt(backend: Backend, opa_home:
 
 
 def test_use_per_project_is_bucketed_by_day_and_aged_at_each_buckets_middle(tmp_path: Path, opa_home: Path) -> None:
-    from examlops_policy import _queueing
+    from examlops_policy.app import queue as queueing
     from examlops_policy.hardware import ManagedPolicy
     from examlops_policy.store._sql import epoch
     from examlops_policy.store.sqlite import SQLiteStore
@@ -553,7 +553,7 @@ def test_use_per_project_is_bucketed_by_day_and_aged_at_each_buckets_middle(tmp_
         hw.release(a.id)  # ... to 12:00: 24 device-hours
         b = hw.place(Workload("b", "nvidia", count=4))  # 4 devices from 12:00, still held
         now = epoch("2026-11-02T06:00:00Z")  # 30 h after the start
-        use = _queueing.usage(hw, now)
+        use = queueing.usage(hw.cycle, hw.tables, now)
         # Buckets of 24 h back from now: [now-24h, now) holds 4 x 18 h of b; [now-48h, now-24h) holds
         # 4 x 0 h of b... b started 18 h ago, a ran 30..18 h ago.
         assert use == {"default": [[12.0, 72.0]], "llm-pretraining": [[12.0, 12.0], [36.0, 12.0]]}

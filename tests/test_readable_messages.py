@@ -13,7 +13,7 @@ import pytest
 
 from examlops_policy import quantities
 from examlops_policy._core.engine import differences
-from examlops_policy._impact import Summary, compare
+from examlops_policy.app.impact import Summary, compare
 from examlops_policy.cli import exits
 from examlops_policy.errors import SpecError
 from examlops_policy.hardware import Hardware
@@ -168,7 +168,7 @@ def test_accounting_prints_text_and_json_only_when_asked(exa_home: Path) -> None
 
 
 def test_policy_impact_shows_each_example_once_with_every_kind_it_shows() -> None:
-    from examlops_policy._impact import KIND_TITLES, CaseResult, Impact, Side
+    from examlops_policy.app.impact import KIND_TITLES, CaseResult, Impact, Side
 
     def summary(outcome: str = "placed", burst: str | None = "allowed", codes: tuple[str, ...] = ()) -> Summary:
         reason = None if outcome == "placed" else ("residency_forbids", "data-residency eu-only forbids egress")

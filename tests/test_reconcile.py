@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from examlops_policy import _reconcile
+from examlops_policy.app import reconcile
 from examlops_policy.errors import ExecutorError
 from examlops_policy.executors.command import CommandResult
 from examlops_policy.executors.slurm import node_state, queue_states, slurm_time
@@ -118,7 +118,7 @@ def test_a_job_that_ended_releases_its_grant_with_its_end_state_and_times(hw: Ha
     done = submitted(hw, "done", "101")
     running = submitted(hw, "running", "102")
     slurm.jobs = {"101": "COMPLETED|2026-12-01T14:00:00|2026-12-01T14:10:00|n1", "102": "RUNNING|2026-12-01T14:05:00|2026-12-01T16:05:00|n2"}
-    report = _reconcile.reconcile(hw, slurm=True, runner=slurm)
+    report = reconcile.reconcile(hw.cycle, slurm=True, runner=slurm)
     kinds = sorted(c.kind for c in report.changes)
     assert kinds == ["ended", "started"] and report.unreadable == ()
     record = hw.decision(done)
@@ -146,7 +146,7 @@ def test_the_start_reconcile_records_is_the_actual_start_start_estimates_are_mea
     started = (estimate.at + timedelta(seconds=90)).astimezone()  # squeue prints the controller's local time
     slurm = Slurm()
     slurm.jobs = {"301": f"RUNNING|{started.strftime('%Y-%m-%dT%H:%M:%S')}|Unknown|n1"}
-    report = _reconcile.reconcile(hw, slurm=True, runner=slurm)
+    report = reconcile.reconcile(hw.cycle, slurm=True, runner=slurm)
     assert [c.kind for c in report.changes] == ["started"]
     row = next(r for r in hw.decision_page(limit=5).decisions if r.id == record.id)
     # Slurm prints whole seconds: the start read back is within the second after estimate + 90 s.
@@ -161,11 +161,11 @@ def test_a_second_run_with_no_change_writes_nothing(hw: Hardware) -> None:
     submitted(hw, "done", "101")
     slurm.jobs = {"101": "FAILED|2026-12-01T14:00:00|2026-12-01T14:10:00|n1"}
     slurm.nodes["n2"] = "drained"
-    first = _reconcile.reconcile(hw, slurm=True, runner=slurm)
+    first = reconcile.reconcile(hw.cycle, slurm=True, runner=slurm)
     assert {c.kind for c in first.changes} == {"ended", "node"}
     before = len(hw.store.audit_rows())
     version = hw.store.rows().version
-    again = _reconcile.reconcile(hw, slurm=True, runner=slurm)
+    again = reconcile.reconcile(hw.cycle, slurm=True, runner=slurm)
     assert again.changes == () and len(hw.store.audit_rows()) == before and hw.store.rows().version == version
 
 
@@ -174,7 +174,7 @@ def test_a_job_slurm_forgot_is_read_from_accounting_else_it_is_missing(hw: Hardw
     old = submitted(hw, "old", "201")
     lost = submitted(hw, "lost", "202")
     slurm.accounting = {"201": "TIMEOUT|2026-12-01T10:00:00|2026-12-01T12:00:00|0:0"}
-    _reconcile.reconcile(hw, slurm=True, runner=slurm)
+    reconcile.reconcile(hw.cycle, slurm=True, runner=slurm)
     assert hw.decision(old).job_state == "TIMEOUT"
     assert hw.decision(lost).job_state == "missing" and hw.decision(lost).released_at is not None
 
@@ -183,7 +183,7 @@ def test_a_drained_node_takes_its_devices_out_and_they_come_back(hw: Hardware) -
     slurm = Slurm()
     assert free(hw) == 6
     slurm.nodes["n2"] = "drained"
-    report = _reconcile.reconcile(hw, slurm=True, runner=slurm)
+    report = reconcile.reconcile(hw.cycle, slurm=True, runner=slurm)
     assert [(c.kind, c.node) for c in report.changes] == [("node", "n2")]
     assert free(hw) == 4
     placed = [hw.place(Workload(f"w{i}", "nvidia", count=2)) for i in range(3)]
@@ -191,7 +191,7 @@ def test_a_drained_node_takes_its_devices_out_and_they_come_back(hw: Hardware) -
     holdings = {h.device for p in placed[:2] for h in getattr(p.decision, "holdings", ())}
     assert holdings.isdisjoint({2, 3})  # n2 holds devices 2 and 3
     slurm.nodes["n2"] = "idle"
-    back = _reconcile.reconcile(hw, slurm=True, runner=slurm)
+    back = reconcile.reconcile(hw.cycle, slurm=True, runner=slurm)
     assert [(c.kind, c.node) for c in back.changes] == [("node_up", "n2")]
     assert free(hw) == 2
 
@@ -201,13 +201,13 @@ def test_grants_on_a_node_that_went_down_are_flagged_not_released(hw: Hardware) 
     ident = submitted(hw, "on-n1", "301")  # devices 0, 1: node n1
     slurm.jobs = {"301": "RUNNING|2026-12-01T14:00:00|2026-12-01T15:00:00|n1"}
     slurm.nodes["n1"] = "down*"
-    _reconcile.reconcile(hw, slurm=True, runner=slurm)
+    reconcile.reconcile(hw.cycle, slurm=True, runner=slurm)
     record = hw.decision(ident)
     assert record.node_down_at is not None and record.released_at is None
     report = hw.verify_audit()
     assert report.ok, report.problems
     slurm.nodes["n1"] = "idle"
-    _reconcile.reconcile(hw, slurm=True, runner=slurm)
+    reconcile.reconcile(hw.cycle, slurm=True, runner=slurm)
     assert hw.decision(ident).node_down_at is None
     report = hw.verify_audit()
     assert report.ok, report.problems
@@ -218,10 +218,10 @@ def test_an_unreachable_slurm_changes_nothing(hw: Hardware) -> None:
     submitted(hw, "done", "101")
     slurm.down = True
     before = len(hw.store.audit_rows())
-    report = _reconcile.reconcile(hw, slurm=True, runner=slurm)
+    report = reconcile.reconcile(hw.cycle, slurm=True, runner=slurm)
     assert report.changes == () and report.unreadable and "Unable to contact" in report.unreadable[0][1]
     assert len(hw.store.audit_rows()) == before
-    assert _reconcile.executor_error(report) is not None
+    assert reconcile.executor_error(report) is not None
 
 
 def test_a_reconciled_job_end_admits_the_queue(hw: Hardware) -> None:
@@ -232,7 +232,7 @@ def test_a_reconciled_job_end_admits_the_queue(hw: Hardware) -> None:
     slurm.jobs = {"401": "COMPLETED|2026-12-01T14:00:00|2026-12-01T14:10:00|n1"}
     from unittest import mock
 
-    with mock.patch("examlops_policy._reconcile.run_command", slurm):
+    with mock.patch("examlops_policy.app.reconcile.run_command", slurm):
         report, admitted = hw.reconcile(slurm=True)
     assert [c.kind for c in report.changes] == ["ended"] and hw.decision(ident).released_at is not None
     assert admitted is not None and [a.queued_id for a in admitted.admitted] == [waiting.id]

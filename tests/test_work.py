@@ -254,23 +254,16 @@ def test_a_replay_by_work_needs_a_generic_trace(exa_home: Path, tmp_path: Path) 
 # -- fair share weighted by flavour -----------------------------------------------------------------
 
 
-class _Weighed:
-    """The façade as the fair share reads it, with fair_share.yaml's usage_weight set."""
-
-    def __init__(self, hw: Any, how: str) -> None:
-        self._hw = hw
-        self.tables = dataclasses.replace(hw.tables, fair_share={**hw.tables.fair_share, "usage_weight": how})
-        self.store = hw.store
-
-    def _snapshot(self) -> Any:
-        return self._hw._snapshot()
+def _weighed(tables: Any, how: str) -> Any:
+    """The tables with fair_share.yaml's usage_weight set to ``how``."""
+    return dataclasses.replace(tables, fair_share={**tables.fair_share, "usage_weight": how})
 
 
 def test_a_project_s_use_is_weighed_by_the_flavour_it_held(tmp_path: Path, opa_home: Path) -> None:
     """Ten hours of a K80 at $0.45 and ten of a V100 at $2.48: by devices 10 and 10; by price 4.5
     and 24.8 (dollars); by throughput 10 x the K80's speed against a V100 (the geometric mean of
     Gavel's seven ratios) and 10."""
-    from examlops_policy import _queueing
+    from examlops_policy.app import queue as queueing
     from examlops_policy.hardware import Hardware, ManagedPolicy
     from examlops_policy.store._sql import epoch
     from examlops_policy.store.sqlite import SQLiteStore
@@ -289,7 +282,7 @@ def test_a_project_s_use_is_weighed_by_the_flavour_it_held(tmp_path: Path, opa_h
         hw.release(a.id)
         hw.release(b.id)
         now = epoch("2026-11-01T12:00:00Z")
-        hours = {how: {p: sum(h for _, h in rows) for p, rows in _queueing.usage(_Weighed(hw, how), now).items()}  # type: ignore[arg-type]
+        hours = {how: {p: sum(h for _, h in rows) for p, rows in queueing.usage(hw.cycle, _weighed(hw.tables, how), now).items()}
                  for how in ("devices", "price", "throughput")}  # fmt: skip
         assert hours["devices"] == {"inference-eu": pytest.approx(10.0), "llm-pretraining": pytest.approx(10.0)}
         assert hours["price"] == {"inference-eu": pytest.approx(24.8), "llm-pretraining": pytest.approx(4.5)}
@@ -300,6 +293,6 @@ def test_a_project_s_use_is_weighed_by_the_flavour_it_held(tmp_path: Path, opa_h
         assert hours["throughput"] == {"inference-eu": pytest.approx(10.0), "llm-pretraining": pytest.approx(10 * speed)}
         assert load_tables().throughput_weight("h100", "v100") == 1.0  # no class measures it: one device
         with pytest.raises(Exception, match="usage_weight is devices, price or throughput"):
-            _queueing.usage(_Weighed(hw, "karma"), now)  # type: ignore[arg-type]
+            queueing.usage(hw.cycle, _weighed(hw.tables, "karma"), now)
     finally:
         hw.close()

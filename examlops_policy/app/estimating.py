@@ -4,7 +4,7 @@ Only candidates are asked: the pools no check but capacity and the wait denies (
 candidates``). A workload with ``max_wait``, a ``deadline`` or ``optimize: earliest`` needs every
 candidate's estimate to be decided; any other workload asks for the chosen pool's only, which the
 decision records (its selection does not depend on it). Each estimate comes from whoever owns the
-pool (``estimates.gather.StartEstimator``: Slurm itself, a Kubernetes cluster, the reviewed
+pool (``estimates.gather.StartEstimator``, an ``Estimator``: Slurm itself, a Kubernetes cluster, the reviewed
 provisioning table of the same policy snapshot, or the layer's own account of free capacity),
 judged at one decision time, the estimator's clock when asking.
 
@@ -24,7 +24,7 @@ from examlops_policy._core.quota import NO_USE, QuotaUse
 from examlops_policy._core.waiting import Starts
 
 if TYPE_CHECKING:
-    from examlops_policy.estimates.gather import StartEstimator
+    from examlops_policy.app.ports import Estimator
 
 
 def needs_every_candidate(prepared: Prepared) -> bool:
@@ -49,7 +49,7 @@ def wanted(
     return [judged.fleet.index[first.pool]] if isinstance(first, Placement) else []
 
 
-def gather(estimator: StartEstimator, prepared: Prepared, capacities: Sequence[Capacity], pools: Sequence[int]) -> Starts:
+def gather(estimator: Estimator, prepared: Prepared, capacities: Sequence[Capacity], pools: Sequence[int]) -> Starts:
     """The start estimates of ``pools`` (fleet indexes) for the prepared workload, at the decision's
     time (the estimator's clock now): each for the grant the pool gives with what it can place now
     (``capacities``, aligned with the fleet; ``Judged.grant_for``), and whether that fits now."""
@@ -69,7 +69,7 @@ def gather(estimator: StartEstimator, prepared: Prepared, capacities: Sequence[C
 
 
 def starts_for(
-    estimator: StartEstimator,
+    estimator: Estimator,
     prepared: Prepared,
     capacities: Sequence[Capacity],
     tables: Tables,

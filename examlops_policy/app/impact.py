@@ -21,7 +21,8 @@ by kind:
 ``run_impact`` builds both bundles, starts both OPAs (``opa.scratch``: private, on Unix sockets in
 a temporary folder, stopped afterwards whatever happens), evaluates every case and returns an
 ``Impact``; ``to_json``, ``to_markdown`` and ``to_lines`` (also its methods) render it. Everything
-but ``run_impact`` and the case loaders is pure. ``Hardware.policy_impact`` is the façade's call.
+but ``run_impact`` and the case loaders is pure. ``Hardware.policy_impact`` is the façade's call
+(through ``app.policy_review``).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ from examlops_policy._core.waiting import Starts
 if TYPE_CHECKING:
     from examlops_policy._core.records import DecisionInputs
     from examlops_policy.tables import Tables
-    from examlops_policy.views import DecisionPage, DecisionRecord, DecisionSummary
+    from examlops_policy.app.ports import Recorded
+    from examlops_policy.views import DecisionSummary
 
 KINDS: Final = ("outcome", "pool", "fallback", "burst", "reasons")
 KIND_TITLES: Final = {
@@ -63,16 +65,6 @@ class ReferencePolicy(Protocol):
     def about(self) -> About: ...
 
     def decision(self, policy_input: JSONObject) -> JSONObject: ...
-
-
-class Recorded(Protocol):
-    """What recorded cases are read from: the façade's decisions and what each was made on."""
-
-    def decision_page(self, *, limit: int = 20, since: str | None = None, until: str | None = None, cursor: str | None = None) -> DecisionPage: ...
-
-    def decision(self, ident: str) -> DecisionRecord: ...
-
-    def decision_inputs(self, ident: str) -> DecisionInputs: ...
 
 
 # -- cases ------------------------------------------------------------------------------------
@@ -105,7 +97,7 @@ class Case:
         return reference_input(self.workload, Fleet("impact", entries), self.capacities, about, self.starts, quota_use=self.quota_use)
 
 
-def recorded_cases(hw: Recorded, *, last: int | None = None, since: str | None = None) -> tuple[list[Case], list[str]]:
+def recorded_cases(recorded: Recorded, *, last: int | None = None, since: str | None = None) -> tuple[list[Case], list[str]]:
     """The recorded decisions, newest first: the ``last`` N, or every one made at or after
     ``since`` (ISO 8601 UTC; at most ``MAX_RECORDED``). Returns the cases and, for decisions that
     cannot be replayed (recorded before decisions kept their inputs), why they were skipped."""
@@ -115,7 +107,7 @@ def recorded_cases(hw: Recorded, *, last: int | None = None, since: str | None =
     rows: list[DecisionSummary] = []
     cursor: str | None = None
     while len(rows) < limit:
-        page = hw.decision_page(limit=min(500, limit - len(rows)), since=since, cursor=cursor)
+        page = recorded.decision_page(limit=min(500, limit - len(rows)), since=since, cursor=cursor)
         rows.extend(page.decisions)
         if page.cursor is None:
             break
@@ -124,11 +116,11 @@ def recorded_cases(hw: Recorded, *, last: int | None = None, since: str | None =
     for row in rows:
         label = f"decision {row.id[:12]}"
         try:
-            record = hw.decision(row.id)
+            record = recorded.decision(row.id)
             fleet_rev = record.decision.provenance.fleet_revision
             if fleet_rev is None:
                 raise SpecError("recorded before decisions kept their fleet")
-            inputs = hw.decision_inputs(row.id)
+            inputs = recorded.decision_inputs(row.id)
         except SpecError as exc:
             skipped.append(f"{label}: {exc}")
             continue

@@ -110,3 +110,11 @@ def _verify(read: AuditedRead, capacities: Capacities, checkpoint: audit.Checkpo
         )  # fmt: skip
         report = audit.VerifyReport(False, report.size, report.head, (*report.problems, layout))
     return report
+
+
+def checkpoint(report: audit.VerifyReport, *, origin: str | None = None, key: audit.SigningKey | None = None) -> audit.Checkpoint:
+    """A checkpoint (size and head) of the log ``report`` verified, signed with ``key`` when given;
+    AuditIntegrityError when it did not verify."""
+    report.raise_for_problems()
+    cp = audit.make_checkpoint(report.size, report.head, origin or audit.ORIGIN)
+    return audit.sign_checkpoint(cp, key) if key is not None else cp

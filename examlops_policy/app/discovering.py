@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, cast
 
 from examlops_policy.discovery import Discovery, plan
 from examlops_policy.errors import SpecError
@@ -17,35 +17,20 @@ from examlops_policy.store.api import NodeUsageRow
 from examlops_policy.views import DiscoveredChange, DiscoveryResult, PoolChange
 
 if TYPE_CHECKING:
+    from examlops_policy.app.ports import Fleet
     from examlops_policy.catalog import CatalogImport
     from examlops_policy.tables import Tables
 
 SOURCES = ("slurm", "local", "kubernetes")
 
 
-class Fleet(Protocol):
-    """What discovery and catalog import need of the façade: the tables, the registered pools,
-    and the writes that register pools and record what schedulers report busy."""
-
-    @property
-    def tables(self) -> Tables: ...
-
-    def pools(self) -> list[PoolState]: ...
-
-    def apply(self, pools: Sequence[Pool]) -> list[PoolChange]: ...
-
-    def record_usage(
-        self, usage: Mapping[str, float], *, scheduler: str, nodes: Mapping[str, Sequence[NodeUsageRow]] | None = None
-    ) -> dict[str, float]: ...
-
-
-def _region(hw: Fleet, region: str | None) -> str:
-    if region is not None and not hw.tables.region_known(region):
+def _region(fleet: Fleet, region: str | None) -> str:
+    if region is not None and not fleet.tables.region_known(region):
         raise SpecError(f"region {region!r} is not in the reviewed regions table (policies/examlops/tables/regions.yaml)", field="region")
     return region or ""
 
 
-def _found(hw: Fleet, source: str, region: str | None, prefix: str | None, options: dict[str, object]) -> tuple[Discovery, Callable[[Pool], bool]]:
+def _found(fleet: Fleet, source: str, region: str | None, prefix: str | None, options: dict[str, object]) -> tuple[Discovery, Callable[[Pool], bool]]:
     """What a source reports, and which registered pools that source owns (for stale ones)."""
     if source == "slurm":
         from examlops_policy.discovery.slurm import discover_slurm, from_slurm
@@ -53,7 +38,7 @@ def _found(hw: Fleet, source: str, region: str | None, prefix: str | None, optio
 
         slurm_prefix = prefix or ""
         return (
-            discover_slurm(load_gres_table(), region=_region(hw, region), prefix=slurm_prefix),
+            discover_slurm(load_gres_table(), region=_region(fleet, region), prefix=slurm_prefix),
             lambda p: from_slurm(p) and p.name.startswith(slurm_prefix),
         )
     if source == "local":
@@ -62,7 +47,7 @@ def _found(hw: Fleet, source: str, region: str | None, prefix: str | None, optio
         local_prefix = prefix or "local-"
         target = str(options.get("target") or "hpc")
         return (
-            discover_local(hw.tables, region=_region(hw, region), target=target, prefix=local_prefix),
+            discover_local(fleet.tables, region=_region(fleet, region), target=target, prefix=local_prefix),
             lambda p: p.name.startswith(local_prefix) and p.partition is None,
         )
     if source == "kubernetes":
@@ -71,16 +56,20 @@ def _found(hw: Fleet, source: str, region: str | None, prefix: str | None, optio
 
         k8s_prefix = prefix or "k8s-"
         with KubernetesCluster.connect(cast("str | None", options.get("kubeconfig")), cast("str | None", options.get("context"))) as cluster:
-            found = discover_kubernetes(cluster, hw.tables.regions, prefix=k8s_prefix, models=hw.tables.models,
+            found = discover_kubernetes(cluster, fleet.tables.regions, prefix=k8s_prefix, models=fleet.tables.models,
                                         block_label=cast("str | None", options.get("block_label")),
                                         switch_label=cast("str | None", options.get("switch_label")))  # fmt: skip
         return found, lambda p: from_kubernetes(p, prefix=k8s_prefix)
     raise SpecError(f"expected one of {', '.join(SOURCES)} (got {source!r})", field="source")
 
 
-def discover(hw: Fleet, source: str, *, region: str | None, prefix: str | None, apply: bool, **options: object) -> DiscoveryResult:
-    found, owned = _found(hw, source, region, prefix, dict(options))
-    changes = plan(found, sorted(hw.pools(), key=lambda s: s.pool.name), owned=owned)
+def discover(fleet: Fleet, source: str, *, region: str | None, prefix: str | None, apply: bool, **options: object) -> DiscoveryResult:
+    """Pools where they are: ``slurm`` (sinfo/scontrol), ``local`` (this machine's devices) or
+    ``kubernetes`` (nodes' allocatable devices; ``context``, ``kubeconfig``). Shows what
+    applying would change; ``apply`` registers them and records what the scheduler reports busy
+    beyond this layer's own submitted placements (held outside, audited)."""
+    found, owned = _found(fleet, source, region, prefix, dict(options))
+    changes = plan(found, sorted(fleet.pools(), key=lambda s: s.pool.name), owned=owned)
     extras = {d.pool.name: d for d in found.pools}
     held: dict[str, float] = {}
     if apply:
@@ -88,7 +77,7 @@ def discover(hw: Fleet, source: str, *, region: str | None, prefix: str | None, 
         missing = [p.name for p in pools if not p.region]
         if missing:
             raise SpecError(f"new pool(s) {', '.join(missing)} have no region: give --region", field="region")
-        hw.apply(pools)
+        fleet.apply(pools)
         # What the scheduler reports busy, beyond this layer's own submitted placements, is not free;
         # a pool of nodes node by node (its devices, their indices, shares, CPU and memory).
         usage = {d.pool.name: d.pool.count - d.free for d in found.pools if d.free is not None}
@@ -97,7 +86,7 @@ def discover(hw: Fleet, source: str, *, region: str | None, prefix: str | None, 
             for d in found.pools if d.pool.node_tracked and d.usage
         }  # fmt: skip
         if usage or per_node:
-            held = hw.record_usage(usage, scheduler=found.source, nodes=per_node)
+            held = fleet.record_usage(usage, scheduler=found.source, nodes=per_node)
     out = []
     for c in changes:
         assert c.pool is not None
@@ -112,13 +101,15 @@ def discover(hw: Fleet, source: str, *, region: str | None, prefix: str | None, 
     return DiscoveryResult(found.source, tuple(out), found.warnings, apply, held)
 
 
-def import_catalog(hw: Fleet, path: Path, *, apply: bool, **options: object) -> CatalogImport:
+def import_catalog(fleet: Fleet, path: Path, *, apply: bool, **options: object) -> CatalogImport:
+    """Read a SkyPilot catalog, show the pools it would add or reprice (``count`` required for
+    new pools; ``overwrite`` replaces prices set by hand), and register them with ``apply``."""
     from examlops_policy.catalog import CatalogImport, ImportOptions, plan_import, read_catalog
 
     def strings(name: str) -> tuple[str, ...]:
         return tuple(cast("tuple[str, ...]", options.get(name) or ()))
 
-    catalog = read_catalog(path, cloud=cast("str | None", options.get("cloud")), tables=hw.tables)
+    catalog = read_catalog(path, cloud=cast("str | None", options.get("cloud")), tables=fleet.tables)
     choice = ImportOptions(
         count=cast("int | None", options.get("count")),
         overwrite=bool(options.get("overwrite")),
@@ -126,8 +117,8 @@ def import_catalog(hw: Fleet, path: Path, *, apply: bool, **options: object) -> 
         regions=strings("regions"),
         accelerators=strings("accelerators"),
     )
-    planned = plan_import(catalog, sorted((s.pool for s in hw.pools()), key=lambda p: p.name), choice, tables=hw.tables)
+    planned = plan_import(catalog, sorted((s.pool for s in fleet.pools()), key=lambda p: p.name), choice, tables=fleet.tables)
     if not apply:
         return CatalogImport(planned)
-    changes = hw.apply(list(planned.writes()))
+    changes = fleet.apply(list(planned.writes()))
     return CatalogImport(planned, tuple(f"{c.name} {c.action}" for c in changes))

@@ -16,42 +16,29 @@ be read changes nothing of its own and does not stop the others.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING
 
 from examlops_policy._core import commit
+from examlops_policy.app.cycle import SOURCE
 from examlops_policy.errors import ExaError, ExecutorError
 from examlops_policy.executors.command import Runner, run_command
 from examlops_policy.store.api import GrantRow
 from examlops_policy.views import ReconcileChange, ReconcileReport
 
 if TYPE_CHECKING:
-    from examlops_policy._core.state import Capacities
-    from examlops_policy.model import PoolState
-    from examlops_policy.store import Store
-
-SOURCE: Final = "exa-hardware"
-
-
-class Host(Protocol):
-    """What reconcile needs of the façade: its store, the capacity rules, the pools."""
-
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def _capacities(self) -> Capacities: ...
-
-    def pools(self) -> list[PoolState]: ...
+    from examlops_policy.app.ports import State
+    from examlops_policy.app.queue import Queue
+    from examlops_policy.views import AdmissionReport
 
 
 def reconcile(
-    hw: Host, *, slurm: bool | None = None, kubernetes: Mapping[str, str | None] | None = None, runner: Runner | None = None
+    st: State, *, slurm: bool | None = None, kubernetes: Mapping[str, str | None] | None = None, runner: Runner | None = None
 ) -> ReconcileReport:
     """Read the schedulers and write what changed. ``slurm``/``kubernetes`` (kubeconfig, context)
     name the schedulers to read (jobs and nodes); left out, each scheduler live grants were
     submitted to is read (its jobs and its nodes), Kubernetes through the default kubeconfig."""
     runner = runner or run_command
-    grants = hw.store.live_grants(with_jobs=True)
+    grants = st.store.live_grants(with_jobs=True)
     by_scheduler: dict[str, list[GrantRow]] = {}
     for g in grants:
         by_scheduler.setdefault(g.scheduler or "slurm", []).append(g)
@@ -61,12 +48,12 @@ def reconcile(
     unreadable: list[tuple[str, str]] = []
     if read_slurm:
         try:
-            changes += _slurm(hw, by_scheduler.get("slurm", []), runner)
+            changes += _slurm(st, by_scheduler.get("slurm", []), runner)
         except ExaError as exc:
             unreadable.append(("slurm", str(exc)))
     if read_k8s:
         try:
-            changes += _kubernetes(hw, by_scheduler.get("kubernetes", []), kubernetes or {})
+            changes += _kubernetes(st, by_scheduler.get("kubernetes", []), kubernetes or {})
         except ExaError as exc:
             unreadable.append(("kubernetes", str(exc)))
     return ReconcileReport(tuple(changes), tuple(unreadable), len(grants))
@@ -75,7 +62,7 @@ def reconcile(
 # -- Slurm ------------------------------------------------------------------------------------------
 
 
-def _slurm(hw: Host, grants: Sequence[GrantRow], runner: Runner) -> list[ReconcileChange]:
+def _slurm(st: State, grants: Sequence[GrantRow], runner: Runner) -> list[ReconcileChange]:
     from examlops_policy.executors import slurm
 
     jobs = slurm.queue_states(runner)
@@ -87,20 +74,20 @@ def _slurm(hw: Host, grants: Sequence[GrantRow], runner: Runner) -> list[Reconci
         assert g.job_id is not None
         job = jobs.get(g.job_id) or (accounted or {}).get(g.job_id)
         if job is None:
-            changes += _ended(hw, g, "missing", g.job_started_at, None, "slurm")
+            changes += _ended(st, g, "missing", g.job_started_at, None, "slurm")
         elif job.ended:
-            changes += _ended(hw, g, job.state, job.started_at, job.ended_at, "slurm")
+            changes += _ended(st, g, job.state, job.started_at, job.ended_at, "slurm")
         elif job.running and job.started_at and g.job_started_at is None:
-            changes += _started(hw, g, job.started_at, "slurm")
+            changes += _started(st, g, job.started_at, "slurm")
     # Nodes: the pools a Slurm partition serves, that name their nodes.
-    changes += _nodes(hw, nodes, "slurm", lambda state: state.pool.partition is not None and state.pool.nodes_named)
+    changes += _nodes(st, nodes, "slurm", lambda state: state.pool.partition is not None and state.pool.nodes_named)
     return changes
 
 
 # -- Kubernetes -------------------------------------------------------------------------------------
 
 
-def _kubernetes(hw: Host, grants: Sequence[GrantRow], options: Mapping[str, str | None]) -> list[ReconcileChange]:
+def _kubernetes(st: State, grants: Sequence[GrantRow], options: Mapping[str, str | None]) -> list[ReconcileChange]:
     from examlops_policy.executors.kubernetes_api import KubernetesCluster
 
     with KubernetesCluster.connect(options.get("kubeconfig"), options.get("context")) as cluster:
@@ -112,49 +99,49 @@ def _kubernetes(hw: Host, grants: Sequence[GrantRow], options: Mapping[str, str 
         namespace, _, name = g.job_id.partition("/")
         job = jobs.get((namespace, name))
         if job is None or (g.job_uid and job.uid and job.uid != g.job_uid):
-            changes += _ended(hw, g, "missing", g.job_started_at, None, "kubernetes")
+            changes += _ended(st, g, "missing", g.job_started_at, None, "kubernetes")
         elif job.ended:
-            changes += _ended(hw, g, job.state, job.started_at, job.ended_at, "kubernetes")
+            changes += _ended(st, g, job.state, job.started_at, job.ended_at, "kubernetes")
         elif job.state == "active" and job.started_at and g.job_started_at is None:
-            changes += _started(hw, g, job.started_at, "kubernetes")
-    changes += _nodes(hw, nodes, "kubernetes", lambda state: state.pool.partition is None and state.pool.nodes_named)
+            changes += _started(st, g, job.started_at, "kubernetes")
+    changes += _nodes(st, nodes, "kubernetes", lambda state: state.pool.partition is None and state.pool.nodes_named)
     return changes
 
 
 # -- the writes ----------------------------------------------------------------------------------------
 
 
-def _ended(hw: Host, g: GrantRow, state: str, started: str | None, ended: str | None, scheduler: str) -> list[ReconcileChange]:
+def _ended(st: State, g: GrantRow, state: str, started: str | None, ended: str | None, scheduler: str) -> list[ReconcileChange]:
     assert g.job_id is not None
-    if not commit.end_job(hw.store, hw._capacities, g.id, g.job_id, state, started, ended, scheduler=scheduler, source=SOURCE):
+    if not commit.end_job(st.store, st.capacities, g.id, g.job_id, state, started, ended, scheduler=scheduler, source=SOURCE):
         return []
     text = f"{scheduler} job {g.job_id} of decision {g.id[:12]} ended ({state}): released {g.devices:g} {g.accelerator} on {g.pool}"
     return [ReconcileChange("ended", scheduler, g.id, g.job_id, state, g.pool, None, started, ended, text)]
 
 
-def _started(hw: Host, g: GrantRow, at: str, scheduler: str) -> list[ReconcileChange]:
+def _started(st: State, g: GrantRow, at: str, scheduler: str) -> list[ReconcileChange]:
     assert g.job_id is not None
-    if not commit.start_job(hw.store, g.id, g.job_id, at, scheduler=scheduler, source=SOURCE):
+    if not commit.start_job(st.store, g.id, g.job_id, at, scheduler=scheduler, source=SOURCE):
         return []
     return [ReconcileChange("started", scheduler, g.id, g.job_id, "running", g.pool, None, at, None,
                             f"{scheduler} job {g.job_id} of decision {g.id[:12]} started at {at}")]  # fmt: skip
 
 
-def _nodes(hw: Host, observed: Mapping[str, str], scheduler: str, serves: object) -> list[ReconcileChange]:
+def _nodes(st: State, observed: Mapping[str, str], scheduler: str, serves: object) -> list[ReconcileChange]:
     """Set each node whose state, as its scheduler reports it, differs from the one the pools
     listing it record (``commit.reconcile_node``: in every pool that lists it at once); nothing is
     written when none differs."""
     wanted: dict[str, str] = {}
-    for state in hw.pools():
-        if not callable(serves) or not serves(state):
+    for pool in st.snapshot().states:
+        if not callable(serves) or not serves(pool):
             continue
-        for node in state.pool.node_list():
+        for node in pool.pool.node_list():
             seen = observed.get(node.name)
             if seen is not None and seen != node.state:  # None: the scheduler does not report it
                 wanted.setdefault(node.name, seen)
     changes: list[ReconcileChange] = []
     for name, seen in sorted(wanted.items()):
-        pools, flagged = commit.reconcile_node(hw.store, hw._capacities, name, seen, scheduler=scheduler, source=SOURCE)
+        pools, flagged = commit.reconcile_node(st.store, st.capacities, name, seen, scheduler=scheduler, source=SOURCE)
         if not pools:
             continue
         text = f"{scheduler} node {name} of pool{'s' if len(pools) > 1 else ''} {', '.join(pools)}: {seen}" + (
@@ -163,6 +150,22 @@ def _nodes(hw: Host, observed: Mapping[str, str], scheduler: str, serves: object
         kind = "node_up" if seen == "up" else "node_down" if seen == "down" else "node"
         changes.append(ReconcileChange(kind, scheduler, None, None, seen, pools[0], name, text=text))
     return changes
+
+
+def reconcile_and_admit(
+    q: Queue, *, slurm: bool | None = None, kubernetes: Mapping[str, str | None] | None = None, admit: bool = True
+) -> tuple[ReconcileReport, AdmissionReport | None]:
+    """``reconcile`` over the queue's state (``Hardware.reconcile``): each change one audited
+    transaction; a run with no change writes nothing. With ``admit``, capacity freed (a job ended,
+    a node came back) is offered to the queue at once. A scheduler that could not be read is in
+    ``ReconcileReport.unreadable`` (the others' changes are written)."""
+    from examlops_policy.app import queue
+
+    report = reconcile(q.cycle, slurm=slurm, kubernetes=kubernetes)
+    admitted = None
+    if admit and freed(report):
+        admitted, _ = queue.offer_freed(q)
+    return report, admitted
 
 
 def freed(report: ReconcileReport) -> bool:

@@ -31,70 +31,58 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from examlops_policy import specs
 from examlops_policy._core import codec, commit
 from examlops_policy._core.request import Request
+from examlops_policy.app.cycle import SOURCE, Decided, DecisionCycle, FleetKeptChanging, Skip, Write
 from examlops_policy.errors import ExaError, ExecutorError, NotFoundError, PolicyError, SpecError, StateError
-from examlops_policy.model import Decision, JSONObject, JSONValue, Placement, Pool, Rejection, Workload
-from examlops_policy.store import StaleFleet
+from examlops_policy.model import Decision, JSONObject, JSONValue, Placement, Pool, PoolVerdict, Rejection, Workload
 from examlops_policy.store.api import GrantRow, QueueRow
 from examlops_policy.views import AdmissionReport, Admitted, Cancelled, DecisionRecord, QueueEntry, QueueListing, QuotaRow, Submit, duration_text
 
 if TYPE_CHECKING:
-    from examlops_policy._core.engine import Engine, Prepared
+    from examlops_policy._core.engine import Engine
     from examlops_policy._core.records import Reader
-    from examlops_policy._core.state import Capacities, Snapshot
-    from examlops_policy._core.waiting import Starts
+    from examlops_policy._core.state import Snapshot
     from examlops_policy._core.verdicts import PolicyEvaluator
-    from examlops_policy.model import Pool
+    from examlops_policy.app.ports import Jobs, Placer, Queries, State
     from examlops_policy.store import Store
     from examlops_policy.tables import Tables
     from examlops_policy.views import Submission
 
 
-class Hardware(Protocol):
-    """What the queue's workflows need of the façade (``examlops_policy.hardware.Hardware``): its
-    store, policy and tables, the decision path (a snapshot, a decision under the current policy
-    snapshot), recorded decisions, placing, and what submission needs."""
+@dataclass(frozen=True)
+class Queue:
+    """What the queue's workflows work with: the decision cycle (the state, the policy snapshot,
+    decisions and their commit), recorded decisions and their jobs (``Jobs``: submission), and who
+    places a preempted grant's workload again (``Placer``)."""
+
+    cycle: DecisionCycle
+    jobs: Jobs
+    placer: Placer
 
     @property
-    def store(self) -> Store: ...
+    def store(self) -> Store:
+        return self.cycle.store
 
     @property
-    def tables(self) -> Tables: ...
+    def tables(self) -> Tables:
+        return self.cycle.tables
 
     @property
-    def policy(self) -> PolicyEvaluator: ...
+    def policy(self) -> PolicyEvaluator:
+        return self.cycle.policy
 
     @property
-    def engine(self) -> Engine: ...
+    def engine(self) -> Engine:
+        return self.cycle.engine()
 
     @property
-    def records(self) -> Reader: ...
+    def records(self) -> Reader:
+        return self.cycle.records
 
-    @property
-    def _capacities(self) -> Capacities: ...
-
-    def _current(self, *, force: bool = False) -> Any: ...
-
-    def _snapshot(self) -> Snapshot: ...
-
-    def _decide(self, request: Request, snap: Snapshot, under: Any) -> tuple[Any, Prepared, Starts, Decision]: ...
-
-    def decision(self, ident: str) -> DecisionRecord: ...
-
-    def place(
-        self, workload: Workload, *, request_id: str | None = None, lease: timedelta | None = None, queue: bool = False,
-        submission: Submit | None = None, queued_at: str | None = None, preempted_from: str | None = None,
-    ) -> DecisionRecord: ...  # fmt: skip
-
-    def pool_by_name(self, name: str) -> Pool: ...
-
-    def set_job(self, ident: str, job_id: str, *, scheduler: str, uid: str | None = None) -> DecisionRecord: ...
-
-    def mark_job(self, ident: str, state: str) -> DecisionRecord: ...
 
 ORDER_RULE: Final = "examlops/queue/order/ranked"
 RESERVATION_RULE: Final = "examlops/queue/reservation/judged"
@@ -107,12 +95,6 @@ _UNREACHABLE: Final = (
     "Timeout", "could not be reached", "slurm_load_jobs error", "Zero Bytes were transmitted",
 )  # fmt: skip
 _PREEMPTABLE_CODES: Final = frozenset({"capacity_exhausted", "slice_unavailable", "quota_exceeded"})
-
-
-class Queries(Protocol):
-    """A policy that answers the queue's entry points."""
-
-    def query(self, path: str, policy_input: JSONObject) -> object: ...
 
 
 def rfc3339(ts: float | None = None) -> str:
@@ -137,23 +119,23 @@ def workload_from_spec(text: str) -> Workload:
     return specs.workload_from_mapping(cast(JSONObject, json.loads(text)), source="the queue")
 
 
-def vouched_workload(hw: Hardware, row: QueueRow) -> Workload:
+def vouched_workload(q: Queue, row: QueueRow) -> Workload:
     """What a waiting workload is placed as: its queued decision's record (whose digest its audit
     entry holds) with its priority class (which its queued entry states), never the queue row's
     ``spec`` (a copy ``exa audit verify`` holds to the record). StateError when the record is
     not a queued record."""
-    document = codec.document_of(hw.store.decision_row(row.id).document)
+    document = codec.document_of(q.store.decision_row(row.id).document)
     if document.get("outcome") != "queued" or not isinstance(document.get("workload"), dict):
         raise StateError(f"queued workload {row.id[:12]} ({row.workload}) has no queued record to place it from (run exa audit verify)")
     workload = codec.workload_from_json(cast(Mapping[str, object], document["workload"]))
     return dataclasses.replace(workload, priority=row.priority)
 
 
-def submission_vouched(hw: Hardware, row: QueueRow) -> str | None:
+def submission_vouched(q: Queue, row: QueueRow) -> str | None:
     """Why the queue row's submission is not the one its ``queued`` audit entry records (its
     digest), or None when it is (an entry from before entries held the digest: only whether there
     is one)."""
-    entry = hw.store.queued_entry(row.id)
+    entry = q.store.queued_entry(row.id)
     if entry is None:
         return "the audit log has no queued entry for it"
     digest = entry.get("submission_digest")
@@ -219,11 +201,10 @@ def flavour_weights(tables: Tables, pools: Mapping[str, Pool]) -> Callable[[str,
     raise PolicyError(f"fair_share.yaml: usage_weight is devices, price or throughput (got {how!r})")
 
 
-def usage(hw: Hardware, now_ts: float) -> dict[str, list[list[float]]]:
+def usage(state: State, tables: Tables, now_ts: float) -> dict[str, list[list[float]]]:
     """Each project's device-hours per bucket of the fair-share window, each bucket aged at its
-    middle (fair_share.yaml), from the placements that held devices in the window; each hour of a
-    device weighed by its flavour (``flavour_weights``: by default 1, raw device-hours)."""
-    tables = hw.tables
+    middle (``tables``' fair_share.yaml), from the placements that held devices in the window; each
+    hour of a device weighed by its flavour (``flavour_weights``: by default 1, raw device-hours)."""
     fs = tables.fair_share
     window_h = float(cast(float, fs.get("window_hours", 672)))
     bucket_h = float(cast(float, fs.get("bucket_hours", 24)))
@@ -231,9 +212,9 @@ def usage(hw: Hardware, now_ts: float) -> dict[str, list[list[float]]]:
     since = now_ts - window_h * 3600.0
     n = max(1, int(round(window_h / bucket_h)))
     buckets: dict[str, dict[int, float]] = {}
-    snap = hw._snapshot() if str(tables.fair_share.get("usage_weight") or "devices") != "devices" else None
+    snap = state.snapshot() if str(tables.fair_share.get("usage_weight") or "devices") != "devices" else None
     weigh = flavour_weights(tables, {} if snap is None else {s.pool.name: s.pool for s in snap.states})
-    for project, held, start, end, pool, accelerator in hw.store.usage_rows(since, now_ts, tables.unassigned):
+    for project, held, start, end, pool, accelerator in state.store.usage_rows(since, now_ts, tables.unassigned):
         devices = held * weigh(pool, accelerator)
         s, e = max(start, since), min(end, now_ts)
         if e <= s:
@@ -252,19 +233,19 @@ def order_item(row: QueueRow) -> JSONObject:
     return {"id": row.id, "project": row.project, "priority": row.priority, "queued_at": row.queued_at, "accelerator": row.accelerator, "devices": row.devices}
 
 
-def store_now(hw: Hardware) -> float:
+def store_now(q: Queue) -> float:
     """Now, by the store's clock (what writes are recorded at)."""
-    return commit.epoch_of(hw.store.now())
+    return commit.epoch_of(q.store.now())
 
 
-def rank(hw: Hardware, rows: Sequence[QueueRow], *, extra: Sequence[JSONObject] = (), now_ts: float | None = None) -> Ranked:
+def rank(q: Queue, rows: Sequence[QueueRow], *, extra: Sequence[JSONObject] = (), now_ts: float | None = None) -> Ranked:
     """The policy's order of ``rows`` (and ``extra`` items), asked once."""
-    now_ts = store_now(hw) if now_ts is None else now_ts
+    now_ts = store_now(q) if now_ts is None else now_ts
     items = [order_item(r) for r in rows] + list(extra)
     if not items:
         return Ranked((), {}, {})
-    policy_input: JSONObject = {"now": rfc3339(now_ts), "queue": cast(JSONValue, items), "usage": cast(JSONValue, usage(hw, now_ts))}
-    raw = _query(hw, ORDER_RULE, policy_input)
+    policy_input: JSONObject = {"now": rfc3339(now_ts), "queue": cast(JSONValue, items), "usage": cast(JSONValue, usage(q.cycle, q.tables, now_ts))}
+    raw = _query(q, ORDER_RULE, policy_input)
     if not isinstance(raw, dict) or not isinstance(raw.get("order"), list):
         raise PolicyError("the policy's queue order (examlops.queue.order.ranked) gave a malformed answer")
     errors = raw.get("errors") or []
@@ -277,13 +258,13 @@ def rank(hw: Hardware, rows: Sequence[QueueRow], *, extra: Sequence[JSONObject] 
     return Ranked(tuple(cast(list[JSONObject], raw["order"])), invalid, cast(JSONObject, raw.get("projects") or {}))
 
 
-def _query(hw: Hardware, path: str, policy_input: JSONObject) -> object:
+def _query(q: Queue, path: str, policy_input: JSONObject) -> object:
     """One of the queue's entry points, under the revision the policy files have (confirmed)."""
-    hw.engine.confirm()
-    query = getattr(hw.policy, "query", None)
+    q.engine.confirm()
+    query = getattr(q.policy, "query", None)
     if query is None:
-        raise PolicyError(f"the policy evaluator {type(hw.policy).__name__} does not answer the queue's queries")
-    return cast(Queries, hw.policy).query(path, policy_input)
+        raise PolicyError(f"the policy evaluator {type(q.policy).__name__} does not answer the queue's queries")
+    return cast("Queries", q.policy).query(path, policy_input)
 
 
 # -- entries as people see them ---------------------------------------------------------------
@@ -307,41 +288,41 @@ def entry_of(row: QueueRow, ranked: Ranked | None = None, now_ts: float | None =
     )  # fmt: skip
 
 
-def listing(hw: Hardware, *, every: bool = False) -> QueueListing:
+def listing(q: Queue, *, every: bool = False) -> QueueListing:
     """The waiting workloads in the order they are offered capacity (then those the order cannot
     judge); with ``every``, the admitted, cancelled and failed ones after them (oldest first)."""
-    rows = hw.store.queue_rows(("queued",))
-    now_ts = store_now(hw)
-    ranked = rank(hw, rows, now_ts=now_ts) if rows else Ranked((), {}, {})
+    rows = q.store.queue_rows(("queued",))
+    now_ts = store_now(q)
+    ranked = rank(q, rows, now_ts=now_ts) if rows else Ranked((), {}, {})
     by_id = {r.id: r for r in rows}
-    held = reservation_now(hw, rows, ranked) if rows else None
+    held = reservation_now(q, rows, ranked) if rows else None
     entries = [
-        _with_outlook(hw, _reserving(entry_of(by_id[str(p["id"])], ranked, now_ts), held), by_id[str(p["id"])])
+        _with_outlook(q, _reserving(entry_of(by_id[str(p["id"])], ranked, now_ts), held), by_id[str(p["id"])])
         for p in ranked.order
         if str(p["id"]) in by_id
     ]
     entries += [entry_of(by_id[i], ranked, now_ts) for i in sorted(ranked.invalid) if i in by_id]
     if every:
-        entries += [entry_of(r) for r in hw.store.queue_rows(("admitted", "cancelled", "failed"))]
+        entries += [entry_of(r) for r in q.store.queue_rows(("admitted", "cancelled", "failed"))]
     return QueueListing(tuple(entries), ranked.projects)
 
 
-def entry(hw: Hardware, ident: str, verdicts: Sequence[Any] | None = None) -> QueueEntry | None:
+def entry(q: Queue, ident: str, verdicts: Sequence[PoolVerdict] | None = None) -> QueueEntry | None:
     """A queued record's entry, its place in the order asked when it waits, and why its class takes
     no grant by preemption where it may preempt (``verdicts``: those it was queued with); the
     grants it took once admitted by preemption (None: no queue row)."""
-    row = hw.store.queue_find(ident) if ident else None
+    row = q.store.queue_find(ident) if ident else None
     if row is None:
         return None
     if row.state != "queued":
         found = entry_of(row)
         if row.state == "admitted":
-            taken = tuple(g.id for g in hw.store.preempted_for(row.id) if g.released_ts is not None)
+            taken = tuple(g.id for g in q.store.preempted_for(row.id) if g.released_ts is not None)
             found = dataclasses.replace(found, preempted=taken)
         return found
-    rows = hw.store.queue_rows(("queued",))
-    ranked = rank(hw, rows)
-    return _with_outlook(hw, _reserving(entry_of(row, ranked), reservation_now(hw, rows, ranked)), row, verdicts)
+    rows = q.store.queue_rows(("queued",))
+    ranked = rank(q, rows)
+    return _with_outlook(q, _reserving(entry_of(row, ranked), reservation_now(q, rows, ranked)), row, verdicts)
 
 
 def _reserving(found: QueueEntry, held: Reservation | None) -> QueueEntry:
@@ -351,18 +332,18 @@ def _reserving(found: QueueEntry, held: Reservation | None) -> QueueEntry:
     return dataclasses.replace(found, reservation=held.reason)
 
 
-def _with_outlook(hw: Hardware, found: QueueEntry, row: QueueRow, verdicts: Sequence[Any] | None = None) -> QueueEntry:
+def _with_outlook(q: Queue, found: QueueEntry, row: QueueRow, verdicts: Sequence[PoolVerdict] | None = None) -> QueueEntry:
     """A waiting entry with why its class, one that may preempt, takes no grant now (the policy's
     plan asked read-only over the verdicts it was queued with); other entries as they are."""
     try:
         workload = workload_from_spec(row.spec)
     except SpecError:
         return found
-    if not may_preempt(hw, workload):
+    if not may_preempt(q, workload):
         return found
     if verdicts is None:
-        verdicts = hw.records.record(hw.store.decision_row(row.id)).decision.verdicts
-    answer, none = victims_answer(hw, row.id, workload, verdicts)
+        verdicts = q.records.record(q.store.decision_row(row.id)).decision.verdicts
+    answer, none = victims_answer(q, row.id, workload, verdicts)
     plan = answer.get("plan") if answer is not None else None
     if isinstance(plan, dict) and plan.get("victims"):
         taken = ", ".join(str(v)[:12] for v in cast(list[JSONValue], plan["victims"]))
@@ -373,17 +354,17 @@ def _with_outlook(hw: Hardware, found: QueueEntry, row: QueueRow, verdicts: Sequ
 # -- queueing a placement ------------------------------------------------------------------------
 
 
-def intent(hw: Hardware, workload: Workload, decided: Decision | None, ident: str, *, lease: timedelta | None, submission: Submit | None,
+def intent(q: Queue, workload: Workload, decided: Decision | None, ident: str, *, lease: timedelta | None, submission: Submit | None,
            queued_at: str | None = None, preempted_from: str | None = None) -> commit.QueueIntent:  # fmt: skip
     """What a placement that may wait writes to the queue; when it waits now (``decided`` is only
     full), its place in the order is asked first (the waiting rows and this one)."""
     position: int | None = None
     of: int | None = None
     if decided is not None:
-        at = queued_at or hw.store.now()
+        at = queued_at or q.store.now()
         candidate: JSONObject = {"id": ident, "project": workload.project, "priority": workload.priority, "queued_at": at,
                                  "accelerator": workload.accelerator, "devices": asks(workload)}  # fmt: skip
-        ranked = rank(hw, hw.store.queue_rows(("queued",)), extra=[candidate])
+        ranked = rank(q, q.store.queue_rows(("queued",)), extra=[candidate])
         place = ranked.position(ident)
         position, of = (int(cast(int, place["position"])) if place else None), len(ranked.order)
     return commit.QueueIntent(
@@ -397,24 +378,51 @@ def intent(hw: Hardware, workload: Workload, decided: Decision | None, ident: st
 # -- admission ----------------------------------------------------------------------------------
 
 
-def admit(hw: Hardware, *, limit: int | None = None) -> AdmissionReport:
-    """One admission pass (see the module docstring)."""
-    store = hw.store
+def offer_freed(q: Queue) -> tuple[AdmissionReport | None, str | None]:
+    """Capacity freed (a release, devices added): the queue is offered it now, in the same
+    process. The write that freed it stands whatever admission finds: an error here is said
+    (second value), not raised. One indexed read when nothing waits."""
+    try:
+        if not q.store.queue_waiting():
+            return None, None
+        return admit(q), None
+    except ExaError as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def wakes_at(q: Queue) -> datetime | None:
+    """While work waits in the queue, when capacity next frees by itself: the end of the first
+    lease of a live placement not yet submitted, an aware UTC datetime by the store's clock
+    (None: nothing waits, or no placement has a lease). What ``serve`` wakes for."""
+    if not q.store.queue_waiting():
+        return None
+    ends = q.store.next_lease_end()
+    return None if ends is None else datetime.fromtimestamp(commit.epoch_of(ends), timezone.utc)
+
+
+def admit(q: Queue, *, limit: int | None = None) -> AdmissionReport:
+    """One admission pass (see the module docstring): each waiting workload, in the policy's order,
+    judged again under the revision served now and placed when it fits (at most ``limit``; SpecError
+    unless it is a whole number of at least 1); submitted when it was queued with a submission.
+    Nothing is admitted twice, whatever runs at once."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise SpecError(f"must be a whole number of at least 1 (got {limit!r})", field="max")
+    store = q.store
     admitted: list[Admitted] = []
     failed: list[QueueEntry] = []
-    admitted += _retry_submissions(hw, failed)
-    _finish_preemptions(hw)
+    admitted += _retry_submissions(q, failed)
+    _finish_preemptions(q)
     if not store.queue_waiting():
         return AdmissionReport(tuple(admitted), tuple(failed), 0, None)
     rows = store.queue_rows(("queued",))
     # Work past its max_wait (counted from when it was first queued) leaves the queue first.
-    now_ts = store_now(hw)
+    now_ts = store_now(q)
     late = {r.id: text for r in rows if (text := past_max_wait(r, now_ts)) is not None}
     for r in rows:
-        if r.id in late and (gone := _fail(hw, r, late[r.id], waiting=True)) is not None:
+        if r.id in late and (gone := _fail(q, r, late[r.id], waiting=True)) is not None:
             failed.append(gone)
     rows = [r for r in rows if r.id not in late]
-    ranked = rank(hw, rows)
+    ranked = rank(q, rows)
     by_id = {r.id: r for r in rows}
     reserved: list[Reservation] = []  # the reservation the first workload that does not fit holds (one a pass)
     why: dict[str, str] = {}
@@ -424,18 +432,18 @@ def admit(hw: Hardware, *, limit: int | None = None) -> AdmissionReport:
         row = by_id.get(str(place["id"]))
         if row is None:
             continue
-        done = admit_one(hw, row, reserved, why)
+        done = admit_one(q, row, reserved, why)
         if isinstance(done, Admitted):
             admitted.append(done)
         elif done is not None:
             failed.append(done)
     waiting = len(store.queue_rows(("queued",)))
     not_preempted = tuple((i, by_id[i].workload, text) for i, text in why.items() if i in by_id)
-    return AdmissionReport(tuple(admitted), tuple(failed), waiting, hw.engine.reviewed, not_preempted)
+    return AdmissionReport(tuple(admitted), tuple(failed), waiting, q.engine.reviewed, not_preempted)
 
 
 def admit_one(
-    hw: Hardware, row: QueueRow, reserved: list[Reservation] | None = None, why: dict[str, str] | None = None
+    q: Queue, row: QueueRow, reserved: list[Reservation] | None = None, why: dict[str, str] | None = None
 ) -> Admitted | QueueEntry | None:
     """Judge one waiting workload again and place it when it fits (claiming its row) and the
     reservation held in this pass (``reserved``) lets it start; preempt when its class may and it
@@ -443,67 +451,68 @@ def admit_one(
     entry of a workload that failed, or None (it still waits; ``why``, by queued id, says why a
     class that may preempt took no grant)."""
     try:
-        workload = vouched_workload(hw, row)
+        workload = vouched_workload(q, row)
     except StateError:
         return None  # no queued record to place it from: nothing is placed (exa audit verify names the row)
     except (SpecError, TypeError) as exc:
-        return _fail(hw, row, f"its workload no longer reads as valid: {exc}")
+        return _fail(q, row, f"its workload no longer reads as valid: {exc}")
     if row.submission is not None:
-        edited = submission_vouched(hw, row)
+        edited = submission_vouched(q, row)
         if edited is not None:
-            return _fail(hw, row, f"not admitted: {edited}; its queue row was changed beside the audit log (run exa audit verify)")
-    late = past_max_wait(row, store_now(hw), workload)
+            return _fail(q, row, f"not admitted: {edited}; its queue row was changed beside the audit log (run exa audit verify)")
+    late = past_max_wait(row, store_now(q), workload)
     if late is not None:
-        return _fail(hw, row, late, waiting=True)
-    request = Request(_left_to_wait(workload, row, store_now(hw)))
+        return _fail(q, row, late, waiting=True)
+    request = Request(_left_to_wait(workload, row, store_now(q)))
     lease = None if row.lease_s is None else timedelta(seconds=row.lease_s)
     preempted: tuple[str, ...] = ()
-    for _ in range(FLEET_ROUNDS):
-        under = hw._current()
-        snap = hw._snapshot()
-        under, prepared, starts, decided = hw._decide(request, snap, under)
-        if not isinstance(decided, Placement):
-            if not commit.queueable(decided):
-                return _fail(hw, row, f"the policy now refuses it: {getattr(decided, 'reason', '')}")
-            victims = _preemption(hw, row, workload, decided, why)
+
+    def plan(decided: Decided) -> Write | Skip[QueueEntry | None]:
+        nonlocal preempted
+        decision, snap = decided.decision, decided.snapshot
+        if not isinstance(decision, Placement):
+            if not commit.queueable(decision):
+                return Skip(_fail(q, row, f"the policy now refuses it: {getattr(decision, 'reason', '')}"))
+            victims = _preemption(q, row, workload, decision, why)
             if not victims:
                 if reserved is not None and not reserved:
-                    held = reservation_for(hw, row, workload, decided, snap)
+                    held = reservation_for(q, row, workload, decision, snap)
                     if held is not None:
                         reserved.append(held)
-                return None
+                return Skip(None)
             preempted = victims
-            snap = hw._snapshot()
-        elif reserved and not _may_start(hw, reserved[0], row.id, workload, decided, lease):
-            return None  # the capacity it would take is reserved for a workload before it
-        try:
-            # The lease is counted from the commit that records the placement, as for place.
-            done = commit.place(
-                hw.store, prepared, decided, snap, under.capacities, source=SOURCE, lease=lease, starts=starts, admit=row.id,
-                preempted=preempted,
-            )  # fmt: skip
-        except StaleFleet:
-            continue
-        if done.not_admitted is not None:
-            if preempted:
-                _requeue_victims(hw, preempted)
-            return None
-        record = done.record if done.record is not None else hw.records.record(cast(Any, done.earlier))
-        result = Admitted(row.id, record.id, workload.name, str(getattr(record.decision, "pool", "")), preempted=preempted)
+            snap = q.cycle.snapshot()
+        elif reserved and not _may_start(q, reserved[0], row.id, workload, decision, lease):
+            return Skip(None)  # the capacity it would take is reserved for a workload before it
+        # The lease is counted from the commit that records the placement, as for place.
+        return Write(decision, snap, lease=lease, admit=row.id, preempted=preempted)
+
+    try:
+        written = q.cycle.run(request, plan, name=workload.name)
+    except FleetKeptChanging:
+        return None  # it still waits: the next pass judges it again
+    if isinstance(written, Skip):
+        return written.result
+    done = written.done
+    if done.not_admitted is not None:
         if preempted:
-            _requeue_victims(hw, preempted)
-        if row.submission:
-            return _submit(hw, row, result)
-        return result
-    return None
+            _requeue_victims(q, preempted)
+        return None
+    if done.record is not None:
+        record = done.record
+    else:
+        assert done.earlier is not None
+        record = q.records.record(done.earlier)
+    result = Admitted(row.id, record.id, workload.name, str(getattr(record.decision, "pool", "")), preempted=preempted)
+    if preempted:
+        _requeue_victims(q, preempted)
+    if row.submission:
+        return _submit(q, row, result)
+    return result
 
 
-FLEET_ROUNDS: Final = 5
-SOURCE: Final = "exa-hardware"
-
-
-def _fail(hw: Hardware, row: QueueRow, message: str, *, waiting: bool = False) -> QueueEntry | None:
-    after = commit.fail_queued(hw.store, hw._capacities, row.id, message, source=SOURCE, waiting=waiting)
+def _fail(q: Queue, row: QueueRow, message: str, *, waiting: bool = False) -> QueueEntry | None:
+    after = commit.fail_queued(q.store, q.cycle.capacities, row.id, message, source=SOURCE, waiting=waiting)
     return None if after is None else entry_of(after)
 
 
@@ -532,11 +541,11 @@ class Reservation:
                 "starts_at": self.starts_at, "spare": self.spare}  # fmt: skip
 
 
-def _ends(hw: Hardware, pool: str) -> list[tuple[float, float | None]]:
+def _ends(q: Queue, pool: str) -> list[tuple[float, float | None]]:
     """(devices, when they free in epoch seconds or None) of the live grants on a pool: the end of
     an unsubmitted grant's lease, or its start plus its workload's walltime, whichever is first."""
     out = []
-    for devices, lease_ts, submitted, started, document in hw.store.grant_ends(pool):
+    for devices, lease_ts, submitted, started, document in q.store.grant_ends(pool):
         ends = [lease_ts] if lease_ts is not None and not submitted else []
         try:
             walltime = cast(Mapping[str, object], codec.document_of(document).get("workload") or {}).get("walltime")
@@ -559,10 +568,10 @@ def _start_on(free: float, needed: float, ends: Sequence[tuple[float, float | No
     return None, 0.0
 
 
-def reservation_for(hw: Hardware, row: QueueRow, workload: Workload, decided: Decision, snap: Snapshot) -> Reservation | None:
+def reservation_for(q: Queue, row: QueueRow, workload: Workload, decided: Decision, snap: Snapshot) -> Reservation | None:
     """The reservation a waiting workload that does not fit holds, when the policy grants it one:
     on the pool, of those only full for it, where it could start soonest (then by name)."""
-    now_ts = store_now(hw)
+    now_ts = store_now(q)
     options: list[tuple[bool, float, str, float, float]] = []
     for v in decided.verdicts:
         reasons = [r for r in v.reasons if r.kind != "preference"]
@@ -572,7 +581,7 @@ def reservation_for(hw: Hardware, row: QueueRow, workload: Workload, decided: De
         needed = float(v.grant.devices)
         if needed <= 0 or needed > state.pool.count:
             continue
-        at, spare = _start_on(float(state.capacity.whole), needed, _ends(hw, v.pool), now_ts)
+        at, spare = _start_on(float(state.capacity.whole), needed, _ends(q, v.pool), now_ts)
         options.append((at is None, at or 0.0, v.pool, needed, spare))
     if not options:
         return None
@@ -580,43 +589,43 @@ def reservation_for(hw: Hardware, row: QueueRow, workload: Workload, decided: De
     starts_at = None if unknown else rfc3339(at)
     item: JSONObject = {"id": row.id, "name": workload.name, "project": workload.project, "priority": workload.priority, "fits": False,
                         "pool": pool, "devices": needed, "starts_at": starts_at}  # fmt: skip
-    answer = _judged(hw, {"workload": item})
+    answer = _judged(q, {"workload": item})
     if not answer.get("holds"):
         return None
     return Reservation(row.id, workload.name, workload.priority, pool, needed, starts_at, max(0.0, spare), str(answer.get("reason") or ""))
 
 
-def _reservation_at_once(hw: Hardware, row: QueueRow, workload: Workload, placed: Placement, snap: Snapshot) -> Reservation | None:
+def _reservation_at_once(q: Queue, row: QueueRow, workload: Workload, placed: Placement, snap: Snapshot) -> Reservation | None:
     """The reservation of a waiting workload that fits now, when the policy lets it reserve: the
     devices it would be placed on, from now, until the next pass admits it."""
     state = snap.states[snap.index[placed.pool]]
-    starts_at = rfc3339(store_now(hw))
+    starts_at = rfc3339(store_now(q))
     item: JSONObject = {"id": row.id, "name": workload.name, "project": workload.project, "priority": workload.priority, "fits": False,
                         "pool": placed.pool, "devices": placed.grant.devices, "starts_at": starts_at}  # fmt: skip
-    answer = _judged(hw, {"workload": item})
+    answer = _judged(q, {"workload": item})
     if not answer.get("holds"):
         return None
     spare = max(0.0, float(state.capacity.whole) - float(placed.grant.devices))
     return Reservation(row.id, workload.name, workload.priority, placed.pool, float(placed.grant.devices), starts_at, spare, str(answer.get("reason") or ""))
 
 
-def _judged(hw: Hardware, policy_input: JSONObject) -> Mapping[str, JSONValue]:
-    raw = _query(hw, RESERVATION_RULE, policy_input)
+def _judged(q: Queue, policy_input: JSONObject) -> Mapping[str, JSONValue]:
+    raw = _query(q, RESERVATION_RULE, policy_input)
     if not isinstance(raw, dict) or not isinstance(raw.get("holds"), bool) or not isinstance(raw.get("may_start"), bool):
         raise PolicyError("the policy's reservation (examlops.queue.reservation.judged) gave a malformed answer")
     return cast(Mapping[str, JSONValue], raw)
 
 
-def _may_start(hw: Hardware, held: Reservation, ident: str, workload: Workload, placed: Placement, lease: timedelta | None) -> bool:
+def _may_start(q: Queue, held: Reservation, ident: str, workload: Workload, placed: Placement, lease: timedelta | None) -> bool:
     """Whether a workload that fits may start while ``held`` is reserved (the policy's backfill
     rule); taking devices of the reserved pool beyond the reservation's start takes them from its
     spare."""
-    now_ts = store_now(hw)
+    now_ts = store_now(q)
     ends = [float(s) for s in (workload.walltime, None if lease is None else lease.total_seconds()) if s is not None]
     ends_ts = now_ts + min(ends) if ends else None
     item: JSONObject = {"id": ident, "name": workload.name, "project": workload.project, "priority": workload.priority, "fits": True,
                         "pool": placed.pool, "devices": placed.grant.devices, "ends_at": None if ends_ts is None else rfc3339(ends_ts)}  # fmt: skip
-    answer = _judged(hw, {"workload": item, "holder": held.as_holder()})
+    answer = _judged(q, {"workload": item, "holder": held.as_holder()})
     if not answer["may_start"]:
         return False
     start_ts = None if held.starts_at is None else commit.epoch_of(held.starts_at)
@@ -625,7 +634,7 @@ def _may_start(hw: Hardware, held: Reservation, ident: str, workload: Workload, 
     return True
 
 
-def reservation_now(hw: Hardware, rows: Sequence[QueueRow], ranked: Ranked) -> Reservation | None:
+def reservation_now(q: Queue, rows: Sequence[QueueRow], ranked: Ranked) -> Reservation | None:
     """The reservation the queue holds as it stands (what ``place --queue`` is held to, and what
     ``queue`` and ``explain`` show): that of the first workload in the order the policy lets
     reserve: one that does not fit, on the capacity it needs; one that fits now (the next pass
@@ -637,16 +646,16 @@ def reservation_now(hw: Hardware, rows: Sequence[QueueRow], ranked: Ranked) -> R
         if row is None:
             continue
         try:
-            workload = vouched_workload(hw, row)
+            workload = vouched_workload(q, row)
         except (ExaError, TypeError):
             continue
-        under = hw._current() if under is None else under
-        snap = hw._snapshot()
-        decided = hw._decide(Request(workload), snap, under)[3]
+        under = q.cycle.current() if under is None else under
+        snap = q.cycle.snapshot()
+        decided = q.cycle.decide(Request(workload), snap, under).decision
         if isinstance(decided, Placement):
-            found = _reservation_at_once(hw, row, workload, decided, snap)
+            found = _reservation_at_once(q, row, workload, decided, snap)
         elif commit.queueable(decided):
-            found = reservation_for(hw, row, workload, decided, snap)
+            found = reservation_for(q, row, workload, decided, snap)
         else:
             continue
         if found is not None:
@@ -654,15 +663,15 @@ def reservation_now(hw: Hardware, rows: Sequence[QueueRow], ranked: Ranked) -> R
     return None
 
 
-def withheld_for(hw: Hardware, workload: Workload, placed: Placement, ident: str, lease: timedelta | None) -> dict[str, int]:
+def withheld_for(q: Queue, workload: Workload, placed: Placement, ident: str, lease: timedelta | None) -> dict[str, int]:
     """What a workload placed with ``queue`` may not take at once because the queue holds a
     reservation it may not use (the policy's backfill rule): the reserved pool's devices (pool ->
     whole devices); empty when it may start (or nothing is reserved)."""
-    rows = hw.store.queue_rows(("queued",))
+    rows = q.store.queue_rows(("queued",))
     if not rows:
         return {}
-    held = reservation_now(hw, rows, rank(hw, rows))
-    if held is None or _may_start(hw, held, ident, workload, placed, lease):
+    held = reservation_now(q, rows, rank(q, rows))
+    if held is None or _may_start(q, held, ident, workload, placed, lease):
         return {}
     return {held.pool: int(math.ceil(held.devices - 1e-9))}
 
@@ -709,42 +718,42 @@ def _transient(exc: ExaError) -> bool:
     return any(word in text for word in _UNREACHABLE) or getattr(exc, "reason", None) in ("Unreachable", "TLS", "Timeout")
 
 
-def _submit(hw: Hardware, row: QueueRow, admitted: Admitted) -> Admitted | QueueEntry | None:
+def _submit(q: Queue, row: QueueRow, admitted: Admitted) -> Admitted | QueueEntry | None:
     """Hand an admitted workload's placement to its scheduler. A refusal fails the row (its
     placement released); a scheduler that does not answer is tried again at the next pass."""
     assert row.submission is not None
     sub = Submit.from_text(row.submission)
     try:
-        done = hand_over(hw, admitted.decision_id, sub)
+        done = hand_over(q, admitted.decision_id, sub)
     except ExaError as exc:
         if isinstance(exc, ExecutorError) and _transient(exc):
-            attempts = commit.note_submission(hw.store, row.id, str(exc), source=SOURCE)
+            attempts = commit.note_submission(q.store, row.id, str(exc), source=SOURCE)
             if attempts < SUBMIT_ATTEMPTS:
                 return dataclasses.replace(admitted, scheduler=sub.scheduler, submit_error=f"{exc} (tried {attempts} of {SUBMIT_ATTEMPTS} times)")
-        return _fail(hw, row, f"{sub.scheduler} refused its submission: {exc}")
+        return _fail(q, row, f"{sub.scheduler} refused its submission: {exc}")
     return dataclasses.replace(admitted, job_id=done.job_id, scheduler=sub.scheduler)
 
 
-def hand_over(hw: Hardware, decision_id: str, sub: Submit) -> Submission:
+def hand_over(q: Queue, decision_id: str, sub: Submit) -> Submission:
     """Submit the live placement ``decision_id`` as ``sub`` says (the queued script's text in a
     private file while sbatch reads it); the job is recorded on the decision. ExaError as
     ``Hardware.submit`` raises it."""
-    from examlops_policy import _submitting
+    from examlops_policy.app import submitting
 
     if sub.scheduler == "slurm":
         with _script_file(str(sub.options["script"]), str(sub.options.get("name") or "job.sh")) as script:
-            return _submitting.submit(hw, decision_id, "slurm", dry_run=False, script=str(script))
+            return submitting.submit(q.jobs, decision_id, "slurm", dry_run=False, script=str(script))
     options = {k: v for k, v in sub.options.items() if k in ("image", "namespace", "command", "context", "kubeconfig")}
-    return _submitting.submit(hw, decision_id, "kubernetes", dry_run=False, **options)
+    return submitting.submit(q.jobs, decision_id, "kubernetes", dry_run=False, **options)
 
 
-def submit_placed(hw: Hardware, record: DecisionRecord, sub: Submit) -> DecisionRecord:
+def submit_placed(q: Queue, record: DecisionRecord, sub: Submit) -> DecisionRecord:
     """A workload placed with a submission for when it is admitted that fitted at once (nothing
     queued): it is submitted now, as admission would have, and its record read again with the
     job. When the scheduler refuses or cannot be reached, the placement stays (recorded, live) and
     ``ExecutorError`` says so, naming the decision to submit again or release."""
     try:
-        hand_over(hw, record.id, sub)
+        hand_over(q, record.id, sub)
     except ExaError as exc:
         pool = str(getattr(record.decision, "pool", ""))
         how = "--script FILE" if sub.scheduler == "slurm" else "--kubernetes --image IMAGE"
@@ -753,7 +762,7 @@ def submit_placed(hw: Hardware, record: DecisionRecord, sub: Submit) -> Decision
             f"submission to {sub.scheduler} failed: {exc}; the placement holds its devices: submit it again with "
             f"'exa hardware submit {record.id[:12]} {how}' or release it with 'exa hardware release {record.id[:12]}'"
         ) from exc
-    return hw.decision(record.id)
+    return q.jobs.decision(record.id)
 
 
 class _script_file:
@@ -777,22 +786,22 @@ class _script_file:
             os.rmdir(self._dir)
 
 
-def _retry_submissions(hw: Hardware, failed: list[QueueEntry]) -> list[Admitted]:
+def _retry_submissions(q: Queue, failed: list[QueueEntry]) -> list[Admitted]:
     """Admitted workloads whose submission could not reach their scheduler: tried again."""
     out: list[Admitted] = []
-    for row in hw.store.queue_rows(("admitted",)):
+    for row in q.store.queue_rows(("admitted",)):
         if not row.submission or row.admitted_by is None or row.attempts == 0:
             continue
-        record = hw.decision(row.admitted_by)
+        record = q.jobs.decision(row.admitted_by)
         if record.released_at is not None or record.job_id is not None:
             continue
-        edited = submission_vouched(hw, row)
+        edited = submission_vouched(q, row)
         if edited is not None:
-            done_failed = _fail(hw, row, f"not submitted: {edited}; its queue row was changed beside the audit log (run exa audit verify)")
+            done_failed = _fail(q, row, f"not submitted: {edited}; its queue row was changed beside the audit log (run exa audit verify)")
             if done_failed is not None:
                 failed.append(done_failed)
             continue
-        done = _submit(hw, row, Admitted(row.id, record.id, row.workload, str(getattr(record.decision, "pool", ""))))
+        done = _submit(q, row, Admitted(row.id, record.id, row.workload, str(getattr(record.decision, "pool", ""))))
         if isinstance(done, Admitted):
             out.append(done)
         elif done is not None:
@@ -803,50 +812,50 @@ def _retry_submissions(hw: Hardware, failed: list[QueueEntry]) -> list[Admitted]
 # -- preemption ---------------------------------------------------------------------------------
 
 
-def _class(hw: Hardware, priority: str | None) -> Mapping[str, JSONValue]:
-    classes = cast(Mapping[str, Mapping[str, JSONValue]], hw.tables.priorities.get("classes") or {})
-    return classes.get(priority or hw.tables.default_priority or "", {})
+def _class(q: Queue, priority: str | None) -> Mapping[str, JSONValue]:
+    classes = cast(Mapping[str, Mapping[str, JSONValue]], q.tables.priorities.get("classes") or {})
+    return classes.get(priority or q.tables.default_priority or "", {})
 
 
 def _preemption(
-    hw: Hardware, row: QueueRow, workload: Workload, decided: Rejection, why: dict[str, str] | None = None,
+    q: Queue, row: QueueRow, workload: Workload, decided: Rejection, why: dict[str, str] | None = None,
 ) -> tuple[str, ...]:
     """The grants a waiting workload takes by preemption (marked for it, their jobs cancelled), or
     nothing: its class may not preempt, the policy finds no plan, or a cancel failed (the marks
     stay; the next pass finishes them). Why it takes nothing, for a class that may preempt, goes
     in ``why`` (by queued id)."""
-    if not may_preempt(hw, workload):
+    if not may_preempt(q, workload):
         return ()
-    answer, none = victims_answer(hw, row.id, workload, decided.verdicts)
+    answer, none = victims_answer(q, row.id, workload, decided.verdicts)
     plan = answer.get("plan") if answer is not None else None
     if not isinstance(plan, dict) or not plan.get("victims"):
         if why is not None:
             why[row.id] = none or why_not(cast(JSONObject, answer))
         return ()
     victims = [str(v) for v in cast(list[JSONValue], plan["victims"])]
-    marked = commit.mark_preemption(hw.store, row.id, victims, plan, source=SOURCE)
+    marked = commit.mark_preemption(q.store, row.id, victims, plan, source=SOURCE)
     if not marked:
         if why is not None:
             why[row.id] = f"the grants its plan takes ({', '.join(v[:12] for v in victims)}) are marked for another preemption"
         return ()
     for victim in marked:
-        if not _cancel_job(hw, victim):
+        if not _cancel_job(q, victim):
             if why is not None:
                 why[row.id] = f"the job of grant {victim[:12]} could not be cancelled yet (tried again at the next pass)"
             return ()
     return tuple(marked)
 
 
-def may_preempt(hw: Hardware, workload: Workload) -> bool:
+def may_preempt(q: Queue, workload: Workload) -> bool:
     """Whether the workload's priority class may preempt (priorities.yaml)."""
-    return bool(_class(hw, workload.priority).get("may_preempt"))
+    return bool(_class(q, workload.priority).get("may_preempt"))
 
 
-def victims_answer(hw: Hardware, ident: str, workload: Workload, verdicts: Sequence[Any]) -> tuple[JSONObject | None, str | None]:
+def victims_answer(q: Queue, ident: str, workload: Workload, verdicts: Sequence[PoolVerdict]) -> tuple[JSONObject | None, str | None]:
     """The policy's preemption answer for a waiting workload judged with ``verdicts`` (read only):
     the pools that deny it only for capacity or quota, the live grants on them, what the projects
     hold. (None, why) when no pool it could use is stopped only by capacity or quota."""
-    snap = hw._snapshot()
+    snap = q.cycle.snapshot()
     pools: list[JSONValue] = []
     for v in verdicts:
         reasons = [r for r in v.reasons if r.kind != "preference"]
@@ -856,10 +865,10 @@ def victims_answer(hw: Hardware, ident: str, workload: Workload, verdicts: Seque
         pools.append({"name": v.pool, "spot": state.pool.spot, "free": state.capacity.whole, "devices": v.grant.devices})
     if not pools:
         return None, "no pool it could use is stopped only by capacity or quota, so no grant there would make room"
-    grants = [g for g in hw.store.live_grants(pools=[str(cast(JSONObject, p)["name"]) for p in pools]) if g.preempting_for in (None, ident)]
-    unassigned, default = hw.tables.unassigned, hw.tables.default_priority
+    grants = [g for g in q.store.live_grants(pools=[str(cast(JSONObject, p)["name"]) for p in pools]) if g.preempting_for in (None, ident)]
+    unassigned, default = q.tables.unassigned, q.tables.default_priority
     pairs = sorted({(g.project or unassigned, g.accelerator) for g in grants} | {(workload.project or unassigned, g.accelerator) for g in grants})
-    held = hw.store.quota_held(pairs, unassigned)
+    held = q.store.quota_held(pairs, unassigned)
     use: dict[str, dict[str, float]] = {}
     for (p, c), n in held.items():
         use.setdefault(p, {})[c] = n
@@ -873,7 +882,7 @@ def victims_answer(hw: Hardware, ident: str, workload: Workload, verdicts: Seque
         ],  # fmt: skip
         "quota_use": {"devices": cast(JSONValue, use)},
     }
-    answer = _query(hw, VICTIMS_RULE, policy_input)
+    answer = _query(q, VICTIMS_RULE, policy_input)
     if not isinstance(answer, dict):
         raise PolicyError("the policy's preemption answer (examlops.queue.preemption.victims) is malformed")
     return cast(JSONObject, answer), None
@@ -905,34 +914,34 @@ def why_not(answer: JSONObject) -> str:
     return "no live grant holds devices on the pools it could use"
 
 
-def _cancel_job(hw: Hardware, ident: str) -> bool:
+def _cancel_job(q: Queue, ident: str) -> bool:
     """Cancel a victim's job through its executor (none: nothing to cancel). False when it could
     not be cancelled (the mark stays; the next pass tries again)."""
-    from examlops_policy import _submitting
+    from examlops_policy.app import submitting
 
-    record = hw.decision(ident)
+    record = q.jobs.decision(ident)
     if record.job_id is None or record.job_state in ("missing",) or record.job_ended_at is not None:
         return True
     try:
-        _submitting.cancel(record)
+        submitting.cancel(record)
     except ExaError:
         return False
     return True
 
 
-def _requeue_victims(hw: Hardware, victims: Sequence[str]) -> None:
+def _requeue_victims(q: Queue, victims: Sequence[str]) -> None:
     """Victims released by a preemption wait again, keeping their age: placed anew when there is
     room elsewhere, else queued (``preempted_from`` set)."""
     for victim in victims:
-        grant = hw.store.grant(victim)
+        grant = q.store.grant(victim)
         if grant is None or grant.released_ts is None:
             continue
-        _requeue(hw, grant)
+        _requeue(q, grant)
 
 
-def _requeue(hw: Hardware, grant: GrantRow) -> None:
-    origin = hw.store.queue_of(grant.id)
-    record = hw.decision(grant.id)
+def _requeue(q: Queue, grant: GrantRow) -> None:
+    origin = q.store.queue_of(grant.id)
+    record = q.jobs.decision(grant.id)
     workload = workload_from_spec(origin.spec) if origin is not None else record.decision.workload
     if workload.priority is None and grant.priority is not None:
         # A record from before the workload document kept the class: its column has it.
@@ -941,39 +950,39 @@ def _requeue(hw: Hardware, grant: GrantRow) -> None:
     lease = timedelta(seconds=origin.lease_s) if origin is not None and origin.lease_s else None
     queued_at = origin.queued_at if origin is not None else grant.created_at
     try:
-        hw.place(workload, queue=True, lease=lease, submission=submission, queued_at=queued_at, preempted_from=grant.id)
+        q.placer.place(workload, queue=True, lease=lease, submission=submission, queued_at=queued_at, preempted_from=grant.id)
     except (StateError, PolicyError):
         pass  # the next pass finds it again (its mark stays until it is queued)
 
 
-def _finish_preemptions(hw: Hardware) -> None:
+def _finish_preemptions(q: Queue) -> None:
     """Preemptions a crash or a failed cancel left half done: marks on live grants whose workload
     no longer waits are taken off; released victims not queued again are queued again."""
-    for grant in hw.store.preempted():
+    for grant in q.store.preempted():
         if grant.released_ts is None:
-            row = hw.store.queue_find(grant.preempting_for) if grant.preempting_for else None
+            row = q.store.queue_find(grant.preempting_for) if grant.preempting_for else None
             if row is None or row.state != "queued":
-                commit.unmark_preemption(hw.store, grant.id, source=SOURCE)
+                commit.unmark_preemption(q.store, grant.id, source=SOURCE)
         else:
-            _requeue(hw, grant)
+            _requeue(q, grant)
 
 
 # -- cancel, quotas --------------------------------------------------------------------------------
 
 
-def cancel(hw: Hardware, ident: str) -> Cancelled:
-    row = hw.store.queue_find(ident)
-    after, already = commit.cancel_queued(hw.store, row.id, source=SOURCE)
+def cancel(q: Queue, ident: str) -> Cancelled:
+    row = q.store.queue_find(ident)
+    after, already = commit.cancel_queued(q.store, row.id, source=SOURCE)
     return Cancelled(entry_of(after), already)
 
 
-def quota_use_all(hw: Hardware, now_ts: float) -> JSONObject:
+def quota_use_all(q: Queue, now_ts: float) -> JSONObject:
     """What every project of the quotas table holds of each class it has a quota of, and its
     device-hours in the period of each (the quotas report's input)."""
-    tables = hw.tables
+    tables = q.tables
     projects = cast(Mapping[str, Mapping[str, JSONValue]], tables.quotas.get("projects") or {})
     pairs = sorted({(p, c) for p, q in projects.items() for c in cast(Mapping[str, object], q.get("accelerators") or {})})
-    held = hw.store.quota_held(pairs, tables.unassigned)
+    held = q.store.quota_held(pairs, tables.unassigned)
     devices: dict[str, dict[str, float]] = {}
     hours: dict[str, dict[str, float]] = {}
     for p, c in pairs:
@@ -982,15 +991,15 @@ def quota_use_all(hw: Hardware, now_ts: float) -> JSONObject:
         entry = cast(Mapping[str, JSONValue], cast(Mapping[str, JSONValue], projects[p].get("accelerators") or {}).get(c) or {})
         days = entry.get("period_days")
         if isinstance(days, (int, float)) and entry.get("device_hours") is not None:
-            h = hw.store.device_hours(p, c, now_ts - float(days) * 86400.0, now_ts, tables.unassigned)
+            h = q.store.device_hours(p, c, now_ts - float(days) * 86400.0, now_ts, tables.unassigned)
             if h > 0:
                 hours.setdefault(p, {})[c] = round(h, 6)
     return {"devices": cast(JSONValue, devices), "device_hours": cast(JSONValue, hours)}
 
 
-def quotas(hw: Hardware) -> list[QuotaRow]:
+def quotas(q: Queue) -> list[QuotaRow]:
     """Use against quota per project and class, in the policy's words (its quotas report)."""
-    raw = _query(hw, REPORT_RULE, {"quota_use": quota_use_all(hw, store_now(hw))})
+    raw = _query(q, REPORT_RULE, {"quota_use": quota_use_all(q, store_now(q))})
     if not isinstance(raw, list):
         raise PolicyError("the policy's quotas report (examlops.queue.quotas.report) gave a malformed answer")
     out = []
@@ -1009,40 +1018,40 @@ def quotas(hw: Hardware) -> list[QuotaRow]:
     return out
 
 
-def record_entry(hw: Hardware, record: DecisionRecord) -> DecisionRecord:
+def record_entry(q: Queue, record: DecisionRecord) -> DecisionRecord:
     """A record with what the queue says of it: a queued one's entry (its place when it waits, why
     it takes no grant by preemption, the grants it took); the placement that took a preempted
     grant (``preempted_by``); the grants a placement admitted by preemption took (``preempted``)."""
     if record.decision.outcome == "queued":
-        return dataclasses.replace(record, queue=entry(hw, record.id, record.decision.verdicts))
+        return dataclasses.replace(record, queue=entry(q, record.id, record.decision.verdicts))
     if record.preempting_for is not None and record.released_at is not None:
-        row = _queue_row(hw, record.preempting_for)
+        row = _queue_row(q, record.preempting_for)
         if row is not None and row.admitted_by is not None:
             return dataclasses.replace(record, preempted_by=row.admitted_by)
     if record.queued_id is not None:
-        taken = tuple(g.id for g in hw.store.preempted_for(record.queued_id) if g.released_ts is not None)
+        taken = tuple(g.id for g in q.store.preempted_for(record.queued_id) if g.released_ts is not None)
         if taken:
             return dataclasses.replace(record, preempted=taken)
     return record
 
 
-def _queue_row(hw: Hardware, ident: str) -> QueueRow | None:
+def _queue_row(q: Queue, ident: str) -> QueueRow | None:
     try:
-        return hw.store.queue_find(ident)
+        return q.store.queue_find(ident)
     except NotFoundError:
         return None
 
 
-def preempt_now(hw: Hardware, ident: str) -> None:
+def preempt_now(q: Queue, ident: str) -> None:
     """Work of a class that may preempt, just queued: its preemption is tried at once (its
     admission alone), not only at the next pass. What stops it stays for that pass to try again
     (and the entry says why it takes no grant)."""
-    row = _queue_row(hw, ident)
+    row = _queue_row(q, ident)
     if row is None or row.state != "queued":
         return
     try:
-        if not may_preempt(hw, workload_from_spec(row.spec)):
+        if not may_preempt(q, workload_from_spec(row.spec)):
             return
-        admit_one(hw, row)
+        admit_one(q, row)
     except ExaError:
         return  # the queued record stands; the next admission pass tries again

@@ -9,7 +9,7 @@ the state does not know.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, cast
 
 from examlops_policy.errors import ExaError, ExecutorError, SpecError
 from examlops_policy.executors.placed import live_placement
@@ -17,20 +17,9 @@ from examlops_policy.model import JSONObject, Pool
 from examlops_policy.views import DecisionRecord, JobReport, Submission
 
 if TYPE_CHECKING:
+    from examlops_policy.app.ports import Jobs
     from examlops_policy.executors.kubernetes_api import KubernetesCluster
 
-
-class Placed(Protocol):
-    """What submission needs of the façade: recorded decisions, their pools, and the writes that
-    record a job on its decision."""
-
-    def decision(self, ident: str) -> DecisionRecord: ...
-
-    def pool_by_name(self, name: str) -> Pool: ...
-
-    def set_job(self, ident: str, job_id: str, *, scheduler: str, uid: str | None = None) -> DecisionRecord: ...
-
-    def mark_job(self, ident: str, state: str) -> DecisionRecord: ...
 
 SCHEDULERS = ("slurm", "kubernetes")
 # Slurm job states (squeue/scontrol/sacct) by what they mean here.
@@ -43,9 +32,9 @@ _SLURM: dict[str, str] = {
 }  # fmt: skip
 
 
-def _placed(hw: Placed, ident: str) -> tuple[DecisionRecord, Pool]:
-    record = hw.decision(ident)
-    pool = hw.pool_by_name(str(getattr(record.decision, "pool", "") or ""))
+def _placed(jobs: Jobs, ident: str) -> tuple[DecisionRecord, Pool]:
+    record = jobs.decision(ident)
+    pool = jobs.pool_by_name(str(getattr(record.decision, "pool", "") or ""))
     live_placement(record, pool, nothing="to submit")
     return record, pool
 
@@ -56,10 +45,11 @@ def _cluster(options: dict[str, object]) -> KubernetesCluster:
     return KubernetesCluster.connect(cast("str | None", options.get("kubeconfig")), cast("str | None", options.get("context")))
 
 
-def manifest(hw: Placed, ident: str, *, image: str, **options: object) -> JSONObject:
+def manifest(jobs: Jobs, ident: str, *, image: str, **options: object) -> JSONObject:
+    """The Kubernetes ``batch/v1`` Job for a live placement (nothing is sent)."""
     from examlops_policy.executors.kubernetes import job_manifest
 
-    record, pool = _placed(hw, ident)
+    record, pool = _placed(jobs, ident)
     return job_manifest(
         record, pool, image=image,
         command=[str(c) for c in cast("list[object]", options.get("command") or [])],
@@ -69,45 +59,50 @@ def manifest(hw: Placed, ident: str, *, image: str, **options: object) -> JSONOb
     )  # fmt: skip
 
 
-def submit(hw: Placed, ident: str, scheduler: str, *, dry_run: bool, **options: object) -> Submission:
+def submit(jobs: Jobs, ident: str, scheduler: str, *, dry_run: bool, **options: object) -> Submission:
+    """Hand a live placement to ``slurm`` (``script``) or ``kubernetes`` (``image``,
+    ``namespace``, ``command``, ``context``, ``kubeconfig``) and record the job on the decision
+    and in the audit log in one transaction. ``dry_run``: Slurm prints the command; Kubernetes
+    runs the server's dry run (admission and validation for real), recording nothing.
+    ExecutorError when the scheduler refuses or cannot be reached (nothing recorded)."""
     if scheduler == "slurm":
-        return _submit_slurm(hw, ident, dry_run=dry_run, script=options.get("script"))
+        return _submit_slurm(jobs, ident, dry_run=dry_run, script=options.get("script"))
     if scheduler == "kubernetes":
-        return _submit_kubernetes(hw, ident, dry_run=dry_run, options=dict(options))
+        return _submit_kubernetes(jobs, ident, dry_run=dry_run, options=dict(options))
     raise SpecError(f"expected one of {', '.join(SCHEDULERS)} (got {scheduler!r})", field="scheduler")
 
 
-def _submit_slurm(hw: Placed, ident: str, *, dry_run: bool, script: object) -> Submission:
+def _submit_slurm(jobs: Jobs, ident: str, *, dry_run: bool, script: object) -> Submission:
     from examlops_policy.executors.gres import load_gres_table
     from examlops_policy.executors.slurm import SCHEDULER, slurm_request
     from examlops_policy.executors.slurm import submit as sbatch
 
     if not script:
         raise SpecError("a batch script is needed to submit to Slurm", field="--script")
-    record, pool = _placed(hw, ident)
+    record, pool = _placed(jobs, ident)
     request = slurm_request(record, pool, Path(str(script)), load_gres_table())
     common = {"command": request.command_line(), "argv": tuple(request.argv()), "partition": request.partition, "gres": request.gres}
     if dry_run:
         return Submission(record.id, SCHEDULER, False, **common)  # type: ignore[arg-type]
     job_id = sbatch(request)
-    updated = hw.set_job(record.id, job_id, scheduler=SCHEDULER)
+    updated = jobs.set_job(record.id, job_id, scheduler=SCHEDULER)
     return Submission(updated.id, SCHEDULER, True, job_id=job_id, **common)  # type: ignore[arg-type]
 
 
-def _submit_kubernetes(hw: Placed, ident: str, *, dry_run: bool, options: dict[str, object]) -> Submission:
+def _submit_kubernetes(jobs: Jobs, ident: str, *, dry_run: bool, options: dict[str, object]) -> Submission:
     image = options.get("image")
     if not image:
         raise SpecError("a container image is needed to submit to Kubernetes", field="--image")
-    record, _ = _placed(hw, ident)
+    record, _ = _placed(jobs, ident)
     if record.job_id is not None:
         raise SpecError(f"decision {record.id[:12]} was already submitted as job {record.job_id}", field="ID")
-    job = manifest(hw, record.id, image=str(image), **{k: v for k, v in options.items() if k not in ("image", "kubeconfig", "context")})
+    job = manifest(jobs, record.id, image=str(image), **{k: v for k, v in options.items() if k not in ("image", "kubeconfig", "context")})
     with _cluster(options) as cluster:
         ref = cluster.create_job(job, dry_run=dry_run)
         if dry_run:
             return Submission(record.id, "kubernetes", False, namespace=ref.namespace, job_id=f"{ref.namespace}/{ref.name}", manifest=job)
         try:
-            updated = hw.set_job(record.id, f"{ref.namespace}/{ref.name}", scheduler="kubernetes", uid=ref.uid)
+            updated = jobs.set_job(record.id, f"{ref.namespace}/{ref.name}", scheduler="kubernetes", uid=ref.uid)
         except ExaError:
             # Recorded nowhere: nothing may run that the state does not know.
             cluster.delete_job(ref.namespace, ref.name)
@@ -115,8 +110,10 @@ def _submit_kubernetes(hw: Placed, ident: str, *, dry_run: bool, options: dict[s
     return Submission(updated.id, "kubernetes", True, job_id=f"{ref.namespace}/{ref.name}", job_uid=ref.uid, namespace=ref.namespace, manifest=job)
 
 
-def status(hw: Placed, ident: str, **options: object) -> JobReport:
-    record = hw.decision(ident)
+def status(jobs: Jobs, ident: str, **options: object) -> JobReport:
+    """The decision's job as its scheduler reports it; a Kubernetes Job deleted outside this
+    layer is marked ``missing`` on the decision (audited)."""
+    record = jobs.decision(ident)
     if record.job_id is None:
         raise SpecError(f"decision {record.id[:12]} was not submitted to a scheduler", field="ID")
     if record.scheduler == "kubernetes":
@@ -124,7 +121,7 @@ def status(hw: Placed, ident: str, **options: object) -> JobReport:
         with _cluster(dict(options)) as cluster:
             job = cluster.job_status(namespace, name)
         if job.state == "missing" and record.job_state != "missing":
-            hw.mark_job(record.id, "missing")
+            jobs.mark_job(record.id, "missing")
         return JobReport(record.id, "kubernetes", record.job_id, job.state, job.reason, job.message)
     return _slurm_status(record)
 

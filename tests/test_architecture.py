@@ -1,0 +1,277 @@
+"""The layers, held by reading the source (``ast``), as ``test_imports.py`` holds the module graph.
+
+* one decision cycle: ``FLEET_ROUNDS`` is defined once, the decide -> commit -> stale-fleet retry
+  loop is written once (``app/cycle.py``), and only the cycle commits a decision
+  (``commit.place``): ``Hardware.place`` and queue admission both go through ``DecisionCycle.run``;
+* the façade's privates: no module but ``hardware.py`` (tests and benchmarks included) reads an
+  underscored member of a ``Hardware``, and no protocol declares an underscored member;
+* the ports are typed: no ``Any`` in ``app/ports.py`` nor in any protocol of the application layer;
+* the folders: the application layer is in no import circle between folders (a top-level module
+  counts as a folder of its own); the adapters and the core import nothing of it, and it imports
+  neither the façade nor the command line. One circle between folders remains (``views``, ``opa``,
+  ``_policy``, ``_core``, ``store``, ``executors``, ``discovery``): it is held as it is, so that it
+  cannot grow;
+* the façade is a composition root small enough to read in one sitting (at most 400 lines).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pytest
+
+from test_imports import PACKAGE, cycles, graph, modules
+
+ROOT = PACKAGE.parent
+APP = "examlops_policy.app"
+CYCLE = PACKAGE / "app" / "cycle.py"
+FACADE = PACKAGE / "hardware.py"
+PORTS = PACKAGE / "app" / "ports.py"
+# The one circle between folders left (counting imports that run later or only for type checking):
+# ``views`` names the discovery and OPA values it re-exports, the store's rows and the core's
+# values name ``views``, the OPA adapter (``_policy``) and ``opa/`` import each other. Held here:
+# a circle may shrink, never grow or take in another folder.
+KNOWN_FOLDER_CIRCLE = frozenset({
+    "examlops_policy._core", "examlops_policy._policy", "examlops_policy.discovery", "examlops_policy.executors",
+    "examlops_policy.opa", "examlops_policy.store", "examlops_policy.views",
+})  # fmt: skip
+ADAPTERS = ("examlops_policy._core", "examlops_policy.store", "examlops_policy.opa", "examlops_policy.executors", "examlops_policy.discovery")
+
+
+def tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+def sources(root: Path = PACKAGE) -> list[Path]:
+    return sorted(root.rglob("*.py"))
+
+
+# --- one decision cycle ------------------------------------------------------------------------------
+
+
+def defines(module: ast.Module, name: str) -> int:
+    """How many times ``module`` assigns ``name`` (at any depth)."""
+    count = 0
+    for node in ast.walk(module):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        count += sum(1 for t in targets if isinstance(t, ast.Name) and t.id == name)
+    return count
+
+
+def named(node: ast.AST, name: str) -> bool:
+    return (isinstance(node, ast.Name) and node.id == name) or (isinstance(node, ast.Attribute) and node.attr == name)
+
+
+def retry_loops(module: ast.Module) -> int:
+    """Loops over ``range(FLEET_ROUNDS)``, and handlers of ``StaleFleet`` (a retry written another way)."""
+    loops = sum(
+        1 for n in ast.walk(module)
+        if isinstance(n, (ast.For, ast.While)) and any(isinstance(c, ast.Call) and named(c.func, "range") and any(named(a, "FLEET_ROUNDS") for a in c.args) for c in ast.walk(n.iter if isinstance(n, ast.For) else n.test))
+    )  # fmt: skip
+    handlers = sum(
+        1 for n in ast.walk(module)
+        if isinstance(n, ast.ExceptHandler) and n.type is not None and any(named(t, "StaleFleet") for t in ast.walk(n.type))
+    )  # fmt: skip
+    return loops + handlers
+
+
+def commits(module: ast.Module) -> int:
+    """Calls of the core's commit of a decision: ``commit.place(...)``."""
+    return sum(
+        1 for n in ast.walk(module)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "place" and named(n.func.value, "commit")
+    )  # fmt: skip
+
+
+def per_file(counter: object, files: Iterable[Path]) -> dict[str, int]:
+    assert callable(counter)
+    found = {str(p.relative_to(ROOT)): counter(tree(p)) for p in files}
+    return {p: n for p, n in found.items() if n}
+
+
+def test_fleet_rounds_is_defined_once_in_the_cycle() -> None:
+    assert per_file(lambda m: defines(m, "FLEET_ROUNDS"), sources()) == {"examlops_policy/app/cycle.py": 1}
+
+
+def test_the_retry_loop_is_written_once_in_the_cycle() -> None:
+    # One loop over the rounds and one StaleFleet handler, both in DecisionCycle.run.
+    assert per_file(retry_loops, sources()) == {"examlops_policy/app/cycle.py": 2}
+
+
+def test_only_the_cycle_commits_a_decision() -> None:
+    assert per_file(commits, sources()) == {"examlops_policy/app/cycle.py": 1}
+
+
+def test_place_and_admission_go_through_the_cycle() -> None:
+    """``Placing.place`` and ``queue.admit_one`` each run the cycle (``cycle.run``)."""
+
+    def runs(module: ast.Module, function: str) -> bool:
+        for node in ast.walk(module):
+            if isinstance(node, ast.FunctionDef) and node.name == function:
+                return any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "run" and named(c.func.value, "cycle") for c in ast.walk(node))
+        raise AssertionError(f"no function {function}")
+
+    assert runs(tree(PACKAGE / "app" / "placing.py"), "place")
+    assert runs(tree(PACKAGE / "app" / "queue.py"), "admit_one")
+
+
+# --- the façade's privates ------------------------------------------------------------------------------
+
+
+def facade_privates(facade: ast.Module) -> set[str]:
+    """The underscored (not dunder) members of ``class Hardware``: its methods and what it sets on itself."""
+    found: set[str] = set()
+    for cls in (n for n in facade.body if isinstance(n, ast.ClassDef) and n.name == "Hardware"):
+        for node in ast.walk(cls):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found.add(node.name)
+            elif isinstance(node, ast.Attribute) and named(node.value, "self") and isinstance(node.ctx, ast.Store):
+                found.add(node.attr)
+    return {n for n in found if n.startswith("_") and not n.startswith("__")}
+
+
+# The façade's privates that workflows used to name: never again an attribute of anything but self.
+FORMER = frozenset({"_current", "_snapshot", "_decide", "_capacities", "_prepare", "_engine_of", "_estimator_of", "_record", "_freed", "_with_queue"})
+
+
+def private_reads(module: ast.Module, privates: Iterable[str]) -> list[str]:
+    """``x._name`` for a façade private ``_name`` on anything but ``self``/``cls``, and any
+    underscored member read on a name that says it is the façade (``hw``, ``hardware``)."""
+    privates = set(privates)
+    out = []
+    for node in ast.walk(module):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
+            continue
+        owner = node.value
+        if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+            continue
+        on_facade = isinstance(owner, ast.Name) and owner.id in ("hw", "hardware", "facade")
+        if node.attr in privates or on_facade:
+            out.append(f"{ast.unparse(node)} (line {node.lineno})")
+    return out
+
+
+def protocol_privates(module: ast.Module) -> list[str]:
+    """Underscored members declared by a ``Protocol`` (what a workflow would need of a private)."""
+    out = []
+    for cls in (n for n in ast.walk(module) if isinstance(n, ast.ClassDef)):
+        if not any(named(b, "Protocol") for b in cls.bases):
+            continue
+        for item in cls.body:
+            name = item.name if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) else item.target.id if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) else None
+            if name is not None and name.startswith("_") and not name.startswith("__"):
+                out.append(f"{cls.name}.{name}")
+    return out
+
+
+def test_no_module_but_the_facade_names_its_privates() -> None:
+    privates = facade_privates(tree(FACADE)) | FORMER
+    assert {"_records", "_pools"} <= privates  # the check reads the façade it guards
+    here = Path(__file__)
+    files = [p for p in sources() if p != FACADE] + [p for p in sources(ROOT / "tests") if p != here] + sources(ROOT / "benchmarks")
+    offending = {str(p.relative_to(ROOT)): found for p in files if (found := private_reads(tree(p), privates))}
+    assert not offending, offending
+
+
+def test_no_protocol_declares_a_private_member() -> None:
+    offending = {str(p.relative_to(ROOT)): found for p in sources() if (found := protocol_privates(tree(p)))}
+    assert not offending, offending
+
+
+# --- typed ports --------------------------------------------------------------------------------------
+
+
+def names_any(node: ast.AST) -> bool:
+    return any(named(n, "Any") for n in ast.walk(node))
+
+
+def protocols(module: ast.Module) -> list[ast.ClassDef]:
+    return [n for n in ast.walk(module) if isinstance(n, ast.ClassDef) and any(named(b, "Protocol") for b in n.bases)]
+
+
+def test_the_ports_are_protocols_that_name_no_any() -> None:
+    ports = tree(PORTS)
+    classes = [n for n in ports.body if isinstance(n, ast.ClassDef)]
+    assert len(classes) >= 6 and all(c in protocols(ports) for c in classes)
+    assert not names_any(ports)
+    app = [p for p in sources(PACKAGE / "app")]
+    offending = [f"{p.name}: {c.name}" for p in app for c in protocols(tree(p)) if names_any(c)]
+    assert not offending
+
+
+# --- folders ------------------------------------------------------------------------------------------
+
+
+def folder(module: str) -> str:
+    """The folder a module is in: its first package below the root, a top-level module its own."""
+    return ".".join(module.split(".")[:2])
+
+
+def folder_graph(edges: Mapping[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for a, targets in edges.items():
+        out.setdefault(folder(a), set()).update(folder(b) for b in targets if folder(b) != folder(a))
+    return out
+
+
+def test_the_application_layer_is_in_no_folder_circle_and_the_one_left_cannot_grow() -> None:
+    folders = folder_graph(graph())
+    assert APP in folders and len(folders) > 20
+    circles = [frozenset(c) for c in cycles(folders)]
+    assert all(c <= KNOWN_FOLDER_CIRCLE for c in circles), [sorted(c - KNOWN_FOLDER_CIRCLE) for c in circles]
+    assert not any(APP in c or "examlops_policy.hardware" in c or "examlops_policy.cli" in c for c in circles)
+
+
+def test_the_application_layer_sits_between_the_facade_and_the_adapters() -> None:
+    edges = graph()
+    app = [m for m in edges if folder(m) == APP]
+    assert len(app) >= 10
+    upward = {f"{m} -> {i}" for m in app for i in edges[m] if folder(i) in ("examlops_policy.hardware", "examlops_policy.cli")}
+    assert not upward, sorted(upward)
+    below = {f"{m} -> {i}" for m in edges if m.startswith(ADAPTERS) for i in edges[m] if folder(i) == APP}
+    assert not below, sorted(below)
+
+
+# --- the composition root -----------------------------------------------------------------------------
+
+
+def test_the_facade_is_a_composition_root_of_at_most_400_lines() -> None:
+    lines = FACADE.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 400, len(lines)
+    # It decides nothing itself: no policy, no selection, no commit of a decision.
+    assert commits(tree(FACADE)) == 0 and retry_loops(tree(FACADE)) == 0
+
+
+# --- the checks see what they look for ---------------------------------------------------------------
+
+
+def test_the_checks_see_a_second_loop_a_private_an_any_and_a_circle(tmp_path: Path) -> None:
+    second = ast.parse(
+        "FLEET_ROUNDS = 3\n"
+        "def admit():\n"
+        "    for _ in range(FLEET_ROUNDS):\n"
+        "        try:\n"
+        "            commit.place(store)\n"
+        "        except StaleFleet:\n"
+        "            continue\n"
+    )
+    assert (defines(second, "FLEET_ROUNDS"), retry_loops(second), commits(second)) == (1, 2, 1)
+    facade = ast.parse("class Hardware:\n    def __init__(self):\n        self._store = 1\n    def _current(self):\n        pass\n")
+    assert facade_privates(facade) == {"_store", "_current"}
+    workflow = ast.parse("def f(hw, other):\n    self._store = hw._anything\n    return other._current()\n")
+    assert private_reads(workflow, {"_current"}) == ["hw._anything (line 2)", "other._current (line 3)"]
+    protocol = ast.parse("class Host(Protocol):\n    def _snapshot(self): ...\n    _x: int\n    store: Any\n")
+    assert protocol_privates(protocol) == ["Host._snapshot", "Host._x"] and names_any(protocols(protocol)[0])
+    edges = {
+        "examlops_policy.app.cycle": {"examlops_policy.store.api"},
+        "examlops_policy.store.api": {"examlops_policy.views"},
+        "examlops_policy.views": {"examlops_policy.app.ports"},
+    }
+    assert cycles(folder_graph(edges)) == [["examlops_policy.app", "examlops_policy.store", "examlops_policy.views"]]
+
+
+@pytest.mark.parametrize("module", ["examlops_policy.app.cycle", "examlops_policy.app.ports", "examlops_policy.app.queue"])
+def test_the_modules_checked_exist(module: str) -> None:
+    assert module in modules()
