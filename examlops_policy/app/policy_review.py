@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from examlops_policy.tables import Tables
 
 # The example workloads and fleet of this project's source checkout (absent from a wheel).
-EXAMPLES: Final = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES: Final = Path(__file__).resolve().parents[2] / "examples"
 
 
 def policy_status(home: Path) -> PolicyStatus:
