@@ -10,13 +10,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from examlops_policy.discovery import Discovery, plan
 from examlops_policy.errors import SpecError
 from examlops_policy.model import Pool, PoolState
 from examlops_policy.store.api import NodeUsageRow
 from examlops_policy.views import DiscoveredChange, DiscoveryResult, PoolChange
 
 if TYPE_CHECKING:
+    from examlops_policy.discovery import Discovery
     from examlops_policy.app.ports import Fleet
     from examlops_policy.catalog import CatalogImport
     from examlops_policy.tables import Tables
@@ -68,6 +68,8 @@ def discover(fleet: Fleet, source: str, *, region: str | None, prefix: str | Non
     ``kubernetes`` (nodes' allocatable devices; ``context``, ``kubeconfig``). Shows what
     applying would change; ``apply`` registers them and records what the scheduler reports busy
     beyond this layer's own submitted placements (held outside, audited)."""
+    from examlops_policy.discovery import plan
+
     found, owned = _found(fleet, source, region, prefix, dict(options))
     changes = plan(found, sorted(fleet.pools(), key=lambda s: s.pool.name), owned=owned)
     extras = {d.pool.name: d for d in found.pools}

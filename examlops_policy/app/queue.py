@@ -25,7 +25,6 @@ import dataclasses
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +32,6 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
 
-from examlops_policy import specs
 from examlops_policy._core import codec, commit
 from examlops_policy._core.request import Request
 from examlops_policy.app.cycle import SOURCE, Decided, DecisionCycle, FleetKeptChanging, Skip, Write
@@ -116,6 +114,8 @@ def workload_spec(workload: Workload) -> str:
 
 
 def workload_from_spec(text: str) -> Workload:
+    from examlops_policy import specs
+
     return specs.workload_from_mapping(cast(JSONObject, json.loads(text)), source="the queue")
 
 
@@ -773,6 +773,8 @@ class _script_file:
         self._dir: str | None = None
 
     def __enter__(self) -> Path:
+        import tempfile
+
         self._dir = tempfile.mkdtemp(prefix="exa-queued-")
         path = Path(self._dir) / (Path(self._name).name or "job.sh")
         path.write_text(self._text, encoding="utf-8")

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from examlops_policy.errors import ExaError, ExecutorError, SpecError
-from examlops_policy.executors.placed import live_placement
 from examlops_policy.model import JSONObject, Pool
 from examlops_policy.views import DecisionRecord, JobReport, Submission
 
@@ -35,6 +34,8 @@ _SLURM: dict[str, str] = {
 def _placed(jobs: Jobs, ident: str) -> tuple[DecisionRecord, Pool]:
     record = jobs.decision(ident)
     pool = jobs.pool_by_name(str(getattr(record.decision, "pool", "") or ""))
+    from examlops_policy.executors.placed import live_placement
+
     live_placement(record, pool, nothing="to submit")
     return record, pool
 
