@@ -6,10 +6,10 @@
     policy_lint      Regal over the policy folder
     policy_impact    recorded decisions and example workloads under another policy and this one
 
-and the local OPA this layer runs: ``opa_stop``, ``opa_restart``, and the bundle it serves
-(``opa_bundle``, also for an OPA this layer does not run). Each function is one call into the module that does
-the work (``opa.revisions``, ``policy_docs``, ``policy_tools``, ``impact``), so that the command
-line only parses, calls the façade and renders.
+and the local OPA this layer runs: ``opa_status``, ``opa_stop``, ``opa_restart``, and the bundle
+it serves (``opa_bundle``, also for an OPA this layer does not run). Each function is one call into
+the module that does the work (``opa``, ``opa.revisions``, ``policy_docs``, ``policy_tools``,
+``impact``), so that the command line only parses, calls the façade and renders.
 """
 
 from __future__ import annotations

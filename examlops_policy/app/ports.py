@@ -1,10 +1,10 @@
 """The ports of the application layer: what each workflow needs, by role, as typed protocols.
 
 A workflow names the narrowest port it needs and is handed whatever satisfies it: the decision
-cycle (``DecisionCycle``: ``State``, ``PolicySource``), the recorded decisions (``Records``:
-``Jobs``, ``Recorded``), the placing workflow (``Placer``), the fleet's workflows (``Fleet``), who
-estimates starts, with its clock (``Estimator``), the policy's other entry points (``Queries``). No
-port names the façade (``Hardware``) or anything private of it.
+cycle (``DecisionCycle``: ``State``, ``PolicySource``), the store's clock (``Clock``), the recorded
+decisions (``Records``: ``Jobs``, ``Recorded``), the placing workflow (``Placer``), the fleet's
+workflows (``Fleet``), who estimates starts, with its own clock (``Estimator``), the policy's other
+entry points (``Queries``). No port names the façade (``Hardware``) or anything private of it.
 """
 
 from __future__ import annotations
@@ -26,6 +26,12 @@ if TYPE_CHECKING:
     from examlops_policy.store.api import NodeUsageRow
     from examlops_policy.tables import Tables
     from examlops_policy.views import DecisionPage, DecisionRecord, PoolChange, Submit
+
+
+class Clock(Protocol):
+    """A clock that says what writes are recorded at (the store's: RFC 3339, UTC)."""
+
+    def now(self) -> str: ...
 
 
 class State(Protocol):

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from examlops_policy._core.records import Reader
     from examlops_policy._core.state import Snapshot
     from examlops_policy._core.verdicts import PolicyEvaluator
-    from examlops_policy.app.ports import Jobs, Placer, Queries, State
+    from examlops_policy.app.ports import Clock, Jobs, Placer, Queries, State
     from examlops_policy.store import Store
     from examlops_policy.tables import Tables
     from examlops_policy.views import Submission
@@ -233,14 +233,14 @@ def order_item(row: QueueRow) -> JSONObject:
     return {"id": row.id, "project": row.project, "priority": row.priority, "queued_at": row.queued_at, "accelerator": row.accelerator, "devices": row.devices}
 
 
-def store_now(q: Queue) -> float:
-    """Now, by the store's clock (what writes are recorded at)."""
-    return commit.epoch_of(q.store.now())
+def store_now(clock: Clock) -> float:
+    """Now, by the store's clock (what writes are recorded at), in epoch seconds."""
+    return commit.epoch_of(clock.now())
 
 
 def rank(q: Queue, rows: Sequence[QueueRow], *, extra: Sequence[JSONObject] = (), now_ts: float | None = None) -> Ranked:
     """The policy's order of ``rows`` (and ``extra`` items), asked once."""
-    now_ts = store_now(q) if now_ts is None else now_ts
+    now_ts = store_now(q.store) if now_ts is None else now_ts
     items = [order_item(r) for r in rows] + list(extra)
     if not items:
         return Ranked((), {}, {})
@@ -292,7 +292,7 @@ def listing(q: Queue, *, every: bool = False) -> QueueListing:
     """The waiting workloads in the order they are offered capacity (then those the order cannot
     judge); with ``every``, the admitted, cancelled and failed ones after them (oldest first)."""
     rows = q.store.queue_rows(("queued",))
-    now_ts = store_now(q)
+    now_ts = store_now(q.store)
     ranked = rank(q, rows, now_ts=now_ts) if rows else Ranked((), {}, {})
     by_id = {r.id: r for r in rows}
     held = reservation_now(q, rows, ranked) if rows else None
@@ -416,7 +416,7 @@ def admit(q: Queue, *, limit: int | None = None) -> AdmissionReport:
         return AdmissionReport(tuple(admitted), tuple(failed), 0, None)
     rows = store.queue_rows(("queued",))
     # Work past its max_wait (counted from when it was first queued) leaves the queue first.
-    now_ts = store_now(q)
+    now_ts = store_now(q.store)
     late = {r.id: text for r in rows if (text := past_max_wait(r, now_ts)) is not None}
     for r in rows:
         if r.id in late and (gone := _fail(q, r, late[r.id], waiting=True)) is not None:
@@ -460,10 +460,10 @@ def admit_one(
         edited = submission_vouched(q, row)
         if edited is not None:
             return _fail(q, row, f"not admitted: {edited}; its queue row was changed beside the audit log (run exa audit verify)")
-    late = past_max_wait(row, store_now(q), workload)
+    late = past_max_wait(row, store_now(q.store), workload)
     if late is not None:
         return _fail(q, row, late, waiting=True)
-    request = Request(_left_to_wait(workload, row, store_now(q)))
+    request = Request(_left_to_wait(workload, row, store_now(q.store)))
     lease = None if row.lease_s is None else timedelta(seconds=row.lease_s)
     preempted: tuple[str, ...] = ()
 
@@ -571,7 +571,7 @@ def _start_on(free: float, needed: float, ends: Sequence[tuple[float, float | No
 def reservation_for(q: Queue, row: QueueRow, workload: Workload, decided: Decision, snap: Snapshot) -> Reservation | None:
     """The reservation a waiting workload that does not fit holds, when the policy grants it one:
     on the pool, of those only full for it, where it could start soonest (then by name)."""
-    now_ts = store_now(q)
+    now_ts = store_now(q.store)
     options: list[tuple[bool, float, str, float, float]] = []
     for v in decided.verdicts:
         reasons = [r for r in v.reasons if r.kind != "preference"]
@@ -599,7 +599,7 @@ def _reservation_at_once(q: Queue, row: QueueRow, workload: Workload, placed: Pl
     """The reservation of a waiting workload that fits now, when the policy lets it reserve: the
     devices it would be placed on, from now, until the next pass admits it."""
     state = snap.states[snap.index[placed.pool]]
-    starts_at = rfc3339(store_now(q))
+    starts_at = rfc3339(store_now(q.store))
     item: JSONObject = {"id": row.id, "name": workload.name, "project": workload.project, "priority": workload.priority, "fits": False,
                         "pool": placed.pool, "devices": placed.grant.devices, "starts_at": starts_at}  # fmt: skip
     answer = _judged(q, {"workload": item})
@@ -620,7 +620,7 @@ def _may_start(q: Queue, held: Reservation, ident: str, workload: Workload, plac
     """Whether a workload that fits may start while ``held`` is reserved (the policy's backfill
     rule); taking devices of the reserved pool beyond the reservation's start takes them from its
     spare."""
-    now_ts = store_now(q)
+    now_ts = store_now(q.store)
     ends = [float(s) for s in (workload.walltime, None if lease is None else lease.total_seconds()) if s is not None]
     ends_ts = now_ts + min(ends) if ends else None
     item: JSONObject = {"id": ident, "name": workload.name, "project": workload.project, "priority": workload.priority, "fits": True,
@@ -1001,7 +1001,7 @@ def quota_use_all(q: Queue, now_ts: float) -> JSONObject:
 
 def quotas(q: Queue) -> list[QuotaRow]:
     """Use against quota per project and class, in the policy's words (its quotas report)."""
-    raw = _query(q, REPORT_RULE, {"quota_use": quota_use_all(q, store_now(q))})
+    raw = _query(q, REPORT_RULE, {"quota_use": quota_use_all(q, store_now(q.store))})
     if not isinstance(raw, list):
         raise PolicyError("the policy's quotas report (examlops.queue.quotas.report) gave a malformed answer")
     out = []
