@@ -73,7 +73,7 @@ class Decided:
 class Write:
     """What a round commits: ``decision`` (the round's, or decided again by the workflow) over
     ``snapshot`` (the round's, or one read again), and what ``_core.commit.place`` records with it
-    (the request id, the lease, the queue's row, the id chosen before the write, devices a queue's
+    (the id chosen before the write, the request id, the lease, the queue's row, devices a queue's
     reservation withholds, the queued record admitted and the grants preempted for it)."""
 
     decision: Decision
