@@ -435,7 +435,21 @@ class Keeper:
         return lines
 
 
+def keeper(table: Path | None, accounts_file: Path | None) -> Keeper:
+    """A ``Keeper`` for ``serve``, its inputs checked now: SpecError for an accounts file without a
+    table, an accounts file it cannot use, or a table whose folder is not there."""
+    if table is None:
+        raise SpecError("maps accounts for the Slurm decision table: add --slurm-table PATH", field="--slurm-accounts")
+    if accounts_file is not None:
+        load_accounts(accounts_file)
+    if table.is_dir():
+        raise SpecError("is a folder: name the table's file (e.g. exa_job_submit_table.lua)", source=str(table), field="--slurm-table")
+    if not table.parent.is_dir():
+        raise SpecError(f"no folder {table.parent} to write the table in", source=str(table), field="--slurm-table")
+    return Keeper(table, accounts_file)
+
+
 __all__ = [
     "Accounts", "CONF_NAME", "Deciding", "FORMAT", "HOOK", "Keeper", "Profile", "Row", "TABLE_NAME", "Table", "capability_sets",
-    "compute", "load_accounts", "lua_string", "render", "slurm_pools", "write", "write_atomic",
+    "compute", "keeper", "load_accounts", "lua_string", "render", "slurm_pools", "write", "write_atomic",
 ]  # fmt: skip
