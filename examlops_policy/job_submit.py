@@ -55,6 +55,8 @@ MAX_FEATURES_FOR_SUBSETS: Final = 6
 # The most nodes a row is decided for (a job over more nodes has no row: on_unknown).
 MAX_NODES: Final = 8
 MAX_ROWS: Final = 20_000
+# A refusal's text, as sbatch shows it, is cut here (the policy's reasons for every partition).
+MAX_REASON_CHARS: Final = 1000
 ROW_WORKLOAD: Final = "slurm-job"
 _ACCOUNT_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
@@ -106,7 +108,7 @@ class Accounts:
         return [found[k] for k in sorted(found)]
 
     def accounts_of(self, profile: Profile) -> list[str]:
-        names = [a for a, p in self.accounts.items() if p == profile]
+        names = sorted(a for a, p in self.accounts.items() if p == profile)
         return names + (["default"] if self.default == profile else [])
 
 
@@ -245,7 +247,21 @@ def _row(key: str, decided: Decision, pools: Sequence[Pool]) -> Row:
                 continue
             no[part] = "; ".join(r.message for r in v.reasons) or "not admitted by the policy"
         return Row(key, partition_of[decided.pool], tuple(admits), no)
-    return Row(key, refuse=f"{decided.reason} [{decided.code}]", code=decided.code)
+    # The headline, then each partition's reasons in the policy's words (partitions that share
+    # their reasons said once).
+    said: dict[str, list[str]] = {}
+    for v in decided.verdicts:
+        part = partition_of.get(v.pool)
+        if part is None:
+            continue
+        words = "; ".join(dict.fromkeys(r.message for r in v.reasons)) or "not admitted by the policy"
+        if part not in sum(said.values(), []):
+            said.setdefault(words, []).append(part)
+    details = " · ".join(f"partition {', '.join(parts)}: {words}" for words, parts in said.items())
+    text = f"{decided.reason} [{decided.code}]" + (f" · {details}" if details else "")
+    if len(text) > MAX_REASON_CHARS:
+        text = text[: MAX_REASON_CHARS - 1] + "…"
+    return Row(key, refuse=text, code=decided.code)
 
 
 def compute(hw: Deciding, accounts: Accounts) -> Table:
