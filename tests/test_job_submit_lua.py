@@ -259,26 +259,36 @@ def test_a_bad_conf_line_is_logged_and_the_setting_keeps_its_default(plugin: Plu
     assert len(done["error"]) == 4 and "on_stale must be open or closed (kept closed)" in done["error"][0]
 
 
-def test_the_table_is_read_again_only_when_its_header_changes(plugin: Plugin) -> None:
-    path = plugin.dir / job_submit.TABLE_NAME
-    header = path.read_text(encoding="utf-8").splitlines()[0]
-    # Same header, other rows: the cached rows are used (a table is only ever replaced whole).
+def test_the_table_is_loaded_again_only_when_its_revision_changes(plugin: Plugin) -> None:
+    """The service writes the same table again at every step with a new written_at: that costs
+    the plugin a line read (the freshness is taken from it), not a reload of the rows."""
     other = table((Row(f"{PROFILE}|h100|1|1|generic|", partition="gpu", admits=("gpu",)),))
-    swapped = job_submit.render(other, 0).splitlines()
-    swapped[0] = header
-    driver_jobs = [GPU, GPU]
-    # The second submission runs after the file changed under the same header.
-    (plugin.dir / "swap.lua").write_text("\n".join(swapped) + "\n", encoding="utf-8")
-    results = plugin_run_with_swap(plugin, driver_jobs)
-    assert [r["partition"] for r in results] == ["nodes", "nodes"]
-    # A new header (a new revision or written_at): read again.
-    plugin.table(other)
-    assert plugin.run(GPU)[0]["partition"] == "gpu"
+    # Same revision, other rows, written now: the rows loaded first are kept, and the time is read.
+    (plugin.dir / "swap.lua").write_text(job_submit.render(other, int(time.time())), encoding="utf-8")
+    assert [r["partition"] for r in plugin_run_with_swap(plugin, [GPU, GPU])] == ["nodes", "nodes"]
+    # Same revision written long ago: stale, though the rows are cached.
+    plugin.table()
+    (plugin.dir / "swap.lua").write_text(job_submit.render(table(), int(time.time()) - 3600), encoding="utf-8")
+    first, second = plugin_run_with_swap(plugin, [GPU, GPU])
+    assert first["partition"] == "nodes" and second["rc"] == -1 and "is stale" in second["user"][0]
+    # Another revision: loaded again.
+    plugin.table()
+    renamed = Table(POLICY, "inputs", {"physics": PROFILE}, OPEN, {}, other.rows, "ef" * 32)
+    (plugin.dir / "swap.lua").write_text(job_submit.render(renamed, int(time.time())), encoding="utf-8")
+    assert [r["partition"] for r in plugin_run_with_swap(plugin, [GPU, GPU])] == ["nodes", "gpu"]
+
+
+def test_a_table_whose_header_and_body_disagree_is_not_used(plugin: Plugin) -> None:
+    text = job_submit.render(table(), int(time.time())).replace('revision = "' + "cd" * 32 + '"', 'revision = "' + "00" * 32 + '"', 1)
+    plugin.table(text=text)
+    [done] = plugin.run(GPU)
+    assert done["rc"] == -1 and "with the revision its header says" in done["user"][0]
 
 
 def plugin_run_with_swap(plugin: Plugin, jobs: list[dict[str, object]]) -> list[dict[str, object]]:
+    """The first job, then swap.lua renamed over the table (as the service replaces it), then the second."""
     calls = [f"report(slurm_job_submit({lua_table(jobs[0])}, {{}}, 0))",
-             f"os.rename('swap.lua', '{job_submit.TABLE_NAME}')",
+             f"assert(os.rename('swap.lua', '{job_submit.TABLE_NAME}'))",
              f"report(slurm_job_submit({lua_table(jobs[1])}, {{}}, 0))"]  # fmt: skip
     (plugin.dir / "driver.lua").write_text(DRIVER.replace("CALLS", "\n".join(calls)), encoding="utf-8")
     assert LUA is not None

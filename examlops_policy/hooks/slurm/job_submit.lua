@@ -19,9 +19,10 @@ service. It reads two files next to it (in Slurm's configuration directory):
 
   the decision table         written by `exa slurm table` or `exa hardware serve --slurm-table`,
                              atomically (a new file renamed over the old), a Lua chunk that returns
-                             the table; its first line says its revision and when it was written.
-                             It is read again only when that line changes, and loaded with no access
-                             to any library (an empty environment), under pcall.
+                             the table; its first line says its revision and when it was written
+                             (staleness is judged by that line). It is loaded again only when the
+                             revision there changes, with no access to any library (an empty
+                             environment), under pcall.
 
 What it does with a job (slurm_job_submit):
   * No GPU asked (no gres gpu or shard in tres_per_node / tres_per_job / --gpus-per-task): nothing.
@@ -69,71 +70,85 @@ local function defaults()
            timing_log = nil, problems = {} }
 end
 
+local conf_cache = { text = nil, conf = nil }
+
+-- The settings; parsed again only when the file's text changes (its problems logged then).
 local function read_conf()
-  local conf = defaults()
   local f = io.open(M.dir .. "/" .. CONF_NAME, "r")
-  if not f then
+  local text = f and f:read("*a") or false
+  if f then f:close() end
+  if text == conf_cache.text and conf_cache.conf then return conf_cache.conf, false end
+  local conf = defaults()
+  if not text then
     conf.problems[#conf.problems + 1] = CONF_NAME .. " not found: defaults (on_stale=closed, on_unknown=closed)"
-    return conf
-  end
-  local n = 0
-  for line in f:lines() do
-    n = n + 1
-    local text = trim((line:gsub("#.*$", "")))
-    if text ~= "" then
-      local key, value = text:match("^([%w_]+)%s*=%s*(.-)$")
-      if not key then
-        conf.problems[#conf.problems + 1] = CONF_NAME .. ":" .. n .. ": expected key = value"
-      elseif key == "on_stale" or key == "on_unknown" then
-        if value == "open" or value == "closed" then conf[key] = value
-        else conf.problems[#conf.problems + 1] = CONF_NAME .. ":" .. n .. ": " .. key .. " must be open or closed (kept closed)" end
-      elseif key == "max_age_seconds" then
-        local v = tonumber(value)
-        if v and v > 0 then conf.max_age_seconds = v
-        else conf.problems[#conf.problems + 1] = CONF_NAME .. ":" .. n .. ": max_age_seconds must be a number above 0" end
-      elseif key == "table" or key == "timing_log" then
-        if value ~= "" then
-          conf[key] = value:sub(1, 1) == "/" and value or (M.dir .. "/" .. value)
+  else
+    local n = 0
+    for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+      n = n + 1
+      local body = trim((line:gsub("#.*$", "")))
+      if body ~= "" then
+        local key, value = body:match("^([%w_]+)%s*=%s*(.-)$")
+        if not key then
+          conf.problems[#conf.problems + 1] = CONF_NAME .. ":" .. n .. ": expected key = value"
+        elseif key == "on_stale" or key == "on_unknown" then
+          if value == "open" or value == "closed" then conf[key] = value
+          else conf.problems[#conf.problems + 1] = CONF_NAME .. ":" .. n .. ": " .. key .. " must be open or closed (kept closed)" end
+        elseif key == "max_age_seconds" then
+          local v = tonumber(value)
+          if v and v > 0 then conf.max_age_seconds = v
+          else conf.problems[#conf.problems + 1] = CONF_NAME .. ":" .. n .. ": max_age_seconds must be a number above 0" end
+        elseif key == "table" or key == "timing_log" then
+          if value ~= "" then
+            conf[key] = value:sub(1, 1) == "/" and value or (M.dir .. "/" .. value)
+          end
+        else
+          conf.problems[#conf.problems + 1] = CONF_NAME .. ":" .. n .. ": unknown setting '" .. key .. "'"
         end
-      else
-        conf.problems[#conf.problems + 1] = CONF_NAME .. ":" .. n .. ": unknown setting '" .. key .. "'"
       end
     end
   end
-  f:close()
-  return conf
+  conf_cache.text, conf_cache.conf = text, conf
+  return conf, true
 end
 
 -- -- the decision table ------------------------------------------------------------------------------
 
-local cache = { header = nil, path = nil, table = nil }
+local cache = { revision = nil, path = nil, table = nil }
 
--- The table, or nil and why it cannot be used. Loaded again only when its first line changes.
+-- The table and when it was written (its header line says both), or nil and why it cannot be used.
+-- Loaded again only when the revision in its header changes: the service writes the same table
+-- again with a new written_at at every step, and that costs a line read, not a reload.
 local function load_table(path)
   local f = io.open(path, "r")
   if not f then return nil, "no decision table at " .. path end
   local header = f:read("*l")
-  if header and header == cache.header and path == cache.path then
+  local revision, written_at = (header or ""):match("^%-%- exa%-job%-submit%-table format=%d+ revision=(%S+) written_at=(%d+)$")
+  written_at = tonumber(written_at)
+  if not revision then
     f:close()
-    return cache.table
+    return nil, "the decision table at " .. path .. " does not start with its header line"
+  end
+  if revision == cache.revision and path == cache.path then
+    f:close()
+    return cache.table, written_at
   end
   local rest = f:read("*a")
   f:close()
-  if not header or not header:match("^%-%- exa%-job%-submit%-table ") then
-    return nil, "the decision table at " .. path .. " does not start with its header line"
-  end
   local chunk, err = loadstring(header .. "\n" .. (rest or ""), "=" .. path)
   if not chunk then return nil, "the decision table at " .. path .. " does not load: " .. tostring(err) end
   setfenv(chunk, {}) -- no library, no global: data only
   local ok, t = pcall(chunk)
   if not ok then return nil, "the decision table at " .. path .. " does not load: " .. tostring(t) end
   if type(t) ~= "table" or t.format ~= FORMAT or type(t.rows) ~= "table" or type(t.accounts) ~= "table"
-     or type(t.licenses) ~= "table" or type(t.written_at) ~= "number" or type(t.revision) ~= "string"
-     or type(t.policy_revision) ~= "string" then
-    return nil, "the decision table at " .. path .. " is not a table of format " .. FORMAT
+     or type(t.licenses) ~= "table" or t.revision ~= revision or type(t.policy_revision) ~= "string" then
+    return nil, "the decision table at " .. path .. " is not a table of format " .. FORMAT .. " with the revision its header says"
   end
-  cache.header, cache.path, cache.table = header, path, t
-  return t
+  chunk, rest = nil, nil
+  -- The garbage of the load (its text, the chunk) collected now, once per revision, not by
+  -- the incremental collector in the middle of a later job's decision.
+  collectgarbage("collect")
+  cache.revision, cache.path, cache.table = revision, path, t
+  return t, written_at
 end
 
 -- -- what the job asks ---------------------------------------------------------------------------------
@@ -230,10 +245,13 @@ end
 local function decide(job, conf)
   local ask, why = gpu_ask(job)
   if ask == nil then return { action = "pass", quiet = true } end
-  local t, problem = load_table(conf.table)
-  if t and os.time() - t.written_at > conf.max_age_seconds then
+  local t, written_at = load_table(conf.table)
+  local problem
+  if not t then
+    problem = written_at
+  elseif os.time() - written_at > conf.max_age_seconds then
     problem = string.format("the decision table at %s is stale: written %ds ago, max_age_seconds = %d",
-      conf.table, os.time() - t.written_at, conf.max_age_seconds)
+      conf.table, os.time() - written_at, conf.max_age_seconds)
     t = nil
   end
   if not t then
@@ -313,12 +331,15 @@ end
 
 local function run(job)
   local started = os.clock()
-  local ok, conf = pcall(read_conf)
+  local ok, conf, fresh = pcall(read_conf)
   if not ok then
-    conf = defaults()
-    conf.problems = { "reading " .. CONF_NAME .. " failed: " .. tostring(conf) }
+    local err = conf
+    conf, fresh = defaults(), true
+    conf.problems = { "reading " .. CONF_NAME .. " failed: " .. tostring(err) }
   end
-  for _, p in ipairs(conf.problems) do slurm.log_error("exa job_submit: %s", p) end
+  if fresh then
+    for _, p in ipairs(conf.problems) do slurm.log_error("exa job_submit: %s", p) end
+  end
   local done, d = pcall(decide, job, conf)
   if not done then
     local problem = "the decision failed: " .. tostring(d)
