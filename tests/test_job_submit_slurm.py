@@ -177,6 +177,15 @@ def test_a_job_the_residency_rule_forbids_is_refused_with_the_reason(plugin: dic
         assert shown(plugin, anyone)["Partition"] in ("gpu", "debug")
     finally:
         cancel(plugin, anyone)
+    # Nor can a pending job be changed into it (scontrol update goes through slurm_job_modify).
+    held = submitted(sbatch(plugin, "-A", "physics", "--gres=gpu:h100:1", cwd=tmp_path))
+    try:
+        changed = subprocess.run(["scontrol", "update", f"jobid={held}", "gres=gpu:mi300x:1"], env={**os.environ, **plugin},
+                                 capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        assert changed.returncode != 0
+        assert shown(plugin, held)["TresPerNode"] == "gres:gpu:h100:1"
+    finally:
+        cancel(plugin, held)
     # Another policy refusal: inference-eu's budget ($6/h) does not pay for three H100s.
     over = sbatch(plugin, "-A", "physics", "--gres=gpu:h100:3", cwd=tmp_path)
     assert over.returncode != 0 and "max_cost_per_hour $6.00/h (project inference-eu)" in over.stderr
