@@ -279,7 +279,7 @@ local function decide(job, conf)
   if caps == false then return unknown("constraint '" .. job.features .. "' is more than features joined by &") end
   local engine = engine_of(job.licenses, t.licenses)
   if engine == false then return unknown("licences '" .. job.licenses .. "' name more than one engine") end
-  local nodes = unset(job.min_nodes) and 1 or job.min_nodes
+  local nodes = (unset(job.min_nodes) or job.min_nodes == 0) and 1 or job.min_nodes
   local key = profile .. "|" .. ask.type .. "|" .. ask.count .. "|" .. nodes .. "|" .. engine .. "|" .. caps
   local row = t.rows[key]
   if not row then
