@@ -6,6 +6,11 @@ ended; reconcile with the schedulers it was told to read; offer the queue the ca
 (admission). Then wait the interval, woken early by a signal, or when work waits in the queue and
 a lease ends before the interval does (just after it ends: the capacity it held is offered then).
 
+With a Slurm decision table to keep (``--slurm-table``, ``job_submit.Keeper``), each step whose
+policy is served also writes the table again: decided again when the policy revision, the pools or
+the accounts file changed; written with a new ``written_at`` otherwise. A step that cannot write it
+logs why and leaves the file as it was (it grows stale, and the plugin does what its conf says).
+
 * SIGTERM, SIGINT: no new step; the step under way finishes (its transactions commit or roll back
   whole); exit 0. A second signal changes nothing.
 * OPA unavailable: logged, admission skipped (expiry and reconcile need no OPA), the next step
@@ -36,7 +41,11 @@ from typing import TYPE_CHECKING, Final, Protocol, TextIO
 from examlops_policy.errors import ExaError, PolicyError, PolicyUnavailable, SpecError, StateError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from datetime import datetime
+
+    from examlops_policy.job_submit import Keeper
+    from examlops_policy.model import Decision, Pool, PoolState, Workload
 
     from examlops_policy._core.engine import Engine
     from examlops_policy._reviewed import PolicySnapshot
@@ -85,6 +94,10 @@ class Hardware(Protocol):
 
     def admit(self, *, limit: int | None = None) -> AdmissionReport: ...
 
+    def pools(self) -> list[PoolState]: ...
+
+    def what_if(self, workload: Workload, pools: Sequence[Pool] | None = None, *, where: bool = False) -> Decision: ...
+
 
 @dataclass
 class StepReport:
@@ -105,8 +118,10 @@ class Server:
         slurm: bool | None,
         kubernetes: Mapping[str, str | None] | None,
         out: TextIO | None = None,
+        slurm_table: Keeper | None = None,
     ) -> None:
         self._make = make
+        self.slurm_table = slurm_table
         self.interval_s = check_interval(interval_s)
         self.slurm = slurm
         self.kubernetes = kubernetes
@@ -145,7 +160,8 @@ class Server:
                     self.log(line)
                 return 5
             self.log(f"serving: policy {self.revision[:19]} · every {self.interval_s:g} s" + (
-                " · slurm" if self.slurm else "") + (" · kubernetes" if self.kubernetes is not None else ""))  # fmt: skip
+                " · slurm" if self.slurm else "") + (" · kubernetes" if self.kubernetes is not None else "") + (
+                f" · slurm table {self.slurm_table.path}" if self.slurm_table is not None else ""))  # fmt: skip
             backoff = 0
             while not self.stopping:
                 report = self.step()
@@ -203,6 +219,8 @@ class Server:
             self._guarded(report, "reconcile", self._reconcile)
         if policy_ok:
             self._guarded(report, "admit", self._admit)
+            if self.slurm_table is not None:
+                self._guarded(report, "slurm table", self._slurm_table)
         else:
             report.lines.append("admission skipped: no policy to decide under")
         if report.fault:
@@ -265,6 +283,10 @@ class Server:
             report.lines.append(change.text)
         for name, why in result.unreadable:
             report.lines.append(f"fault: {name} could not be read (skipped): {why}")
+
+    def _slurm_table(self, report: StepReport) -> None:
+        assert self.slurm_table is not None and self.revision is not None
+        report.lines.extend(self.slurm_table.step(self.hw, self.revision))
 
     def _admit(self, report: StepReport) -> None:
         admitted = self.hw.admit()

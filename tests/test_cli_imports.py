@@ -3,7 +3,7 @@
 Every module of ``examlops_policy.cli`` may import the façade (``hardware``), the values it takes
 and returns (``model``, ``views``, ``errors``), the readers and writers of user files (``specs``:
 pool and workload YAML; ``audit``: checkpoints and keys; ``report``: the HTML page; ``focus``: the
-FOCUS billing export) and the CLI's
+FOCUS billing export; ``job_submit``: the Slurm job_submit plugin's decision table) and the CLI's
 own modules; never the store, the tables, the policy engine or the placement core.
 """
 
@@ -18,6 +18,7 @@ ALLOWED = {
     "examlops_policy.hardware", "examlops_policy.model", "examlops_policy.views", "examlops_policy.errors",
     "examlops_policy.specs", "examlops_policy.audit", "examlops_policy.report", "examlops_policy.focus",
     "examlops_policy.quantities",  # values: CPU and memory sizes, written the one way they are read
+    "examlops_policy.job_submit",  # the decision table Slurm's job_submit plugin reads (written like the FOCUS export)
 }  # fmt: skip
 CLI = Path(examlops_policy.cli.__file__).parent
 

@@ -108,7 +108,7 @@ class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
         return _Sink()
 
 
-GROUPS: Final = ("hardware", "audit", "finops", "models", "opa", "policy")
+GROUPS: Final = ("hardware", "audit", "finops", "models", "opa", "policy", "slurm")
 
 
 def _common_options(parser: argparse.ArgumentParser, *, prefix: str = "") -> None:
@@ -152,6 +152,10 @@ def build_parser(group: str | None = None, *, wanted: frozenset[str] | None = No
         from examlops_policy.cli import policy
 
         policy.register(groups, common)
+    if group in (None, "slurm"):
+        from examlops_policy.cli import slurm
+
+        slurm.register(groups, common)
     return parser
 
 

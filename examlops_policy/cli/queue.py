@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 
 from examlops_policy.cli import args as types
 from examlops_policy.cli import exits, render
@@ -180,7 +181,8 @@ def cmd_reconcile(args: argparse.Namespace, hw: Hardware, console: Console) -> i
 def cmd_serve(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     kubernetes = _kubernetes(args)
     return hw.serve(interval_s=args.interval.total_seconds(), slurm=True if args.slurm else None, kubernetes=kubernetes,
-                    out=console.file, once=args.once)  # fmt: skip
+                    out=console.file, once=args.once, slurm_table=Path(args.slurm_table) if args.slurm_table else None,
+                    slurm_accounts=Path(args.slurm_accounts) if args.slurm_accounts else None)  # fmt: skip
 
 
 def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
@@ -206,6 +208,8 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
     p = hardware.add_parser("serve", parents=[common], help="reconcile, expire leases and admit, every interval, until SIGTERM or SIGINT")
     p.add_argument("--interval", type=types.lease, default=types.lease("30s"), help="between steps, at least 1s, e.g. 2s, 30s, 5m (default 30s)")
     p.add_argument("--once", action="store_true", help="one step, then exit")
+    p.add_argument("--slurm-table", metavar="PATH", help="keep the Slurm job_submit plugin's decision table at PATH current (exa slurm table)")
+    p.add_argument("--slurm-accounts", metavar="FILE", help="--slurm-table: the reviewed accounts file (Slurm account -> project, residency; licence -> engine)")
     _scheduler_args(p)
     p.set_defaults(handler=cmd_serve)
 
