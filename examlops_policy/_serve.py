@@ -99,6 +99,17 @@ class Hardware(Protocol):
     def what_if(self, workload: Workload, pools: Sequence[Pool] | None = None, *, where: bool = False) -> Decision: ...
 
 
+
+def slurm_keeper(table: Path | None, accounts: Path | None) -> Keeper | None:
+    """The keeper of the Slurm job_submit plugin's decision table at ``table`` (its accounts mapped
+    by ``accounts``), or None when neither is given; SpecError at once for an accounts file it
+    cannot use or a table it cannot write (``job_submit.keeper``)."""
+    if table is None and accounts is None:
+        return None
+    from examlops_policy import job_submit
+
+    return job_submit.keeper(table, accounts)
+
 @dataclass
 class StepReport:
     """What one step did: the lines it logged, and whether it met a fault that backs off."""

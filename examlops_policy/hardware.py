@@ -281,17 +281,12 @@ class Hardware:
         SIGTERM or SIGINT (``once``: one step), logging to ``out`` (see ``_serve``). This Hardware
         is closed first: the loop opens its own on the same home (and again after a fault). The
         exit status: 0, or 5 when the policy cannot be served at start. SpecError (nothing closed)
-        for an interval shorter than ``_serve.MIN_INTERVAL_S`` (1 s). ``slurm_table``: keep the
-        Slurm job_submit plugin's decision table there current, the accounts of ``slurm_accounts``
-        mapped (``job_submit.Keeper``; SpecError at once for an accounts file it cannot use)."""
-        from examlops_policy._serve import Server, check_interval
+        for an interval shorter than ``_serve.MIN_INTERVAL_S`` (1 s). ``slurm_table``,
+        ``slurm_accounts``: the job_submit plugin's decision table kept current (``_serve.slurm_keeper``)."""
+        from examlops_policy._serve import Server, check_interval, slurm_keeper
 
         check_interval(interval_s)
-        keeper = None
-        if slurm_table is not None or slurm_accounts is not None:
-            from examlops_policy import job_submit
-
-            keeper = job_submit.keeper(slurm_table, slurm_accounts)
+        keeper = slurm_keeper(slurm_table, slurm_accounts)
         home = self.home
         self.close()
         server = Server(lambda: Hardware(home), interval_s=interval_s, slurm=slurm, kubernetes=kubernetes, out=out, slurm_table=keeper)
