@@ -43,6 +43,9 @@ from examlops_policy._node_packers import DEFAULT_PACKER, ExpectedWorkload, pack
 from examlops_policy.errors import SpecError, StateError
 from examlops_policy.model import Capacity, Grant, Node, NodeAllocation, Pool, Workload
 
+SIGNATURE = "workload"
+"""The name a workload is judged under: the policy is asked once per signature, whatever its name."""
+
 CPU_POOL = "cpu"
 """The name of the pool of every node's host CPU and memory (``fleet_pools``)."""
 
@@ -185,7 +188,9 @@ class LayerPlacer:
     def judged(self, request: _nodes.NodeRequest | Workload) -> tuple[Workload, Judged]:
         """The request's workload and the fleet judged for it (OPA asked once per signature; a
         workload's name is not part of it)."""
-        key: object = dataclasses.replace(request, name="workload") if isinstance(request, Workload) else request
+        key: object = request
+        if isinstance(request, Workload) and request.name != SIGNATURE:
+            key = dataclasses.replace(request, name=SIGNATURE)
         found = self._judged.get(key)
         if found is None:
             workload = request if isinstance(request, Workload) else self.workload(request)
@@ -194,14 +199,17 @@ class LayerPlacer:
             self.judged_new += 1
         return found
 
-    def decide(self, request: _nodes.NodeRequest | Workload) -> Placed | None:
+    def decide(self, request: _nodes.NodeRequest | Workload, *, name: str | None = None) -> Placed | None:
         """Place ``request`` (a trace's request, or a workload): the pool selection chooses and the
-        node(s) its packer chooses, held; None when no pool is admitted with room."""
+        node(s) its packer chooses, held; None when no pool is admitted with room. ``name``: the
+        workload's own name, where ``request`` is its shape (``why_failed`` names it)."""
         workload, judged = self.judged(request)
         if isinstance(request, Workload):
             workload = request  # its own name (the judged one may be another's of the same signature)
         outcome = select(judged, self.summaries)
         if outcome.chosen is None:
+            if name is not None and name != workload.name:
+                workload = dataclasses.replace(workload, name=name)
             rejection = judged.workload.rejection
             if rejection is not None:  # refused whatever the capacity: counted by its reason
                 self.refused[rejection.code] = self.refused.get(rejection.code, 0) + 1
