@@ -497,7 +497,7 @@ class NodeCapacity:
         self.allocated_milli += self.units_of(grant)
         if grant.affinity is not None:
             self._count_affinity(i, grant.affinity, +1)
-        self._changed(i)
+        self._changed(i, shares=bool(grant.share_milli))
 
     def release(self, grant: NodeGrant) -> None:
         """Give ``grant`` back (it must be held: a grant this capacity does not hold raises, nothing changes)."""
@@ -528,7 +528,7 @@ class NodeCapacity:
         self.allocated_milli -= self.units_of(grant)
         if grant.affinity is not None:
             self._count_affinity(i, grant.affinity, -1)
-        self._changed(i)
+        self._changed(i, shares=bool(grant.share_milli))
 
     def hold(
         self,
@@ -576,7 +576,7 @@ class NodeCapacity:
             self.cpu_free[node] = max(0, int(self.cpu_free[node]) - cpu_milli)
         if self.memory_total[node] != UNTRACKED:
             self.memory_free[node] = max(0, int(self.memory_free[node]) - memory_mib)
-        self._changed(node)
+        self._changed(node, shares=bool(shares))
         return lowest_taken
 
     def set_state(self, name: str, state: NodeState) -> None:
@@ -585,7 +585,7 @@ class NodeCapacity:
             raise SpecError(f"state must be one of {', '.join(NODE_STATES)} (got {state!r})", field="state")
         i = self._position(name)
         self.up[i] = state == "up"
-        self._changed(i)
+        self._changed(i, shares=False)
 
     def _position(self, name: str) -> int:
         try:
@@ -604,8 +604,12 @@ class NodeCapacity:
         elif before > 0 and counts[i] == 0:
             self.affinity_kinds[i] -= 1
 
-    def _changed(self, i: int) -> None:
+    def _changed(self, i: int, *, shares: bool) -> None:
+        """Node ``i`` changed: its version bumped, and its devices' shares read again where they
+        changed (``shares``: only shares change the devices holding them)."""
         self.version[i] += 1
+        if not shares:
+            return
         values = sorted(v for v in self._devices[i].by_free if v > 0)
         width = self.shared_values.shape[1]
         if len(values) > width:
