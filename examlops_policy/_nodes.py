@@ -491,12 +491,17 @@ class NodeCapacity:
             for dv in grant.devices:
                 d.free.remove(dv)
             self.whole_free[i] -= len(grant.devices)
-        self.cpu_free[i] -= grant.cpu_milli if self.cpu_tracked[i] else 0
-        self.memory_free[i] -= grant.memory_mib if self.memory_total[i] != UNTRACKED else 0
-        self.free_milli[i] -= self.units_of(grant)
-        self.allocated_milli += self.units_of(grant)
-        if grant.affinity is not None:
-            self._count_affinity(i, grant.affinity, +1)
+        if grant.cpu_milli and self.cpu_tracked[i]:
+            self.cpu_free[i] -= grant.cpu_milli
+        if grant.memory_mib and self.memory_total[i] != UNTRACKED:
+            self.memory_free[i] -= grant.memory_mib
+        units = grant.share_milli or len(grant.devices) * self.unit
+        if units:
+            self.free_milli[i] -= units
+            self.allocated_milli += units
+        affinity = grant.affinity
+        if affinity is not None:
+            self._count_affinity(i, affinity, +1)
         self._changed(i, shares=bool(grant.share_milli))
 
     def release(self, grant: NodeGrant) -> None:
@@ -520,14 +525,17 @@ class NodeCapacity:
             for dv in grant.devices:
                 d.free.add(dv)
             self.whole_free[i] += len(grant.devices)
-        if self.cpu_tracked[i]:
+        if grant.cpu_milli and self.cpu_tracked[i]:
             self.cpu_free[i] = min(self.cpu_free[i] + grant.cpu_milli, self.cpu_total[i])
-        if self.memory_total[i] != UNTRACKED:
+        if grant.memory_mib and self.memory_total[i] != UNTRACKED:
             self.memory_free[i] = min(self.memory_free[i] + grant.memory_mib, self.memory_total[i])
-        self.free_milli[i] += self.units_of(grant)
-        self.allocated_milli -= self.units_of(grant)
-        if grant.affinity is not None:
-            self._count_affinity(i, grant.affinity, -1)
+        units = grant.share_milli or len(grant.devices) * self.unit
+        if units:
+            self.free_milli[i] += units
+            self.allocated_milli -= units
+        affinity = grant.affinity
+        if affinity is not None:
+            self._count_affinity(i, affinity, -1)
         self._changed(i, shares=bool(grant.share_milli))
 
     def hold(
