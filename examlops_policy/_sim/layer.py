@@ -19,7 +19,7 @@ may give its own pools (the generic format).
 4. ``rooms.choose`` picks the node(s) and devices with the packer ``place`` uses; what the grant
    holds is held on the pools sharing those nodes too (``rooms.hold_beside``: as ``rooms.build``
    counts the records), and each changed pool's summary is worked out again for the nodes that
-   changed (``rooms.summary(rooms, changed)``).
+   changed (``rooms.summary(rooms, changed)``) when it is next read (``Summaries``).
 
 Nothing is written and nothing is audited. Per placement the cost is selection and the packer.
 A ``NodeCapacity`` over every node (``capacity``) holds every grant too: it checks that no device,
