@@ -317,7 +317,7 @@ class _FragModel:
         self._taken: dict[int, IntArray] = {}  # share milli -> Q drop by a device's free milli (0..1000) and column
 
     def rows(self, model_id: IntArray, cpu_free: IntArray) -> IntArray:
-        bucket = np.searchsorted(self.cpu_steps, cpu_free, side="right")
+        bucket = self.cpu_steps.searchsorted(cpu_free, side="right")
         return (model_id % (self.n_models + 1)) * self.buckets + bucket
 
     def q_row(self, whole_free: int, by_free: Mapping[int, Sequence[int]]) -> IntArray:
@@ -391,7 +391,7 @@ class FragmentationPacker:
             self._seen = np.full(len(capacity), -1, dtype=np.int64)
             self._bind(capacity, expected)
         model = self._model
-        stale = np.flatnonzero(capacity.version != self._seen)
+        stale = (capacity.version != self._seen).nonzero()[0]
         if stale.size:
             for i in stale.tolist():
                 self._q[i] = model.q_row(int(capacity.whole_free[i]), capacity.shared_by_free(i))
@@ -416,7 +416,7 @@ class FragmentationPacker:
             # Candidates: a fresh device where the node has one, and each distinct free value of its shared devices.
             values = capacity.shared_values[nodes]
             at, slot = np.nonzero(values >= s)
-            fresh = np.flatnonzero(capacity.whole_free[nodes] > 0)
+            fresh = (capacity.whole_free[nodes] > 0).nonzero()[0]
             who = np.concatenate([fresh, at])
             value = np.concatenate([np.full(fresh.size, capacity.unit, dtype=np.int64), values[at, slot]])
             frag = model.frag(self._q[nodes[who]] - model.share_taken(value, s), total[who], rows[who])
@@ -427,7 +427,7 @@ class FragmentationPacker:
 
     @staticmethod
     def _score(delta: FloatArray) -> IntArray:
-        return _trunc(MAX_SCORE / (1.0 + np.exp(np.clip(delta / 1000.0, -700, 700))))
+        return _trunc(MAX_SCORE / (1.0 + np.exp((delta / 1000.0).clip(-700, 700))))
 
     def scores(self, capacity: NodeCapacity, request: NodeRequest, feasible: IntArray) -> IntArray:
         return self._score(self._after(capacity, request, feasible) - self._measure[feasible])

@@ -491,13 +491,18 @@ class NodeCapacity:
             for dv in grant.devices:
                 d.free.remove(dv)
             self.whole_free[i] -= len(grant.devices)
-        self.cpu_free[i] -= grant.cpu_milli if self.cpu_tracked[i] else 0
-        self.memory_free[i] -= grant.memory_mib if self.memory_total[i] != UNTRACKED else 0
-        self.free_milli[i] -= self.units_of(grant)
-        self.allocated_milli += self.units_of(grant)
-        if grant.affinity is not None:
-            self._count_affinity(i, grant.affinity, +1)
-        self._changed(i)
+        if grant.cpu_milli and self.cpu_tracked[i]:
+            self.cpu_free[i] -= grant.cpu_milli
+        if grant.memory_mib and self.memory_total[i] != UNTRACKED:
+            self.memory_free[i] -= grant.memory_mib
+        units = grant.share_milli or len(grant.devices) * self.unit
+        if units:
+            self.free_milli[i] -= units
+            self.allocated_milli += units
+        affinity = grant.affinity
+        if affinity is not None:
+            self._count_affinity(i, affinity, +1)
+        self._changed(i, shares=bool(grant.share_milli))
 
     def release(self, grant: NodeGrant) -> None:
         """Give ``grant`` back (it must be held: a grant this capacity does not hold raises, nothing changes)."""
@@ -520,15 +525,18 @@ class NodeCapacity:
             for dv in grant.devices:
                 d.free.add(dv)
             self.whole_free[i] += len(grant.devices)
-        if self.cpu_tracked[i]:
+        if grant.cpu_milli and self.cpu_tracked[i]:
             self.cpu_free[i] = min(self.cpu_free[i] + grant.cpu_milli, self.cpu_total[i])
-        if self.memory_total[i] != UNTRACKED:
+        if grant.memory_mib and self.memory_total[i] != UNTRACKED:
             self.memory_free[i] = min(self.memory_free[i] + grant.memory_mib, self.memory_total[i])
-        self.free_milli[i] += self.units_of(grant)
-        self.allocated_milli -= self.units_of(grant)
-        if grant.affinity is not None:
-            self._count_affinity(i, grant.affinity, -1)
-        self._changed(i)
+        units = grant.share_milli or len(grant.devices) * self.unit
+        if units:
+            self.free_milli[i] += units
+            self.allocated_milli -= units
+        affinity = grant.affinity
+        if affinity is not None:
+            self._count_affinity(i, affinity, -1)
+        self._changed(i, shares=bool(grant.share_milli))
 
     def hold(
         self,
@@ -576,7 +584,7 @@ class NodeCapacity:
             self.cpu_free[node] = max(0, int(self.cpu_free[node]) - cpu_milli)
         if self.memory_total[node] != UNTRACKED:
             self.memory_free[node] = max(0, int(self.memory_free[node]) - memory_mib)
-        self._changed(node)
+        self._changed(node, shares=bool(shares))
         return lowest_taken
 
     def set_state(self, name: str, state: NodeState) -> None:
@@ -585,7 +593,7 @@ class NodeCapacity:
             raise SpecError(f"state must be one of {', '.join(NODE_STATES)} (got {state!r})", field="state")
         i = self._position(name)
         self.up[i] = state == "up"
-        self._changed(i)
+        self._changed(i, shares=False)
 
     def _position(self, name: str) -> int:
         try:
@@ -604,8 +612,12 @@ class NodeCapacity:
         elif before > 0 and counts[i] == 0:
             self.affinity_kinds[i] -= 1
 
-    def _changed(self, i: int) -> None:
+    def _changed(self, i: int, *, shares: bool) -> None:
+        """Node ``i`` changed: its version bumped, and its devices' shares read again where they
+        changed (``shares``: only shares change the devices holding them)."""
         self.version[i] += 1
+        if not shares:
+            return
         values = sorted(v for v in self._devices[i].by_free if v > 0)
         width = self.shared_values.shape[1]
         if len(values) > width:

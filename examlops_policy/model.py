@@ -46,6 +46,9 @@ START_OBJECTIVES: Final = ("earliest", "work-time")
 MAX_WORK: Final = 1e18
 # How a pool shares whole devices between workloads (NVIDIA time-slicing or MPS, Slurm shards).
 SHARING: Final = ("time-slice", "mps")
+# What ``exa hardware simulate --format`` takes: a trace reader's name, or ``generic`` (the generic
+# reader for the file's suffix); ``_sim.readers`` registers the readers (and checks these names).
+TRACE_FORMATS: Final = ("openb", "generic", "generic-csv", "generic-yaml")
 # The node packers (``_node_packers``, which says what each does); the first is the one placement uses.
 PACKERS: Final = ("exa", "fgd", "best-fit", "gpu-packing", "dot-product", "gpu-clustering", "random")
 # Whether a workload's fraction must be an isolated slice (``required``) or may be a shared device.

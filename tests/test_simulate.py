@@ -363,7 +363,8 @@ def test_a_generic_trace_in_csv_is_the_same_trace(hardware: Hardware, tmp_path: 
     yaml_sim = hardware.simulate(write(tmp_path / "trace.yaml", TRACE), format="generic")
     assert sim.pools == yaml_sim.pools
     r, y = sim.runs[0].results[0], yaml_sim.runs[0].results[0]
-    assert (r.placed, r.failed, r.events) == (y.placed, y.failed, y.events)
+    assert (r.placed, r.failed, dict(r.alloc_pct), r.allocated_milli, r.peak_milli) == (y.placed, y.failed, dict(y.alloc_pct), y.allocated_milli, y.peak_milli)
+    assert len(r.alloc_pct) > 10 and r.peak_milli > 0
 
 
 @pytest.mark.parametrize(

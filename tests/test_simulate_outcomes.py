@@ -40,14 +40,14 @@ def test_the_cli_names_the_failed_and_orders_alloc_pct_by_number(exa_home: Path)
 
 
 def test_the_format_is_read_from_the_file(tmp_path: Path, exa_home: Path) -> None:
-    from examlops_policy._sim.generic import trace_format
+    from examlops_policy._sim.readers import infer
 
-    assert trace_format(TRACE) == "generic"
-    assert trace_format(ROOT / "examples" / "traces" / "openb" / "openb_pod_list_default.csv") == "openb"
+    assert infer(TRACE).name == "generic-yaml"
+    assert infer(ROOT / "examples" / "traces" / "openb" / "openb_pod_list_default.csv").name == "openb"
     workloads = tmp_path / "workloads.csv"
     workloads.write_text("name,arrival,duration,accelerator,count,fraction,cpu,memory,models\nw,0,,nvidia,1,,,,\n", encoding="utf-8")
-    assert trace_format(workloads) == "generic"
-    assert trace_format(tmp_path / "missing.csv") == "openb"  # openb's reader names the missing file
+    assert infer(workloads).name == "generic-csv"
+    assert infer(tmp_path / "missing.csv").name == "openb"  # openb's reader names the missing file
     # Without --format a YAML trace replays in time order (it was read as openb's pod list).
     assert run_exa(exa_home, "hardware", "simulate", "--pods", str(TRACE), check=True).stdout.splitlines()[1].startswith("in time order")
 

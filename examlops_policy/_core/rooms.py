@@ -23,7 +23,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-import operator
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import cast
@@ -174,63 +173,87 @@ def _groups(nodes: Sequence[Node], level: str) -> dict[str, int]:
     return {label: i for i, label in enumerate(sorted({getattr(n, level) for n in nodes if getattr(n, level) is not None}))}
 
 
+RoomKey = tuple[int, tuple[bool, int], tuple[bool, int], int, tuple[tuple[str, int], ...], tuple[bool, int], tuple[bool, int]]
+"""A node's room as the summary orders and counts it: whole devices, CPU and memory (a number, then None:
+(is None, value)), shares, slices, block and switch."""
+
+
 @dataclass
 class _Tally:
-    """Each node's room and devices free as ``summary`` worked them out (None: a node not up), and
-    the rooms counted."""
+    """Each node's room (its ``RoomKey``) and free units as ``summary`` worked them out (None, 0: a
+    node not up), and the rooms counted, so that a summary after a change costs the nodes that
+    changed: the distinct rooms in the summary's order (``keys``, ``rows``: the room with its
+    count), the whole devices, slices and free units of them all, each kept up to date by the
+    change."""
 
     blocks: dict[str, int]
     switches: dict[str, int]
-    rooms: list[NodeRoom | None]
-    free: list[float]
-    counted: dict[NodeRoom, int]
-    # The rooms counted in the summary's order: [where it sorts, the room, its row (the room with
-    # its count)]; and the whole devices and slices of them all.
-    order: list[list[object]] = field(default_factory=list)
+    rooms: list[RoomKey | None]
+    free_units: list[int]
+    counted: dict[RoomKey, int]
+    keys: list[RoomKey] = field(default_factory=list)
+    rows: list[NodeRoom] = field(default_factory=list)
     whole: int = 0
     slices: dict[str, int] = field(default_factory=dict)
+    units: int = 0  # free units of the up nodes (their devices' free shares or thousandths, summed)
+    slice_pico: list[int] = field(default_factory=list)  # per node: what its slices leave of the devices holding them, in 1e-12 devices
+    pico: int = 0  # that, summed over the up nodes
+    as_tuple: tuple[NodeRoom, ...] | None = None  # ``rows`` as a tuple, until they change
 
     def start(self) -> None:
-        self.order = sorted(([_order(room), room, dataclasses.replace(room, count=n)] for room, n in self.counted.items()), key=_first)
+        self.keys = sorted(self.counted)
+        self.rows = [_row(key, self.counted[key]) for key in self.keys]
         self.whole = 0
         self.slices = {}
-        for room, n in self.counted.items():
-            self._total(room, n)
+        for key, n in self.counted.items():
+            self._total(key, n)
+        self.units = sum(self.free_units)
+        self.pico = sum(self.slice_pico)
+        self.as_tuple = None
 
-    def _total(self, room: NodeRoom, n: int) -> None:
-        self.whole += room.whole * n
-        for name, k in room.slices:
+    def _total(self, key: RoomKey, n: int) -> None:
+        self.whole += key[0] * n
+        for name, k in key[4]:
             self.slices[name] = self.slices.get(name, 0) + k * n
 
-    def count(self, room: NodeRoom, step: int) -> None:
-        n = self.counted.get(room, 0) + step
-        self._total(room, step)
-        key = _order(room)
-        at = bisect.bisect_left(self.order, key, key=_first)
+    def count(self, key: RoomKey, step: int) -> None:
+        was = self.counted.get(key, 0)
+        n = was + step
+        self._total(key, step)
+        at = bisect.bisect_left(self.keys, key)
+        self.as_tuple = None
         if not n:
-            del self.order[at], self.counted[room]
+            del self.keys[at], self.rows[at], self.counted[key]
             return
-        row = dataclasses.replace(room, count=n)
-        if room in self.counted:
-            self.order[at][2] = row
+        row = _row(key, n)
+        if was:
+            self.rows[at] = row
         else:
-            self.order.insert(at, [key, room, row])
-        self.counted[room] = n
+            self.keys.insert(at, key)
+            self.rows.insert(at, row)
+        self.counted[key] = n
+
+    def ordered(self) -> tuple[NodeRoom, ...]:
+        if self.as_tuple is None:
+            self.as_tuple = tuple(self.rows)
+        return self.as_tuple
 
 
-def _first(entry: list[object]) -> tuple[object, ...]:
-    return entry[0]  # type: ignore[return-value]
+def _row(key: RoomKey, n: int) -> NodeRoom:
+    """The room ``key`` says, counted ``n`` times."""
+    return NodeRoom(
+        key[0], None if key[1][0] else key[1][1], None if key[2][0] else key[2][1], key[3], key[4],
+        None if key[5][0] else key[5][1], None if key[6][0] else key[6][1], n,
+    )  # fmt: skip
 
 
-_third = operator.itemgetter(2)
-
-
-def _node_room(rooms: Rooms, tally: _Tally, i: int) -> tuple[NodeRoom | None, float]:
-    """Node ``i``'s room (None when it is not up) and its devices free."""
+def _node_room(rooms: Rooms, tally: _Tally, i: int) -> tuple[RoomKey | None, int, int]:
+    """Node ``i``'s room (None when it is not up), its free units, and what its slices leave of the
+    devices holding them (in 1e-12 devices: whole numbers, summed exactly whatever the order)."""
     pool, layout, capacity = rooms.pool, rooms.layout, rooms.capacity
     node = rooms.nodes[i]
     if not node.usable:
-        return None, 0.0
+        return None, 0, 0
     whole = int(capacity.whole_free[i])
     slices: tuple[tuple[str, int], ...] = ()
     if layout.kind == "fixed":
@@ -238,17 +261,21 @@ def _node_room(rooms: Rooms, tally: _Tally, i: int) -> tuple[NodeRoom | None, fl
     elif layout.kind in packing.PARTITIONED:
         placeable = packing.summarize(dataclasses.replace(layout, devices=node.devices), _beside(rooms, i))
         slices = tuple(sorted(placeable.slices.items()))
-    room = NodeRoom(
+    key: RoomKey = (
         whole,
-        int(capacity.cpu_free[i]) if capacity.cpu_tracked[i] else None,
-        int(capacity.memory_free[i]) if node.memory_mib is not None else None,
+        (False, int(capacity.cpu_free[i])) if capacity.cpu_tracked[i] else _NONE,
+        (False, int(capacity.memory_free[i])) if node.memory_mib is not None else _NONE,
         max(0, int(capacity.shared_max[i])) if pool.sharing is not None else 0,
         slices,
-        None if node.block is None else tally.blocks[node.block],
-        None if node.switch is None else tally.switches[node.switch],
+        _NONE if node.block is None else (False, tally.blocks[node.block]),
+        _NONE if node.switch is None else (False, tally.switches[node.switch]),
     )
-    free = float(capacity.free_milli[i]) / capacity.unit + sum(max(0.0, 1.0 - s) for s in rooms.slice_share.get(i, {}).values())
-    return room, free
+    shares = rooms.slice_share.get(i)
+    pico = round(sum(max(0.0, 1.0 - v) for v in shares.values()) * 1e12) if shares else 0
+    return key, int(capacity.free_milli[i]), pico
+
+
+_NONE = (True, 0)
 
 
 def summary(rooms: Rooms, changed: Collection[int] | None = None) -> tuple[Capacity, float]:
@@ -256,40 +283,44 @@ def summary(rooms: Rooms, changed: Collection[int] | None = None) -> tuple[Capac
     once), with the pool's totals; and its devices free (shares summed, for people).
 
     ``changed``: the positions of the only nodes whose holdings changed since the last summary of
-    these rooms (their rooms alone are worked out again); None: every node."""
+    these rooms (their rooms alone are worked out again: the cost is theirs, not the pool's); None:
+    every node."""
     layout = rooms.layout
     tally = rooms.tally
     if tally is None or changed is None:
         tally = rooms.tally = _Tally(_groups(rooms.nodes, "block"), _groups(rooms.nodes, "switch"), [], [], {})
         for i in range(len(rooms.nodes)):
-            room, free_i = _node_room(rooms, tally, i)
-            tally.rooms.append(room)
-            tally.free.append(free_i)
-            if room is not None:
-                tally.counted[room] = tally.counted.get(room, 0) + 1
+            key, units, pico = _node_room(rooms, tally, i)
+            tally.rooms.append(key)
+            tally.free_units.append(units)
+            tally.slice_pico.append(pico)
+            if key is not None:
+                tally.counted[key] = tally.counted.get(key, 0) + 1
         tally.start()
     else:
         for i in set(changed):
             before = tally.rooms[i]
-            room, tally.free[i] = _node_room(rooms, tally, i)
-            if room == before:
+            key, units, pico = _node_room(rooms, tally, i)
+            tally.units += units - tally.free_units[i]
+            tally.free_units[i] = units
+            tally.pico += pico - tally.slice_pico[i]
+            tally.slice_pico[i] = pico
+            if key == before:
                 continue
             if before is not None:
                 tally.count(before, -1)
-            tally.rooms[i] = room
-            if room is not None:
-                tally.count(room, +1)
+            tally.rooms[i] = key
+            if key is not None:
+                tally.count(key, +1)
     total_whole = tally.whole
     total_slices = {name: n for name, n in tally.slices.items() if n}
-    free = 0.0
-    for f in tally.free:
-        free += f
-    rows = cast("tuple[NodeRoom, ...]", tuple(map(_third, tally.order)))
+    # Devices free: the free units over a device's units, and what the slices leave of the devices holding them.
+    free = tally.units / rooms.capacity.unit + tally.pico / 1e12
     if layout.kind == "fixed":
         total_slices = {str(layout.fixed_profile): total_slices.get(str(layout.fixed_profile), 0)}
     elif layout.kind in packing.PARTITIONED:
         total_slices = {p: total_slices.get(p, 0) for p in layout.shares}
-    return Capacity(total_whole, total_slices, rows), round(free, 9)
+    return Capacity(total_whole, total_slices, tally.ordered()), round(free, 9)
 
 
 def _devices(a: NodeAllocation) -> list[int]:
@@ -378,13 +409,6 @@ def give_back(
             capacity.release(_nodes.NodeGrant(a.node, (), 0, a.cpu_milli, a.memory_mib))
         touched.append(i)
     return touched
-
-
-def _order(room: NodeRoom) -> tuple[object, ...]:
-    def key(v: int | None) -> tuple[bool, int]:
-        return (v is None, v or 0)
-
-    return (room.whole, key(room.cpu), key(room.memory), room.shares, room.slices, key(room.block), key(room.switch))
 
 
 def _beside(rooms: Rooms, i: int) -> list[Holding]:

@@ -22,67 +22,107 @@ Bad input is one ``SpecError`` naming the file, the line and column of the entry
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
 from examlops_policy import _nodes
+from examlops_policy._sim.layer import SIGNATURE
 from examlops_policy._sim.trace import PodKind
 from examlops_policy.errors import SpecError
 from examlops_policy.model import Node, Pool, Workload
 from examlops_policy.tables import Tables
 
 
-@dataclass(frozen=True)
-class TraceWorkload:
-    """One workload of a trace: when it arrives, how long it runs (None: it stays), where it was read."""
+class Shape:
+    """What a workload asks, whatever its name: the workload as the policy judges it (named
+    ``workload``; the policy is asked once per signature) and what the replay counts of it. Rows
+    asking the same share one (a trace of a million rows holds a few shapes, not a million
+    workloads)."""
 
-    workload: Workload
-    arrival: float
-    duration: float | None
-    line: int
+    __slots__ = ("workload", "kind", "device_milli", "request")
+
+    def __init__(self, workload: Workload) -> None:
+        w = self.workload = workload if workload.name == SIGNATURE else dataclasses.replace(workload, name=SIGNATURE)
+        self.kind: PodKind = "cpu" if w.accelerator == "cpu" else "share" if w.fraction < 1 else "one" if w.count * w.nodes == 1 else "multi"
+        # Device milli asked (a fraction its thousandths; whole devices 1000 each, on each node).
+        self.device_milli = 0 if w.accelerator == "cpu" else round(w.fraction * _nodes.MILLI) if w.fraction < 1 else w.count * w.nodes * _nodes.MILLI
+        cpu = round(float(w.cpu) * _nodes.MILLI) if w.cpu is not None else 0
+        models = frozenset(w.models) if w.models else None
+        # What it asks of one node, as the node packers' expected workload counts it.
+        if w.accelerator == "cpu":
+            self.request = _nodes.NodeRequest(cpu_milli=cpu, memory_mib=w.memory or 0)
+        elif w.fraction < 1:
+            self.request = _nodes.NodeRequest(share_milli=self.device_milli, cpu_milli=cpu, memory_mib=w.memory or 0, models=models)
+        else:
+            self.request = _nodes.NodeRequest(devices=w.count, cpu_milli=cpu, memory_mib=w.memory or 0, models=models)
+
+
+class TraceWorkload:
+    """One workload of a trace: its name, when it arrives, how long it runs (None: it stays), where
+    it was read (its line), and what it asks (``shape``, shared by the rows asking the same)."""
+
+    __slots__ = ("name", "arrival", "duration", "line", "shape")
+
+    def __init__(self, name: str, arrival: float, duration: float | None, line: int, shape: Shape) -> None:
+        self.name = name
+        self.arrival = arrival
+        self.duration = duration
+        self.line = line
+        self.shape = shape
+
+    @classmethod
+    def of(cls, workload: Workload, arrival: float, duration: float | None, line: int) -> TraceWorkload:
+        return cls(workload.name, arrival, duration, line, Shape(workload))
 
     @property
-    def name(self) -> str:
-        return self.workload.name
+    def workload(self) -> Workload:
+        """The workload itself, under its own name (made when asked)."""
+        return dataclasses.replace(self.shape.workload, name=self.name)
 
     @property
     def kind(self) -> PodKind:
-        w = self.workload
-        if w.accelerator == "cpu":
-            return "cpu"
-        if w.fraction < 1:
-            return "share"
-        return "one" if w.count * w.nodes == 1 else "multi"
+        return self.shape.kind
 
     @property
     def device_milli(self) -> int:
-        """Device milli asked (a fraction its thousandths; whole devices 1000 each, on each node)."""
-        w = self.workload
-        if w.accelerator == "cpu":
-            return 0
-        return round(w.fraction * _nodes.MILLI) if w.fraction < 1 else w.count * w.nodes * _nodes.MILLI
+        return self.shape.device_milli
 
     @property
     def request(self) -> _nodes.NodeRequest:
-        """What it asks of one node, as the node packers' expected workload counts it."""
-        w = self.workload
-        cpu = round(float(w.cpu) * _nodes.MILLI) if w.cpu is not None else 0
-        models = frozenset(w.models) if w.models else None
-        if w.accelerator == "cpu":
-            return _nodes.NodeRequest(cpu_milli=cpu, memory_mib=w.memory or 0)
-        if w.fraction < 1:
-            return _nodes.NodeRequest(share_milli=self.device_milli, cpu_milli=cpu, memory_mib=w.memory or 0, models=models)
-        return _nodes.NodeRequest(devices=w.count, cpu_milli=cpu, memory_mib=w.memory or 0, models=models)
+        return self.shape.request
+
+    def __repr__(self) -> str:
+        return f"TraceWorkload({self.name!r}, arrival={self.arrival}, duration={self.duration}, line={self.line})"
 
 
 @dataclass(frozen=True)
 class GenericTrace:
-    """A trace's pools (with the host CPU pools added) and its workloads, in file order."""
+    """A trace's pools (with the host CPU pools added) and its workloads, in order of arrival:
+    a tuple (a YAML trace, read whole: at most ``specs.MAX_FILE_BYTES``) or read row by row each
+    time they are iterated (``CsvWorkloads``: never held). ``source``: the file they come from."""
 
     pools: tuple[Pool, ...]
-    workloads: tuple[TraceWorkload, ...]
+    workloads: Iterable[TraceWorkload]
+    source: str = ""
+
+
+def in_order(trace: GenericTrace) -> Iterator[TraceWorkload]:
+    """The trace's workloads, refused (SpecError naming the file, line and ``arrival``) at the
+    first that arrives before the one listed above it: a trace lists its workloads in order of
+    arrival, and a replay reads them once, as they come, never holding them to sort."""
+    last = -1.0
+    above = 0
+    for w in trace.workloads:
+        if w.arrival < last:
+            raise SpecError(
+                f"arrival {w.arrival:g} s is before {last:g} s of the workload on line {above}: a trace lists its workloads in order of "
+                "arrival (sort it by arrival first)",
+                source=f"{trace.source} line {w.line}" if trace.source else None, field="arrival",
+            )  # fmt: skip
+        last, above = w.arrival, w.line
+        yield w
 
 
 def _marks(text: str) -> dict[tuple[object, ...], tuple[int, int]]:
@@ -161,8 +201,9 @@ def read_trace(path: str | Path, tables: Tables) -> GenericTrace:
             inner = f"{field}.workload.{exc.field}" if exc.field else f"{field}.workload"
             raise SpecError(exc.detail, source=_where(path, marks, inner), field=inner) from exc
         duration = item.get("duration")
-        workloads.append(TraceWorkload(workload, float(cast(float, item["arrival"])), None if duration is None else float(cast(float, duration)), marks.get((("workloads"), i), (0, 0))[0]))
-    return GenericTrace(tuple(pools), tuple(workloads))
+        line = marks.get((("workloads"), i), (0, 0))[0]
+        workloads.append(TraceWorkload.of(workload, float(cast(float, item["arrival"])), None if duration is None else float(cast(float, duration)), line))
+    return GenericTrace(tuple(pools), tuple(workloads), str(path))
 
 
 def _host_pools(pools: list[Pool], taken: Mapping[str, str]) -> list[Pool]:
@@ -189,7 +230,7 @@ def with_pools(trace: GenericTrace, pools: list[Pool]) -> GenericTrace:
     """``trace``'s workloads over ``pools`` (a candidate fleet: any pools file ``apply`` takes),
     host CPU pools added."""
     listed = [_listed(p) for p in pools]
-    return GenericTrace((*listed, *_host_pools(listed, {p.name: p.name for p in listed})), trace.workloads)
+    return GenericTrace((*listed, *_host_pools(listed, {p.name: p.name for p in listed})), trace.workloads, trace.source)
 
 
 def _listed(pool: Pool) -> Pool:
@@ -199,20 +240,6 @@ def _listed(pool: Pool) -> Pool:
     if pool.nodes_named:
         return pool
     return dataclasses.replace(pool, nodes=pool.node_list(), devices_per_node=None, cpu_per_node=None, memory_per_node=None)
-
-
-def trace_format(pods: Path) -> str:
-    """The format of a trace file, read from it: ``generic`` for YAML or JSON (a site's trace) and
-    for a CSV whose header names an ``arrival`` column (a generic workload list); else ``openb``
-    (its pod list). A file that cannot be read is ``openb``'s to refuse."""
-    if pods.suffix.lower() in (".yaml", ".yml", ".json"):
-        return "generic"
-    try:
-        with pods.open(encoding="utf-8", newline="") as handle:
-            header = handle.readline(65536)
-    except (OSError, UnicodeDecodeError):
-        return "openb"
-    return "generic" if "arrival" in (c.strip().lower() for c in header.split(",")) else "openb"
 
 
 NODE_COLUMNS = ("node", "pool", "region", "accelerator", "model", "devices", "cpu", "memory", "cost_per_hour")
@@ -234,11 +261,19 @@ def _value(text: str) -> object:
 
 
 def read_csv_trace(nodes_path: str | Path, workloads_path: str | Path, tables: Tables, *, host_cpu: bool = True) -> GenericTrace:
-    """A generic trace from two CSV files; SpecError naming the file, line and column."""
+    """A generic trace from two CSV files: the node list read now, the workload list read row by
+    row each time the trace's workloads are iterated (``CsvWorkloads``; its first row is checked
+    now). SpecError naming the file, line and column."""
+    pools = read_csv_pools(nodes_path, tables, host_cpu=host_cpu)
+    return GenericTrace(pools, CsvWorkloads(Path(workloads_path), tables), str(workloads_path))
+
+
+def read_csv_pools(nodes_path: str | Path, tables: Tables, *, host_cpu: bool = True) -> tuple[Pool, ...]:
+    """The pools of a node list in CSV (``NODE_COLUMNS``), host CPU pools added."""
     from examlops_policy import specs
     from examlops_policy._sim.trace import _count, _rows
 
-    nodes_path, workloads_path = Path(nodes_path), Path(workloads_path)
+    nodes_path = Path(nodes_path)
     facts: dict[str, dict[str, object]] = {}
     lines: dict[str, list[int]] = {}
     listed: dict[str, list[dict[str, object]]] = {}
@@ -275,34 +310,69 @@ def read_csv_trace(nodes_path: str | Path, workloads_path: str | Path, tables: T
             raise SpecError(exc.detail, source=f"{nodes_path} line {at}", field=field or None) from exc
     if host_cpu:
         pools.extend(_host_pools(pools, {p.name: p.name for p in pools}))
-    workloads = []
-    for line, row in _rows(workloads_path, WORKLOAD_COLUMNS):
-        where = f"{workloads_path} line {line}"
-        values: dict[str, object] = {"name": row["name"], "accelerator": row["accelerator"]}
-        for column in ("count", "fraction", "cpu", "memory"):
-            if row[column] != "":
-                values[column] = _value(row[column])
-        if row["models"]:
-            values["models"] = tuple(m for m in row["models"].split("|") if m)
-        try:
-            workload = specs.workload_from_mapping(values, source=where)
-            specs.check_workload_facts(workload, tables)
-        except SpecError as exc:
-            raise SpecError(exc.detail, source=where, field=exc.field) from exc
-        times: list[float | None] = []
-        for column in ("arrival", "duration"):
-            text = row[column]
-            if column == "duration" and text == "":
-                times.append(None)
-                continue
-            try:
-                value = float(text)
-            except ValueError:
-                value = -1.0
-            if not (value >= 0 if column == "arrival" else value > 0) or value != value or value == float("inf"):
-                raise SpecError(f"expected seconds, a number {'>= 0' if column == 'arrival' else '> 0'} (got {text!r})", source=where, field=column)
-            times.append(value)
-        workloads.append(TraceWorkload(workload, cast(float, times[0]), times[1], line))
-    if not workloads:
-        raise SpecError("the workload list holds no workload", source=str(workloads_path))
-    return GenericTrace(tuple(pools), tuple(workloads))
+    return tuple(pools)
+
+
+SHAPES_HELD = 4096
+"""Shapes a workload list's reading keeps (``CsvWorkloads``): rows asking what an earlier row asked
+share its checked shape; past this many distinct ones the kept ones are let go (memory stays
+bounded whatever the trace; a shape let go is checked again when next asked)."""
+
+
+class CsvWorkloads:
+    """A workload list in CSV (``WORKLOAD_COLUMNS``), read row by row each time it is iterated,
+    never held: each row checked (SpecError naming the file, line and column) as it is reached.
+    A row's workload is checked once per shape (its columns but the name, arrival and duration;
+    the name is checked on every row). Its first row is read and checked when it is made (a list
+    without any workload is refused then)."""
+
+    def __init__(self, path: Path, tables: Tables) -> None:
+        self.path = path
+        self.tables = tables
+        if next(iter(self), None) is None:
+            raise SpecError("the workload list holds no workload", source=str(path))
+
+    def __iter__(self) -> Iterator[TraceWorkload]:
+        from examlops_policy import specs
+        from examlops_policy._sim.trace import _rows
+        from examlops_policy.model import name_problem
+
+        path, tables = self.path, self.tables
+        shapes: dict[tuple[str, ...], Shape] = {}
+        for line, row in _rows(path, WORKLOAD_COLUMNS):
+            name = row["name"]
+            key = (row["accelerator"], row["count"], row["fraction"], row["cpu"], row["memory"], row["models"])
+            shape = shapes.get(key)
+            if shape is None:
+                values: dict[str, object] = {"name": name, "accelerator": row["accelerator"]}
+                for column in ("count", "fraction", "cpu", "memory"):
+                    if row[column] != "":
+                        values[column] = _value(row[column])
+                if row["models"]:
+                    values["models"] = tuple(m for m in row["models"].split("|") if m)
+                try:
+                    workload = specs.workload_from_mapping(values, source=f"{path} line {line}")
+                    specs.check_workload_facts(workload, tables)
+                except SpecError as exc:
+                    raise SpecError(exc.detail, source=f"{path} line {line}", field=exc.field) from exc
+                if len(shapes) >= SHAPES_HELD:
+                    shapes.clear()
+                shape = shapes[key] = Shape(workload)
+            else:
+                problem = name_problem(name, what="a workload name")
+                if problem:
+                    raise SpecError(problem, source=f"{path} line {line}", field="name")
+            arrival = _seconds(row["arrival"], path, line, "arrival")
+            duration = None if row["duration"] == "" else _seconds(row["duration"], path, line, "duration")
+            yield TraceWorkload(name, arrival, duration, line, shape)
+
+
+def _seconds(text: str, path: Path, line: int, column: str) -> float:
+    """A time cell: seconds, >= 0 for an arrival, > 0 for a duration."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (value >= 0 if column == "arrival" else value > 0) or value != value or value == float("inf"):
+        raise SpecError(f"expected seconds, a number {'>= 0' if column == 'arrival' else '> 0'} (got {text!r})", source=f"{path} line {line}", field=column)
+    return value

@@ -19,7 +19,7 @@ may give its own pools (the generic format).
 4. ``rooms.choose`` picks the node(s) and devices with the packer ``place`` uses; what the grant
    holds is held on the pools sharing those nodes too (``rooms.hold_beside``: as ``rooms.build``
    counts the records), and each changed pool's summary is worked out again for the nodes that
-   changed (``rooms.summary(rooms, changed)``).
+   changed (``rooms.summary(rooms, changed)``) when it is next read (``Summaries``).
 
 Nothing is written and nothing is audited. Per placement the cost is selection and the packer.
 A ``NodeCapacity`` over every node (``capacity``) holds every grant too: it checks that no device,
@@ -30,8 +30,9 @@ figure reads.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 from examlops_policy import _nodes
 from examlops_policy._core import rooms as _rooms
@@ -42,6 +43,9 @@ from examlops_policy._core.state import Capacities, sharing_of
 from examlops_policy._node_packers import DEFAULT_PACKER, ExpectedWorkload, packer_named
 from examlops_policy.errors import SpecError, StateError
 from examlops_policy.model import Capacity, Grant, Node, NodeAllocation, Pool, Workload
+
+SIGNATURE = "workload"
+"""The name a workload is judged under: the policy is asked once per signature, whatever its name."""
 
 CPU_POOL = "cpu"
 """The name of the pool of every node's host CPU and memory (``fleet_pools``)."""
@@ -110,6 +114,43 @@ def workload_of(request: _nodes.NodeRequest, name: str = "pod", *, accelerator: 
     return Workload(name, accelerator, count=request.devices, cpu=cpu, memory=memory, models=models, nodes=request.nodes)
 
 
+class Summaries(Sequence[Capacity]):
+    """Each pool's capacity summary, worked out when it is read: a change marks the nodes it
+    touched (``changed``), and the next read of that pool's summary works out theirs alone
+    (``rooms.summary(rooms, changed)``). A pool no request looks at between two changes costs
+    nothing more for the second: the cost of a change is the nodes it touched, once."""
+
+    def __init__(self, rooms: Sequence[_rooms.Rooms]) -> None:
+        self._rooms = rooms
+        self._summaries = [_rooms.summary(r)[0] for r in rooms]
+        self._changed: list[set[int]] = [set() for _ in rooms]
+
+    def changed(self, pool: int, nodes: Sequence[int]) -> None:
+        """Pool ``pool``'s nodes at ``nodes`` changed since its summary."""
+        self._changed[pool].update(nodes)
+
+    @overload
+    def __getitem__(self, index: int) -> Capacity: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Capacity]: ...
+
+    def __getitem__(self, index: int | slice) -> Capacity | Sequence[Capacity]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self._rooms))[index]]
+        changed = self._changed[index]
+        if changed:
+            self._summaries[index] = _rooms.summary(self._rooms[index], changed)[0]
+            changed.clear()
+        return self._summaries[index]
+
+    def __len__(self) -> int:
+        return len(self._rooms)
+
+    def __iter__(self) -> Iterator[Capacity]:
+        return (self[i] for i in range(len(self._rooms)))
+
+
 @dataclass(frozen=True)
 class Placed:
     """Where one request went: the pool and what it holds node by node."""
@@ -142,7 +183,7 @@ class LayerPlacer:
         self.pools = ordered
         capacities = Capacities(engine.tables)
         self.rooms = [capacities.rooms_of(p, []) for p in ordered]
-        self.summaries: list[Capacity] = [_rooms.summary(r)[0] for r in self.rooms]
+        self.summaries = Summaries(self.rooms)
         sharing = sharing_of(ordered)
         index = {p.name: i for i, p in enumerate(ordered)}
         # Per pool: the pools sharing its nodes, whether their devices there are its devices, and
@@ -185,7 +226,9 @@ class LayerPlacer:
     def judged(self, request: _nodes.NodeRequest | Workload) -> tuple[Workload, Judged]:
         """The request's workload and the fleet judged for it (OPA asked once per signature; a
         workload's name is not part of it)."""
-        key: object = dataclasses.replace(request, name="workload") if isinstance(request, Workload) else request
+        key: object = request
+        if isinstance(request, Workload) and request.name != SIGNATURE:
+            key = dataclasses.replace(request, name=SIGNATURE)
         found = self._judged.get(key)
         if found is None:
             workload = request if isinstance(request, Workload) else self.workload(request)
@@ -194,14 +237,17 @@ class LayerPlacer:
             self.judged_new += 1
         return found
 
-    def decide(self, request: _nodes.NodeRequest | Workload) -> Placed | None:
+    def decide(self, request: _nodes.NodeRequest | Workload, *, name: str | None = None) -> Placed | None:
         """Place ``request`` (a trace's request, or a workload): the pool selection chooses and the
-        node(s) its packer chooses, held; None when no pool is admitted with room."""
+        node(s) its packer chooses, held; None when no pool is admitted with room. ``name``: the
+        workload's own name, where ``request`` is its shape (``why_failed`` names it)."""
         workload, judged = self.judged(request)
         if isinstance(request, Workload):
             workload = request  # its own name (the judged one may be another's of the same signature)
         outcome = select(judged, self.summaries)
         if outcome.chosen is None:
+            if name is not None and name != workload.name:
+                workload = dataclasses.replace(workload, name=name)
             rejection = judged.workload.rejection
             if rejection is not None:  # refused whatever the capacity: counted by its reason
                 self.refused[rejection.code] = self.refused.get(rejection.code, 0) + 1
@@ -216,11 +262,9 @@ class LayerPlacer:
         allocations = _rooms.choose(room, grant, workload, chooser=self.packers[i])
         if allocations is None:
             raise StateError(f"pool {self.pools[i].name!r}: its capacity summary says the grant fits but no node has room")
-        self.summaries[i] = _rooms.summary(room, [room.capacity.index[a.node] for a in allocations])[0]
+        self.summaries.changed(i, [room.capacity.index[a.node] for a in allocations])
         for j, same, other_mode in self.sharers[i]:
-            touched = _rooms.hold_beside(self.rooms[j], allocations, same_devices=same, other_mode=other_mode)
-            if touched:
-                self.summaries[j] = _rooms.summary(self.rooms[j], touched)[0]
+            self.summaries.changed(j, _rooms.hold_beside(self.rooms[j], allocations, same_devices=same, other_mode=other_mode))
         for a in allocations:
             for g in _node_grants(a, self.pools[i], grant):
                 self._capacity.allocate(g)
@@ -248,12 +292,9 @@ class LayerPlacer:
     def release(self, placed: Placed) -> None:
         """Give back what ``placed`` holds (work that ended), on its pool and the pools sharing its nodes."""
         i = next(k for k, p in enumerate(self.pools) if p.name == placed.pool)
-        touched = _rooms.give_back(self.rooms[i], placed.allocations, devices=True, slice_share=placed.grant.share)
-        self.summaries[i] = _rooms.summary(self.rooms[i], touched)[0]
+        self.summaries.changed(i, _rooms.give_back(self.rooms[i], placed.allocations, devices=True, slice_share=placed.grant.share))
         for j, same, other_mode in self.sharers[i]:
-            touched = _rooms.give_back(self.rooms[j], placed.allocations, devices=same, other_mode=other_mode)
-            if touched:
-                self.summaries[j] = _rooms.summary(self.rooms[j], touched)[0]
+            self.summaries.changed(j, _rooms.give_back(self.rooms[j], placed.allocations, devices=same, other_mode=other_mode))
         for a in placed.allocations:
             for g in _node_grants(a, self.pools[i], placed.grant):
                 self._capacity.release(g)

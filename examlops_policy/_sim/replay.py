@@ -28,16 +28,18 @@ same packer ``place`` uses, so the replay and ``place`` cannot disagree on a nod
 
 from __future__ import annotations
 
+import math
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from examlops_policy._node_packers import ExpectedWorkload, FragmentationPacker, packer_named
 from examlops_policy._nodes import MILLI, Node, NodeCapacity, NodeGrant, NodeRequest, Packer, order_nodes
 from examlops_policy._sim.trace import POD_KINDS, PodKind, TracePod
-from examlops_policy.errors import SpecError
+from examlops_policy.errors import SpecError, StateError
 
 
 class Placer(Protocol):
@@ -93,14 +95,15 @@ class ReplayResult:
     packer: str
     pods: int
     placed: int
-    alloc_pct: dict[int, float]
+    alloc_pct: Mapping[int, float]
     failed: dict[str, int]
     capacity_milli: int
     arrived_milli: int
     allocated_milli: int
     fragmentation_milli: float
     seconds: float
-    events: tuple[tuple[int, int], ...] = field(repr=False, default=())
+    events: tuple[tuple[int, int], ...] = field(repr=False, default=())  # (arrived, allocated) milli after each pod (openb)
+    peak_milli: int = 0  # the most device milli allocated at once
 
     @property
     def placements_per_second(self) -> float:
@@ -159,6 +162,8 @@ def replay(pods: Sequence[TracePod], nodes: Sequence[Node], placer: PlacerFactor
     target = placer(ordered, seed)
     total_devices = sum(n.devices for n in nodes)
     events: list[tuple[int, int]] = [(0, 0)]
+    curve = Curve(total_devices, round(inflate * 100))
+    curve.add(0, 0)
     failed = {k: 0 for k in POD_KINDS}
     arrived = allocated = placed = 0
     start = time.perf_counter()
@@ -172,13 +177,14 @@ def replay(pods: Sequence[TracePod], nodes: Sequence[Node], placer: PlacerFactor
             placed += 1
             allocated += sum(g.device_milli for g in grants)
         events.append((arrived, allocated))
+        curve.add(arrived, allocated)
     seconds = time.perf_counter() - start
     frag = FragmentationPacker(expected or expected_workload(pods)).fragmentation(target.capacity)
     return ReplayResult(
         seed=seed, packer=packer, pods=len(arriving), placed=placed,
-        alloc_pct=allocation_curve(events, total_devices, round(inflate * 100)),
+        alloc_pct=curve,
         failed=failed, capacity_milli=total_devices * MILLI, arrived_milli=arrived, allocated_milli=allocated,
-        fragmentation_milli=float(frag.sum()), seconds=seconds, events=tuple(events),
+        fragmentation_milli=float(frag.sum()), seconds=seconds, events=tuple(events), peak_milli=curve.peak_milli,
     )
 
 
@@ -206,3 +212,101 @@ def allocation_curve(events: Iterable[tuple[int, int]], total_devices: int, upto
         if values:
             curve[x] = round(sum(values) / len(values), 2)
     return curve
+
+
+class Curve(Mapping[int, float]):
+    """The allocation curve built as the events come, each event O(1), equal to
+    ``allocation_curve`` over the same events (the same roundings, the same sums in the same
+    order): the events of one replay come in order of arrived demand (it only grows), so each
+    whole percent's events are summed as they come; a percent without events takes its
+    neighbours' (the one below, then the one above), summed on from the one below's sum.
+
+    Held: one mean per whole percent reached (8 bytes each, in an array), never the events. A
+    Mapping of the whole percents 0..``upto`` that have a value (``upto`` None: every percent
+    reached), as ``allocation_curve`` gives them. ``peak_milli``: the most allocated at once.
+    """
+
+    def __init__(self, total_devices: int, upto: int | None = None) -> None:
+        self.total = total_devices
+        self.upto = upto
+        self._means = array("d")  # per whole percent from 0: its mean, NaN where it has none
+        self._at = -1  # the percent of the last event (-1: none yet)
+        self._sum: float = 0  # the events' values at ``_at``, summed in order (from int 0, as ``sum``)
+        self._n = 0
+        self._gap: tuple[float, int] | None = None  # ``_at - 1`` without events: its neighbours' sum and count so far
+        self.events = 0
+        self.peak_milli = 0
+
+    def add(self, arrived_milli: int, allocated_milli: int) -> None:
+        """One event: the arrived and allocated device milli after it (arrived never falls)."""
+        total = self.total
+        x = int(round(arrived_milli / total / 10, 0))
+        y = round(allocated_milli / total / 10, 2)
+        self.events += 1
+        if allocated_milli > self.peak_milli:
+            self.peak_milli = allocated_milli
+        if x != self._at:
+            if x < self._at:
+                raise StateError(f"arrived demand fell ({self._at} % to {x} %): a curve's events come as demand arrives")
+            self._close(x)
+        self._sum += y
+        self._n += 1
+        if self._gap is not None:
+            self._gap = (self._gap[0] + y, self._gap[1] + 1)
+
+    def _close(self, x: int) -> None:
+        """Percent ``_at`` is done and the next event is at ``x``: its mean is written, and those of
+        the percents between without events (the one above it takes its sum, the one below ``x``
+        will take x's)."""
+        means, at = self._means, self._at
+        if at >= 0:
+            if self._gap is not None:  # at - 1 had no events: it is done too (its upper neighbour, at, is)
+                means[at - 1] = self._gap[0] / self._gap[1]
+            means.append(self._sum / self._n)
+        done = (self._sum, self._n) if at >= 0 else None
+        for gap in range(at + 1, x):
+            below = done if gap == at + 1 else None
+            if gap == x - 1:
+                self._gap = below if below is not None else (0, 0)
+                means.append(math.nan)  # written when x is done
+            else:
+                means.append(below[0] / below[1] if below is not None else math.nan)
+        if x - 1 <= at:
+            self._gap = None
+        self._at, self._sum, self._n = x, 0, 0
+
+    def _value(self, x: int) -> float:
+        """The mean at ``x`` (NaN: none), the percents still open included."""
+        at = self._at
+        if x < len(self._means) and not (x == at - 1 and self._gap is not None):
+            return self._means[x]
+        if x == at:
+            return self._sum / self._n
+        if x == at - 1 and self._gap is not None:
+            return self._gap[0] / self._gap[1] if self._gap[1] else math.nan
+        if x == at + 1 and self._n:
+            return self._sum / self._n
+        return math.nan
+
+    def _last(self) -> int:
+        reached = self._at + 1 if self._n else self._at
+        return reached if self.upto is None else min(reached, self.upto)
+
+    def __getitem__(self, x: int) -> float:
+        if not isinstance(x, int) or x < 0 or x > self._last():
+            raise KeyError(x)
+        value = self._value(x)
+        if value != value:
+            raise KeyError(x)
+        return round(value, 2)
+
+    def __iter__(self) -> Iterator[int]:
+        for x in range(self._last() + 1):
+            if self._value(x) == self._value(x):
+                yield x
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return f"Curve({dict(self)!r})"

@@ -10,21 +10,25 @@ failures by kind, fragmentation and placements per second; ``to_json`` is what `
 from __future__ import annotations
 
 import heapq
+import json
+import os
 import statistics
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import IO
 
 from examlops_policy import _nodes
 from examlops_policy._core.engine import Engine
 from examlops_policy._node_packers import ExpectedWorkload, FragmentationPacker
-from examlops_policy._sim.generic import GenericTrace, TraceWorkload
+from examlops_policy._sim.generic import GenericTrace, in_order
 from examlops_policy._sim.layer import LayerPlacer, Placed, fleet_pools
 from examlops_policy._sim.plot import Line, allocation_svg
-from examlops_policy._sim.replay import ReplayResult, allocation_curve, expected_workload, replay
+from examlops_policy._sim.replay import Curve, ReplayResult, expected_workload, replay
 from examlops_policy._sim.trace import POD_KINDS, TracePod
 from examlops_policy.errors import SpecError
-from examlops_policy.model import JSONObject
+from examlops_policy.model import JSONObject, Pool
 
 POINTS = (100, 130)
 # Failed workloads a person reads by name under a packer's line (all of them with --json).
@@ -51,6 +55,58 @@ class WorkloadOutcome:
         return out
 
 
+class Outcomes:
+    """Each workload's outcome, in the order they arrived: the first ``HELD`` in memory, the rest
+    written to a temporary file as they come (a line each) and read back when iterated, so that a
+    replay of millions of workloads holds none of them. Counted as they come: how many failed, by
+    reason code (``codes``), and the first ``SHOWN_FAILURES`` failed (``first_failed``)."""
+
+    HELD = 10_000
+
+    def __init__(self, outcomes: Iterable[WorkloadOutcome] = ()) -> None:
+        self._held: list[WorkloadOutcome] = []
+        self._file: IO[str] | None = None
+        self._count = 0
+        self.codes: dict[str, int] = {}
+        self.first_failed: list[WorkloadOutcome] = []
+        for o in outcomes:
+            self.append(o)
+
+    def append(self, outcome: WorkloadOutcome) -> None:
+        self._count += 1
+        if outcome.pool is None:
+            if outcome.code is not None:
+                self.codes[outcome.code] = self.codes.get(outcome.code, 0) + 1
+            if len(self.first_failed) < SHOWN_FAILURES:
+                self.first_failed.append(outcome)
+        self._held.append(outcome)
+        if len(self._held) >= 2 * self.HELD:
+            if self._file is None:
+                self._file = tempfile.TemporaryFile("w+", encoding="utf-8", prefix="exa-outcomes-")
+            spill, self._held = self._held[self.HELD :], self._held[: self.HELD]
+            self._file.seek(0, os.SEEK_END)
+            self._file.write("".join(json.dumps([o.name, o.arrival, o.pool, o.code, o.message]) + "\n" for o in spill))
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __bool__(self) -> bool:
+        return self._count > 0
+
+    def __iter__(self) -> Iterator[WorkloadOutcome]:
+        yield from self._held[: self.HELD]
+        if self._file is not None:
+            self._file.flush()
+            self._file.seek(0)
+            for line in self._file:
+                name, arrival, pool, code, message = json.loads(line)
+                yield WorkloadOutcome(name, arrival, pool, code, message)
+        yield from self._held[self.HELD :]
+
+    def __repr__(self) -> str:
+        return f"Outcomes({self._count} workloads, {sum(self.codes.values())} failed)"
+
+
 @dataclass(frozen=True)
 class PackerRun:
     """Every seed of one packer."""
@@ -59,21 +115,19 @@ class PackerRun:
     results: tuple[ReplayResult, ...]
     judged: int = 0  # workload signatures the policy judged (at most one OPA query each)
     refused: Mapping[str, int] = field(default_factory=dict)  # requests the policy refused outright, by reason code
-    outcomes: tuple[WorkloadOutcome, ...] = ()  # a generic trace: each workload's, in the order they arrived
+    outcomes: Outcomes = field(default_factory=Outcomes)  # a generic trace: each workload's, in the order they arrived
 
     @property
     def failures(self) -> dict[str, int]:
         """How many workloads failed, by reason code (a generic trace: capacity included)."""
-        out: dict[str, int] = {}
-        for o in self.outcomes:
-            if o.pool is None and o.code is not None:
-                out[o.code] = out.get(o.code, 0) + 1
-        return dict(sorted(out.items()))
+        return dict(sorted(self.outcomes.codes.items()))
 
     @property
     def alloc_pct(self) -> dict[int, float]:
         """The mean allocation % over the seeds at each arrived % every seed reached."""
         curves = [r.alloc_pct for r in self.results]
+        if len(curves) == 1:
+            return dict(curves[0])
         xs = sorted(set(curves[0]).intersection(*curves[1:]))
         return {x: round(statistics.fmean(c[x] for c in curves), 2) for x in xs}
 
@@ -144,17 +198,18 @@ class Simulation:
             for run in self.runs:
                 r = run.results[0]
                 lost = r.failed
-                held = [100.0 * u / max(1, r.capacity_milli) for _, u in r.events]
+                end, most = (100.0 * u / max(1, r.capacity_milli) for u in (r.allocated_milli, r.peak_milli))
                 out.append(
                     f"{run.packer}: {r.placed} of {r.pods} placed; failed cpu/share/one/multi {lost['cpu']}/{lost['share']}/{lost['one']}/{lost['multi']}; "
-                    f"allocation at the end {held[-1]:.2f} %, at most {max(held):.2f} %"
+                    f"allocation at the end {end:.2f} %, at most {most:.2f} %"
                 )
                 if run.refused:
                     out.append("  refused by the policy whatever the capacity: " + ", ".join(f"{c} x{n}" for c, n in run.refused.items()))
-                failed = [o for o in run.outcomes if o.pool is None]
+                failed = run.outcomes.first_failed
                 if failed:
-                    named = ", ".join(f"{o.name} at {o.arrival:g} s ({o.code})" for o in failed[:SHOWN_FAILURES])
-                    more = f" and {len(failed) - SHOWN_FAILURES} more (--json lists them all)" if len(failed) > SHOWN_FAILURES else ""
+                    named = ", ".join(f"{o.name} at {o.arrival:g} s ({o.code})" for o in failed)
+                    count = r.pods - r.placed
+                    more = f" and {count - len(failed)} more (--json lists them all)" if count > len(failed) else ""
                     out.append(f"  failed: {named}{more}")
             return out
         out.append(f"seeds {', '.join(map(str, self.seeds))}, GPU demand tuned to {round(self.inflate * 100)} % of GPU capacity")
@@ -223,53 +278,60 @@ def simulate_openb(
 
 def simulate_events(engine: Engine, trace: GenericTrace, *, packers: Sequence[str], name: str) -> Simulation:
     """A generic trace in time order: each workload placed when it arrives (or failed: nothing
-    waits), given back when its duration ends (before what arrives at that instant)."""
+    waits), given back when its duration ends (before what arrives at that instant). The trace is
+    read as it is replayed (once per packer; once more for ``fgd``'s expected workload), never
+    held: what a replay holds is the work running, the curve (a number per whole percent of
+    demand) and the outcomes (``Outcomes``: written aside past the first ones)."""
     confirmed = engine.confirm()
     runs = []
     for packer in packers:
-        expected = expected_workload([TracePod(w.name, w.request) for w in trace.workloads if w.request is not None]) if packer == "fgd" else None
+        expected = ExpectedWorkload.from_requests(w.request for w in in_order(trace)) if packer == "fgd" else None
         placer = LayerPlacer(engine, confirmed, trace.pools, packer=packer, expected=expected)
-        outcomes: list[WorkloadOutcome] = []
+        outcomes = Outcomes()
         result = _events(placer, trace, packer, outcomes)
-        runs.append(PackerRun(packer, (result,), placer.judged_new, _refused([placer]), tuple(outcomes)))
+        runs.append(PackerRun(packer, (result,), placer.judged_new, _refused([placer]), outcomes))
     _confirm_same(engine, confirmed)
     return Simulation(name, confirmed[0], None, (), tuple(runs), points=(), pools=tuple(sorted(p.name for p in trace.pools)))
 
 
-def _events(placer: LayerPlacer, trace: GenericTrace, packer: str, outcomes: list[WorkloadOutcome]) -> ReplayResult:
+def _events(placer: LayerPlacer, trace: GenericTrace, packer: str, outcomes: Outcomes) -> ReplayResult:
     """The replay of ``trace`` in time order; ``outcomes`` gets each workload's outcome."""
     total = max(1, sum(n.devices for n in placer.capacity.nodes))
-    leaving: list[tuple[float, int, Placed]] = []
-    events: list[tuple[int, int]] = [(0, 0)]
+    leaving: list[tuple[float, int, Placed, int]] = []
+    curve = Curve(total)
+    curve.add(0, 0)
     failed = {k: 0 for k in POD_KINDS}
-    arrived = allocated = placed = 0
+    arrived = allocated = placed = pods = 0
+    pools = {p.name: p for p in placer.pools}
     start = time.perf_counter()
-    for k, w in enumerate(sorted(trace.workloads, key=lambda w: (w.arrival, w.line))):
+    for k, w in enumerate(in_order(trace)):
+        pods += 1
         while leaving and leaving[0][0] <= w.arrival:
-            _, _, gone = heapq.heappop(leaving)
+            _, _, gone, milli = heapq.heappop(leaving)
             placer.release(gone)
-            allocated -= _milli(placer, gone)
-        milli = w.device_milli
-        arrived += milli
-        got = placer.decide(w.workload)
+            allocated -= milli
+        shape = w.shape
+        arrived += shape.device_milli
+        got = placer.decide(shape.workload, name=w.name)
         if got is None:
-            failed[w.kind] += 1
+            failed[shape.kind] += 1
             code, message = placer.why_failed()
             outcomes.append(WorkloadOutcome(w.name, w.arrival, code=code, message=message))
         else:
             outcomes.append(WorkloadOutcome(w.name, w.arrival, pool=got.pool))
             placed += 1
-            allocated += _milli(placer, got)
+            milli = _milli(pools[got.pool], got)
+            allocated += milli
             if w.duration is not None:
-                heapq.heappush(leaving, (w.arrival + w.duration, k, got))
-        events.append((arrived, allocated))
+                heapq.heappush(leaving, (w.arrival + w.duration, k, got, milli))
+        curve.add(arrived, allocated)
     seconds = time.perf_counter() - start
+    curve.upto = max(100, round(arrived / total / 10))
     frag = FragmentationPacker(_blocks(placer)).fragmentation(placer.capacity) if total > 1 else None
-    upto = max(100, round(arrived / total / 10))
     return ReplayResult(
-        seed=0, packer=packer, pods=len(trace.workloads), placed=placed, alloc_pct=allocation_curve(events, total, upto), failed=failed,
+        seed=0, packer=packer, pods=pods, placed=placed, alloc_pct=curve, failed=failed,
         capacity_milli=total * _nodes.MILLI, arrived_milli=arrived, allocated_milli=allocated,
-        fragmentation_milli=float(frag.sum()) if frag is not None else 0.0, seconds=seconds, events=tuple(events),
+        fragmentation_milli=float(frag.sum()) if frag is not None else 0.0, seconds=seconds, peak_milli=curve.peak_milli,
     )  # fmt: skip
 
 
@@ -285,8 +347,8 @@ def _refused(placers: Sequence[LayerPlacer]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def _milli(placer: LayerPlacer, placed: Placed) -> int:
-    pool = next(p for p in placer.pools if p.name == placed.pool)
+def _milli(pool: Pool, placed: Placed) -> int:
+    """The device milli ``placed`` holds on ``pool``."""
     if pool.accelerator == "cpu":
         return 0
     unit = pool.shares_per_device or _nodes.MILLI

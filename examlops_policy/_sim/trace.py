@@ -14,6 +14,8 @@ Nothing is half read.
 from __future__ import annotations
 
 import csv
+import os
+import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +84,9 @@ def _rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, 
     except OSError as exc:
         raise SpecError(f"cannot read the trace ({exc.strerror or exc})", source=str(path)) from None
     with handle:
+        size = os.fstat(handle.fileno()).st_size if stat.S_ISREG(os.fstat(handle.fileno()).st_mode) else 0
+        if size > MAX_CSV_BYTES:  # refused before a row is read (a stream that never ends is cut at the limit as it is read)
+            raise SpecError(f"the file is {size} bytes, larger than {MAX_CSV_BYTES} bytes; at most {MAX_CSV_BYTES} are read", source=str(path))
         reader = csv.reader(_within(handle, path, MAX_CSV_BYTES))
         try:
             header = next(reader)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from examlops_policy._core.selection import select
-from examlops_policy._sim.generic import GenericTrace, TraceWorkload
+from examlops_policy._sim.generic import GenericTrace, TraceWorkload, in_order
 from examlops_policy._sim.layer import LayerPlacer, Placed
 from examlops_policy.errors import SpecError
 from examlops_policy.model import OBJECTIVES, Grant, JSONObject, Pool
@@ -121,7 +121,7 @@ def run_s(placer: LayerPlacer, w: TraceWorkload, placed: Placed) -> float | None
     if w.duration is not None:
         return w.duration
     pool = _pool(placer, placed.pool)
-    return placer.engine.tables.run_s(w.workload.work_class, w.workload.work, pool.model, placed.grant)
+    return placer.engine.tables.run_s(w.shape.workload.work_class, w.shape.workload.work, pool.model, placed.grant)
 
 
 def _pool(placer: LayerPlacer, name: str) -> Pool:
@@ -130,7 +130,7 @@ def _pool(placer: LayerPlacer, name: str) -> Pool:
 
 def reference_hours(placer: LayerPlacer, w: TraceWorkload) -> float:
     """The work of ``w`` in V100-hours (0 where it says none, or no V100 row measures its class)."""
-    work = w.workload
+    work = w.shape.workload
     if work.work_class is None or work.work is None:
         return 0.0
     rate = placer.engine.tables.work_rate(work.work_class, REFERENCE_MODEL, _ONE)
@@ -141,7 +141,7 @@ def replay_work(placer: LayerPlacer, trace: GenericTrace, objective: str) -> Wor
     """One replay: arrivals in time order; at every arrival and departure the waiting workloads, in
     arrival order, are placed where selection puts them under ``objective`` (those with no room
     wait; those the policy refuses outright are counted as refused)."""
-    arrivals = sorted(trace.workloads, key=lambda w: (w.arrival, w.line))
+    arrivals = list(in_order(trace))  # a replay by work holds its trace (it is sized for a study, not a million rows)
     waiting: list[tuple[int, TraceWorkload]] = []
     leaving: list[tuple[float, int, Placed]] = []
     devices: dict[str, float] = {}  # device model -> devices of it in the fleet
@@ -160,10 +160,10 @@ def replay_work(placer: LayerPlacer, trace: GenericTrace, objective: str) -> Wor
         nonlocal cost, work, ref_hours, refused, stuck
         still: list[tuple[int, TraceWorkload]] = []
         for at_k, (k, w) in enumerate(waiting):
-            if w.workload.accelerator != "cpu" and not any(c.whole or any(c.slices.values()) for c in placer.summaries):
+            if w.shape.workload.accelerator != "cpu" and not any(c.whole or any(c.slices.values()) for c in placer.summaries):
                 still.extend(waiting[at_k:])  # no device free anywhere: the rest wait too
                 break
-            judged_w = dataclasses.replace(w.workload, optimize=objective)
+            judged_w = dataclasses.replace(w.shape.workload, optimize=objective)
             _, judged = placer.judged(judged_w)
             if judged.workload.rejection is not None:
                 refused += 1
@@ -186,7 +186,7 @@ def replay_work(placer: LayerPlacer, trace: GenericTrace, objective: str) -> Wor
             if pool.accelerator != "cpu":
                 model = pool.model or pool.name
                 held[model] = held.get(model, 0.0) + devices_held * runs
-            work += w.workload.work or 0.0
+            work += w.shape.workload.work or 0.0
             ref_hours += reference_hours(placer, w)
             completion.append(t + runs - w.arrival)
             heapq.heappush(leaving, (t + runs, k, placed))

@@ -7,12 +7,10 @@ cycle) decides under.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from examlops_policy import quantities
 from examlops_policy._core.engine import Engine, RevisionMismatch
 from examlops_policy._reviewed import Reviewed
 from examlops_policy.errors import SpecError
@@ -46,9 +44,10 @@ def simulate(
     pool of every GPU node, for a trace that names no model); ``generic``: ``pods`` a trace
     (``schemas/trace.schema.json``; ``nodes``, when given, a pools file replacing its pools), or
     a workload list in CSV beside ``nodes``, a node list in CSV (``_sim.generic``'s columns),
-    in time order, work leaving when its duration ends. ``format`` None: read from ``pods``
-    (``_sim.trace_format``: a YAML or JSON trace, or a CSV with an ``arrival`` column, is
-    generic; else openb). ``policy``: a policy folder to judge
+    in time order, work leaving when its duration ends. ``format``: a reader of
+    ``_sim.readers`` (``generic-yaml``, ``generic-csv``, ``openb``) or ``generic`` (the generic
+    one for the file's suffix); None: read from ``pods`` (a YAML or JSON trace, or a CSV with an
+    ``arrival`` column, is generic; else openb). ``policy``: a policy folder to judge
     with instead of the reviewed one (its own OPA, stopped afterwards). One run per packer.
     ``optimize`` (generic only): replay by work instead (``_sim.work``): waiting workloads placed
     as room frees, each running for its duration or its work over its grant's throughput, once
@@ -57,64 +56,17 @@ def simulate(
 
     SpecError for bad input (file, line, column); PolicyUnavailable/PolicyError without a policy."""
     from examlops_policy._node_packers import PACKERS
-    from examlops_policy._sim import simulate as sim
-    from examlops_policy._sim.generic import trace_format
+    from examlops_policy._sim import readers
 
-    if format is None:
-        format = trace_format(Path(pods))
-    if format not in ("openb", "generic"):
-        raise SpecError(f"unknown trace format {format!r}; known: openb, generic", field="format")
+    reader = readers.reader_for(format, Path(pods))
     if not packers or any(p not in PACKERS for p in packers):
         bad = next((p for p in packers if p not in PACKERS), "")
         raise SpecError(f"unknown packer {bad!r}; known: {', '.join(PACKERS)}", field="packer")
-    if format == "openb":
-        if nodes is None:
-            raise SpecError("the openb format needs the node list (--nodes FILE)", field="nodes")
-        if not (isinstance(inflate, (int, float)) and math.isfinite(inflate) and 0 < inflate <= 10):
-            raise SpecError(f"inflate is a ratio in (0, 10] (got {quantities.shown(inflate)})", field="inflate")
-        if not seeds:
-            raise SpecError("give at least one seed", field="seeds")
-        if pools not in ("model", "one"):
-            raise SpecError(f"pools are grouped by model or as one (got {quantities.shown(pools)})", field="pools")
-
-    if optimize and format != "generic":
-        raise SpecError("--optimize replays a generic trace by its work (--format generic)", field="optimize")
+    request = readers.Replay(Path(pods), None if nodes is None else Path(nodes), inflate, tuple(seeds), tuple(packers), region, pools, tuple(optimize))
+    reader.check(request)
 
     def run(engine: Engine, tables: Tables) -> Simulation | WorkSimulation:
-        if format == "openb":
-            from examlops_policy._sim import read_openb_nodes, read_openb_pods
-
-            assert nodes is not None
-            if not tables.region_known(region):
-                raise SpecError(f"unknown region {region!r}", field="region")
-            fleet = read_openb_nodes(nodes)
-            listed = read_openb_pods(pods, fleet)
-            return sim.simulate_openb(
-                engine, fleet, listed, trace=Path(pods).name, seeds=seeds, inflate=inflate, packers=packers, region=region, grouping=pools
-            )  # fmt: skip
-        from examlops_policy import specs
-        from examlops_policy._sim.generic import read_csv_trace, read_trace, with_pools
-
-        if Path(pods).suffix.lower() == ".csv":
-            if nodes is None:
-                raise SpecError("a generic trace in CSV needs its node list (--nodes FILE.csv)", field="nodes")
-            trace = read_csv_trace(nodes, pods, tables)
-        else:
-            trace = read_trace(pods, tables)
-            if nodes is not None:
-                trace = with_pools(trace, specs.pools_from_file(nodes, tables))
-        if optimize:
-            from examlops_policy._sim.layer import LayerPlacer
-            from examlops_policy._sim.work import simulate_work
-
-            confirmed = engine.confirm()
-            done = simulate_work(
-                lambda: LayerPlacer(engine, confirmed, trace.pools, packer=packers[0]), trace, optimize, name=Path(pods).name,
-                revision=confirmed[0],
-            )  # fmt: skip
-            sim._confirm_same(engine, confirmed)
-            return done
-        return sim.simulate_events(engine, trace, packers=packers, name=Path(pods).name)
+        return reader.replay(engine, tables, request)
 
     if policy is None:
         under = source.current()

@@ -10,7 +10,7 @@ from examlops_policy.cli.args import Commands
 from examlops_policy.cli.console import Console
 from examlops_policy.errors import SpecError
 from examlops_policy.hardware import Hardware
-from examlops_policy.model import OBJECTIVES, PACKERS
+from examlops_policy.model import OBJECTIVES, PACKERS, TRACE_FORMATS
 
 
 def seeds_of(text: str) -> list[int]:
@@ -60,9 +60,9 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--pods", required=True, metavar="FILE", help="the pod list (openb CSV), or a generic trace (YAML: pools and workloads)")
     p.add_argument("--nodes", metavar="FILE", help="the node list (openb CSV; required for openb), or a pools file replacing a generic trace's pools")
-    p.add_argument("--format", choices=["openb", "generic"],
-                   help="openb: the openb protocol; generic: in time order (default: from --pods: a YAML trace, or a CSV with an arrival column, "
-                        "is generic; else openb)")  # fmt: skip
+    p.add_argument("--format", choices=TRACE_FORMATS,
+                   help="openb: the openb protocol; generic (generic-yaml, generic-csv): in time order (default: from --pods: a YAML trace, "
+                        "or a CSV with an arrival column, is generic; else openb)")  # fmt: skip
     p.add_argument("--inflate", type=float, default=1.3, help="openb: GPU demand tuned to this x the GPU capacity (default 1.3)")
     p.add_argument("--seeds", default="42", help="openb: seeds, e.g. 42-51 (default 42)")
     p.add_argument("--packer", nargs="+", action="append", metavar="NAME", choices=PACKERS,
