@@ -1030,8 +1030,8 @@ class Hardware:
         return _policy_review.policy_status(self.home)
 
     def policy_docs(self, readme: Path | None = None, *, write: bool = True) -> DocsCheck:
-        """Regenerate (``write``) or only check the reason-code table of ``readme`` (default: the
-        README beside the policy folder). SpecError when the README has no marked section;
+        """Regenerate (``write``) or only check the reason-code table of ``readme`` (default:
+        docs/reason-codes.md beside the policy folder). SpecError when the page has no marked section;
         PolicyError/PolicyUnavailable when the policy's metadata cannot be read."""
         from examlops_policy import _policy_review
 
