@@ -412,7 +412,7 @@ def test_the_data_block_parses(block: Block, tmp_path: Path) -> None:
 
 def test_the_exit_code_table_is_the_clis() -> None:
     text = (DOCS / "cli.md").read_text(encoding="utf-8")
-    rows = re.findall(r"^\| (\d+) \| (.+?) \|$", text.split("### Exit codes", 1)[1].split("\n\n#", 1)[0], re.M)
+    rows = re.findall(r"^\| (\d+) \| (.+?) \|$", text.split("\n## Exit codes", 1)[1].split("\n\n#", 1)[0], re.M)
     shown = {int(code): meaning for code, meaning in rows}
     table = {code: meaning for _, code, meaning in exits.TABLE}
     assert shown == table
