@@ -55,13 +55,13 @@ def test_the_format_is_read_from_the_file(tmp_path: Path, exa_home: Path) -> Non
     assert run_exa(exa_home, "hardware", "simulate", "--pods", str(TRACE), check=True).stdout.splitlines()[1].startswith("in time order")
 
 
-def test_the_packers_are_named_in_the_help_and_the_readme(exa_home: Path) -> None:
+def test_the_packers_are_named_in_the_help_and_the_docs(exa_home: Path) -> None:
     from examlops_policy._node_packers import PACKERS
 
     help_text = " ".join(run_exa(exa_home, "hardware", "simulate", "--help", check=True).stdout.split())
     assert f"node packer(s) to replay with: {', '.join(PACKERS)} (default exa" in help_text
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert all(f"| `{name}` |" in readme for name in PACKERS)
+    page = (ROOT / "docs" / "replay.md").read_text(encoding="utf-8")
+    assert all(f"| `{name}` |" in page for name in PACKERS)
     bad = run_exa(exa_home, "hardware", "simulate", "--pods", str(TRACE), "--packer", "tetris")
     assert bad.returncode == 2 and "invalid choice: 'tetris'" in bad.stderr
 
