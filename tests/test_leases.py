@@ -26,7 +26,7 @@ from examlops_policy.hardware import Hardware, ManagedPolicy
 from examlops_policy.model import Placement, Pool, Rejection, Workload
 from examlops_policy._core import leases
 from reliability.backends import Backend, backend  # noqa: F401  (backend: the fixture)
-from tests.conftest import EXA, run_exa, shared_opa_env
+from tests.conftest import EXA, exa_json, run_exa, shared_opa_env
 
 MI300 = Pool("mi300", "hpc", "amd", 2, "eu", cost_per_hour=2.0, carbon_factor=100.0)
 TRAIN = Workload("train", "amd", engine="vllm", count=2)
@@ -146,10 +146,6 @@ def test_a_submitted_placement_keeps_its_devices_past_its_lease(clocked: tuple[H
 
 
 # -- the command line, on the real clock ------------------------------------------------------------
-
-
-def exa_json(home: Path, *args: str) -> Any:
-    return json.loads(run_exa(home, *args, "--json", check=True).stdout)
 
 
 def test_the_cli_sees_an_ended_lease_ended_and_bills_only_the_lease(exa_home: Path) -> None:
