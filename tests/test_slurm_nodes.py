@@ -21,6 +21,7 @@ from examlops_policy.executors.slurm import SlurmJob, job, slurm_request, submit
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import DeviceShare, Holding, Node, NodeAllocation, Placement, Pool, Workload
 from examlops_policy.views import DecisionRecord
+from tests.placement_support import placed_in
 from tests.test_slurm_integration import slurm  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slurm
@@ -48,9 +49,7 @@ def cancel(job_id: str) -> None:
 
 
 def granted(hw: Hardware, pool: Pool, workload: Workload, *allocations: NodeAllocation) -> DecisionRecord:
-    hw.apply([pool])
-    record = hw.place(workload)
-    assert isinstance(record.decision, Placement) and record.decision.pool == pool.name, record.decision
+    record = placed_in(hw, pool, workload)
     return dataclasses.replace(record, decision=dataclasses.replace(record.decision, allocations=allocations))
 
 
