@@ -40,6 +40,8 @@ from examlops_policy.model import Pool
 from examlops_policy.opa import ensure_server, stop_server
 from examlops_policy.store.sqlite import SQLiteStore
 from examlops_policy.tables import Tables
+from reliability.backends import Backend, backend  # noqa: F401 - the fixture, for every test module
+from reliability.harness import open_hardware as open_on_backend
 
 ROOT = Path(__file__).resolve().parent.parent
 OPA_BIN = Path(os.environ.get("EXA_OPA_BIN", ROOT / ".tools" / "bin" / "opa"))
@@ -351,3 +353,19 @@ def seeded(hardware: Hardware) -> Hardware:
     for pool in SEED_POOLS:
         hardware.add_pool(pool)
     return hardware
+
+
+@pytest.fixture()
+def hw(backend: Backend, opa_home: Path, request: pytest.FixtureRequest) -> Iterator[Hardware]:
+    """A ``Hardware`` on each state backend in turn (``backend``: SQLite, then PostgreSQL), deciding
+    with the session's OPA, with the pools of the test's ``hw_pools`` marker registered (a module
+    says ``pytestmark = pytest.mark.hw_pools(POOL, ...)``)."""
+    marker = request.node.get_closest_marker("hw_pools")
+    if marker is None:
+        pytest.fail(f"{request.node.nodeid}: the hw fixture needs a hw_pools marker naming the pools to register", pytrace=False)
+    made = open_on_backend(backend, opa_home)
+    try:
+        made.apply(list(marker.args))
+        yield made
+    finally:
+        made.close()
