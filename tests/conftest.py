@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from examlops_policy.store.sqlite import SQLiteStore
 from examlops_policy.tables import Tables
 from reliability.backends import Backend, backend  # noqa: F401 - the fixture, for every test module
 from reliability.harness import open_hardware as open_on_backend
+from tests.clock_support import Clock
 
 ROOT = Path(__file__).resolve().parent.parent
 OPA_BIN = Path(os.environ.get("EXA_OPA_BIN", ROOT / ".tools" / "bin" / "opa"))
@@ -355,17 +357,31 @@ def seeded(hardware: Hardware) -> Hardware:
     return hardware
 
 
-@pytest.fixture()
-def hw(backend: Backend, opa_home: Path, request: pytest.FixtureRequest) -> Iterator[Hardware]:
-    """A ``Hardware`` on each state backend in turn (``backend``: SQLite, then PostgreSQL), deciding
-    with the session's OPA, with the pools of the test's ``hw_pools`` marker registered (a module
-    says ``pytestmark = pytest.mark.hw_pools(POOL, ...)``)."""
+@contextmanager
+def _on_backend(backend: Backend, opa_home: Path, request: pytest.FixtureRequest, **store_options: Any) -> Iterator[Hardware]:
     marker = request.node.get_closest_marker("hw_pools")
     if marker is None:
-        pytest.fail(f"{request.node.nodeid}: the hw fixture needs a hw_pools marker naming the pools to register", pytrace=False)
-    made = open_on_backend(backend, opa_home)
+        pytest.fail(f"{request.node.nodeid}: hw and clocked need a hw_pools marker naming the pools to register", pytrace=False)
+    made = open_on_backend(backend, opa_home, **store_options)
     try:
         made.apply(list(marker.args))
         yield made
     finally:
         made.close()
+
+
+@pytest.fixture()
+def hw(backend: Backend, opa_home: Path, request: pytest.FixtureRequest) -> Iterator[Hardware]:
+    """A ``Hardware`` on each state backend in turn (``backend``: SQLite, then PostgreSQL), deciding
+    with the session's OPA, with the pools of the test's ``hw_pools`` marker registered (a module
+    says ``pytestmark = pytest.mark.hw_pools(POOL, ...)``)."""
+    with _on_backend(backend, opa_home, request) as made:
+        yield made
+
+
+@pytest.fixture()
+def clocked(backend: Backend, opa_home: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Hardware, Clock]]:
+    """``hw`` on a store whose clock the test moves: (the ``Hardware``, its ``Clock``)."""
+    clock = Clock()
+    with _on_backend(backend, opa_home, request, clock=clock) as made:
+        yield made, clock

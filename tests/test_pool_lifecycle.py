@@ -20,22 +20,15 @@ from examlops_policy.errors import NotFoundError, SpecError
 from examlops_policy.hardware import Hardware, ManagedPolicy
 from examlops_policy.model import Placement, Pool, Rejection, Workload
 from examlops_policy.store.api import StaleFleet
-from examlops_policy._core import commit, leases
+from examlops_policy._core import commit
 from examlops_policy._core.request import Request
 from reliability.backends import Backend
+from tests.clock_support import Clock
 from tests.conftest import run_exa
 
 CHEAP = Pool("cheap", "hpc", "amd", 2, "eu", cost_per_hour=1.0)
 DEAR = Pool("dear", "hpc", "amd", 2, "eu", cost_per_hour=3.0)
 ONE = Workload("one", "amd", engine="vllm")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.at = leases.instant("2030-01-01T08:00:00.000000Z")
-
-    def __call__(self) -> str:
-        return leases.text_of(self.at)
 
 
 pytestmark = pytest.mark.hw_pools(CHEAP, DEAR)
