@@ -12,7 +12,6 @@ Skipped when no cluster answers, unless ``EXA_REQUIRE_SERVICES`` is set: then th
 from __future__ import annotations
 
 import datetime
-import os
 import secrets
 import time
 from collections.abc import Iterator
@@ -24,66 +23,22 @@ import yaml
 
 from examlops_policy.discovery import DiscoveredPool
 from examlops_policy.discovery.kubernetes import discover_kubernetes
-from examlops_policy.errors import ExaError, SpecError
+from examlops_policy.errors import SpecError
 from examlops_policy.executors.kubernetes import job_manifest
 from examlops_policy.executors.kubernetes_api import JobRef, JobStatus, KubernetesCluster, KubernetesError
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Pool, Workload
-
 from examlops_policy.tables import load_tables
 from tests.conftest import ROOT
+from tests.kubernetes_support import KUBECONFIG, admin, cluster, delete_nodes, fake_node, wait_ready  # noqa: F401 - fixtures
 from tests.placement_support import placed_in
 
 pytestmark = pytest.mark.kubernetes
 
 STATE = ROOT / ".exa-services" / "k8s"
-KUBECONFIG = Path(os.environ.get("EXA_TEST_KUBECONFIG", STATE / "kubeconfig"))
 RUN = secrets.token_hex(3)  # names of this run's nodes and Jobs
 IMAGE = "registry.example/train:1.0"  # never pulled: kwok runs no containers
 REGIONS = load_tables().regions
-
-
-def require(message: str) -> None:
-    if os.environ.get("EXA_REQUIRE_SERVICES"):
-        pytest.fail(message)
-    pytest.skip(message)
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[KubernetesCluster]:
-    if not KUBECONFIG.is_file():
-        require(f"no test cluster ({KUBECONFIG} missing); start one with scripts/k8s-up")
-    try:
-        connected = KubernetesCluster.connect(KUBECONFIG)
-        connected.nodes()
-    except ExaError as exc:
-        require(f"the test cluster does not answer ({exc}); start it with scripts/k8s-up")
-    with connected:
-        yield connected
-
-
-@pytest.fixture(scope="module")
-def admin(cluster: KubernetesCluster) -> Iterator[Any]:
-    """A plain lightkube client for what this layer does not do itself (nodes, bare pods)."""
-    from lightkube import Client, KubeConfig
-
-    client = Client(KubeConfig.from_file(KUBECONFIG), lazy=False)
-    yield client
-    client.close()
-
-
-def fake_node(name: str, region: str, allocatable: dict[str, str], labels: dict[str, str]) -> dict[str, Any]:
-    capacity = {"cpu": "64", "memory": "512Gi", "pods": "110", **allocatable}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {"kwok.x-k8s.io/node": "fake"},
-            "labels": {"type": "kwok", "kubernetes.io/hostname": name, "topology.kubernetes.io/region": region, **labels},
-        },
-        "status": {"capacity": capacity, "allocatable": capacity},
-    }
 
 
 NODES = {
@@ -105,26 +60,15 @@ def node_name(key: str) -> str:
 def gpu_nodes(cluster: KubernetesCluster, admin: Any) -> Iterator[dict[str, str]]:
     """The fake GPU nodes, Ready (kwok) before the tests use them; deleted afterwards."""
     from lightkube import codecs
-    from lightkube.resources.core_v1 import Node
 
     names = {key: node_name(key) for key in NODES}
     try:
         for key, (region, allocatable, labels) in NODES.items():
             admin.create(codecs.from_dict(fake_node(names[key], region, allocatable, labels)))
-        deadline = time.monotonic() + 60
-        while True:
-            ready = {n.name for n in cluster.nodes() if n.ready}
-            if set(names.values()) <= ready:
-                break
-            assert time.monotonic() < deadline, f"kwok did not make {sorted(set(names.values()) - ready)} Ready (is kwok running?)"
-            time.sleep(0.2)
+        wait_ready(cluster, names.values())
         yield names
     finally:
-        for name in names.values():
-            try:
-                admin.delete(Node, name)
-            except Exception:  # noqa: BLE001 - cleanup of a node that may not have been created
-                pass
+        delete_nodes(admin, names.values())
 
 
 @pytest.fixture()

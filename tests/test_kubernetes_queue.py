@@ -21,7 +21,7 @@ from examlops_policy.executors.kubernetes_api import KubernetesCluster
 from examlops_policy.hardware import Hardware
 from examlops_policy.opa import stop_server
 from tests.conftest import EXA, exa_json, shared_opa_env
-from tests.test_kubernetes_cluster import KUBECONFIG, admin, cluster, fake_node  # noqa: F401 - fixtures
+from tests.kubernetes_support import KUBECONFIG, admin, cluster, delete_nodes, fake_node, wait_ready  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.kubernetes
 
@@ -34,24 +34,17 @@ ENV = {"KUBECONFIG": str(KUBECONFIG)}
 @pytest.fixture(scope="module")
 def node(cluster: KubernetesCluster, admin: Any) -> Iterator[str]:  # noqa: F811 - fixtures
     from lightkube import codecs
-    from lightkube.resources.core_v1 import Node
 
     name = f"exa-queue-{RUN}-mi300x"
     admin.create(codecs.from_dict(fake_node(name, REGION, {"amd.com/gpu": "2"}, {"amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM"})))
     try:
-        deadline = time.monotonic() + 60
-        while name not in {n.name for n in cluster.nodes() if n.ready}:
-            assert time.monotonic() < deadline, "kwok did not make the node Ready (is kwok running?)"
-            time.sleep(0.2)
+        wait_ready(cluster, [name])
         yield name
     finally:
         for ref in cluster.jobs():
             if RUN in ref.name:
                 cluster.delete_job(ref.namespace, ref.name, wait_s=60)
-        try:
-            admin.delete(Node, name)
-        except Exception:  # noqa: BLE001 - cleanup
-            pass
+        delete_nodes(admin, [name])
 
 
 @pytest.fixture()
