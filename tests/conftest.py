@@ -2,8 +2,14 @@
 
 One way to run ``exa`` (``run_exa``; ``exa_json`` for a ``--json`` command that must succeed)
 and one way to get a ``Hardware`` (the ``make_hardware`` fixture, ``hardware`` and ``seeded``
-built on it; ``open_hardware`` where a fixture cannot be used, e.g. in a module-scoped one) for
-the whole suite.
+built on it; ``open_hardware`` where a fixture cannot be used, e.g. in a module-scoped one; ``hw``
+and ``clocked`` on each state backend, with the pools of the ``hw_pools`` marker) for the whole
+suite.
+
+Shared support: what several test files use lives here or in a ``tests/*_support.py`` module
+(``placement_support``: placing a workload; ``clock_support``: the store's clock;
+``kubernetes_support``: the test cluster; ``opa_support``, ``disk_support``, ``chromium_support``);
+tests/test_test_support.py holds that no test module defines one of those names again.
 
 Markers: a test that needs a real service process is marked ``services`` here, at collection:
 one with a service marker (``slurm``, ``job_submit``, ``postgres``, ``kubernetes``, ``chromium``, ``slow``) or a

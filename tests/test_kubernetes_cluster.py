@@ -85,7 +85,7 @@ def burst(name: str, accelerator: str, **kwargs: Any) -> Workload:
     return Workload(f"{name}-{RUN}", accelerator, target="cloud", allow_burst=True, **kwargs)
 
 
-def wait_until(cluster: KubernetesCluster, ref: JobRef, states: set[str], timeout_s: float = 90) -> JobStatus:
+def wait_for_job(cluster: KubernetesCluster, ref: JobRef, states: set[str], timeout_s: float = 90) -> JobStatus:
     deadline = time.monotonic() + timeout_s
     while True:
         status = cluster.job_status(ref.namespace, ref.name)
@@ -167,7 +167,7 @@ def test_a_placed_decisions_job_is_scheduled_and_completes(
     ref = cluster.create_job(manifest)
     jobs.append(ref)
     assert (ref.namespace, ref.dry_run) == ("default", False) and ref.uid
-    status = wait_until(cluster, ref, {"complete", "failed"})
+    status = wait_for_job(cluster, ref, {"complete", "failed"})
     assert status.state == "complete", status
     key = {"nvidia": "h100", "nvidia-mig": "a100-mig", "amd": "mi300x"}[case]
     # Bound by the real scheduler to the node of that model in the pool's region (H100 nodes of two
