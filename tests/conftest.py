@@ -2,13 +2,13 @@
 
 One way to run ``exa`` (``run_exa``; ``exa_json`` for a ``--json`` command that must succeed)
 and one way to get a ``Hardware`` (the ``make_hardware`` fixture, ``hardware`` and ``seeded``
-built on it; ``open_hardware`` where a fixture cannot be used, e.g. in a module-scoped one; ``hw``
-and ``clocked`` on each state backend, with the pools of the ``hw_pools`` marker) for the whole
-suite.
+built on it; ``open_hardware`` where a fixture cannot be used, e.g. in a module-scoped one) for
+the whole suite.
 
 Shared support: what several test files use lives here or in a ``tests/*_support.py`` module
-(``placement_support``: placing a workload; ``clock_support``: the store's clock;
-``kubernetes_support``: the test cluster; ``opa_support``, ``disk_support``, ``chromium_support``);
+(``placement_support``: placing a workload; ``backend_support``: a ``Hardware`` on each state
+backend; ``clock_support``: the store's clock; ``kubernetes_support``: the test cluster;
+``opa_support``, ``disk_support``, ``chromium_support``);
 tests/test_test_support.py holds that no test module defines one of those names again.
 
 Markers: a test that needs a real service process is marked ``services`` here, at collection:
@@ -36,7 +36,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +46,6 @@ from examlops_policy.model import Pool
 from examlops_policy.opa import ensure_server, stop_server
 from examlops_policy.store.sqlite import SQLiteStore
 from examlops_policy.tables import Tables
-from reliability.backends import Backend, backend  # noqa: F401 - the fixture, for every test module
-from reliability.harness import open_hardware as open_on_backend
-from tests.clock_support import Clock
 
 ROOT = Path(__file__).resolve().parent.parent
 OPA_BIN = Path(os.environ.get("EXA_OPA_BIN", ROOT / ".tools" / "bin" / "opa"))
@@ -361,33 +357,3 @@ def seeded(hardware: Hardware) -> Hardware:
     for pool in SEED_POOLS:
         hardware.add_pool(pool)
     return hardware
-
-
-@contextmanager
-def _on_backend(backend: Backend, opa_home: Path, request: pytest.FixtureRequest, **store_options: Any) -> Iterator[Hardware]:
-    marker = request.node.get_closest_marker("hw_pools")
-    if marker is None:
-        pytest.fail(f"{request.node.nodeid}: hw and clocked need a hw_pools marker naming the pools to register", pytrace=False)
-    made = open_on_backend(backend, opa_home, **store_options)
-    try:
-        made.apply(list(marker.args))
-        yield made
-    finally:
-        made.close()
-
-
-@pytest.fixture()
-def hw(backend: Backend, opa_home: Path, request: pytest.FixtureRequest) -> Iterator[Hardware]:
-    """A ``Hardware`` on each state backend in turn (``backend``: SQLite, then PostgreSQL), deciding
-    with the session's OPA, with the pools of the test's ``hw_pools`` marker registered (a module
-    says ``pytestmark = pytest.mark.hw_pools(POOL, ...)``)."""
-    with _on_backend(backend, opa_home, request) as made:
-        yield made
-
-
-@pytest.fixture()
-def clocked(backend: Backend, opa_home: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Hardware, Clock]]:
-    """``hw`` on a store whose clock the test moves: (the ``Hardware``, its ``Clock``)."""
-    clock = Clock()
-    with _on_backend(backend, opa_home, request, clock=clock) as made:
-        yield made, clock

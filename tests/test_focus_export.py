@@ -29,6 +29,7 @@ from examlops_policy._core import commit, leases
 from examlops_policy.errors import SpecError
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Pool, Workload
+from tests.backend_support import backend, clocked  # noqa: F401 - fixtures
 from tests.clock_support import T0, Clock
 
 MI300 = Pool("mi300", "hpc", "amd", 2, "eu", cost_per_hour=2.0, carbon_factor=100.0, power_w=750.0)

@@ -25,6 +25,7 @@ from examlops_policy.hardware import Hardware, ManagedPolicy
 from examlops_policy.model import Placement, Pool, Rejection, Workload
 from examlops_policy._core import leases
 from reliability.backends import Backend
+from tests.backend_support import backend, clocked  # noqa: F401 - fixtures
 from tests.clock_support import T0, Clock
 from tests.conftest import EXA, exa_json, run_exa, shared_opa_env
 

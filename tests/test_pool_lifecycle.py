@@ -23,6 +23,7 @@ from examlops_policy.store.api import StaleFleet
 from examlops_policy._core import commit
 from examlops_policy._core.request import Request
 from reliability.backends import Backend
+from tests.backend_support import backend, hw  # noqa: F401 - fixtures
 from tests.clock_support import Clock
 from tests.conftest import run_exa
 

@@ -22,6 +22,7 @@ from examlops_policy.model import Placement, Pool, Queued, Rejection, Workload
 from examlops_policy.store import Store
 from reliability.backends import Backend
 from reliability.harness import open_hardware, violations
+from tests.backend_support import backend, hw  # noqa: F401 - fixtures
 
 SMALL = Pool("small", "hpc", "amd", 2, "eu", cost_per_hour=0.5, carbon_factor=10)
 

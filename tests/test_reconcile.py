@@ -21,6 +21,7 @@ from examlops_policy.hardware import Hardware
 from examlops_policy.model import Node, Pool, Workload
 from reliability.backends import Backend
 from reliability.harness import violations
+from tests.backend_support import backend, hw  # noqa: F401 - fixtures
 
 NODES = Pool(
     "gpu-h100", "hpc", "nvidia", 6, "eu", partition="gpu", gres_type="h100", cost_per_hour=1.0, carbon_factor=10,

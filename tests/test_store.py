@@ -29,6 +29,7 @@ from examlops_policy.store._sql import migrations, utc_now
 from examlops_policy.store.postgres import PostgresStore, redacted
 from reliability.backends import Backend, fresh_backend
 from reliability.harness import FLEET, WORKLOADS, node_violations, open_hardware, violations
+from tests.backend_support import backend, hw  # noqa: F401 - fixtures
 from tests.conftest import run_exa
 
 TRAIN_AMD, INFER_HALF, _, BURST_OPEN, BURST_EU, NEVER = WORKLOADS
