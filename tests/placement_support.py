@@ -2,13 +2,16 @@
 
 ``placed`` and ``refused`` place a workload named by the test and assert the outcome (naming the
 refusal's reason where a placement was expected); ``placed_in`` registers a pool first and asserts
-the workload lands there.
+the workload lands there; ``granted`` is such a placement with node allocations written in by hand
+(for the executors, which read them).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 from examlops_policy.hardware import Hardware
-from examlops_policy.model import Placement, Pool, PoolVerdict, Rejection, Workload
+from examlops_policy.model import NodeAllocation, Placement, Pool, PoolVerdict, Rejection, Workload
 from examlops_policy.views import DecisionRecord
 
 
@@ -47,3 +50,9 @@ def placed_in(hw: Hardware, pool: Pool, workload: Workload) -> DecisionRecord:
     record = hw.place(workload)
     assert isinstance(record.decision, Placement) and record.decision.pool == pool.name, record.decision
     return record
+
+
+def granted(hw: Hardware, pool: Pool, workload: Workload, *allocations: NodeAllocation) -> DecisionRecord:
+    """A real placement on ``pool`` (``placed_in``) with the node ``allocations`` written in by hand."""
+    record = placed_in(hw, pool, workload)
+    return dataclasses.replace(record, decision=dataclasses.replace(record.decision, allocations=tuple(allocations)))

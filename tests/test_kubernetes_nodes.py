@@ -13,7 +13,6 @@ their allocations by hand, to show what the pin does. Skipped without a cluster 
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -25,8 +24,8 @@ from examlops_policy.executors.kubernetes import job_manifest
 from examlops_policy.executors.kubernetes_api import JobRef, JobStatus, KubernetesCluster
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Holding, Node, NodeAllocation, Placement, Pool, Workload
-from examlops_policy.views import DecisionRecord
 from tests.kubernetes_support import admin, cluster, delete_nodes, fake_node, wait_ready  # noqa: F401 - fixtures
+from tests.placement_support import granted
 from tests.test_kubernetes_cluster import IMAGE, REGIONS, RUN, jobs  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.kubernetes
@@ -74,13 +73,6 @@ def our_pool(cluster: KubernetesCluster, names: dict[str, str]) -> Pool:  # noqa
     found = discover_kubernetes(cluster, REGIONS, block_label=BLOCK, switch_label=SWITCH)
     (pool,) = [d.pool for d in found.pools if set(d.nodes) & set(names.values())]
     return pool
-
-
-def granted(hw: Hardware, pool: Pool, workload: Workload, *allocations: NodeAllocation) -> DecisionRecord:
-    hw.apply([pool])
-    record = hw.place(workload)
-    assert isinstance(record.decision, Placement) and record.decision.pool == pool.name, record.decision
-    return dataclasses.replace(record, decision=dataclasses.replace(record.decision, allocations=allocations))
 
 
 def scheduled(cluster: KubernetesCluster, ref: JobRef, pods: int, timeout_s: float = 60) -> JobStatus:  # noqa: F811

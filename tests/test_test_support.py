@@ -63,7 +63,7 @@ def test_no_test_module_defines_again_what_the_shared_support_provides() -> None
 
 def test_the_shared_support_provides_the_helpers_once_repeated_across_test_files() -> None:
     shared = provided(support_modules())
-    for name in ("exa_json", "run_exa", "exa_home", "hw", "clocked", "placed", "refused", "verdict", "placed_in", "Clock", "cluster", "fake_node"):
+    for name in ("exa_json", "run_exa", "exa_home", "hw", "clocked", "placed", "refused", "verdict", "placed_in", "granted", "Clock", "cluster", "fake_node"):
         assert name in shared, f"{name} is no longer provided by the shared test support"
     assert len(suite_modules()) > 100  # the scan sees the suite (tests/ and tests/reliability/)
 
