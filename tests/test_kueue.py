@@ -376,3 +376,28 @@ def test_a_controller_killed_and_restarted_grants_nothing_twice(kube: Any, jobs:
     assert [g.id for g in live_kueue_grants(hw)] == [first.id]
     assert [d.id for d in decisions_for(hw, kw.uid)] == [first.id]
     assert hw.decision(first.id).job_uid == kw.uid
+
+
+def test_without_the_policy_the_check_goes_inactive_and_nothing_is_decided(kube: Any, jobs: list[str], hw: Hardware, controller: ControllerProcess) -> None:
+    from tests.conftest import free_port
+
+    hw.apply([EU])
+    controller.once()
+    assert active_condition(kube)["status"] == "True"
+    port = free_port()  # nothing listens there: the policy cannot be asked
+    done = subprocess.run(
+        [str(EXA), "kueue", "admission-check", "--once", "--kubeconfig", str(KUBECONFIG)],
+        env={**controller.env(), "EXA_OPA_URL": f"http://127.0.0.1:{port}", "EXA_OPA_TOKEN": "x" * 32},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 5, done.stdout + done.stderr
+    assert "the policy cannot be asked; nothing decided" in done.stdout
+    condition = active_condition(kube)
+    assert (condition["status"], condition["reason"]) == ("False", "PolicyUnavailable")
+    controller.once()  # the policy answers again
+    assert active_condition(kube)["status"] == "True"
+
+
+def active_condition(kube: Any) -> dict[str, Any]:
+    doc = kube.get(Kinds.AdmissionCheck, CHECK).to_dict()
+    return next(c for c in doc["status"]["conditions"] if c["type"] == "Active")

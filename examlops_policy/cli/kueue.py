@@ -30,9 +30,10 @@ def cmd_admission_check(args: argparse.Namespace, hw: Hardware, console: Console
     with controller.connect(args.kubeconfig, args.context) as api:
         cluster = api.cluster
         if args.once:
-            for line in controller.lines(controller.Controller(hw, api).step()):
+            report = controller.Controller(hw, api).step()
+            for line in controller.lines(report):
                 console.print(line)
-            return exits.OK
+            return exits.OK if report.policy_problem is None else exits.POLICY
         stop = threading.Event()
 
         def stopping(signum: int, frame: FrameType | None) -> None:

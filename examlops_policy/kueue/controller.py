@@ -133,6 +133,7 @@ class StepReport:
     active: list[str] = field(default_factory=list)
     decided: list[tuple[str, str, str]] = field(default_factory=list)  # (workload, state, message)
     released: list[tuple[str, str]] = field(default_factory=list)  # (decision id, why)
+    policy_problem: str | None = None  # why the policy could not be asked (nothing was decided)
 
 
 class Controller:
@@ -146,12 +147,7 @@ class Controller:
         report = StepReport()
         checks = self.api.admission_checks()
         names = {c["metadata"]["name"] for c in checks}
-        # Whether the policy can be asked now: the reviewed revision, served by OPA.
-        try:
-            self.hw.policy_snapshot()
-            problem = None
-        except (PolicyUnavailable, PolicyError) as exc:
-            problem = str(exc)
+        problem = report.policy_problem = self.policy_problem()
         for check in checks:
             reason, message = ("Active", "examlops placement decides this check") if problem is None else ("PolicyUnavailable", problem[:1024])
             if self.api.set_active(check, problem is None, reason, message):
@@ -166,6 +162,24 @@ class Controller:
                         report.decided.append((kw.ref, update.state, update.message))
         report.released = self.release_over(found, names)
         return report
+
+    def policy_problem(self) -> str | None:
+        """Why the policy cannot be asked now (None: OPA serves the reviewed files' revision;
+        a local OPA that serves another is started again on the files, as ``serve`` does)."""
+        hw = self.hw
+        try:
+            hw.policy_snapshot(force=True)
+            try:
+                hw.engine.confirm()
+            except PolicyError as exc:
+                if "serves policy revision" not in str(exc):
+                    raise
+                hw.close_policy()
+                hw.engine.confirm()
+            return None
+        except (PolicyError, PolicyUnavailable) as exc:
+            hw.close_policy()
+            return f"{type(exc).__name__}: {exc}"
 
     def decide(self, kw: wl.KueueWorkload, check: str) -> wl.CheckUpdate:
         """Place ``kw`` for its current reservation (idempotent by its request id) and word the
@@ -244,6 +258,8 @@ def lines(report: StepReport) -> Iterator[str]:
         yield f"{ref}: {state}: {message}"
     for ident, why in report.released:
         yield f"released {ident}: {why}"
+    if report.policy_problem is not None:
+        yield f"the policy cannot be asked; nothing decided: {report.policy_problem}"
 
 
 def _log(out: TextIO | None, line: str) -> None:
