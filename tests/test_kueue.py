@@ -246,7 +246,7 @@ class ControllerProcess:
     def once(self) -> str:
         done = subprocess.run([str(EXA), "kueue", "admission-check", "--once", "--kubeconfig", str(KUBECONFIG)],
                               env=self.env(), capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
-        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.returncode == 0, f"exit {done.returncode}: {done.stdout}{done.stderr}"
         return done.stdout
 
     def kill(self, sig: int = signal.SIGKILL) -> int:
@@ -371,11 +371,36 @@ def test_a_controller_killed_and_restarted_grants_nothing_twice(kube: Any, jobs:
     check = wait_for("the restarted controller sets the check Ready", lambda: check_state(kube, job.metadata.uid, "Ready"))
     assert check["podSetUpdates"][0]["annotations"][wl.DECISION_KEY] == first.id  # the recorded decision, not a new one
     assert controller.kill(signal.SIGKILL) == -signal.SIGKILL  # killed outright, mid-loop
-    controller.once()  # and started again: one step
+    controller.once()  # and started again: one step, then another
     controller.once()
-    assert [g.id for g in live_kueue_grants(hw)] == [first.id]
+    # One decision for the Workload, ever; its grant is the only one (or released already, when
+    # the Workload finished meanwhile: kwok completes the pod after 3 s).
     assert [d.id for d in decisions_for(hw, kw.uid)] == [first.id]
+    assert {g.id for g in live_kueue_grants(hw)} <= {first.id}
     assert hw.decision(first.id).job_uid == kw.uid
+
+
+def test_a_deleted_workloads_grant_is_released(kube: Any, jobs: list[str], hw: Hardware, controller: ControllerProcess) -> None:
+    from lightkube.resources.batch_v1 import Job
+    from lightkube.resources.core_v1 import Node
+    from lightkube.types import CascadeType
+
+    hw.apply([EU])
+    # The node is cordoned: the admitted Job's pod stays Pending, so the Workload cannot finish
+    # before it is deleted.
+    kube.patch(Node, EU_NODE, {"spec": {"unschedulable": True}})
+    try:
+        controller.start()
+        job = create_job(kube, jobs, f"gone-{RUN}", "nvidia.com/gpu")
+        check = wait_for("the check is Ready", lambda: check_state(kube, job.metadata.uid, "Ready"))
+        decision_id = check["podSetUpdates"][0]["annotations"][wl.DECISION_KEY]
+        wait_for("the admitted Job's pod exists (unbound: the node is cordoned)", lambda: pods_of(kube, job.metadata.name))
+        assert hw.decision(decision_id).released_at is None
+        kube.delete(Job, job.metadata.name, namespace=NS, cascade=CascadeType.BACKGROUND)
+        wait_for("the grant is released once the Workload is deleted", lambda: hw.decision(decision_id).released_at)
+        assert f"released {decision_id}: its Workload was deleted" in controller.text()
+    finally:
+        kube.patch(Node, EU_NODE, {"spec": {"unschedulable": False}})
 
 
 def test_without_the_policy_the_check_goes_inactive_and_nothing_is_decided(kube: Any, jobs: list[str], hw: Hardware, controller: ControllerProcess) -> None:
