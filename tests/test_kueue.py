@@ -305,9 +305,14 @@ def test_a_job_runs_only_once_the_check_is_ready_on_the_granted_node(kube: Any, 
     pod = wait_for("the Job's pod is bound", lambda: next((p for p in pods_of(kube, job.metadata.name) if p.spec.nodeName), None))
     assert pod.spec.nodeName == EU_NODE
     assert pod.metadata.annotations[wl.DECISION_KEY] == decision_id
+    assert controller.proc is not None
+    assert (controller.home / "kueue" / "serve" / f"{controller.proc.pid}.json").is_file()  # recorded while it serves
     # kwok completes the pod; Kueue marks the Workload Finished; the grant is released.
     wait_for("the grant is released once the Workload finished", lambda: hw.decision(decision_id).released_at, 180)
     assert "its Workload finished" in controller.text()
+    pid = controller.proc.pid
+    assert controller.kill(signal.SIGTERM) == 0  # the step under way finishes; the record goes
+    assert "stopped" in controller.text() and not (controller.home / "kueue" / "serve" / f"{pid}.json").exists()
 
 
 def test_a_residency_denial_ends_rejected_with_the_policys_reason(kube: Any, jobs: list[str], hw: Hardware, controller: ControllerProcess) -> None:

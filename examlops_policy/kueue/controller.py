@@ -230,20 +230,33 @@ def run(
 ) -> int:  # fmt: skip
     """Step until ``stop`` is set (or ``steps`` steps); an error of a step is logged and the step
     tried again after ``interval`` (the Workloads it did not reach stay Pending). Returns the
-    number of steps that failed."""
+    number of steps that failed.
+
+    The process is recorded (pid, start time, command line) in ``<home>/kueue/serve/<pid>.json``
+    before it steps, as ``exa hardware serve`` records itself (``_serve._record``: records of
+    processes proven gone are removed on the way), and the record is removed when it stops."""
+    from examlops_policy._serve import _record
+
+    record, gone = _record(hw.home / "kueue")
+    for pid in gone:
+        _log(log, f"removed the record of admission-check process {pid}: it is gone (killed without stopping)")
     failed = 0
     done = 0
-    while not stop.is_set() and (steps is None or done < steps):
-        started = clock()
-        try:
-            report = controller_step(hw, api)
-            for line in lines(report):
-                _log(log, line)
-        except (ExaError, StateError) as exc:
-            failed += 1
-            _log(log, f"step failed ({type(exc).__name__}): {exc}")
-        done += 1
-        stop.wait(max(0.0, interval - (clock() - started)))
+    try:
+        while not stop.is_set() and (steps is None or done < steps):
+            started = clock()
+            try:
+                report = controller_step(hw, api)
+                for line in lines(report):
+                    _log(log, line)
+            except (ExaError, StateError) as exc:
+                failed += 1
+                _log(log, f"step failed ({type(exc).__name__}): {exc}")
+            done += 1
+            stop.wait(max(0.0, interval - (clock() - started)))
+        _log(log, "stopped")
+    finally:
+        record.unlink(missing_ok=True)
     return failed
 
 
