@@ -4,6 +4,7 @@ layer's workload, its idempotency key, and recorded decisions worded as the chec
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -153,3 +154,15 @@ def test_a_residency_denial_is_rejected_with_the_policys_words(hardware: Hardwar
     (verdict,) = record.decision.verdicts
     assert "residency_forbids" in {r.code for r in verdict.reasons}
     assert all(f"kq-us-amd: {r.message}" in update.message for r in verdict.reasons)
+
+
+# -- the command's bad input ----------------------------------------------------------------------
+
+
+def test_the_command_refuses_a_bad_interval_and_a_missing_kubeconfig(exa_home: Path, tmp_path: Path) -> None:
+    from tests.conftest import run_exa
+
+    fast = run_exa(exa_home, "kueue", "admission-check", "--interval", "0.5", "--kubeconfig", str(tmp_path / "none"))
+    assert fast.returncode == 2 and "--interval" in fast.stderr and "at least 1 second" in fast.stderr, fast.stderr
+    missing = run_exa(exa_home, "kueue", "admission-check", "--once", "--kubeconfig", str(tmp_path / "none"))
+    assert missing.returncode == 2 and f"{tmp_path / 'none'} does not exist" in missing.stderr, missing.stderr
