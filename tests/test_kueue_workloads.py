@@ -49,6 +49,10 @@ def test_a_job_pod_set_becomes_the_layers_workload() -> None:
     w = wl.build(kw, projects=("ml-research",))
     assert (w.name, w.accelerator, w.count, w.nodes, w.cpu, w.memory) == ("job-train-1a2b3", "nvidia", 2, 2, 4, 16384)
     assert (w.project, w.priority, w.residency, w.data_region, w.walltime) == ("ml-research", "high", "eu-only", "eu-central-1", 3600)
+    assert w.target is None  # any: the policy's default
+    assert wl.build(wl.parse(workload_json(labels={wl.TARGET_LABEL: "cloud"})), projects=()).target == "cloud"
+    with pytest.raises(SpecError, match="target"):
+        wl.build(wl.parse(workload_json(labels={wl.TARGET_LABEL: "moon"})), projects=())
 
 
 def test_requests_default_to_limits_and_containers_add_up() -> None:

@@ -15,7 +15,10 @@ pod, the containers' requests (a request left out is the limit, as Kubernetes de
 * the priority: the Workload's priority class (``spec.priorityClassRef.name``), a class of
   priorities.yaml (an unknown class is bad input: the check is Rejected with the table's words);
 * the residency class and data region: the labels ``examlops.io/residency`` and
-  ``examlops.io/data-region``; the time limit: ``spec.maximumExecutionTimeSeconds``.
+  ``examlops.io/data-region``; the target (``hpc``, ``cloud``; default ``any``): the label
+  ``examlops.io/target`` (a cloud pool, such as discovery makes of Kubernetes nodes, takes only
+  work that says ``cloud``, as for ``exa hardware place``); the time limit:
+  ``spec.maximumExecutionTimeSeconds``.
 
 Kueue copies these labels from the Job to its Workload (its ``integrations.labelKeysToCopy``,
 set by scripts/kueue-up).
@@ -53,8 +56,9 @@ PROJECT_LABEL: Final = f"{LABEL_PREFIX}/project"
 ACCELERATOR_LABEL: Final = f"{LABEL_PREFIX}/accelerator"
 RESIDENCY_LABEL: Final = f"{LABEL_PREFIX}/residency"
 DATA_REGION_LABEL: Final = f"{LABEL_PREFIX}/data-region"
-# The labels a Job passes to its Workload (Kueue's integrations.labelKeysToCopy).
-COPIED_LABELS: Final = (PROJECT_LABEL, ACCELERATOR_LABEL, RESIDENCY_LABEL, DATA_REGION_LABEL)
+TARGET_LABEL: Final = f"{LABEL_PREFIX}/target"
+# The labels a Job passes to its Workload (Kueue's integrations.labelKeysToCopy; scripts/kueue-up).
+COPIED_LABELS: Final = (PROJECT_LABEL, ACCELERATOR_LABEL, RESIDENCY_LABEL, DATA_REGION_LABEL, TARGET_LABEL)
 DECISION_KEY: Final = f"{LABEL_PREFIX}/decision-id"
 # The request ids of this controller's decisions start so (specs.check_request_id: <= 128 chars).
 KEY_PREFIX: Final = "kueue:"
@@ -251,7 +255,7 @@ def build(kw: KueueWorkload, *, projects: Collection[str]) -> Workload:
         name=kw.name, accelerator=accelerator, count=int(amount), nodes=pods.count,
         cpu=quantities.cores(pods.cpu_milli) if pods.cpu_milli else None, memory=pods.memory_mib or None,
         project=project, priority=kw.priority_class, residency=kw.labels.get(RESIDENCY_LABEL, "open"),
-        data_region=kw.labels.get(DATA_REGION_LABEL), walltime=kw.max_seconds,
+        data_region=kw.labels.get(DATA_REGION_LABEL), target=kw.labels.get(TARGET_LABEL), walltime=kw.max_seconds,
     )  # fmt: skip
 
 
