@@ -385,6 +385,28 @@ def test_a_controller_killed_and_restarted_grants_nothing_twice(kube: Any, jobs:
     assert hw.decision(first.id).job_uid == kw.uid
 
 
+def test_an_evicted_workloads_grant_is_released(kube: Any, jobs: list[str], hw: Hardware, controller: ControllerProcess) -> None:
+    from lightkube.resources.core_v1 import Node
+    from lightkube.types import PatchType
+
+    hw.apply([EU])
+    kube.patch(Node, EU_NODE, {"spec": {"unschedulable": True}})  # the pod stays Pending: no finish first
+    try:
+        controller.start()
+        job = create_job(kube, jobs, f"evict-{RUN}", "nvidia.com/gpu")
+        check = wait_for("the check is Ready", lambda: check_state(kube, job.metadata.uid, "Ready"))
+        decision_id = check["podSetUpdates"][0]["annotations"][wl.DECISION_KEY]
+        wait_for("the admitted Job's pod exists", lambda: pods_of(kube, job.metadata.name))
+        doc = workload_of(kube, job.metadata.uid)
+        assert doc is not None and hw.decision(decision_id).released_at is None
+        # Deactivated by hand: Kueue evicts the Workload (and stops its Job).
+        kube.patch(Kinds.Workload, doc["metadata"]["name"], {"spec": {"active": False}}, namespace=NS, patch_type=PatchType.MERGE)
+        wait_for("the grant is released once the Workload is evicted", lambda: hw.decision(decision_id).released_at)
+        assert f"released {decision_id}: its Workload was evicted" in controller.text()
+    finally:
+        kube.patch(Node, EU_NODE, {"spec": {"unschedulable": False}})
+
+
 def test_a_deleted_workloads_grant_is_released(kube: Any, jobs: list[str], hw: Hardware, controller: ControllerProcess) -> None:
     from lightkube.resources.batch_v1 import Job
     from lightkube.resources.core_v1 import Node
