@@ -25,6 +25,7 @@ from examlops_policy.hardware import Hardware
 from examlops_policy.kueue import workloads as wl
 from examlops_policy.model import Node, Placement, Pool
 from tests.conftest import EXA, ROOT, open_hardware, shared_opa_env
+from tests.kubernetes_support import fake_node
 
 pytestmark = pytest.mark.kueue
 
@@ -87,16 +88,6 @@ class Kinds:
     Workload = create_namespaced_resource("kueue.x-k8s.io", "v1beta2", "Workload", "workloads")
 
 
-def fake_node(name: str, region: str, resource: str) -> dict[str, Any]:
-    capacity = {"cpu": "64", "memory": "512Gi", "pods": "110", resource: "1"}
-    return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
-                     "labels": {"type": "kwok", "kubernetes.io/hostname": name, "topology.kubernetes.io/region": region}},
-        "status": {"capacity": capacity, "allocatable": capacity},
-    }  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def queue(kube: Any) -> Iterator[str]:
     """kwok nodes (one NVIDIA GPU in eu-central-1, one AMD GPU in us-east-1), a namespace Kueue's
@@ -114,8 +105,8 @@ def queue(kube: Any) -> Iterator[str]:
         created.append((type(obj), meta["name"], meta.get("namespace")))
 
     try:
-        make(fake_node(EU_NODE, "eu-central-1", "nvidia.com/gpu"))
-        make(fake_node(US_NODE, "us-east-1", "amd.com/gpu"))
+        make(fake_node(EU_NODE, "eu-central-1", {"nvidia.com/gpu": "1"}, {}))
+        make(fake_node(US_NODE, "us-east-1", {"amd.com/gpu": "1"}, {}))
         make({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS, "labels": {"examlops.io/kueue": "enabled"}}})
         make({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": f"kq-{RUN}"}}, Kinds.ResourceFlavor)
         make({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "AdmissionCheck", "metadata": {"name": CHECK},
@@ -219,7 +210,7 @@ def home(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.fixture()
-def hw(home: Path) -> Iterator[Hardware]:
+def layer(home: Path) -> Iterator[Hardware]:
     hardware = open_hardware(home)
     yield hardware
     hardware.close()
@@ -268,19 +259,19 @@ def controller(home: Path, tmp_path: Path) -> Iterator[ControllerProcess]:
         started.kill(signal.SIGTERM)
 
 
-def live_kueue_grants(hw: Hardware) -> list[Any]:
-    return [g for g in hw.cycle.store.live_grants(with_jobs=True) if g.scheduler == "kueue"]
+def live_kueue_grants(layer: Hardware) -> list[Any]:
+    return [g for g in layer.cycle.store.live_grants(with_jobs=True) if g.scheduler == "kueue"]
 
 
-def decisions_for(hw: Hardware, workload_uid: str) -> list[Any]:
-    return [d for d in hw.decisions(200) if wl.uid_of(d.request_id) == workload_uid]
+def decisions_for(layer: Hardware, workload_uid: str) -> list[Any]:
+    return [d for d in layer.decisions(200) if wl.uid_of(d.request_id) == workload_uid]
 
 
 # -- the tests ------------------------------------------------------------------------------------
 
 
-def test_a_job_runs_only_once_the_check_is_ready_on_the_granted_node(kube: Any, jobs: list[str], hw: Hardware, controller: ControllerProcess) -> None:
-    hw.apply([EU, US_AMD])
+def test_a_job_runs_only_once_the_check_is_ready_on_the_granted_node(kube: Any, jobs: list[str], layer: Hardware, controller: ControllerProcess) -> None:
+    layer.apply([EU, US_AMD])
     # One step: the check is Active (a ClusterQueue whose check no controller keeps Active reserves
     # nothing). Then no controller runs while the Job comes in.
     controller.once()
@@ -297,7 +288,7 @@ def test_a_job_runs_only_once_the_check_is_ready_on_the_granted_node(kube: Any, 
     (update,) = check["podSetUpdates"]
     decision_id = update["annotations"][wl.DECISION_KEY]
     assert update["nodeSelector"] == {"topology.kubernetes.io/region": "eu-central-1", "kubernetes.io/hostname": EU_NODE}
-    record = hw.decision(decision_id)
+    record = layer.decision(decision_id)
     assert isinstance(record.decision, Placement) and record.decision.pool == "kq-eu"
     assert [a.node for a in record.decision.allocations] == [EU_NODE]
     assert (record.scheduler, record.job_id, record.job_uid) == ("kueue", f"{NS}/{kw.name}", kw.uid)
@@ -308,15 +299,15 @@ def test_a_job_runs_only_once_the_check_is_ready_on_the_granted_node(kube: Any, 
     assert controller.proc is not None
     assert (controller.home / "kueue" / "serve" / f"{controller.proc.pid}.json").is_file()  # recorded while it serves
     # kwok completes the pod; Kueue marks the Workload Finished; the grant is released.
-    wait_for("the grant is released once the Workload finished", lambda: hw.decision(decision_id).released_at, 180)
+    wait_for("the grant is released once the Workload finished", lambda: layer.decision(decision_id).released_at, 180)
     assert "its Workload finished" in controller.text()
     pid = controller.proc.pid
     assert controller.kill(signal.SIGTERM) == 0  # the step under way finishes; the record goes
     assert "stopped" in controller.text() and not (controller.home / "kueue" / "serve" / f"{pid}.json").exists()
 
 
-def test_a_residency_denial_ends_rejected_with_the_policys_reason(kube: Any, jobs: list[str], hw: Hardware, controller: ControllerProcess) -> None:
-    hw.apply([US_AMD])
+def test_a_residency_denial_ends_rejected_with_the_policys_reason(kube: Any, jobs: list[str], layer: Hardware, controller: ControllerProcess) -> None:
+    layer.apply([US_AMD])
     job = create_job(kube, jobs, f"eu-data-{RUN}", "amd.com/gpu", labels={wl.RESIDENCY_LABEL: "eu-only"})
     controller.start()
     # Kueue deactivates a Workload whose check is Rejected and says why in its event, with the
@@ -326,7 +317,7 @@ def test_a_residency_denial_ends_rejected_with_the_policys_reason(kube: Any, job
     assert "data-residency eu-only forbids egress to region 'us-east-1'" in event.message
     doc = workload_of(kube, job.metadata.uid)
     assert doc is not None and doc["spec"]["active"] is False
-    assert not pods_of(kube, job.metadata.name) and not live_kueue_grants(hw)
+    assert not pods_of(kube, job.metadata.name) and not live_kueue_grants(layer)
 
 
 def rejected_event(kube: Any, job_uid: str) -> Any:
@@ -341,35 +332,35 @@ def rejected_event(kube: Any, job_uid: str) -> Any:
     return None
 
 
-def test_a_full_fleet_gives_retry_then_ready_after_a_release(kube: Any, jobs: list[str], hw: Hardware, controller: ControllerProcess) -> None:
+def test_a_full_fleet_gives_retry_then_ready_after_a_release(kube: Any, jobs: list[str], layer: Hardware, controller: ControllerProcess) -> None:
     from examlops_policy.model import Workload
 
-    hw.apply([EU])
-    holder = hw.place(Workload("holder", "nvidia"))  # the fleet's only GPU, held outside Kueue
+    layer.apply([EU])
+    holder = layer.place(Workload("holder", "nvidia"))  # the fleet's only GPU, held outside Kueue
     assert isinstance(holder.decision, Placement)
     job = create_job(kube, jobs, f"wait-{RUN}", "nvidia.com/gpu")
     controller.start()
     wait_for("the check went Retry (the fleet is full)", lambda: f"{NS}/" in controller.text() and ": Retry: not now: " in controller.text())
     retried = [line for line in controller.text().splitlines() if ": Retry: not now: " in line]
     assert "kq-eu" in retried[0], retried[0]  # the policy's reason names the pool that is full
-    assert not pods_of(kube, job.metadata.name) and not live_kueue_grants(hw)
+    assert not pods_of(kube, job.metadata.name) and not live_kueue_grants(layer)
 
-    hw.release(holder.id)
+    layer.release(holder.id)
     check = wait_for("the check is Ready after the release", lambda: check_state(kube, job.metadata.uid, "Ready"), 300)
     pod = wait_for("the Job's pod is bound", lambda: next((p for p in pods_of(kube, job.metadata.name) if p.spec.nodeName), None))
     assert pod.spec.nodeName == EU_NODE
-    assert hw.decision(check["podSetUpdates"][0]["annotations"][wl.DECISION_KEY]).decision.pool == "kq-eu"  # type: ignore[union-attr]
+    assert layer.decision(check["podSetUpdates"][0]["annotations"][wl.DECISION_KEY]).decision.pool == "kq-eu"  # type: ignore[union-attr]
 
 
-def test_a_controller_killed_and_restarted_grants_nothing_twice(kube: Any, jobs: list[str], hw: Hardware, controller: ControllerProcess) -> None:
-    hw.apply([EU])
+def test_a_controller_killed_and_restarted_grants_nothing_twice(kube: Any, jobs: list[str], layer: Hardware, controller: ControllerProcess) -> None:
+    layer.apply([EU])
     controller.once()  # the check Active; no controller runs while the Job comes in
     job = create_job(kube, jobs, f"again-{RUN}", "nvidia.com/gpu")
     kw = wait_for("Kueue reserves quota; the check is Pending", lambda: reserved_and_pending(kube, job.metadata.uid))
     # A controller that recorded its decision and died before it wrote the check: the state
     # holds the grant, the Workload still says Pending.
     key = wl.request_id(kw, CHECK)
-    first = hw.place(wl.build(kw, projects=()), request_id=key)
+    first = layer.place(wl.build(kw, projects=()), request_id=key)
     assert isinstance(first.decision, Placement)
 
     controller.start()
@@ -380,16 +371,16 @@ def test_a_controller_killed_and_restarted_grants_nothing_twice(kube: Any, jobs:
     controller.once()
     # One decision for the Workload, ever; its grant is the only one (or released already, when
     # the Workload finished meanwhile: kwok completes the pod after 3 s).
-    assert [d.id for d in decisions_for(hw, kw.uid)] == [first.id]
-    assert {g.id for g in live_kueue_grants(hw)} <= {first.id}
-    assert hw.decision(first.id).job_uid == kw.uid
+    assert [d.id for d in decisions_for(layer, kw.uid)] == [first.id]
+    assert {g.id for g in live_kueue_grants(layer)} <= {first.id}
+    assert layer.decision(first.id).job_uid == kw.uid
 
 
-def test_an_evicted_workloads_grant_is_released(kube: Any, jobs: list[str], hw: Hardware, controller: ControllerProcess) -> None:
+def test_an_evicted_workloads_grant_is_released(kube: Any, jobs: list[str], layer: Hardware, controller: ControllerProcess) -> None:
     from lightkube.resources.core_v1 import Node
     from lightkube.types import PatchType
 
-    hw.apply([EU])
+    layer.apply([EU])
     kube.patch(Node, EU_NODE, {"spec": {"unschedulable": True}})  # the pod stays Pending: no finish first
     try:
         controller.start()
@@ -398,21 +389,21 @@ def test_an_evicted_workloads_grant_is_released(kube: Any, jobs: list[str], hw: 
         decision_id = check["podSetUpdates"][0]["annotations"][wl.DECISION_KEY]
         wait_for("the admitted Job's pod exists", lambda: pods_of(kube, job.metadata.name))
         doc = workload_of(kube, job.metadata.uid)
-        assert doc is not None and hw.decision(decision_id).released_at is None
+        assert doc is not None and layer.decision(decision_id).released_at is None
         # Deactivated by hand: Kueue evicts the Workload (and stops its Job).
         kube.patch(Kinds.Workload, doc["metadata"]["name"], {"spec": {"active": False}}, namespace=NS, patch_type=PatchType.MERGE)
-        wait_for("the grant is released once the Workload is evicted", lambda: hw.decision(decision_id).released_at)
+        wait_for("the grant is released once the Workload is evicted", lambda: layer.decision(decision_id).released_at)
         assert f"released {decision_id}: its Workload was evicted" in controller.text()
     finally:
         kube.patch(Node, EU_NODE, {"spec": {"unschedulable": False}})
 
 
-def test_a_deleted_workloads_grant_is_released(kube: Any, jobs: list[str], hw: Hardware, controller: ControllerProcess) -> None:
+def test_a_deleted_workloads_grant_is_released(kube: Any, jobs: list[str], layer: Hardware, controller: ControllerProcess) -> None:
     from lightkube.resources.batch_v1 import Job
     from lightkube.resources.core_v1 import Node
     from lightkube.types import CascadeType
 
-    hw.apply([EU])
+    layer.apply([EU])
     # The node is cordoned: the admitted Job's pod stays Pending, so the Workload cannot finish
     # before it is deleted.
     kube.patch(Node, EU_NODE, {"spec": {"unschedulable": True}})
@@ -422,18 +413,18 @@ def test_a_deleted_workloads_grant_is_released(kube: Any, jobs: list[str], hw: H
         check = wait_for("the check is Ready", lambda: check_state(kube, job.metadata.uid, "Ready"))
         decision_id = check["podSetUpdates"][0]["annotations"][wl.DECISION_KEY]
         wait_for("the admitted Job's pod exists (unbound: the node is cordoned)", lambda: pods_of(kube, job.metadata.name))
-        assert hw.decision(decision_id).released_at is None
+        assert layer.decision(decision_id).released_at is None
         kube.delete(Job, job.metadata.name, namespace=NS, cascade=CascadeType.BACKGROUND)
-        wait_for("the grant is released once the Workload is deleted", lambda: hw.decision(decision_id).released_at)
+        wait_for("the grant is released once the Workload is deleted", lambda: layer.decision(decision_id).released_at)
         assert f"released {decision_id}: its Workload was deleted" in controller.text()
     finally:
         kube.patch(Node, EU_NODE, {"spec": {"unschedulable": False}})
 
 
-def test_without_the_policy_the_check_goes_inactive_and_nothing_is_decided(kube: Any, jobs: list[str], hw: Hardware, controller: ControllerProcess) -> None:
+def test_without_the_policy_the_check_goes_inactive_and_nothing_is_decided(kube: Any, jobs: list[str], layer: Hardware, controller: ControllerProcess) -> None:
     from tests.conftest import free_port
 
-    hw.apply([EU])
+    layer.apply([EU])
     controller.once()
     assert active_condition(kube)["status"] == "True"
     port = free_port()  # nothing listens there: the policy cannot be asked
