@@ -155,6 +155,9 @@ class NodeGrant:
         return str(len(self.devices)) if self.devices else None
 
 
+_KINDS: Final = {n: str(n) for n in range(1, 65)}  # a grant of n whole devices: its kind (``NodeGrant.affinity``), made once
+
+
 def _check_count(value: object, source: str, what: str) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise SpecError(f"{what} must be a whole number >= 0 (got {shown(value)})", source=source, field=what)
@@ -310,6 +313,8 @@ class NodeCapacity:
         self.affinity_counts: dict[str, IntArray] = {}
         self.affinity_kinds: IntArray = np.zeros(n, dtype=np.int64)  # distinct kinds held, by node
         self._devices = [_Devices(nd.devices) for nd in self.nodes]
+        # Per node, whether its CPU and its memory are tracked (never change): read per grant.
+        self._tracked = [(bool(c), m != UNTRACKED) for c, m in zip(self.cpu_tracked.tolist(), self.memory_total.tolist())]
         tracked_cpu = [nd.cpu_milli for nd in self.nodes if nd.cpu_milli is not None]
         self.max_cpu_milli: int = max(tracked_cpu, default=0)
         self.max_device_milli: int = int(self.devices.max(initial=0)) * unit
@@ -465,78 +470,88 @@ class NodeCapacity:
         """Hold ``grant`` on its node (it must fit: checked, a mismatch raises and changes nothing)."""
         i = self._position(grant.node)
         d = self._devices[i]
-        if self.cpu_tracked[i] and self.cpu_free[i] < grant.cpu_milli:
-            raise CapacityError(f"node {grant.node} has {self.cpu_free[i]} CPU milli free, not {grant.cpu_milli}")
-        if self.memory_free[i] < grant.memory_mib:
-            raise CapacityError(f"node {grant.node} has {self.memory_free[i]} MiB free, not {grant.memory_mib}")
-        if grant.share_milli:
-            if len(grant.devices) != 1:
+        devices, share, cpu, memory = grant.devices, grant.share_milli, grant.cpu_milli, grant.memory_mib
+        cpu_tracked, memory_tracked = self._tracked[i]
+        if cpu and cpu_tracked and self.cpu_free[i] < cpu:
+            raise CapacityError(f"node {grant.node} has {self.cpu_free[i]} CPU milli free, not {cpu}")
+        if memory and self.memory_free[i] < memory:
+            raise CapacityError(f"node {grant.node} has {self.memory_free[i]} MiB free, not {memory}")
+        if share:
+            if len(devices) != 1:
                 raise CapacityError("a share is on exactly one device")
-            if grant.share_milli >= self.unit:
-                raise CapacityError(f"a share is less than a device ({self.unit} units; got {grant.share_milli})")
-            dev = grant.devices[0]
+            if share >= self.unit:
+                raise CapacityError(f"a share is less than a device ({self.unit} units; got {share})")
+            dev = devices[0]
             if dev in d.shared:
-                if d.shared[dev] < grant.share_milli:
-                    raise CapacityError(f"device {dev} of node {grant.node} has {d.shared[dev]} milli free, not {grant.share_milli}")
-                d._set_shared(dev, d.shared[dev] - grant.share_milli)
+                if d.shared[dev] < share:
+                    raise CapacityError(f"device {dev} of node {grant.node} has {d.shared[dev]} milli free, not {share}")
+                d._set_shared(dev, d.shared[dev] - share)
             else:
                 if not (0 <= dev < d.count) or not d.free.contains(dev):
                     raise CapacityError(f"device {dev} of node {grant.node} is not free")
                 d.free.remove(dev)
                 self.whole_free[i] -= 1
-                d._set_shared(dev, self.unit - grant.share_milli)
+                d._set_shared(dev, self.unit - share)
+            units = share
         else:
-            if len(set(grant.devices)) != len(grant.devices) or any(not (0 <= dv < d.count) or not d.free.contains(dv) for dv in grant.devices):
-                raise CapacityError(f"devices {list(grant.devices)} of node {grant.node} are not all free")
-            for dv in grant.devices:
-                d.free.remove(dv)
-            self.whole_free[i] -= len(grant.devices)
-        if grant.cpu_milli and self.cpu_tracked[i]:
-            self.cpu_free[i] -= grant.cpu_milli
-        if grant.memory_mib and self.memory_total[i] != UNTRACKED:
-            self.memory_free[i] -= grant.memory_mib
-        units = grant.share_milli or len(grant.devices) * self.unit
+            free, count = d.free, d.count
+            for dv in devices:
+                if not (0 <= dv < count) or not free.contains(dv):
+                    raise CapacityError(f"devices {list(devices)} of node {grant.node} are not all free")
+            if len(devices) > 1 and len(set(devices)) != len(devices):
+                raise CapacityError(f"devices {list(devices)} of node {grant.node} are not all free")
+            for dv in devices:
+                free.remove(dv)
+            units = len(devices) * self.unit
+            if units:
+                self.whole_free[i] -= len(devices)
+        if cpu and cpu_tracked:
+            self.cpu_free[i] -= cpu
+        if memory and memory_tracked:
+            self.memory_free[i] -= memory
         if units:
             self.free_milli[i] -= units
             self.allocated_milli += units
-        affinity = grant.affinity
-        if affinity is not None:
-            self._count_affinity(i, affinity, +1)
-        self._changed(i, shares=bool(grant.share_milli))
+            self._count_affinity(i, "share" if share else _KINDS.get(len(devices)) or str(len(devices)), +1)
+        self._changed(i, shares=bool(share))
 
     def release(self, grant: NodeGrant) -> None:
         """Give ``grant`` back (it must be held: a grant this capacity does not hold raises, nothing changes)."""
         i = self._position(grant.node)
         d = self._devices[i]
-        if grant.share_milli:
-            if len(grant.devices) != 1 or grant.devices[0] not in d.shared or d.shared[grant.devices[0]] + grant.share_milli > self.unit:
-                raise CapacityError(f"node {grant.node} holds no share of {grant.share_milli} milli on device {list(grant.devices)}")
-            dev = grant.devices[0]
-            left = d.shared[dev] + grant.share_milli
+        devices, share, cpu, memory = grant.devices, grant.share_milli, grant.cpu_milli, grant.memory_mib
+        if share:
+            if len(devices) != 1 or devices[0] not in d.shared or d.shared[devices[0]] + share > self.unit:
+                raise CapacityError(f"node {grant.node} holds no share of {share} milli on device {list(devices)}")
+            dev = devices[0]
+            left = d.shared[dev] + share
             if left == self.unit:
                 d._set_shared(dev, None)
                 d.free.add(dev)
                 self.whole_free[i] += 1
             else:
                 d._set_shared(dev, left)
+            units = share
         else:
-            if any(not (0 <= dv < d.count) or d.free.contains(dv) or dv in d.shared for dv in grant.devices):
-                raise CapacityError(f"node {grant.node} does not hold devices {list(grant.devices)} whole")
-            for dv in grant.devices:
-                d.free.add(dv)
-            self.whole_free[i] += len(grant.devices)
-        if grant.cpu_milli and self.cpu_tracked[i]:
-            self.cpu_free[i] = min(self.cpu_free[i] + grant.cpu_milli, self.cpu_total[i])
-        if grant.memory_mib and self.memory_total[i] != UNTRACKED:
-            self.memory_free[i] = min(self.memory_free[i] + grant.memory_mib, self.memory_total[i])
-        units = grant.share_milli or len(grant.devices) * self.unit
+            free, count, shared = d.free, d.count, d.shared
+            for dv in devices:
+                if not (0 <= dv < count) or free.contains(dv) or dv in shared:
+                    raise CapacityError(f"node {grant.node} does not hold devices {list(devices)} whole")
+            for dv in devices:
+                free.add(dv)
+            units = len(devices) * self.unit
+            if units:
+                self.whole_free[i] += len(devices)
+        cpu_tracked, memory_tracked = self._tracked[i]
+        if cpu and cpu_tracked:
+            self.cpu_free[i] = min(self.cpu_free[i] + cpu, self.cpu_total[i])
+        if memory and memory_tracked:
+            self.memory_free[i] = min(self.memory_free[i] + memory, self.memory_total[i])
         if units:
             self.free_milli[i] += units
             self.allocated_milli -= units
-        affinity = grant.affinity
-        if affinity is not None:
-            self._count_affinity(i, affinity, -1)
-        self._changed(i, shares=bool(grant.share_milli))
+            self._count_affinity(i, "share" if share else _KINDS.get(len(devices)) or str(len(devices)), -1)
+        self._changed(i, shares=bool(share))
 
     def hold(
         self,
@@ -605,11 +620,12 @@ class NodeCapacity:
         counts = self.affinity_counts.get(kind)
         if counts is None:
             counts = self.affinity_counts[kind] = np.zeros(len(self.nodes), dtype=np.int64)
-        before = counts[i]
-        counts[i] = max(before + step, 0)
-        if before == 0 and counts[i] > 0:
+        before = int(counts[i])
+        after = max(before + step, 0)
+        counts[i] = after
+        if before == 0 and after > 0:
             self.affinity_kinds[i] += 1
-        elif before > 0 and counts[i] == 0:
+        elif before > 0 and after == 0:
             self.affinity_kinds[i] -= 1
 
     def _changed(self, i: int, *, shares: bool) -> None:

@@ -199,6 +199,7 @@ class _Tally:
     slice_pico: list[int] = field(default_factory=list)  # per node: what its slices leave of the devices holding them, in 1e-12 devices
     pico: int = 0  # that, summed over the up nodes
     as_tuple: tuple[NodeRoom, ...] | None = None  # ``rows`` as a tuple, until they change
+    fixed: list[_Fixed | None] = field(default_factory=list)  # per node: what of its room never changes (``_fixed``)
 
     def start(self) -> None:
         self.keys = sorted(self.counted)
@@ -217,21 +218,26 @@ class _Tally:
             self.slices[name] = self.slices.get(name, 0) + k * n
 
     def count(self, key: RoomKey, step: int) -> None:
-        was = self.counted.get(key, 0)
+        counted = self.counted
+        was = counted.get(key, 0)
         n = was + step
-        self._total(key, step)
-        at = bisect.bisect_left(self.keys, key)
+        self.whole += key[0] * step
+        if key[4]:
+            for name, k in key[4]:
+                self.slices[name] = self.slices.get(name, 0) + k * step
+        keys = self.keys
+        at = bisect.bisect_left(keys, key)
         self.as_tuple = None
         if not n:
-            del self.keys[at], self.rows[at], self.counted[key]
+            del keys[at], self.rows[at], counted[key]
             return
         row = _row(key, n)
         if was:
             self.rows[at] = row
         else:
-            self.keys.insert(at, key)
+            keys.insert(at, key)
             self.rows.insert(at, row)
-        self.counted[key] = n
+        counted[key] = n
 
     def ordered(self) -> tuple[NodeRoom, ...]:
         if self.as_tuple is None:
@@ -250,29 +256,50 @@ def _row(key: RoomKey, n: int) -> NodeRoom:
 def _node_room(rooms: Rooms, tally: _Tally, i: int) -> tuple[RoomKey | None, int, int]:
     """Node ``i``'s room (None when it is not up), its free units, and what its slices leave of the
     devices holding them (in 1e-12 devices: whole numbers, summed exactly whatever the order)."""
-    pool, layout, capacity = rooms.pool, rooms.layout, rooms.capacity
-    node = rooms.nodes[i]
-    if not node.usable:
+    fixed = tally.fixed[i] if i < len(tally.fixed) else _fixed(rooms, tally, i)
+    if fixed is None:
         return None, 0, 0
+    cpu_tracked, memory_tracked, sharing, block, switch = fixed
+    layout, capacity = rooms.layout, rooms.capacity
     whole = int(capacity.whole_free[i])
     slices: tuple[tuple[str, int], ...] = ()
     if layout.kind == "fixed":
         slices, whole = ((str(layout.fixed_profile), whole),), 0
     elif layout.kind in packing.PARTITIONED:
-        placeable = packing.summarize(dataclasses.replace(layout, devices=node.devices), _beside(rooms, i))
+        placeable = packing.summarize(dataclasses.replace(layout, devices=rooms.nodes[i].devices), _beside(rooms, i))
         slices = tuple(sorted(placeable.slices.items()))
     key: RoomKey = (
         whole,
-        (False, int(capacity.cpu_free[i])) if capacity.cpu_tracked[i] else _NONE,
-        (False, int(capacity.memory_free[i])) if node.memory_mib is not None else _NONE,
-        max(0, int(capacity.shared_max[i])) if pool.sharing is not None else 0,
+        (False, int(capacity.cpu_free[i])) if cpu_tracked else _NONE,
+        (False, int(capacity.memory_free[i])) if memory_tracked else _NONE,
+        max(0, int(capacity.shared_max[i])) if sharing else 0,
         slices,
-        _NONE if node.block is None else (False, tally.blocks[node.block]),
-        _NONE if node.switch is None else (False, tally.switches[node.switch]),
+        block,
+        switch,
     )
     shares = rooms.slice_share.get(i)
     pico = round(sum(max(0.0, 1.0 - v) for v in shares.values()) * 1e12) if shares else 0
     return key, int(capacity.free_milli[i]), pico
+
+
+_Fixed = tuple[bool, bool, bool, tuple[bool, int], tuple[bool, int]]
+"""What of a node's room never changes with its holdings: whether its CPU and memory are tracked,
+whether the pool shares devices, its block and its switch as a room says them."""
+
+
+def _fixed(rooms: Rooms, tally: _Tally, i: int) -> _Fixed | None:
+    """Node ``i``'s ``_Fixed`` (None: not up), kept in ``tally.fixed`` (worked out in node order)."""
+    node = rooms.nodes[i]
+    fixed: _Fixed | None = None
+    if node.usable:
+        fixed = (
+            bool(rooms.capacity.cpu_tracked[i]), node.memory_mib is not None, rooms.pool.sharing is not None,
+            _NONE if node.block is None else (False, tally.blocks[node.block]),
+            _NONE if node.switch is None else (False, tally.switches[node.switch]),
+        )  # fmt: skip
+    if i == len(tally.fixed):
+        tally.fixed.append(fixed)
+    return fixed
 
 
 _NONE = (True, 0)
