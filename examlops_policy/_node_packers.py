@@ -56,8 +56,8 @@ DEFAULT_PACKER: Final = "exa"
 MAX_SCORE: Final = 100
 
 MEMO_NODES: Final = 256
-"""``fgd`` and ``exa`` look up the scores of the node states met before when at most this many
-nodes are feasible; more are scored vectorised (numpy's cost per call is then spread over them)."""
+"""``fgd`` and ``exa`` look up the scores of the node states met before on pools of at most this many
+nodes; larger ones are scored vectorised (numpy's cost per call is then spread over them)."""
 
 MEMO_STATES: Final = 1 << 16
 """The node states whose scores a packer keeps at most (then it forgets them and starts again)."""
@@ -377,12 +377,13 @@ class FragmentationPacker:
         self._frag: FloatArray = np.zeros(0, dtype=np.float64)
         self._measure: FloatArray = np.zeros(0, dtype=np.float64)
         self._seen: IntArray = np.zeros(0, dtype=np.int64)
-        # Scores by node state (see ``scores``): each node's state as an id (``_state``, for the
-        # version ``_state_seen``), the ids of the states seen, and per request a score by state id.
-        self._state: IntArray = np.zeros(0, dtype=np.int64)
-        self._state_seen: IntArray = np.zeros(0, dtype=np.int64)
+        # Scores by node state (see ``scores``): each node's state as an id (``_state``, as of the
+        # capacity's change ``_state_mark``), the ids of the states seen, and per request a score by state id.
+        self._state: list[int] = []
+        self._state_mark = -1
         self._state_ids: dict[tuple[object, ...], int] = {}
         self._memo: dict[tuple[int, int, int], dict[int, int]] = {}
+        self._best_shares: dict[tuple[int, int], dict[int, frozenset[int]]] = {}  # a share's best free values, by request and state
         self._cpu_matters = True
 
     def _expected_for(self, capacity: NodeCapacity) -> ExpectedWorkload:
@@ -461,14 +462,15 @@ class FragmentationPacker:
         """Each feasible node's score. A node's score is a function of the request and of what
         ``_after`` and the measure read of the node: its free whole devices, free milli, model, the
         free milli of each device holding shares (and its CPU, where the expected workload's CPU
-        or ``_extra`` reads it). So a pool of at most ``MEMO_NODES`` feasible nodes (where numpy's
-        cost per call outweighs the work) scores each node once per state it is in and request:
+        or ``_extra`` reads it). So a pool of at most ``MEMO_NODES`` nodes (where numpy's cost per
+        call outweighs the work) scores each node once per state it is in and request:
         the scores of the states met before are looked up, the others computed (vectorised, by the
         same formula) and kept. Large pools, and a packer's first request on a capacity (a packer
         made for one decision), are scored vectorised, every node every time."""
-        if feasible.size > MEMO_NODES or self._bound is not capacity:
+        if len(capacity) > MEMO_NODES or self._bound is not capacity:
             return self._fresh(capacity, request, feasible)  # a packer's first look at a capacity keeps nothing
-        states = self._states(capacity)[feasible].tolist()
+        state = self._states(capacity)
+        states = [state[i] for i in feasible.tolist()]
         key = (request.devices, request.share_milli, request.cpu_milli if self._cpu_matters else 0)
         memo = self._memo.get(key)
         if memo is None:
@@ -488,23 +490,26 @@ class FragmentationPacker:
         return self._score(self._after(capacity, request, nodes) - self._measure[nodes])
 
     def _forget_states(self, capacity: NodeCapacity) -> None:
-        self._state = np.zeros(len(capacity), dtype=np.int64)
-        self._state_seen = np.full(len(capacity), -1, dtype=np.int64)
+        self._state = [0] * len(capacity)
+        self._state_mark = -1  # every node's state to work out
         self._state_ids = {}
         self._memo = {}
+        self._best_shares = {}
 
-    def _states(self, capacity: NodeCapacity) -> IntArray:
+    def _states(self, capacity: NodeCapacity) -> list[int]:
         """Each node's state id, those of the nodes changed since worked out again (bounded: past
         ``MEMO_STATES`` states, all are forgotten and counted afresh)."""
-        stale = (capacity.version != self._state_seen).nonzero()[0]
-        if stale.size:
-            if len(self._state_ids) + stale.size > MEMO_STATES:
+        changed, self._state_mark = capacity.changed_since(self._state_mark)
+        stale: range | set[int] = range(len(capacity)) if changed is None else set(changed)
+        if changed is None or changed:
+            if len(self._state_ids) + len(stale) > MEMO_STATES:
                 self._forget_states(capacity)
-                stale = np.arange(len(capacity))
+                self._state_mark = capacity.changed_since(-1)[1]
+                stale = range(len(capacity))
             ids, state = self._state_ids, self._state
             whole, milli, model_id = capacity.whole_free, capacity.free_milli, capacity.model_id
             cpu = capacity.cpu_free if self._cpu_matters else None
-            for i in stale.tolist():
+            for i in stale:
                 by_free = capacity.shared_by_free(i)
                 key: tuple[object, ...] = (
                     int(whole[i]), int(milli[i]), int(model_id[i]),
@@ -515,19 +520,41 @@ class FragmentationPacker:
                 if found is None:
                     found = ids[key] = len(ids)
                 state[i] = found
-            self._state_seen[stale] = capacity.version[stale]
         return self._state
 
     def devices(self, capacity: NodeCapacity, node: int, request: NodeRequest) -> tuple[int, ...]:
+        """A share: the device whose use scores best (the lowest index on ties). The candidates are
+        the lowest device of each free value among the devices holding shares, and the lowest free
+        device: which values score best is a function of the node's state and the request, kept
+        as the scores are (``scores``) once the packer has seen the capacity."""
         if request.kind != "share":
             return capacity.best_fit_devices(node, request)
-        model = self._refresh(capacity)
         s = request.share_milli
         candidates: list[tuple[int, int]] = [(ds[0], v) for v, ds in capacity.shared_by_free(node).items() if v >= s]
         low = capacity.lowest_free_device(node)
         if capacity.whole_free[node] > 0 and low is not None:
             candidates.append((low, capacity.unit))
         candidates.sort()
+        if self._bound is not capacity or len(capacity) > MEMO_NODES:
+            best = self._best_values_of(capacity, node, request, candidates)
+        else:
+            state = self._states(capacity)[node]
+            key = (request.cpu_milli if self._cpu_matters else 0, s)
+            memo = self._best_shares.get(key)
+            if memo is None:
+                if len(self._best_shares) >= MEMO_REQUESTS:
+                    self._best_shares.clear()
+                memo = self._best_shares[key] = {}
+            found = memo.get(state)
+            if found is None:
+                found = memo[state] = self._best_values_of(capacity, node, request, candidates)
+            best = found
+        return (next(d for d, v in candidates if v in best),)
+
+    def _best_values_of(self, capacity: NodeCapacity, node: int, request: NodeRequest, candidates: list[tuple[int, int]]) -> frozenset[int]:
+        """The free values of ``candidates`` (device, free value) whose device scores best for the share (the formula)."""
+        model = self._refresh(capacity)
+        s = request.share_milli
         value = np.array([v for _, v in candidates], dtype=np.int64)
         q = self._q[node][None, :] - model.share_taken(value, s)
         rows = np.repeat(model.rows(capacity.model_id[[node]], capacity.cpu_free[[node]] - request.cpu_milli), value.size)
@@ -535,8 +562,9 @@ class FragmentationPacker:
         # The same on every device of the node: what the measure adds beyond fragmentation.
         extra = self._extra(capacity, total[:1], capacity.cpu_free[[node]] - request.cpu_milli, np.array([node]))
         after = model.frag(q, total, rows) + (0.0 if extra is None else float(extra[0]))
-        score = self._score(after - self._measure[node])
-        return (candidates[int(np.argmax(score))][0],)
+        score = self._score(after - self._measure[node]).tolist()
+        top = max(score)
+        return frozenset(v for (_, v), x in zip(candidates, score) if x == top)
 
     def fragmentation(self, capacity: NodeCapacity) -> FloatArray:
         """Each node's expected fragmentation now (free device milli the expected workload cannot use)."""

@@ -44,6 +44,9 @@ from examlops_policy.errors import SpecError
 MILLI: Final = 1000
 """A whole device in milli; a share is 1..999 milli of one device."""
 
+CHANGES_KEPT: Final = 1024
+"""A capacity's changes kept for ``NodeCapacity.changed_since`` (at least this many, at most twice)."""
+
 UNTRACKED: Final = 1 << 62
 """Free CPU or memory of a node that does not track it: more than any request."""
 
@@ -314,6 +317,8 @@ class NodeCapacity:
         self.affinity_kinds: IntArray = np.zeros(n, dtype=np.int64)  # distinct kinds held, by node
         self._devices = [_Devices(nd.devices) for nd in self.nodes]
         # Per node, whether its CPU and its memory are tracked (never change): read per grant.
+        self._log: list[int] = []  # the nodes changed, in order (the last ``CHANGES_KEPT`` to twice that)
+        self._log_base = 0  # how many changes came before the first in ``_log``
         self._tracked = [(bool(c), m != UNTRACKED) for c, m in zip(self.cpu_tracked.tolist(), self.memory_total.tolist())]
         tracked_cpu = [nd.cpu_milli for nd in self.nodes if nd.cpu_milli is not None]
         self.max_cpu_milli: int = max(tracked_cpu, default=0)
@@ -334,7 +339,10 @@ class NodeCapacity:
         """Positions of the nodes that can take ``request`` now (state, CPU, memory, model, devices)."""
         if request.share_milli >= self.unit:
             return np.zeros(0, dtype=np.int64)  # a share is less than a device
-        ok = self.up & (self.cpu_free >= request.cpu_milli) & (self.memory_free >= request.memory_mib)
+        # Free CPU and memory are never below 0: a request asking none of either is not compared.
+        ok = self.up & (self.cpu_free >= request.cpu_milli) if request.cpu_milli else self.up.copy()
+        if request.memory_mib:
+            ok &= self.memory_free >= request.memory_mib
         if among is not None:
             ok &= among
         if request.kind != "cpu":
@@ -344,7 +352,8 @@ class NodeCapacity:
                 ok &= self.whole_free >= request.devices
             else:
                 ok &= (self.whole_free > 0) | (self.shared_max >= request.share_milli)
-        return np.flatnonzero(ok)
+        out: IntArray = ok.nonzero()[0]
+        return out
 
     def model_mask(self, models: frozenset[str]) -> BoolArray:
         """Which nodes have one of ``models``."""
@@ -544,9 +553,9 @@ class NodeCapacity:
                 self.whole_free[i] += len(devices)
         cpu_tracked, memory_tracked = self._tracked[i]
         if cpu and cpu_tracked:
-            self.cpu_free[i] = min(self.cpu_free[i] + cpu, self.cpu_total[i])
+            self.cpu_free[i] = min(int(self.cpu_free[i]) + cpu, int(self.cpu_total[i]))
         if memory and memory_tracked:
-            self.memory_free[i] = min(self.memory_free[i] + memory, self.memory_total[i])
+            self.memory_free[i] = min(int(self.memory_free[i]) + memory, int(self.memory_total[i]))
         if units:
             self.free_milli[i] += units
             self.allocated_milli -= units
@@ -577,7 +586,7 @@ class NodeCapacity:
                 d.free.remove(dev)
                 self.whole_free[node] -= 1
                 taken += self.unit
-        for dev, used in sorted((shares or {}).items()):
+        for dev, used in sorted(shares.items()) if shares else ():
             if used <= 0:
                 continue
             if dev in d.shared:
@@ -590,14 +599,17 @@ class NodeCapacity:
                 left = max(0, self.unit - used)
                 taken += self.unit - left
                 d._set_shared(dev, left)
-        lowest_taken = d.free.take_lowest(min(lowest, int(self.whole_free[node])))
-        self.whole_free[node] -= len(lowest_taken)
-        taken += self.unit * len(lowest_taken)
-        self.free_milli[node] -= taken
-        self.allocated_milli += taken
-        if self.cpu_tracked[node]:
+        lowest_taken = d.free.take_lowest(min(lowest, int(self.whole_free[node]))) if lowest > 0 else []
+        if lowest_taken:
+            self.whole_free[node] -= len(lowest_taken)
+            taken += self.unit * len(lowest_taken)
+        if taken:
+            self.free_milli[node] -= taken
+            self.allocated_milli += taken
+        cpu_tracked, memory_tracked = self._tracked[node]
+        if cpu_milli and cpu_tracked:
             self.cpu_free[node] = max(0, int(self.cpu_free[node]) - cpu_milli)
-        if self.memory_total[node] != UNTRACKED:
+        if memory_mib and memory_tracked:
             self.memory_free[node] = max(0, int(self.memory_free[node]) - memory_mib)
         self._changed(node, shares=bool(shares))
         return lowest_taken
@@ -628,10 +640,25 @@ class NodeCapacity:
         elif before > 0 and after == 0:
             self.affinity_kinds[i] -= 1
 
+    def changed_since(self, mark: int) -> tuple[list[int] | None, int]:
+        """The positions of the nodes changed since ``mark`` (one a change, in order; a node may
+        come more than once) and the mark of now; ``mark`` -1, or older than the last
+        ``CHANGES_KEPT`` or so changes: None (every node may have changed)."""
+        now = self._log_base + len(self._log)
+        if mark < self._log_base:
+            return None, now
+        return self._log[mark - self._log_base :], now
+
     def _changed(self, i: int, *, shares: bool) -> None:
-        """Node ``i`` changed: its version bumped, and its devices' shares read again where they
-        changed (``shares``: only shares change the devices holding them)."""
+        """Node ``i`` changed: its version bumped and the change logged (``changed_since``), and its
+        devices' shares read again where they changed (``shares``: only shares change the devices
+        holding them)."""
         self.version[i] += 1
+        log = self._log
+        log.append(i)
+        if len(log) >= 2 * CHANGES_KEPT:
+            del log[:CHANGES_KEPT]
+            self._log_base += CHANGES_KEPT
         if not shares:
             return
         values = sorted(v for v in self._devices[i].by_free if v > 0)

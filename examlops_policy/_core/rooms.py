@@ -454,10 +454,7 @@ def choose(
     if grant.profile is not None and layout.kind in packing.PARTITIONED:
         return _choose_slice(rooms, grant)
     capacity = rooms.capacity
-    if grant.shares is not None:
-        request = _nodes.NodeRequest(share_milli=grant.shares, cpu_milli=grant.cpu_milli, memory_mib=grant.memory_mib, nodes=grant.nodes)
-    else:
-        request = _nodes.NodeRequest(devices=grant.units, cpu_milli=grant.cpu_milli, memory_mib=grant.memory_mib, nodes=grant.nodes)
+    request = _request(grant)
     if chooser is None:
         chooser = packer_named(packer)
     for among in _together(rooms, grant, workload):
@@ -473,9 +470,42 @@ def choose(
         if g.share_milli:
             out.append(NodeAllocation(g.node, (), DeviceShare(g.devices[0], g.share_milli), g.cpu_milli, g.memory_mib))
         else:
-            holdings = tuple(Holding(d, layout.fixed_profile) if layout.kind == "fixed" else Holding(d) for d in g.devices)
-            out.append(NodeAllocation(g.node, holdings, None, g.cpu_milli, g.memory_mib))
+            out.append(NodeAllocation(g.node, _holdings(g.devices, layout.fixed_profile if layout.kind == "fixed" else None), None, g.cpu_milli, g.memory_mib))
     return tuple(out)
+
+
+# Requests and holdings are immutable and asked alike again and again (a pool's grants come in a
+# few shapes, on a few device indices): each is made once and kept, a bounded number of them.
+_KEPT = 4096
+_requests: dict[tuple[int | None, int, int, int, int], _nodes.NodeRequest] = {}
+_kept_holdings: dict[tuple[tuple[int, ...], str | None], tuple[Holding, ...]] = {}
+
+
+def _request(grant: Grant) -> _nodes.NodeRequest:
+    """What ``grant`` asks of each node, as the node packer takes it."""
+    key = (grant.shares, grant.units, grant.cpu_milli, grant.memory_mib, grant.nodes)
+    request = _requests.get(key)
+    if request is None:
+        if grant.shares is not None:
+            request = _nodes.NodeRequest(share_milli=grant.shares, cpu_milli=grant.cpu_milli, memory_mib=grant.memory_mib, nodes=grant.nodes)
+        else:
+            request = _nodes.NodeRequest(devices=grant.units, cpu_milli=grant.cpu_milli, memory_mib=grant.memory_mib, nodes=grant.nodes)
+        if len(_requests) >= _KEPT:
+            _requests.clear()
+        _requests[key] = request
+    return request
+
+
+def _holdings(devices: tuple[int, ...], profile: str | None) -> tuple[Holding, ...]:
+    """Devices held whole (each of ``profile``, a pool of fixed slices; else None)."""
+    key = (devices, profile)
+    held = _kept_holdings.get(key)
+    if held is None:
+        held = tuple(Holding(d, profile) for d in devices)
+        if len(_kept_holdings) >= _KEPT:
+            _kept_holdings.clear()
+        _kept_holdings[key] = held
+    return held
 
 
 def _together(rooms: Rooms, grant: Grant, workload: Workload) -> list[_nodes.BoolArray | None]:
