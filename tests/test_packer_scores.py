@@ -10,6 +10,7 @@ random capacities through random grants and releases, node for node.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -45,7 +46,7 @@ EXPECTED = ExpectedWorkload(
     )
 )
 
-PACKERS = {
+PACKERS: dict[str, Callable[[], FragmentationPacker]] = {
     "exa": lambda: ExaPacker(),  # blocks: a node's CPU is not part of its state
     "exa-expected": lambda: ExaPacker(EXPECTED),  # CPU read by the stranding term and the shapes' CPU
     "fgd": lambda: FragmentationPacker(EXPECTED),

@@ -173,9 +173,9 @@ def _groups(nodes: Sequence[Node], level: str) -> dict[str, int]:
     return {label: i for i, label in enumerate(sorted({getattr(n, level) for n in nodes if getattr(n, level) is not None}))}
 
 
-RoomKey = tuple[int, tuple[bool, int], tuple[bool, int], int, tuple[tuple[str, int], ...], tuple[bool, int], tuple[bool, int]]
-"""A node's room as the summary orders and counts it: whole devices, CPU and memory (a number, then None:
-(is None, value)), shares, slices, block and switch."""
+RoomKey = tuple[int, bool, int, bool, int, int, tuple[tuple[str, int], ...], bool, int, bool, int]
+"""A node's room as the summary orders and counts it, flat: whole devices, CPU and memory (a number,
+then None: is None, value), shares, slices, block and switch (is None, value)."""
 
 
 @dataclass
@@ -214,7 +214,7 @@ class _Tally:
 
     def _total(self, key: RoomKey, n: int) -> None:
         self.whole += key[0] * n
-        for name, k in key[4]:
+        for name, k in key[6]:
             self.slices[name] = self.slices.get(name, 0) + k * n
 
     def count(self, key: RoomKey, step: int) -> None:
@@ -222,8 +222,8 @@ class _Tally:
         was = counted.get(key, 0)
         n = was + step
         self.whole += key[0] * step
-        if key[4]:
-            for name, k in key[4]:
+        if key[6]:
+            for name, k in key[6]:
                 self.slices[name] = self.slices.get(name, 0) + k * step
         keys = self.keys
         at = bisect.bisect_left(keys, key)
@@ -248,8 +248,8 @@ class _Tally:
 def _row(key: RoomKey, n: int) -> NodeRoom:
     """The room ``key`` says, counted ``n`` times."""
     return NodeRoom(
-        key[0], None if key[1][0] else key[1][1], None if key[2][0] else key[2][1], key[3], key[4],
-        None if key[5][0] else key[5][1], None if key[6][0] else key[6][1], n,
+        key[0], None if key[1] else key[2], None if key[3] else key[4], key[5], key[6],
+        None if key[7] else key[8], None if key[9] else key[10], n,
     )  # fmt: skip
 
 
@@ -259,7 +259,7 @@ def _node_room(rooms: Rooms, tally: _Tally, i: int) -> tuple[RoomKey | None, int
     fixed = tally.fixed[i] if i < len(tally.fixed) else _fixed(rooms, tally, i)
     if fixed is None:
         return None, 0, 0
-    cpu_tracked, memory_tracked, sharing, block, switch = fixed
+    cpu_tracked, memory_tracked, sharing, no_block, block, no_switch, switch = fixed
     layout, capacity = rooms.layout, rooms.capacity
     whole = int(capacity.whole_free[i])
     slices: tuple[tuple[str, int], ...] = ()
@@ -270,19 +270,19 @@ def _node_room(rooms: Rooms, tally: _Tally, i: int) -> tuple[RoomKey | None, int
         slices = tuple(sorted(placeable.slices.items()))
     key: RoomKey = (
         whole,
-        (False, int(capacity.cpu_free[i])) if cpu_tracked else _NONE,
-        (False, int(capacity.memory_free[i])) if memory_tracked else _NONE,
+        not cpu_tracked, int(capacity.cpu_free[i]) if cpu_tracked else 0,
+        not memory_tracked, int(capacity.memory_free[i]) if memory_tracked else 0,
         max(0, int(capacity.shared_max[i])) if sharing else 0,
         slices,
-        block,
-        switch,
+        no_block, block,
+        no_switch, switch,
     )
     shares = rooms.slice_share.get(i)
     pico = round(sum(max(0.0, 1.0 - v) for v in shares.values()) * 1e12) if shares else 0
     return key, int(capacity.free_milli[i]), pico
 
 
-_Fixed = tuple[bool, bool, bool, tuple[bool, int], tuple[bool, int]]
+_Fixed = tuple[bool, bool, bool, bool, int, bool, int]
 """What of a node's room never changes with its holdings: whether its CPU and memory are tracked,
 whether the pool shares devices, its block and its switch as a room says them."""
 
@@ -294,15 +294,13 @@ def _fixed(rooms: Rooms, tally: _Tally, i: int) -> _Fixed | None:
     if node.usable:
         fixed = (
             bool(rooms.capacity.cpu_tracked[i]), node.memory_mib is not None, rooms.pool.sharing is not None,
-            _NONE if node.block is None else (False, tally.blocks[node.block]),
-            _NONE if node.switch is None else (False, tally.switches[node.switch]),
+            node.block is None, 0 if node.block is None else tally.blocks[node.block],
+            node.switch is None, 0 if node.switch is None else tally.switches[node.switch],
         )  # fmt: skip
     if i == len(tally.fixed):
         tally.fixed.append(fixed)
     return fixed
 
-
-_NONE = (True, 0)
 
 
 def summary(rooms: Rooms, changed: Collection[int] | None = None) -> tuple[Capacity, float]:
