@@ -90,7 +90,8 @@ class NodeRequest:
     """What a workload asks of each node it runs on.
 
     ``devices``: whole devices (completely free ones) on the node; ``share_milli``: instead, a share
-    of ONE device (1..999 milli, time-slicing / MPS / shards); ``cpu_milli``, ``memory_mib``: host
+    of ONE device (1..999 milli, or of its shares, time-slicing / MPS / shards; all of them: the
+    device is held in its sharing mode); ``cpu_milli``, ``memory_mib``: host
     CPU and memory on the node (0 devices: a CPU-only request). ``models``: the device models the
     request accepts (None: any; only checked when it asks for devices). ``nodes``: a gang of that
     many nodes, each with this request, all or nothing.
@@ -337,8 +338,8 @@ class NodeCapacity:
 
     def feasible(self, request: NodeRequest, among: BoolArray | None = None) -> IntArray:
         """Positions of the nodes that can take ``request`` now (state, CPU, memory, model, devices)."""
-        if request.share_milli >= self.unit:
-            return np.zeros(0, dtype=np.int64)  # a share is less than a device
+        if request.share_milli > self.unit:
+            return np.zeros(0, dtype=np.int64)  # a share is at most a device (all its shares)
         # Free CPU and memory are never below 0: a request asking none of either is not compared.
         ok = self.up & (self.cpu_free >= request.cpu_milli) if request.cpu_milli else self.up.copy()
         if request.memory_mib:
@@ -488,8 +489,8 @@ class NodeCapacity:
         if share:
             if len(devices) != 1:
                 raise CapacityError("a share is on exactly one device")
-            if share >= self.unit:
-                raise CapacityError(f"a share is less than a device ({self.unit} units; got {share})")
+            if share > self.unit:
+                raise CapacityError(f"a share is at most a device ({self.unit} units; got {share})")
             dev = devices[0]
             if dev in d.shared:
                 if d.shared[dev] < share:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from examlops_policy._core.engine import Engine
+from examlops_policy._core.explain import explain
 from examlops_policy._core.records import DecisionInputs, Reader
 from examlops_policy._reviewed import Pinned, PolicySnapshot, Reviewed
 from examlops_policy.app import discovering, policy_review, reports, submitting, queue as queueing, simulate as simulating
@@ -41,12 +42,12 @@ if TYPE_CHECKING:  # the crypto, OPA-process and report stacks load only when a 
     from examlops_policy.catalog import CatalogImport
     from examlops_policy.estimates.gather import StartEstimator
     from examlops_policy.estimates.kubernetes import PendingSource
-    from examlops_policy.opa import OpaConnection, OpaStatus, StopReport
+    from examlops_policy.opa import OpaConnection, OpaStatus as OpaStatus, StopReport  # OpaStatus: named by ``exa opa status``
     from examlops_policy.opa.bundle import Bundle
     from examlops_policy.opa.revisions import PolicyStatus
     from examlops_policy.report import ReportData
 
-__all__ = ["Hardware", "ManagedPolicy", "as_burst", "default_home", "default_policy", "open_store", "resolve_home"]
+__all__ = ["Hardware", "ManagedPolicy", "as_burst", "default_home", "default_policy", "explain", "open_store", "resolve_home"]
 
 
 class Hardware:
@@ -330,7 +331,7 @@ class Hardware:
         return policy_review.policy_status(self.home)
 
     def policy_docs(self, readme: Path | None = None, *, write: bool = True) -> DocsCheck:
-        """Regenerate (``write``) or check the reason-code table of ``readme`` (default: the README)."""
+        """Regenerate (``write``) or check the reason-code table of ``readme`` (default: docs/reason-codes.md)."""
         return policy_review.policy_docs(readme, write=write)
 
     def policy_tests(self, threshold: float | None = None) -> TestReport:
