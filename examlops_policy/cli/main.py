@@ -132,7 +132,7 @@ def build_parser(group: str | None = None, *, wanted: frozenset[str] | None = No
     groups = parser.add_subparsers(dest="group", required=True, metavar="{" + ",".join(GROUPS) + "}")
     # A group's command modules are imported only when that group is built.
     if group in (None, "hardware"):
-        from examlops_policy.cli import decisions, jobs, pools, queue, simulate
+        from examlops_policy.cli import decisions, jobs, pools, queue, serving, simulate
 
         hardware = groups.add_parser("hardware", help="device pools and placements").add_subparsers(dest="command", required=True)
         pools.register(hardware, common)
@@ -140,6 +140,7 @@ def build_parser(group: str | None = None, *, wanted: frozenset[str] | None = No
         queue.register(hardware, common)
         jobs.register(hardware, common)
         simulate.register(hardware, common)
+        serving.register(hardware, common)
     if group in (None, "audit", "finops", "models"):
         from examlops_policy.cli import ledger
 

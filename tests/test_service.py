@@ -1,0 +1,346 @@
+"""``exa hardware serve --listen``: the placement service as a real process (SQLite here, and
+PostgreSQL with two replicas), every endpoint, the token rules (missing, wrong, revoked, expired,
+another project, a scope the token lacks) and the faults (malformed JSON, unknown fields, oversize
+bodies, absurd numbers: 400/413/422 and nothing written; plain HTTP off loopback refused; SIGTERM
+finishes what is under way). The OpenAPI document served is the one checked in."""
+
+from __future__ import annotations
+
+import json
+import signal
+import stat
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from examlops_policy.service import openapi, tokens
+from examlops_policy.store.sqlite import SQLiteStore
+from reliability.backends import fresh_backend
+from tests.conftest import ROOT, run_exa
+from tests.service_support import Service, start
+
+pytestmark = pytest.mark.opa  # the service process decides with the session's OPA
+
+PROJECT = "llm-pretraining"
+OTHER = "inference-eu"
+
+
+def pools(home: Path, env: dict[str, str] | None = None, count: int = 4) -> None:
+    run_exa(home, "hardware", "add-pool", "small", "--target", "hpc", "--accelerator", "amd", "--count", str(count), "--region", "eu",
+            "--cost-per-hour", "0.5", check=True, env=env)  # fmt: skip
+
+
+def written(service: Service) -> tuple[int, int]:
+    """(decisions, audit entries) in the state: what a refused request must not change."""
+    store = SQLiteStore(service.home / "state.db")
+    try:
+        return len(store.decision_rows(limit=1000)), len(store.audit_rows())
+    finally:
+        store.close()
+
+
+def problem(answer: object, status: int, exit_code: int) -> dict[str, object]:
+    from tests.service_support import Answer
+
+    assert isinstance(answer, Answer)
+    assert answer.status == status, answer.text
+    assert answer.headers["content-type"] == "application/problem+json"
+    body = answer.json
+    assert body["status"] == status and body["exit_code"] == exit_code and body["type"].startswith("https://") and body["detail"]
+    return dict(body)
+
+
+@pytest.fixture(scope="module")
+def svc(tmp_path_factory: pytest.TempPathFactory) -> object:
+    home = tmp_path_factory.mktemp("service") / "home"
+    pools(home)
+    service = start(home)
+    yield service
+    code, out = service.stop()
+    assert code == 0, out
+
+
+def test_the_openapi_document_checked_in_is_the_one_the_code_makes_and_serves(svc: Service) -> None:
+    checked_in = (ROOT / "schemas" / "openapi.json").read_text(encoding="utf-8")
+    assert checked_in == openapi.text(), "run: python -m examlops_policy.service.openapi > schemas/openapi.json"
+    served = svc.call("GET", "/openapi.json")
+    assert served.status == 200 and served.json == json.loads(checked_in)
+    assert served.json["openapi"] == "3.1.0" and "/v1/decisions" in served.json["paths"]
+
+
+def test_health_readiness_and_metrics_need_no_token(svc: Service) -> None:
+    assert svc.call("GET", "/healthz").json == {"status": "alive"}
+    ready = svc.call("GET", "/readyz")
+    assert ready.status == 200 and ready.json["policy_revision"].startswith("sha256:")
+    token, _ = svc.token()
+    svc.call("POST", "/v1/decisions", token, {"workload": {"name": "m", "accelerator": "amd"}, "dry_run": True})
+    metrics = svc.call("GET", "/metrics")
+    assert metrics.status == 200 and metrics.headers["content-type"].startswith("text/plain; version=0.0.4")
+    text = metrics.text
+    assert 'exa_decisions_total{outcome="placed",dry_run="true"}' in text
+    assert "exa_decision_seconds_bucket{le=\"+Inf\"}" in text and "exa_decision_seconds_count" in text
+    assert "exa_queue_depth 0" in text and "exa_opa_errors_total 0" in text
+    assert f'exa_policy_info{{revision="{ready.json["policy_revision"]}"}} 1' in text
+
+
+def test_a_dry_run_records_nothing_and_a_placement_is_the_cli_json(svc: Service) -> None:
+    token, _ = svc.token()
+    before = written(svc)
+    dry = svc.call("POST", "/v1/decisions", token, {"workload": {"name": "d", "accelerator": "amd"}, "dry_run": True})
+    assert dry.status == 200 and dry.json["outcome"] == "placed" and "id" not in dry.json
+    assert written(svc) == before
+    placed = svc.call("POST", "/v1/decisions", token, {"workload": {"name": "p", "accelerator": "amd"}, "lease": "1h"}).json
+    assert placed["outcome"] == "placed" and placed["pool"] == "small" and placed["workload"]["project"] == PROJECT
+    assert placed["lease_expires_at"] is not None
+    cli = json.loads(svc.exa("hardware", "explain", placed["id"], "--json").stdout)
+    assert svc.call("GET", f"/v1/decisions/{placed['id']}", token).json == cli
+    assert set(placed) == set(cli)
+    text = svc.call("GET", f"/v1/decisions/{placed['id'][:12]}?format=text", token)
+    assert text.status == 200 and text.text == svc.exa("hardware", "explain", placed["id"]).stdout
+    explained = svc.call("GET", f"/v1/decisions/{placed['id']}?explain=true", token)
+    assert explained.json["id"] == placed["id"]
+    replay = svc.call("GET", f"/v1/decisions/{placed['id']}?replay=true", token)
+    assert replay.status == 200 and replay.json["same"] is True
+    listed = svc.call("GET", "/v1/decisions?limit=5", token).json
+    assert placed["id"] in [d["id"] for d in listed["decisions"]]
+    renewed = svc.call("POST", f"/v1/decisions/{placed['id']}/renew", token, {"lease": "2h"})
+    assert renewed.status == 200 and renewed.json["lease_expires_at"] > placed["lease_expires_at"]
+    released = svc.call("POST", f"/v1/decisions/{placed['id']}/release", token)
+    assert released.status == 200 and released.json["already_released"] is False
+    again = svc.call("POST", f"/v1/decisions/{placed['id']}/release", token)
+    assert again.json["already_released"] is True
+    problem(svc.call("GET", "/v1/decisions/ffffffffffff", token), 404, 8)
+
+
+def test_a_retry_with_the_same_request_id_places_nothing_more(svc: Service) -> None:
+    token, _ = svc.token()
+    body = {"workload": {"name": "r", "accelerator": "amd"}, "request_id": "retry-1"}
+    first = svc.call("POST", "/v1/decisions", token, body).json
+    free = svc.call("GET", "/v1/pools/small", token).json["free"]
+    second = svc.call("POST", "/v1/decisions", token, body).json
+    assert second["id"] == first["id"] and svc.call("GET", "/v1/pools/small", token).json["free"] == free
+    other, _ = svc.token(OTHER)
+    before = written(svc)
+    problem(svc.call("POST", "/v1/decisions", other, {**body, "workload": {"name": "r", "accelerator": "amd"}}), 403, 2)
+    assert written(svc) == before
+    svc.call("POST", f"/v1/decisions/{first['id']}/release", token)
+    problem(svc.call("POST", "/v1/decisions", token, body), 409, 2)
+
+
+def test_pools_and_the_queue_read_as_the_cli_prints_them(svc: Service) -> None:
+    token, _ = svc.token()
+    assert svc.call("GET", "/v1/pools", token).json == json.loads(svc.exa("hardware", "pools", "--json").stdout)
+    assert svc.call("GET", "/v1/pools?format=text", token).text == svc.exa("hardware", "pools").stdout
+    assert svc.call("GET", "/v1/pools/small", token).json == json.loads(svc.exa("hardware", "pool", "small", "--json").stdout)
+    problem(svc.call("GET", "/v1/pools/nope", token), 404, 8)
+    held = [svc.call("POST", "/v1/decisions", token, {"workload": {"name": f"f{i}", "accelerator": "amd"}}).json for i in range(4)]
+    held = [h for h in held if h["outcome"] == "placed"]
+    queued = svc.call("POST", "/v1/decisions", token, {"workload": {"name": "q", "accelerator": "amd"}, "queue": True}).json
+    assert queued["outcome"] == "queued", queued
+    listing = svc.call("GET", "/v1/queue", token).json
+    assert queued["id"] in [e["id"] for e in listing["entries"]]
+    cli = json.loads(svc.exa("hardware", "queue", "--json").stdout)
+    # The same listing (what is worked out from the time, such as used device-hours, moves on meanwhile).
+    assert [(e["id"], e["state"], e["workload"]) for e in listing["entries"]] == [(e["id"], e["state"], e["workload"]) for e in cli["entries"]]
+    assert set(listing["projects"]) == set(cli["projects"])
+    other, _ = svc.token(OTHER)
+    problem(svc.call("POST", f"/v1/queue/{queued['id']}/cancel", other), 403, 2)
+    cancelled = svc.call("POST", f"/v1/queue/{queued['id']}/cancel", token)
+    assert cancelled.status == 200 and cancelled.json["state"] == "cancelled" and cancelled.json["already_cancelled"] is False
+    problem(svc.call("POST", f"/v1/decisions/{held[0]['id']}/release", other), 403, 2)
+    for h in held:
+        svc.call("POST", f"/v1/decisions/{h['id']}/release", token)
+
+
+def test_the_token_rules(svc: Service) -> None:
+    token, ident = svc.token()
+    body = {"workload": {"name": "t", "accelerator": "amd"}, "dry_run": True}
+    assert svc.call("POST", "/v1/decisions", token, body).status == 200
+    missing = problem(svc.call("POST", "/v1/decisions", None, body), 401, 2)
+    assert "bearer" in str(missing["detail"]).lower()
+    assert svc.call("GET", "/v1/pools").headers["www-authenticate"].startswith("Bearer")
+    problem(svc.call("POST", "/v1/decisions", token[:-2] + "xx", body), 401, 2)
+    problem(svc.call("GET", "/v1/pools", headers={"Authorization": f"Basic {token}"}), 401, 2)
+    store = SQLiteStore(svc.home / "state.db")
+    try:
+        expired = tokens.create(store, PROJECT, "place,read", expires=timedelta(seconds=-1)).token
+    finally:
+        store.close()
+    assert "expired" in str(problem(svc.call("GET", "/v1/pools", expired), 401, 2)["detail"])
+    svc.exa("tokens", "revoke", ident)
+    assert "revoked" in str(problem(svc.call("POST", "/v1/decisions", token, body), 401, 2)["detail"])
+    reader, _ = svc.token(scope="read")
+    assert svc.call("GET", "/v1/pools", reader).status == 200
+    assert "needs place" in str(problem(svc.call("POST", "/v1/decisions", reader, body), 403, 2)["detail"])
+    placer, _ = svc.token(scope="place")
+    problem(svc.call("GET", "/v1/pools", placer), 403, 2)
+    before = written(svc)
+    other = problem(svc.call("POST", "/v1/decisions", placer, {"workload": {"name": "t", "accelerator": "amd", "project": OTHER}}), 403, 2)
+    assert OTHER in str(other["detail"]) and written(svc) == before
+    pool = {"name": "extra", "target": "hpc", "accelerator": "amd", "count": 1, "region": "eu", "cost_per_hour": 0.4}
+    problem(svc.call("POST", "/v1/pools", placer, {"pools": [pool], "dry_run": True}), 403, 2)
+    admin, _ = svc.token(scope="admin")
+    applied = svc.call("POST", "/v1/pools", admin, {"pools": [pool], "dry_run": True})
+    assert applied.status == 200 and applied.json[0]["action"] == "added", applied.text
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "kind"),
+    [
+        (b'{"workload": {"name": "x", "accelerator": "amd"', 400, "malformed-json"),
+        (b'{"workload": {"name": "x", "accelerator": "amd", "count": NaN}}', 400, "malformed-json"),
+        (b'{"workload": {"name": "x", "accelerator": "amd", "fraction": 1e400}}', 400, "malformed-json"),
+        (b'{"workload": {"name": "x", "accelerator": "amd", "count": 1' + b"0" * 5000 + b"}}", 400, "malformed-json"),
+        (b"\xff\xfe", 400, "malformed-json"),
+        (b'{"workload": {"name": "x", "accelerator": "amd"}, "dryrun": true}', 422, "SpecError"),
+        (b'{"workload": {"name": "x", "accelerator": "amd", "colour": "red"}}', 422, "SpecError"),
+        (b'{"workload": {"name": "x", "accelerator": "amd", "count": 1000000000000}}', 422, "SpecError"),
+        (b'{"workload": {"name": "x", "accelerator": "amd", "nodes": -3}}', 422, "SpecError"),
+        (b'{"workload": {"name": "x", "accelerator": "amd"}, "lease": "-5m"}', 422, "SpecError"),
+        (b'{"workload": {"name": "x", "accelerator": "amd"}, "request_id": "a b"}', 422, "SpecError"),
+        (b'{"workload": {"name": "x", "accelerator": "amd"}, "queue": "yes"}', 422, "SpecError"),
+        (b'["workload"]', 422, "SpecError"),
+        (b'{"workload": {"name": "x", "accelerator": "amd"}, "pad": "' + b"x" * 70000 + b'"}', 413, "body-too-large"),
+    ],
+)
+def test_bad_bodies_are_refused_and_write_nothing(svc: Service, raw: bytes, status: int, kind: str) -> None:
+    token, _ = svc.token()
+    before = written(svc)
+    body = problem(svc.call("POST", "/v1/decisions", token, raw=raw), status, 2)
+    assert str(body["type"]).endswith(kind) or body["error"] == kind
+    assert written(svc) == before
+
+
+def test_unknown_routes_and_methods_are_problems(svc: Service) -> None:
+    token, _ = svc.token()
+    problem(svc.call("GET", "/v1/nothing", token), 404, 2)
+    problem(svc.call("DELETE", "/v1/pools", token), 405, 2)
+    problem(svc.call("POST", "/v1/decisions", token, raw=b"name=x", headers={"Content-Type": "application/x-www-form-urlencoded"}), 415, 2)
+
+
+def test_a_unix_socket_is_its_owners_and_sigterm_finishes_requests_under_way(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    pools(home)
+    service = start(home, unix=True)
+    try:
+        assert service.socket_path is not None
+        assert stat.S_IMODE(service.socket_path.stat().st_mode) == 0o600
+        record = json.loads(next((home / "serve").glob("*.json")).read_text(encoding="utf-8"))
+        assert record["pid"] == service.proc.pid and "--listen" in record["argv"]
+        token, _ = service.token()
+        answers: list[int] = []
+
+        def place(i: int) -> None:
+            answers.append(service.call("POST", "/v1/decisions", token, {"workload": {"name": f"s{i}", "accelerator": "amd"}}).status)
+
+        workers = [threading.Thread(target=place, args=(i,)) for i in range(4)]
+        for w in workers:
+            w.start()
+        code, out = service.stop(signal.SIGTERM)
+        for w in workers:
+            w.join(timeout=120)
+    finally:
+        if service.proc.poll() is None:
+            service.stop(signal.SIGKILL)
+    assert code == 0, out
+    assert "stopped" in out and not list((home / "serve").glob("*.json")) and not service.socket_path.exists()
+    # Each request either was answered whole or never reached the service: no half-written decision.
+    placed = len([a for a in answers if a == 200])
+    store = SQLiteStore(home / "state.db")
+    try:
+        assert len(store.decision_rows(limit=100)) == placed
+    finally:
+        store.close()
+    assert run_exa(home, "audit", "verify").returncode == 0
+
+
+def test_plain_http_off_loopback_is_refused_without_insecure(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    refused = run_exa(home, "hardware", "serve", "--listen", "0.0.0.0:0", "--interval", "2s")
+    assert refused.returncode == 2 and "--insecure" in refused.stderr and not (home / "serve").exists() or not list((home / "serve").glob("*.json"))
+    half = run_exa(home, "hardware", "serve", "--listen", "127.0.0.1:0", "--tls-cert", str(tmp_path / "c.pem"))
+    assert half.returncode == 2 and "--tls-key" in half.stderr
+    (tmp_path / "c.pem").write_text("not a certificate", encoding="utf-8")
+    (tmp_path / "k.pem").write_text("not a key", encoding="utf-8")
+    bad = run_exa(home, "hardware", "serve", "--listen", "127.0.0.1:0", "--tls-cert", str(tmp_path / "c.pem"), "--tls-key", str(tmp_path / "k.pem"))
+    assert bad.returncode == 2 and "do not load" in bad.stderr
+    assert run_exa(home, "hardware", "serve", "--listen", "nowhere").returncode == 2
+
+
+def test_tls_from_certificate_and_key(tmp_path: Path) -> None:
+    import ssl
+
+    cert, key = _self_signed(tmp_path)
+    home = tmp_path / "home"
+    pools(home)
+    context = ssl.create_default_context(cafile=str(cert))
+    service = start(home, "--tls-cert", str(cert), "--tls-key", str(key), tls=context)
+    try:
+        token, _ = service.token()
+        assert service.call("GET", "/v1/pools", token).status == 200
+    finally:
+        code, out = service.stop()
+    assert code == 0, out and "https://127.0.0.1" in out
+
+
+def _self_signed(folder: Path) -> tuple[Path, Path]:
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    import ipaddress
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+@pytest.mark.postgres
+def test_two_replicas_on_postgresql_serve_one_state_and_never_grant_twice(tmp_path: Path) -> None:
+    with fresh_backend("postgres", tmp_path) as backend:
+        home = tmp_path / "home"
+        env = backend.env()
+        pools(home, env, count=3)  # fewer than the project's quota: the pool is what runs out
+        replicas = [start(home, env=env), start(tmp_path / "home2", env=env)]
+        try:
+            token, _ = replicas[0].token()
+            made = replicas[0].call("POST", "/v1/decisions", token, {"workload": {"name": "seen", "accelerator": "amd"}}).json
+            assert replicas[1].call("GET", f"/v1/decisions/{made['id']}", token).json["id"] == made["id"]
+            answers: list[dict[str, object]] = []
+            lock = threading.Lock()
+
+            def place(replica: Service, i: int) -> None:
+                got = replica.call("POST", "/v1/decisions", token, {"workload": {"name": f"c{i}", "accelerator": "amd"}}).json
+                with lock:
+                    answers.append(got)
+
+            threads = [threading.Thread(target=place, args=(replicas[i % 2], i)) for i in range(10)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=180)
+            outcomes = sorted(str(a["outcome"]) for a in answers)
+            assert outcomes.count("placed") == 2 and len(outcomes) == 10, outcomes
+            with backend.raw() as db:
+                live = db.execute("SELECT SUM(devices) FROM allocations WHERE released_at IS NULL").fetchone()[0]
+            assert live == 3
+        finally:
+            outs = [r.stop() for r in replicas]
+        assert all(code == 0 for code, _ in outs), outs
+        assert run_exa(home, "audit", "verify", env=env).returncode == 0
+
