@@ -21,6 +21,7 @@ ALLOWED = {
     "examlops_policy.job_submit",  # the decision table Slurm's job_submit plugin reads (written like the FOCUS export)
     "examlops_policy.service.tokens",  # the placement service's bearer tokens (made, listed, revoked: exa tokens)
     "examlops_policy.service.server",  # the placement service, started by exa hardware serve --listen
+    "examlops_policy.service.client",  # the command line as the service's client (it imports no decision code)
 }  # fmt: skip
 CLI = Path(examlops_policy.cli.__file__).parent
 

@@ -7,6 +7,7 @@ finishes what is under way). The OpenAPI document served is the one checked in."
 from __future__ import annotations
 
 import json
+import os
 import signal
 import stat
 import threading
@@ -344,3 +345,91 @@ def test_two_replicas_on_postgresql_serve_one_state_and_never_grant_twice(tmp_pa
         assert all(code == 0 for code, _ in outs), outs
         assert run_exa(home, "audit", "verify", env=env).returncode == 0
 
+
+
+# -- the command line as the service's client -------------------------------------------------------
+
+
+DECISION_CODE = ("examlops_policy.hardware", "examlops_policy._core", "examlops_policy.store", "examlops_policy.model",
+                 "examlops_policy.app", "examlops_policy.specs", "examlops_policy.tables", "examlops_policy.opa")  # fmt: skip
+
+
+def test_the_client_module_imports_nothing_of_the_package() -> None:
+    import ast
+
+    from examlops_policy.service import client
+
+    tree = ast.parse(Path(client.__file__).read_text(encoding="utf-8"))
+    named = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    named |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not [m for m in named if m.startswith("examlops")], named
+
+
+def untimed(value: object) -> object:
+    """``value`` with every time in it (text that starts as an ISO 8601 instant) blanked, and the
+    digests of what holds those times (the input, the start estimates)."""
+    import re
+
+    if isinstance(value, dict):
+        return {k: "<digest>" if k.endswith("digest") else untimed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [untimed(v) for v in value]
+    return "<time>" if isinstance(value, str) and re.match(r"\d{4}-\d\d-\d\dT\d\d:", value) else value
+
+
+def test_the_cli_as_a_client_prints_what_it_prints_locally(svc: Service) -> None:
+    token, _ = svc.token()
+    remote = {"EXA_SERVER": f"http://127.0.0.1:{svc.port}", "EXA_TOKEN": token}
+    place = ("hardware", "place", "c", "--accelerator", "amd", "--project", PROJECT, "--dry-run")
+    for extra in ((), ("--json",), ("--explain",)):
+        local = run_exa(svc.home, *place, *extra)
+        served = run_exa(svc.home, *place, *extra, env=remote)
+        assert served.returncode == local.returncode == 0, served.stderr
+        if extra == ("--json",):  # the same decision, made a moment later
+            served_json, local_json = untimed(json.loads(served.stdout)), untimed(json.loads(local.stdout))
+            assert isinstance(served_json, dict) and isinstance(local_json, dict)
+            # The service keeps the policy's verdicts while the fleet and policy stay as they are:
+            # its provenance says "reused" where a cold process says "fresh".
+            assert served_json["provenance"].pop("verdicts") in ("reused", "fresh") and local_json["provenance"].pop("verdicts") == "fresh"
+            assert served_json == local_json
+        else:  # (the explanation says where the verdicts came from, as above)
+            assert served.stdout.replace("verdicts reused", "verdicts fresh") == local.stdout
+    for args in (("hardware", "pools"), ("hardware", "pools", "--json"), ("hardware", "pool", "small"), ("hardware", "queue")):
+        local, served = run_exa(svc.home, *args), run_exa(svc.home, *args, env=remote)
+        assert (served.returncode, served.stdout) == (local.returncode, local.stdout), args
+    rejected = ("hardware", "place", "n", "--accelerator", "amd", "--count", "8", "--project", PROJECT, "--dry-run")
+    local, served = run_exa(svc.home, *rejected), run_exa(svc.home, *rejected, env=remote)
+    assert served.returncode == local.returncode == 3 and served.stdout == local.stdout
+    made = run_exa(svc.home, "hardware", "place", "k", "--accelerator", "amd", "--json", env=remote)
+    ident = json.loads(made.stdout)["id"]
+    assert json.loads(made.stdout)["workload"]["project"] == PROJECT
+    assert run_exa(svc.home, "hardware", "explain", ident, env=remote).stdout == run_exa(svc.home, "hardware", "explain", ident).stdout
+    released = run_exa(svc.home, "hardware", "release", ident, env=remote)
+    assert released.returncode == 0 and f"decision {ident[:12]}" in released.stdout
+    missing = run_exa(svc.home, "hardware", "explain", "ffffffffffff", "--json", env=remote)
+    assert missing.returncode == 8 and json.loads(missing.stderr)["code"] == 8
+    other = run_exa(svc.home, "hardware", "place", "o", "--accelerator", "amd", "--project", OTHER, env=remote)
+    assert other.returncode == 2 and OTHER in other.stderr
+    assert run_exa(svc.home, *place, env={**remote, "EXA_TOKEN": token + "x"}).returncode == 2
+    assert run_exa(svc.home, *place, env={"EXA_SERVER": remote["EXA_SERVER"]}).returncode == 2
+    assert run_exa(svc.home, "audit", "verify", env=remote).returncode == 2  # not offered: said, not run locally
+    assert run_exa(svc.home, *place, env={**remote, "EXA_SERVER": "http://127.0.0.1:9"}).returncode == 12
+
+
+def test_the_client_path_loads_no_decision_code(svc: Service) -> None:
+    import subprocess
+    import sys
+
+    token, _ = svc.token()
+    code = (
+        "import sys\n"
+        "from examlops_policy.cli.main import main\n"
+        "status = main(['hardware', 'place', 'i', '--accelerator', 'amd', '--dry-run', '--json'])\n"
+        f"loaded = [m for m in sys.modules if m.startswith({DECISION_CODE!r})]\n"
+        "assert not loaded, loaded\n"
+        "sys.exit(status)\n"
+    )
+    env = {**os.environ, "EXA_SERVER": f"http://127.0.0.1:{svc.port}", "EXA_TOKEN": token}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["outcome"] == "placed"

@@ -206,6 +206,13 @@ def _pipe_closed() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
+    if "--server" in given or os.environ.get("EXA_SERVER"):
+        # A client of the placement service: it imports no decision code (service.client).
+        import examlops_policy.service.client as client
+
+        server = client.server_of(given)
+        if server is not None:
+            return client.main(given, server)
     first = _group(given)
     group = first if first in GROUPS else None
     try:

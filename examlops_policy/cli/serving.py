@@ -29,20 +29,22 @@ _HANDLERS: Final = {
 class CliAnswers:
     """``service.app.Answers`` made of the command line's handlers and renderers."""
 
-    def command(self, command: str, hw: Hardware, *, text: bool, **options: object) -> tuple[int, str]:
+    def command(self, command: str, hw: Hardware, *, text: bool, columns: int = COLUMNS, **options: object) -> tuple[int, str]:
         """``command`` run with ``options`` and its output captured: (exit code, output)."""
         out = io.StringIO()
-        code = _HANDLERS[command](argparse.Namespace(json=not text, **options), hw, Console(file=out, width=COLUMNS))
+        code = _HANDLERS[command](argparse.Namespace(json=not text, **options), hw, Console(file=out, width=columns))
         return code, out.getvalue()
 
-    def decision(self, decision: Decision, record: DecisionRecord | None, *, text: bool, explain: bool) -> tuple[int, str | dict[str, object]]:
+    def decision(
+        self, decision: Decision, record: DecisionRecord | None, *, text: bool, explain: bool, columns: int = COLUMNS
+    ) -> tuple[int, str | dict[str, object]]:
         """A decision as ``place`` prints it: (exit code, text or the JSON object)."""
         if record is not None and record.released_at is not None and isinstance(decision, Placement):
             raise decisions.ended_retry(record, decision)
         if not text:
             return decisions.outcome_code(decision), decision_json(decision, record)
         out = io.StringIO()
-        code = decisions.show(argparse.Namespace(json=False, explain=explain), Console(file=out, width=COLUMNS), decision, record)
+        code = decisions.show(argparse.Namespace(json=False, explain=explain), Console(file=out, width=columns), decision, record)
         return code, out.getvalue()
 
     def summaries(self, rows: Sequence[DecisionSummary]) -> list[dict[str, object]]:

@@ -51,9 +51,11 @@ class Answers(Protocol):
     """What the API answers with: the command line's own output (``cli.serving.CliAnswers``,
     given by ``exa hardware serve --listen``; the service imports nothing of the command line)."""
 
-    def command(self, command: str, hw: Hardware, *, text: bool, **options: object) -> tuple[int, str]: ...
+    def command(self, command: str, hw: Hardware, *, text: bool, columns: int, **options: object) -> tuple[int, str]: ...
 
-    def decision(self, decision: Decision, record: DecisionRecord | None, *, text: bool, explain: bool) -> tuple[int, str | dict[str, object]]: ...
+    def decision(
+        self, decision: Decision, record: DecisionRecord | None, *, text: bool, explain: bool, columns: int
+    ) -> tuple[int, str | dict[str, object]]: ...
 
     def summaries(self, rows: Sequence[DecisionSummary]) -> list[dict[str, object]]: ...
 
@@ -137,6 +139,12 @@ def _text(request: Request) -> bool:
     return request.query_params.get("format") == "text"
 
 
+def _columns(request: Request) -> int:
+    """The width text is rendered at (``?columns=``, as the client's ``COLUMNS``; default 160)."""
+    given = request.query_params.get("columns", "")
+    return min(max(int(given), 40), 1000) if given.isdigit() and len(given) < 6 else 160
+
+
 class Api:
     """The routes over one ``Worker`` (see the module)."""
 
@@ -215,7 +223,7 @@ class Api:
             decision = record.decision
         self.metrics.decided(decision.outcome, asked.dry_run, time.perf_counter() - started)
         try:
-            code, out = self.answers.decision(decision, record, text=_text(request), explain=asked.explain)
+            code, out = self.answers.decision(decision, record, text=_text(request), explain=asked.explain, columns=_columns(request))
         except SpecError as exc:  # a retry of a request whose placement ended since: it places nothing again
             raise HttpProblem(409, "request-ended", str(exc), title="request id already used") from None
         return self._out(out, code, _text(request))
@@ -224,7 +232,7 @@ class Api:
         record = hw.decision(request.path_params["id"])
         self._own(row, record.decision.workload.project, f"decision {record.id[:12]}")
         replay = request.query_params.get("replay") == "true"
-        code, out = self.answers.command("explain", hw, text=_text(request), id=record.id, replay=replay)
+        code, out = self.answers.command(columns=_columns(request), command="explain", hw=hw, text=_text(request), id=record.id, replay=replay)
         return self._out(out, code, _text(request))
 
     def decisions(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
@@ -239,26 +247,26 @@ class Api:
         reqs.empty_or_object(body)
         record = hw.decision(request.path_params["id"])
         self._own(row, record.decision.workload.project, f"decision {record.id[:12]}")
-        code, out = self.answers.command("release", hw, text=_text(request), id=record.id, kubeconfig=None, context=None)
+        code, out = self.answers.command(columns=_columns(request), command="release", hw=hw, text=_text(request), id=record.id, kubeconfig=None, context=None)
         return self._out(out, code, _text(request))
 
     def renew(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
         lease = reqs.lease_of(body)
         record = hw.decision(request.path_params["id"])
         self._own(row, record.decision.workload.project, f"decision {record.id[:12]}")
-        code, out = self.answers.command("renew", hw, text=_text(request), id=record.id, lease=lease)
+        code, out = self.answers.command(columns=_columns(request), command="renew", hw=hw, text=_text(request), id=record.id, lease=lease)
         return self._out(out, code, _text(request))
 
     def pools(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
-        code, out = self.answers.command("pools", hw, text=_text(request))
+        code, out = self.answers.command(columns=_columns(request), command="pools", hw=hw, text=_text(request))
         return self._out(out, code, _text(request))
 
     def pool(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
-        code, out = self.answers.command("pool", hw, text=_text(request), name=request.path_params["name"])
+        code, out = self.answers.command(columns=_columns(request), command="pool", hw=hw, text=_text(request), name=request.path_params["name"])
         return self._out(out, code, _text(request))
 
     def queue(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
-        code, out = self.answers.command("queue", hw, text=_text(request), all=request.query_params.get("all") == "true")
+        code, out = self.answers.command(columns=_columns(request), command="queue", hw=hw, text=_text(request), all=request.query_params.get("all") == "true")
         return self._out(out, code, _text(request))
 
     def cancel(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
@@ -267,7 +275,7 @@ class Api:
         entry = next((e for e in hw.queue(every=True).entries if e.id == ident or e.id.startswith(ident)), None)
         if entry is not None:
             self._own(row, entry.project, f"queued workload {entry.id[:12]}")
-        code, out = self.answers.command("cancel", hw, text=_text(request), id=ident)
+        code, out = self.answers.command(columns=_columns(request), command="cancel", hw=hw, text=_text(request), id=ident)
         return self._out(out, code, _text(request))
 
     def apply(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
