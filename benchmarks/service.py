@@ -2,7 +2,8 @@
 
 Reports, each from real ``exa hardware serve --listen`` processes:
 
-* dry-run and durable placement latency (p50, p99 ms) with 16 clients on SQLite, one replica;
+* dry-run and durable placement latency (p50, p99 ms) with 16 clients on SQLite, one replica
+  (answers without every pool's verdict, ``?verdicts=false``; one client's dry runs with them too);
 * durable decisions per second with 16 clients on PostgreSQL, with 1 and 2 replicas (when
   ``EXA_TEST_PG_URL`` or ``scripts/pg-up``'s URL names a server);
 * the HTTP overhead: one client's dry-run latency against ``Hardware.what_if`` in process (the same
@@ -104,9 +105,11 @@ def stop(proc: subprocess.Popen[str]) -> None:
     proc.wait(timeout=120)
 
 
-def load(ports: list[int], token: str, body: dict[str, Any], requests: int, clients: int) -> dict[str, Any]:
+def load(ports: list[int], token: str, body: dict[str, Any], requests: int, clients: int, *, verdicts: bool = False) -> dict[str, Any]:
     """``requests`` POST /v1/decisions from ``clients`` threads (keep-alive connections), the
-    replicas taken in turn: latency per request and decisions per second."""
+    replicas taken in turn: latency per request and decisions per second. ``verdicts``: the whole
+    decision as ``place --json`` prints it (every pool's verdict: ~800 KB at 1,000 pools), else
+    ``?verdicts=false``."""
     latencies: list[float] = []
     outcomes: Counter[str] = Counter()
     lock = threading.Lock()
@@ -120,7 +123,7 @@ def load(ports: list[int], token: str, body: dict[str, Any], requests: int, clie
         seen: Counter[str] = Counter()
         for _ in range(per):
             t0 = time.perf_counter()
-            conn.request("POST", "/v1/decisions", body=payload, headers=headers)
+            conn.request("POST", "/v1/decisions" if verdicts else "/v1/decisions?verdicts=false", body=payload, headers=headers)
             answer = conn.getresponse()
             data = answer.read()
             mine.append((time.perf_counter() - t0) * 1000)
@@ -191,6 +194,7 @@ def main() -> int:
         body = {"workload": {"name": "bench", "accelerator": accelerator}}
         proc, port = serve(home, {})
         try:
+            report["sqlite_dry_run_1_client_with_verdicts"] = load([port], token, {**body, "dry_run": True}, 50, 1, verdicts=True)
             one = load([port], token, {**body, "dry_run": True}, max(50, args.requests // 4), 1)
             report["sqlite_dry_run_1_client"] = one
             report["in_process_what_if_p50_ms"] = in_process(home, accelerator, 50)

@@ -92,6 +92,8 @@ def test_a_dry_run_records_nothing_and_a_placement_is_the_cli_json(svc: Service)
     dry = svc.call("POST", "/v1/decisions", token, {"workload": {"name": "d", "accelerator": "amd"}, "dry_run": True})
     assert dry.status == 200 and dry.json["outcome"] == "placed" and "id" not in dry.json
     assert written(svc) == before
+    compact = svc.call("POST", "/v1/decisions?verdicts=false", token, {"workload": {"name": "d", "accelerator": "amd"}, "dry_run": True}).json
+    assert dry.json["verdicts"] and compact["verdicts"] == [] and (compact["outcome"], compact["pool"]) == (dry.json["outcome"], dry.json["pool"])
     placed = svc.call("POST", "/v1/decisions", token, {"workload": {"name": "p", "accelerator": "amd"}, "lease": "1h"}).json
     assert placed["outcome"] == "placed" and placed["pool"] == "small" and placed["workload"]["project"] == PROJECT
     assert placed["lease_expires_at"] is not None

@@ -7,6 +7,7 @@ command line; the command line gives it this."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 from collections.abc import Sequence
 from typing import Final
@@ -36,9 +37,12 @@ class CliAnswers:
         return code, out.getvalue()
 
     def decision(
-        self, decision: Decision, record: DecisionRecord | None, *, text: bool, explain: bool, columns: int = COLUMNS
+        self, decision: Decision, record: DecisionRecord | None, *, text: bool, explain: bool, columns: int = COLUMNS, verdicts: bool = True
     ) -> tuple[int, str | dict[str, object]]:
-        """A decision as ``place`` prints it: (exit code, text or the JSON object)."""
+        """A decision as ``place`` prints it: (exit code, text or the JSON object; ``verdicts``:
+        with every pool's verdict, as ``place --json`` has it, else without them)."""
+        if not verdicts:
+            decision = dataclasses.replace(decision, verdicts=())
         if record is not None and record.released_at is not None and isinstance(decision, Placement):
             raise decisions.ended_retry(record, decision)
         if not text:

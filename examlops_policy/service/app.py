@@ -54,7 +54,7 @@ class Answers(Protocol):
     def command(self, command: str, hw: Hardware, *, text: bool, columns: int, **options: object) -> tuple[int, str]: ...
 
     def decision(
-        self, decision: Decision, record: DecisionRecord | None, *, text: bool, explain: bool, columns: int
+        self, decision: Decision, record: DecisionRecord | None, *, text: bool, explain: bool, columns: int, verdicts: bool = True
     ) -> tuple[int, str | dict[str, object]]: ...
 
     def summaries(self, rows: Sequence[DecisionSummary]) -> list[dict[str, object]]: ...
@@ -223,7 +223,10 @@ class Api:
             decision = record.decision
         self.metrics.decided(decision.outcome, asked.dry_run, time.perf_counter() - started)
         try:
-            code, out = self.answers.decision(decision, record, text=_text(request), explain=asked.explain, columns=_columns(request))
+            code, out = self.answers.decision(
+                decision, record, text=_text(request), explain=asked.explain, columns=_columns(request),
+                verdicts=request.query_params.get("verdicts") != "false",
+            )  # fmt: skip
         except SpecError as exc:  # a retry of a request whose placement ended since: it places nothing again
             raise HttpProblem(409, "request-ended", str(exc), title="request id already used") from None
         return self._out(out, code, _text(request))
