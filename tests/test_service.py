@@ -87,7 +87,7 @@ def test_health_readiness_and_metrics_need_no_token(svc: Service) -> None:
 
 
 def test_a_dry_run_records_nothing_and_a_placement_is_the_cli_json(svc: Service) -> None:
-    token, _ = svc.token()
+    token, ident = svc.token()
     before = written(svc)
     dry = svc.call("POST", "/v1/decisions", token, {"workload": {"name": "d", "accelerator": "amd"}, "dry_run": True})
     assert dry.status == 200 and dry.json["outcome"] == "placed" and "id" not in dry.json
@@ -97,6 +97,13 @@ def test_a_dry_run_records_nothing_and_a_placement_is_the_cli_json(svc: Service)
     placed = svc.call("POST", "/v1/decisions", token, {"workload": {"name": "p", "accelerator": "amd"}, "lease": "1h"}).json
     assert placed["outcome"] == "placed" and placed["pool"] == "small" and placed["workload"]["project"] == PROJECT
     assert placed["lease_expires_at"] is not None
+    store = SQLiteStore(svc.home / "state.db")
+    try:
+        entries = [json.loads(r.canonical) for r in store.audit_rows()]
+    finally:
+        store.close()
+    recorded = [e for e in entries if e["kind"] == "decision" and e.get("decision_id") == placed["id"]]
+    assert [e["source"] for e in recorded] == [f"exa-service:token:{ident}"]  # who asked, from the token
     cli = json.loads(svc.exa("hardware", "explain", placed["id"], "--json").stdout)
     assert svc.call("GET", f"/v1/decisions/{placed['id']}", token).json == cli
     assert set(placed) == set(cli)

@@ -10,7 +10,8 @@ client never holds the write lock nor the worker. The answers are the command li
 ``--json`` prints, made by the same code (``Answers``: the CLI's handlers, run with their output
 captured); ``?format=text`` gives the text it prints, and ``X-Exa-Exit-Code`` its exit code.
 
-Identity: each request but ``/healthz``, ``/readyz``, ``/metrics`` and ``/openapi.json`` carries
+Identity: the audit entry of a decision made for a request names the caller's token
+(``source: exa-service:token:<id>``). Each request but ``/healthz``, ``/readyz``, ``/metrics`` and ``/openapi.json`` carries
 ``Authorization: Bearer <token>`` (401 without a valid one). The token's project is the project a
 decision bills to; a body naming another project, or a decision or queued workload of another
 project, gets 403 and nothing is written. Scopes: ``read`` to read, ``place`` to place, release,
@@ -31,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from examlops_policy.app.cycle import SOURCE
 from examlops_policy.errors import ExaError, PolicyError, PolicyUnavailable, SpecError, StateError
 from examlops_policy.service import requests as reqs
 from examlops_policy.service.metrics import Metrics
@@ -219,7 +221,11 @@ class Api:
                 earlier = hw.store.request_row(asked.request_id)
                 if earlier is not None:
                     self._own(row, hw.decision(earlier.id).decision.workload.project, f"request id {asked.request_id!r}")
-            record = hw.place(asked.workload, request_id=asked.request_id, lease=asked.lease, queue=asked.queue)
+            hw.cycle.source = f"exa-service:token:{row.id}"  # the decision's audit entry names who asked
+            try:
+                record = hw.place(asked.workload, request_id=asked.request_id, lease=asked.lease, queue=asked.queue)
+            finally:
+                hw.cycle.source = SOURCE
             decision = record.decision
         self.metrics.decided(decision.outcome, asked.dry_run, time.perf_counter() - started)
         try:
