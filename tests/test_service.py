@@ -124,6 +124,21 @@ def test_a_dry_run_records_nothing_and_a_placement_is_the_cli_json(svc: Service)
     problem(svc.call("GET", "/v1/decisions/ffffffffffff", token), 404, 8)
 
 
+def test_start_estimates_for_a_workload_record_nothing(svc: Service) -> None:
+    token, _ = svc.token()
+    before = written(svc)
+    got = svc.call("GET", "/v1/estimates?accelerator=amd&count=1", token)
+    assert got.status == 200, got.text
+    assert got.json["outcome"] == "placed" and got.json["estimate_source"] == "now" and got.json["estimated_start"]
+    assert [p["pool"] for p in got.json["pools"]] == ["small"] and got.json["pools"][0]["estimate_source"] == "now"
+    posted = svc.call("POST", "/v1/estimates", token, {"workload": {"name": "e", "accelerator": "amd"}})
+    assert posted.status == 200 and posted.json["pool"] == "small"
+    assert written(svc) == before
+    problem(svc.call("GET", "/v1/estimates?accelerator=amd&count=x", token), 422, 2)
+    problem(svc.call("GET", "/v1/estimates?accelerator=amd&colour=red", token), 422, 2)
+    problem(svc.call("GET", "/v1/estimates?accelerator=amd"), 401, 2)
+
+
 def test_a_retry_with_the_same_request_id_places_nothing_more(svc: Service) -> None:
     token, _ = svc.token()
     body = {"workload": {"name": "r", "accelerator": "amd"}, "request_id": "retry-1"}

@@ -266,6 +266,33 @@ class Api:
         code, out = self.answers.command(columns=_columns(request), command="renew", hw=hw, text=_text(request), id=record.id, lease=lease)
         return self._out(out, code, _text(request))
 
+    def estimates(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
+        """Each pool's start estimate for a workload (query fields, or a body as ``place`` takes it),
+        decided as a dry run: nothing is recorded."""
+        assert row is not None
+        if body is None:
+            fields = {"name": "estimate", **{k: v for k, v in request.query_params.items()}}
+            for key in ("count", "nodes"):
+                if key in fields:
+                    fields[key] = _int(str(fields[key]), 1, key, most=1_000_000)  # type: ignore[assignment]
+            if "fraction" in fields:
+                try:
+                    fields["fraction"] = float(str(fields["fraction"]))  # type: ignore[assignment]
+                except ValueError:
+                    raise SpecError(f"expected a number (got {str(fields['fraction'])[:20]!r})", source="query", field="fraction") from None
+            body = {"workload": fields}
+        if not isinstance(body, dict):
+            raise SpecError("expected a JSON object with a workload", source="request body")
+        asked = reqs.place_request({k: v for k, v in body.items() if k != "dry_run"}, row.project)
+        decision = hw.what_if(asked.workload, where=True)
+        _, answer = self.answers.decision(decision, None, text=False, explain=False, columns=160)
+        assert isinstance(answer, dict)
+        rows = answer.get("verdicts")
+        pools = [{"pool": v.get("pool"), "admissible": v.get("admissible"), **(v.get("estimate") or {"estimated_start": None})}
+                 for v in (rows if isinstance(rows, list) else []) if isinstance(v, dict)]  # fmt: skip
+        return _json({"outcome": decision.outcome, "pool": answer.get("pool"), "estimated_start": answer.get("estimated_start"),
+                      "estimate_source": answer.get("estimate_source"), "pools": pools})  # fmt: skip
+
     def pools(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
         code, out = self.answers.command(columns=_columns(request), command="pools", hw=hw, text=_text(request))
         return self._out(out, code, _text(request))
@@ -319,7 +346,7 @@ class Api:
         return _json(document())
 
     def app(self) -> Starlette:
-        routes = [Route(s.path, self.endpoint(s, getattr(self, s.name)), methods=[s.method], name=s.name) for s in ROUTES]
+        routes = [Route(s.path, self.endpoint(s, getattr(self, s.name)), methods=[s.method], name=f"{s.name}-{s.method}") for s in ROUTES]
 
         async def not_found(request: Request, exc: Exception) -> Response:
             status = getattr(exc, "status_code", 404)

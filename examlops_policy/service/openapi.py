@@ -25,7 +25,8 @@ def _workload_schema() -> dict[str, object]:
 def document() -> dict[str, object]:
     paths: dict[str, dict[str, object]] = {}
     for spec in ROUTES:
-        op: dict[str, object] = {"operationId": spec.name, "summary": spec.summary}
+        shared = sum(1 for other in ROUTES if other.name == spec.name) > 1
+        op: dict[str, object] = {"operationId": f"{spec.name}_{spec.method.lower()}" if shared else spec.name, "summary": spec.summary}
         params: list[object] = [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
                                 for name in re.findall(r"{(\w+)}", spec.path)]  # fmt: skip
         params += [{"name": n, "in": "query", "required": False, "schema": {"type": t}, "description": d} for n, t, d in spec.query]
