@@ -238,6 +238,25 @@ def test_bad_bodies_are_refused_and_write_nothing(svc: Service, raw: bytes, stat
     assert written(svc) == before
 
 
+def test_a_stalled_client_blocks_no_one(svc: Service) -> None:
+    """A client that sends half a body and stalls holds neither the worker nor the write lock:
+    other clients place meanwhile."""
+    import socket
+
+    token, _ = svc.token()
+    assert svc.port is not None
+    stalled = socket.create_connection(("127.0.0.1", svc.port), timeout=60)
+    try:
+        stalled.sendall(b"POST /v1/decisions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        + f"Authorization: Bearer {token}\r\nContent-Length: 1000\r\n\r\n".encode() + b'{"workload": {"na')
+        others = [svc.call("POST", "/v1/decisions", token, {"workload": {"name": f"w{i}", "accelerator": "amd"}, "dry_run": i == 0}) for i in range(2)]
+        assert [a.status for a in others] == [200, 200]
+        placed = others[1].json
+        assert svc.call("POST", f"/v1/decisions/{placed['id']}/release", token).status == 200
+    finally:
+        stalled.close()
+
+
 def test_unknown_routes_and_methods_are_problems(svc: Service) -> None:
     token, _ = svc.token()
     problem(svc.call("GET", "/v1/nothing", token), 404, 2)
@@ -258,7 +277,10 @@ def test_a_unix_socket_is_its_owners_and_sigterm_finishes_requests_under_way(tmp
         answers: list[int] = []
 
         def place(i: int) -> None:
-            answers.append(service.call("POST", "/v1/decisions", token, {"workload": {"name": f"s{i}", "accelerator": "amd"}}).status)
+            try:
+                answers.append(service.call("POST", "/v1/decisions", token, {"workload": {"name": f"s{i}", "accelerator": "amd"}}).status)
+            except OSError:  # it came after the service stopped accepting: refused, nothing placed
+                answers.append(0)
 
         workers = [threading.Thread(target=place, args=(i,)) for i in range(4)]
         for w in workers:
