@@ -169,7 +169,7 @@ GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA :"schema" TO :"app";
 -- released, leases renewed, jobs recorded, pools edited, drained, removed or registered again
 -- under a removed pool's name, old grants mapped to their nodes and node usage reported; as
 -- reconcile records what schedulers say of jobs and nodes, a preemption marks its victims, and
--- a queued workload is admitted, cancelled or fails.
+-- a queued workload is admitted, cancelled or fails, and a service token is revoked.
 SELECT format('GRANT UPDATE (%s) ON TABLE %I.%I TO %I', cols, n.nspname, c.relname, :'app')
   FROM (VALUES ('state', 'version, fleet_version, layout'),
                ('pools', 'spec, count, created_at, updated_at, held_outside, version, free, capacity, removed_at, removing_since'),
@@ -177,7 +177,8 @@ SELECT format('GRANT UPDATE (%s) ON TABLE %I.%I TO %I', cols, n.nspname, c.relna
                              'job_started_at, job_ended_at, node_down_at, preempting_for'),
                ('queue', 'state, admitted_by, ended_at, message, attempts, version'),
                ('allocations', 'released_at'),
-               ('holdings', 'node, device')) AS g(tbl, cols)
+               ('holdings', 'node, device'),
+               ('api_tokens', 'revoked_at')) AS g(tbl, cols)
   JOIN pg_class c ON c.relname = g.tbl JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = :'schema' AND c.relkind IN ('r', 'p')
  ORDER BY c.relname \gexec

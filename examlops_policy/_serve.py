@@ -116,6 +116,7 @@ class StepReport:
 
     lines: list[str] = field(default_factory=list)
     fault: bool = False
+    wakes: datetime | None = None  # when capacity next frees (read for the wait after a step)
 
 
 class Server:
@@ -130,8 +131,15 @@ class Server:
         kubernetes: Mapping[str, str | None] | None,
         out: TextIO | None = None,
         slurm_table: Keeper | None = None,
+        http: Callable[[Server], int] | None = None,
+        confine: Callable[[Callable[[], StepReport]], StepReport] | None = None,
     ) -> None:
         self._make = make
+        # The placement service (service.server): served on this thread while the loop runs beside
+        # it, each step run by ``confine`` on the thread that owns the process's one Hardware (the
+        # service's worker): one store connection and one policy snapshot per process.
+        self.http = http
+        self._confine = confine or (lambda work: work())
         self.slurm_table = slurm_table
         self.interval_s = check_interval(interval_s)
         self.slurm = slurm
@@ -173,34 +181,47 @@ class Server:
             self.log(f"serving: policy {self.revision[:19]} · every {self.interval_s:g} s" + (
                 " · slurm" if self.slurm else "") + (" · kubernetes" if self.kubernetes is not None else "") + (
                 f" · slurm table {self.slurm_table.path}" if self.slurm_table is not None else ""))  # fmt: skip
-            backoff = 0
-            while not self.stopping:
-                report = self.step()
-                for line in report.lines:
-                    self.log(line)
-                if once:
-                    break
-                backoff = min(backoff + 1, 16) if report.fault else 0
-                wait = min(MAX_BACKOFF_S, self.interval_s * (2 ** backoff if backoff else 1))
-                if report.fault:
-                    self.log(f"backing off: next step in {wait:g} s")
-                else:
-                    wait = self._until_capacity_frees(wait)
-                self._stop.wait(wait)
+            if self.http is None:
+                self._loop(once)
+            else:
+                self._reset()  # a connection serves the thread that opened it: the worker's opens it again
+                looper = threading.Thread(target=self._loop, args=(once,), name="exa-serve-loop", daemon=True)
+                looper.start()
+                try:
+                    self.http(self)
+                finally:
+                    self.stop()
+                    looper.join()
             self.log("stopped")
             return 0
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             if self._hw is not None:
-                self._hw.close()
+                self._confine(self._closed)
             record.unlink(missing_ok=True)
+
+    def _loop(self, once: bool) -> None:
+        backoff = 0
+        while not self.stopping:
+            report = self._confine(self.step)
+            for line in report.lines:
+                self.log(line)
+            if once:
+                break
+            backoff = min(backoff + 1, 16) if report.fault else 0
+            wait = min(MAX_BACKOFF_S, self.interval_s * (2 ** backoff if backoff else 1))
+            if report.fault:
+                self.log(f"backing off: next step in {wait:g} s")
+            else:
+                wait = self._until_capacity_frees(wait)
+            self._stop.wait(wait)
 
     def _until_capacity_frees(self, wait: float) -> float:
         """``wait``, or less when work waits in the queue and a lease ends sooner: the step after
         that lease's end releases it and offers the queue what it held."""
         try:
-            wakes = self.hw.queue_wakes_at()
+            wakes = self._confine(lambda: StepReport(wakes=self.hw.queue_wakes_at())).wakes
         except Exception:  # noqa: BLE001 - the next step reports what is wrong; the interval stands
             return wait
         if wakes is None:
@@ -251,6 +272,14 @@ class Server:
         except Exception as exc:  # noqa: BLE001 - a serving loop logs what it did not foresee, and goes on
             report.fault = True
             report.lines.append(f"fault: {what}: {type(exc).__name__}: {exc}")
+
+    def reset(self) -> None:
+        """Drop the Hardware (and its connections): the next step opens them again."""
+        self._reset()
+
+    def _closed(self) -> StepReport:
+        self._reset()
+        return StepReport()
 
     def _reset(self) -> None:
         """Drop the Hardware (and its connections): the next step opens them again."""

@@ -25,6 +25,9 @@ ALLOWED = {
     "examlops_policy.quantities",  # values: CPU and memory sizes, written the one way they are read
     "examlops_policy.job_submit",  # the decision table Slurm's job_submit plugin reads (written like the FOCUS export)
     "examlops_policy.kueue.controller",  # Kueue's admission check: a loop over the façade, as serve is
+    "examlops_policy.service.tokens",  # the placement service's bearer tokens (made, listed, revoked: exa tokens)
+    "examlops_policy.service.server",  # the placement service, started by exa hardware serve --listen
+    "examlops_policy.service.client",  # the command line as the service's client (it imports no decision code)
 }  # fmt: skip
 CLI = Path(examlops_policy.cli.__file__).parent
 

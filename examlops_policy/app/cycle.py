@@ -140,6 +140,9 @@ class DecisionCycle:
         self._snapshots = Snapshots()
         self._laid_out: str | None = None
         self._closed = False
+        # What this cycle's decisions are recorded as in their audit entries (the placement
+        # service names the caller's token while it decides for a request).
+        self.source = SOURCE
 
     # -- 1. the policy snapshot --------------------------------------------------------------
 
@@ -319,7 +322,7 @@ class DecisionCycle:
             try:
                 # A lease is counted from the commit that records the placement.
                 done = commit.place(
-                    self.store, decided.prepared, step.decision, step.snapshot, under.capacities, source=SOURCE,
+                    self.store, decided.prepared, step.decision, step.snapshot, under.capacities, source=self.source,
                     request_id=step.request_id, lease=step.lease, starts=decided.starts, queue=step.queue, ident=step.ident,
                     withheld=step.withheld, admit=step.admit, preempted=step.preempted,
                 )  # fmt: skip

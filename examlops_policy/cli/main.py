@@ -108,7 +108,7 @@ class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
         return _Sink()
 
 
-GROUPS: Final = ("hardware", "audit", "finops", "models", "opa", "policy", "slurm", "kueue")
+GROUPS: Final = ("hardware", "audit", "finops", "models", "opa", "policy", "slurm", "kueue", "tokens")
 
 
 def _common_options(parser: argparse.ArgumentParser, *, prefix: str = "") -> None:
@@ -132,7 +132,7 @@ def build_parser(group: str | None = None, *, wanted: frozenset[str] | None = No
     groups = parser.add_subparsers(dest="group", required=True, metavar="{" + ",".join(GROUPS) + "}")
     # A group's command modules are imported only when that group is built.
     if group in (None, "hardware"):
-        from examlops_policy.cli import decisions, jobs, pools, queue, simulate
+        from examlops_policy.cli import decisions, jobs, pools, queue, serving, simulate
 
         hardware = groups.add_parser("hardware", help="device pools and placements").add_subparsers(dest="command", required=True)
         pools.register(hardware, common)
@@ -140,6 +140,7 @@ def build_parser(group: str | None = None, *, wanted: frozenset[str] | None = No
         queue.register(hardware, common)
         jobs.register(hardware, common)
         simulate.register(hardware, common)
+        serving.register(hardware, common)
     if group in (None, "audit", "finops", "models"):
         from examlops_policy.cli import ledger
 
@@ -160,6 +161,10 @@ def build_parser(group: str | None = None, *, wanted: frozenset[str] | None = No
         from examlops_policy.cli import kueue
 
         kueue.register(groups, common)
+    if group in (None, "tokens"):
+        from examlops_policy.cli import tokens
+
+        tokens.register(groups, common)
     return parser
 
 
@@ -205,6 +210,13 @@ def _pipe_closed() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
+    if "--server" in given or os.environ.get("EXA_SERVER"):
+        # A client of the placement service: it imports no decision code (service.client).
+        import examlops_policy.service.client as client
+
+        server = client.server_of(given)
+        if server is not None:
+            return client.main(given, server)
     first = _group(given)
     group = first if first in GROUPS else None
     try:

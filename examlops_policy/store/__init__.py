@@ -26,7 +26,7 @@ from examlops_policy.errors import StateError
 from examlops_policy.model import JSONObject
 from examlops_policy.store.api import (
     AuditedRead, DecisionRow, Document, GrantRow, HeldRow, NodeGrantRow, NodeUsageRow, PoolRow, QueueRow, StaleFleet, StateRows,
-    Transaction,
+    TokenRow, Transaction,
 )  # fmt: skip
 from examlops_policy.views import BurstEvent, DecisionSummary, FinopsRow, UsageRow, WorkloadCost
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["AuditedRead", "DecisionRow", "GrantRow", "HeldRow", "PoolRow", "QueueRow", "StaleFleet", "StateRows", "Store", "Transaction"]
+__all__ = ["AuditedRead", "DecisionRow", "GrantRow", "HeldRow", "PoolRow", "QueueRow", "StaleFleet", "StateRows", "Store", "TokenRow", "Transaction"]
 
 
 class Store(Protocol):
@@ -185,5 +185,11 @@ class Store(Protocol):
         """The ``queued`` audit entry of a queued record (None: the log has none); a scan of the
         log, for what admission holds a queue row to before it submits."""
         ...
+
+    # -- the placement service's bearer tokens (store._tokens_sql) --------------------------------
+
+    def token_row(self, ident: str) -> TokenRow | None: ...
+
+    def token_rows(self) -> list[TokenRow]: ...
 
     def close(self) -> None: ...

@@ -42,6 +42,7 @@ from examlops_policy.store.api import (
 )
 from examlops_policy.views import BurstEvent, DecisionSummary, FinopsRow, UsageRow, WorkloadCost
 from examlops_policy.store._queue_sql import QueueReads, QueueWrites
+from examlops_policy.store._tokens_sql import TokenReads, TokenWrites
 
 BACKOFF_S: Final = 0.05
 BACKOFF_CAP_S: Final = 2.0
@@ -123,7 +124,7 @@ def migrations(dialect: str) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-class SQLStore(QueueReads, ABC):
+class SQLStore(QueueReads, TokenReads, ABC):
     """The store's narrow API (``store.api``) and its reads, over the connection an adapter provides.
 
     ``conflicts_retried`` and ``reconnects`` count, for this object's lifetime, the transactions
@@ -773,7 +774,7 @@ class _AuditedRead:
         return self._store._stream(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {order}")
 
 
-class _SQLTransaction(QueueWrites):
+class _SQLTransaction(QueueWrites, TokenWrites):
     """``store.api.Transaction`` over an open write transaction of ``store``."""
 
     def __init__(self, store: SQLStore) -> None:

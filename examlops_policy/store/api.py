@@ -273,6 +273,21 @@ class GrantRow:
     replaces: str | None = None  # the preempted grant whose workload it places again
 
 
+@dataclass(frozen=True)
+class TokenRow:
+    """A bearer token of the placement service as stored: its id, the project it acts for, its
+    scopes, the SHA-256 digest of the token (never the token), when it was made, when it expires
+    and when it was revoked (None: not)."""
+
+    id: str
+    project: str
+    scopes: tuple[str, ...]
+    digest: str
+    created_at: str
+    expires_at: str | None = None
+    revoked_at: str | None = None
+
+
 class Transaction(Protocol):
     """One write transaction holding the store's write lock: reads see what it wrote so far."""
 
@@ -466,6 +481,16 @@ class Transaction(Protocol):
     def replaced(self, victim: str) -> str | None:
         """The decision that places a preempted grant's workload again (at once, or queued again),
         if one was made: what makes placing it again conditional, keyed by the victim."""
+        ...
+
+    def add_token(self, row: TokenRow) -> None:
+        """Record a new bearer token (its digest)."""
+        ...
+
+    def find_token(self, ident: str) -> TokenRow | None: ...
+
+    def revoke_token(self, ident: str, at: str) -> bool:
+        """Revoke a live token; False when it was revoked already."""
         ...
 
 

@@ -1,0 +1,88 @@
+"""``exa hardware serve --listen``, and what the placement service answers with: the command line's own output. ``exa hardware serve
+--listen`` hands this to the service (``service.app.Answers``), so that an answer is what the
+command prints (``--json``, or its text with ``?format=text``), made by the same handler, and an
+error carries the exit code the command would exit with. The service imports nothing of the
+command line; the command line gives it this."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+from collections.abc import Sequence
+from typing import Final
+
+from examlops_policy.cli import decisions, exits, pools, queue, render
+from examlops_policy.cli.args import Commands
+from examlops_policy.cli.console import Console
+from examlops_policy.errors import ExaError, SpecError
+from examlops_policy.hardware import Hardware
+from examlops_policy.model import Decision, Placement
+from examlops_policy.views import DecisionRecord, DecisionSummary, PoolChange, decision_json
+
+COLUMNS: Final = 160
+_HANDLERS: Final = {
+    "explain": decisions.cmd_explain, "release": decisions.cmd_release, "renew": decisions.cmd_renew, "pools": pools.cmd_pools,
+    "pool": pools.cmd_pool, "queue": queue.cmd_queue, "cancel": queue.cmd_cancel,
+}  # fmt: skip
+
+
+class CliAnswers:
+    """``service.app.Answers`` made of the command line's handlers and renderers."""
+
+    def command(self, command: str, hw: Hardware, *, text: bool, columns: int = COLUMNS, **options: object) -> tuple[int, str]:
+        """``command`` run with ``options`` and its output captured: (exit code, output)."""
+        out = io.StringIO()
+        code = _HANDLERS[command](argparse.Namespace(json=not text, **options), hw, Console(file=out, width=columns))
+        return code, out.getvalue()
+
+    def decision(
+        self, decision: Decision, record: DecisionRecord | None, *, text: bool, explain: bool, columns: int = COLUMNS, verdicts: bool = True
+    ) -> tuple[int, str | dict[str, object]]:
+        """A decision as ``place`` prints it: (exit code, text or the JSON object; ``verdicts``:
+        with every pool's verdict, as ``place --json`` has it, else without them)."""
+        if not verdicts:
+            decision = dataclasses.replace(decision, verdicts=())
+        if record is not None and record.released_at is not None and isinstance(decision, Placement):
+            raise decisions.ended_retry(record, decision)
+        if not text:
+            return decisions.outcome_code(decision), decision_json(decision, record)
+        out = io.StringIO()
+        code = decisions.show(argparse.Namespace(json=False, explain=explain), Console(file=out, width=columns), decision, record)
+        return code, out.getvalue()
+
+    def summaries(self, rows: Sequence[DecisionSummary]) -> list[dict[str, object]]:
+        return [render.summary_json(s) for s in rows]
+
+    def changes(self, rows: Sequence[PoolChange]) -> list[dict[str, object]]:
+        return [pools.change_json(c) for c in rows]
+
+    def exit_code(self, exc: ExaError) -> int:
+        return exits.code_for(exc)
+
+
+def cmd_serve(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+    """``serve``, with ``--listen`` the placement service beside the loop (``service.server``)."""
+    if args.listen is None:
+        if args.tls_cert or args.tls_key or args.insecure:
+            raise SpecError("--tls-cert, --tls-key and --insecure say how to serve HTTP: add --listen", source="command line")
+        return queue.cmd_serve(args, hw, console)
+    if args.once or args.slurm_table or args.slurm_accounts:
+        raise SpecError("--once, --slurm-table and --slurm-accounts are not served with --listen (yet)", source="command line")
+    import examlops_policy.service.server as server
+
+    return server.start(hw, CliAnswers(), listen=args.listen, tls_cert=args.tls_cert, tls_key=args.tls_key, insecure=args.insecure,
+                        interval_s=args.interval.total_seconds(), out=console.file, slurm=True if args.slurm else None,
+                        kubernetes=queue._kubernetes(args))  # fmt: skip
+
+
+def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
+    """``serve``'s options of the placement service (the command itself: ``cli.queue``)."""
+    p = hardware.choices.get("serve")
+    if not isinstance(p, argparse.ArgumentParser):
+        return  # not named on this command line: not built
+    p.add_argument("--listen", metavar="ADDR", help="also serve the HTTP API (HOST:PORT or unix:PATH; docs/service.md)")
+    p.add_argument("--tls-cert", metavar="FILE", help="--listen: serve HTTPS with this certificate (PEM)")
+    p.add_argument("--tls-key", metavar="FILE", help="--listen: the certificate's key (PEM)")
+    p.add_argument("--insecure", action="store_true", help="--listen: allow plain HTTP on an address that is not loopback")
+    p.set_defaults(handler=cmd_serve)

@@ -1,0 +1,229 @@
+"""The command line as a client of the placement service: with ``EXA_SERVER=URL`` (or
+``--server URL``) and ``EXA_TOKEN``, ``exa hardware place|pools|pool|queue|explain|release|renew|
+cancel`` ask the service and print what the command prints locally (the service renders it with
+the same code), exiting with the same code.
+
+This module imports the standard library only (no decision code, no YAML unless ``-f`` names a
+file): a cold command pays for a parser and a socket, not for the decision path
+(tests/test_cli_imports.py holds it so). ``URL``: ``http://HOST:PORT``, ``https://HOST:PORT``
+(``EXA_SERVER_CA``: a CA file to trust) or ``unix:PATH``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Final, NoReturn
+from urllib.parse import quote, urlencode, urlsplit
+
+BAD_INPUT: Final = 2
+UNREACHABLE: Final = 12  # the exit code of an unreachable state server (the service is one)
+COMMANDS: Final = ("place", "pools", "pool", "queue", "explain", "release", "renew", "cancel")
+# Workload options of exa hardware place, as the workload specification names them, and their types.
+_OPTIONS: Final[tuple[tuple[str, type], ...]] = (
+    ("accelerator", str), ("engine", str), ("target", str), ("fraction", float), ("count", int), ("nodes", int), ("cpu", str),
+    ("memory", str), ("topology", str), ("topology_mode", str), ("isolation", str), ("residency", str), ("data_region", str),
+    ("optimize", str), ("work_class", str), ("work", float), ("carbon_weight", float), ("max_cost_per_hour", float),
+    ("max_carbon_per_hour", float), ("project", str), ("spot", str), ("max_wait", str), ("deadline", str), ("walltime", str),
+    ("priority", str),
+)  # fmt: skip
+_LISTS: Final = ("capabilities", "models")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        _fail("UsageError", BAD_INPUT, f"{self.prog}: {message}", as_json="--json" in sys.argv)
+
+
+def _fail(name: str, code: int, message: str, *, as_json: bool) -> NoReturn:
+    if as_json:
+        sys.stderr.write(json.dumps({"error": name, "code": code, "message": message}, ensure_ascii=False) + "\n")
+    else:
+        sys.stderr.write(f"{name}: {message}\n")
+    sys.exit(code)
+
+
+def _parser(command: str) -> argparse.ArgumentParser:
+    p = _Parser(prog=f"exa hardware {command}")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--home", help="ignored: the service keeps the state")
+    p.add_argument("--debug", action="store_true")
+    if command == "place":
+        p.add_argument("name", nargs="?")
+        p.add_argument("-f", "--file")
+        for option, kind in _OPTIONS:
+            p.add_argument(f"--{option.replace('_', '-')}", type=kind)
+        for option in _LISTS:
+            p.add_argument(f"--{option}")
+        for flag in ("allow-burst", "allow-cpu-fallback", "no-budget-fallback", "explain", "dry-run", "queue"):
+            p.add_argument(f"--{flag}", action="store_true")
+        p.add_argument("--request-id")
+        p.add_argument("--lease")
+    elif command == "pool":
+        p.add_argument("name")
+    elif command == "queue":
+        p.add_argument("--all", action="store_true")
+    elif command in ("explain", "release", "renew", "cancel"):
+        p.add_argument("id")
+        if command == "explain":
+            p.add_argument("--replay", action="store_true")
+        if command == "renew":
+            p.add_argument("--lease", required=True)
+    return p
+
+
+def _place_body(args: argparse.Namespace) -> dict[str, object]:
+    body: dict[str, object] = {}
+    if args.file:
+        given = [o for o, _ in _OPTIONS if getattr(args, o) is not None] + [o for o in _LISTS if getattr(args, o) is not None]
+        if args.name or given:
+            _fail("SpecError", BAD_INPUT, f"command line: -f {args.file} says everything about the workload; give either -f FILE, or NAME with options",
+                  as_json=args.json)  # fmt: skip
+        import yaml  # only a command that names a file pays for reading it
+
+        try:
+            with open(args.file, encoding="utf-8") as f:
+                doc = yaml.safe_load(f)
+        except (OSError, yaml.YAMLError) as exc:
+            _fail("SpecError", BAD_INPUT, f"{args.file}: {exc}", as_json=args.json)
+        if not isinstance(doc, dict):
+            _fail("SpecError", BAD_INPUT, f"{args.file}: expected a mapping with workload:", as_json=args.json)
+        body = {str(k): v for k, v in doc.items()}
+        workload_doc = body.get("workload")
+        if isinstance(workload_doc, dict) and "deadline" in workload_doc:
+            deadline = workload_doc["deadline"]  # YAML reads an unquoted time as a time: given back as the text it was
+            body["workload"] = {**workload_doc, "deadline": deadline.isoformat() if hasattr(deadline, "isoformat") else deadline}
+    else:
+        if not args.name or not args.accelerator:
+            _fail("SpecError", BAD_INPUT, "command line: give a NAME and --accelerator, or -f workload.yaml", as_json=args.json)
+        workload: dict[str, object] = {"name": args.name}
+        for option, _ in _OPTIONS:
+            if getattr(args, option) is not None:
+                workload[option] = getattr(args, option)
+        for option in _LISTS:
+            if getattr(args, option) is not None:
+                workload[option] = [n.strip() for n in getattr(args, option).split(",") if n.strip()]
+        if args.allow_burst:
+            workload["allow_burst"] = True
+        if args.allow_cpu_fallback:
+            workload["allow_cpu_fallback"] = True
+        if args.no_budget_fallback:
+            workload["allow_budget_fallback"] = False
+        body["workload"] = workload
+    if args.queue:
+        body["queue"] = True
+    for key in ("request_id", "lease"):
+        if getattr(args, key) is not None:
+            body[key] = getattr(args, key)
+    if args.dry_run:
+        body["dry_run"] = True
+    if args.explain:
+        body["explain"] = True
+    return body
+
+
+def _request(server: str, method: str, path: str, token: str, body: object | None, *, as_json: bool) -> tuple[int, dict[str, str], bytes]:
+    import http.client
+
+    url = urlsplit(server)
+    conn: http.client.HTTPConnection
+    if server.startswith("unix:"):
+        import socket
+
+        class _Unix(http.client.HTTPConnection):
+            def connect(self) -> None:
+                self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                self.sock.settimeout(self.timeout)
+                self.sock.connect(server[5:])
+
+        conn = _Unix("localhost", timeout=300)
+    elif url.scheme == "https":
+        import ssl
+
+        context = ssl.create_default_context(cafile=os.environ.get("EXA_SERVER_CA") or None)
+        conn = http.client.HTTPSConnection(url.hostname or "", url.port, timeout=300, context=context)
+    elif url.scheme == "http":
+        conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=300)
+    else:
+        _fail("SpecError", BAD_INPUT, f"EXA_SERVER: expected http://HOST:PORT, https://HOST:PORT or unix:PATH (got {server!r})", as_json=as_json)
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    try:
+        conn.request(method, path, body=None if body is None else json.dumps(body).encode("utf-8"), headers=headers)
+        response = conn.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    except OSError as exc:
+        _fail("StateUnreachable", UNREACHABLE, f"the placement service at {server} could not be reached: {exc}", as_json=as_json)
+    finally:
+        conn.close()
+
+
+def main(argv: Sequence[str], server: str) -> int:
+    """Run ``argv`` (``hardware COMMAND ...``) against the service at ``server``."""
+    as_json = "--json" in argv
+    words = [w for w in argv if not w.startswith("-")]
+    command = words[1] if len(words) > 1 and words[0] == "hardware" else None
+    if command not in COMMANDS:
+        shown = " ".join(words[:2]) or "(none)"
+        _fail("UsageError", BAD_INPUT, f"exa {shown} is not offered by the placement service (EXA_SERVER is set): it offers exa hardware "
+              f"{', '.join(COMMANDS)}; unset EXA_SERVER to run it on this host's state", as_json=as_json)  # fmt: skip
+    token = os.environ.get("EXA_TOKEN")
+    if not token:
+        _fail("SpecError", BAD_INPUT, "EXA_SERVER is set but EXA_TOKEN is not: exa tokens create makes a token", as_json=as_json)
+    rest = list(argv)
+    rest.remove("hardware")
+    rest.remove(command)
+    args = _parser(command).parse_args(rest)
+    query: dict[str, str] = {} if as_json else {"format": "text"}
+    columns = os.environ.get("COLUMNS")
+    if not as_json and columns and columns.isdigit() and not sys.stdout.isatty():
+        query["columns"] = columns
+    body: object | None = None
+    if command == "place":
+        method, path, body = "POST", "/v1/decisions", _place_body(args)
+    elif command == "pools":
+        method, path = "GET", "/v1/pools"
+    elif command == "pool":
+        method, path = "GET", f"/v1/pools/{quote(args.name, safe='')}"
+    elif command == "queue":
+        method, path = "GET", "/v1/queue"
+        if args.all:
+            query["all"] = "true"
+    elif command == "explain":
+        method, path = "GET", f"/v1/decisions/{quote(args.id, safe='')}"
+        if args.replay:
+            query["replay"] = "true"
+    elif command == "cancel":
+        method, path = "POST", f"/v1/queue/{quote(args.id, safe='')}/cancel"
+    else:
+        method, path = "POST", f"/v1/decisions/{quote(args.id, safe='')}/{command}"
+        body = {"lease": args.lease} if command == "renew" else None
+    status, headers, raw = _request(server, method, path + ("?" + urlencode(query) if query else ""), token, body, as_json=as_json)
+    text = raw.decode("utf-8", errors="replace")
+    if status >= 400:
+        try:
+            problem = json.loads(text)
+            name, code, detail = str(problem.get("error", "Error")), int(problem.get("exit_code", 1)), str(problem.get("detail", text))
+        except ValueError:
+            name, code, detail = "Error", 1, f"HTTP {status}: {text[:200]}"
+        _fail(name, code, detail, as_json=as_json)
+    if as_json:
+        sys.stdout.write(json.dumps(json.loads(text), indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    else:
+        sys.stdout.write(text)
+    sys.stdout.flush()
+    return int(headers.get("x-exa-exit-code", "0"))
+
+
+def server_of(argv: list[str]) -> str | None:
+    """The service ``--server URL`` names (taken out of ``argv``), else ``EXA_SERVER``, else None."""
+    if "--server" in argv:
+        at = argv.index("--server")
+        if at + 1 >= len(argv):
+            _fail("UsageError", BAD_INPUT, "--server needs a URL", as_json="--json" in argv)
+        url = argv[at + 1]
+        del argv[at : at + 2]
+        return url
+    return os.environ.get("EXA_SERVER") or None

@@ -1,0 +1,59 @@
+"""The placement service's routes: one table, the source of the routing (``service.app``) and of
+the OpenAPI document (``service.openapi``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One route: method, path, handler name, scope (None: no token), summary, request body
+    schema, the answer's schema, query parameters ((name, JSON type, description))."""
+
+    method: str
+    path: str
+    name: str
+    scope: str | None
+    summary: str
+    body: dict[str, object] | None = None
+    answer: dict[str, object] | None = None
+    query: tuple[tuple[str, str, str], ...] = ()
+
+
+_DECISION: Final[dict[str, object]] = {"$ref": "#/components/schemas/Decision"}
+ROUTES: Final = (
+    Spec("GET", "/healthz", "healthz", None, "alive: the process answers"),
+    Spec("GET", "/readyz", "readyz", None, "ready: OPA answers with the reviewed policy and the state is reachable"),
+    Spec("GET", "/metrics", "metrics_text", None, "figures in the Prometheus text format"),
+    Spec("GET", "/openapi.json", "openapi", None, "this document"),
+    Spec("POST", "/v1/decisions", "place", "place", "decide and record a placement (dry_run: decide only), as exa hardware place --json",
+         body={"$ref": "#/components/schemas/PlaceRequest"}, answer=_DECISION,
+         query=(("format", "string", "text: the text exa hardware place prints"),
+                ("verdicts", "boolean", "false: without every pool's verdict (a much smaller answer over a large fleet)"))),
+    Spec("GET", "/v1/decisions", "decisions", "read", "a page of this project's decisions, newest first, as exa hardware decisions --json",
+         query=(("limit", "integer", "at most this many (1 to 1000, default 20)"), ("since", "string", "made at or after (ISO 8601)"),
+                ("until", "string", "made before (ISO 8601)"), ("cursor", "string", "the previous page's cursor"))),
+    Spec("GET", "/v1/decisions/{id}", "decision", "read", "one decision (every pool's verdict with it), as exa hardware explain --json",
+         answer=_DECISION, query=(("explain", "boolean", "every pool's verdict explained (always given)"),
+                                  ("replay", "boolean", "the policy asked again: same answer?"),
+                                  ("format", "string", "text: the text exa hardware explain prints"))),
+    Spec("POST", "/v1/decisions/{id}/release", "release", "place", "free what a placement holds, as exa hardware release --json"),
+    Spec("POST", "/v1/decisions/{id}/renew", "renew", "place", "move a placement's lease end, as exa hardware renew --json",
+         body={"type": "object", "additionalProperties": False, "required": ["lease"], "properties": {"lease": {"type": ["string", "integer"]}}}),
+    Spec("GET", "/v1/estimates", "estimates", "read", "when each pool would start a workload (decided as a dry run; nothing recorded)",
+         query=(("accelerator", "string", "the accelerator (required)"), ("name", "string", "the workload's name (default estimate)"),
+                ("count", "integer", "devices on each node"), ("nodes", "integer", "nodes"), ("fraction", "number", "share of a device"),
+                ("walltime", "string", "its time limit, e.g. 2h"), ("max_wait", "string", "the longest it may wait, e.g. 30m"))),
+    Spec("POST", "/v1/estimates", "estimates", "read", "as GET /v1/estimates, the workload given as POST /v1/decisions takes it",
+         body={"$ref": "#/components/schemas/PlaceRequest"}),
+    Spec("GET", "/v1/pools", "pools", "read", "every pool with what it can place, as exa hardware pools --json"),
+    Spec("POST", "/v1/pools", "apply", "admin", "register or update pools (as exa hardware apply -f pools.yaml)",
+         body={"type": "object", "additionalProperties": False, "required": ["pools"],
+               "properties": {"pools": {"type": "array"}, "dry_run": {"type": "boolean"}, "prune": {"type": "boolean"}}}),
+    Spec("GET", "/v1/pools/{name}", "pool", "read", "one pool device by device, as exa hardware pool --json"),
+    Spec("GET", "/v1/queue", "queue", "read", "the waiting workloads in the policy's order, as exa hardware queue --json",
+         query=(("all", "boolean", "also the admitted, cancelled and failed ones"),)),
+    Spec("POST", "/v1/queue/{id}/cancel", "cancel", "place", "take a waiting workload of this project out of the queue"),
+)  # fmt: skip
