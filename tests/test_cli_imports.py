@@ -86,10 +86,12 @@ PLACE_DRY_RUN_MAY_LOAD = frozenset({
     "examlops_policy.cli", "examlops_policy.cli.args", "examlops_policy.cli.console", "examlops_policy.cli.decisions",
     "examlops_policy.cli.exits", "examlops_policy.cli.jobs", "examlops_policy.cli.main", "examlops_policy.cli.pools",
     "examlops_policy.cli.queue", "examlops_policy.cli.render", "examlops_policy.cli.simulate",
+    "examlops_policy.cli.serving",  # serve --listen's options: registered with the hardware group, imports only cli modules loaded anyway
     "examlops_policy.estimates", "examlops_policy.estimates.gather", "examlops_policy.estimates.table",
     "examlops_policy.opa", "examlops_policy.opa.bundle", "examlops_policy.opa.connection", "examlops_policy.opa.content",
     "examlops_policy.opa.procs", "examlops_policy.opa.server", "examlops_policy.opa.transport",
     "examlops_policy.store", "examlops_policy.store._queue_sql", "examlops_policy.store._sql", "examlops_policy.store.api",
+    "examlops_policy.store._tokens_sql",  # the token table's SQL, a mixin of the store as the queue's is
     "examlops_policy.store.sqlite",
 })  # fmt: skip
 

@@ -120,7 +120,7 @@ def test_names_unsafe_for_slurm_are_rejected(bad: str) -> None:
         safe_name(bad, "job name")
 
 
-class Answer:
+class SlurmAnswer:
     def __init__(self, result: CommandResult) -> None:
         self.result = result
         self.argv: list[str] | None = None
@@ -135,7 +135,7 @@ class Answer:
 def test_submit_reads_the_parsable_job_id(hardware: Hardware, script: Path, stdout: str, job_id: str) -> None:
     record, pool = place(hardware, [MI300X], Workload("train", "amd", target="hpc"))
     request = slurm_request(record, pool, script, GRES)
-    runner = Answer(CommandResult(("sbatch",), 0, stdout, ""))
+    runner = SlurmAnswer(CommandResult(("sbatch",), 0, stdout, ""))
     assert submit(request, runner) == job_id
     assert runner.argv == request.argv()
 
@@ -152,11 +152,11 @@ def test_submit_reads_the_parsable_job_id(hardware: Hardware, script: Path, stdo
 def test_submit_failures_are_executor_errors(hardware: Hardware, script: Path, result: CommandResult, message: str) -> None:
     record, pool = place(hardware, [MI300X], Workload("train", "amd", target="hpc"))
     with pytest.raises(ExecutorError, match=message):
-        submit(slurm_request(record, pool, script, GRES), Answer(result))
+        submit(slurm_request(record, pool, script, GRES), SlurmAnswer(result))
 
 
 def test_job_reads_state_and_allocated_gres_of_a_recorded_job() -> None:
-    answer = Answer(CommandResult(("scontrol",), 0, (FIXTURES / "job-running-22.05.txt").read_text(), ""))
+    answer = SlurmAnswer(CommandResult(("scontrol",), 0, (FIXTURES / "job-running-22.05.txt").read_text(), ""))
     found = job("5", answer)
     assert answer.argv == ["scontrol", "-o", "-d", "show", "job", "5"]
     assert (found.state, found.partition, found.gres, found.finished) == ("RUNNING", "gpu", ("gpu:h100:3(IDX:0-2)",), False)
