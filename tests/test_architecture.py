@@ -425,7 +425,7 @@ class ToyScheduler:
     def reconcile(self, grants: object, options: object, runner: object) -> object:
         from examlops_policy.app.schedulers.seen import JobSeen, Seen
 
-        self.calls.append(f"reconcile {[g.job_id for g in grants]} {dict(options)}")  # type: ignore[attr-defined]
+        self.calls.append(f"reconcile {[g.job_id for g in grants]} {dict(options)}")
         return Seen({"t1": JobSeen("RUNNING", False, True, "2026-01-01T00:00:00Z")})
 
 
@@ -444,7 +444,7 @@ def toy() -> Iterable[ToyScheduler]:
     from examlops_policy.app import schedulers
 
     made = ToyScheduler()
-    schedulers.register(made)  # type: ignore[arg-type]
+    schedulers.register(made)
     try:
         yield made
     finally:
@@ -472,32 +472,32 @@ def test_a_registered_scheduler_is_reached_by_the_cli_and_the_workflows(toy: Toy
 
     # The command line offers it (its choices are the registry's) and builds its submission.
     parser = build_parser("hardware")
-    place = parser._subparsers._group_actions[0].choices["hardware"]._subparsers._group_actions[0].choices["place"]  # type: ignore[union-attr]
+    place = parser._subparsers._group_actions[0].choices["hardware"]._subparsers._group_actions[0].choices["place"]
     assert "toy" in next(a for a in place._actions if a.dest == "submit").choices
     args = SimpleNamespace(submit="toy", script="run.sh", image=None, namespace=None, context=None, kubeconfig=None, ask_kubernetes=False)
-    assert decisions._submission(args, True).options == {"what": "run.sh"}  # type: ignore[arg-type, union-attr]
+    assert decisions._submission(args, True).options == {"what": "run.sh"}
 
     # Submission, job status and cancel by the name recorded on the decision.
     record = SimpleNamespace(id="d1", job_id="t1", scheduler="toy", job_uid=None)
     jobs = SimpleNamespace(decision=lambda ident: record)
-    assert submitting.submit(jobs, "d1", "toy", dry_run=True, colour="blue").said == "toy"  # type: ignore[arg-type]
-    assert submitting.status(jobs, "d1").state == "running"  # type: ignore[arg-type]
-    assert submitting.cancel(record) is True  # type: ignore[arg-type]
+    assert submitting.submit(jobs, "d1", "toy", dry_run=True, colour="blue").said == "toy"
+    assert submitting.status(jobs, "d1").state == "running"
+    assert submitting.cancel(record) is True
 
     # Discovery offers it as a source.
     assert "toy" in discovering.sources()
     fleet = SimpleNamespace(tables=None, pools=lambda: [], apply=None, record_usage=None)
-    assert discovering.discover(fleet, "toy", region=None, prefix=None, apply=False).source == "toy"  # type: ignore[arg-type]
+    assert discovering.discover(fleet, "toy", region=None, prefix=None, apply=False).source == "toy"
 
     # Reconcile reads it where live grants were submitted to it, and when it is named.
     grant = SimpleNamespace(job_id="t1", scheduler="toy", job_uid=None, job_started_at="2026-01-01T00:00:00Z")
     state = SimpleNamespace(store=SimpleNamespace(live_grants=lambda with_jobs: [grant]), snapshot=lambda: SimpleNamespace(states=()))
-    assert reconcile.reconcile(state).changes == ()  # type: ignore[arg-type]
-    assert reconcile.reconcile(state, read={"toy": {"where": "here"}}).unreadable == ()  # type: ignore[arg-type]
+    assert reconcile.reconcile(state).changes == ()
+    assert reconcile.reconcile(state, read={"toy": {"where": "here"}}).unreadable == ()
 
     # Start estimates ask it (its asker is in every policy snapshot's estimator).
     snapshot = SimpleNamespace(root=ROOT / "policies", tables=load_tables())
-    estimator = Estimators().of(snapshot)  # type: ignore[arg-type]
+    estimator = Estimators().of(snapshot)
     assert any(isinstance(a, ToyAsker) for a in estimator.askers)
 
     assert toy.calls == [
