@@ -1,6 +1,8 @@
 """Each candidate pool's start estimate, from whoever can know it.
 
-Which source a pool gets (``StartEstimator.source_of``):
+Which source a pool gets (``StartEstimator.source_of``): the first scheduler's asker that claims
+it (a ``PoolAsker``: ``SlurmAsker``, ``KubernetesAsker``; a scheduler registered in
+``app.schedulers`` gives its own through ``Scheduler.asking``), else the table or the free capacity:
 
 * an HPC pool served by a Slurm partition: Slurm, asked for exactly what ``submit`` would ask
   (``executors.slurm.grant_request`` with the workload's walltime as ``--time``), all Slurm pools
