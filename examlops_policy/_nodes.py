@@ -87,7 +87,8 @@ class NodeRequest:
     """What a workload asks of each node it runs on.
 
     ``devices``: whole devices (completely free ones) on the node; ``share_milli``: instead, a share
-    of ONE device (1..999 milli, time-slicing / MPS / shards); ``cpu_milli``, ``memory_mib``: host
+    of ONE device (1..999 milli, or of its shares, time-slicing / MPS / shards; all of them: the
+    device is held in its sharing mode); ``cpu_milli``, ``memory_mib``: host
     CPU and memory on the node (0 devices: a CPU-only request). ``models``: the device models the
     request accepts (None: any; only checked when it asks for devices). ``nodes``: a gang of that
     many nodes, each with this request, all or nothing.
@@ -327,8 +328,8 @@ class NodeCapacity:
 
     def feasible(self, request: NodeRequest, among: BoolArray | None = None) -> IntArray:
         """Positions of the nodes that can take ``request`` now (state, CPU, memory, model, devices)."""
-        if request.share_milli >= self.unit:
-            return np.zeros(0, dtype=np.int64)  # a share is less than a device
+        if request.share_milli > self.unit:
+            return np.zeros(0, dtype=np.int64)  # a share is at most a device (all its shares)
         ok = self.up & (self.cpu_free >= request.cpu_milli) & (self.memory_free >= request.memory_mib)
         if among is not None:
             ok &= among
@@ -472,8 +473,8 @@ class NodeCapacity:
         if grant.share_milli:
             if len(grant.devices) != 1:
                 raise CapacityError("a share is on exactly one device")
-            if grant.share_milli >= self.unit:
-                raise CapacityError(f"a share is less than a device ({self.unit} units; got {grant.share_milli})")
+            if grant.share_milli > self.unit:
+                raise CapacityError(f"a share is at most a device ({self.unit} units; got {grant.share_milli})")
             dev = grant.devices[0]
             if dev in d.shared:
                 if d.shared[dev] < grant.share_milli:

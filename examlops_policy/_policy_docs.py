@@ -1,4 +1,4 @@
-"""The README's reason-code table, generated from the policy's own metadata.
+"""The reason-code table of the docs (docs/reason-codes.md), generated from the policy's own metadata.
 
 Every reason code the policy can give is declared once, in the ``# METADATA`` of the package that
 gives it: each check's ``custom.codes`` (``policies/examlops/hardware/checks/<name>/``), and those
@@ -6,7 +6,7 @@ of the workload's validation, the tiers, the composer, the reference decision, a
 admission order and preemption plan. The composer
 package gathers them (``check_list``, ``check_about``, ``codes_of``); this module asks OPA for them
 (``opa eval`` over the policy folder, the tests left out) and writes them as Markdown between two
-markers in the README::
+markers in docs/reason-codes.md::
 
     <!-- reason-codes:begin -->
     ... generated ...
@@ -210,7 +210,7 @@ def render(codes: PolicyCodes) -> str:
 
 
 def reason_code_table(policy_root: Path | None = None, *, opa: Path | None = None) -> str:
-    """The README's generated section (without the markers), from the policy in ``policy_root``."""
+    """The reason-code page's generated section (without the markers), from the policy in ``policy_root``."""
     return render(decode(policy_metadata(policy_root, opa=opa)))
 
 

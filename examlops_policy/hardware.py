@@ -331,7 +331,7 @@ class Hardware:
         return policy_review.policy_status(self.home)
 
     def policy_docs(self, readme: Path | None = None, *, write: bool = True) -> DocsCheck:
-        """Regenerate (``write``) or check the reason-code table of ``readme`` (default: the README)."""
+        """Regenerate (``write``) or check the reason-code table of ``readme`` (default: docs/reason-codes.md)."""
         return policy_review.policy_docs(readme, write=write)
 
     def policy_tests(self, threshold: float | None = None) -> TestReport:

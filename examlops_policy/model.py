@@ -651,8 +651,9 @@ class Workload:
     scheduler is asked for, since when a job can start depends on how long it may run. Durations
     may be given as text (``"2h"``, ``"30m"``), the deadline with any offset; they are held as the
     numbers and text a spec stores. ``optimize: earliest`` ranks by the soonest estimated start,
-    then cost. (These are read by the wait policy and the start estimates; until selection is
-    given estimates, ``earliest`` ranks like ``cost`` and the three fields decide nothing.)
+    then cost. Every decision asks the candidate pools' owners (Slurm, Kubernetes, the provisioning
+    table, free capacity) when they would start it; the ``wait`` check compares those estimates
+    with ``max_wait`` and ``deadline`` (docs/waiting.md).
 
     What it does: ``work`` units of ``work_class`` (a class of throughput.yaml, e.g. 10000
     iterations of ``ResNet-50``); given together or not at all. From them and a pool's throughput,

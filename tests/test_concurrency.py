@@ -159,3 +159,63 @@ def test_small_jobs_placed_and_admitted_at_once_do_not_starve_a_reserved_large_o
     assert state == "admitted" and live == 4
     assert violations(backend) == []
     assert run_exa(home, "audit", "verify", env=backend.env()).returncode == 0
+
+
+OVERLAPPING = """
+pools:
+  - {name: ts4, target: hpc, accelerator: nvidia, model: L4, region: eu, cost_per_hour: 0.5, sharing: time-slice,
+     shares_per_device: 4, nodes: [{name: l1, devices: 2, cpu: 16, memory: 64Gi}]}
+  - {name: mps8, target: hpc, accelerator: nvidia, model: L4, region: eu, cost_per_hour: 0.5, sharing: mps,
+     shares_per_device: 8, nodes: [{name: l1, devices: 2, cpu: 16, memory: 64Gi}]}
+  - {name: whole, target: hpc, accelerator: nvidia, model: L4, region: eu, cost_per_hour: 0.5,
+     nodes: [{name: l1, devices: 2, cpu: 16, memory: 64Gi}]}
+  - {name: cores, target: hpc, accelerator: cpu, region: eu, cost_per_hour: 0.1,
+     nodes: [{name: l1, devices: 16, cpu: 16, memory: 64Gi}]}
+"""
+
+
+@pytest.mark.opa  # the session's OPA, through shared_opa_env
+def test_placers_at_once_on_overlapping_pools_never_hold_a_device_share_or_core_twice(backend: Backend, tmp_path: Path) -> None:
+    """Issue 30, under concurrency: four pools over one node of 2 L4 and 16 cores (time-slice 4
+    ways, MPS 8 ways, whole devices, and the node's cores as a CPU pool), priced alike; four
+    processes place fractions, whole devices and cores with CPU at once. Counted from the stored
+    holdings against the node: a device is in one mode, its shares make at most one device, and
+    the cores granted are at most 16."""
+    home = Path(backend.target).parent if backend.name == "sqlite" else tmp_path / "home"
+    env = {**os.environ, "EXA_HOME": str(home), **backend.env(), **shared_opa_env(), "COLUMNS": "200"}
+    fleet = tmp_path / "overlapping.yaml"
+    fleet.write_text(OVERLAPPING, encoding="utf-8")
+    run_exa(home, "hardware", "apply", "-f", str(fleet), env=backend.env(), check=True)
+    asks = [
+        "--accelerator nvidia --engine vllm --fraction 0.25 --cpu 1",
+        "--accelerator nvidia --engine vllm --fraction 0.125 --cpu 1",
+        "--accelerator nvidia --engine vllm --fraction 0.5 --cpu 2",
+        "--accelerator nvidia --engine vllm --cpu 2",
+        "--accelerator cpu --engine cpu --count 3",
+    ]
+    scripts = [
+        # Each place exits 0 (placed) or 3 (refused: the node is full); anything else is a fault.
+        " ; ".join(f"{EXA} hardware place w{k}-{i} {asks[(k + i) % len(asks)]} --json >/dev/null; echo $?" for i in range(5)) for k in range(4)
+    ]
+    procs = [subprocess.Popen(["bash", "-c", s], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for s in scripts]
+    done = [p.communicate(timeout=600) for p in procs]
+    codes = [int(c) for out, _ in done for c in out.split()]
+    assert len(codes) == 20 and set(codes) <= {0, 3}, done
+    assert 0 in codes
+    per_device = {"ts4": 4, "mps8": 8}
+    with backend.raw() as db:
+        rows = db.execute("SELECT node, device, pool, shares FROM holdings WHERE node = 'l1'").fetchall()
+        cores = db.execute("SELECT COALESCE(SUM(cpu_milli), 0) FROM node_grants WHERE node = 'l1'").fetchone()[0]
+    modes: dict[int, set[str]] = {}
+    used: dict[int, float] = {}
+    for _node, device, pool, shares in rows:
+        if pool == "cores":
+            continue  # the CPU pool's devices are the node's cores, counted in node_grants
+        modes.setdefault(device, set()).add(pool if shares is not None else "whole")
+        used[device] = used.get(device, 0.0) + (shares / per_device[pool] if shares is not None else 1.0)
+    assert all(len(m) == 1 for m in modes.values()), modes
+    assert all(u <= 1.0 + 1e-9 for u in used.values()), used
+    assert cores <= 16000, cores
+    assert rows, "nothing was placed"
+    assert violations(backend) == []
+    assert run_exa(home, "audit", "verify", env=backend.env()).returncode == 0

@@ -296,3 +296,18 @@ def test_placements_and_releases_in_a_row_store_the_summary_a_full_recount_gives
         report = hardware.verify_audit()
         assert report.ok, (i, asks[i], [p.message for p in report.problems])
     assert {s.pool.name: s.free for s in hardware.pools()} == {"ai": 8, "t4": 2, "a100": 8}
+
+
+def test_a_fraction_that_needs_every_share_of_a_device_holds_the_device_in_its_sharing_mode(hardware: Hardware) -> None:
+    """0.75 of a device shared two ways needs both shares. The policy grants 2 of 2 shares; before,
+    the nodes refused a share as large as the device, and ``place`` failed with a StateError ("its
+    capacity summary says the grant fits but no node has room") on an empty pool."""
+    hardware.add_pool(Pool("ts2", "hpc", "nvidia", 2, "eu", model="l4", nodes=(Node("n0", 2, 8, 32768),), sharing="time-slice", shares_per_device=2))
+    most = placed(hardware, "most", engine="vllm", fraction=0.75)
+    assert most.allocations == (NodeAllocation("n0", (), DeviceShare(0, 2)),)
+    half = placed(hardware, "half", engine="vllm", fraction=0.5)
+    assert half.allocations == (NodeAllocation("n0", (), DeviceShare(1, 1)),)  # not on the full device
+    assert refused(hardware, "whole", engine="vllm").code == "no_capacity"
+    hardware.release(next(r.id for r in hardware.decisions(limit=5) if r.decision.workload.name == "most"))  # the device back
+    assert placed(hardware, "whole-again", engine="vllm").allocations[0].holdings == (Holding(0),)
+    assert hardware.verify_audit().ok

@@ -15,6 +15,8 @@ are the node's cores where the node says its CPU, so neither side grants a core 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from examlops_policy import Placement, Pool, Workload, _nodes
@@ -164,3 +166,48 @@ def test_a_fact_one_pool_leaves_unsaid_is_no_disagreement(hardware: Hardware) ->
     pool (another partition) that says the same facts: accepted."""
     changes = hardware.apply([GPUS, _h100("pb", Node("n1", 8, 64)), Pool("pc", "hpc", "cpu", 64, "eu", nodes=(Node("n1", 64, 64),))])
     assert sorted(c.action for c in changes) == ["added", "added", "added"]
+
+
+# -- a node's CPU or memory shrunk below its live grants (case 4) -------------------------------------
+
+
+def _gpu_pool(cpu: int, memory: int) -> Pool:
+    return Pool("pa", "hpc", "nvidia", 8, "eu", model="h100", nodes=(Node("n1", 8, cpu, memory),))
+
+
+@pytest.mark.parametrize(
+    ("cpu", "memory", "said"),
+    [
+        (32, 524288, "node 'n1' would have CPU 32, less than the 40 that live decisions hold there"),
+        (64, 65536, "node 'n1' would have memory 64Gi, less than the 100Gi that live decisions hold there"),
+    ],
+)
+def test_a_node_shrunk_below_what_live_grants_hold_is_refused_and_nothing_is_written(hardware: Hardware, cpu: int, memory: int, said: str) -> None:
+    """Before, ``apply`` lowered a node's cores or memory under its live grants (devices were
+    protected, cores and memory were not) and ``pool NAME`` clamped the figure to hide it."""
+    hardware.add_pool(GPUS)
+    result = hardware.place(Workload("big", "nvidia", engine="vllm", cpu=40, memory="100Gi"))
+    assert isinstance(result.decision, Placement)
+    before = hardware.pools()
+    with pytest.raises(SpecError) as refused:
+        hardware.apply([_gpu_pool(cpu, memory)])
+    assert refused.value.field == "nodes" and said in str(refused.value) and result.id[:12] in str(refused.value), refused.value
+    assert hardware.pools() == before
+    preview = hardware.apply([_gpu_pool(cpu, memory)], dry_run=True)
+    assert [(c.action, said in str(c.refused)) for c in preview] == [("refused", True)]
+    assert hardware.apply([_gpu_pool(48, 131072)])[0].action == "updated"  # still room for what is held
+    hardware.release(result.id)
+    assert hardware.apply([_gpu_pool(cpu, memory)])[0].action == "updated"
+    assert hardware.verify_audit().ok
+
+
+def test_the_cores_a_grant_holds_through_another_pool_count_too(hardware: Hardware) -> None:
+    """A partition that leaves the node's CPU unsaid holds 40 of its cores; the partition that
+    states them cannot lower them under 40."""
+    unsaid = Pool("pa", "hpc", "nvidia", 8, "eu", model="h100", nodes=(Node("n1", 8),), cost_per_hour=1.0)
+    said = Pool("pb", "hpc", "nvidia", 8, "eu", model="h100", nodes=(Node("n1", 8, 64),), cost_per_hour=2.0)
+    hardware.apply([unsaid, said])
+    assert hardware.place(Workload("big", "nvidia", engine="vllm", cpu=40)).decision.pool == "pa"  # type: ignore[union-attr]
+    with pytest.raises(SpecError, match="node 'n1' would have CPU 32, less than the 40 that live decisions hold there"):
+        hardware.apply([unsaid, dataclasses.replace(said, nodes=(Node("n1", 8, 32),))])
+    assert hardware.verify_audit().ok

@@ -1,4 +1,4 @@
-"""The README's reason-code table is generated from the policies' metadata (through the real OPA),
+"""The reason-code table of docs/reason-codes.md is generated from the policies' metadata (through the real OPA),
 and a stale one fails here."""
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from tests.conftest import run_exa
 pytestmark = pytest.mark.opa  # exa policy docs reads the policy through OPA
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+README = ROOT / "docs" / "reason-codes.md"
 POLICIES = ROOT / "policies"
 
 
 def test_readme_reason_codes_are_up_to_date() -> None:
     """Fails when a check's metadata changed and `exa policy docs` was not run."""
-    assert update_readme(README, write=False) is False, "README.md's reason-code table is stale: run `exa policy docs`"
+    assert update_readme(README, write=False) is False, "docs/reason-codes.md's reason-code table is stale: run `exa policy docs`"
 
 
 def test_every_declared_code_is_in_the_table_once() -> None:

@@ -1,4 +1,10 @@
-"""Every code block of the README runs, and shows what really happens.
+"""Every code block of the README and of the documentation pages (docs/*.md) runs, and shows
+what really happens.
+
+The pages are read in one order: README.md, then the pages of docs/index.md's toctree in the
+order it lists them (PAGES). A block's id is ``<page>-<section>-<n>``: the page's name, the slug
+of the ``##`` section it is in, and its number in that section (``queue-reconcile-and-serve-1``);
+``pytest tests/test_readme.py -k queue-`` runs a page's blocks.
 
 * ``console`` blocks are transcripts: each ``$ command`` runs in bash (``exa`` on PATH, the
   block's state folder in ``EXA_HOME``, a scratch working directory where ``examples/``,
@@ -16,7 +22,9 @@
 * ``text`` blocks are prose (synopses, layouts), not run.
 
 A comment right before a block sets where it runs: ``<!-- readme: home=NAME needs=SERVICE,... -->``
-(blocks of one home share state, in README order; the default home is ``main``). ``needs``:
+(blocks of one home share state, in page order, across pages: a section moved from the README into
+a page keeps its place in that order as long as the page keeps its place in the toctree; the
+default home is ``main``). ``needs``:
 ``kubernetes`` (the local control plane and kubectl), ``slurm``, ``chromium``, ``focus_validator``
 (the FinOps Foundation's FOCUS validator, scripts/focus-validator-setup; ``scripts/`` is at hand). A block whose
 service is missing is skipped, or fails under ``EXA_REQUIRE_SERVICES=1``.
@@ -41,9 +49,24 @@ from examlops_policy.opa import stop_server
 from tests.conftest import ROOT
 
 README = ROOT / "README.md"
-FENCE = re.compile(r"^```(\w*)\s*$")
+DOCS = ROOT / "docs"
+FENCE = re.compile(r"^```(\{[\w-]+\}|\w*)(?:\s.*)?$")
 MARK = re.compile(r"^<!--\s*readme:\s*(.*?)\s*-->\s*$")
 LANGUAGES = {"console", "python", "yaml", "text", "json"}
+TOCTREE = re.compile(r"^```\{toctree\}.*?\n(.*?)^```$", re.M | re.S)
+
+
+def toctree(index: Path = DOCS / "index.md") -> list[str]:
+    """The documents docs/index.md's toctrees list, in order (names relative to docs/, no suffix)."""
+    names: list[str] = []
+    for body in TOCTREE.findall(index.read_text(encoding="utf-8")):
+        names += [line.strip() for line in body.splitlines() if line.strip() and not line.strip().startswith(":")]
+    return names
+
+
+def pages() -> list[Path]:
+    """README.md, then every page of the toctree that exists as Markdown, in the toctree's order."""
+    return [README, *(DOCS / f"{name}.md" for name in toctree() if (DOCS / f"{name}.md").is_file())]
 
 
 @dataclass
@@ -53,13 +76,34 @@ class Block:
     body: list[str]
     home: str = "main"
     needs: tuple[str, ...] = ()
+    page: str = "readme"
+    section: str = "top"
+    n: int = 1
+
+    @property
+    def id(self) -> str:
+        return f"{self.page}-{self.section}-{self.n}"
+
+    @property
+    def where(self) -> str:
+        return f"{'README.md' if self.page == 'readme' else 'docs/' + self.page + '.md'} line {self.line}"
 
 
-def blocks(text: str) -> list[Block]:
+def slug(heading: str) -> str:
+    """A heading's anchor as GitHub and MyST make it (lower case, punctuation dropped, spaces as -)."""
+    text = re.sub(r"[^\w\- ]", "", heading.lstrip("#").strip().lower())
+    return text.replace(" ", "-")
+
+
+def blocks(text: str, page: str = "readme") -> list[Block]:
     found: list[Block] = []
     lines = text.splitlines()
+    section = "top"
+    counts: dict[str, int] = {}
     i = 0
     while i < len(lines):
+        if lines[i].startswith("## "):
+            section = slug(lines[i])[:40].strip("-")
         m = FENCE.match(lines[i])
         if not m:
             i += 1
@@ -70,7 +114,11 @@ def blocks(text: str) -> list[Block]:
         while i < len(lines) and lines[i] != "```":
             body.append(lines[i])
             i += 1
-        block = Block(start + 1, language, body)
+        i += 1
+        if language.startswith("{"):
+            continue  # a MyST directive (toctree, automodule): not a block
+        counts[section] = counts.get(section, 0) + 1
+        block = Block(start + 1, language, body, page=page, section=section, n=counts[section])
         mark = MARK.match(lines[start - 1]) if start > 0 else None
         if mark:
             for part in mark.group(1).split():
@@ -80,13 +128,16 @@ def blocks(text: str) -> list[Block]:
                 elif key == "needs":
                     block.needs = tuple(v for v in value.split(",") if v)
                 else:
-                    raise AssertionError(f"README line {start}: unknown readme option {key!r}")
+                    raise AssertionError(f"{block.where}: unknown readme option {key!r}")
         found.append(block)
-        i += 1
     return found
 
 
-ALL = blocks(README.read_text(encoding="utf-8"))
+def page_name(path: Path) -> str:
+    return "readme" if path == README else path.relative_to(DOCS).with_suffix("").as_posix().replace("/", "-")
+
+
+ALL = [block for path in pages() for block in blocks(path.read_text(encoding="utf-8"), page_name(path))]
 
 
 # -- comparing transcripts ----------------------------------------------------------------------
@@ -268,8 +319,9 @@ def session_for(sessions: dict[str, Session], name: str, tmp_path_factory: pytes
 
 
 def test_every_block_has_a_known_language() -> None:
-    unknown = [f"line {b.line}: ```{b.language}" for b in ALL if b.language not in LANGUAGES]
-    assert not unknown, "README blocks without a known language (console, python, yaml, text, json): " + ", ".join(unknown)
+    unknown = [f"{b.where}: ```{b.language}" for b in ALL if b.language not in LANGUAGES]
+    assert len({b.id for b in ALL}) == len(ALL), "two blocks share an id"
+    assert not unknown, "blocks without a known language (console, python, yaml, text, json): " + ", ".join(unknown)
     assert sum(b.language == "console" for b in ALL) >= 5 and any(b.language == "python" for b in ALL)
 
 
@@ -278,31 +330,31 @@ def test_every_block_has_a_known_language() -> None:
 @pytest.mark.parametrize(
     "block",
     [pytest.param(b, marks=[getattr(pytest.mark, s) for s in b.needs]) for b in ALL if b.language in ("console", "python")],
-    ids=lambda b: f"line-{b.line}-{b.language}",
+    ids=lambda b: b.id,
 )
 def test_the_block_runs_as_shown(block: Block, sessions: dict[str, Session], tmp_path_factory: pytest.TempPathFactory) -> None:
     for service in block.needs:
         why = _available(service)
         if why is not None:
             if os.environ.get("EXA_REQUIRE_SERVICES"):
-                pytest.fail(f"README line {block.line} needs {service}: {why}")
+                pytest.fail(f"{block.where} needs {service}: {why}")
             pytest.skip(f"needs {service}: {why}")
-    # Blocks of one home run in README order: run the earlier ones first if this test runs alone.
+    # Blocks of one home run in page order: run the earlier ones first if this test runs alone.
     session = session_for(sessions, block.home, tmp_path_factory)
     for earlier in ALL:
-        if earlier.line >= block.line:
+        if earlier is block:
             break
-        if earlier.home == block.home and earlier.language in ("console", "python") and earlier.line not in _done:
+        if earlier.home == block.home and earlier.language in ("console", "python") and earlier.id not in _done:
             _run(earlier, session)
-    if block.line not in _done:
+    if block.id not in _done:
         _run(block, session)
 
 
-_done: set[int] = set()
+_done: set[str] = set()
 
 
 def _run(block: Block, session: Session) -> None:
-    _done.add(block.line)
+    _done.add(block.id)
     env = {**session.env(), **_service_env(block.needs)}
     try:
         _run_in(block, session, env)
@@ -324,23 +376,23 @@ def _cancel_readme_jobs(env: dict[str, str]) -> None:
 def _run_in(block: Block, session: Session, env: dict[str, str]) -> None:
     if block.language == "python":
         result = subprocess.run([sys.executable, "-c", "\n".join(block.body)], capture_output=True, text=True, env=env, cwd=session.work, timeout=120)
-        assert result.returncode == 0, f"README line {block.line}: the Python block failed:\n{result.stderr}"
+        assert result.returncode == 0, f"{block.where}: the Python block failed:\n{result.stderr}"
         return
     for command, expected, status in transcript(block.body):
         typed = session.typed(command)
         result = subprocess.run(["bash", "-c", typed], capture_output=True, text=True, env=env, cwd=session.work, timeout=300)
         actual = (result.stdout + result.stderr).splitlines()
         assert result.returncode == status, (
-            f"README line {block.line}: `{typed}` exited {result.returncode}, the README says {status}\n" + "\n".join(actual)
+            f"{block.where}: `{typed}` exited {result.returncode}, the page says {status}\n" + "\n".join(actual)
         )
         pairs = matches(expected, actual)
         assert pairs is not None, (
-            f"README line {block.line}: `{typed}` printed\n" + "\n".join(actual) + "\n--- the README shows\n" + "\n".join(expected)
+            f"{block.where}: `{typed}` printed\n" + "\n".join(actual) + "\n--- the page shows\n" + "\n".join(expected)
         )
         session.learn(pairs)
 
 
-@pytest.mark.parametrize("block", [b for b in ALL if b.language in ("yaml", "json")], ids=lambda b: f"line-{b.line}-{b.language}")
+@pytest.mark.parametrize("block", [b for b in ALL if b.language in ("yaml", "json")], ids=lambda b: b.id)
 def test_the_data_block_parses(block: Block, tmp_path: Path) -> None:
     text = "\n".join(block.body) + "\n"
     document = yaml.safe_load(text)
@@ -359,8 +411,8 @@ def test_the_data_block_parses(block: Block, tmp_path: Path) -> None:
 
 
 def test_the_exit_code_table_is_the_clis() -> None:
-    text = README.read_text(encoding="utf-8")
-    rows = re.findall(r"^\| (\d+) \| (.+?) \|$", text.split("### Exit codes", 1)[1].split("\n\n#", 1)[0], re.M)
+    text = (DOCS / "cli.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (\d+) \| (.+?) \|$", text.split("\n## Exit codes", 1)[1].split("\n\n#", 1)[0], re.M)
     shown = {int(code): meaning for code, meaning in rows}
     table = {code: meaning for _, code, meaning in exits.TABLE}
     assert shown == table
@@ -387,7 +439,7 @@ def test_every_policy_revision_the_readme_shows_is_the_policy_files() -> None:
 
     digest = content_digest(reviewed_revision(policy_dir())).removeprefix("sha256:")
     stale = [
-        f"README line {block.line}: {line.strip()}"
+        f"{block.where}: {line.strip()}"
         for block in ALL
         if block.language == "console"
         for line in block.body

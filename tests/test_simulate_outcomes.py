@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from examlops_policy.errors import SpecError
 from examlops_policy.hardware import Hardware
 from tests.conftest import ROOT, run_exa
 
@@ -52,13 +55,13 @@ def test_the_format_is_read_from_the_file(tmp_path: Path, exa_home: Path) -> Non
     assert run_exa(exa_home, "hardware", "simulate", "--pods", str(TRACE), check=True).stdout.splitlines()[1].startswith("in time order")
 
 
-def test_the_packers_are_named_in_the_help_and_the_readme(exa_home: Path) -> None:
+def test_the_packers_are_named_in_the_help_and_the_docs(exa_home: Path) -> None:
     from examlops_policy._node_packers import PACKERS
 
     help_text = " ".join(run_exa(exa_home, "hardware", "simulate", "--help", check=True).stdout.split())
     assert f"node packer(s) to replay with: {', '.join(PACKERS)} (default exa" in help_text
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert all(f"| `{name}` |" in readme for name in PACKERS)
+    page = (ROOT / "docs" / "replay.md").read_text(encoding="utf-8")
+    assert all(f"| `{name}` |" in page for name in PACKERS)
     bad = run_exa(exa_home, "hardware", "simulate", "--pods", str(TRACE), "--packer", "tetris")
     assert bad.returncode == 2 and "invalid choice: 'tetris'" in bad.stderr
 
@@ -77,3 +80,38 @@ def test_nodes_takes_a_pools_file_that_apply_takes(exa_home: Path, hardware: Har
     lifecycle = hardware.simulate(TRACE, ROOT / "examples" / "pools-lifecycle.yaml").runs[0]
     assert {o.name: o.pool for o in lifecycle.outcomes}["notebook-2"] == "mi300-c"
     assert lifecycle.results[0].placed == 4
+
+
+WAITING = """
+start: "2026-12-05T08:00:00Z"
+pools:
+  - {name: h100-eu, target: hpc, accelerator: nvidia, model: h100, region: eu, cost_per_hour: 2.9,
+     nodes: [{name: gpu-01, devices: 4, cpu: 64, memory: 512Gi}]}
+workloads:
+  - {arrival: 0, duration: 600, workload: {name: waits, accelerator: nvidia, count: 1, max_wait: 10m}}
+  - {arrival: 60, workload: {name: in-time, accelerator: nvidia, count: 1, deadline: "2026-12-05T08:05:00Z"}}
+  - {arrival: 600, workload: {name: too-late, accelerator: nvidia, count: 1, deadline: "2026-12-05T08:05:00Z"}}
+"""
+
+
+def test_the_replay_judges_max_wait_and_deadlines_at_each_arrival_as_place_does(hardware: Hardware, tmp_path: Path) -> None:
+    """Issue 30: a generic trace whose workloads set max_wait or a deadline raised a ValueError
+    (no decision time, no start estimates). The replay decides each at its arrival after the
+    trace's start, each pool with room starting it then; a deadline already passed is the wait
+    check's own refusal."""
+    trace = tmp_path / "trace.yaml"
+    trace.write_text(WAITING, encoding="utf-8")
+    run = hardware.simulate(trace).runs[0]
+    assert [(o.name, o.pool, o.code) for o in run.outcomes] == [
+        ("waits", "h100-eu", None), ("in-time", "h100-eu", None), ("too-late", None, "no_eligible_pool"),
+    ]  # fmt: skip
+    late = list(run.outcomes)[2]
+    assert "deadline_passed on 1 pool" in str(late.message), late.message
+    trace.write_text(WAITING.replace('start: "2026-12-05T08:00:00Z"\n', ""), encoding="utf-8")
+    with pytest.raises(SpecError, match="say in the trace's start") as refused:
+        hardware.simulate(trace)
+    assert refused.value.field == "workloads[1].workload.deadline"
+    trace.write_text(WAITING.replace("2026-12-05T08:00:00Z", "soon"), encoding="utf-8")
+    with pytest.raises(SpecError, match="start is an RFC 3339 instant") as bad:
+        hardware.simulate(trace)
+    assert bad.value.field == "start"

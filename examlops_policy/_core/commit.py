@@ -987,6 +987,14 @@ def _apply(
         was = changes[at]
         changes[at] = PoolChange(name, "refused", was.changed_fields, tuple(txn.holders(name)), refused=why, adding=was.action == "added")
     sharing = sharing_of(fleet) if listed else Sharing({})
+    for pool, _ in touched:
+        at = next(i for i, c in enumerate(changes) if c.name == pool.name)
+        shrunk = _below_live_grants(txn, pool, sharing.group(pool.name)) if changes[at].action == "updated" else None
+        if shrunk is not None and not preview:
+            raise SpecError(f"pool {pool.name!r}: {shrunk}", field="nodes")
+        if shrunk is not None:
+            was = changes[at]
+            changes[at] = PoolChange(pool.name, "refused", was.changed_fields, tuple(txn.holders(pool.name)), refused=shrunk)
     done = {p.name for p, _ in touched}
     for pool, outside in touched:
         _refresh(txn, capacities, pool, outside, version, sharing=sharing)
@@ -1032,6 +1040,36 @@ def _node_disagreements(fleet: Sequence[Pool], changed: set[str]) -> list[tuple[
                     )
                     break
     return sorted(found.items())
+
+
+def _below_live_grants(txn: Transaction, pool: Pool, group: Sequence[str]) -> str | None:
+    """Why ``pool``'s nodes, as it now states them, would hold less CPU or memory than the live
+    grants of the pools sharing them (``group``) hold there; None when they would not. A node's
+    CPU or memory left unsaid is not checked (nothing was promised of it)."""
+    sizes = {n.name: n for n in pool.node_list() if n.cpu is not None or n.memory is not None}
+    if not sizes:
+        return None
+    cpu: dict[str, int] = {}
+    memory: dict[str, int] = {}
+    holders: dict[str, set[str]] = {}
+    for g in txn.node_grants(list(group)):
+        if g.node in sizes:
+            cpu[g.node] = cpu.get(g.node, 0) + g.cpu_milli
+            memory[g.node] = memory.get(g.node, 0) + g.memory_mib
+            holders.setdefault(g.node, set()).add(g.decision_id)
+    for name in sorted(holders):
+        node = sizes[name]
+        if node.cpu is not None and cpu[name] > round(node.cpu * 1000):
+            what, has, held = "CPU", cpu_text(round(node.cpu * 1000)), cpu_text(cpu[name])
+        elif node.memory is not None and memory[name] > node.memory:
+            what, has, held = "memory", memory_text(node.memory), memory_text(memory[name])
+        else:
+            continue
+        return (
+            f"node {name!r} would have {what} {has}, less than the {held} that live decisions hold there "
+            f"({_named(sorted(holders[name]))}); release them first"
+        )
+    return None
 
 
 def _fact(value: object) -> str:

@@ -24,11 +24,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import cast
 
 from examlops_policy import _nodes
-from examlops_policy._sim.layer import SIGNATURE
+from examlops_policy._sim.layer import REPLAY_EPOCH, SIGNATURE
 from examlops_policy._sim.trace import PodKind
 from examlops_policy.errors import SpecError
 from examlops_policy.model import Node, Pool, Workload
@@ -106,6 +107,11 @@ class GenericTrace:
     pools: tuple[Pool, ...]
     workloads: Iterable[TraceWorkload]
     source: str = ""
+    start: datetime = REPLAY_EPOCH  # the instant arrival 0 stands for (the trace's ``start``)
+
+    def at(self, arrival: float) -> datetime:
+        """The instant a workload arriving at ``arrival`` (seconds) is decided at."""
+        return self.start + timedelta(seconds=arrival)
 
 
 def in_order(trace: GenericTrace) -> Iterator[TraceWorkload]:
@@ -202,8 +208,28 @@ def read_trace(path: str | Path, tables: Tables) -> GenericTrace:
             raise SpecError(exc.detail, source=_where(path, marks, inner), field=inner) from exc
         duration = item.get("duration")
         line = marks.get((("workloads"), i), (0, 0))[0]
+        if workload.deadline is not None and "start" not in doc:
+            inner = f"{field}.workload.deadline"
+            raise SpecError(
+                "a deadline is an instant: say in the trace's start (RFC 3339) which instant arrival 0 stands for",
+                source=_where(path, marks, inner), field=inner,
+            )  # fmt: skip
         workloads.append(TraceWorkload.of(workload, float(cast(float, item["arrival"])), None if duration is None else float(cast(float, duration)), line))
-    return GenericTrace(tuple(pools), tuple(workloads), str(path))
+    return GenericTrace(tuple(pools), tuple(workloads), str(path), _start(doc, path, marks))
+
+
+def _start(doc: Mapping[str, object], path: Path, marks: Mapping[tuple[object, ...], tuple[int, int]]) -> datetime:
+    """The trace's ``start`` (REPLAY_EPOCH when it gives none); SpecError for one that is no
+    instant."""
+    from examlops_policy import quantities
+
+    given = doc.get("start")
+    if given is None:
+        return REPLAY_EPOCH
+    try:
+        return quantities.instant(cast(str, given))
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"start is an RFC 3339 instant such as 2026-12-01T00:00:00Z ({exc})", source=_where(path, marks, "start"), field="start") from exc
 
 
 def _host_pools(pools: list[Pool], taken: Mapping[str, str]) -> list[Pool]:

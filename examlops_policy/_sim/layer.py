@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import overload
 
 from examlops_policy import _nodes
@@ -39,10 +40,16 @@ from examlops_policy._core import rooms as _rooms
 from examlops_policy._core.engine import Engine
 from examlops_policy._core import codec
 from examlops_policy._core.selection import Judged, priced, select, summary
+from examlops_policy._core.waiting import Starts
 from examlops_policy._core.state import Capacities, sharing_of
 from examlops_policy._node_packers import DEFAULT_PACKER, ExpectedWorkload, packer_named
 from examlops_policy.errors import SpecError, StateError
+from examlops_policy.estimates import start_now
 from examlops_policy.model import Capacity, Grant, Node, NodeAllocation, Pool, Workload
+
+REPLAY_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+"""What arrival 0 stands for in a trace that does not say (its ``start``): a replay of such a trace
+judges no deadline (a trace with one is refused), and max_wait counts from each arrival."""
 
 SIGNATURE = "workload"
 """The name a workload is judged under: the policy is asked once per signature, whatever its name."""
@@ -217,6 +224,7 @@ class LayerPlacer:
         self.judged_new = 0  # workload signatures judged (an OPA query each at most)
         self.refused: dict[str, int] = {}  # requests the policy refused outright, by reason code
         self._failed: tuple[Workload, Judged, str | None, str | None] | None = None  # the last request that failed
+        self._starts: Starts | None = None  # the start estimates it was judged with
 
     @property
     def capacity(self) -> _nodes.NodeCapacity:
@@ -237,14 +245,18 @@ class LayerPlacer:
             self.judged_new += 1
         return found
 
-    def decide(self, request: _nodes.NodeRequest | Workload, *, name: str | None = None) -> Placed | None:
+    def decide(self, request: _nodes.NodeRequest | Workload, *, name: str | None = None, at: datetime | None = None) -> Placed | None:
         """Place ``request`` (a trace's request, or a workload): the pool selection chooses and the
         node(s) its packer chooses, held; None when no pool is admitted with room. ``name``: the
-        workload's own name, where ``request`` is its shape (``why_failed`` names it)."""
+        workload's own name, where ``request`` is its shape (``why_failed`` names it). ``at``: the
+        replay's instant, which a workload's max_wait and deadline are judged at (the wait check
+        ``place`` makes): the replay starts work at once or not at all, so each pool with room
+        starts it then (a ``now`` estimate, the replay's own capacity being the whole fleet)."""
         workload, judged = self.judged(request)
         if isinstance(request, Workload):
             workload = request  # its own name (the judged one may be another's of the same signature)
-        outcome = select(judged, self.summaries)
+        starts = self.starts(judged, at)
+        outcome = select(judged, self.summaries, starts)
         if outcome.chosen is None:
             if name is not None and name != workload.name:
                 workload = dataclasses.replace(workload, name=name)
@@ -255,6 +267,7 @@ class LayerPlacer:
             else:
                 blocked = outcome.burst.reason if outcome.burst.verdict == "blocked" else None
                 self._failed = (workload, judged, None if blocked is None else blocked.code, None if blocked is None else blocked.message)
+            self._starts = starts
             return None
         i = outcome.chosen
         grant = outcome.grant or judged.verdict(i).grant
@@ -270,6 +283,15 @@ class LayerPlacer:
                 self._capacity.allocate(g)
         return Placed(self.pools[i].name, grant, allocations)
 
+    def starts(self, judged: Judged, at: datetime | None) -> Starts | None:
+        """The start estimates a workload with max_wait or a deadline is judged with at ``at`` (the
+        replay's instant; None: REPLAY_EPOCH): every pool starts it then if it has room (source
+        ``now``: the replay's capacity is the whole fleet). None for a workload without limits."""
+        if not judged.workload.wait.any:
+            return None
+        moment = at if at is not None else REPLAY_EPOCH
+        return Starts(moment, {p.name: start_now(p.name, moment, "the replay's own capacity") for p in self.pools})
+
     def why_failed(self) -> tuple[str, str]:
         """(code, message) of the last request ``decide`` could not place, as a placement's
         rejection says it (the policy's reason, or how many pools each reason stopped, in the
@@ -279,7 +301,7 @@ class LayerPlacer:
         workload, judged, code, message = self._failed
         if code is not None and message is not None:
             return code, message
-        return summary(judged, self.summaries, workload)
+        return summary(judged, self.summaries, workload, self._starts)
 
     def place(self, request: _nodes.NodeRequest) -> tuple[_nodes.NodeGrant, ...] | None:
         """``decide``, as the replay harness reads it: one grant per node."""

@@ -312,7 +312,7 @@ def _events(placer: LayerPlacer, trace: GenericTrace, packer: str, outcomes: Out
             allocated -= milli
         shape = w.shape
         arrived += shape.device_milli
-        got = placer.decide(shape.workload, name=w.name)
+        got = placer.decide(shape.workload, name=w.name, at=trace.at(w.arrival))
         if got is None:
             failed[shape.kind] += 1
             code, message = placer.why_failed()

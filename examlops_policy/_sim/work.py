@@ -168,10 +168,11 @@ def replay_work(placer: LayerPlacer, trace: GenericTrace, objective: str) -> Wor
             if judged.workload.rejection is not None:
                 refused += 1
                 continue
-            if select(judged, placer.summaries).chosen is None:
+            moment = trace.at(t)  # a deadline judged at the replay's instant; max_wait from it
+            if select(judged, placer.summaries, placer.starts(judged, moment)).chosen is None:
                 still.append((k, w))
                 continue
-            placed = placer.decide(judged_w)
+            placed = placer.decide(judged_w, at=moment)
             if placed is None:  # pragma: no cover - select said it fits
                 still.append((k, w))
                 continue

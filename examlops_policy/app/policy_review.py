@@ -1,7 +1,7 @@
 """The policy as reviewed code, as the façade offers it (``Hardware`` calls these):
 
     policy_status    which revision the files are, and which the local OPA and EXA_OPA_URL's serve
-    policy_docs      the README's reason-code table, regenerated (or checked) from the metadata
+    policy_docs      the reason-code table of docs/reason-codes.md, regenerated (or checked) from the metadata
     policy_tests     the Rego tests and the coverage gate (``opa test``)
     policy_lint      Regal over the policy folder
     policy_impact    recorded decisions and example workloads under another policy and this one
@@ -43,12 +43,12 @@ def policy_status(home: Path) -> PolicyStatus:
 
 
 def policy_docs(readme: Path | None, *, write: bool) -> DocsCheck:
-    """Regenerate (``write``) or only check the reason-code table of ``readme`` (default: the
-    README beside the policy folder). SpecError when the README has no marked section;
+    """Regenerate (``write``) or only check the reason-code table of ``readme`` (default:
+    docs/reason-codes.md beside the policy folder). SpecError when the page has no marked section;
     PolicyError/PolicyUnavailable when the policy's metadata cannot be read."""
     from examlops_policy._policy_docs import DocsCheck, update_readme
 
-    path = readme or policy_dir().resolve().parent / "README.md"
+    path = readme or policy_dir().resolve().parent / "docs" / "reason-codes.md"
     stale = update_readme(path, write=write)
     return DocsCheck(path, stale, stale and write)
 

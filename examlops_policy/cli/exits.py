@@ -1,4 +1,4 @@
-"""The command line's exit codes: one table, documented in the README (tests/test_cli.py holds the
+"""The command line's exit codes: one table, documented in docs/cli.md (tests/test_cli.py holds the
 two equal). Errors carry no exit codes; this table maps each class, most specific first."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ STATE_UNUSABLE: Final = 13
 INTERRUPTED: Final = 130
 PIPE_CLOSED: Final = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away
 
-# (class, code, meaning): the README's table, in code order.
+# (class, code, meaning): the table of docs/cli.md, in code order.
 TABLE: Final[tuple[tuple[type[errors.ExaError] | None, int, str], ...]] = (
     (None, OK, "success (placed, queued, portable, verified)"),
     (errors.ExaError, INTERNAL, "internal error"),

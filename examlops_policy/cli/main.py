@@ -2,7 +2,7 @@
 
 Each command parses its arguments, calls one method of the library's façade
 (``examlops_policy.hardware.Hardware``) and renders what it returns; the workflows live in the
-library. Exit codes: one table in ``examlops_policy.cli.exits`` (the README shows it). With
+library. Exit codes: one table in ``examlops_policy.cli.exits`` (docs/cli.md shows it). With
 ``--json`` an error is a JSON object on stderr: ``{"error": ..., "code": ..., "message": ...}``.
 """
 

@@ -4,7 +4,7 @@
   digest, and the git commit of a clean checkout). ``exa opa bundle`` is the same command.
 * ``status``: the reviewed revision of the policy files, and which revision the local OPA and
   ``EXA_OPA_URL``'s serve; whether each matches.
-* ``docs [--check]``: regenerate the README's reason-code table from the policies' metadata.
+* ``docs [--check] [--page PAGE]``: regenerate the reason-code table of docs/reason-codes.md from the policies' metadata.
 * ``test [--threshold P]``: the Rego tests, and the coverage gate.
 * ``lint``: Regal, with the project's ``.regal/config.yaml``.
 * ``impact --against REF|DIR``: the recorded decisions and the example workloads, decided under
@@ -166,9 +166,9 @@ def register(groups: Commands, common: argparse.ArgumentParser) -> None:
     p = commands.add_parser("status", parents=[common], help="which policy revision each decision path serves, and whether it matches")
     p.set_defaults(handler=cmd_status)
 
-    p = commands.add_parser("docs", parents=[common], help="regenerate the README's reason-code table from the policies' metadata")
+    p = commands.add_parser("docs", parents=[common], help="regenerate the reason-code table of the docs (docs/reason-codes.md) from the policies' metadata")
     p.add_argument("--check", action="store_true", help="only check: exit 3 when the table is stale")
-    p.add_argument("--readme", help="the README to rewrite (default: the repository's)")
+    p.add_argument("--page", "--readme", dest="readme", metavar="PAGE", help="the page to rewrite (default: the repository's docs/reason-codes.md)")
     p.set_defaults(handler=cmd_docs)
 
     p = commands.add_parser("test", parents=[common], help="run the Rego tests (opa test) with the coverage gate")

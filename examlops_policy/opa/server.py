@@ -66,7 +66,7 @@ _PACKAGE_PARENT: Final = Path(__file__).resolve().parents[2]
 # decision confirms the revision (about 0.3 ms); with Go's default (collect whenever the heap has
 # doubled, from a few MB) about one confirm in 300 paused 2-6 ms on a 2-core machine, while the
 # heap stayed under 80 MB at 1,000 pools. Collecting once the heap reaches 256 MiB removes those
-# pauses (confirm p99 1.1 -> 0.54 ms, benchmarks in the README). A GOGC or GOMEMLIMIT already in
+# pauses (confirm p99 1.1 -> 0.54 ms, docs/performance.md). A GOGC or GOMEMLIMIT already in
 # the environment is kept as it is.
 OPA_GC_ENV: Final = {"GOGC": "off", "GOMEMLIMIT": "256MiB"}
 

@@ -354,14 +354,17 @@ def node_violations(pools: dict[str, Pool], holdings: Sequence[Sequence[Any]], n
         return repr((p.accelerator, p.model, p.gres_type, p.fixed_profile)) if p is not None else pool
 
     sizes: dict[tuple[str, str], tuple[int, int | None, int | None, int | None]] = {}
+    devices: dict[tuple[str, str, str], int] = {}  # a node's devices of one kind (a CPU pool's: its cores)
     for p in pools.values():
         for n in p.node_list():
             sizes[key(p.name, n.name)] = (n.devices, n.cpu_milli, n.memory_mib, p.shares_per_device)
+            devices[(*key(p.name, n.name), kind(p.name))] = n.devices
     per_device: dict[tuple[str, str, str, int], list[tuple[str | None, float, int | None]]] = {}
     for pool, node, device, profile, share, shares in holdings:
         k = key(str(pool), str(node))
-        if k in sizes and not 0 <= int(device) < sizes[k][0]:
-            found.append(f"node {node}: device {device} beyond its {sizes[k][0]} devices")
+        count = devices.get((*k, kind(str(pool))))
+        if count is not None and not 0 <= int(device) < count:
+            found.append(f"node {node}: device {device} beyond its {count} devices")
         per_device.setdefault((*k, kind(str(pool)), int(device)), []).append((profile, float(share), None if shares is None else int(shares)))
     for (_, node, _, device), held in sorted(per_device.items()):
         whole = [h for h in held if h[0] is None and h[2] is None]
