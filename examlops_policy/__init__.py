@@ -77,8 +77,8 @@ if TYPE_CHECKING:
         Replay,
         Submission,
         Submit,
-        explain,
     )
+    from examlops_policy._core.explain import explain
 
 __version__ = "0.1.0"
 
@@ -99,8 +99,9 @@ _HOMES: Final = {
         "AdmissionReport", "Admitted", "BurstEvent", "Cancelled", "DecisionPage", "DecisionRecord", "DecisionSummary",
         "DiscoveryResult", "Explanation", "FinopsReport", "JobReport", "ModelsCost", "PoolChange", "PoolDetail", "PoolView",
         "Portability", "QueueEntry", "QueueListing", "QuotaRow", "ReconcileChange", "ReconcileReport", "ReleaseReport", "Replay",
-        "Submission", "Submit", "explain",
+        "Submission", "Submit",
     ),
+    "examlops_policy._core.explain": ("explain",),
 }  # fmt: skip
 _HOME_OF: Final = home_of(_HOMES)
 __getattr__ = lazy_names(__name__, globals(), _HOME_OF)

@@ -29,7 +29,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Final, Protocol
 
-from examlops_policy.errors import PolicyError, PolicyUnavailable
+from examlops_policy.errors import OpaUnreachable, PolicyError, PolicyUnavailable
 from examlops_policy.model import JSONObject
 from examlops_policy._core import codec
 from examlops_policy._core.verdicts import About, Answer, Confirmation, PolicyEvaluator
@@ -71,8 +71,6 @@ class OpaPolicy:
         return self._transport.describe
 
     def _request(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
-        from examlops_policy.opa.transport import OpaUnreachable
-
         try:
             return self._transport.request(method, path, body)
         except OpaUnreachable as exc:

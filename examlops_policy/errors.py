@@ -4,6 +4,7 @@
     ├── SpecError               bad input: a spec file, a field, a value (names what was expected)
     ├── NotFoundError           a pool or decision that does not exist
     ├── PolicyUnavailable       no policy verdict could be had (OPA down, timing out, not started)
+    │   └── OpaUnreachable      no answer from OPA: where it was asked, what went wrong, the OS's detail
     ├── PolicyError             OPA answered, but not with a usable decision (undefined, malformed,
     │                           a policy that does not compile, a revision that is not the reviewed one)
     ├── StateError              the state store cannot be used as it is
@@ -50,6 +51,20 @@ class NotFoundError(ExaError):
 
 class PolicyUnavailable(ExaError):
     """No verdict could be had from the policy engine: nothing is placed."""
+
+
+class OpaUnreachable(PolicyUnavailable):
+    """No answer from OPA: ``where`` it was asked, ``what`` went wrong, and the OS's ``detail``."""
+
+    def __init__(self, where: str, what: str, detail: str) -> None:
+        self.where = where
+        self.what = what
+        self.detail = detail
+        super().__init__(f"OPA at {where} {what} ({detail})")
+
+    def nothing_placed(self) -> PolicyUnavailable:
+        """The same failure, worded for a placement that was therefore not made."""
+        return PolicyUnavailable(f"OPA at {self.where} {self.what}; nothing was placed ({self.detail})")
 
 
 class PolicyError(ExaError):

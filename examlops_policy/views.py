@@ -10,22 +10,15 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from examlops_policy.errors import SpecError
-from examlops_policy.model import WORK_OBJECTIVES, Decision, Holding, JSONObject, JSONValue, Pool, PoolState, PoolVerdict, Reason, StartEstimate
+from examlops_policy.model import Decision, Holding, JSONObject, JSONValue, Pool, PoolState, PoolVerdict, Reason, StartEstimate
 
 # A start estimated within this many seconds of the decision's time is "now" for people: Slurm
 # answers in whole seconds, a free partition the second after it is asked (the wait policy's
 # slack, checks/wait).
 NOW_WITHIN_S = 1
-
-# Balanced scores compare at this precision (as grant costs do, and as the policy rounds them).
-SCORE_DIGITS = 9
-
-if TYPE_CHECKING:  # for annotations only: the OPA stack loads when a command needs it
-    from examlops_policy.discovery import NodeUsage as NodeUsage
-    from examlops_policy.opa import OpaStatus as OpaStatus
 
 
 @dataclass(frozen=True)
@@ -350,6 +343,22 @@ class ModelsCost:
 
 
 @dataclass(frozen=True)
+class NodeUsage:
+    """What a scheduler reports busy on one node of a pool at discovery time: ``devices`` of the
+    pool's kind (``indices`` where the scheduler names them), ``shares`` of shared devices (Slurm
+    shards or MPS, replicas of a time-sliced GPU), and the node's ``cpu_milli`` and ``memory_mib``
+    in use (None: not reported). Busy devices of a node in several pools (overlapping partitions)
+    are reported for each of them: the node's capacity is one."""
+
+    node: str
+    devices: int = 0
+    indices: tuple[int, ...] = ()
+    shares: int = 0
+    cpu_milli: int | None = None
+    memory_mib: int | None = None
+
+
+@dataclass(frozen=True)
 class DiscoveredChange:
     """One pool a discovery found and what applying it does (add, update, unchanged, stale)."""
 
@@ -476,78 +485,6 @@ class Explanation:
     carbon_weight: float
     standings: tuple[Standing, ...]
     decided_at: datetime | None = None  # the decision's time, its estimates judged at
-
-
-def explain(decision: Decision) -> Explanation:
-    """The ranking behind ``decision``: the eligible pools of the winner's tier under its objective.
-    (Rejections have no winner: an empty ranking.)"""
-    w = decision.workload
-    chosen = getattr(decision, "pool", None)
-    tier = next((v.tier for v in decision.verdicts if v.pool == chosen), None)
-    pool_rows = [v for v in decision.verdicts if v.eligible and v.tier == tier] if chosen else []
-    if w.optimize == "balanced":
-        scores = balanced_scores([(v.grant_cost_per_hour, v.grant_carbon_per_hour) for v in pool_rows], w.carbon_weight)
-        ranked = sorted(zip(pool_rows, scores), key=lambda r: (r[1], r[0].grant_cost_per_hour, r[0].pool))
-        standings = [Standing(v.pool, v.grant_cost_per_hour, v.grant_carbon_per_hour, s, v.estimate) for v, s in ranked]
-    elif w.optimize == "earliest":
-        now = decision.decided_at
-
-        def soonest(v: PoolVerdict) -> tuple[object, ...]:
-            e = v.estimate
-            if e is None or e.at is None or now is None:
-                return (1, 0.0, v.grant_cost_per_hour, v.pool)
-            at, moment = math.floor(e.at.timestamp()), math.floor(now.timestamp())
-            return (0, moment if at <= moment + NOW_WITHIN_S else at, v.grant_cost_per_hour, v.pool)
-
-        standings = [Standing(v.pool, v.grant_cost_per_hour, v.grant_carbon_per_hour, None, v.estimate) for v in sorted(pool_rows, key=soonest)]
-    elif w.optimize in WORK_OBJECTIVES:
-        standings = [
-            Standing(v.pool, v.grant_cost_per_hour, v.grant_carbon_per_hour, None, v.estimate, JobFigures.of(v, w.work))
-            for v in sorted(pool_rows, key=lambda v: _by_work(v, w.optimize, w.work, decision.decided_at))
-        ]
-    else:
-        carbon = w.optimize == "carbon"
-
-        def order(v: PoolVerdict) -> tuple[float, ...]:
-            return (v.grant_carbon_per_hour, v.grant_cost_per_hour) if carbon else (v.grant_cost_per_hour,)
-
-        standings = [
-            Standing(v.pool, v.grant_cost_per_hour, v.grant_carbon_per_hour, None, v.estimate) for v in sorted(pool_rows, key=lambda v: (*order(v), v.pool))
-        ]
-    # The winner first even where room, not rank, decided (a cheaper pool full at commit time).
-    standings.sort(key=lambda s: s.pool != chosen)
-    return Explanation(tier, w.optimize, w.carbon_weight, tuple(standings), decision.decided_at)
-
-
-def _by_work(v: PoolVerdict, objective: str, work: float | None, now: datetime | None) -> tuple[object, ...]:
-    """Where a pool ranks by work (as selection ranks it): those whose throughput is known first,
-    by the job's cost, carbon or completion; the others by the hour (or by start)."""
-    job = JobFigures.of(v, work)
-    e = v.estimate
-    if e is None or e.at is None or now is None:
-        wait: tuple[int, float] = (1, 0.0)
-    else:
-        at, moment = math.floor(e.at.timestamp()), math.floor(now.timestamp())
-        wait = (0, float(max(0, at - moment) if at > moment + NOW_WITHIN_S else 0))
-    if objective == "work-time":
-        rank: tuple[object, ...] = (1, *wait) if job is None else (0, wait[0], wait[1] + job.run_s)
-    elif objective == "work-carbon":
-        rank = (1, v.grant_carbon_per_hour) if job is None else (0, job.carbon_g)
-    else:
-        rank = (1, v.grant_cost_per_hour) if job is None else (0, job.cost)
-    return (*rank, v.grant_cost_per_hour, v.pool)
-
-
-def balanced_scores(rows: Sequence[tuple[float, float]], carbon_weight: float) -> list[float]:
-    """Each candidate's balanced score from its (cost, carbon) per hour: each divided by the
-    highest among the candidates, carbon weighted by ``carbon_weight``; lower is better."""
-    top_cost = max((r[0] for r in rows), default=0.0)
-    top_carbon = max((r[1] for r in rows), default=0.0)
-    w = carbon_weight
-    return [
-        round((1 - w) * (cost / top_cost if top_cost else 0.0) + w * (carbon / top_carbon if top_carbon else 0.0), SCORE_DIGITS)
-        for cost, carbon in rows
-    ]
 
 
 def decision_json(decision: Decision, record: DecisionRecord | None = None) -> dict[str, object]:

@@ -10,9 +10,14 @@ own modules; never the store, the tables, the policy engine or the placement cor
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import examlops_policy.cli
+
+from conftest import run_exa, shared_opa_env
 
 ALLOWED = {
     "examlops_policy.hardware", "examlops_policy.model", "examlops_policy.views", "examlops_policy.errors",
@@ -55,3 +60,51 @@ def test_the_check_sees_a_forbidden_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from examlops_policy.store import Store\n    from examlops_policy import tables\n", encoding="utf-8")
     assert imported_modules(bad) == {"examlops_policy.store", "examlops_policy.tables"}
+
+
+# What `exa hardware place --dry-run` may load of the package (here, and with the home's local OPA):
+# the command line of its group, the façade, the decision cycle and the workflows it composes, the
+# core, the SQLite store and the OPA client. Not the audit chain (a dry run writes no entry), the
+# reports, the executors, discovery, the simulator, the PostgreSQL store or the other groups'
+# commands. A module added here is a cost every cold placement pays: the list may shrink, not grow.
+PLACE_DRY_RUN_MAY_LOAD = frozenset({
+    "examlops_policy", "examlops_policy._canonical", "examlops_policy._lazy", "examlops_policy._policy", "examlops_policy._private",
+    "examlops_policy._reviewed", "examlops_policy.accounting", "examlops_policy.errors", "examlops_policy.hardware",
+    "examlops_policy.model", "examlops_policy.quantities", "examlops_policy.specs", "examlops_policy.tables", "examlops_policy.views",
+    "examlops_policy._core", "examlops_policy._core.codec", "examlops_policy._core.commit", "examlops_policy._core.engine",
+    "examlops_policy._core.explain", "examlops_policy._core.leases", "examlops_policy._core.packing", "examlops_policy._core.quota",
+    "examlops_policy._core.records", "examlops_policy._core.request", "examlops_policy._core.selection", "examlops_policy._core.state",
+    "examlops_policy._core.verdicts", "examlops_policy._core.waiting",
+    "examlops_policy.app", "examlops_policy.app.cycle", "examlops_policy.app.discovering", "examlops_policy.app.estimating",
+    "examlops_policy.app.estimators", "examlops_policy.app.placing", "examlops_policy.app.policy_review", "examlops_policy.app.pools",
+    "examlops_policy.app.queue", "examlops_policy.app.records", "examlops_policy.app.reports", "examlops_policy.app.simulate",
+    "examlops_policy.app.submitting", "examlops_policy.app.under", "examlops_policy.app.wiring",
+    "examlops_policy.app.schedulers",  # the registry's names (the --submit choices); it loads no adapter
+    "examlops_policy.cli", "examlops_policy.cli.args", "examlops_policy.cli.console", "examlops_policy.cli.decisions",
+    "examlops_policy.cli.exits", "examlops_policy.cli.jobs", "examlops_policy.cli.main", "examlops_policy.cli.pools",
+    "examlops_policy.cli.queue", "examlops_policy.cli.render", "examlops_policy.cli.simulate",
+    "examlops_policy.estimates", "examlops_policy.estimates.gather", "examlops_policy.estimates.table",
+    "examlops_policy.opa", "examlops_policy.opa.bundle", "examlops_policy.opa.connection", "examlops_policy.opa.content",
+    "examlops_policy.opa.procs", "examlops_policy.opa.server", "examlops_policy.opa.transport",
+    "examlops_policy.store", "examlops_policy.store._queue_sql", "examlops_policy.store._sql", "examlops_policy.store.api",
+    "examlops_policy.store.sqlite",
+})  # fmt: skip
+
+
+def test_a_cold_placement_loads_only_what_it_uses(exa_home: Path) -> None:
+    """``exa hardware place --dry-run`` in a fresh interpreter loads no module of the package beyond
+    ``PLACE_DRY_RUN_MAY_LOAD``, and none of the terminal, YAML, schema or crypto libraries."""
+    run_exa(exa_home, "hardware", "add-pool", "gpu", "--target", "hpc", "--accelerator", "nvidia", "--count", "8", "--region", "eu", check=True)
+    code = (
+        "import sys\n"
+        "from examlops_policy.cli.main import main\n"
+        "sys.argv = ['exa', 'hardware', 'place', 'train', '--accelerator', 'nvidia', '--target', 'hpc', '--dry-run']\n"
+        "code = main()\n"
+        "print(code, ' '.join(sorted(m for m in sys.modules if m.startswith(('examlops_policy', 'rich', 'yaml', 'jsonschema', 'cryptography')))))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**env, **shared_opa_env(), "EXA_HOME": str(exa_home)})
+    status, *loaded = out.stdout.splitlines()[-1].split()
+    assert status == "0", out.stdout + out.stderr
+    assert {"examlops_policy.hardware", "examlops_policy._core.engine", "examlops_policy.store.sqlite"} <= set(loaded)
+    assert set(loaded) <= PLACE_DRY_RUN_MAY_LOAD, sorted(set(loaded) - PLACE_DRY_RUN_MAY_LOAD)

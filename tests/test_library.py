@@ -14,7 +14,7 @@ import pytest
 import examlops_policy
 from examlops_policy import Hardware, Placement, Pool, Rejection, SpecError, Workload
 from examlops_policy.errors import NotFoundError
-from examlops_policy.views import explain
+from examlops_policy import explain
 from tests.conftest import SEED_POOLS
 
 SEED_YAML = """\

@@ -123,15 +123,18 @@ def test_a_share_needs_one_device_with_that_much_free() -> None:
 
 def test_shares_count_in_the_capacitys_unit_and_never_a_whole_device() -> None:
     """A pool shared in 16ths (Slurm shards) counts shares exactly: 16 of one share fill a device,
-    never a 17th; a share of a whole device or more is not a share."""
+    never a 17th; every share of a device (what the policy grants for a fraction that needs them
+    all) holds the device in its sharing mode, and more than a device is not a share."""
     cap = NodeCapacity([Node("a", devices=1, cpu_milli=64000)], unit=16)
     packer = GpuPackingPacker()
     for _ in range(16):
         assert only(cap.place(share(1), packer)).devices == (0,)
     assert cap.place(share(1), packer) is None
     fresh = NodeCapacity([Node("b", devices=2)], unit=16)
-    assert fresh.place(share(16), packer) is None
-    assert only(fresh.place(share(15), packer)).devices == (0,)
+    assert fresh.place(share(17), packer) is None
+    assert only(fresh.place(share(16), packer)).devices == (0,)
+    assert only(fresh.place(share(15), packer)).devices == (1,)  # device 0 has no share left
+    assert fresh.place(share(1), packer) is not None and fresh.place(share(1), packer) is None
     assert fresh.units_of(NodeRequest(devices=2)) == 32
 
 

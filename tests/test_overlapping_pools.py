@@ -211,3 +211,22 @@ def test_the_cores_a_grant_holds_through_another_pool_count_too(hardware: Hardwa
     with pytest.raises(SpecError, match="node 'n1' would have CPU 32, less than the 40 that live decisions hold there"):
         hardware.apply([unsaid, dataclasses.replace(said, nodes=(Node("n1", 8, 32),))])
     assert hardware.verify_audit().ok
+
+
+# -- views in the unit of the pool asking, the other pools named (issue 30) ------------------------------
+
+
+def test_each_pool_names_the_other_pools_holding_its_devices_and_a_cpu_pool_counts_the_cores_left(hardware: Hardware) -> None:
+    """Before, an MPS pool showed the time-slice pool's share as "device 0 whole", and a cpu pool
+    over the node showed 10 of 16 cores free while GPU grants held 6 more (0 free, 4 really)."""
+    hardware.apply([TS4, MPS8, Pool("cores", "hpc", "cpu", 16, "eu", nodes=(Node("l1", 16, 16, 65536),), cost_per_hour=0.1)])
+    assert _place(hardware, 0.25) == "ts4"
+    assert hardware.place(Workload("cpu-side", "nvidia", engine="vllm", fraction=0.25, cpu=6)).decision.pool == "ts4"  # type: ignore[union-attr]
+    assert _cores(hardware, 6)
+    layouts = {name: hardware.pool(name).nodes[0].layout for name in ("ts4", "mps8")}
+    assert layouts == {"ts4": "device 0: 2 of 4 shares", "mps8": "device 0: held by ts4"}, layouts
+    free = {p.pool.name: p.free for p in hardware.pools()}
+    assert free["cores"] == 4, free  # 16 cores: 6 of the cpu pool's, 6 the GPU grant asked for
+    assert not _cores(hardware, 5) and _cores(hardware, 4)
+    assert {p.pool.name: p.free for p in hardware.pools()}["cores"] == 0
+    assert hardware.verify_audit().ok

@@ -13,10 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from examlops_policy._core import packing
-from examlops_policy._core.selection import carbon_per_hour, effective_cost, fits, grant_cost
+from examlops_policy._core.selection import balanced_scores, carbon_per_hour, effective_cost, fits, grant_cost
 from examlops_policy.model import Capacity, Grant, Holding, Pool
 from examlops_policy.tables import load_tables
-from examlops_policy.views import balanced_scores
 
 TABLES = load_tables()
 H100 = Pool("h100", "hpc", "nvidia", 2, "eu", model="h100", supports_fractions=True)

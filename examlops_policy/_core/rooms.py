@@ -53,6 +53,9 @@ class Rooms:
     # Devices taken whole because a pool sharing them another way holds them (``hold_beside``
     # with ``other_mode``): (node position, device) -> how many of its grants hold it.
     foreign: dict[tuple[int, int], int] = field(default_factory=dict)
+    # The other pools over the same devices holding each device (any part of it), by the records
+    # ``build`` read: (node position, device) -> their names, for ``details`` to name them.
+    others: dict[tuple[int, int], set[str]] = field(default_factory=dict)
     # Each node's room as ``summary`` last worked it out, so that a summary after a change costs
     # the nodes that changed (``summary(rooms, changed)``); None until the first summary.
     tally: _Tally | None = field(default=None, repr=False, compare=False)
@@ -109,6 +112,8 @@ def build(
         if where is None or (row.pool is not None and row.pool not in mine and row.pool not in otherwise):
             continue
         i, device = where
+        if row.pool is not None and row.pool != pool.name:
+            rooms.others.setdefault((i, device), set()).add(row.pool)
         if row.pool in otherwise:
             whole.setdefault(i, set()).add(device)
             continue
@@ -255,6 +260,12 @@ def _node_room(rooms: Rooms, tally: _Tally, i: int) -> tuple[RoomKey | None, int
     if not node.usable:
         return None, 0, 0
     whole = int(capacity.whole_free[i])
+    units = int(capacity.free_milli[i])
+    if pool.accelerator == "cpu" and capacity.cpu_tracked[i]:
+        # A cpu pool's devices are its node's cores (a unit of a grant takes 1000 millicores of
+        # the node): no more are free than the node's cores that other pools' grants leave.
+        whole = min(whole, int(capacity.cpu_free[i]) // 1000)
+        units = min(units, whole * capacity.unit)
     slices: tuple[tuple[str, int], ...] = ()
     if layout.kind == "fixed":
         slices, whole = ((str(layout.fixed_profile), whole),), 0
@@ -272,7 +283,7 @@ def _node_room(rooms: Rooms, tally: _Tally, i: int) -> tuple[RoomKey | None, int
     )
     shares = rooms.slice_share.get(i)
     pico = round(sum(max(0.0, 1.0 - v) for v in shares.values()) * 1e12) if shares else 0
-    return key, int(capacity.free_milli[i]), pico
+    return key, units, pico
 
 
 _NONE = (True, 0)
@@ -492,15 +503,21 @@ def details(rooms: Rooms) -> tuple[NodeDetail, ...]:
         slices: dict[int, list[Holding]] = {}
         for h in rooms.slices.get(i, ()):
             slices.setdefault(h.device, []).append(h)
-        whole = sorted(rooms.taken.get(i, set()) - set(shared) - set(slices))
+        taken = rooms.taken.get(i, set()) - set(shared) - set(slices)
+        # Another pool's grant on a device is named by its pool: "device 1: held by mps8".
+        theirs = {d: rooms.others[(i, d)] for d in taken if (i, d) in rooms.others}
+        whole = sorted(taken - set(theirs))
         # "devices 0-1 whole", "device 3 whole": the indices of the devices held, never a count.
         parts = [f"device{'s' if len(whole) > 1 else ''} {_ranges(whole)} whole"] if whole else []
-        for device in sorted(set(shared) | set(slices)):
-            if device in slices:
+        for device in sorted(set(shared) | set(slices) | set(theirs)):
+            if device in theirs:
+                parts.append(f"device {device}: held by {', '.join(sorted(theirs[device]))}")
+            elif device in slices:
                 held = sorted(slices[device], key=lambda h: (h.start or 0, h.profile or ""))
                 parts.append(f"device {device}: " + ", ".join(f"{h.profile}@{h.start}" if h.start is not None else str(h.profile) for h in held))
             else:
-                parts.append(f"device {device}: {rooms.unit - shared[device]} of {rooms.unit} shares")
+                beside = rooms.others.get((i, device))
+                parts.append(f"device {device}: {rooms.unit - shared[device]} of {rooms.unit} shares" + (f" (with {', '.join(sorted(beside))})" if beside else ""))
         out.append(
             NodeDetail(
                 node.name, node.state, node.devices, int(capacity.whole_free[i]), ", ".join(parts) or "nothing held",

@@ -49,7 +49,6 @@ from examlops_policy.model import (
 )
 from examlops_policy.accounting import carbon_basis
 from examlops_policy.tables import Tables
-from examlops_policy.views import balanced_scores
 from examlops_policy._core import codec
 from examlops_policy._core import quota as quotas
 from examlops_policy._core.quota import NO_USE, QuotaUse
@@ -60,6 +59,8 @@ from examlops_policy._core.waiting import Starts, exceeded
 # policy's composer.headline_causes; any other cause, or several: no_capacity_other).
 HEADLINES: Final = {"capacity": "no_capacity", "wait": "no_capacity_wait", "quota": "no_capacity_quota"}
 COST_DIGITS: Final = 9  # grant costs compare at this precision (Rego computes them in decimals)
+# Balanced scores compare at this precision (as grant costs do, and as the policy rounds them).
+SCORE_DIGITS: Final = 9
 
 
 def effective_cost(pool: Pool, tables: Tables) -> float:
@@ -542,6 +543,18 @@ def larger_ranks_later(judged: Judged) -> bool:
     or start: they cost more, emit more, start alike); not so by work, where a larger partition
     may do more than its price says."""
     return judged.objective not in WORK_OBJECTIVES
+
+
+def balanced_scores(rows: Sequence[tuple[float, float]], carbon_weight: float) -> list[float]:
+    """Each candidate's balanced score from its (cost, carbon) per hour: each divided by the
+    highest among the candidates, carbon weighted by ``carbon_weight``; lower is better."""
+    top_cost = max((r[0] for r in rows), default=0.0)
+    top_carbon = max((r[1] for r in rows), default=0.0)
+    w = carbon_weight
+    return [
+        round((1 - w) * (cost / top_cost if top_cost else 0.0) + w * (carbon / top_carbon if top_carbon else 0.0), SCORE_DIGITS)
+        for cost, carbon in rows
+    ]
 
 
 def _balanced(

@@ -29,7 +29,8 @@ if TYPE_CHECKING:  # the node packer (numpy) loads only where a pool has nodes
 # What the capacity summaries are worked out with beyond the tables: bumped when the way they are
 # worked out changes, so that stored ones are worked out again (``commit.ensure_layout``).
 # 2: node by node (node-tracked pools), grants recorded before they named nodes mapped to nodes.
-SUMMARY_VERSION = 2
+# 3: a cpu pool's devices free on a node no more than the node's cores other pools' grants leave.
+SUMMARY_VERSION = 3
 
 
 @dataclass(frozen=True)

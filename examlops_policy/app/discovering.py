@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from examlops_policy.app import schedulers
-from examlops_policy.app.schedulers.base import region_of, text
 from examlops_policy.errors import SpecError
 from examlops_policy.model import Pool, PoolState
 from examlops_policy.store.api import NodeUsageRow
@@ -32,6 +31,7 @@ def sources() -> tuple[str, ...]:
 
 
 def _local(fleet: Fleet, region: str | None, prefix: str | None, options: Mapping[str, object]) -> tuple[Discovery, Callable[[Pool], bool]]:
+    from examlops_policy.app.schedulers.base import region_of, text
     from examlops_policy.discovery.local import discover_local
 
     local_prefix = prefix or "local-"

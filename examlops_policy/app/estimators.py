@@ -1,9 +1,9 @@
 """Who decisions ask when pools would start a workload (``DecisionCycle.estimator``).
 
 A start estimator given to ``Hardware`` is asked as it is. Otherwise one is made per policy
-snapshot: each registered scheduler that is asked unless told otherwise (``Scheduler.asking``:
-Slurm, where a pool names a partition, one Slurm estimator for the life of the object, its answers
-cached across snapshots), the provisioning table of that snapshot for cloud pools, the free
+snapshot: each registered scheduler that is asked unless told otherwise (its ``StartAsking``, from
+the registry: Slurm, where a pool names a partition, one Slurm estimator for the life of the
+object, its answers cached across snapshots), the provisioning table of that snapshot for cloud pools, the free
 capacity for the rest; a Kubernetes cluster only when given (``ask_kubernetes``); "now" from the
 layer's own account only when told (``own_capacity``).
 """
@@ -43,7 +43,7 @@ class Estimators:
             from examlops_policy.estimates.table import ProvisioningTable
 
             if self._asking is None:
-                self._asking = [a for s in schedulers.SCHEDULERS.values() if (a := s.asking()) is not None]
+                self._asking = schedulers.SCHEDULERS.askings()
             askers: list[PoolAsker] = [a.asker(policy.root) for a in self._asking]
             if self._kubernetes is not None:
                 askers.append(KubernetesAsker(self._kubernetes))

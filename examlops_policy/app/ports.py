@@ -5,7 +5,7 @@ cycle (``DecisionCycle``: ``State``, ``PolicySource``), the store's clock (``Clo
 decisions (``Records``: ``Jobs``, ``Recorded``), the placing workflow (``Placer``), the fleet's
 workflows (``Fleet``), who estimates starts, with its own clock (``Estimator``), the policy's other
 entry points (``Queries``), and the schedulers work is handed to (``Scheduler``, each registered
-once by name in ``app.schedulers``; ``StartAsking``: how one is asked for start estimates). No port
+once by name in ``app.schedulers``, with its ``StartAsking``: how it is asked for start estimates). No port
 names the façade (``Hardware``) or anything private of it.
 """
 
@@ -151,7 +151,7 @@ class Scheduler(Protocol):
 
     * ``discover``: the pools it serves (``region``: for new pools; ``prefix`` of their names) and
       which registered pools it owns (the stale ones among them);
-    * ``asking``: how it is asked when its pools would start a workload (None: not unless told);
+    * its start estimates: the ``StartAsking`` it is registered with (none: not asked unless told);
     * ``submit`` a live placement (``dry_run``: what would be sent, recording nothing), the job
       recorded on its decision; ``queued``: a submission kept with a queued workload, from the
       CLI's options, ``check_queued`` its options, ``submit_queued`` it once admitted;
@@ -178,8 +178,6 @@ class Scheduler(Protocol):
     def discover(
         self, fleet: Fleet, *, region: str | None, prefix: str | None, options: Mapping[str, object]
     ) -> tuple[Discovery, Callable[[Pool], bool]]: ...
-
-    def asking(self) -> StartAsking | None: ...
 
     def submit(self, jobs: Jobs, ident: str, options: Mapping[str, object], *, dry_run: bool) -> Submission: ...
 

@@ -55,11 +55,11 @@ def reconcile(
     chosen = named if named or slurm is not None else {name: {} for name in by_scheduler}
     changes: list[ReconcileChange] = []
     unreadable: list[tuple[str, str]] = []
-    for name, scheduler in schedulers.SCHEDULERS.items():
+    for name in schedulers.SCHEDULERS:  # in the registry's order; an adapter is made only when read
         if name not in chosen:
             continue
         try:
-            changes += _read(st, scheduler, by_scheduler.get(name, []), chosen[name], runner)
+            changes += _read(st, schedulers.SCHEDULERS[name], by_scheduler.get(name, []), chosen[name], runner)
         except ExaError as exc:
             unreadable.append((name, str(exc)))
     return ReconcileReport(tuple(changes), tuple(unreadable), len(grants))

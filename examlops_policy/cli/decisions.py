@@ -14,7 +14,7 @@ from examlops_policy.cli import args as types
 from examlops_policy.cli.args import Commands
 from examlops_policy.cli import exits, render
 from examlops_policy.errors import SpecError
-from examlops_policy.hardware import SCHEDULERS, Hardware, as_burst
+from examlops_policy.hardware import Hardware, as_burst, schedulers
 from examlops_policy.model import (
     ACCELERATORS, ENGINES, ISOLATIONS, OBJECTIVES, RESIDENCIES, SPOT, TOPOLOGIES, TOPOLOGY_MODES, WORKLOAD_TARGETS, Decision,
     Placement, Workload,
@@ -117,13 +117,13 @@ def _submission(args: argparse.Namespace, queue: bool) -> Submit | None:
     if args.submit is None:
         given = [f"--{o}" for o in ("script", "image", "namespace", *(() if args.ask_kubernetes else ("context", "kubeconfig"))) if getattr(args, o, None)]
         if given:
-            which = " or ".join(f"--submit {name}" for name in SCHEDULERS)
+            which = " or ".join(f"--submit {name}" for name in schedulers.SCHEDULERS)
             raise SpecError(f"{', '.join(given)} say how to submit once admitted: add {which}", source="command line")
         return None
     if not queue:
         raise SpecError("--submit submits a queued workload once it is admitted: add --queue", source="command line", field="--submit")
     options = {o: getattr(args, o, None) for o in ("script", "image", "namespace", "context", "kubeconfig")}
-    return SCHEDULERS[args.submit].queued(options)
+    return schedulers.SCHEDULERS[args.submit].queued(options)
 
 
 def _ask_kubernetes(args: argparse.Namespace, hw: Hardware) -> None:
@@ -146,7 +146,7 @@ def cmd_place(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     record = hw.place(w, request_id=args.request_id, lease=args.lease, queue=queue, submission=submission)
     code = show(args, console, record.decision, record)
     if submission is not None and record.job_id is not None and not args.json:
-        known = SCHEDULERS.get(record.scheduler or "")
+        known = schedulers.SCHEDULERS.get(record.scheduler or "")
         scheduler = f"{known.title} as {known.job_word}" if known is not None else "job"
         console.print(Text(f"  it fitted at once (nothing queued): submitted to {scheduler} {record.job_id}", style="green"))
     return code
@@ -345,7 +345,7 @@ def _workload_args(p: argparse.ArgumentParser, *, target: bool, queue: bool = Fa
     p.add_argument("--kubeconfig", help=f"{uses}: the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
     if queue:
         p.add_argument("--queue", action="store_true", help="wait in the queue when every pool that could take it is only full")
-        p.add_argument("--submit", choices=tuple(SCHEDULERS), help="once admitted from the queue, submit it (with --script, or --image)")
+        p.add_argument("--submit", choices=tuple(schedulers.SCHEDULERS), help="once admitted from the queue, submit it (with --script, or --image)")
         p.add_argument("--script", help="--submit slurm: the batch script (its text is kept with the queued workload)")
         p.add_argument("--image", help="--submit kubernetes: the container image")
         p.add_argument("--namespace", help="--submit kubernetes: the namespace")

@@ -12,7 +12,7 @@ from examlops_policy.cli import exits, render
 from examlops_policy.hardware import Hardware
 
 if TYPE_CHECKING:
-    from examlops_policy.views import OpaStatus
+    from examlops_policy.hardware import OpaStatus
 
 
 def duration(seconds: float) -> str:

@@ -10,7 +10,7 @@ from examlops_policy.quantities import memory_text
 
 from examlops_policy.model import WORK_OBJECTIVES, Decision, Grant, Placement, PoolState, PoolVerdict, Queued, Rejection, article
 from examlops_policy.views import (
-    DecisionRecord, DecisionSummary, Explanation, JobFigures, PoolDetail, PoolView, QueueEntry, Standing, duration_text, explain,
+    DecisionRecord, DecisionSummary, Explanation, JobFigures, PoolDetail, PoolView, QueueEntry, Standing, duration_text,
     start_text, wait_text,
 )  # fmt: skip
 
@@ -340,6 +340,8 @@ def print_explanation(console: Console, decision: Decision) -> None:
     eligible = sum(1 for v in verdicts if v.eligible)
     console.print(f"  {'eligible':<{width}} {eligible:>5}")
     if isinstance(decision, Placement):
+        from examlops_policy.hardware import explain  # the core's ranking, as the façade offers it
+
         # Where on which node(s): said once, by the placement's own lines above the explanation.
         console.print(f"Chosen: {decision.pool}, {why_chosen(decision, explain(decision), eligible)}.")
         if not starts and decision.estimate is not None and now is not None:

@@ -16,27 +16,12 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from examlops_policy.model import Pool, PoolState
+from examlops_policy.views import NodeUsage
 
 # Operator-set facts a scheduler or a device tool does not report: kept on re-discovery.
 KEPT_FIELDS: Final = ("cost_per_hour", "carbon_factor", "power_w", "pue")
 
 Action = Literal["add", "update", "unchanged", "stale"]
-
-
-@dataclass(frozen=True)
-class NodeUsage:
-    """What a scheduler reports busy on one node of a pool at discovery time: ``devices`` of the
-    pool's kind (``indices`` where the scheduler names them), ``shares`` of shared devices (Slurm
-    shards or MPS, replicas of a time-sliced GPU), and the node's ``cpu_milli`` and ``memory_mib``
-    in use (None: not reported). Busy devices of a node in several pools (overlapping partitions)
-    are reported for each of them: the node's capacity is one."""
-
-    node: str
-    devices: int = 0
-    indices: tuple[int, ...] = ()
-    shares: int = 0
-    cpu_milli: int | None = None
-    memory_mib: int | None = None
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Which source a pool gets (``StartEstimator.source_of``): the first scheduler's asker that claims
 it (a ``PoolAsker``: ``SlurmAsker``, ``KubernetesAsker``; a scheduler registered in
-``app.schedulers`` gives its own through ``Scheduler.asking``), else the table or the free capacity:
+``app.schedulers`` with a ``StartAsking`` gives its own), else the table or the free capacity:
 
 * an HPC pool served by a Slurm partition: Slurm, asked for exactly what ``submit`` would ask
   (``executors.slurm.grant_request`` with the workload's walltime as ``--time``), all Slurm pools
@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from examlops_policy.errors import ExaError
@@ -133,6 +134,31 @@ class SlurmAsker:
         return [r if r is not None else unknown(requests[i].pool.name, self.source, "no answer", now) for i, r in enumerate(results)]
 
 
+class SlurmAsking:
+    """How Slurm is asked, for the life of one ``Hardware``: one Slurm estimator (made when a Slurm
+    pool is first asked about, its answers cached across policy snapshots), asked with the GRES
+    table of each snapshot (``asker(root)``: the policy folder's, read when first needed). The
+    registry (``app.schedulers``) names it as how Slurm is asked unless told otherwise."""
+
+    def __init__(self) -> None:
+        self._slurm: SlurmEstimator | None = None
+
+    def _estimator(self) -> SlurmEstimator:
+        if self._slurm is None:
+            from examlops_policy.estimates.slurm import SlurmEstimator
+
+            self._slurm = SlurmEstimator()
+        return self._slurm
+
+    def asker(self, root: Path) -> PoolAsker:
+        def gres() -> GresTable:
+            from examlops_policy.executors.gres import load_gres_table
+
+            return load_gres_table(root)
+
+        return SlurmAsker(self._estimator, gres=gres)
+
+
 class KubernetesAsker:
     """A Kubernetes cluster, for a cloud pool it serves (one that lists its nodes by name, as
     ``discover kubernetes`` registers them): now when the grant fits, else unknown with the queue
@@ -231,4 +257,4 @@ def _own(unanswered: StartEstimate, now: datetime) -> StartEstimate:
     return StartEstimate(unanswered.pool, now, "now", now, f"now: {why}", facts={"instead_of": unanswered.source, "unanswered": unanswered.reason})
 
 
-__all__ = ["EstimateRequest", "KubernetesAsker", "PoolAsker", "SlurmAsker", "StartEstimator"]
+__all__ = ["EstimateRequest", "KubernetesAsker", "PoolAsker", "SlurmAsker", "SlurmAsking", "StartEstimator"]

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit
 
+from examlops_policy.errors import OpaUnreachable as OpaUnreachable  # its home: the error hierarchy
 from examlops_policy.errors import PolicyError, PolicyUnavailable
 
 if TYPE_CHECKING:
@@ -54,20 +55,6 @@ class _ClosedUnanswered(ConnectionResetError):
 # A reused connection the server closed while idle fails on the next request: those errors mean
 # "send it again on a fresh connection", once.
 _DROPPED: Final = (_ClosedUnanswered, BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
-
-
-class OpaUnreachable(PolicyUnavailable):
-    """No answer from OPA: ``where`` it was asked, ``what`` went wrong, and the OS's ``detail``."""
-
-    def __init__(self, where: str, what: str, detail: str) -> None:
-        self.where = where
-        self.what = what
-        self.detail = detail
-        super().__init__(f"OPA at {where} {what} ({detail})")
-
-    def nothing_placed(self) -> PolicyUnavailable:
-        """The same failure, worded for a placement that was therefore not made."""
-        return PolicyUnavailable(f"OPA at {self.where} {self.what}; nothing was placed ({self.detail})")
 
 
 class _Wire:

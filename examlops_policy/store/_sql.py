@@ -23,9 +23,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Final, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar
 
-from examlops_policy import audit
 from examlops_policy.errors import NotFoundError, SpecError, StateBusy, StateCorrupt, StateError, StateFull, StateUnreachable
 from examlops_policy.model import Holding, JSONObject
 from examlops_policy.store.api import (
@@ -73,6 +72,9 @@ _ENDED: Final = (
 # has ended by then): one statement for the common read.
 _UNCHANGED: Final = "SELECT fleet_version FROM state WHERE id = 1 AND version = ?"
 _UNCHANGED_NOW: Final = _UNCHANGED + f" AND NOT EXISTS (SELECT 1 {_ENDED})"
+
+if TYPE_CHECKING:  # the audit chain's code loads when an entry is written or read
+    from examlops_policy import audit
 
 
 class Cursor(Protocol):
@@ -317,6 +319,8 @@ class SQLStore(QueueReads, ABC):
         """The key this process signs audit entries with (``EXA_SIGNING_KEY``), read at the first
         entry it writes; SpecError (nothing written) when that file is not a signer key."""
         if self._signer is None:
+            from examlops_policy import audit
+
             self._signer = (audit.configured_signing_key(),)
         return self._signer[0]
 
@@ -329,6 +333,8 @@ class SQLStore(QueueReads, ABC):
         if len(ts) == 27 and ts.endswith("Z") and before > ts:
             ts = before
         entry: JSONObject = {"source": source, "kind": kind, "ts": ts, **body}
+        from examlops_policy import audit
+
         new = audit.next_row(head, entry, self._signing_key())
         self._execute(
             "INSERT INTO audit_log (seq, prev_hash, entry_hash, entry, source, kind, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -1054,6 +1060,8 @@ def _period(since: str | None, until: str | None) -> tuple[str, list[object]]:
 
 
 def _audit_row(row: Row) -> audit.AuditRow:
+    from examlops_policy import audit
+
     return audit.row_from_storage(row[0], row[1], row[2], row[3])
 
 

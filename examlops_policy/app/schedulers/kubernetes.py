@@ -23,7 +23,7 @@ from examlops_policy.model import JSONObject, JSONValue, Pool
 from examlops_policy.views import JobReport, Submission, Submit
 
 if TYPE_CHECKING:
-    from examlops_policy.app.ports import Fleet, Jobs, StartAsking
+    from examlops_policy.app.ports import Fleet, Jobs
     from examlops_policy.discovery import Discovery
     from examlops_policy.executors.command import Runner
     from examlops_policy.executors.kubernetes_api import KubernetesCluster
@@ -93,7 +93,7 @@ class Kubernetes:
         """A pool of a cluster's nodes (no Slurm partition), that names its nodes."""
         return pool.partition is None and pool.nodes_named
 
-    # -- discover, estimate ---------------------------------------------------------------------
+    # -- discover -----------------------------------------------------------------------
 
     def discover(self, fleet: Fleet, *, region: str | None, prefix: str | None, options: Mapping[str, object]) -> tuple[Discovery, Callable[[Pool], bool]]:
         from examlops_policy.discovery.kubernetes import discover_kubernetes, from_kubernetes
@@ -104,10 +104,6 @@ class Kubernetes:
             found = discover_kubernetes(cluster, fleet.tables.regions, prefix=k8s_prefix, models=fleet.tables.models,
                                         block_label=given.block_label, switch_label=given.switch_label)  # fmt: skip
         return found, lambda p: from_kubernetes(p, prefix=k8s_prefix)
-
-    def asking(self) -> StartAsking | None:
-        """None: a cluster is asked only when told (``Hardware.ask_kubernetes``)."""
-        return None
 
     # -- submit, status, cancel ----------------------------------------------------------------
 

@@ -22,10 +22,8 @@ from examlops_policy.model import JSONValue, Pool
 from examlops_policy.views import JobReport, Submission, Submit
 
 if TYPE_CHECKING:
-    from examlops_policy.app.ports import Fleet, Jobs, StartAsking
+    from examlops_policy.app.ports import Fleet, Jobs
     from examlops_policy.discovery import Discovery
-    from examlops_policy.estimates.gather import PoolAsker
-    from examlops_policy.estimates.slurm import SlurmEstimator
     from examlops_policy.executors.command import Runner
     from examlops_policy.store.api import GrantRow
     from examlops_policy.views import DecisionRecord
@@ -53,27 +51,6 @@ class SlurmOptions:
         return cls(text(given, "script"), text(given, "name"))
 
 
-class SlurmAsking:
-    """The one Slurm estimator of a ``Hardware`` (made when a Slurm pool is first asked about,
-    its answers cached across policy snapshots), asked with each snapshot's GRES table."""
-
-    def __init__(self) -> None:
-        self._slurm: SlurmEstimator | None = None
-
-    def _estimator(self) -> SlurmEstimator:
-        if self._slurm is None:
-            from examlops_policy.estimates.slurm import SlurmEstimator
-
-            self._slurm = SlurmEstimator()
-        return self._slurm
-
-    def asker(self, root: Path) -> PoolAsker:
-        from examlops_policy.estimates.gather import SlurmAsker
-        from examlops_policy.executors.gres import load_gres_table
-
-        return SlurmAsker(self._estimator, gres=lambda: load_gres_table(root))
-
-
 class Slurm:
     """Slurm: partitions discovered as pools, jobs submitted with sbatch (see the module)."""
 
@@ -86,7 +63,7 @@ class Slurm:
         """A pool a Slurm partition serves, that names its nodes (reconcile sets their states)."""
         return pool.partition is not None and pool.nodes_named
 
-    # -- discover, estimate ---------------------------------------------------------------------
+    # -- discover -----------------------------------------------------------------------
 
     def discover(self, fleet: Fleet, *, region: str | None, prefix: str | None, options: Mapping[str, object]) -> tuple[Discovery, Callable[[Pool], bool]]:
         from examlops_policy.discovery.slurm import discover_slurm, from_slurm
@@ -97,9 +74,6 @@ class Slurm:
             discover_slurm(load_gres_table(), region=region_of(fleet, region), prefix=slurm_prefix),
             lambda p: from_slurm(p) and p.name.startswith(slurm_prefix),
         )
-
-    def asking(self) -> StartAsking | None:
-        return SlurmAsking()
 
     # -- submit, status, cancel ----------------------------------------------------------------
 
