@@ -55,6 +55,16 @@ PACKERS: Final = model.PACKERS
 DEFAULT_PACKER: Final = "exa"
 MAX_SCORE: Final = 100
 
+MEMO_NODES: Final = 256
+"""``fgd`` and ``exa`` look up the scores of the node states met before on pools of at most this many
+nodes; larger ones are scored vectorised (numpy's cost per call is then spread over them)."""
+
+MEMO_STATES: Final = 1 << 16
+"""The node states whose scores a packer keeps at most (then it forgets them and starts again)."""
+
+MEMO_REQUESTS: Final = 1 << 10
+"""The request shapes whose scores a packer keeps at most (then it forgets them all)."""
+
 
 @dataclass(frozen=True)
 class ExpectedWorkload:
@@ -367,6 +377,14 @@ class FragmentationPacker:
         self._frag: FloatArray = np.zeros(0, dtype=np.float64)
         self._measure: FloatArray = np.zeros(0, dtype=np.float64)
         self._seen: IntArray = np.zeros(0, dtype=np.int64)
+        # Scores by node state (see ``scores``): each node's state as an id (``_state``, as of the
+        # capacity's change ``_state_mark``), the ids of the states seen, and per request a score by state id.
+        self._state: list[int] = []
+        self._state_mark = -1
+        self._state_ids: dict[tuple[object, ...], int] = {}
+        self._memo: dict[tuple[int, int, int], dict[int, int]] = {}
+        self._best_shares: dict[tuple[int, int], dict[int, frozenset[int]]] = {}  # a share's best free values, by request and state
+        self._cpu_matters = True
 
     def _expected_for(self, capacity: NodeCapacity) -> ExpectedWorkload:
         if self.expected is None:
@@ -380,7 +398,8 @@ class FragmentationPacker:
         """What a subclass adds to the fragmentation of nodes with ``total`` free milli and ``cpu_free`` CPU."""
         return None
 
-    def _refresh(self, capacity: NodeCapacity) -> _FragModel:
+    def _model_for(self, capacity: NodeCapacity) -> _FragModel:
+        """The model of ``capacity`` (made, with empty per-node tables, when the packer first sees it)."""
         if self._bound is not capacity or self._model is None:
             expected = self._expected_for(capacity)
             self._bound = capacity
@@ -390,7 +409,17 @@ class FragmentationPacker:
             self._measure = np.zeros(len(capacity), dtype=np.float64)
             self._seen = np.full(len(capacity), -1, dtype=np.int64)
             self._bind(capacity, expected)
-        model = self._model
+            self._forget_states(capacity)
+            steps = self._model.cpu_steps
+            self._cpu_matters = bool((steps > 0).any()) or self._extra_uses_cpu()
+        return self._model
+
+    def _extra_uses_cpu(self) -> bool:
+        """Whether ``_extra`` reads the nodes' CPU (then a node's CPU is part of its state for ``scores``)."""
+        return False
+
+    def _refresh(self, capacity: NodeCapacity) -> _FragModel:
+        model = self._model_for(capacity)
         stale = (capacity.version != self._seen).nonzero()[0]
         if stale.size:
             for i in stale.tolist():
@@ -430,18 +459,102 @@ class FragmentationPacker:
         return _trunc(MAX_SCORE / (1.0 + np.exp((delta / 1000.0).clip(-700, 700))))
 
     def scores(self, capacity: NodeCapacity, request: NodeRequest, feasible: IntArray) -> IntArray:
-        return self._score(self._after(capacity, request, feasible) - self._measure[feasible])
+        """Each feasible node's score. A node's score is a function of the request and of what
+        ``_after`` and the measure read of the node: its free whole devices, free milli, model, the
+        free milli of each device holding shares (and its CPU, where the expected workload's CPU
+        or ``_extra`` reads it). So a pool of at most ``MEMO_NODES`` nodes (where numpy's cost per
+        call outweighs the work) scores each node once per state it is in and request:
+        the scores of the states met before are looked up, the others computed (vectorised, by the
+        same formula) and kept. Large pools, and a packer's first request on a capacity (a packer
+        made for one decision), are scored vectorised, every node every time."""
+        if len(capacity) > MEMO_NODES or self._bound is not capacity:
+            return self._fresh(capacity, request, feasible)  # a packer's first look at a capacity keeps nothing
+        state = self._states(capacity)
+        states = [state[i] for i in feasible.tolist()]
+        key = (request.devices, request.share_milli, request.cpu_milli if self._cpu_matters else 0)
+        memo = self._memo.get(key)
+        if memo is None:
+            if len(self._memo) >= MEMO_REQUESTS:
+                self._memo.clear()
+            memo = self._memo[key] = {}
+        found = list(map(memo.get, states))
+        if None in found:
+            missing = [k for k, score in enumerate(found) if score is None]
+            fresh = self._fresh(capacity, request, feasible[missing]).tolist()
+            for k, score in zip(missing, fresh):
+                found[k] = memo[states[k]] = score
+        return np.array(found, dtype=np.int64)
+
+    def _fresh(self, capacity: NodeCapacity, request: NodeRequest, nodes: IntArray) -> IntArray:
+        """The scores of ``nodes`` worked out (the formula)."""
+        return self._score(self._after(capacity, request, nodes) - self._measure[nodes])
+
+    def _forget_states(self, capacity: NodeCapacity) -> None:
+        self._state = [0] * len(capacity)
+        self._state_mark = -1  # every node's state to work out
+        self._state_ids = {}
+        self._memo = {}
+        self._best_shares = {}
+
+    def _states(self, capacity: NodeCapacity) -> list[int]:
+        """Each node's state id, those of the nodes changed since worked out again (bounded: past
+        ``MEMO_STATES`` states, all are forgotten and counted afresh)."""
+        changed, self._state_mark = capacity.changed_since(self._state_mark)
+        stale: range | set[int] = range(len(capacity)) if changed is None else set(changed)
+        if changed is None or changed:
+            if len(self._state_ids) + len(stale) > MEMO_STATES:
+                self._forget_states(capacity)
+                self._state_mark = capacity.changed_since(-1)[1]
+                stale = range(len(capacity))
+            ids, state = self._state_ids, self._state
+            whole, milli, model_id = capacity.whole_free, capacity.free_milli, capacity.model_id
+            cpu = capacity.cpu_free if self._cpu_matters else None
+            for i in stale:
+                by_free = capacity.shared_by_free(i)
+                key: tuple[object, ...] = (
+                    int(whole[i]), int(milli[i]), int(model_id[i]),
+                    tuple(sorted((v, len(ds)) for v, ds in by_free.items())) if by_free else (),
+                    (int(cpu[i]), bool(capacity.cpu_tracked[i])) if cpu is not None else None,
+                )  # fmt: skip
+                found = ids.get(key)
+                if found is None:
+                    found = ids[key] = len(ids)
+                state[i] = found
+        return self._state
 
     def devices(self, capacity: NodeCapacity, node: int, request: NodeRequest) -> tuple[int, ...]:
+        """A share: the device whose use scores best (the lowest index on ties). The candidates are
+        the lowest device of each free value among the devices holding shares, and the lowest free
+        device: which values score best is a function of the node's state and the request, kept
+        as the scores are (``scores``) once the packer has seen the capacity."""
         if request.kind != "share":
             return capacity.best_fit_devices(node, request)
-        model = self._refresh(capacity)
         s = request.share_milli
         candidates: list[tuple[int, int]] = [(ds[0], v) for v, ds in capacity.shared_by_free(node).items() if v >= s]
         low = capacity.lowest_free_device(node)
         if capacity.whole_free[node] > 0 and low is not None:
             candidates.append((low, capacity.unit))
         candidates.sort()
+        if self._bound is not capacity or len(capacity) > MEMO_NODES:
+            best = self._best_values_of(capacity, node, request, candidates)
+        else:
+            state = self._states(capacity)[node]
+            key = (request.cpu_milli if self._cpu_matters else 0, s)
+            memo = self._best_shares.get(key)
+            if memo is None:
+                if len(self._best_shares) >= MEMO_REQUESTS:
+                    self._best_shares.clear()
+                memo = self._best_shares[key] = {}
+            found = memo.get(state)
+            if found is None:
+                found = memo[state] = self._best_values_of(capacity, node, request, candidates)
+            best = found
+        return (next(d for d, v in candidates if v in best),)
+
+    def _best_values_of(self, capacity: NodeCapacity, node: int, request: NodeRequest, candidates: list[tuple[int, int]]) -> frozenset[int]:
+        """The free values of ``candidates`` (device, free value) whose device scores best for the share (the formula)."""
+        model = self._refresh(capacity)
+        s = request.share_milli
         value = np.array([v for _, v in candidates], dtype=np.int64)
         q = self._q[node][None, :] - model.share_taken(value, s)
         rows = np.repeat(model.rows(capacity.model_id[[node]], capacity.cpu_free[[node]] - request.cpu_milli), value.size)
@@ -449,8 +562,9 @@ class FragmentationPacker:
         # The same on every device of the node: what the measure adds beyond fragmentation.
         extra = self._extra(capacity, total[:1], capacity.cpu_free[[node]] - request.cpu_milli, np.array([node]))
         after = model.frag(q, total, rows) + (0.0 if extra is None else float(extra[0]))
-        score = self._score(after - self._measure[node])
-        return (candidates[int(np.argmax(score))][0],)
+        score = self._score(after - self._measure[node]).tolist()
+        top = max(score)
+        return frozenset(v for (_, v), x in zip(candidates, score) if x == top)
 
     def fragmentation(self, capacity: NodeCapacity) -> FloatArray:
         """Each node's expected fragmentation now (free device milli the expected workload cannot use)."""
@@ -488,6 +602,9 @@ class ExaPacker(FragmentationPacker):
         cpu = sum(f * s.cpu_milli for s, f in gpu)
         milli = sum(f * capacity.units_of(s) for s, f in gpu)
         self._cpu_per_milli = cpu / milli if cpu > 0 and milli > 0 and self.stranding > 0 else None
+
+    def _extra_uses_cpu(self) -> bool:
+        return self._cpu_per_milli is not None
 
     def _extra(self, capacity: NodeCapacity, total: IntArray, cpu_free: IntArray, nodes: IntArray) -> FloatArray | None:
         rho = self._cpu_per_milli

@@ -44,6 +44,9 @@ from examlops_policy.errors import SpecError
 MILLI: Final = 1000
 """A whole device in milli; a share is 1..999 milli of one device."""
 
+CHANGES_KEPT: Final = 1024
+"""A capacity's changes kept for ``NodeCapacity.changed_since`` (at least this many, at most twice)."""
+
 UNTRACKED: Final = 1 << 62
 """Free CPU or memory of a node that does not track it: more than any request."""
 
@@ -154,6 +157,9 @@ class NodeGrant:
         if self.share_milli:
             return "share"
         return str(len(self.devices)) if self.devices else None
+
+
+_KINDS: Final = {n: str(n) for n in range(1, 65)}  # a grant of n whole devices: its kind (``NodeGrant.affinity``), made once
 
 
 def _check_count(value: object, source: str, what: str) -> None:
@@ -311,6 +317,10 @@ class NodeCapacity:
         self.affinity_counts: dict[str, IntArray] = {}
         self.affinity_kinds: IntArray = np.zeros(n, dtype=np.int64)  # distinct kinds held, by node
         self._devices = [_Devices(nd.devices) for nd in self.nodes]
+        # Per node, whether its CPU and its memory are tracked (never change): read per grant.
+        self._log: list[int] = []  # the nodes changed, in order (the last ``CHANGES_KEPT`` to twice that)
+        self._log_base = 0  # how many changes came before the first in ``_log``
+        self._tracked = [(bool(c), m != UNTRACKED) for c, m in zip(self.cpu_tracked.tolist(), self.memory_total.tolist())]
         tracked_cpu = [nd.cpu_milli for nd in self.nodes if nd.cpu_milli is not None]
         self.max_cpu_milli: int = max(tracked_cpu, default=0)
         self.max_device_milli: int = int(self.devices.max(initial=0)) * unit
@@ -330,7 +340,10 @@ class NodeCapacity:
         """Positions of the nodes that can take ``request`` now (state, CPU, memory, model, devices)."""
         if request.share_milli > self.unit:
             return np.zeros(0, dtype=np.int64)  # a share is at most a device (all its shares)
-        ok = self.up & (self.cpu_free >= request.cpu_milli) & (self.memory_free >= request.memory_mib)
+        # Free CPU and memory are never below 0: a request asking none of either is not compared.
+        ok = self.up & (self.cpu_free >= request.cpu_milli) if request.cpu_milli else self.up.copy()
+        if request.memory_mib:
+            ok &= self.memory_free >= request.memory_mib
         if among is not None:
             ok &= among
         if request.kind != "cpu":
@@ -340,7 +353,8 @@ class NodeCapacity:
                 ok &= self.whole_free >= request.devices
             else:
                 ok &= (self.whole_free > 0) | (self.shared_max >= request.share_milli)
-        return np.flatnonzero(ok)
+        out: IntArray = ok.nonzero()[0]
+        return out
 
     def model_mask(self, models: frozenset[str]) -> BoolArray:
         """Which nodes have one of ``models``."""
@@ -466,78 +480,88 @@ class NodeCapacity:
         """Hold ``grant`` on its node (it must fit: checked, a mismatch raises and changes nothing)."""
         i = self._position(grant.node)
         d = self._devices[i]
-        if self.cpu_tracked[i] and self.cpu_free[i] < grant.cpu_milli:
-            raise CapacityError(f"node {grant.node} has {self.cpu_free[i]} CPU milli free, not {grant.cpu_milli}")
-        if self.memory_free[i] < grant.memory_mib:
-            raise CapacityError(f"node {grant.node} has {self.memory_free[i]} MiB free, not {grant.memory_mib}")
-        if grant.share_milli:
-            if len(grant.devices) != 1:
+        devices, share, cpu, memory = grant.devices, grant.share_milli, grant.cpu_milli, grant.memory_mib
+        cpu_tracked, memory_tracked = self._tracked[i]
+        if cpu and cpu_tracked and self.cpu_free[i] < cpu:
+            raise CapacityError(f"node {grant.node} has {self.cpu_free[i]} CPU milli free, not {cpu}")
+        if memory and self.memory_free[i] < memory:
+            raise CapacityError(f"node {grant.node} has {self.memory_free[i]} MiB free, not {memory}")
+        if share:
+            if len(devices) != 1:
                 raise CapacityError("a share is on exactly one device")
-            if grant.share_milli > self.unit:
-                raise CapacityError(f"a share is at most a device ({self.unit} units; got {grant.share_milli})")
-            dev = grant.devices[0]
+            if share > self.unit:
+                raise CapacityError(f"a share is at most a device ({self.unit} units; got {share})")
+            dev = devices[0]
             if dev in d.shared:
-                if d.shared[dev] < grant.share_milli:
-                    raise CapacityError(f"device {dev} of node {grant.node} has {d.shared[dev]} milli free, not {grant.share_milli}")
-                d._set_shared(dev, d.shared[dev] - grant.share_milli)
+                if d.shared[dev] < share:
+                    raise CapacityError(f"device {dev} of node {grant.node} has {d.shared[dev]} milli free, not {share}")
+                d._set_shared(dev, d.shared[dev] - share)
             else:
                 if not (0 <= dev < d.count) or not d.free.contains(dev):
                     raise CapacityError(f"device {dev} of node {grant.node} is not free")
                 d.free.remove(dev)
                 self.whole_free[i] -= 1
-                d._set_shared(dev, self.unit - grant.share_milli)
+                d._set_shared(dev, self.unit - share)
+            units = share
         else:
-            if len(set(grant.devices)) != len(grant.devices) or any(not (0 <= dv < d.count) or not d.free.contains(dv) for dv in grant.devices):
-                raise CapacityError(f"devices {list(grant.devices)} of node {grant.node} are not all free")
-            for dv in grant.devices:
-                d.free.remove(dv)
-            self.whole_free[i] -= len(grant.devices)
-        if grant.cpu_milli and self.cpu_tracked[i]:
-            self.cpu_free[i] -= grant.cpu_milli
-        if grant.memory_mib and self.memory_total[i] != UNTRACKED:
-            self.memory_free[i] -= grant.memory_mib
-        units = grant.share_milli or len(grant.devices) * self.unit
+            free, count = d.free, d.count
+            for dv in devices:
+                if not (0 <= dv < count) or not free.contains(dv):
+                    raise CapacityError(f"devices {list(devices)} of node {grant.node} are not all free")
+            if len(devices) > 1 and len(set(devices)) != len(devices):
+                raise CapacityError(f"devices {list(devices)} of node {grant.node} are not all free")
+            for dv in devices:
+                free.remove(dv)
+            units = len(devices) * self.unit
+            if units:
+                self.whole_free[i] -= len(devices)
+        if cpu and cpu_tracked:
+            self.cpu_free[i] -= cpu
+        if memory and memory_tracked:
+            self.memory_free[i] -= memory
         if units:
             self.free_milli[i] -= units
             self.allocated_milli += units
-        affinity = grant.affinity
-        if affinity is not None:
-            self._count_affinity(i, affinity, +1)
-        self._changed(i, shares=bool(grant.share_milli))
+            self._count_affinity(i, "share" if share else _KINDS.get(len(devices)) or str(len(devices)), +1)
+        self._changed(i, shares=bool(share))
 
     def release(self, grant: NodeGrant) -> None:
         """Give ``grant`` back (it must be held: a grant this capacity does not hold raises, nothing changes)."""
         i = self._position(grant.node)
         d = self._devices[i]
-        if grant.share_milli:
-            if len(grant.devices) != 1 or grant.devices[0] not in d.shared or d.shared[grant.devices[0]] + grant.share_milli > self.unit:
-                raise CapacityError(f"node {grant.node} holds no share of {grant.share_milli} milli on device {list(grant.devices)}")
-            dev = grant.devices[0]
-            left = d.shared[dev] + grant.share_milli
+        devices, share, cpu, memory = grant.devices, grant.share_milli, grant.cpu_milli, grant.memory_mib
+        if share:
+            if len(devices) != 1 or devices[0] not in d.shared or d.shared[devices[0]] + share > self.unit:
+                raise CapacityError(f"node {grant.node} holds no share of {share} milli on device {list(devices)}")
+            dev = devices[0]
+            left = d.shared[dev] + share
             if left == self.unit:
                 d._set_shared(dev, None)
                 d.free.add(dev)
                 self.whole_free[i] += 1
             else:
                 d._set_shared(dev, left)
+            units = share
         else:
-            if any(not (0 <= dv < d.count) or d.free.contains(dv) or dv in d.shared for dv in grant.devices):
-                raise CapacityError(f"node {grant.node} does not hold devices {list(grant.devices)} whole")
-            for dv in grant.devices:
-                d.free.add(dv)
-            self.whole_free[i] += len(grant.devices)
-        if grant.cpu_milli and self.cpu_tracked[i]:
-            self.cpu_free[i] = min(self.cpu_free[i] + grant.cpu_milli, self.cpu_total[i])
-        if grant.memory_mib and self.memory_total[i] != UNTRACKED:
-            self.memory_free[i] = min(self.memory_free[i] + grant.memory_mib, self.memory_total[i])
-        units = grant.share_milli or len(grant.devices) * self.unit
+            free, count, shared = d.free, d.count, d.shared
+            for dv in devices:
+                if not (0 <= dv < count) or free.contains(dv) or dv in shared:
+                    raise CapacityError(f"node {grant.node} does not hold devices {list(devices)} whole")
+            for dv in devices:
+                free.add(dv)
+            units = len(devices) * self.unit
+            if units:
+                self.whole_free[i] += len(devices)
+        cpu_tracked, memory_tracked = self._tracked[i]
+        if cpu and cpu_tracked:
+            self.cpu_free[i] = min(int(self.cpu_free[i]) + cpu, int(self.cpu_total[i]))
+        if memory and memory_tracked:
+            self.memory_free[i] = min(int(self.memory_free[i]) + memory, int(self.memory_total[i]))
         if units:
             self.free_milli[i] += units
             self.allocated_milli -= units
-        affinity = grant.affinity
-        if affinity is not None:
-            self._count_affinity(i, affinity, -1)
-        self._changed(i, shares=bool(grant.share_milli))
+            self._count_affinity(i, "share" if share else _KINDS.get(len(devices)) or str(len(devices)), -1)
+        self._changed(i, shares=bool(share))
 
     def hold(
         self,
@@ -563,7 +587,7 @@ class NodeCapacity:
                 d.free.remove(dev)
                 self.whole_free[node] -= 1
                 taken += self.unit
-        for dev, used in sorted((shares or {}).items()):
+        for dev, used in sorted(shares.items()) if shares else ():
             if used <= 0:
                 continue
             if dev in d.shared:
@@ -576,14 +600,17 @@ class NodeCapacity:
                 left = max(0, self.unit - used)
                 taken += self.unit - left
                 d._set_shared(dev, left)
-        lowest_taken = d.free.take_lowest(min(lowest, int(self.whole_free[node])))
-        self.whole_free[node] -= len(lowest_taken)
-        taken += self.unit * len(lowest_taken)
-        self.free_milli[node] -= taken
-        self.allocated_milli += taken
-        if self.cpu_tracked[node]:
+        lowest_taken = d.free.take_lowest(min(lowest, int(self.whole_free[node]))) if lowest > 0 else []
+        if lowest_taken:
+            self.whole_free[node] -= len(lowest_taken)
+            taken += self.unit * len(lowest_taken)
+        if taken:
+            self.free_milli[node] -= taken
+            self.allocated_milli += taken
+        cpu_tracked, memory_tracked = self._tracked[node]
+        if cpu_milli and cpu_tracked:
             self.cpu_free[node] = max(0, int(self.cpu_free[node]) - cpu_milli)
-        if self.memory_total[node] != UNTRACKED:
+        if memory_mib and memory_tracked:
             self.memory_free[node] = max(0, int(self.memory_free[node]) - memory_mib)
         self._changed(node, shares=bool(shares))
         return lowest_taken
@@ -606,17 +633,33 @@ class NodeCapacity:
         counts = self.affinity_counts.get(kind)
         if counts is None:
             counts = self.affinity_counts[kind] = np.zeros(len(self.nodes), dtype=np.int64)
-        before = counts[i]
-        counts[i] = max(before + step, 0)
-        if before == 0 and counts[i] > 0:
+        before = int(counts[i])
+        after = max(before + step, 0)
+        counts[i] = after
+        if before == 0 and after > 0:
             self.affinity_kinds[i] += 1
-        elif before > 0 and counts[i] == 0:
+        elif before > 0 and after == 0:
             self.affinity_kinds[i] -= 1
 
+    def changed_since(self, mark: int) -> tuple[list[int] | None, int]:
+        """The positions of the nodes changed since ``mark`` (one a change, in order; a node may
+        come more than once) and the mark of now; ``mark`` -1, or older than the last
+        ``CHANGES_KEPT`` or so changes: None (every node may have changed)."""
+        now = self._log_base + len(self._log)
+        if mark < self._log_base:
+            return None, now
+        return self._log[mark - self._log_base :], now
+
     def _changed(self, i: int, *, shares: bool) -> None:
-        """Node ``i`` changed: its version bumped, and its devices' shares read again where they
-        changed (``shares``: only shares change the devices holding them)."""
+        """Node ``i`` changed: its version bumped and the change logged (``changed_since``), and its
+        devices' shares read again where they changed (``shares``: only shares change the devices
+        holding them)."""
         self.version[i] += 1
+        log = self._log
+        log.append(i)
+        if len(log) >= 2 * CHANGES_KEPT:
+            del log[:CHANGES_KEPT]
+            self._log_base += CHANGES_KEPT
         if not shares:
             return
         values = sorted(v for v in self._devices[i].by_free if v > 0)

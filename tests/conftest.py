@@ -1,11 +1,18 @@
 """Shared fixtures: a real OPA (started by the product's own launcher), temp state, the CLI.
 
-One way to run ``exa`` (``run_exa``) and one way to get a ``Hardware`` (the ``make_hardware``
-fixture, ``hardware`` and ``seeded`` built on it; ``open_hardware`` where a fixture cannot be
-used, e.g. in a module-scoped one) for the whole suite.
+One way to run ``exa`` (``run_exa``; ``exa_json`` for a ``--json`` command that must succeed)
+and one way to get a ``Hardware`` (the ``make_hardware`` fixture, ``hardware`` and ``seeded``
+built on it; ``open_hardware`` where a fixture cannot be used, e.g. in a module-scoped one) for
+the whole suite.
+
+Shared support: what several test files use lives here or in a ``tests/*_support.py`` module
+(``placement_support``: placing a workload; ``backend_support``: a ``Hardware`` on each state
+backend; ``clock_support``: the store's clock; ``kubernetes_support``: the test cluster;
+``opa_support``, ``disk_support``, ``chromium_support``);
+tests/test_test_support.py holds that no test module defines one of those names again.
 
 Markers: a test that needs a real service process is marked ``services`` here, at collection:
-one with a service marker (``slurm``, ``job_submit``, ``postgres``, ``kubernetes``, ``chromium``, ``slow``) or a
+one with a service marker (``slurm``, ``job_submit``, ``postgres``, ``kubernetes``, ``kueue``, ``chromium``, ``slow``) or a
 fixture that reaches OPA (``OPA_FIXTURES``), or marked ``opa`` by hand (a test that starts OPA
 itself). ``pytest -m "not services"`` runs the rest, the fast suite; in such a run no OPA binary
 is offered, so a test that reaches OPA without saying so fails and names the marker it lacks.
@@ -54,7 +61,7 @@ SEED_POOLS = (
 # -- markers: which tests need a service -----------------------------------------------------------
 
 # Services only one test may use at a time in this suite (one group on one worker).
-SINGLETON_SERVICES = ("slurm", "job_submit", "postgres", "kubernetes", "chromium")
+SINGLETON_SERVICES = ("slurm", "job_submit", "postgres", "kubernetes", "kueue", "chromium")
 SERVICE_MARKERS = (*SINGLETON_SERVICES, "slow", "opa", "focus_validator")
 # Fixtures that reach the session's OPA (or run exa, which does).
 OPA_FIXTURES = frozenset({"opa_home", "make_hardware", "hardware", "seeded", "exa_home"})
@@ -276,6 +283,11 @@ def run_exa(
     if check and result.returncode != 0:
         raise AssertionError(f"exa {' '.join(map(str, args))} exited {result.returncode}:\n{result.stdout!s}\n{result.stderr!s}")
     return result
+
+
+def exa_json(home: Path, *args: str, env: dict[str, str] | None = None) -> Any:
+    """``exa ARGS --json`` run as ``run_exa`` runs it, which must succeed: the JSON it printed."""
+    return json.loads(run_exa(home, *args, "--json", check=True, env=env).stdout)
 
 
 @pytest.fixture()

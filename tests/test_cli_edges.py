@@ -62,6 +62,7 @@ def test_a_relative_home_decides_with_its_own_opa(exa_home: Path) -> None:
     assert len(decision_ids(exa_home)) == 2
 
 
+@pytest.mark.opa  # exa reads the policy tables, which OPA compiles
 def test_an_empty_home_is_refused_and_nothing_is_created(tmp_path: Path) -> None:
     """``--home ""`` or ``EXA_HOME=`` is bad input (exit 2) naming where it came from, not the
     default folder read (and created) in its place."""
@@ -76,6 +77,7 @@ def test_an_empty_home_is_refused_and_nothing_is_created(tmp_path: Path) -> None
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+@pytest.mark.opa  # exa reads the policy tables, which OPA compiles
 def test_a_home_through_a_missing_folder_creates_only_the_home(tmp_path: Path) -> None:
     """``--home x/../real`` is the folder ``real``: no ``x`` is made on the way."""
     home = tmp_path / "real"

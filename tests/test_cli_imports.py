@@ -24,6 +24,7 @@ ALLOWED = {
     "examlops_policy.specs", "examlops_policy.audit", "examlops_policy.report", "examlops_policy.focus",
     "examlops_policy.quantities",  # values: CPU and memory sizes, written the one way they are read
     "examlops_policy.job_submit",  # the decision table Slurm's job_submit plugin reads (written like the FOCUS export)
+    "examlops_policy.kueue.controller",  # Kueue's admission check: a loop over the façade, as serve is
 }  # fmt: skip
 CLI = Path(examlops_policy.cli.__file__).parent
 

@@ -20,6 +20,7 @@ from examlops_policy.hardware import Hardware
 from examlops_policy.model import Holding, PoolVerdict
 from examlops_policy.specs import workload_from_file
 from tests.conftest import run_exa
+from tests.placement_support import placed, placed_with_id, refused, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,22 +42,6 @@ def h100s(name: str, count: int, price: float = 2.0, region: str = "eu") -> Pool
 
 def mi300xs(name: str, count: int, price: float = 4.0) -> Pool:
     return Pool(name, "hpc", "amd", count, "eu", cost_per_hour=price, supports_fractions=True, model="mi300x")
-
-
-def placed(hw: Hardware, name: str, accelerator: str = "nvidia", **kw: object) -> tuple[str, Placement]:
-    record = hw.place(Workload(name, accelerator=accelerator, **kw))  # type: ignore[arg-type]
-    assert isinstance(record.decision, Placement), getattr(record.decision, "reason", record.decision)
-    return record.id, record.decision
-
-
-def refused(hw: Hardware, name: str, accelerator: str = "nvidia", **kw: object) -> Rejection:
-    record = hw.place(Workload(name, accelerator=accelerator, **kw))  # type: ignore[arg-type]
-    assert isinstance(record.decision, Rejection), record.decision
-    return record.decision
-
-
-def verdict(decision: Placement | Rejection, pool: str) -> PoolVerdict:
-    return next(v for v in decision.verdicts if v.pool == pool)
 
 
 def reasons(v: PoolVerdict) -> list[tuple[str, str]]:
@@ -103,8 +88,8 @@ def test_1_three_halves_on_two_h100s_one_4g_per_device_and_the_third_falls_back_
     hw.add_pool(h100s("h100x2", 2))
     hw.add_pool(mi300xs("mi300x", 1, price=3.0))
 
-    first = placed(hw, "half-0", fraction=0.5)[1]
-    second = placed(hw, "half-1", fraction=0.5)[1]
+    first = placed(hw, "half-0", fraction=0.5)
+    second = placed(hw, "half-1", fraction=0.5)
     for p, device in ((first, 0), (second, 1)):
         assert (p.pool, p.fallback, p.fraction_honored, p.note) == ("h100x2", False, True, None)
         assert (p.grant.scheme, p.grant.profile, p.grant.units, r9(p.grant.share)) == ("mig", "4g.40gb", 1, r9(4 / 7))
@@ -117,7 +102,7 @@ def test_1_three_halves_on_two_h100s_one_4g_per_device_and_the_third_falls_back_
     assert detail.view.state.free == pytest.approx(2 - 8 / 7) and detail.view.state.free > 4 / 7
     assert detail.view.state.capacity.slices["4g.40gb"] == 0
 
-    third = placed(hw, "half-2", fraction=0.5)[1]
+    third = placed(hw, "half-2", fraction=0.5)
     assert (third.pool, third.accelerator, third.fallback) == ("mi300x", "amd", True)
     assert third.note == "requested nvidia pools are full — fell back to amd"
     assert (third.grant.profile, third.grant.share, third.holdings) == ("dpx", 0.5, (Holding(0, "dpx", 0, 4),))
@@ -131,7 +116,7 @@ def test_1_three_halves_on_two_h100s_one_4g_per_device_and_the_third_falls_back_
     assert h100.reasons[0].kind == "not_now"
 
     # The MI300X's second DPX partition, then nothing anywhere: no_capacity, each pool saying why.
-    assert placed(hw, "half-3", fraction=0.5)[1].holdings == (Holding(0, "dpx", 1, 4),)
+    assert placed(hw, "half-3", fraction=0.5).holdings == (Holding(0, "dpx", 1, 4),)
     fifth = refused(hw, "half-4", fraction=0.5)
     assert (fifth.code, fifth.reason) == ("no_capacity", "no pool has free capacity for half-4 (2 checked: slice_unavailable on 2 pools)")
     assert reasons(verdict(fifth, "mi300x")) == [
@@ -149,11 +134,11 @@ def test_2_3g_and_3g_fill_an_h100_so_a_1g_is_refused_though_the_shares_sum_to_on
     """3/7 + 3/7 + 1/7 = 1 device, but two 3g.40gb take all 8 memory slices (runs 0-3 and 4-7)."""
     hw = hardware
     hw.add_pool(h100s("h100", 1))
-    a = placed(hw, "a", fraction=0.4)[1]  # 2g = 2/7 < 0.4 <= 3/7: a 3g
+    a = placed(hw, "a", fraction=0.4)  # 2g = 2/7 < 0.4 <= 3/7: a 3g
     # A lone 3g goes to start 4: that keeps the 4g (start 0) placeable.
     assert (a.grant.profile, a.holdings, r9(a.grant_cost_per_hour)) == ("3g.40gb", (Holding(0, "3g.40gb", 4, 3),), r9(2.0 * 3 / 7))
     assert hw.pool("h100").view.placeable == "1g x4, 2g x2, 3g x1, 4g x1"
-    b = placed(hw, "b", fraction=0.4)[1]
+    b = placed(hw, "b", fraction=0.4)
     assert b.holdings == (Holding(0, "3g.40gb", 0, 3),)
     detail = hw.pool("h100")
     assert (detail.devices, detail.view.placeable) == (("3g.40gb@0, 3g.40gb@4",), "none")
@@ -175,9 +160,9 @@ def test_2_a_4g_beside_a_3g_and_1g_slices_where_they_strand_least(hardware: Hard
     (its run 0-3 is taken and 2 compute sevenths are left); the last 2g takes start 2."""
     hw = hardware
     hw.add_pool(h100s("h100", 1))
-    assert placed(hw, "a", fraction=0.4)[1].holdings == (Holding(0, "3g.40gb", 4, 3),)
-    assert placed(hw, "b", fraction=0.1)[1].holdings == (Holding(0, "1g.10gb", 0, 1),)
-    assert placed(hw, "c", fraction=0.1)[1].holdings == (Holding(0, "1g.10gb", 1, 1),)
+    assert placed(hw, "a", fraction=0.4).holdings == (Holding(0, "3g.40gb", 4, 3),)
+    assert placed(hw, "b", fraction=0.1).holdings == (Holding(0, "1g.10gb", 0, 1),)
+    assert placed(hw, "c", fraction=0.1).holdings == (Holding(0, "1g.10gb", 1, 1),)
     assert hw.pool("h100").devices == ("1g.10gb@0, 1g.10gb@1, 3g.40gb@4",)
     assert hw.pool("h100").view.placeable == "1g x2, 2g x1"
     d = refused(hw, "d", fraction=0.5)
@@ -185,7 +170,7 @@ def test_2_a_4g_beside_a_3g_and_1g_slices_where_they_strand_least(hardware: Hard
         ("slice_unavailable", "no H100 in the pool has room for a 4g.40gb beside the slices it holds, nor for a larger one the budget allows (7g.80gb)")
     ]
     # The 2g that is still placeable goes to the one start left (2).
-    assert placed(hw, "e", fraction=0.25)[1].holdings == (Holding(0, "2g.20gb", 2, 2),)
+    assert placed(hw, "e", fraction=0.25).holdings == (Holding(0, "2g.20gb", 2, 2),)
     assert hw.pool("h100").view.placeable == "none"  # 7 compute slices used
     assert_real_geometry(hw, "h100")
 
@@ -193,8 +178,8 @@ def test_2_a_4g_beside_a_3g_and_1g_slices_where_they_strand_least(hardware: Hard
 def test_2_a_4g_and_a_3g_share_an_h100(hardware: Hardware) -> None:
     hw = hardware
     hw.add_pool(h100s("h100", 1))
-    assert placed(hw, "big", fraction=0.5)[1].holdings == (Holding(0, "4g.40gb", 0, 4),)
-    assert placed(hw, "small", fraction=3 / 7)[1].holdings == (Holding(0, "3g.40gb", 4, 3),)
+    assert placed(hw, "big", fraction=0.5).holdings == (Holding(0, "4g.40gb", 0, 4),)
+    assert placed(hw, "small", fraction=3 / 7).holdings == (Holding(0, "3g.40gb", 4, 3),)
     assert hw.pool("h100").devices == ("4g.40gb@0, 3g.40gb@4",)
     assert_real_geometry(hw, "h100")
 
@@ -221,16 +206,16 @@ def test_2_a_1g_then_a_4g_keep_the_second_a100_whole_for_a_whole_device_job(hard
     whole-device job takes device 1 (a 1g at 0 would have sent the 4g to device 1 and refused it)."""
     hw = hardware
     hw.add_pool(Pool("a100", "hpc", "nvidia", 2, "eu", cost_per_hour=2.0, model="a100", supports_fractions=True, nodes=1))
-    assert placed(hw, "small", fraction=0.1)[1].holdings == (Holding(0, "1g.10gb", 6, 1),)
-    assert placed(hw, "half", fraction=0.5)[1].holdings == (Holding(0, "4g.40gb", 0, 4),)
-    assert placed(hw, "whole")[1].holdings == (Holding(1),)
+    assert placed(hw, "small", fraction=0.1).holdings == (Holding(0, "1g.10gb", 6, 1),)
+    assert placed(hw, "half", fraction=0.5).holdings == (Holding(0, "4g.40gb", 0, 4),)
+    assert placed(hw, "whole").holdings == (Holding(1),)
     assert hw.pool("a100").nodes[0].layout == "device 1 whole, device 0: 4g.40gb@0, 1g.10gb@6"
 
 
 def test_2_seven_1g_fill_an_h100_and_memory_slice_7_is_no_1g_start(hardware: Hardware) -> None:
     hw = hardware
     hw.add_pool(h100s("h100", 1))
-    starts = [placed(hw, f"s{i}", fraction=0.1)[1].holdings[0].start for i in range(7)]
+    starts = [placed(hw, f"s{i}", fraction=0.1).holdings[0].start for i in range(7)]
     assert sorted(int(s or 0) for s in starts) == [0, 1, 2, 3, 4, 5, 6] and None not in starts
     # The first 1g goes where only a 1g fits (6): the 4g (start 0) and the 3g at 0 stay placeable.
     assert starts[0] == 6
@@ -261,13 +246,13 @@ def test_3_mi300x_fractions_map_to_the_smallest_covering_mode(hardware: Hardware
 def test_3_mi300x_runs_one_partition_mode_per_device_and_an_empty_device_switches(hardware: Hardware) -> None:
     hw = hardware
     hw.add_pool(mi300xs("mi300x", 2))
-    c1_id, c1 = placed(hw, "c1", "amd", fraction=0.125)
+    c1_id, c1 = placed_with_id(hw, "c1", "amd", fraction=0.125)
     assert (c1.grant.profile, c1.holdings, c1.grant_cost_per_hour) == ("cpx", (Holding(0, "cpx", 0, 1),), 0.5)
     assert hw.pool("mi300x").devices == ("cpx mode: 1/8 partitions held", "free")
     assert hw.pool("mi300x").view.placeable == "cpx x15, qpx x4, dpx x2, spx x1"
 
     # Device 0 runs CPX, so the DPX partition goes to the empty device 1.
-    d1 = placed(hw, "d1", "amd", fraction=0.5)[1]
+    d1 = placed(hw, "d1", "amd", fraction=0.5)
     assert (d1.grant.profile, d1.holdings, d1.grant_cost_per_hour) == ("dpx", (Holding(1, "dpx", 0, 4),), 2.0)
     assert hw.pool("mi300x").devices == ("cpx mode: 1/8 partitions held", "dpx mode: 1/2 partitions held")
     assert hw.pool("mi300x").view.placeable == "cpx x7, dpx x1"
@@ -275,7 +260,7 @@ def test_3_mi300x_runs_one_partition_mode_per_device_and_an_empty_device_switche
     # A QPX partition fits no device: one runs CPX (7 of 8 free), the other DPX (1 of 2 free). The
     # free DPX half is the smallest partition that covers a quarter: granted, flagged larger, priced
     # as granted ($4/h x 1/2).
-    q1_id, q1 = placed(hw, "q1", "amd", fraction=0.25)
+    q1_id, q1 = placed_with_id(hw, "q1", "amd", fraction=0.25)
     assert (q1.grant.profile, q1.grant.larger, q1.holdings, q1.grant_cost_per_hour) == ("dpx", True, (Holding(1, "dpx", 1, 4),), 2.0)
     assert q1.note == "no qpx had room: fraction 0.25 honored with a larger partition, dpx, priced as granted"
     assert hw.pool("mi300x").devices == ("cpx mode: 1/8 partitions held", "dpx mode: 2/2 partitions held")
@@ -287,7 +272,7 @@ def test_3_mi300x_runs_one_partition_mode_per_device_and_an_empty_device_switche
     ]
     hw.release(q1_id)
 
-    c2_id, c2 = placed(hw, "c2", "amd", fraction=0.125)
+    c2_id, c2 = placed_with_id(hw, "c2", "amd", fraction=0.125)
     assert c2.holdings == (Holding(0, "cpx", 1, 1),)
     assert hw.pool("mi300x").devices == ("cpx mode: 2/8 partitions held", "dpx mode: 1/2 partitions held")
     assert_real_geometry(hw, "mi300x")
@@ -296,7 +281,7 @@ def test_3_mi300x_runs_one_partition_mode_per_device_and_an_empty_device_switche
     hw.release(c1_id)
     hw.release(c2_id)
     assert hw.pool("mi300x").devices == ("free", "dpx mode: 1/2 partitions held")
-    q2 = placed(hw, "q2", "amd", fraction=0.25)[1]
+    q2 = placed(hw, "q2", "amd", fraction=0.25)
     assert (q2.grant.profile, q2.holdings, q2.grant_cost_per_hour) == ("qpx", (Holding(0, "qpx", 0, 2),), 1.0)
     assert hw.pool("mi300x").devices == ("qpx mode: 1/4 partitions held", "dpx mode: 1/2 partitions held")
     assert hw.pool("mi300x").view.placeable == "qpx x3, dpx x1"
@@ -318,7 +303,7 @@ def test_3_earliest_ranks_a_larger_partition_by_its_cost_without_estimates_and_b
     hw = hardware
     hw.add_pool(mi300xs("a", 1, price=4.0))
     hw.add_pool(mi300xs("b", 1, price=6.0))
-    assert placed(hw, "d1", "amd", fraction=0.5)[1].pool == "a"  # device 0 of a runs DPX, one half free
+    assert placed(hw, "d1", "amd", fraction=0.5).pool == "a"  # device 0 of a runs DPX, one half free
     # A quarter: a's QPX ($1.00/h) has no room, its free DPX half costs $2.00/h; b's QPX $1.50/h.
     w = Workload("q", accelerator="amd", fraction=0.25, optimize="earliest")
     states = sorted((v.state for v in hw.pool_views()), key=lambda s: s.pool.name)
@@ -496,21 +481,21 @@ def test_7_a_pool_of_fixed_1g_slices_gives_whole_slices_and_refuses_a_half(hardw
     hw.add_pool(h100s("h100", 1, price=2.0))
     assert (hw.pool("mig-1g").view.packing, hw.pool("mig-1g").view.placeable) == ("fixed", "1g.10gb x2")
 
-    first = placed(hw, "tiny-0", fraction=0.1)[1]
+    first = placed(hw, "tiny-0", fraction=0.1)
     assert (first.pool, first.grant.profile, first.grant.units, r9(first.grant.share)) == ("mig-1g", "1g.10gb", 1, r9(1 / 7))
     assert first.grant_cost_per_hour == pytest.approx(0.2)  # $1.40 x 1/7, cheaper than the MIG pool's 1g at $2 x 1/7
     assert first.holdings == (Holding(0, "1g.10gb"),)
-    assert placed(hw, "tiny-1", fraction=1 / 7)[1].holdings == (Holding(1, "1g.10gb"),)
+    assert placed(hw, "tiny-1", fraction=1 / 7).holdings == (Holding(1, "1g.10gb"),)
     assert hw.pool("mig-1g").devices == ("1g.10gb held", "1g.10gb held")
     assert hw.pool("mig-1g").view.placeable == "1g.10gb x0"
 
     # The slices are gone: the next 1g is carved on the MIG pool, which says why the fixed one did not serve.
-    third_id, third = placed(hw, "tiny-2", fraction=0.1)
+    third_id, third = placed_with_id(hw, "tiny-2", fraction=0.1)
     assert (third.pool, third.holdings) == ("h100", (Holding(0, "1g.10gb", 6, 1),))
     assert reasons(verdict(third, "mig-1g")) == [("capacity_exhausted", "needs 1 free 1g.10gb slice(s), more than are free")]
     hw.release(third_id)  # the H100 is empty again for the half
 
-    half = placed(hw, "half", fraction=0.5)[1]
+    half = placed(hw, "half", fraction=0.5)
     assert (half.pool, half.grant.profile) == ("h100", "4g.40gb")
     fixed = verdict(half, "mig-1g")
     assert reasons(fixed) == [
@@ -546,9 +531,9 @@ def test_7_a_fixed_slice_pool_counts_its_free_slices(hardware: Hardware) -> None
 def test_8_release_frees_exactly_the_slice_held_and_it_is_used_again(hardware: Hardware) -> None:
     hw = hardware
     hw.add_pool(h100s("h100x2", 2))
-    a_id, a = placed(hw, "a", fraction=0.5)
-    b_id, b = placed(hw, "b", fraction=0.5)
-    c_id, c = placed(hw, "c", fraction=0.4)
+    a_id, a = placed_with_id(hw, "a", fraction=0.5)
+    b_id, b = placed_with_id(hw, "b", fraction=0.5)
+    c_id, c = placed_with_id(hw, "c", fraction=0.4)
     assert (a.holdings, b.holdings, c.holdings) == ((Holding(0, "4g.40gb", 0, 4),), (Holding(1, "4g.40gb", 0, 4),), (Holding(0, "3g.40gb", 4, 3),))
     assert hw.pool("h100x2").devices == ("4g.40gb@0, 3g.40gb@4", "4g.40gb@0")
     whole = refused(hw, "whole", count=1)
@@ -563,12 +548,12 @@ def test_8_release_frees_exactly_the_slice_held_and_it_is_used_again(hardware: H
     assert hw.pool("h100x2").holdings == detail.holdings  # a second release frees nothing more
 
     # The 4g that was freed is placeable again, exactly where it was.
-    assert placed(hw, "a2", fraction=0.5)[1].holdings == (Holding(0, "4g.40gb", 0, 4),)
+    assert placed(hw, "a2", fraction=0.5).holdings == (Holding(0, "4g.40gb", 0, 4),)
     for ident in (b_id, c_id):
         hw.release(ident)
     assert hw.pool("h100x2").holdings == (Holding(0, "4g.40gb", 0, 4),)
     assert hw.pool("h100x2").devices == ("4g.40gb@0", "free")
-    whole_after = placed(hw, "whole", count=1)[1]
+    whole_after = placed(hw, "whole", count=1)
     assert (whole_after.holdings, whole_after.grant.profile, whole_after.grant_cost_per_hour) == ((Holding(1),), None, 2.0)
     assert hw.pool("h100x2").devices == ("4g.40gb@0", "whole device held")
     assert_real_geometry(hw, "h100x2")

@@ -6,10 +6,9 @@ waits in front of a full pool, and the estimate says so."""
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -27,7 +26,7 @@ from examlops_policy.executors.command import CommandResult
 from examlops_policy.executors.kubernetes_api import KubernetesCluster, KubernetesError, PendingPod
 from examlops_policy.model import Grant, Node, Placement, Pool, Workload
 from examlops_policy.tables import load_tables, policy_dir
-from tests.conftest import ROOT
+from tests.kubernetes_support import KUBECONFIG, cluster  # noqa: F401 - the fixture
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=timezone.utc)
 ONE = Grant(requested=1.0, honored=True, share=1.0, units=1, devices=1.0)
@@ -325,26 +324,6 @@ def test_a_cloud_pool_on_a_cluster_without_a_kubernetes_estimator_is_read_from_t
 
 
 # -- on a real Kubernetes control plane ----------------------------------------------------------------
-
-KUBECONFIG = Path(os.environ.get("EXA_TEST_KUBECONFIG", ROOT / ".exa-services" / "k8s" / "kubeconfig"))
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[KubernetesCluster]:
-    def require(message: str) -> None:
-        if os.environ.get("EXA_REQUIRE_SERVICES"):
-            pytest.fail(message)
-        pytest.skip(message)
-
-    if not KUBECONFIG.is_file():
-        require(f"no test cluster ({KUBECONFIG} missing); start one with scripts/k8s-up")
-    try:
-        connected = KubernetesCluster.connect(KUBECONFIG)
-        connected.nodes()
-    except ExaError as exc:
-        require(f"the test cluster does not answer ({exc}); start it with scripts/k8s-up")
-    with connected:
-        yield connected
 
 
 @pytest.mark.kubernetes

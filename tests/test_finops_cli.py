@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import run_exa
+from tests.conftest import exa_json, run_exa
 from tests.chromium_support import chromium, png_facts, run_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,10 +27,6 @@ AWS_SOURCE = "skypilot:v7/aws/vms.csv@001367d22a00"
 
 HEADER = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,SpotPrice,Region,AvailabilityZone"
 GOOD_ROW = "p5.48xlarge,H100,8.0,192.0,2048.0,,105.2024,28.528,eu-north-1,eun1-az3"
-
-
-def exa_json(home: Path, *args: str) -> Any:
-    return json.loads(run_exa(home, *args, "--json", check=True).stdout)
 
 
 def pools(home: Path) -> dict[str, dict[str, Any]]:

@@ -18,7 +18,6 @@ import os
 import re
 import subprocess
 from collections import defaultdict
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -28,36 +27,15 @@ import pytest
 from examlops_policy import focus
 from examlops_policy._core import commit, leases
 from examlops_policy.errors import SpecError
-from examlops_policy.hardware import Hardware, ManagedPolicy
+from examlops_policy.hardware import Hardware
 from examlops_policy.model import Pool, Workload
-from reliability.backends import Backend, backend  # noqa: F401  (backend: the fixture)
+from tests.backend_support import backend, clocked  # noqa: F401 - fixtures
+from tests.clock_support import T0, Clock
 
 MI300 = Pool("mi300", "hpc", "amd", 2, "eu", cost_per_hour=2.0, carbon_factor=100.0, power_w=750.0)
 MIG = Pool("a100-mig", "hpc", "nvidia", 1, "eu", model="a100", cost_per_hour=7.0, carbon_factor=70.0, supports_fractions=True)
 TRAIN = Workload("train", "amd", count=2, project="llm-pretraining")
-T0 = datetime(2030, 1, 1, 8, 0, tzinfo=timezone.utc)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.at = T0
-
-    def __call__(self) -> str:
-        return leases.text_of(self.at)
-
-    def move(self, **by: float) -> None:
-        self.at += timedelta(**by)
-
-
-@pytest.fixture()
-def clocked(backend: Backend, opa_home: Path) -> Iterator[tuple[Hardware, Clock]]:
-    clock = Clock()
-    hw = Hardware(opa_home, store=backend.open(clock=clock), policy=ManagedPolicy(opa_home))
-    hw.apply([MI300])
-    try:
-        yield hw, clock
-    finally:
-        hw.close()
+pytestmark = pytest.mark.hw_pools(MI300)
 
 
 def at(minutes: float) -> str:

@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 
 from tests.test_kubernetes_cli import H100, IMAGE, RUN, home, jobs, nodes, ok_json  # noqa: F401 - fixtures
-from tests.test_kubernetes_cluster import admin, cluster  # noqa: F401 - fixtures
+from tests.kubernetes_support import admin, cluster  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.kubernetes
 

@@ -14,30 +14,22 @@ runs. Skipped when no Slurm answers, unless ``EXA_REQUIRE_SERVICES`` is set."""
 from __future__ import annotations
 
 import csv
-import json
 import os
 import re
 import time
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from examlops_policy.executors.command import run_command
 from examlops_policy.executors.slurm import job, slurm_time
-from tests.conftest import run_exa
+from tests.conftest import exa_json
 from tests.test_slurm_integration import slurm  # noqa: F401 - the fixture
 from tests.test_slurm_queue import register
 
 pytestmark = pytest.mark.slurm
-
-
-def exa_json(home: Path, env: dict[str, str], *args: str) -> Any:
-    done = run_exa(home, *args, "--json", env=env)
-    assert done.returncode == 0, f"exa {' '.join(args)}: {done.stdout}\n{done.stderr}"
-    return json.loads(done.stdout)
 
 
 def gpu_seconds(job_id: str, env: dict[str, str]) -> float:
@@ -65,20 +57,20 @@ def test_the_exports_device_hours_per_project_equal_slurms_gpu_time(slurm: dict[
         script = tmp_path / f"job-{len(jobs)}.sh"
         script.write_text(f"#!/bin/sh\nsleep {seconds}\n")
         script.chmod(0o755)
-        placed = exa_json(exa_home, slurm, "hardware", "place", f"w{len(jobs)}", "--accelerator", "amd", "--count", str(count),
-                          "--target", "hpc", "--project", project)  # fmt: skip
+        placed = exa_json(exa_home, "hardware", "place", f"w{len(jobs)}", "--accelerator", "amd", "--count", str(count),
+                          "--target", "hpc", "--project", project, env=slurm)  # fmt: skip
         assert placed["outcome"] == "placed", placed
         time.sleep(1.1)  # Slurm's times are whole seconds: its start is never before the placement
-        jobs[exa_json(exa_home, slurm, "hardware", "submit", placed["id"], "--script", str(script))["job_id"]] = project
+        jobs[exa_json(exa_home, "hardware", "submit", placed["id"], "--script", str(script), env=slurm)["job_id"]] = project
     deadline = time.monotonic() + 120
     while not all(job(j).finished for j in jobs):
         assert time.monotonic() < deadline, "the jobs did not end"
         time.sleep(0.5)
-    exa_json(exa_home, slurm, "hardware", "reconcile")
+    exa_json(exa_home, "hardware", "reconcile", env=slurm)
     start = began.replace(minute=0, second=0, microsecond=0)
     end = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     out = tmp_path / "bill.csv"
-    exa_json(exa_home, slurm, "finops", "export", "--format", "focus", "--from", start.isoformat(), "--to", end.isoformat(), "--out", str(out))
+    exa_json(exa_home, "finops", "export", "--format", "focus", "--from", start.isoformat(), "--to", end.isoformat(), "--out", str(out), env=slurm)
     with out.open(encoding="utf-8", newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["x_JobId"] in jobs]
     exported: dict[str, float] = defaultdict(float)

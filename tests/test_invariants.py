@@ -647,7 +647,7 @@ def states_of(pools: Sequence[Pool], capacities: dict[str, Capacity | None], tab
 
 
 @pytest.fixture(scope="module")
-def hw(tmp_path_factory: pytest.TempPathFactory, opa_home: Path) -> Iterator[Hardware]:
+def module_hw(tmp_path_factory: pytest.TempPathFactory, opa_home: Path) -> Iterator[Hardware]:
     """A Hardware deciding with the session's real OPA (``opa_home``, started on demand)."""
     for var in ("EXA_OPA_URL", "EXA_DB_URL"):
         if os.environ.get(var):
@@ -673,22 +673,22 @@ SETTINGS = settings(
 
 @SETTINGS
 @given(pools=pools_strategy(), w=workloads())
-def test_what_if_placement_satisfies_every_invariant(hw: Hardware, pools: list[Pool], w: Workload) -> None:
+def test_what_if_placement_satisfies_every_invariant(module_hw: Hardware, pools: list[Pool], w: Workload) -> None:
     """Over pools with nothing held on them (what_if), the decision is exactly the oracle's."""
-    decision = hw.what_if(w, pools)
+    decision = module_hw.what_if(w, pools)
     check(decision, w, pools)
 
 
 @SETTINGS
 @given(pools=pools_strategy(min_size=1), w=workloads(), data=st.data(), rotate=st.integers(0, 6))
-def test_decision_over_partly_used_pools_respects_capacity(hw: Hardware, pools: list[Pool], w: Workload, data: st.DataObject, rotate: int) -> None:
+def test_decision_over_partly_used_pools_respects_capacity(module_hw: Hardware, pools: list[Pool], w: Workload, data: st.DataObject, rotate: int) -> None:
     """The decision core over pools with arbitrary capacity; the input order does not matter."""
     capacities = data.draw(capacities_for(pools))
-    states = states_of(pools, capacities, hw.tables)
-    decision = hw.engine.decide(w, states)
+    states = states_of(pools, capacities, module_hw.tables)
+    decision = module_hw.engine.decide(w, states)
     check(decision, w, pools, capacities)
     shifted = states[rotate % len(states):] + states[: rotate % len(states)]
-    again = hw.engine.decide(w, list(reversed(shifted)))
+    again = module_hw.engine.decide(w, list(reversed(shifted)))
     assert type(again) is type(decision)
     assert getattr(again, "pool", None) == getattr(decision, "pool", None)
     assert again.provenance.input_digest == decision.provenance.input_digest
@@ -720,7 +720,7 @@ def quota_use(draw: st.DrawFn, w: Workload) -> Use:
 
 @SETTINGS
 @given(pools=pools_strategy(min_size=1), w=workloads(), data=st.data())
-def test_python_selection_equals_the_policys_reference_decision(hw: Hardware, pools: list[Pool], w: Workload, data: st.DataObject) -> None:
+def test_python_selection_equals_the_policys_reference_decision(module_hw: Hardware, pools: list[Pool], w: Workload, data: st.DataObject) -> None:
     """Selection is the one piece of decision logic in Python: the policy's complete reference rule
     gives the same pool or rejection, burst verdict and reasons, over random fleets, capacity and
     what the projects hold (their quotas); and both are the oracle's."""
@@ -729,11 +729,11 @@ def test_python_selection_equals_the_policys_reference_decision(hw: Hardware, po
 
     capacities = data.draw(capacities_for(pools))
     use = data.draw(quota_use(w))
-    states = sorted(states_of(pools, capacities, hw.tables), key=lambda s: s.pool.name)
-    prepared = hw.engine.prepare(w, [s.pool for s in states])
+    states = sorted(states_of(pools, capacities, module_hw.tables), key=lambda s: s.pool.name)
+    prepared = module_hw.engine.prepare(w, [s.pool for s in states])
     caps = [s.capacity for s in states]
-    decision = prepared.decide(caps, hw.tables, quota=QuotaUse.from_json(use))
-    reference = hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about, quota_use=dict(use)))  # type: ignore[arg-type]
+    decision = prepared.decide(caps, module_hw.tables, quota=QuotaUse.from_json(use))
+    reference = module_hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about, quota_use=dict(use)))  # type: ignore[arg-type]
     assert differences(decision, reference) == []
     check(decision, w, pools, capacities, use)
 
@@ -741,7 +741,7 @@ def test_python_selection_equals_the_policys_reference_decision(hw: Hardware, po
 @SETTINGS
 @given(case=budget_fallback_cases(), data=st.data())
 def test_a_fallback_for_budget_is_decided_alike_by_selection_the_policy_and_the_oracle(
-    hw: Hardware, case: tuple[list[Pool], Workload], data: st.DataObject
+    module_hw: Hardware, case: tuple[list[Pool], Workload], data: st.DataObject
 ) -> None:
     """A stand-in reached because the requested accelerator is over the budget: the note says so,
     and a workload that does not fall back for budget has it denied (budget_fallback_forbidden),
@@ -750,12 +750,12 @@ def test_a_fallback_for_budget_is_decided_alike_by_selection_the_policy_and_the_
 
     pools, w = case
     capacities = data.draw(capacities_for(pools))
-    states = sorted(states_of(pools, capacities, hw.tables), key=lambda s: s.pool.name)
-    prepared = hw.engine.prepare(w, [s.pool for s in states])
+    states = sorted(states_of(pools, capacities, module_hw.tables), key=lambda s: s.pool.name)
+    prepared = module_hw.engine.prepare(w, [s.pool for s in states])
     caps = [s.capacity for s in states]
-    decision = prepared.decide(caps, hw.tables)
+    decision = prepared.decide(caps, module_hw.tables)
     check(decision, w, pools, capacities)
-    reference = hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about))
+    reference = module_hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about))
     assert differences(decision, reference) == []
 
 
@@ -808,7 +808,7 @@ def _start_s(starts: Starts, name: str) -> int | None:
 @SETTINGS
 @given(pools=pools_strategy(min_size=1), w=waiting_workloads(), data=st.data())
 def test_selection_with_start_estimates_equals_the_policys_reference_decision(
-    hw: Hardware, pools: list[Pool], w: Workload, data: st.DataObject
+    module_hw: Hardware, pools: list[Pool], w: Workload, data: st.DataObject
 ) -> None:
     """With start estimates, max_wait, deadlines and the earliest start, Python selection and the
     policy's reference rule give the same pool or rejection and the same reasons; and, from the
@@ -818,11 +818,11 @@ def test_selection_with_start_estimates_equals_the_policys_reference_decision(
 
     capacities = data.draw(capacities_for(pools))
     starts = data.draw(starts_for(pools))
-    states = sorted(states_of(pools, capacities, hw.tables), key=lambda s: s.pool.name)
-    prepared = hw.engine.prepare(w, [s.pool for s in states])
+    states = sorted(states_of(pools, capacities, module_hw.tables), key=lambda s: s.pool.name)
+    prepared = module_hw.engine.prepare(w, [s.pool for s in states])
     caps = [s.capacity for s in states]
-    decision = prepared.decide(caps, hw.tables, starts=starts)
-    reference = hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about, starts))
+    decision = prepared.decide(caps, module_hw.tables, starts=starts)
+    reference = module_hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about, starts))
     assert differences(decision, reference) == []
     if not isinstance(decision, Placement):
         return
@@ -854,12 +854,12 @@ def test_selection_with_start_estimates_equals_the_policys_reference_decision(
 @settings(SETTINGS, max_examples=max(5, SETTINGS.max_examples // 8))
 @given(pools=pools_strategy(min_size=1, max_size=5), ws=st.lists(workloads(), min_size=1, max_size=6))
 def test_recorded_placements_never_oversubscribe(
-    hw: Hardware, tmp_path_factory: pytest.TempPathFactory, pools: list[Pool], ws: list[Workload]
+    module_hw: Hardware, tmp_path_factory: pytest.TempPathFactory, pools: list[Pool], ws: list[Workload]
 ) -> None:
     """Placements recorded one after another on a real store: each one is the oracle's choice over
     what the pools can place then, and no device ever holds more than fits on it."""
     home = tmp_path_factory.mktemp("store")
-    store_hw = Hardware(home=home, policy=hw.policy, tables=hw.tables)
+    store_hw = Hardware(home=home, policy=module_hw.policy, tables=module_hw.tables)
     try:
         store_hw.apply([dataclasses.replace(p, drained=False) for p in pools])
         for p in pools:
@@ -939,7 +939,7 @@ def slice_sequences(draw: st.DrawFn) -> tuple[Pool, list[tuple[str, float]]]:
 @settings(SETTINGS, max_examples=max(10, SETTINGS.max_examples // 4))
 @given(case=slice_sequences())
 def test_random_slice_requests_and_releases_never_overlap_or_mix_modes(
-    hw: Hardware, tmp_path_factory: pytest.TempPathFactory, case: tuple[Pool, list[tuple[str, float]]]
+    module_hw: Hardware, tmp_path_factory: pytest.TempPathFactory, case: tuple[Pool, list[tuple[str, float]]]
 ) -> None:
     """Random slice requests and releases on a MIG or MI300X pool: no device ever holds overlapping
     slices or mixed modes, the store's summary is what the devices say, a request is refused only
@@ -948,8 +948,8 @@ def test_random_slice_requests_and_releases_never_overlap_or_mix_modes(
 
     pool, steps = case
     home = tmp_path_factory.mktemp("slices")
-    store_hw = Hardware(home=home, policy=hw.policy, tables=hw.tables)
-    layout = layout_of(pool, hw.tables)
+    store_hw = Hardware(home=home, policy=module_hw.policy, tables=module_hw.tables)
+    layout = layout_of(pool, module_hw.tables)
     live: list[str] = []
     try:
         store_hw.apply([pool])
@@ -1036,7 +1036,7 @@ def amd_sequences(draw: st.DrawFn) -> tuple[Pool, list[tuple[str, float]]]:
 @example(case=(Pool("amd-p", "hpc", "amd", 1, "eu", model="mi300x", supports_fractions=True), [("place", 0.5), ("place", 0.25), ("place", 0.5)]))
 @example(case=(Pool("amd-p", "hpc", "amd", 1, "eu", model="mi300x", supports_fractions=True), [("place", 0.25), ("place", 0.125), ("place", 0.25)]))
 def test_amd_fractions_take_the_smallest_free_partition_that_covers_them(
-    hw: Hardware, tmp_path_factory: pytest.TempPathFactory, case: tuple[Pool, list[tuple[str, float]]]
+    module_hw: Hardware, tmp_path_factory: pytest.TempPathFactory, case: tuple[Pool, list[tuple[str, float]]]
 ) -> None:
     """AMD fraction requests and releases on a real store, an NVIDIA pool beside: each request gets
     the smallest partition that covers it among those a device can take now (a larger one is
@@ -1046,7 +1046,7 @@ def test_amd_fractions_take_the_smallest_free_partition_that_covers_them(
 
     amd, steps = case
     nvidia = Pool("nv-p", "hpc", "nvidia", 1, "eu", supports_fractions=True)
-    store_hw = Hardware(home=tmp_path_factory.mktemp("amd"), policy=hw.policy, tables=hw.tables)
+    store_hw = Hardware(home=tmp_path_factory.mktemp("amd"), policy=module_hw.policy, tables=module_hw.tables)
     live: list[str] = []
     try:
         store_hw.apply([amd, nvidia])
@@ -1132,7 +1132,7 @@ def fitting_mig_sequences(draw: st.DrawFn) -> tuple[str, list[str]]:
 @example(case=("h100", ["1g.10gb", "2g.20gb", "3g.40gb"]))
 @example(case=("h100", ["3g.40gb", "3g.40gb"]))
 def test_slices_that_fit_one_device_together_are_all_placed(
-    hw: Hardware, tmp_path_factory: pytest.TempPathFactory, case: tuple[str, list[str]]
+    module_hw: Hardware, tmp_path_factory: pytest.TempPathFactory, case: tuple[str, list[str]]
 ) -> None:
     """A sequence of MIG slice requests that one device can hold together (see the strategy) is
     placed in full on a pool of that one device: the packer's starts never strand the capacity a
@@ -1142,7 +1142,7 @@ def test_slices_that_fit_one_device_together_are_all_placed(
     of = scheme["of"]
     units = {s["profile"]: s["units"] for s in scheme["slices"]}
     pool = Pool("p", "hpc", MODELS[model]["accelerator"], 1, "eu", model=model, supports_fractions=True)
-    store_hw = Hardware(home=tmp_path_factory.mktemp("fitting"), policy=hw.policy, tables=hw.tables)
+    store_hw = Hardware(home=tmp_path_factory.mktemp("fitting"), policy=module_hw.policy, tables=module_hw.tables)
     try:
         store_hw.apply([pool])
         for i, profile in enumerate(profiles):
@@ -1176,7 +1176,7 @@ def slices_and_whole_devices(draw: st.DrawFn) -> tuple[str, int | None, int, lis
 @example(case=("h100", None, 2, ["2g.20gb", "4g.40gb", None]))
 @example(case=("h100", 2, 4, [None, "1g.10gb", None, "2g.20gb", "4g.40gb", None]))
 def test_slices_never_take_a_device_that_whole_device_requests_need(
-    hw: Hardware, tmp_path_factory: pytest.TempPathFactory, case: tuple[str, int | None, int, list[str | None]]
+    module_hw: Hardware, tmp_path_factory: pytest.TempPathFactory, case: tuple[str, int | None, int, list[str | None]]
 ) -> None:
     """Slices that fit one device together, and a whole device for each other device, arriving in
     any order on a pool of devices or of nodes, are all placed: a slice never takes an empty
@@ -1186,7 +1186,7 @@ def test_slices_never_take_a_device_that_whole_device_requests_need(
     scheme = SCHEMES[BY_MODEL[model]]
     units = {s["profile"]: s["units"] for s in scheme["slices"]}
     pool = Pool("p", "hpc", MODELS[model]["accelerator"], count, "eu", model=model, supports_fractions=True, nodes=nodes)
-    store_hw = Hardware(home=tmp_path_factory.mktemp("mixed"), policy=hw.policy, tables=hw.tables)
+    store_hw = Hardware(home=tmp_path_factory.mktemp("mixed"), policy=module_hw.policy, tables=module_hw.tables)
     try:
         store_hw.apply([pool])
         by_node: dict[str, list[Holding]] = {}
@@ -1225,9 +1225,9 @@ def close_contenders(draw: st.DrawFn) -> tuple[list[Pool], Workload]:
 
 @SETTINGS
 @given(case=close_contenders())
-def test_cheapest_eligible_pool_wins_and_ties_go_to_the_first_name(hw: Hardware, case: tuple[list[Pool], Workload]) -> None:
+def test_cheapest_eligible_pool_wins_and_ties_go_to_the_first_name(module_hw: Hardware, case: tuple[list[Pool], Workload]) -> None:
     pools, w = case
-    decision = hw.what_if(w, pools)
+    decision = module_hw.what_if(w, pools)
     check(decision, w, pools)
     assert isinstance(decision, Placement)
     assert decision.pool == min(pools, key=lambda p: (cost(p), p.name)).name
@@ -1252,11 +1252,11 @@ def fraction_cases(draw: st.DrawFn) -> tuple[list[Pool], Workload]:
 
 @SETTINGS
 @given(case=fraction_cases())
-def test_fractions_are_honored_only_where_the_pool_can_partition(hw: Hardware, case: tuple[list[Pool], Workload]) -> None:
+def test_fractions_are_honored_only_where_the_pool_can_partition(module_hw: Hardware, case: tuple[list[Pool], Workload]) -> None:
     """The smallest slice that covers the fraction, on a partitioning pool; a whole device, said so,
     elsewhere."""
     pools, w = case
-    decision = hw.what_if(w, pools)
+    decision = module_hw.what_if(w, pools)
     check(decision, w, pools)
     for v in decision.verdicts:
         pool = next(p for p in pools if p.name == v.pool)
@@ -1296,11 +1296,11 @@ def _spec_fleet() -> list[Pool]:
     ],
 )
 def test_oracle_and_product_agree_on_the_specification_examples(
-    hw: Hardware, w: Workload, pool: str | None, fallback: bool | None, honored: bool | None
+    module_hw: Hardware, w: Workload, pool: str | None, fallback: bool | None, honored: bool | None
 ) -> None:
     fleet = _spec_fleet()
     assert oracle(w, fleet, {}).chosen == pool  # the oracle reproduces the specification by itself
-    decision = hw.what_if(w, fleet)
+    decision = module_hw.what_if(w, fleet)
     check(decision, w, fleet)
     if pool is None:
         assert isinstance(decision, Rejection)
@@ -1309,7 +1309,7 @@ def test_oracle_and_product_agree_on_the_specification_examples(
         assert (decision.pool, decision.fallback, decision.fraction_honored) == (pool, fallback, honored)
 
 
-def test_eu_membership_comes_from_the_table_not_the_region_name(hw: Hardware) -> None:
+def test_eu_membership_comes_from_the_table_not_the_region_name(module_hw: Hardware) -> None:
     """eu-west-2 (London) and eu-central-2 (Zurich) are not in the EU; an eu-only burst must skip them."""
     fleet = [
         Pool("london", "cloud", "nvidia", 4, "eu-west-2", cost_per_hour=0.5),
@@ -1318,7 +1318,7 @@ def test_eu_membership_comes_from_the_table_not_the_region_name(hw: Hardware) ->
     ]
     assert not in_eu("eu-west-2") and not in_eu("eu-central-2") and in_eu("eu-west-3")
     w = Workload("train", "nvidia", target="cloud", residency="eu-only")
-    decision = hw.what_if(w, fleet)
+    decision = module_hw.what_if(w, fleet)
     check(decision, w, fleet)
     assert isinstance(decision, Placement) and decision.pool == "paris"
 
@@ -1416,25 +1416,25 @@ def node_capacities(draw: st.DrawFn, pools: list[Pool], tables: Any) -> list[Poo
     w=Workload("w", "nvidia", engine="generic", count=4, nodes=2),
     data=None,  # type: ignore[arg-type]
 )
-def test_python_selection_equals_the_policys_reference_decision_node_by_node(hw: Hardware, pools: list[Pool], w: Workload, data: st.DataObject) -> None:
+def test_python_selection_equals_the_policys_reference_decision_node_by_node(module_hw: Hardware, pools: list[Pool], w: Workload, data: st.DataObject) -> None:
     """Pools of nodes, gangs, CPU, memory, shares, models, isolation and topology: the capacity
     check Python makes node by node (``selection.fits``) and the policy's reference rule give the
     same pool or rejection and the same reasons."""
     from examlops_policy._core.engine import differences, reference_input
 
-    drawn = data.draw(node_capacities(pools, hw.tables)) if data is not None else [hw.cycle.capacities.empty(p) for p in pools]
+    drawn = data.draw(node_capacities(pools, module_hw.tables)) if data is not None else [module_hw.cycle.capacities.empty(p) for p in pools]
     states = sorted(drawn, key=lambda s: s.pool.name)
-    prepared = hw.engine.prepare(w, [s.pool for s in states])
+    prepared = module_hw.engine.prepare(w, [s.pool for s in states])
     caps = [s.capacity for s in states]
-    decision = prepared.decide(caps, hw.tables)
-    reference = hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about))
+    decision = prepared.decide(caps, module_hw.tables)
+    reference = module_hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about))
     assert differences(decision, reference) == []
 
 
 @settings(SETTINGS, max_examples=max(5, SETTINGS.max_examples // 8))
 @given(pools=node_pools(max_size=3), ws=st.lists(node_workloads(), min_size=1, max_size=8), data=st.data())
 def test_recorded_node_grants_never_hold_a_device_share_core_or_mib_twice(
-    hw: Hardware, tmp_path_factory: pytest.TempPathFactory, pools: list[Pool], ws: list[Workload], data: st.DataObject
+    module_hw: Hardware, tmp_path_factory: pytest.TempPathFactory, pools: list[Pool], ws: list[Workload], data: st.DataObject
 ) -> None:
     """Placements and releases recorded on a real store over pools of nodes: each grant is what
     its capacity said fits (placed exactly when selection over the stored capacity places it), and
@@ -1445,7 +1445,7 @@ def test_recorded_node_grants_never_hold_a_device_share_core_or_mib_twice(
     from reliability.harness import node_violations
 
     home = tmp_path_factory.mktemp("nodes")
-    store_hw = Hardware(home=home, policy=hw.policy, tables=hw.tables)
+    store_hw = Hardware(home=home, policy=module_hw.policy, tables=module_hw.tables)
     live: list[str] = []
     try:
         store_hw.apply(pools)
@@ -1509,7 +1509,7 @@ def work_cases(draw: st.DrawFn) -> tuple[list[Pool], Workload]:
 @SETTINGS
 @given(case=work_cases(), data=st.data())
 def test_ranking_by_work_is_decided_alike_by_selection_the_policy_and_the_oracle(
-    hw: Hardware, case: tuple[list[Pool], Workload], data: st.DataObject
+    module_hw: Hardware, case: tuple[list[Pool], Workload], data: st.DataObject
 ) -> None:
     """Under work-cost, work-carbon and work-time, Python selection and the policy's reference rule
     choose the same pool with the same reasons (with and without start estimates), and without
@@ -1519,14 +1519,14 @@ def test_ranking_by_work_is_decided_alike_by_selection_the_policy_and_the_oracle
 
     pools, w = case
     capacities = data.draw(capacities_for(pools))
-    states = sorted(states_of(pools, capacities, hw.tables), key=lambda s: s.pool.name)
-    prepared = hw.engine.prepare(w, [s.pool for s in states])
+    states = sorted(states_of(pools, capacities, module_hw.tables), key=lambda s: s.pool.name)
+    prepared = module_hw.engine.prepare(w, [s.pool for s in states])
     caps = [s.capacity for s in states]
-    decision = prepared.decide(caps, hw.tables)
+    decision = prepared.decide(caps, module_hw.tables)
     check(decision, w, pools, capacities)
-    reference = hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about))
+    reference = module_hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about))
     assert differences(decision, reference) == []
     starts = data.draw(starts_for(pools))
-    timed = prepared.decide(caps, hw.tables, starts=starts)
-    reference = hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about, starts))
+    timed = prepared.decide(caps, module_hw.tables, starts=starts)
+    reference = module_hw.policy.decision(reference_input(w, prepared.judged.fleet, caps, prepared.about, starts))
     assert differences(timed, reference) == []

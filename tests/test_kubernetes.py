@@ -23,6 +23,7 @@ from examlops_policy.model import Placement, Pool, Workload
 from examlops_policy.views import DecisionRecord
 
 from tests.conftest import run_exa
+from tests.placement_support import placed_in
 
 K8S_VERSION = kubernetes_validate.latest_version()
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -31,13 +32,6 @@ EXTENDED = ("nvidia.com/", "amd.com/", "habana.ai/", "google.com/")
 
 def burst(name: str, accelerator: str, **kwargs: Any) -> Workload:
     return Workload(name, accelerator, target="cloud", allow_burst=True, **kwargs)
-
-
-def placed(hw: Hardware, pool: Pool, workload: Workload) -> DecisionRecord:
-    hw.apply([pool])
-    record = hw.place(workload)
-    assert isinstance(record.decision, Placement) and record.decision.pool == pool.name, record.decision
-    return record
 
 
 def manifest_for(record: DecisionRecord, pool: Pool, **options: Any) -> dict[str, Any]:
@@ -130,7 +124,7 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_job_for_each_vendor_is_valid_and_asks_the_device_plugin(hardware: Hardware, case: str) -> None:
     pool, workload, limits, pinned = CASES[case]
-    record = placed(hardware, pool, workload)
+    record = placed_in(hardware, pool, workload)
     manifest = manifest_for(record, pool, image="registry.example/train:1.0", command=["python", "train.py"])
     validate(manifest)
     assert manifest["apiVersion"] == "batch/v1" and manifest["kind"] == "Job"
@@ -154,21 +148,21 @@ def test_job_for_each_vendor_is_valid_and_asks_the_device_plugin(hardware: Hardw
 
 def test_fraction_honored_as_whole_device_says_so(hardware: Hardware) -> None:
     pool, workload, _, _ = CASES["gaudi-fraction-not-honored"]
-    manifest = manifest_for(placed(hardware, pool, workload), pool, image="img")
+    manifest = manifest_for(placed_in(hardware, pool, workload), pool, image="img")
     assert manifest["metadata"]["annotations"]["examlops.io/fraction"] == "0.5 -> whole device"
     assert manifest["metadata"]["annotations"]["examlops.io/node-selection"] == "intel-gaudi nodes carry no product label; not pinned to model gaudi3"
 
 
 def test_amd_memory_partition_and_tpu_topology_options(hardware: Hardware) -> None:
     pool, workload, _, _ = CASES["amd-partition"]
-    manifest = manifest_for(placed(hardware, pool, workload), pool, image="img", amd_memory_partition="nps4")
+    manifest = manifest_for(placed_in(hardware, pool, workload), pool, image="img", amd_memory_partition="nps4")
     validate(manifest)
     assert manifest["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"amd.com/cpx_nps4": "1"}
 
 
 def test_tpu_topology_selector(hardware: Hardware) -> None:
     pool, workload, _, _ = CASES["tpu-v5p"]
-    record = placed(hardware, pool, workload)
+    record = placed_in(hardware, pool, workload)
     manifest = manifest_for(record, pool, image="img", tpu_topology="2x2x1", namespace="ml")
     validate(manifest)
     assert manifest["metadata"]["namespace"] == "ml"
@@ -181,14 +175,14 @@ def test_tpu_topology_selector(hardware: Hardware) -> None:
 
 def test_a_mig_profile_without_memory_size_is_refused_not_invented(hardware: Hardware) -> None:
     pool = Pool("cloud-gpu", "cloud", "nvidia", 8, "us-east-1", supports_fractions=True)  # no model: generic "1g"
-    record = placed(hardware, pool, burst("infer", "nvidia", fraction=0.1))
+    record = placed_in(hardware, pool, burst("infer", "nvidia", fraction=0.1))
     with pytest.raises(SpecError, match="names no Kubernetes partition resource"):
         manifest_for(record, pool, image="img")
 
 
 def test_what_gets_no_manifest(hardware: Hardware) -> None:
     pool, workload, _, _ = CASES["nvidia-h100"]
-    record = placed(hardware, pool, workload)
+    record = placed_in(hardware, pool, workload)
     for kwargs, message in (
         ({"image": "bad image"}, "not a container image"),
         ({"image": "img", "namespace": "Bad_NS"}, "namespace"),
@@ -204,7 +198,7 @@ def test_what_gets_no_manifest(hardware: Hardware) -> None:
 
 def test_the_validator_is_not_a_rubber_stamp(hardware: Hardware) -> None:
     pool, workload, _, _ = CASES["nvidia-h100"]
-    manifest = manifest_for(placed(hardware, pool, workload), pool, image="img")
+    manifest = manifest_for(placed_in(hardware, pool, workload), pool, image="img")
     manifest["spec"]["template"]["spec"]["containers"][0]["resourcez"] = {}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
@@ -240,10 +234,10 @@ def test_the_walltime_is_the_job_s_active_deadline(hardware: Hardware) -> None:
     """--walltime 30m went to Slurm as --time but not into the Job: it is activeDeadlineSeconds
     (Kubernetes ends the Job past it); without a walltime the Job has no deadline."""
     pool = Pool("cloud-h100", "cloud", "nvidia", 8, "us-east-1", model="h100")
-    timed = manifest_for(placed(hardware, pool, burst("timed", "nvidia", walltime=1800)), pool, image="img")
+    timed = manifest_for(placed_in(hardware, pool, burst("timed", "nvidia", walltime=1800)), pool, image="img")
     validate(timed)
     assert timed["spec"]["activeDeadlineSeconds"] == 1800
-    untimed = manifest_for(placed(hardware, pool, burst("untimed", "nvidia")), pool, image="img")
+    untimed = manifest_for(placed_in(hardware, pool, burst("untimed", "nvidia")), pool, image="img")
     assert "activeDeadlineSeconds" not in untimed["spec"]
 
 

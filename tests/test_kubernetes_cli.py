@@ -27,7 +27,7 @@ import yaml
 from examlops_policy.executors.kubernetes_api import KubernetesCluster
 from examlops_policy.opa import stop_server
 from tests.conftest import free_port, run_exa
-from tests.test_kubernetes_cluster import KUBECONFIG, admin, cluster, fake_node  # noqa: F401 - fixtures
+from tests.kubernetes_support import KUBECONFIG, admin, cluster, delete_nodes, fake_node, wait_ready  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.kubernetes
 
@@ -53,27 +53,19 @@ def nodes(cluster: KubernetesCluster, admin: Any) -> Iterator[dict[str, str]]:  
     """This module's fake GPU nodes, Ready (kwok) before use; deleted afterwards, with any Job of
     this run still there."""
     from lightkube import codecs
-    from lightkube.resources.core_v1 import Node
 
     names = {key: f"exa-cli-{RUN}-{key}" for key in NODES}
     try:
         for key, (allocatable, labels) in NODES.items():
             admin.create(codecs.from_dict(fake_node(names[key], REGION, allocatable, labels)))
-        deadline = time.monotonic() + 60
-        while not set(names.values()) <= {n.name for n in cluster.nodes() if n.ready}:
-            assert time.monotonic() < deadline, "kwok did not make this module's nodes Ready (is kwok running?)"
-            time.sleep(0.2)
+        wait_ready(cluster, names.values())
         yield names
     finally:
         # Jobs of this run that a failed test left behind (every workload name holds RUN).
         for ref in cluster.jobs():
             if f"-{RUN}-" in ref.name:
                 cluster.delete_job(ref.namespace, ref.name, wait_s=60)
-        for name in names.values():
-            try:
-                admin.delete(Node, name)
-            except Exception:  # noqa: BLE001 - cleanup of a node that may not have been created
-                pass
+        delete_nodes(admin, names.values())
 
 
 @pytest.fixture()

@@ -12,7 +12,6 @@ Skipped when no cluster answers, unless ``EXA_REQUIRE_SERVICES`` is set: then th
 from __future__ import annotations
 
 import datetime
-import os
 import secrets
 import time
 from collections.abc import Iterator
@@ -24,66 +23,22 @@ import yaml
 
 from examlops_policy.discovery import DiscoveredPool
 from examlops_policy.discovery.kubernetes import discover_kubernetes
-from examlops_policy.errors import ExaError, SpecError
+from examlops_policy.errors import SpecError
 from examlops_policy.executors.kubernetes import job_manifest
 from examlops_policy.executors.kubernetes_api import JobRef, JobStatus, KubernetesCluster, KubernetesError
 from examlops_policy.hardware import Hardware
-from examlops_policy.model import Placement, Pool, Workload
-
+from examlops_policy.model import Pool, Workload
 from examlops_policy.tables import load_tables
-from examlops_policy.views import DecisionRecord
 from tests.conftest import ROOT
+from tests.kubernetes_support import KUBECONFIG, admin, cluster, delete_nodes, fake_node, wait_ready  # noqa: F401 - fixtures
+from tests.placement_support import placed_in
 
 pytestmark = pytest.mark.kubernetes
 
 STATE = ROOT / ".exa-services" / "k8s"
-KUBECONFIG = Path(os.environ.get("EXA_TEST_KUBECONFIG", STATE / "kubeconfig"))
 RUN = secrets.token_hex(3)  # names of this run's nodes and Jobs
 IMAGE = "registry.example/train:1.0"  # never pulled: kwok runs no containers
 REGIONS = load_tables().regions
-
-
-def require(message: str) -> None:
-    if os.environ.get("EXA_REQUIRE_SERVICES"):
-        pytest.fail(message)
-    pytest.skip(message)
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[KubernetesCluster]:
-    if not KUBECONFIG.is_file():
-        require(f"no test cluster ({KUBECONFIG} missing); start one with scripts/k8s-up")
-    try:
-        connected = KubernetesCluster.connect(KUBECONFIG)
-        connected.nodes()
-    except ExaError as exc:
-        require(f"the test cluster does not answer ({exc}); start it with scripts/k8s-up")
-    with connected:
-        yield connected
-
-
-@pytest.fixture(scope="module")
-def admin(cluster: KubernetesCluster) -> Iterator[Any]:
-    """A plain lightkube client for what this layer does not do itself (nodes, bare pods)."""
-    from lightkube import Client, KubeConfig
-
-    client = Client(KubeConfig.from_file(KUBECONFIG), lazy=False)
-    yield client
-    client.close()
-
-
-def fake_node(name: str, region: str, allocatable: dict[str, str], labels: dict[str, str]) -> dict[str, Any]:
-    capacity = {"cpu": "64", "memory": "512Gi", "pods": "110", **allocatable}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {"kwok.x-k8s.io/node": "fake"},
-            "labels": {"type": "kwok", "kubernetes.io/hostname": name, "topology.kubernetes.io/region": region, **labels},
-        },
-        "status": {"capacity": capacity, "allocatable": capacity},
-    }
 
 
 NODES = {
@@ -105,26 +60,15 @@ def node_name(key: str) -> str:
 def gpu_nodes(cluster: KubernetesCluster, admin: Any) -> Iterator[dict[str, str]]:
     """The fake GPU nodes, Ready (kwok) before the tests use them; deleted afterwards."""
     from lightkube import codecs
-    from lightkube.resources.core_v1 import Node
 
     names = {key: node_name(key) for key in NODES}
     try:
         for key, (region, allocatable, labels) in NODES.items():
             admin.create(codecs.from_dict(fake_node(names[key], region, allocatable, labels)))
-        deadline = time.monotonic() + 60
-        while True:
-            ready = {n.name for n in cluster.nodes() if n.ready}
-            if set(names.values()) <= ready:
-                break
-            assert time.monotonic() < deadline, f"kwok did not make {sorted(set(names.values()) - ready)} Ready (is kwok running?)"
-            time.sleep(0.2)
+        wait_ready(cluster, names.values())
         yield names
     finally:
-        for name in names.values():
-            try:
-                admin.delete(Node, name)
-            except Exception:  # noqa: BLE001 - cleanup of a node that may not have been created
-                pass
+        delete_nodes(admin, names.values())
 
 
 @pytest.fixture()
@@ -137,18 +81,11 @@ def jobs(cluster: KubernetesCluster) -> Iterator[list[JobRef]]:
             cluster.delete_job(ref.namespace, ref.name, wait_s=60)
 
 
-def placed(hw: Hardware, pool: Pool, workload: Workload) -> DecisionRecord:
-    hw.apply([pool])
-    record = hw.place(workload)
-    assert isinstance(record.decision, Placement) and record.decision.pool == pool.name, record.decision
-    return record
-
-
 def burst(name: str, accelerator: str, **kwargs: Any) -> Workload:
     return Workload(f"{name}-{RUN}", accelerator, target="cloud", allow_burst=True, **kwargs)
 
 
-def wait_until(cluster: KubernetesCluster, ref: JobRef, states: set[str], timeout_s: float = 90) -> JobStatus:
+def wait_for_job(cluster: KubernetesCluster, ref: JobRef, states: set[str], timeout_s: float = 90) -> JobStatus:
     deadline = time.monotonic() + timeout_s
     while True:
         status = cluster.job_status(ref.namespace, ref.name)
@@ -224,13 +161,13 @@ def test_a_placed_decisions_job_is_scheduled_and_completes(
     cluster: KubernetesCluster, gpu_nodes: dict[str, str], hardware: Hardware, jobs: list[JobRef], case: str
 ) -> None:
     pool, workload, resource = SUBMITTED[case]
-    record = placed(hardware, pool, workload)
+    record = placed_in(hardware, pool, workload)
     manifest = job_manifest(record, pool, image=IMAGE, command=["python", "train.py"])
     assert resource in cast(Any, manifest)["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     ref = cluster.create_job(manifest)
     jobs.append(ref)
     assert (ref.namespace, ref.dry_run) == ("default", False) and ref.uid
-    status = wait_until(cluster, ref, {"complete", "failed"})
+    status = wait_for_job(cluster, ref, {"complete", "failed"})
     assert status.state == "complete", status
     key = {"nvidia": "h100", "nvidia-mig": "a100-mig", "amd": "mi300x"}[case]
     # Bound by the real scheduler to the node of that model in the pool's region (H100 nodes of two
@@ -244,7 +181,7 @@ def test_a_request_larger_than_any_node_stays_pending_with_the_schedulers_reason
     cluster: KubernetesCluster, gpu_nodes: dict[str, str], hardware: Hardware, jobs: list[JobRef]
 ) -> None:
     pool = Pool("k8s-us-east-1-h100-big", "cloud", "nvidia", 64, "us-east-1", model="h100")
-    record = placed(hardware, pool, burst("huge", "nvidia", count=16))
+    record = placed_in(hardware, pool, burst("huge", "nvidia", count=16))
     ref = cluster.create_job(job_manifest(record, pool, image=IMAGE))
     jobs.append(ref)
     deadline = time.monotonic() + 60
@@ -264,7 +201,7 @@ def test_a_job_never_runs_outside_its_pools_region(
 ) -> None:
     """H100 nodes with free GPUs exist in us-east-1 and eu-central-1, none in eu-west-1."""
     pool = Pool("k8s-eu-west-1-h100", "cloud", "nvidia", 8, "eu-west-1", model="h100")
-    ref = cluster.create_job(job_manifest(placed(hardware, pool, burst("resident", "nvidia")), pool, image=IMAGE))
+    ref = cluster.create_job(job_manifest(placed_in(hardware, pool, burst("resident", "nvidia")), pool, image=IMAGE))
     jobs.append(ref)
     deadline = time.monotonic() + 60
     status = cluster.job_status(ref.namespace, ref.name)
@@ -280,7 +217,7 @@ def test_delete_removes_the_job_and_its_status_then_says_missing(
     cluster: KubernetesCluster, gpu_nodes: dict[str, str], hardware: Hardware, jobs: list[JobRef]
 ) -> None:
     pool, workload, _ = SUBMITTED["nvidia"]
-    record = placed(hardware, pool, burst("gone", "nvidia"))
+    record = placed_in(hardware, pool, burst("gone", "nvidia"))
     ref = cluster.create_job(job_manifest(record, pool, image=IMAGE))
     assert cluster.job_status(ref.namespace, ref.name).state != "missing"
     assert cluster.delete_job(ref.namespace, ref.name, wait_s=60) is True
@@ -294,7 +231,7 @@ def test_creating_the_same_job_twice_is_refused_as_already_existing(
     cluster: KubernetesCluster, gpu_nodes: dict[str, str], hardware: Hardware, jobs: list[JobRef]
 ) -> None:
     pool, workload, _ = SUBMITTED["nvidia"]
-    record = placed(hardware, pool, burst("twice", "nvidia"))
+    record = placed_in(hardware, pool, burst("twice", "nvidia"))
     manifest = job_manifest(record, pool, image=IMAGE)
     jobs.append(cluster.create_job(manifest))
     with pytest.raises(KubernetesError, match="already exists") as refused:
@@ -322,7 +259,7 @@ DRY_RUN = {
 @pytest.mark.parametrize("case", sorted(DRY_RUN))
 def test_the_server_dry_run_accepts_every_job_this_layer_generates_and_stores_nothing(cluster: KubernetesCluster, hardware: Hardware, case: str) -> None:
     pool, workload = DRY_RUN[case]
-    record = placed(hardware, pool, workload)
+    record = placed_in(hardware, pool, workload)
     manifest = job_manifest(record, pool, image=IMAGE, command=["run"], tpu_topology="2x2x1" if case == "tpu" else None)
     ref = cluster.create_job(manifest, dry_run=True)
     assert ref.dry_run and ref.name == cast(Any, manifest)["metadata"]["name"] and ref.namespace == "default"
@@ -331,7 +268,7 @@ def test_the_server_dry_run_accepts_every_job_this_layer_generates_and_stores_no
 
 def malformed(hardware: Hardware, change: str) -> dict[str, Any]:
     pool, workload = DRY_RUN["amd"]
-    manifest = cast(dict[str, Any], job_manifest(placed(hardware, pool, workload), pool, image=IMAGE))
+    manifest = cast(dict[str, Any], job_manifest(placed_in(hardware, pool, workload), pool, image=IMAGE))
     container = manifest["spec"]["template"]["spec"]["containers"][0]
     if change == "fraction":
         container["resources"]["limits"] = {"amd.com/gpu": "500m"}  # half a device: no such thing
@@ -401,7 +338,7 @@ def test_a_user_without_a_role_is_forbidden(cluster: KubernetesCluster, hardware
     if not unprivileged.is_file():
         pytest.skip("the cluster was not started by scripts/k8s-up (no unprivileged user)")
     pool, workload = DRY_RUN["cpu"]
-    manifest = job_manifest(placed(hardware, pool, workload), pool, image=IMAGE)
+    manifest = job_manifest(placed_in(hardware, pool, workload), pool, image=IMAGE)
     with KubernetesCluster.connect(unprivileged) as nobody:
         with pytest.raises(KubernetesError, match=r"forbidden: .*exa-unprivileged.* cannot create resource \"jobs\"") as refused:
             nobody.create_job(manifest, dry_run=True)

@@ -13,7 +13,6 @@ their allocations by hand, to show what the pin does. Skipped without a cluster 
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -25,8 +24,9 @@ from examlops_policy.executors.kubernetes import job_manifest
 from examlops_policy.executors.kubernetes_api import JobRef, JobStatus, KubernetesCluster
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Holding, Node, NodeAllocation, Placement, Pool, Workload
-from examlops_policy.views import DecisionRecord
-from tests.test_kubernetes_cluster import IMAGE, REGIONS, RUN, admin, cluster, fake_node, jobs  # noqa: F401 - fixtures
+from tests.kubernetes_support import admin, cluster, delete_nodes, fake_node, wait_ready  # noqa: F401 - fixtures
+from tests.placement_support import granted
+from tests.test_kubernetes_cluster import IMAGE, REGIONS, RUN, jobs  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.kubernetes
 
@@ -44,7 +44,6 @@ def name(key: str) -> str:
 def four_gpu_nodes(cluster: KubernetesCluster, admin: Any) -> Iterator[dict[str, str]]:  # noqa: F811
     """a, b: two Ready 4-GPU nodes under one switch; c: cordoned; d: never Ready (no kwok)."""
     from lightkube import codecs
-    from lightkube.resources.core_v1 import Node as K8sNode
 
     names = {key: name(key) for key in "abcd"}
     specs = {
@@ -64,30 +63,16 @@ def four_gpu_nodes(cluster: KubernetesCluster, admin: Any) -> Iterator[dict[str,
                 del manifest["metadata"]["annotations"]
                 manifest["spec"] = {"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]}
             admin.create(codecs.from_dict(manifest))
-        deadline = time.monotonic() + 60
-        while {names["a"], names["b"], names["c"]} - {n.name for n in cluster.nodes() if n.ready}:
-            assert time.monotonic() < deadline, "kwok did not make the nodes Ready (is kwok running?)"
-            time.sleep(0.2)
+        wait_ready(cluster, [names["a"], names["b"], names["c"]])
         yield names
     finally:
-        for node in names.values():
-            try:
-                admin.delete(K8sNode, node)
-            except Exception:  # noqa: BLE001 - cleanup of a node that may not have been created
-                pass
+        delete_nodes(admin, names.values())
 
 
 def our_pool(cluster: KubernetesCluster, names: dict[str, str]) -> Pool:  # noqa: F811
     found = discover_kubernetes(cluster, REGIONS, block_label=BLOCK, switch_label=SWITCH)
     (pool,) = [d.pool for d in found.pools if set(d.nodes) & set(names.values())]
     return pool
-
-
-def granted(hw: Hardware, pool: Pool, workload: Workload, *allocations: NodeAllocation) -> DecisionRecord:
-    hw.apply([pool])
-    record = hw.place(workload)
-    assert isinstance(record.decision, Placement) and record.decision.pool == pool.name, record.decision
-    return dataclasses.replace(record, decision=dataclasses.replace(record.decision, allocations=allocations))
 
 
 def scheduled(cluster: KubernetesCluster, ref: JobRef, pods: int, timeout_s: float = 60) -> JobStatus:  # noqa: F811
@@ -184,7 +169,7 @@ def gpu_held_on_a(four_gpu_nodes: dict[str, str], admin: Any) -> Iterator[str]: 
 def test_the_layer_grants_nodes_that_kubernetes_runs_on(cluster: KubernetesCluster, four_gpu_nodes: dict[str, str],  # noqa: F811
                                                         hardware: Hardware, jobs: list[JobRef], gpu_held_on_a: str) -> None:  # noqa: F811  # fmt: skip
     from examlops_policy.model import Rejection
-    from tests.test_kubernetes_cluster import KUBECONFIG
+    from tests.kubernetes_support import KUBECONFIG
 
     n = four_gpu_nodes
     found = hardware.discover("kubernetes", apply=True, kubeconfig=str(KUBECONFIG), block_label=BLOCK, switch_label=SWITCH)

@@ -6,7 +6,6 @@ its pool's capacity and gives them back when uncordoned. Skipped when no cluster
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import signal
@@ -21,8 +20,8 @@ import pytest
 from examlops_policy.executors.kubernetes_api import KubernetesCluster
 from examlops_policy.hardware import Hardware
 from examlops_policy.opa import stop_server
-from tests.conftest import EXA, run_exa, shared_opa_env
-from tests.test_kubernetes_cluster import KUBECONFIG, admin, cluster, fake_node  # noqa: F401 - fixtures
+from tests.conftest import EXA, exa_json, shared_opa_env
+from tests.kubernetes_support import KUBECONFIG, admin, cluster, delete_nodes, fake_node, wait_ready  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.kubernetes
 
@@ -35,24 +34,17 @@ ENV = {"KUBECONFIG": str(KUBECONFIG)}
 @pytest.fixture(scope="module")
 def node(cluster: KubernetesCluster, admin: Any) -> Iterator[str]:  # noqa: F811 - fixtures
     from lightkube import codecs
-    from lightkube.resources.core_v1 import Node
 
     name = f"exa-queue-{RUN}-mi300x"
     admin.create(codecs.from_dict(fake_node(name, REGION, {"amd.com/gpu": "2"}, {"amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM"})))
     try:
-        deadline = time.monotonic() + 60
-        while name not in {n.name for n in cluster.nodes() if n.ready}:
-            assert time.monotonic() < deadline, "kwok did not make the node Ready (is kwok running?)"
-            time.sleep(0.2)
+        wait_ready(cluster, [name])
         yield name
     finally:
         for ref in cluster.jobs():
             if RUN in ref.name:
                 cluster.delete_job(ref.namespace, ref.name, wait_s=60)
-        try:
-            admin.delete(Node, name)
-        except Exception:  # noqa: BLE001 - cleanup
-            pass
+        delete_nodes(admin, [name])
 
 
 @pytest.fixture()
@@ -71,18 +63,12 @@ def home(tmp_path: Path, node: str, opa_home: Path) -> Iterator[Path]:
     stop_server(path)
 
 
-def exa_json(home: Path, *args: str) -> Any:
-    done = run_exa(home, *args, "--json", env=ENV)
-    assert done.returncode == 0, f"exa {' '.join(args)}: {done.stdout}\n{done.stderr}"
-    return json.loads(done.stdout)
-
-
 def test_a_job_completes_and_serve_admits_and_submits_the_queued_one_within_an_interval(home: Path, cluster: KubernetesCluster) -> None:  # noqa: F811
-    first = exa_json(home, "hardware", "place", f"first-{RUN}", "--accelerator", "amd", "--count", "2", "--target", "cloud")
+    first = exa_json(home, "hardware", "place", f"first-{RUN}", "--accelerator", "amd", "--count", "2", "--target", "cloud", env=ENV)
     assert first["outcome"] == "placed" and first["pool"] == POOL
-    submitted = exa_json(home, "hardware", "submit", first["id"], "--kubernetes", "--image", "busybox")
+    submitted = exa_json(home, "hardware", "submit", first["id"], "--kubernetes", "--image", "busybox", env=ENV)
     waiting = exa_json(home, "hardware", "place", f"second-{RUN}", "--accelerator", "amd", "--count", "2", "--target", "cloud",
-                       "--queue", "--submit", "kubernetes", "--image", "busybox")  # fmt: skip
+                       "--queue", "--submit", "kubernetes", "--image", "busybox", env=ENV)  # fmt: skip
     assert waiting["outcome"] == "queued"
     namespace, _, name = submitted["job_id"].partition("/")
     deadline = time.monotonic() + 90
@@ -98,9 +84,9 @@ def test_a_job_completes_and_serve_admits_and_submits_the_queued_one_within_an_i
         admitted_at = None
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            entry = next(e for e in exa_json(home, "hardware", "queue", "--all")["entries"] if e["id"] == waiting["id"])
+            entry = next(e for e in exa_json(home, "hardware", "queue", "--all", env=ENV)["entries"] if e["id"] == waiting["id"])
             if entry["state"] == "admitted":
-                placed = exa_json(home, "hardware", "explain", entry["admitted_by"])
+                placed = exa_json(home, "hardware", "explain", entry["admitted_by"], env=ENV)
                 if placed["job_id"]:
                     admitted_at = time.monotonic()
                     break
@@ -112,29 +98,29 @@ def test_a_job_completes_and_serve_admits_and_submits_the_queued_one_within_an_i
     assert admitted_at is not None, out
     # Within one interval of serve starting (plus the time a step and this poll take).
     assert admitted_at - completed_at < interval + 10, out
-    ended = exa_json(home, "hardware", "explain", first["id"])
+    ended = exa_json(home, "hardware", "explain", first["id"], env=ENV)
     assert ended["released_at"] is not None and ended["job_state"] == "complete"
     assert ended["job_started_at"] is not None and ended["job_ended_at"] is not None
     assert placed["queued_id"] == waiting["id"] and placed["scheduler"] == "kubernetes"
     assert f"ended (complete): released 2 amd on {POOL}" in out and f"admitted second-{RUN}" in out
-    assert exa_json(home, "audit", "verify")["ok"] is True
+    assert exa_json(home, "audit", "verify", env=ENV)["ok"] is True
 
 
 def test_a_cordoned_node_leaves_the_pool_and_comes_back(home: Path, node: str, admin: Any) -> None:  # noqa: F811
     from lightkube.resources.core_v1 import Node
 
     def free() -> float:
-        return {p["name"]: p["free"] for p in exa_json(home, "hardware", "pools")}[POOL]  # type: ignore[no-any-return]
+        return {p["name"]: p["free"] for p in exa_json(home, "hardware", "pools", env=ENV)}[POOL]  # type: ignore[no-any-return]
 
     assert free() == 2
     admin.patch(Node, node, {"spec": {"unschedulable": True}})
     try:
-        changes = exa_json(home, "hardware", "reconcile", "--kubernetes")["changes"]
+        changes = exa_json(home, "hardware", "reconcile", "--kubernetes", env=ENV)["changes"]
         assert [(c["kind"], c["node"], c["state"]) for c in changes] == [("node", node, "drained")]
         assert free() == 0
-        assert exa_json(home, "hardware", "reconcile", "--kubernetes")["changes"] == []  # no change: nothing written
+        assert exa_json(home, "hardware", "reconcile", "--kubernetes", env=ENV)["changes"] == []  # no change: nothing written
     finally:
         admin.patch(Node, node, {"spec": {"unschedulable": False}})
-    back = exa_json(home, "hardware", "reconcile", "--kubernetes")["changes"]
+    back = exa_json(home, "hardware", "reconcile", "--kubernetes", env=ENV)["changes"]
     assert [(c["kind"], c["node"]) for c in back] == [("node_up", node)]
     assert free() == 2

@@ -14,8 +14,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,36 +24,14 @@ from examlops_policy.errors import SpecError
 from examlops_policy.hardware import Hardware, ManagedPolicy
 from examlops_policy.model import Placement, Pool, Rejection, Workload
 from examlops_policy._core import leases
-from reliability.backends import Backend, backend  # noqa: F401  (backend: the fixture)
-from tests.conftest import EXA, run_exa, shared_opa_env
+from reliability.backends import Backend
+from tests.backend_support import backend, clocked  # noqa: F401 - fixtures
+from tests.clock_support import T0, Clock
+from tests.conftest import EXA, exa_json, run_exa, shared_opa_env
 
 MI300 = Pool("mi300", "hpc", "amd", 2, "eu", cost_per_hour=2.0, carbon_factor=100.0)
 TRAIN = Workload("train", "amd", engine="vllm", count=2)
-T0 = datetime(2030, 1, 1, 8, 0, tzinfo=timezone.utc)
-
-
-class Clock:
-    """The store's clock: a fixed instant that a test moves on."""
-
-    def __init__(self) -> None:
-        self.at = T0
-
-    def __call__(self) -> str:
-        return leases.text_of(self.at)
-
-    def move(self, by: timedelta) -> None:
-        self.at += by
-
-
-@pytest.fixture()
-def clocked(backend: Backend, opa_home: Path) -> Iterator[tuple[Hardware, Clock, Backend]]:
-    clock = Clock()
-    hw = Hardware(opa_home, store=backend.open(clock=clock), policy=ManagedPolicy(opa_home))
-    hw.apply([MI300])
-    try:
-        yield hw, clock, backend
-    finally:
-        hw.close()
+pytestmark = pytest.mark.hw_pools(MI300)
 
 
 def stored(backend: Backend, ident: str) -> tuple[Any, ...]:
@@ -67,15 +44,15 @@ def kinds(hw: Hardware) -> list[str]:
     return [json.loads(row.canonical)["kind"] for row in hw.store.audit_rows()]
 
 
-def test_the_lease_is_counted_from_the_commit(clocked: tuple[Hardware, Clock, Backend]) -> None:
-    hw, clock, _ = clocked
+def test_the_lease_is_counted_from_the_commit(clocked: tuple[Hardware, Clock]) -> None:
+    hw, clock = clocked
     record = hw.place(TRAIN, lease=timedelta(seconds=10))
     assert record.created_at == leases.text_of(T0)
     assert record.lease_expires_at == leases.text_of(T0 + timedelta(seconds=10))
 
 
-def test_every_read_sees_an_ended_lease_ended_before_any_write(clocked: tuple[Hardware, Clock, Backend]) -> None:
-    hw, clock, backend = clocked
+def test_every_read_sees_an_ended_lease_ended_before_any_write(clocked: tuple[Hardware, Clock], backend: Backend) -> None:
+    hw, clock = clocked
     record = hw.place(TRAIN, lease=timedelta(minutes=10))
     end = leases.text_of(T0 + timedelta(minutes=10))
     clock.move(timedelta(minutes=9))
@@ -107,8 +84,8 @@ def test_every_read_sees_an_ended_lease_ended_before_any_write(clocked: tuple[Ha
     assert hw.verify_audit().ok
 
 
-def test_renew_after_the_lease_ended_says_when_and_releases_it(clocked: tuple[Hardware, Clock, Backend]) -> None:
-    hw, clock, backend = clocked
+def test_renew_after_the_lease_ended_says_when_and_releases_it(clocked: tuple[Hardware, Clock], backend: Backend) -> None:
+    hw, clock = clocked
     record = hw.place(TRAIN, lease=timedelta(minutes=10))
     clock.move(timedelta(minutes=5))
     renewed = hw.renew(record.id, timedelta(minutes=10))  # before the end: moved, from now
@@ -126,8 +103,8 @@ def test_renew_after_the_lease_ended_says_when_and_releases_it(clocked: tuple[Ha
     assert released.already and released.record.lease_ended and released.record.released_at == end
 
 
-def test_a_retry_of_a_placement_whose_lease_ended_says_so(clocked: tuple[Hardware, Clock, Backend]) -> None:
-    hw, clock, _ = clocked
+def test_a_retry_of_a_placement_whose_lease_ended_says_so(clocked: tuple[Hardware, Clock]) -> None:
+    hw, clock = clocked
     first = hw.place(TRAIN, request_id="job-7", lease=timedelta(minutes=1))
     clock.move(timedelta(minutes=2))
     retry = hw.place(TRAIN, request_id="job-7")
@@ -135,8 +112,8 @@ def test_a_retry_of_a_placement_whose_lease_ended_says_so(clocked: tuple[Hardwar
     assert (retry.released_at, retry.lease_ended) == (first.lease_expires_at, True)
 
 
-def test_a_submitted_placement_keeps_its_devices_past_its_lease(clocked: tuple[Hardware, Clock, Backend]) -> None:
-    hw, clock, _ = clocked
+def test_a_submitted_placement_keeps_its_devices_past_its_lease(clocked: tuple[Hardware, Clock]) -> None:
+    hw, clock = clocked
     record = hw.place(TRAIN, lease=timedelta(minutes=1))
     hw.set_job(record.id, "42", scheduler="slurm")
     clock.move(timedelta(hours=1))
@@ -146,10 +123,6 @@ def test_a_submitted_placement_keeps_its_devices_past_its_lease(clocked: tuple[H
 
 
 # -- the command line, on the real clock ------------------------------------------------------------
-
-
-def exa_json(home: Path, *args: str) -> Any:
-    return json.loads(run_exa(home, *args, "--json", check=True).stdout)
 
 
 def test_the_cli_sees_an_ended_lease_ended_and_bills_only_the_lease(exa_home: Path) -> None:

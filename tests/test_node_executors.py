@@ -20,8 +20,9 @@ from examlops_policy.executors.gres import load_gres_table
 from examlops_policy.executors.kubernetes import job_manifest
 from examlops_policy.executors.slurm import slurm_request
 from examlops_policy.hardware import Hardware
-from examlops_policy.model import DeviceShare, Holding, Node, NodeAllocation, Placement, Pool, Workload
+from examlops_policy.model import DeviceShare, Holding, Node, NodeAllocation, Pool, Workload
 from examlops_policy.views import DecisionRecord
+from tests.placement_support import granted
 
 GRES = load_gres_table()
 K8S_VERSION = kubernetes_validate.latest_version()
@@ -42,14 +43,6 @@ def script(tmp_path: Path) -> Path:
     path = tmp_path / "job.sh"
     path.write_text("#!/bin/sh\necho hello\n")
     return path
-
-
-def granted(hw: Hardware, pool: Pool, workload: Workload, *allocations: NodeAllocation) -> DecisionRecord:
-    """A real placement on ``pool`` with ``allocations`` written in by hand."""
-    hw.apply([pool])
-    record = hw.place(workload)
-    assert isinstance(record.decision, Placement) and record.decision.pool == pool.name, record.decision
-    return dataclasses.replace(record, decision=dataclasses.replace(record.decision, allocations=tuple(allocations)))
 
 
 def whole(node: str, *devices: int, cpu: int = 0, memory: int = 0) -> NodeAllocation:

@@ -13,7 +13,8 @@ import pytest
 from examlops_policy import Placement, Pool, Rejection, Workload
 from examlops_policy.hardware import Hardware
 from examlops_policy.errors import SpecError
-from examlops_policy.model import DeviceShare, Holding, Node, NodeAllocation, PoolVerdict
+from examlops_policy.model import DeviceShare, Holding, Node, NodeAllocation
+from tests.placement_support import place_workload, placed, refused, verdict
 
 
 def two_by_four(name: str = "ai", **kw: object) -> Pool:
@@ -23,26 +24,6 @@ def two_by_four(name: str = "ai", **kw: object) -> Pool:
 
 def t4_shared(name: str = "t4", count: int = 2, **kw: object) -> Pool:
     return Pool(name, "hpc", "nvidia", count, "eu", model="t4", cost_per_hour=0.4, sharing="time-slice", shares_per_device=4, **kw)  # type: ignore[arg-type]
-
-
-def place(hw: Hardware, name: str, **kw: object) -> Placement | Rejection:
-    return hw.place(Workload(name, accelerator=str(kw.pop("accelerator", "nvidia")), **kw)).decision  # type: ignore[arg-type]
-
-
-def placed(hw: Hardware, name: str, **kw: object) -> Placement:
-    decision = place(hw, name, **kw)
-    assert isinstance(decision, Placement), getattr(decision, "reason", decision)
-    return decision
-
-
-def refused(hw: Hardware, name: str, **kw: object) -> Rejection:
-    decision = place(hw, name, **kw)
-    assert isinstance(decision, Rejection), decision
-    return decision
-
-
-def verdict(decision: Placement | Rejection, pool: str) -> PoolVerdict:
-    return next(v for v in decision.verdicts if v.pool == pool)
 
 
 def reasons(decision: Placement | Rejection, pool: str) -> list[tuple[str, str, str]]:
@@ -211,7 +192,7 @@ def test_drained_and_down_nodes_have_no_capacity_and_come_back(hardware: Hardwar
     nodes = tuple(Node(f"gpu-{i}", 4, cpu=32) for i in range(2))
     hardware.add_pool(Pool("named", "hpc", "nvidia", 8, "eu", cost_per_hour=1.0, nodes=nodes))
     hardware.set_node_states({"gpu-0": "drained", "gpu-1": "down"})
-    decided = place(hardware, "none-up")
+    decided = place_workload(hardware, "none-up").decision
     assert reasons(decided, "named") == [("capacity_exhausted", "not_now", "needs 1 whole nvidia device(s) with nothing on them, more than are free")]
     assert {v.pool.name: v for v in hardware.pool_views()}["named"].state.capacity.nodes == ()
     hardware.set_node_states({"gpu-1": "up"})

@@ -27,7 +27,7 @@ def place(pool: Pool, holdings: Sequence[Holding], profile: str | None, units: i
     return packing.choose(packing.layout_of(pool, TABLES), holdings, profile, units)
 
 
-def fill(pool: Pool, *profiles: str) -> list[Holding]:
+def filled_with(pool: Pool, *profiles: str) -> list[Holding]:
     """Place each profile in turn (each must fit); the holdings afterwards."""
     held: list[Holding] = []
     for profile in profiles:
@@ -63,20 +63,20 @@ def test_mig_and_amd_layouts_come_from_the_tables() -> None:
 
 
 def test_a_4g_and_a_3g_share_one_device() -> None:
-    held = fill(H100, "4g.40gb", "3g.40gb")
+    held = filled_with(H100, "4g.40gb", "3g.40gb")
     assert {h.device for h in held} == {0}
     assert sorted((h.profile, h.start) for h in held) == [("3g.40gb", 4), ("4g.40gb", 0)]
 
 
 def test_two_4g_never_share_a_device() -> None:
-    held = fill(H100, "4g.40gb", "4g.40gb")
+    held = filled_with(H100, "4g.40gb", "4g.40gb")
     assert sorted(h.device for h in held) == [0, 1]
     assert place(H100, held, "4g.40gb") is None
 
 
 def test_two_3g_fill_the_memory_so_a_1g_is_refused_though_compute_is_left() -> None:
     one_device = Pool("h", "hpc", "nvidia", 1, "eu", model="h100", supports_fractions=True)
-    held = fill(one_device, "3g.40gb", "3g.40gb")
+    held = filled_with(one_device, "3g.40gb", "3g.40gb")
     assert sorted(h.start for h in held) == [0, 4]
     assert place(one_device, held, "1g.10gb") is None
     assert placeable(one_device, held) == Capacity(0, {p: 0 for p in packing.layout_of(one_device, TABLES).shares})
@@ -84,19 +84,19 @@ def test_two_3g_fill_the_memory_so_a_1g_is_refused_though_compute_is_left() -> N
 
 def test_seven_1g_fill_a_device_and_memory_slice_7_is_no_1g_start() -> None:
     one_device = Pool("h", "hpc", "nvidia", 1, "eu", model="h100", supports_fractions=True)
-    held = fill(one_device, *["1g.10gb"] * 7)
+    held = filled_with(one_device, *["1g.10gb"] * 7)
     assert sorted(h.start for h in held) == list(range(7))
     assert place(one_device, held, "1g.10gb") is None
 
 
 def test_small_slices_go_beside_slices_and_keep_empty_devices_whole() -> None:
-    held = fill(H100, "3g.40gb", "1g.10gb", "1g.10gb")
+    held = filled_with(H100, "3g.40gb", "1g.10gb", "1g.10gb")
     assert {h.device for h in held} == {0}
     assert placeable(H100, held).whole == 1
 
 
 def test_a_whole_device_is_given_only_when_nothing_is_on_it() -> None:
-    held = fill(H100, "1g.10gb")
+    held = filled_with(H100, "1g.10gb")
     assert place(H100, held, None, 1) == (Holding(1),)
     assert place(H100, held, None, 2) is None
 
@@ -140,17 +140,17 @@ def test_a_pool_of_a_million_devices_costs_what_its_holdings_cost(monkeypatch: p
 
 
 def test_an_amd_device_runs_one_mode_and_an_empty_one_takes_another() -> None:
-    held = fill(MI300X, "qpx")
+    held = filled_with(MI300X, "qpx")
     assert held == [Holding(0, "qpx", 0, 2)]
     nxt = place(MI300X, held, "cpx")
     assert nxt == (Holding(1, "cpx", 0, 1),)  # device 0 runs qpx: a cpx partition goes to the empty one
-    held += [*nxt, *fill(MI300X)]
+    held += [*nxt, *filled_with(MI300X)]
     assert placeable(MI300X, held) == Capacity(0, {"cpx": 7, "qpx": 3, "dpx": 0, "spx": 0})
 
 
 def test_an_amd_device_in_one_mode_fills_to_its_partition_count() -> None:
     one = Pool("m", "hpc", "amd", 1, "eu", model="mi300x", supports_fractions=True)
-    held = fill(one, *["dpx"] * 2)
+    held = filled_with(one, *["dpx"] * 2)
     assert place(one, held, "dpx") is None and place(one, held, "cpx") is None
 
 
@@ -161,7 +161,7 @@ def test_an_amd_device_half_held_in_dpx_takes_no_qpx_but_the_other_dpx_half() ->
     """The case a larger partition is for: a device in DPX mode with one half held takes no QPX (one
     mode per device), but the free DPX half covers a quarter."""
     one = Pool("mi", "hpc", "amd", 1, "eu", model="mi300x", supports_fractions=True)
-    held = fill(one, "dpx")
+    held = filled_with(one, "dpx")
     assert placeable(one, held).slices == {"cpx": 0, "qpx": 0, "dpx": 1, "spx": 0}
     assert place(one, held, "qpx") is None
     assert place(one, held, "dpx") == (Holding(0, "dpx", 1, 4),)
@@ -217,12 +217,12 @@ def test_a_pool_of_fixed_slices_counts_its_slices_and_gives_only_its_profile() -
 
 def test_describe_and_device_layouts_say_what_is_left_and_where() -> None:
     layout = packing.layout_of(H100, TABLES)
-    held = fill(H100, "4g.40gb", "1g.10gb")
+    held = filled_with(H100, "4g.40gb", "1g.10gb")
     # The 1g goes to memory slice 6, not 4: a 2g still fits at 4 beside it.
     assert packing.device_layouts(layout, held) == ["4g.40gb@0, 1g.10gb@6", "free"]
     assert packing.describe(placeable(H100, held), layout) == "1g x9, 2g x4, 3g x2, 4g x1, 7g x1"
     amd = packing.layout_of(MI300X, TABLES)
-    assert packing.device_layouts(amd, fill(MI300X, "qpx", "qpx")) == ["qpx mode: 2/4 partitions held", "free"]
+    assert packing.device_layouts(amd, filled_with(MI300X, "qpx", "qpx")) == ["qpx mode: 2/4 partitions held", "free"]
     assert packing.describe(placeable(FIXED, []), packing.layout_of(FIXED, TABLES)) == "1g.10gb x3"
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,6 @@ import pytest
 from examlops_policy._reviewed import CHECK_EVERY_S, Reviewed
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Placement, Pool, Workload
-from examlops_policy.opa import stop_server
 from examlops_policy.opa.content import tables_digest
 from examlops_policy.opa.server import ServerPaths, read_record
 from examlops_policy.tables import policy_dir, revision
@@ -33,13 +31,6 @@ def policies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
-@pytest.fixture()
-def home(tmp_path: Path) -> Iterator[Path]:
-    folder = tmp_path / "home"
-    yield folder
-    stop_server(folder)
-
-
 def set_nvidia_price(policies: Path, price: str) -> None:
     accounting = policies / "examlops" / "tables" / "accounting.yaml"
     text = accounting.read_text(encoding="utf-8")
@@ -52,8 +43,8 @@ def content(rev: str) -> str:
 
 
 @pytest.mark.opa  # its own OPA, on a copy of the policy
-def test_a_decision_is_priced_from_the_tables_of_the_revision_it_records(policies: Path, home: Path) -> None:
-    hw = Hardware(home)
+def test_a_decision_is_priced_from_the_tables_of_the_revision_it_records(policies: Path, exa_home: Path) -> None:
+    hw = Hardware(exa_home)
     try:
         hw.add_pool(CLOUD)  # the tables are read here
         set_nvidia_price(policies, "99.0")
@@ -66,8 +57,8 @@ def test_a_decision_is_priced_from_the_tables_of_the_revision_it_records(policie
 
 
 @pytest.mark.opa  # its own OPA, on a copy of the policy
-def test_a_long_lived_process_follows_the_files_and_their_revert(policies: Path, home: Path) -> None:
-    hw = Hardware(home)
+def test_a_long_lived_process_follows_the_files_and_their_revert(policies: Path, exa_home: Path) -> None:
+    hw = Hardware(exa_home)
     try:
         hw.add_pool(CLOUD)
         first = hw.place(BURST).decision
@@ -77,7 +68,7 @@ def test_a_long_lived_process_follows_the_files_and_their_revert(policies: Path,
 
         # Edited, and another process restarts the local OPA on the edited files.
         set_nvidia_price(policies, "99.0")
-        other = Hardware(home)
+        other = Hardware(exa_home)
         other.opa_restart()
         other.close()
         edited = hw.place(BURST).decision
@@ -87,7 +78,7 @@ def test_a_long_lived_process_follows_the_files_and_their_revert(policies: Path,
         # Changed back: once it looks at the files again (at most CHECK_EVERY_S later; until then it
         # decides, consistently, under the edited revision its OPA still serves), the process decides
         # under the reviewed files again, its OPA restarted on them.
-        restarted = read_record(ServerPaths(home))[0]
+        restarted = read_record(ServerPaths(exa_home))[0]
         set_nvidia_price(policies, "2.75")
         time.sleep(CHECK_EVERY_S + 0.05)
         again = hw.place(BURST).decision
@@ -95,7 +86,7 @@ def test_a_long_lived_process_follows_the_files_and_their_revert(policies: Path,
         assert content(again.provenance.policy_revision) == reviewed
         # Restarted by this process on the reverted files: again on a bundle signed with a key made
         # for that start (OPA verifies it at load), not the one before.
-        record = read_record(ServerPaths(home))[0]
+        record = read_record(ServerPaths(exa_home))[0]
         assert record is not None and record.opa is not None and restarted is not None and restarted.opa is not None
         assert record.opa.pid != restarted.opa.pid
         keys = [[a for a in r.opa.argv if a.startswith("--verification-key=")] for r in (restarted, record)]  # type: ignore[union-attr]

@@ -10,7 +10,6 @@ every change audited and previewed (``dry_run``) by the code that makes it, writ
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -21,9 +20,11 @@ from examlops_policy.errors import NotFoundError, SpecError
 from examlops_policy.hardware import Hardware, ManagedPolicy
 from examlops_policy.model import Placement, Pool, Rejection, Workload
 from examlops_policy.store.api import StaleFleet
-from examlops_policy._core import commit, leases
+from examlops_policy._core import commit
 from examlops_policy._core.request import Request
-from reliability.backends import Backend, backend  # noqa: F401  (backend: the fixture)
+from reliability.backends import Backend
+from tests.backend_support import backend, hw  # noqa: F401 - fixtures
+from tests.clock_support import Clock
 from tests.conftest import run_exa
 
 CHEAP = Pool("cheap", "hpc", "amd", 2, "eu", cost_per_hour=1.0)
@@ -31,22 +32,7 @@ DEAR = Pool("dear", "hpc", "amd", 2, "eu", cost_per_hour=3.0)
 ONE = Workload("one", "amd", engine="vllm")
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.at = leases.instant("2030-01-01T08:00:00.000000Z")
-
-    def __call__(self) -> str:
-        return leases.text_of(self.at)
-
-
-@pytest.fixture()
-def hw(backend: Backend, opa_home: Path) -> Iterator[Hardware]:
-    made = Hardware(opa_home, store=backend.open(), policy=ManagedPolicy(opa_home))
-    made.apply([CHEAP, DEAR])
-    try:
-        yield made
-    finally:
-        made.close()
+pytestmark = pytest.mark.hw_pools(CHEAP, DEAR)
 
 
 def audited(hw: Hardware) -> list[dict[str, Any]]:

@@ -5,13 +5,11 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from examlops_policy.errors import StateError
-from examlops_policy.opa import stop_server
 from examlops_policy._private import ensure_private_dir, private_database, write_private_file
 from examlops_policy.store.sqlite import SQLiteStore
 from tests.conftest import run_exa
@@ -30,50 +28,43 @@ def modes(home: Path) -> dict[str, int]:
     return found
 
 
-@pytest.fixture()
-def home(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "exa-home"
-    yield path
-    stop_server(path)
-
-
 @pytest.mark.opa
-def test_umask_000_still_yields_0600_files_in_0700_folders(home: Path) -> None:
+def test_umask_000_still_yields_0600_files_in_0700_folders(exa_home: Path) -> None:
     steps = [
         ("hardware", "add-pool", "one", "--target", "hpc", "--accelerator", "amd", "--count", "2", "--region", "eu"),
         ("hardware", "place", "w", "--accelerator", "amd", "--engine", "vllm"),
-        ("audit", "keygen", "ops", "--out-dir", str(home / "keys")),
+        ("audit", "keygen", "ops", "--out-dir", str(exa_home / "keys")),
     ]
     for args in steps:
-        result = exa_with_umask(home, 0o000, *args)
+        result = exa_with_umask(exa_home, 0o000, *args)
         assert result.returncode == 0, result.stderr
     old = os.umask(0)
-    store = SQLiteStore(home / "state.db")  # the journal files exist while a connection is open
+    store = SQLiteStore(exa_home / "state.db")  # the journal files exist while a connection is open
     try:
         store.rows()
-        found = modes(home)
+        found = modes(exa_home)
     finally:
         store.close()
         os.umask(old)
     expected = {"state.db", "state.db-wal", "state.db-shm", "opa/token", "opa/server.json", "opa/bundle.tar.gz",
                 "opa/opa.log", "opa/supervisor.log", "opa/lock", "opa/activity", "opa/opa.sock", "keys/ops.skey", "keys/ops.vkey"}  # fmt: skip
     assert expected <= found.keys(), sorted(found)
-    folders = {name for name in found if (home / name).is_dir()}
+    folders = {name for name in found if (exa_home / name).is_dir()}
     assert folders == {".", "opa", "keys"}
     # keys/ is made by `audit keygen --out-dir` (any folder a user names); the state folders are 0700.
     assert {name: found[name] for name in folders - {"keys"}} == {".": 0o700, "opa": 0o700}
     assert {name: mode for name, mode in found.items() if name not in folders and mode != 0o600} == {}
 
 
-def test_a_state_folder_others_can_write_to_is_refused(home: Path) -> None:
-    home.mkdir()
-    home.chmod(0o777)
-    pools = exa_with_umask(home, 0o022, "hardware", "pools")
+def test_a_state_folder_others_can_write_to_is_refused(exa_home: Path) -> None:
+    exa_home.mkdir()
+    exa_home.chmod(0o777)
+    pools = exa_with_umask(exa_home, 0o022, "hardware", "pools")
     assert pools.returncode == 13  # the state folder is unusable as it is, not a busy store
-    assert f"StateUnusable: {home} can be written by other users (mode 0777); make it private with: chmod 700 {home}" in pools.stderr
-    opa = exa_with_umask(home, 0o022, "opa", "restart")
+    assert f"StateUnusable: {exa_home} can be written by other users (mode 0777); make it private with: chmod 700 {exa_home}" in pools.stderr
+    opa = exa_with_umask(exa_home, 0o022, "opa", "restart")
     assert opa.returncode == 5 and "PolicyUnavailable" in opa.stderr and "can be written by other users" in opa.stderr
-    assert not (home / "state.db").exists() and not (home / "opa").exists()
+    assert not (exa_home / "state.db").exists() and not (exa_home / "opa").exists()
 
 
 def test_existing_files_with_wide_modes_are_tightened(tmp_path: Path) -> None:

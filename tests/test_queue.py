@@ -20,18 +20,14 @@ from examlops_policy.errors import NotFoundError, SpecError
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Placement, Pool, Queued, Rejection, Workload
 from examlops_policy.store import Store
-from reliability.backends import Backend, backend  # noqa: F401  (backend: the fixture)
+from reliability.backends import Backend
 from reliability.harness import open_hardware, violations
+from tests.backend_support import backend, hw  # noqa: F401 - fixtures
 
 SMALL = Pool("small", "hpc", "amd", 2, "eu", cost_per_hour=0.5, carbon_factor=10)
 
 
-@pytest.fixture()
-def hw(backend: Backend, opa_home: Path) -> Any:
-    made = open_hardware(backend, opa_home)
-    made.apply([SMALL])
-    yield made
-    made.close()
+pytestmark = pytest.mark.hw_pools(SMALL)
 
 
 def amd(name: str, count: int = 1, **more: Any) -> Workload:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,8 +19,9 @@ from examlops_policy.executors.command import CommandResult
 from examlops_policy.executors.slurm import node_state, queue_states, slurm_time
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Node, Pool, Workload
-from reliability.backends import Backend, backend  # noqa: F401  (backend: the fixture)
-from reliability.harness import open_hardware, violations
+from reliability.backends import Backend
+from reliability.harness import violations
+from tests.backend_support import backend, hw  # noqa: F401 - fixtures
 
 NODES = Pool(
     "gpu-h100", "hpc", "nvidia", 6, "eu", partition="gpu", gres_type="h100", cost_per_hour=1.0, carbon_factor=10,
@@ -54,12 +54,7 @@ class Slurm:
         raise AssertionError(argv)
 
 
-@pytest.fixture()
-def hw(backend: Backend, opa_home: Path) -> Any:
-    made = open_hardware(backend, opa_home)
-    made.apply([NODES])
-    yield made
-    made.close()
+pytestmark = pytest.mark.hw_pools(NODES)
 
 
 def submitted(hw: Hardware, name: str, job_id: str, count: int = 2, nodes: int = 1) -> str:

@@ -25,7 +25,7 @@ NOW = datetime(2025, 3, 8, 9, 30, tzinfo=timezone.utc)
 START, END = date(2025, 3, 1), date(2025, 3, 7)
 
 
-def placed(workload: str, day: str, cost: float, carbon: float, **extra: object) -> dict[str, object]:
+def placed_row(workload: str, day: str, cost: float, carbon: float, **extra: object) -> dict[str, object]:
     return {
         "workload": workload, "created_at": f"{day}T10:00:00Z", "outcome": "placed", "device": "nvidia",
         "region": "eu", "device_hours": 10.0, "cost": cost, "carbon_g": carbon, **extra,
@@ -33,10 +33,10 @@ def placed(workload: str, day: str, cost: float, carbon: float, **extra: object)
 
 
 ROWS: list[dict[str, object]] = [
-    placed("train", "2025-03-01", 25.0, 3000.0),
-    placed("train", "2025-03-02", 25.0, 3000.0, fallback=True),
-    placed("infer", "2025-03-02", 2.5, 300.0, fraction=0.25, fraction_honored=True),
-    placed("infer", "2025-03-03", 18.0, 2500.0, device="amd", fraction=0.5, fraction_honored=False),
+    placed_row("train", "2025-03-01", 25.0, 3000.0),
+    placed_row("train", "2025-03-02", 25.0, 3000.0, fallback=True),
+    placed_row("infer", "2025-03-02", 2.5, 300.0, fraction=0.25, fraction_honored=True),
+    placed_row("infer", "2025-03-03", 18.0, 2500.0, device="amd", fraction=0.5, fraction_honored=False),
     {"workload": "sglang-on-amd", "created_at": "2025-03-03T08:00:00Z", "outcome": "rejected"},
     {"workload": "burst", "created_at": "2025-03-07T23:59:59+00:00", "outcome": "blocked"},
 ]
@@ -151,7 +151,7 @@ def test_totals_carry_stable_ids_and_exact_values() -> None:
 
 
 def test_every_string_from_data_is_escaped() -> None:
-    hostile = placed('<script>alert("x")</script>', "2025-03-04", 1.0, 1.0, device='gpu" onmouseover="x', region="eu&<b>")
+    hostile = placed_row('<script>alert("x")</script>', "2025-03-04", 1.0, 1.0, device='gpu" onmouseover="x', region="eu&<b>")
     page = render_html(report([*ROWS, hostile]))
     assert "<script" not in page and 'onmouseover="x' not in page and "<b>" not in page
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page and "eu&amp;&lt;b&gt;" in page
@@ -186,8 +186,8 @@ def test_the_same_data_draws_the_same_page_and_an_empty_period_still_renders() -
 
 # A small week: one tenth of a gram and fractions of a cent, two workloads that only were rejected.
 SMALL: list[dict[str, object]] = [
-    placed("tiny", "2025-03-01", 0.004, 0.1, carbon_method="power"),
-    placed("tinier", "2025-03-02", 0.002, 0.05, carbon_method="reference", device="cpu"),
+    placed_row("tiny", "2025-03-01", 0.004, 0.1, carbon_method="power"),
+    placed_row("tinier", "2025-03-02", 0.002, 0.05, carbon_method="reference", device="cpu"),
     {"workload": "never-placed", "created_at": "2025-03-03T08:00:00Z", "outcome": "rejected"},
     {"workload": "blocked-only", "created_at": "2025-03-04T08:00:00Z", "outcome": "blocked"},
 ]
@@ -218,7 +218,7 @@ def test_only_workloads_that_cost_something_are_the_most_expensive() -> None:
 
 def test_every_day_with_decisions_is_listed_in_full_without_a_scroll_box() -> None:
     """A printout or a screenshot shows every row: no box of fixed height that scrolls."""
-    rows = [placed("w", f"2025-01-{d:02d}", 1.0, 1.0) for d in range(1, 32)] + [placed("w", f"2025-02-{d:02d}", 1.0, 1.0) for d in range(1, 29)]
+    rows = [placed_row("w", f"2025-01-{d:02d}", 1.0, 1.0) for d in range(1, 32)] + [placed_row("w", f"2025-02-{d:02d}", 1.0, 1.0) for d in range(1, 29)]
     page = render_html(report_from_rows("Two months", date(2025, 1, 1), date(2025, 2, 28), NOW, decisions=rows))
     assert "max-height" not in page and "overflow: auto" not in page and 'class="scroll"' not in page
     assert parse(page).text["table-days"].count("2025-") == 59
@@ -227,12 +227,12 @@ def test_every_day_with_decisions_is_listed_in_full_without_a_scroll_box() -> No
 def test_the_carbon_total_says_which_methods_gave_it() -> None:
     page = parse(render_html(report(SMALL)))
     assert page.text["total-carbon-note"] == "gCO₂e per device-hour from 67% board power x PUE x grid intensity; 33% a reference device's power (no power known) x PUE x grid intensity"
-    one = parse(render_html(report([placed("w", "2025-03-01", 1.0, 10.0, carbon_method="pool")])))
+    one = parse(render_html(report([placed_row("w", "2025-03-01", 1.0, 10.0, carbon_method="pool")])))
     assert one.text["total-carbon-note"] == "gCO₂e per device-hour from the pool's own carbon factor"
-    unknown = parse(render_html(report([placed("w", "2025-03-01", 1.0, 10.0)])))
+    unknown = parse(render_html(report([placed_row("w", "2025-03-01", 1.0, 10.0)])))
     assert unknown.text["total-carbon-note"] == "gCO₂e per device-hour from a method not recorded (a decision older than its stored fleet)"
     with pytest.raises(SpecError, match="expected one of pool, power, reference, fallback"):
-        report([placed("w", "2025-03-01", 1.0, 10.0, carbon_method="flat")])
+        report([placed_row("w", "2025-03-01", 1.0, 10.0, carbon_method="flat")])
 
 
 # --- in a real browser -------------------------------------------------------------------------
@@ -262,7 +262,7 @@ def test_chromium_shows_small_figures_distinct_ticks_the_carbon_method_and_every
     """The page as a browser has it: 0.1 g (not 0 g), fractions of a cent (not $0.00), ticks that
     never repeat, the carbon methods used, every day of two months listed (no scroll box) and only
     workloads that cost something among the most expensive."""
-    days = [placed("w", f"2025-03-{d:02d}", 0.001, 0.01) for d in range(1, 8)]
+    days = [placed_row("w", f"2025-03-{d:02d}", 0.001, 0.01) for d in range(1, 8)]
     data = report([*SMALL, *days])
     page_file = tmp_path / "small.html"
     page_file.write_text(render_html(data), encoding="utf-8")

@@ -10,6 +10,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 OPA = ROOT / ".tools" / "bin" / "opa"
@@ -31,6 +33,7 @@ def state_folder(output: str) -> Path:
     return Path(found.group(1))
 
 
+@pytest.mark.opa  # the demo's exa starts its own OPA
 def test_the_demo_removes_its_temporary_state_and_says_where_it_was(tmp_path: Path) -> None:
     done = run(str(ROOT / "scripts" / "demo"), env=demo_env(tmp_path))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr
@@ -43,6 +46,7 @@ def test_the_demo_removes_its_temporary_state_and_says_where_it_was(tmp_path: Pa
     assert "Regal" not in done.stderr and "regal" not in done.stderr  # built or checked only for linting
 
 
+@pytest.mark.opa  # the demo's exa starts its own OPA
 def test_the_demo_keeps_its_state_when_asked(tmp_path: Path) -> None:
     done = run(str(ROOT / "scripts" / "demo"), "--keep", env=demo_env(tmp_path))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr

@@ -39,7 +39,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 GRES = load_gres_table()
 
 
-def cluster(name: str) -> SlurmCluster:
+def slurm_cluster(name: str) -> SlurmCluster:
     version, nodes = parse_sinfo_json((FIXTURES / f"sinfo-{name}.json").read_text())
     return SlurmCluster(version, tuple(nodes), parse_partitions((FIXTURES / f"partitions-{name}.txt").read_text()))
 
@@ -67,7 +67,7 @@ def test_parse_gres(text: str, expected: list[Gres]) -> None:
 
 
 def test_recorded_slurm_2205_node_is_read_as_it_was() -> None:
-    c = cluster("22.05")
+    c = slurm_cluster("22.05")
     assert c.version == "22.05.8"
     assert c.partitions == {"gpu": "UP", "debug": "UP"}
     (node,) = c.nodes
@@ -79,7 +79,7 @@ def test_recorded_slurm_2205_node_is_read_as_it_was() -> None:
 
 
 def test_recorded_slurm_2205_makes_one_pool_per_partition_and_gpu_type() -> None:
-    found = pools_from_cluster(cluster("22.05"), GRES, region="eu")
+    found = pools_from_cluster(slurm_cluster("22.05"), GRES, region="eu")
     pools = by_name(found)
     assert sorted(pools) == ["debug-h100", "debug-mi300x", "gpu-h100", "gpu-mi300x"]
     h100 = pools["gpu-h100"]
@@ -106,7 +106,7 @@ HETERO = {
 
 
 def test_heterogeneous_cluster_in_the_newer_json_shape() -> None:
-    found = pools_from_cluster(cluster("24.11-hetero"), GRES, region="de-juelich")
+    found = pools_from_cluster(slurm_cluster("24.11-hetero"), GRES, region="de-juelich")
     assert found.source == "slurm 24.11.0"
     got = {
         d.pool.name: (d.pool.accelerator, d.pool.model, d.pool.count, d.free, d.pool.capabilities, d.pool.supports_fractions)
@@ -127,14 +127,14 @@ def test_heterogeneous_cluster_in_the_newer_json_shape() -> None:
     ],
 )
 def test_what_discovery_will_not_guess_is_reported(needle: str) -> None:
-    found = pools_from_cluster(cluster("24.11-hetero"), GRES, region="eu")
+    found = pools_from_cluster(slurm_cluster("24.11-hetero"), GRES, region="eu")
     assert any(needle in w for w in found.warnings), found.warnings
 
 
 def test_every_discovered_pool_is_a_valid_pool() -> None:
     tables = load_tables()
     for name in ("22.05", "24.11-hetero"):
-        for d in pools_from_cluster(cluster(name), GRES, region="eu").pools:
+        for d in pools_from_cluster(slurm_cluster(name), GRES, region="eu").pools:
             specs.check_pool_facts(d.pool, tables)
 
 
@@ -197,7 +197,7 @@ def test_a_slurm_that_does_not_answer_properly_is_an_executor_error(sinfo: Comma
 
 
 def test_plan_says_what_applying_would_change_and_keeps_operator_facts() -> None:
-    found = pools_from_cluster(cluster("22.05"), GRES, region="eu")
+    found = pools_from_cluster(slurm_cluster("22.05"), GRES, region="eu")
     registered = [
         PoolState(Pool("gpu-h100", "hpc", "nvidia", 2, "eu", cost_per_hour=3.1, model="h100", partition="gpu", gres_type="h100",
                        capabilities=("fp8", "hbm3")), 2.0),

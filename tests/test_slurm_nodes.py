@@ -9,7 +9,6 @@ the layer's own (discovered, placed by the real OPA and the packer, submitted). 
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from examlops_policy.executors.gres import load_gres_table
 from examlops_policy.executors.slurm import SlurmJob, job, slurm_request, submit
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import DeviceShare, Holding, Node, NodeAllocation, Placement, Pool, Workload
-from examlops_policy.views import DecisionRecord
+from tests.placement_support import granted
 from tests.test_slurm_integration import slurm  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slurm
@@ -45,13 +44,6 @@ def wait(job_id: str, *, until: tuple[str, ...], timeout_s: float = 60.0) -> Slu
 
 def cancel(job_id: str) -> None:
     run_command(["scancel", job_id], timeout=30)
-
-
-def granted(hw: Hardware, pool: Pool, workload: Workload, *allocations: NodeAllocation) -> DecisionRecord:
-    hw.apply([pool])
-    record = hw.place(workload)
-    assert isinstance(record.decision, Placement) and record.decision.pool == pool.name, record.decision
-    return dataclasses.replace(record, decision=dataclasses.replace(record.decision, allocations=allocations))
 
 
 @pytest.fixture()

@@ -5,20 +5,18 @@ Skipped when no Slurm answers, unless ``EXA_REQUIRE_SERVICES`` is set."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from examlops_policy.executors.command import run_command
 from examlops_policy.executors.slurm import job
 from examlops_policy.hardware import Hardware
-from tests.conftest import EXA, run_exa, shared_opa_env
+from tests.conftest import EXA, exa_json, shared_opa_env
 from tests.test_slurm_integration import slurm  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slurm
@@ -37,12 +35,6 @@ def register(home: Path, names: set[str]) -> None:
         hw.close()
 
 
-def exa_json(home: Path, env: dict[str, str], *args: str) -> Any:
-    done = run_exa(home, *args, "--json", env=env)
-    assert done.returncode == 0, f"exa {' '.join(args)}: {done.stdout}\n{done.stderr}"
-    return json.loads(done.stdout)
-
-
 def test_a_job_ends_and_serve_admits_and_submits_the_queued_one_within_an_interval(
     slurm: dict[str, str], exa_home: Path, tmp_path: Path  # noqa: F811
 ) -> None:
@@ -53,11 +45,11 @@ def test_a_job_ends_and_serve_admits_and_submits_the_queued_one_within_an_interv
     second_script.write_text("#!/bin/sh\necho second ran\n")
     for s in (first_script, second_script):
         s.chmod(0o755)
-    first = exa_json(exa_home, slurm, "hardware", "place", "fill", "--accelerator", "amd", "--count", "4", "--target", "hpc")
+    first = exa_json(exa_home, "hardware", "place", "fill", "--accelerator", "amd", "--count", "4", "--target", "hpc", env=slurm)
     assert first["outcome"] == "placed" and first["pool"] == "gpu-mi300x"
-    job_id = exa_json(exa_home, slurm, "hardware", "submit", first["id"], "--script", str(first_script))["job_id"]
-    waiting = exa_json(exa_home, slurm, "hardware", "place", "next", "--accelerator", "amd", "--count", "2", "--target", "hpc",
-                       "--queue", "--submit", "slurm", "--script", str(second_script))  # fmt: skip
+    job_id = exa_json(exa_home, "hardware", "submit", first["id"], "--script", str(first_script), env=slurm)["job_id"]
+    waiting = exa_json(exa_home, "hardware", "place", "next", "--accelerator", "amd", "--count", "2", "--target", "hpc",
+                       "--queue", "--submit", "slurm", "--script", str(second_script), env=slurm)  # fmt: skip
     assert waiting["outcome"] == "queued"
     interval = 2.0
     proc = subprocess.Popen([str(EXA), "hardware", "serve", "--interval", "2s", "--slurm"],
@@ -71,9 +63,9 @@ def test_a_job_ends_and_serve_admits_and_submits_the_queued_one_within_an_interv
         ended_at = time.monotonic()
         submitted = None
         while time.monotonic() < ended_at + 60:
-            entry = next(e for e in exa_json(exa_home, slurm, "hardware", "queue", "--all")["entries"] if e["id"] == waiting["id"])
+            entry = next(e for e in exa_json(exa_home, "hardware", "queue", "--all", env=slurm)["entries"] if e["id"] == waiting["id"])
             if entry["state"] == "admitted":
-                placed = exa_json(exa_home, slurm, "hardware", "explain", entry["admitted_by"])
+                placed = exa_json(exa_home, "hardware", "explain", entry["admitted_by"], env=slurm)
                 if placed["job_id"]:
                     submitted = time.monotonic()
                     break
@@ -91,34 +83,34 @@ def test_a_job_ends_and_serve_admits_and_submits_the_queued_one_within_an_interv
         done = job(placed["job_id"])
     assert done.state == "COMPLETED", done.fields
     assert done.fields["Comment"] == f"examlops-decision={placed['id']}" and done.fields["JOB_GRES"] == "gpu:mi300x:2"
-    ended = exa_json(exa_home, slurm, "hardware", "explain", first["id"])
+    ended = exa_json(exa_home, "hardware", "explain", first["id"], env=slurm)
     assert ended["released_at"] is not None and ended["job_state"] == "COMPLETED"
     assert ended["job_started_at"] is not None and ended["job_ended_at"] is not None and ended["job_started_at"] <= ended["job_ended_at"]
     assert placed["queued_id"] == waiting["id"]
     assert f"slurm job {job_id} of decision {first['id'][:12]} ended (COMPLETED)" in out and "admitted next" in out
-    assert exa_json(exa_home, slurm, "audit", "verify")["ok"] is True
+    assert exa_json(exa_home, "audit", "verify", env=slurm)["ok"] is True
 
 
 def test_a_drained_node_leaves_its_pool_at_the_next_reconcile_and_comes_back(slurm: dict[str, str], exa_home: Path) -> None:  # noqa: F811
     register(exa_home, {"nodes-h100"})
 
     def free() -> float:
-        return {p["name"]: p["free"] for p in exa_json(exa_home, slurm, "hardware", "pools")}["nodes-h100"]  # type: ignore[no-any-return]
+        return {p["name"]: p["free"] for p in exa_json(exa_home, "hardware", "pools", env=slurm)}["nodes-h100"]  # type: ignore[no-any-return]
 
     def scontrol(*args: str) -> None:
         done = run_command(["scontrol", "update", *args], timeout=30, env={**os.environ, **slurm})
         assert done.ok, done.reason()
 
     # exa-n3 is drained at every start, and discovery recorded it so: nothing to change.
-    first = exa_json(exa_home, slurm, "hardware", "reconcile", "--slurm")["changes"]
+    first = exa_json(exa_home, "hardware", "reconcile", "--slurm", env=slurm)["changes"]
     assert [c for c in first if c["node"] is not None] == []
     assert free() == 4
     scontrol("nodename=exa-n2", "state=drain", "reason=exa-queue-test")
     try:
-        drained = exa_json(exa_home, slurm, "hardware", "reconcile", "--slurm")["changes"]
+        drained = exa_json(exa_home, "hardware", "reconcile", "--slurm", env=slurm)["changes"]
         assert [(c["kind"], c["node"]) for c in drained] == [("node", "exa-n2")]
         assert free() == 2
-        assert exa_json(exa_home, slurm, "hardware", "reconcile", "--slurm")["changes"] == []  # no change: nothing written
+        assert exa_json(exa_home, "hardware", "reconcile", "--slurm", env=slurm)["changes"] == []  # no change: nothing written
     finally:
         scontrol("nodename=exa-n2", "state=resume")
     # Slurm may show the node in passing (not responding) before it is idle again: wait for it.
@@ -127,6 +119,6 @@ def test_a_drained_node_leaves_its_pool_at_the_next_reconcile_and_comes_back(slu
                       env={**os.environ, **slurm}).stdout.split()[:1] != ["idle"]:  # fmt: skip
         assert time.monotonic() < deadline, "exa-n2 did not come back"
         time.sleep(0.5)
-    back = exa_json(exa_home, slurm, "hardware", "reconcile", "--slurm")["changes"]
+    back = exa_json(exa_home, "hardware", "reconcile", "--slurm", env=slurm)["changes"]
     assert [(c["kind"], c["node"]) for c in back] == [("node_up", "exa-n2")]
     assert free() == 4

@@ -33,7 +33,8 @@ def entries(home: Path) -> int:
     return int(json.loads(run_exa(home, "audit", "verify", "--json").stdout)["size"])
 
 
-def refused(home: Path, *args: str) -> str:
+def state_corrupt(home: Path, *args: str) -> str:
+    """``exa ARGS``, which must be refused as a corrupt state (exit 10): its message, on one line."""
     result = run_exa(home, *args)
     assert result.returncode == 10, (args, result.stdout, result.stderr)
     assert result.stderr.startswith("StateCorrupt: ") and "Traceback" not in result.stderr
@@ -56,7 +57,7 @@ def test_an_emptied_state_is_refused_and_left_as_it_is(exa_home: Path) -> None:
     settle(exa_home)
     (exa_home / "state.db").write_bytes(b"")  # : > state.db
     for args in (("audit", "verify"), ("hardware", "decisions"), ("hardware", "pools"), PLACE):
-        err = refused(exa_home, *args)
+        err = state_corrupt(exa_home, *args)
         assert f"{exa_home / 'state.db'} holds no audit log, but state.db.head records that this home's audit log reached {size} entries" in err
         assert f"entries 1..{size} are missing" in err and "emptied, truncated or replaced by an older copy" in err
     assert (exa_home / "state.db").stat().st_size == 0  # nothing was written to it
@@ -67,7 +68,7 @@ def test_a_deleted_state_is_refused_and_not_made_anew(exa_home: Path) -> None:
     settle(exa_home)
     for suffix in ("", "-wal", "-shm"):
         (exa_home / f"state.db{suffix}").unlink(missing_ok=True)
-    err = refused(exa_home, "hardware", "decisions")
+    err = state_corrupt(exa_home, "hardware", "decisions")
     assert f"{exa_home / 'state.db'} is missing, but state.db.head records" in err
     assert not (exa_home / "state.db").exists()
 
@@ -83,7 +84,7 @@ def test_an_older_copy_of_the_state_is_refused_naming_the_missing_entries(exa_ho
     size = entries(exa_home)
     settle(exa_home)
     shutil.copy2(backup, exa_home / "state.db")  # roll back: the two placements disappear
-    err = refused(exa_home, "audit", "verify")
+    err = state_corrupt(exa_home, "audit", "verify")
     assert f"holds {kept} audit entries" in err and f"entries {kept + 1}..{size} are missing" in err
 
 
@@ -94,7 +95,7 @@ def test_another_state_with_as_many_entries_is_refused(exa_home: Path, tmp_path:
         run_exa(home, *PLACE, check=True)
         settle(home)
     shutil.copy2(other / "state.db", exa_home / "state.db")
-    err = refused(exa_home, "hardware", "decisions")
+    err = state_corrupt(exa_home, "hardware", "decisions")
     assert "is not the one this home recorded" in err and "the state was replaced by another one" in err
 
 
@@ -102,7 +103,7 @@ def test_moving_the_record_aside_starts_a_new_state_on_purpose(exa_home: Path) -
     seed(exa_home)
     settle(exa_home)
     (exa_home / "state.db").write_bytes(b"")
-    refused(exa_home, "hardware", "pools")
+    state_corrupt(exa_home, "hardware", "pools")
     (exa_home / "state.db.head").rename(exa_home / "state.db.head.old")
     result = run_exa(exa_home, "audit", "verify")
     assert result.returncode == 0 and "0 entries" in result.stdout

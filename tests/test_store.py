@@ -27,20 +27,16 @@ from examlops_policy._core.state import Capacities, Snapshot
 from examlops_policy.store import Store
 from examlops_policy.store._sql import migrations, utc_now
 from examlops_policy.store.postgres import PostgresStore, redacted
-from reliability.backends import Backend, backend, fresh_backend  # noqa: F401  (backend: the fixture)
+from reliability.backends import Backend, fresh_backend
 from reliability.harness import FLEET, WORKLOADS, node_violations, open_hardware, violations
+from tests.backend_support import backend, hw  # noqa: F401 - fixtures
 from tests.conftest import run_exa
 
 TRAIN_AMD, INFER_HALF, _, BURST_OPEN, BURST_EU, NEVER = WORKLOADS
 APPEND_ONLY_ERRORS = (sqlite3.DatabaseError, psycopg.Error)
 
 
-@pytest.fixture()
-def hw(backend: Backend, opa_home: Path) -> Any:
-    made = open_hardware(backend, opa_home)
-    made.apply(FLEET)
-    yield made
-    made.close()
+pytestmark = pytest.mark.hw_pools(*FLEET)
 
 
 def _entries(store: Store) -> list[dict[str, Any]]:

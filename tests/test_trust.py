@@ -28,7 +28,7 @@ from examlops_policy.hardware import Hardware, ManagedPolicy
 from examlops_policy.model import Placement, Pool, Rejection, Workload
 from examlops_policy.store.sqlite import SQLiteStore
 from reliability.backends import Backend, fresh_backend
-from tests.conftest import SEED_POOLS, free_port, run_exa, shared_opa_env
+from tests.conftest import SEED_POOLS, exa_json, free_port, run_exa, shared_opa_env
 from tests.disk_support import fill, small_tmpfs
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -69,14 +69,6 @@ def library(home: Path) -> Iterator[Hardware]:
         yield hw
     finally:
         hw.close()
-
-
-def placed(home: Path, *args: str) -> dict[str, Any]:
-    """``exa hardware place ... --json`` that must place; its JSON."""
-    result = run_exa(home, "hardware", "place", *args, "--json")
-    assert result.returncode == 0, result.stdout + result.stderr
-    doc: dict[str, Any] = json.loads(result.stdout)
-    return doc
 
 
 def pool_specs(home: Path) -> dict[str, dict[str, Any]]:
@@ -156,9 +148,9 @@ def test_a_request_id_places_once_on_the_command_line(exa_home: Path) -> None:
     """Issue item 5: `exa hardware place ... --request-id K` twice returns the same decision and
     reserves nothing more; the same key for another workload is exit 2."""
     seed(exa_home)
-    first = placed(exa_home, "train", "--accelerator", "amd", "--request-id", "job-42")
+    first = exa_json(exa_home, "hardware", "place", "train", "--accelerator", "amd", "--request-id", "job-42")
     sizes = {t: count(exa_home, t) for t in ("decisions", "allocations", "holdings", "audit_log")}
-    again = placed(exa_home, "train", "--accelerator", "amd", "--request-id", "job-42")
+    again = exa_json(exa_home, "hardware", "place", "train", "--accelerator", "amd", "--request-id", "job-42")
     assert again["id"] == first["id"] and again["request_id"] == "job-42"
     assert {t: count(exa_home, t) for t in sizes} == sizes
     assert pool_specs(exa_home)["hpc-mi300"]["free"] == 3
@@ -188,10 +180,10 @@ def test_an_ended_lease_is_released_by_the_next_write_and_audited_as_expired(exa
     """Issue item 5: a placement with `--lease 1s` is released by the next write once it ended,
     with an audit entry of kind "expired"; the log still verifies."""
     seed(exa_home)
-    leased = placed(exa_home, "short", "--accelerator", "amd", "--lease", "1s")
+    leased = exa_json(exa_home, "hardware", "place", "short", "--accelerator", "amd", "--lease", "1s")
     assert leased["lease_expires_at"] is not None
     time.sleep(1.2)
-    placed(exa_home, "next", "--accelerator", "amd")
+    exa_json(exa_home, "hardware", "place", "next", "--accelerator", "amd")
     record = json.loads(run_exa(exa_home, "hardware", "explain", leased["id"], "--json", check=True).stdout)
     assert record["released_at"] is not None
     assert pool_specs(exa_home)["hpc-mi300"]["free"] == 3  # only "next" holds a device now
@@ -203,7 +195,7 @@ def test_an_ended_lease_is_released_by_the_next_write_and_audited_as_expired(exa
 def test_renew_moves_the_lease_end(exa_home: Path) -> None:
     """Issue item 5: `exa hardware renew ID --lease 2h` moves a live placement's lease end (audited)."""
     seed(exa_home)
-    leased = placed(exa_home, "long", "--accelerator", "amd", "--lease", "1h")
+    leased = exa_json(exa_home, "hardware", "place", "long", "--accelerator", "amd", "--lease", "1h")
     renewed = json.loads(run_exa(exa_home, "hardware", "renew", leased["id"], "--lease", "2h", "--json", check=True).stdout)
     end = instant(renewed["lease_expires_at"])
     assert end > instant(leased["lease_expires_at"]) + timedelta(minutes=59)
@@ -353,7 +345,7 @@ def test_a_second_release_says_when_the_first_was_and_writes_nothing(exa_home: P
     """Issue item 9: releasing twice: the second `exa hardware release ID` exits 0, says "already
     released at <time>" and adds nothing to the audit log."""
     seed(exa_home)
-    decision = placed(exa_home, "a", "--accelerator", "amd")
+    decision = exa_json(exa_home, "hardware", "place", "a", "--accelerator", "amd")
     first = json.loads(run_exa(exa_home, "hardware", "release", decision["id"], "--json", check=True).stdout)
     assert first["already_released"] is False and first["released_at"]
     size = count(exa_home, "audit_log")
@@ -430,7 +422,7 @@ def test_place_json_has_the_decision_id(exa_home: Path) -> None:
     """Issue item 11: `exa hardware place --json` prints "decision_id" equal to "id", never null,
     for a placement and a rejection."""
     seed(exa_home)
-    placement = placed(exa_home, "train", "--accelerator", "amd", "--engine", "vllm")
+    placement = exa_json(exa_home, "hardware", "place", "train", "--accelerator", "amd", "--engine", "vllm")
     result = run_exa(exa_home, "hardware", "place", "train", "--accelerator", "amd", "--engine", "sglang", "--json")
     assert result.returncode == 3, result.stdout + result.stderr
     rejection = json.loads(result.stdout)
@@ -464,7 +456,7 @@ def test_explain_shows_each_pools_accelerator_target_and_region(exa_home: Path) 
     """Issue item 13: `exa hardware explain ID` (a recorded decision, rebuilt) shows the accelerator,
     target and region of every pool row."""
     seed(exa_home)
-    decision = placed(exa_home, "infer", "--accelerator", "nvidia", "--fraction", "0.5")
+    decision = exa_json(exa_home, "hardware", "place", "infer", "--accelerator", "nvidia", "--fraction", "0.5")
     out = run_exa(exa_home, "hardware", "explain", decision["id"], check=True).stdout.splitlines()
     start = out.index(next(line for line in out if line.startswith("Pools for infer")))
     header = out[start + 1].split()
@@ -494,7 +486,7 @@ def test_a_workload_file_with_conflicting_options_is_exit_2_naming_them(exa_home
     assert "NAME (other), --accelerator, --allow-burst would conflict with it" in result.stderr
     assert "Traceback" not in result.stderr
     assert (count(exa_home, "decisions"), count(exa_home, "audit_log")) == (0, 3)
-    assert placed(exa_home, "-f", str(spec))["pool"] == "hpc-mi300"  # the file alone is fine
+    assert exa_json(exa_home, "hardware", "place", "-f", str(spec))["pool"] == "hpc-mi300"  # the file alone is fine
 
 
 # -- item 16: --json errors ----------------------------------------------------------------------------
@@ -528,7 +520,7 @@ def test_opa_status_and_finops_cost_speak_json(exa_home: Path) -> None:
     status = run_exa(exa_home, "opa", "status", "--json")
     doc = json.loads(status.stdout)
     assert isinstance(doc, dict) and doc["running"] is True
-    placed(exa_home, "a", "--accelerator", "amd")
+    exa_json(exa_home, "hardware", "place", "a", "--accelerator", "amd")
     cost = json.loads(run_exa(exa_home, "finops", "cost", "--hours", "10", "--json", check=True).stdout)
     assert cost["totals"] == {"decisions": 1, "device_hours": 10.0, "cost": 18.0, "carbon_g": 2500.0,
                               "used_device_hours": 10.0, "idle_device_hours": 0.0, "used_cost": 18.0, "idle_cost": 0.0}  # fmt: skip
@@ -560,7 +552,7 @@ def test_pools_show_no_float_noise_after_a_mig_slice(exa_home: Path) -> None:
     """Issue item 17: after a 4g MIG placement, `exa hardware pools` shows 7.429/8, not 7.428571...
     (no 0.857143 or 0.5714285714285714 anywhere)."""
     seed(exa_home)
-    decision = placed(exa_home, "infer", "--accelerator", "nvidia", "--fraction", "0.5")
+    decision = exa_json(exa_home, "hardware", "place", "infer", "--accelerator", "nvidia", "--fraction", "0.5")
     assert decision["grant"]["profile"] == "4g"
     out = run_exa(exa_home, "hardware", "pools", check=True).stdout
     assert "7.429/8" in out
@@ -588,7 +580,7 @@ def test_a_full_pool_is_said_to_be_full_not_unavailable(exa_home: Path) -> None:
     """Issue item 17: when the requested accelerator's pool is full and another stands in, the note
     says its pools are full rather than "unavailable"."""
     seed(exa_home, (Pool("one", "hpc", "amd", 1, "eu"), Pool("nv", "hpc", "nvidia", 2, "eu")))
-    placed(exa_home, "a", "--accelerator", "amd")
+    exa_json(exa_home, "hardware", "place", "a", "--accelerator", "amd")
     result = run_exa(exa_home, "hardware", "place", "b", "--accelerator", "amd")
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.splitlines() == ["✓ b → pool nv · nvidia on hpc (fallback)", "  requested amd pools are full — fell back to nvidia"]

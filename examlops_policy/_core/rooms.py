@@ -178,9 +178,9 @@ def _groups(nodes: Sequence[Node], level: str) -> dict[str, int]:
     return {label: i for i, label in enumerate(sorted({getattr(n, level) for n in nodes if getattr(n, level) is not None}))}
 
 
-RoomKey = tuple[int, tuple[bool, int], tuple[bool, int], int, tuple[tuple[str, int], ...], tuple[bool, int], tuple[bool, int]]
-"""A node's room as the summary orders and counts it: whole devices, CPU and memory (a number, then None:
-(is None, value)), shares, slices, block and switch."""
+RoomKey = tuple[int, bool, int, bool, int, int, tuple[tuple[str, int], ...], bool, int, bool, int]
+"""A node's room as the summary orders and counts it, flat: whole devices, CPU and memory (a number,
+then None: is None, value), shares, slices, block and switch (is None, value)."""
 
 
 @dataclass
@@ -204,6 +204,7 @@ class _Tally:
     slice_pico: list[int] = field(default_factory=list)  # per node: what its slices leave of the devices holding them, in 1e-12 devices
     pico: int = 0  # that, summed over the up nodes
     as_tuple: tuple[NodeRoom, ...] | None = None  # ``rows`` as a tuple, until they change
+    fixed: list[_Fixed | None] = field(default_factory=list)  # per node: what of its room never changes (``_fixed``)
 
     def start(self) -> None:
         self.keys = sorted(self.counted)
@@ -218,25 +219,30 @@ class _Tally:
 
     def _total(self, key: RoomKey, n: int) -> None:
         self.whole += key[0] * n
-        for name, k in key[4]:
+        for name, k in key[6]:
             self.slices[name] = self.slices.get(name, 0) + k * n
 
     def count(self, key: RoomKey, step: int) -> None:
-        was = self.counted.get(key, 0)
+        counted = self.counted
+        was = counted.get(key, 0)
         n = was + step
-        self._total(key, step)
-        at = bisect.bisect_left(self.keys, key)
+        self.whole += key[0] * step
+        if key[6]:
+            for name, k in key[6]:
+                self.slices[name] = self.slices.get(name, 0) + k * step
+        keys = self.keys
+        at = bisect.bisect_left(keys, key)
         self.as_tuple = None
         if not n:
-            del self.keys[at], self.rows[at], self.counted[key]
+            del keys[at], self.rows[at], counted[key]
             return
         row = _row(key, n)
         if was:
             self.rows[at] = row
         else:
-            self.keys.insert(at, key)
+            keys.insert(at, key)
             self.rows.insert(at, row)
-        self.counted[key] = n
+        counted[key] = n
 
     def ordered(self) -> tuple[NodeRoom, ...]:
         if self.as_tuple is None:
@@ -247,21 +253,22 @@ class _Tally:
 def _row(key: RoomKey, n: int) -> NodeRoom:
     """The room ``key`` says, counted ``n`` times."""
     return NodeRoom(
-        key[0], None if key[1][0] else key[1][1], None if key[2][0] else key[2][1], key[3], key[4],
-        None if key[5][0] else key[5][1], None if key[6][0] else key[6][1], n,
+        key[0], None if key[1] else key[2], None if key[3] else key[4], key[5], key[6],
+        None if key[7] else key[8], None if key[9] else key[10], n,
     )  # fmt: skip
 
 
 def _node_room(rooms: Rooms, tally: _Tally, i: int) -> tuple[RoomKey | None, int, int]:
     """Node ``i``'s room (None when it is not up), its free units, and what its slices leave of the
     devices holding them (in 1e-12 devices: whole numbers, summed exactly whatever the order)."""
-    pool, layout, capacity = rooms.pool, rooms.layout, rooms.capacity
-    node = rooms.nodes[i]
-    if not node.usable:
+    fixed = tally.fixed[i] if i < len(tally.fixed) else _fixed(rooms, tally, i)
+    if fixed is None:
         return None, 0, 0
+    cpu_tracked, memory_tracked, sharing, no_block, block, no_switch, switch = fixed
+    layout, capacity = rooms.layout, rooms.capacity
     whole = int(capacity.whole_free[i])
     units = int(capacity.free_milli[i])
-    if pool.accelerator == "cpu" and capacity.cpu_tracked[i]:
+    if cpu_tracked and rooms.pool.accelerator == "cpu":
         # A cpu pool's devices are its node's cores (a unit of a grant takes 1000 millicores of
         # the node): no more are free than the node's cores that other pools' grants leave.
         whole = min(whole, int(capacity.cpu_free[i]) // 1000)
@@ -270,23 +277,40 @@ def _node_room(rooms: Rooms, tally: _Tally, i: int) -> tuple[RoomKey | None, int
     if layout.kind == "fixed":
         slices, whole = ((str(layout.fixed_profile), whole),), 0
     elif layout.kind in packing.PARTITIONED:
-        placeable = packing.summarize(dataclasses.replace(layout, devices=node.devices), _beside(rooms, i))
+        placeable = packing.summarize(dataclasses.replace(layout, devices=rooms.nodes[i].devices), _beside(rooms, i))
         slices = tuple(sorted(placeable.slices.items()))
     key: RoomKey = (
         whole,
-        (False, int(capacity.cpu_free[i])) if capacity.cpu_tracked[i] else _NONE,
-        (False, int(capacity.memory_free[i])) if node.memory_mib is not None else _NONE,
-        max(0, int(capacity.shared_max[i])) if pool.sharing is not None else 0,
+        not cpu_tracked, int(capacity.cpu_free[i]) if cpu_tracked else 0,
+        not memory_tracked, int(capacity.memory_free[i]) if memory_tracked else 0,
+        max(0, int(capacity.shared_max[i])) if sharing else 0,
         slices,
-        _NONE if node.block is None else (False, tally.blocks[node.block]),
-        _NONE if node.switch is None else (False, tally.switches[node.switch]),
+        no_block, block,
+        no_switch, switch,
     )
     shares = rooms.slice_share.get(i)
     pico = round(sum(max(0.0, 1.0 - v) for v in shares.values()) * 1e12) if shares else 0
     return key, units, pico
 
 
-_NONE = (True, 0)
+_Fixed = tuple[bool, bool, bool, bool, int, bool, int]
+"""What of a node's room never changes with its holdings: whether its CPU and memory are tracked,
+whether the pool shares devices, its block and its switch as a room says them."""
+
+
+def _fixed(rooms: Rooms, tally: _Tally, i: int) -> _Fixed | None:
+    """Node ``i``'s ``_Fixed`` (None: not up), kept in ``tally.fixed`` (worked out in node order)."""
+    node = rooms.nodes[i]
+    fixed: _Fixed | None = None
+    if node.usable:
+        fixed = (
+            bool(rooms.capacity.cpu_tracked[i]), node.memory_mib is not None, rooms.pool.sharing is not None,
+            node.block is None, 0 if node.block is None else tally.blocks[node.block],
+            node.switch is None, 0 if node.switch is None else tally.switches[node.switch],
+        )  # fmt: skip
+    if i == len(tally.fixed):
+        tally.fixed.append(fixed)
+    return fixed
 
 
 def summary(rooms: Rooms, changed: Collection[int] | None = None) -> tuple[Capacity, float]:
@@ -438,10 +462,7 @@ def choose(
     if grant.profile is not None and layout.kind in packing.PARTITIONED:
         return _choose_slice(rooms, grant)
     capacity = rooms.capacity
-    if grant.shares is not None:
-        request = _nodes.NodeRequest(share_milli=grant.shares, cpu_milli=grant.cpu_milli, memory_mib=grant.memory_mib, nodes=grant.nodes)
-    else:
-        request = _nodes.NodeRequest(devices=grant.units, cpu_milli=grant.cpu_milli, memory_mib=grant.memory_mib, nodes=grant.nodes)
+    request = _request(grant)
     if chooser is None:
         chooser = packer_named(packer)
     for among in _together(rooms, grant, workload):
@@ -457,9 +478,42 @@ def choose(
         if g.share_milli:
             out.append(NodeAllocation(g.node, (), DeviceShare(g.devices[0], g.share_milli), g.cpu_milli, g.memory_mib))
         else:
-            holdings = tuple(Holding(d, layout.fixed_profile) if layout.kind == "fixed" else Holding(d) for d in g.devices)
-            out.append(NodeAllocation(g.node, holdings, None, g.cpu_milli, g.memory_mib))
+            out.append(NodeAllocation(g.node, _holdings(g.devices, layout.fixed_profile if layout.kind == "fixed" else None), None, g.cpu_milli, g.memory_mib))
     return tuple(out)
+
+
+# Requests and holdings are immutable and asked alike again and again (a pool's grants come in a
+# few shapes, on a few device indices): each is made once and kept, a bounded number of them.
+_KEPT = 4096
+_requests: dict[tuple[int | None, int, int, int, int], _nodes.NodeRequest] = {}
+_kept_holdings: dict[tuple[tuple[int, ...], str | None], tuple[Holding, ...]] = {}
+
+
+def _request(grant: Grant) -> _nodes.NodeRequest:
+    """What ``grant`` asks of each node, as the node packer takes it."""
+    key = (grant.shares, grant.units, grant.cpu_milli, grant.memory_mib, grant.nodes)
+    request = _requests.get(key)
+    if request is None:
+        if grant.shares is not None:
+            request = _nodes.NodeRequest(share_milli=grant.shares, cpu_milli=grant.cpu_milli, memory_mib=grant.memory_mib, nodes=grant.nodes)
+        else:
+            request = _nodes.NodeRequest(devices=grant.units, cpu_milli=grant.cpu_milli, memory_mib=grant.memory_mib, nodes=grant.nodes)
+        if len(_requests) >= _KEPT:
+            _requests.clear()
+        _requests[key] = request
+    return request
+
+
+def _holdings(devices: tuple[int, ...], profile: str | None) -> tuple[Holding, ...]:
+    """Devices held whole (each of ``profile``, a pool of fixed slices; else None)."""
+    key = (devices, profile)
+    held = _kept_holdings.get(key)
+    if held is None:
+        held = tuple(Holding(d, profile) for d in devices)
+        if len(_kept_holdings) >= _KEPT:
+            _kept_holdings.clear()
+        _kept_holdings[key] = held
+    return held
 
 
 def _together(rooms: Rooms, grant: Grant, workload: Workload) -> list[_nodes.BoolArray | None]:

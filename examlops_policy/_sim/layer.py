@@ -165,6 +165,7 @@ class Placed:
     pool: str
     grant: Grant
     allocations: tuple[NodeAllocation, ...]
+    held: tuple[_nodes.NodeGrant, ...] = dataclasses.field(default=(), compare=False, repr=False)  # what the fleet-wide capacity holds of it
 
 
 class LayerPlacer:
@@ -192,7 +193,7 @@ class LayerPlacer:
         self.rooms = [capacities.rooms_of(p, []) for p in ordered]
         self.summaries = Summaries(self.rooms)
         sharing = sharing_of(ordered)
-        index = {p.name: i for i, p in enumerate(ordered)}
+        index = self._at = {p.name: i for i, p in enumerate(ordered)}
         # Per pool: the pools sharing its nodes, whether their devices there are its devices, and
         # whether they are its devices shared another way.
         self.sharers = [
@@ -278,10 +279,11 @@ class LayerPlacer:
         self.summaries.changed(i, [room.capacity.index[a.node] for a in allocations])
         for j, same, other_mode in self.sharers[i]:
             self.summaries.changed(j, _rooms.hold_beside(self.rooms[j], allocations, same_devices=same, other_mode=other_mode))
-        for a in allocations:
-            for g in _node_grants(a, self.pools[i], grant):
-                self._capacity.allocate(g)
-        return Placed(self.pools[i].name, grant, allocations)
+        pool = self.pools[i]
+        held = _node_grants(allocations[0], pool, grant) if len(allocations) == 1 else tuple(g for a in allocations for g in _node_grants(a, pool, grant))
+        for g in held:
+            self._capacity.allocate(g)
+        return Placed(pool.name, grant, allocations, held)
 
     def starts(self, judged: Judged, at: datetime | None) -> Starts | None:
         """The start estimates a workload with max_wait or a deadline is judged with at ``at`` (the
@@ -308,18 +310,16 @@ class LayerPlacer:
         placed = self.decide(request)
         if placed is None:
             return None
-        pool = next(p for p in self.pools if p.name == placed.pool)
-        return tuple(g for a in placed.allocations for g in _node_grants(a, pool, placed.grant))
+        return placed.held
 
     def release(self, placed: Placed) -> None:
         """Give back what ``placed`` holds (work that ended), on its pool and the pools sharing its nodes."""
-        i = next(k for k, p in enumerate(self.pools) if p.name == placed.pool)
+        i = self._at[placed.pool]
         self.summaries.changed(i, _rooms.give_back(self.rooms[i], placed.allocations, devices=True, slice_share=placed.grant.share))
         for j, same, other_mode in self.sharers[i]:
             self.summaries.changed(j, _rooms.give_back(self.rooms[j], placed.allocations, devices=same, other_mode=other_mode))
-        for a in placed.allocations:
-            for g in _node_grants(a, self.pools[i], placed.grant):
-                self._capacity.release(g)
+        for g in placed.held or tuple(g for a in placed.allocations for g in _node_grants(a, self.pools[i], placed.grant)):
+            self._capacity.release(g)
 
 
 def _node_grants(a: NodeAllocation, pool: Pool, grant: Grant) -> tuple[_nodes.NodeGrant, ...]:

@@ -108,7 +108,7 @@ class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
         return _Sink()
 
 
-GROUPS: Final = ("hardware", "audit", "finops", "models", "opa", "policy", "slurm")
+GROUPS: Final = ("hardware", "audit", "finops", "models", "opa", "policy", "slurm", "kueue")
 
 
 def _common_options(parser: argparse.ArgumentParser, *, prefix: str = "") -> None:
@@ -156,6 +156,10 @@ def build_parser(group: str | None = None, *, wanted: frozenset[str] | None = No
         from examlops_policy.cli import slurm
 
         slurm.register(groups, common)
+    if group in (None, "kueue"):
+        from examlops_policy.cli import kueue
+
+        kueue.register(groups, common)
     return parser
 
 

@@ -1,0 +1,11 @@
+"""Kueue's seam: an AdmissionCheck controller (``controllerName: examlops.io/placement``) that
+decides each Kueue Workload through this layer's decision cycle (``exa kueue admission-check``).
+
+* ``workloads``: a Kueue Workload read into this layer's ``Workload`` (pure: no cluster, no
+  policy), its idempotency key, and a recorded decision worded as the check's state;
+* ``controller``: the reconcile loop against the API server (lightkube, as the Kubernetes
+  executor), deciding through ``Hardware.place`` and releasing through ``Hardware.release``.
+
+docs/kueue-admission-check.md describes the setup (scripts/kueue-up), the mapping and the
+MultiKueue dispatcher design.
+"""
