@@ -506,3 +506,17 @@ def test_a_registered_scheduler_is_reached_by_the_cli_and_the_workflows(toy: Toy
         "submit d1 {'colour': 'blue'} True", "status", "cancel", "discover",
         "reconcile ['t1'] {}", "reconcile ['t1'] {'where': 'here'}", "asker",
     ]  # fmt: skip
+
+
+def test_a_job_no_registered_scheduler_runs_is_left_to_whoever_recorded_it() -> None:
+    """A grant recorded under a scheduler this registry does not hold (Kueue's admission check
+    records its own, ``kueue``) is read by none: reconcile passes it by, release touches no job."""
+    from types import SimpleNamespace
+
+    from examlops_policy.app import reconcile, schedulers
+
+    assert schedulers.of_job("kueue") is None and schedulers.of_job(None) is schedulers.SCHEDULERS["slurm"]
+    grant = SimpleNamespace(job_id="ns/job", scheduler="kueue", job_uid="u1", job_started_at=None)
+    state = SimpleNamespace(store=SimpleNamespace(live_grants=lambda with_jobs: [grant]), snapshot=lambda: SimpleNamespace(states=()))
+    report = reconcile.reconcile(state)
+    assert (report.changes, report.unreadable, report.checked) == ((), (), 1)

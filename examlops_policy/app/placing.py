@@ -192,8 +192,9 @@ class Placing:
         cycle = self.cycle
         record = self.decision(ident)
         deleted = None
-        if record.released_at is None and record.job_id and record.job_state != "missing":
-            deleted = schedulers.of_job(record.scheduler).released(record, {"kubeconfig": kubeconfig, "context": context})
+        scheduler = schedulers.of_job(record.scheduler)  # None: a job this layer's schedulers do not run
+        if scheduler is not None and record.released_at is None and record.job_id and record.job_state != "missing":
+            deleted = scheduler.released(record, {"kubeconfig": kubeconfig, "context": context})
         pool = getattr(record.decision, "pool", None)
         pending = pool is not None and any(s.pool.name == pool and s.removing is not None for s in cycle.snapshot().states)
         row, already = commit.release(cycle.store, cycle.capacities, record.id, source=SOURCE)

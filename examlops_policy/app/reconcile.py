@@ -45,7 +45,7 @@ def reconcile(
     grants = st.store.live_grants(with_jobs=True)
     by_scheduler: dict[str, list[GrantRow]] = {}
     for g in grants:
-        by_scheduler.setdefault(schedulers.of_job(g.scheduler).name, []).append(g)
+        by_scheduler.setdefault(g.scheduler or schedulers.UNRECORDED, []).append(g)  # only registered schedulers are read
     named = dict(read or {})
     if slurm:
         named.setdefault("slurm", {})

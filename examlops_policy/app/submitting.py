@@ -17,7 +17,7 @@ from examlops_policy.model import JSONObject
 from examlops_policy.views import DecisionRecord, JobReport, Submission
 
 if TYPE_CHECKING:
-    from examlops_policy.app.ports import Jobs
+    from examlops_policy.app.ports import Jobs, Scheduler
 
 
 def manifest(jobs: Jobs, ident: str, *, image: str, **options: object) -> JSONObject:
@@ -43,7 +43,7 @@ def status(jobs: Jobs, ident: str, **options: object) -> JobReport:
     record = jobs.decision(ident)
     if record.job_id is None:
         raise SpecError(f"decision {record.id[:12]} was not submitted to a scheduler", field="ID")
-    return schedulers.of_job(record.scheduler).status(jobs, record, options)
+    return _scheduler_of(record).status(jobs, record, options)
 
 
 def cancel(record: DecisionRecord, *, kubeconfig: str | None = None, context: str | None = None) -> bool:
@@ -52,4 +52,14 @@ def cancel(record: DecisionRecord, *, kubeconfig: str | None = None, context: st
     ExecutorError when the scheduler refuses or cannot be reached."""
     if record.job_id is None:
         return False
-    return schedulers.of_job(record.scheduler).cancel(record, {"kubeconfig": kubeconfig, "context": context})
+    return _scheduler_of(record).cancel(record, {"kubeconfig": kubeconfig, "context": context})
+
+
+def _scheduler_of(record: DecisionRecord) -> Scheduler:
+    found = schedulers.of_job(record.scheduler)
+    if found is None:
+        raise SpecError(
+            f"decision {record.id[:12]} was submitted to {record.scheduler}, which is none of the schedulers here "
+            f"({', '.join(schedulers.SCHEDULERS)}): ask it", field="ID",
+        )  # fmt: skip
+    return found

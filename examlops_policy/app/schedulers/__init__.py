@@ -103,10 +103,13 @@ def scheduler(name: str, *, field: str = "scheduler") -> Scheduler:
     return SCHEDULERS[name]
 
 
-def of_job(recorded: str | None) -> Scheduler:
+def of_job(recorded: str | None) -> Scheduler | None:
     """The scheduler a recorded job was submitted to: ``recorded`` (the decision's ``scheduler``);
-    None for a job recorded before schedulers were: Slurm, the only one there was."""
-    return scheduler(recorded or UNRECORDED, field="scheduler")
+    None for a job recorded before schedulers were: Slurm, the only one there was. None when no
+    scheduler registered here has that name (a job a controller of its own records, such as
+    Kueue's admission check: it reads and ends its jobs itself)."""
+    name = recorded or UNRECORDED
+    return SCHEDULERS[name] if name in SCHEDULERS else None
 
 
 UNRECORDED: Final = "slurm"
