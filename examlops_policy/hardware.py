@@ -14,7 +14,7 @@ from examlops_policy._core.engine import Engine
 from examlops_policy._core.explain import explain
 from examlops_policy._core.records import DecisionInputs, Reader
 from examlops_policy._reviewed import Pinned, PolicySnapshot, Reviewed
-from examlops_policy.app import discovering, policy_review, reports, submitting, queue as queueing, simulate as simulating
+from examlops_policy.app import discovering, policy_review, reports, schedulers, submitting, queue as queueing, simulate as simulating
 from examlops_policy.app.cycle import DecisionCycle
 from examlops_policy.app.estimators import Estimators
 from examlops_policy.app.placing import Placing, as_burst
@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # the crypto, OPA-process and report stacks load only when a 
     from examlops_policy.opa.revisions import PolicyStatus
     from examlops_policy.report import ReportData
 
-__all__ = ["Hardware", "ManagedPolicy", "as_burst", "default_home", "default_policy", "explain", "open_store", "resolve_home"]
+__all__ = ["Hardware", "ManagedPolicy", "as_burst", "default_home", "default_policy", "explain", "open_store", "resolve_home", "schedulers"]
 
 
 class Hardware:
@@ -388,7 +388,7 @@ class Hardware:
         return discovering.import_catalog(self._pools, path, apply=apply, **options)
 
     def submit(self, ident: str, scheduler: str, *, dry_run: bool = False, **options: object) -> Submission:
-        """Hand a live placement to ``slurm`` or ``kubernetes``; the job recorded on it, audited."""
+        """Hand a live placement to a registered scheduler (``schedulers``); the job recorded on it, audited."""
         return submitting.submit(self._records, ident, scheduler, dry_run=dry_run, **options)
 
     def job_status(self, ident: str, **options: object) -> JobReport:

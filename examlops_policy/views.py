@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, cast
+from typing import cast
 
 from examlops_policy.errors import SpecError
 from examlops_policy.model import Decision, Holding, JSONObject, JSONValue, Pool, PoolState, PoolVerdict, Reason, StartEstimate
@@ -397,6 +397,7 @@ class Submission:
     manifest: JSONObject | None = None  # the Job sent (Kubernetes)
     partition: str | None = None
     gres: str | None = None
+    said: str = ""  # what happened, in words, as its scheduler says it
 
 
 @dataclass(frozen=True)
@@ -552,25 +553,15 @@ def _plain(value: object) -> JSONValue:
 
 # -- the queue, quotas, reconcile -------------------------------------------------------------------
 
-SUBMIT_SCHEDULERS: Final = ("slurm", "kubernetes")
-
-
 @dataclass(frozen=True)
 class Submit:
     """How a queued workload is handed to its scheduler once placed: ``slurm`` with the batch
     script's text (written to a private file at submission), or ``kubernetes`` with an image (and
-    a namespace, a context, a kubeconfig, a command)."""
+    a namespace, a context, a kubeconfig, a command). Its scheduler checks it when it is placed
+    (``Scheduler.check_queued``, through the registry ``app.schedulers``)."""
 
     scheduler: str
     options: Mapping[str, JSONValue]
-
-    def __post_init__(self) -> None:
-        if self.scheduler not in SUBMIT_SCHEDULERS:
-            raise SpecError(f"expected one of {', '.join(SUBMIT_SCHEDULERS)} (got {self.scheduler!r})", field="--submit")
-        if self.scheduler == "slurm" and not isinstance(self.options.get("script"), str):
-            raise SpecError("a batch script is needed to submit to Slurm once admitted", field="--script")
-        if self.scheduler == "kubernetes" and not self.options.get("image"):
-            raise SpecError("a container image is needed to submit to Kubernetes once admitted", field="--image")
 
     @classmethod
     def slurm(cls, script: Path) -> Submit:

@@ -276,3 +276,247 @@ def test_the_checks_see_a_second_loop_a_private_an_any_and_a_circle(tmp_path: Pa
 @pytest.mark.parametrize("module", ["examlops_policy.app.cycle", "examlops_policy.app.ports", "examlops_policy.app.queue"])
 def test_the_modules_checked_exist(module: str) -> None:
     assert module in modules()
+
+
+# --- schedulers and trace formats: names are tested only in their registries ------------------------
+
+SCHEDULER_REGISTRY = PACKAGE / "app" / "schedulers" / "__init__.py"
+TRACE_REGISTRY = PACKAGE / "_sim" / "readers.py"
+# ``exa slurm`` is a command group (Slurm's job_submit plugin and its table), a word of the command
+# line that chooses which parser to build, never a scheduler a workflow hands work to. Held here.
+GROUP_WORDS = {"examlops_policy/cli/main.py": 1}
+
+
+def scheduler_names() -> frozenset[str]:
+    from examlops_policy.app.schedulers import SCHEDULERS
+
+    return frozenset(SCHEDULERS)
+
+
+def trace_formats() -> frozenset[str]:
+    from examlops_policy._sim.readers import READERS
+
+    return frozenset({*READERS, *(r.family for r in READERS.values())})
+
+
+def name_tests(module: ast.Module, names: frozenset[str]) -> list[str]:
+    """Where ``module`` tests a value against one of ``names`` written out: a comparison (``==``,
+    ``!=``, ``in``, ``not in``, ``is``) with the name as a string constant on either side or in a
+    tuple, list or set compared with, a dict literal keyed by a name (a lookup by name), a
+    ``match`` case on a name."""
+
+    def constant(node: ast.AST) -> bool:
+        return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
+
+    def spelled(node: ast.AST) -> bool:
+        return constant(node) or (isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(constant(e) for e in node.elts))
+
+    found: list[tuple[int, int, str]] = []
+    for node in ast.walk(module):
+        if isinstance(node, ast.Compare) and any(spelled(side) for side in (node.left, *node.comparators)):
+            found.append((node.lineno, node.col_offset, ast.unparse(node)))
+        elif isinstance(node, ast.Dict) and any(k is not None and constant(k) for k in node.keys):
+            found.append((node.lineno, node.col_offset, "a dict keyed by name"))
+        elif isinstance(node, ast.MatchValue) and constant(node.value):
+            found.append((node.lineno, node.col_offset, f"case {ast.unparse(node.value)}"))
+    return [f"line {line}: {what}" for line, _, what in sorted(found)]
+
+
+def branches_outside(registry: Path, names: frozenset[str]) -> dict[str, int]:
+    files = [p for p in sources() if p != registry]
+    return {str(p.relative_to(ROOT)): len(found) for p in files if (found := name_tests(tree(p), names))}
+
+
+def test_no_module_but_the_registry_tests_a_scheduler_name() -> None:
+    names = scheduler_names()
+    assert {"slurm", "kubernetes"} <= names
+    assert branches_outside(SCHEDULER_REGISTRY, names) == GROUP_WORDS
+
+
+def test_no_module_but_the_registry_tests_a_trace_format_name() -> None:
+    formats = trace_formats()
+    assert {"openb", "generic", "generic-csv", "generic-yaml"} <= formats
+    assert branches_outside(TRACE_REGISTRY, formats) == {}
+
+
+def test_the_name_check_sees_a_planted_branch() -> None:
+    names = frozenset({"slurm", "kubernetes"})
+    planted = ast.parse(
+        "def f(record, sub, how):\n"
+        "    if record.scheduler == 'kubernetes':\n"
+        "        pass\n"
+        "    if 'slurm' != sub.scheduler or sub.scheduler in ('slurm', 'kubernetes') or how not in {'slurm'}:\n"
+        "        pass\n"
+        "    word = {'slurm': 'job', 'kubernetes': 'Job'}.get(how)\n"
+        "    match how:\n"
+        "        case 'slurm':\n"
+        "            pass\n"
+        "    return unknown(record, 'slurm', 'no answer'), record.scheduler == 'table', word\n"
+    )
+    found = name_tests(planted, names)
+    assert [f.split(":")[0] for f in found] == ["line 2", "line 4", "line 4", "line 4", "line 6", "line 8"], found
+    # A name passed or returned is no test of one; a comparison with another word is none either.
+    assert name_tests(ast.parse("x = unknown(pool, 'slurm', why)\ny = a == 'table'\n"), names) == []
+
+
+# --- a scheduler registered once is reached by every workflow ---------------------------------------
+
+
+class ToyScheduler:
+    """A scheduler that records what it is asked (the port, nothing else): registered in a test,
+    it must be reached without a change to any other module."""
+
+    name = "toy"
+    title = "Toy"
+    job_word = "task"
+    resubmit = "--toy"
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def serves(self, pool: object) -> bool:
+        return False
+
+    def discover(self, fleet: object, *, region: object, prefix: object, options: object) -> object:
+        from examlops_policy.discovery import Discovery
+
+        self.calls.append("discover")
+        return Discovery("toy", ()), lambda pool: False
+
+    def submit(self, jobs: object, ident: str, options: Mapping[str, object], *, dry_run: bool) -> object:
+        from examlops_policy.views import Submission
+
+        self.calls.append(f"submit {ident} {dict(options)} {dry_run}")
+        return Submission(ident, self.name, False, said="toy")
+
+    def queued(self, given: Mapping[str, object]) -> object:
+        from examlops_policy.views import Submit
+
+        return Submit(self.name, {"what": str(given.get("script"))})
+
+    def check_queued(self, options: object) -> None:
+        self.calls.append("check_queued")
+
+    def submit_queued(self, jobs: object, ident: str, options: object) -> object:
+        return self.submit(jobs, ident, {}, dry_run=False)
+
+    def status(self, jobs: object, record: object, options: object) -> object:
+        from examlops_policy.views import JobReport
+
+        self.calls.append("status")
+        return JobReport("d1", self.name, "t1", "running", None)
+
+    def cancel(self, record: object, options: object) -> bool:
+        self.calls.append("cancel")
+        return True
+
+    def released(self, record: object, options: object) -> bool | None:
+        return None
+
+    def reconcile(self, grants: object, options: object, runner: object) -> object:
+        from examlops_policy.app.schedulers.seen import JobSeen, Seen
+
+        self.calls.append(f"reconcile {[g.job_id for g in grants]} {dict(options)}")
+        return Seen({"t1": JobSeen("RUNNING", False, True, "2026-01-01T00:00:00Z")})
+
+
+class ToyAsking:
+    """How the toy scheduler is asked for start estimates (registered with it)."""
+
+    def __init__(self, toy: ToyScheduler) -> None:
+        self.toy = toy
+
+    def asker(self, root: Path) -> object:
+        self.toy.calls.append("asker")
+        return ToyAsker()
+
+
+class ToyAsker:
+    source = "now"
+
+    def claims(self, pool: object) -> bool:
+        return True
+
+    def estimate_many(self, requests: list[object], now: object) -> list[object]:
+        return []
+
+
+@pytest.fixture()
+def toy() -> Iterable[ToyScheduler]:
+    from examlops_policy.app import schedulers
+
+    made = ToyScheduler()
+    schedulers.register("toy", made, asking=lambda: ToyAsking(made))
+    try:
+        yield made
+    finally:
+        schedulers.SCHEDULERS.remove("toy")
+
+
+def test_a_scheduler_is_registered_once() -> None:
+    from examlops_policy.app import schedulers
+    from examlops_policy.errors import SpecError
+
+    with pytest.raises(SpecError, match="registered already"):
+        schedulers.register("slurm", schedulers.SCHEDULERS["slurm"])
+    with pytest.raises(SpecError, match="expected one of slurm, kubernetes"):
+        schedulers.scheduler("pbs")
+
+
+def test_a_registered_scheduler_is_reached_by_the_cli_and_the_workflows(toy: ToyScheduler) -> None:
+    from types import SimpleNamespace
+
+    from examlops_policy.app import discovering, reconcile, submitting
+    from examlops_policy.app.estimators import Estimators
+    from examlops_policy.cli import decisions
+    from examlops_policy.cli.main import build_parser
+    from examlops_policy.tables import load_tables
+
+    # The command line offers it (its choices are the registry's) and builds its submission.
+    parser = build_parser("hardware")
+    place = parser._subparsers._group_actions[0].choices["hardware"]._subparsers._group_actions[0].choices["place"]
+    assert "toy" in next(a for a in place._actions if a.dest == "submit").choices
+    args = SimpleNamespace(submit="toy", script="run.sh", image=None, namespace=None, context=None, kubeconfig=None, ask_kubernetes=False)
+    assert decisions._submission(args, True).options == {"what": "run.sh"}
+
+    # Submission, job status and cancel by the name recorded on the decision.
+    record = SimpleNamespace(id="d1", job_id="t1", scheduler="toy", job_uid=None)
+    jobs = SimpleNamespace(decision=lambda ident: record)
+    assert submitting.submit(jobs, "d1", "toy", dry_run=True, colour="blue").said == "toy"
+    assert submitting.status(jobs, "d1").state == "running"
+    assert submitting.cancel(record) is True
+
+    # Discovery offers it as a source.
+    assert "toy" in discovering.sources()
+    fleet = SimpleNamespace(tables=None, pools=lambda: [], apply=None, record_usage=None)
+    assert discovering.discover(fleet, "toy", region=None, prefix=None, apply=False).source == "toy"
+
+    # Reconcile reads it where live grants were submitted to it, and when it is named.
+    grant = SimpleNamespace(job_id="t1", scheduler="toy", job_uid=None, job_started_at="2026-01-01T00:00:00Z")
+    state = SimpleNamespace(store=SimpleNamespace(live_grants=lambda with_jobs: [grant]), snapshot=lambda: SimpleNamespace(states=()))
+    assert reconcile.reconcile(state).changes == ()
+    assert reconcile.reconcile(state, read={"toy": {"where": "here"}}).unreadable == ()
+
+    # Start estimates ask it (its asker is in every policy snapshot's estimator).
+    snapshot = SimpleNamespace(root=ROOT / "policies", tables=load_tables())
+    estimator = Estimators().of(snapshot)
+    assert any(isinstance(a, ToyAsker) for a in estimator.askers)
+
+    assert toy.calls == [
+        "submit d1 {'colour': 'blue'} True", "status", "cancel", "discover",
+        "reconcile ['t1'] {}", "reconcile ['t1'] {'where': 'here'}", "asker",
+    ]  # fmt: skip
+
+
+def test_a_job_no_registered_scheduler_runs_is_left_to_whoever_recorded_it() -> None:
+    """A grant recorded under a scheduler this registry does not hold (Kueue's admission check
+    records its own, ``kueue``) is read by none: reconcile passes it by, release touches no job."""
+    from types import SimpleNamespace
+
+    from examlops_policy.app import reconcile, schedulers
+
+    assert schedulers.of_job("kueue") is None and schedulers.of_job(None) is schedulers.SCHEDULERS["slurm"]
+    grant = SimpleNamespace(job_id="ns/job", scheduler="kueue", job_uid="u1", job_started_at=None)
+    state = SimpleNamespace(store=SimpleNamespace(live_grants=lambda with_jobs: [grant]), snapshot=lambda: SimpleNamespace(states=()))
+    report = reconcile.reconcile(state)
+    assert (report.changes, report.unreadable, report.checked) == ((), (), 1)

@@ -83,6 +83,7 @@ PLACE_DRY_RUN_MAY_LOAD = frozenset({
     "examlops_policy.app.estimators", "examlops_policy.app.placing", "examlops_policy.app.policy_review", "examlops_policy.app.pools",
     "examlops_policy.app.queue", "examlops_policy.app.records", "examlops_policy.app.reports", "examlops_policy.app.simulate",
     "examlops_policy.app.submitting", "examlops_policy.app.under", "examlops_policy.app.wiring",
+    "examlops_policy.app.schedulers",  # the registry's names (the --submit choices); it loads no adapter
     "examlops_policy.cli", "examlops_policy.cli.args", "examlops_policy.cli.console", "examlops_policy.cli.decisions",
     "examlops_policy.cli.exits", "examlops_policy.cli.jobs", "examlops_policy.cli.main", "examlops_policy.cli.pools",
     "examlops_policy.cli.queue", "examlops_policy.cli.render", "examlops_policy.cli.simulate",

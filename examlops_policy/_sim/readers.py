@@ -1,7 +1,7 @@
-"""The trace readers ``exa hardware simulate`` knows, each registered once by name (``READERS``):
-what files it reads, what it needs besides them, and the replay it runs. The entry point
-(``Hardware.simulate``) asks ``reader_for`` and runs what it returns; no name is tested anywhere
-else.
+"""The trace readers ``exa hardware simulate`` knows (the ``TraceReader`` port), each registered
+once by name (``READERS``): what files it reads, what it needs besides them, and the replay it
+runs. The entry point (``Hardware.simulate``) asks ``reader_for`` and runs what it returns; no name
+is tested anywhere else (``tests/test_architecture.py`` holds it).
 
 ``--format`` names a reader (``generic-yaml``, ``generic-csv``, ``openb``) or a family of readers
 (``generic``: the generic readers, the one for the file's suffix); none: read from the file
@@ -48,7 +48,7 @@ class Replay:
 
 
 @dataclass(frozen=True)
-class Reader:
+class TraceReader:
     """One trace format: its ``name`` (``--format``), the ``family`` it answers to as well, the file
     suffixes it reads (``suffixes``; ``sniff``: whether a file with one is its, read from its first
     line), ``check`` (the options, before a policy is asked: SpecError) and ``replay``."""
@@ -61,11 +61,11 @@ class Reader:
     sniff: Callable[[Path], bool] = lambda path: True
 
 
-READERS: dict[str, Reader] = {}
+READERS: dict[str, TraceReader] = {}
 """Every reader by name, in the order ``infer`` tries them."""
 
 
-def register(reader: Reader) -> Reader:
+def register(reader: TraceReader) -> TraceReader:
     """Add ``reader`` (a name is registered once: SpecError for a second)."""
     if reader.name in READERS:
         raise SpecError(f"trace reader {reader.name!r} is registered already", field="format")
@@ -73,7 +73,7 @@ def register(reader: Reader) -> Reader:
     return reader
 
 
-def infer(pods: Path) -> Reader:
+def infer(pods: Path) -> TraceReader:
     """The reader of ``pods`` read from the file: the first whose suffix it has and whose
     ``sniff`` takes it, else the last registered (``openb``: its reader names what is wrong)."""
     suffix = pods.suffix.lower()
@@ -83,7 +83,7 @@ def infer(pods: Path) -> Reader:
     return list(READERS.values())[-1]
 
 
-def reader_for(format: str | None, pods: Path) -> Reader:
+def reader_for(format: str | None, pods: Path) -> TraceReader:
     """The reader ``format`` names (a reader, or a family: its reader for ``pods``' suffix, else
     its first); None: ``infer``. SpecError for a name no reader answers to."""
     if format is None:
@@ -180,9 +180,9 @@ def _has_arrival(path: Path) -> bool:
     return "arrival" in (c.strip().lower() for c in header.split(","))
 
 
-register(Reader("generic-yaml", "generic", (".yaml", ".yml", ".json"), lambda request: None, _yaml_replay))
-register(Reader("generic-csv", "generic", (".csv",), _csv_check, _csv_replay, sniff=_has_arrival))
-register(Reader("openb", "openb", (".csv",), _openb_check, _openb_replay))
+register(TraceReader("generic-yaml", "generic", (".yaml", ".yml", ".json"), lambda request: None, _yaml_replay))
+register(TraceReader("generic-csv", "generic", (".csv",), _csv_check, _csv_replay, sniff=_has_arrival))
+register(TraceReader("openb", "openb", (".csv",), _openb_check, _openb_replay))
 
 FORMATS: Final[Sequence[str]] = (*READERS, *dict.fromkeys(r.family for r in READERS.values() if r.family not in READERS))
 """What ``--format`` takes: every reader's name, and each family that is not one."""

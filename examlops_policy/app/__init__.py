@@ -8,6 +8,7 @@
 ``pools``       the fleet: pools registered, drained, removed, shown; nodes' states; busy devices
 ``records``     recorded decisions read back, their jobs, leases, replays; ``reports``: cost, carbon
 ``reconcile``, ``discovering``, ``submitting``, ``estimating``    the schedulers' side
+``schedulers``  the registry: each ``Scheduler`` (Slurm, Kubernetes) registered once by name
 ``policy_review``, ``impact``, ``audit_verify``, ``simulate``     the policy as code, the audit, traces
 
 Nothing here imports the façade (``hardware``) or the command line; the decision core (``_core``)

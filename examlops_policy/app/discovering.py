@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from examlops_policy.app import schedulers
 from examlops_policy.errors import SpecError
 from examlops_policy.model import Pool, PoolState
 from examlops_policy.store.api import NodeUsageRow
@@ -21,56 +22,43 @@ if TYPE_CHECKING:
     from examlops_policy.catalog import CatalogImport
     from examlops_policy.tables import Tables
 
-SOURCES = ("slurm", "local", "kubernetes")
+LOCAL = "local"  # this machine's devices: a source of pools, not a scheduler
 
 
-def _region(fleet: Fleet, region: str | None) -> str:
-    if region is not None and not fleet.tables.region_known(region):
-        raise SpecError(f"region {region!r} is not in the reviewed regions table (policies/examlops/tables/regions.yaml)", field="region")
-    return region or ""
+def sources() -> tuple[str, ...]:
+    """Where pools are discovered: each registered scheduler, and this machine (``local``)."""
+    return (*schedulers.names(), LOCAL)
 
 
-def _found(fleet: Fleet, source: str, region: str | None, prefix: str | None, options: dict[str, object]) -> tuple[Discovery, Callable[[Pool], bool]]:
+def _local(fleet: Fleet, region: str | None, prefix: str | None, options: Mapping[str, object]) -> tuple[Discovery, Callable[[Pool], bool]]:
+    from examlops_policy.app.schedulers.base import region_of, text
+    from examlops_policy.discovery.local import discover_local
+
+    local_prefix = prefix or "local-"
+    target = text(options, "target") or "hpc"
+    return (
+        discover_local(fleet.tables, region=region_of(fleet, region), target=target, prefix=local_prefix),
+        lambda p: p.name.startswith(local_prefix) and p.partition is None,
+    )
+
+
+def _found(fleet: Fleet, source: str, region: str | None, prefix: str | None, options: Mapping[str, object]) -> tuple[Discovery, Callable[[Pool], bool]]:
     """What a source reports, and which registered pools that source owns (for stale ones)."""
-    if source == "slurm":
-        from examlops_policy.discovery.slurm import discover_slurm, from_slurm
-        from examlops_policy.executors.gres import load_gres_table
-
-        slurm_prefix = prefix or ""
-        return (
-            discover_slurm(load_gres_table(), region=_region(fleet, region), prefix=slurm_prefix),
-            lambda p: from_slurm(p) and p.name.startswith(slurm_prefix),
-        )
-    if source == "local":
-        from examlops_policy.discovery.local import discover_local
-
-        local_prefix = prefix or "local-"
-        target = str(options.get("target") or "hpc")
-        return (
-            discover_local(fleet.tables, region=_region(fleet, region), target=target, prefix=local_prefix),
-            lambda p: p.name.startswith(local_prefix) and p.partition is None,
-        )
-    if source == "kubernetes":
-        from examlops_policy.discovery.kubernetes import discover_kubernetes, from_kubernetes
-        from examlops_policy.executors.kubernetes_api import KubernetesCluster
-
-        k8s_prefix = prefix or "k8s-"
-        with KubernetesCluster.connect(cast("str | None", options.get("kubeconfig")), cast("str | None", options.get("context"))) as cluster:
-            found = discover_kubernetes(cluster, fleet.tables.regions, prefix=k8s_prefix, models=fleet.tables.models,
-                                        block_label=cast("str | None", options.get("block_label")),
-                                        switch_label=cast("str | None", options.get("switch_label")))  # fmt: skip
-        return found, lambda p: from_kubernetes(p, prefix=k8s_prefix)
-    raise SpecError(f"expected one of {', '.join(SOURCES)} (got {source!r})", field="source")
+    if source in schedulers.SCHEDULERS:
+        return schedulers.SCHEDULERS[source].discover(fleet, region=region, prefix=prefix, options=options)
+    if source == LOCAL:
+        return _local(fleet, region, prefix, options)
+    raise SpecError(f"expected one of {', '.join(sources())} (got {source!r})", field="source")
 
 
 def discover(fleet: Fleet, source: str, *, region: str | None, prefix: str | None, apply: bool, **options: object) -> DiscoveryResult:
-    """Pools where they are: ``slurm`` (sinfo/scontrol), ``local`` (this machine's devices) or
-    ``kubernetes`` (nodes' allocatable devices; ``context``, ``kubeconfig``). Shows what
+    """Pools where they are: a registered scheduler's (``slurm``: sinfo/scontrol; ``kubernetes``:
+    nodes' allocatable devices, ``context``, ``kubeconfig``) or ``local`` (this machine's devices). Shows what
     applying would change; ``apply`` registers them and records what the scheduler reports busy
     beyond this layer's own submitted placements (held outside, audited)."""
     from examlops_policy.discovery import plan
 
-    found, owned = _found(fleet, source, region, prefix, dict(options))
+    found, owned = _found(fleet, source, region, prefix, options)
     changes = plan(found, sorted(fleet.pools(), key=lambda s: s.pool.name), owned=owned)
     extras = {d.pool.name: d for d in found.pools}
     held: dict[str, float] = {}

@@ -1,8 +1,9 @@
 """Who decisions ask when pools would start a workload (``DecisionCycle.estimator``).
 
 A start estimator given to ``Hardware`` is asked as it is. Otherwise one is made per policy
-snapshot: Slurm where a pool names a partition (one Slurm estimator for the life of the object, its
-answers cached across snapshots), the provisioning table of that snapshot for cloud pools, the free
+snapshot: each registered scheduler that is asked unless told otherwise (its ``StartAsking``, from
+the registry: Slurm, where a pool names a partition, one Slurm estimator for the life of the
+object, its answers cached across snapshots), the provisioning table of that snapshot for cloud pools, the free
 capacity for the rest; a Kubernetes cluster only when given (``ask_kubernetes``); "now" from the
 layer's own account only when told (``own_capacity``).
 """
@@ -10,17 +11,15 @@ layer's own account only when told (``own_capacity``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from examlops_policy.errors import StateError
 
 if TYPE_CHECKING:
     from examlops_policy._reviewed import PolicySnapshot
-    from examlops_policy.estimates.gather import StartEstimator
+    from examlops_policy.app.ports import StartAsking
+    from examlops_policy.estimates.gather import PoolAsker, StartEstimator
     from examlops_policy.estimates.kubernetes import KubernetesEstimator, PendingSource
-    from examlops_policy.estimates.slurm import SlurmEstimator
-    from examlops_policy.executors.gres import GresTable
 
 
 class Estimators:
@@ -28,7 +27,7 @@ class Estimators:
 
     def __init__(self, given: StartEstimator | None = None) -> None:
         self._given = given
-        self._slurm: SlurmEstimator | None = None
+        self._asking: list[StartAsking] | None = None  # each registered scheduler's, made when first asked
         self._kubernetes: KubernetesEstimator | None = None
         self._own_capacity = False
         self._made: tuple[PolicySnapshot, StartEstimator] | None = None
@@ -39,14 +38,16 @@ class Estimators:
         if self._given is not None:
             return self._given
         if self._made is None or self._made[0] is not policy:
-            from examlops_policy.estimates.gather import StartEstimator
+            from examlops_policy.app import schedulers
+            from examlops_policy.estimates.gather import KubernetesAsker, StartEstimator
             from examlops_policy.estimates.table import ProvisioningTable
 
-            root = policy.root
-            made = StartEstimator(
-                slurm=self._slurm_estimator, kubernetes=self._kubernetes, table=ProvisioningTable.from_tables(policy.tables),
-                gres=lambda: _gres_table(root), own_capacity=self._own_capacity,
-            )  # fmt: skip
+            if self._asking is None:
+                self._asking = schedulers.SCHEDULERS.askings()
+            askers: list[PoolAsker] = [a.asker(policy.root) for a in self._asking]
+            if self._kubernetes is not None:
+                askers.append(KubernetesAsker(self._kubernetes))
+            made = StartEstimator(askers=askers, table=ProvisioningTable.from_tables(policy.tables), own_capacity=self._own_capacity)
             self._made = (policy, made)
         return self._made[1]
 
@@ -88,21 +89,7 @@ class Estimators:
         self._own_capacity = on
         self._made = None
 
-    def _slurm_estimator(self) -> SlurmEstimator:
-        """The one Slurm estimator of this object (made when a Slurm pool is first asked about)."""
-        if self._slurm is None:
-            from examlops_policy.estimates.slurm import SlurmEstimator
-
-            self._slurm = SlurmEstimator()
-        return self._slurm
-
     def close(self) -> None:
         while self._closing:
             self._closing.pop()()
 
-
-def _gres_table(root: Path) -> GresTable:
-    """The reviewed GRES table of the policy folder ``root`` (read when a Slurm pool needs it)."""
-    from examlops_policy.executors.gres import load_gres_table
-
-    return load_gres_table(root)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, cast
 
 from examlops_policy._core import codec, commit
 from examlops_policy._core.request import Request
-from examlops_policy.app import queue as queueing
+from examlops_policy.app import queue as queueing, schedulers
 from examlops_policy.app.cycle import SOURCE, Decided, DecisionCycle, Skip, Write
 from examlops_policy.app.records import Records, check_lease
 from examlops_policy.errors import SpecError
@@ -75,6 +75,8 @@ class Placing:
         specs.check_workload_facts(workload, under.policy.tables)
         if submission is not None and not queue:
             raise SpecError("a submission once admitted is for a queued placement: add --queue (queue=True)", field="submission")
+        if submission is not None:
+            schedulers.scheduler(submission.scheduler, field="--submit").check_queued(submission.options)
         request = Request(workload)
         if request_id is not None:
             specs.check_request_id(request_id)
@@ -190,12 +192,9 @@ class Placing:
         cycle = self.cycle
         record = self.decision(ident)
         deleted = None
-        if record.released_at is None and record.scheduler == "kubernetes" and record.job_id and record.job_state != "missing":
-            from examlops_policy.executors.kubernetes_api import KubernetesCluster
-
-            namespace, _, name = record.job_id.partition("/")
-            with KubernetesCluster.connect(kubeconfig, context) as cluster:
-                deleted = cluster.delete_job(namespace, name, uid=record.job_uid)
+        scheduler = schedulers.of_job(record.scheduler)  # None: a job this layer's schedulers do not run
+        if scheduler is not None and record.released_at is None and record.job_id and record.job_state != "missing":
+            deleted = scheduler.released(record, {"kubeconfig": kubeconfig, "context": context})
         pool = getattr(record.decision, "pool", None)
         pending = pool is not None and any(s.pool.name == pool and s.removing is not None for s in cycle.snapshot().states)
         row, already = commit.release(cycle.store, cycle.capacities, record.id, source=SOURCE)

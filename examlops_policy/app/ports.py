@@ -4,13 +4,16 @@ A workflow names the narrowest port it needs and is handed whatever satisfies it
 cycle (``DecisionCycle``: ``State``, ``PolicySource``), the store's clock (``Clock``), the recorded
 decisions (``Records``: ``Jobs``, ``Recorded``), the placing workflow (``Placer``), the fleet's
 workflows (``Fleet``), who estimates starts, with its own clock (``Estimator``), the policy's other
-entry points (``Queries``). No port names the façade (``Hardware``) or anything private of it.
+entry points (``Queries``), and the schedulers work is handed to (``Scheduler``, each registered
+once by name in ``app.schedulers``, with its ``StartAsking``: how it is asked for start estimates). No port
+names the façade (``Hardware``) or anything private of it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -18,14 +21,17 @@ if TYPE_CHECKING:
     from examlops_policy._core.records import DecisionInputs
     from examlops_policy._core.state import Capacities, Snapshot
     from examlops_policy._core.verdicts import PolicyEvaluator
+    from examlops_policy.app.schedulers.seen import Seen
     from examlops_policy.app.under import Under
+    from examlops_policy.discovery import Discovery
     from examlops_policy.estimates import StartEstimate
-    from examlops_policy.estimates.gather import EstimateRequest
-    from examlops_policy.model import JSONObject, Pool, PoolState, Workload
+    from examlops_policy.estimates.gather import EstimateRequest, PoolAsker
+    from examlops_policy.executors.command import Runner
+    from examlops_policy.model import JSONObject, JSONValue, Pool, PoolState, Workload
     from examlops_policy.store import Store
-    from examlops_policy.store.api import NodeUsageRow
+    from examlops_policy.store.api import GrantRow, NodeUsageRow
     from examlops_policy.tables import Tables
-    from examlops_policy.views import DecisionPage, DecisionRecord, PoolChange, Submit
+    from examlops_policy.views import DecisionPage, DecisionRecord, JobReport, PoolChange, Submission, Submit
 
 
 class Clock(Protocol):
@@ -126,3 +132,65 @@ class Fleet(Protocol):
     def record_usage(
         self, usage: Mapping[str, float], *, scheduler: str, nodes: Mapping[str, Sequence[NodeUsageRow]] | None = None
     ) -> dict[str, float]: ...
+
+
+class StartAsking(Protocol):
+    """How a scheduler is asked for start estimates, for the life of one ``Hardware`` (what it
+    caches lives as long): its asker under the policy snapshot of folder ``root``."""
+
+    def asker(self, root: Path) -> PoolAsker: ...
+
+
+class Scheduler(Protocol):
+    """A scheduler this layer hands placements to, registered once by ``name`` (``app.schedulers``).
+
+    ``title`` and ``job_word`` name it and its jobs in words (``Slurm`` ``job``); ``resubmit``: the
+    options of ``exa hardware submit`` that hand a placement to it. ``options`` is what the caller
+    gave (``Hardware.submit(..., **options)``, the CLI's flags), read by the adapter into its own
+    typed options (a value of the wrong type: SpecError).
+
+    * ``discover``: the pools it serves (``region``: for new pools; ``prefix`` of their names) and
+      which registered pools it owns (the stale ones among them);
+    * its start estimates: the ``StartAsking`` it is registered with (none: not asked unless told);
+    * ``submit`` a live placement (``dry_run``: what would be sent, recording nothing), the job
+      recorded on its decision; ``queued``: a submission kept with a queued workload, from the
+      CLI's options, ``check_queued`` its options, ``submit_queued`` it once admitted;
+    * ``status`` of a recorded job; ``cancel`` it (True: a job was stopped), ``released``: what a
+      release does to it first (None: nothing);
+    * ``reconcile``: what it says, in one read, of the jobs of ``grants`` and of its nodes
+      (``runner``: how a command is run); ``serves``: a pool whose nodes' states it reports.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def title(self) -> str: ...
+
+    @property
+    def job_word(self) -> str: ...
+
+    @property
+    def resubmit(self) -> str: ...
+
+    def serves(self, pool: Pool) -> bool: ...
+
+    def discover(
+        self, fleet: Fleet, *, region: str | None, prefix: str | None, options: Mapping[str, object]
+    ) -> tuple[Discovery, Callable[[Pool], bool]]: ...
+
+    def submit(self, jobs: Jobs, ident: str, options: Mapping[str, object], *, dry_run: bool) -> Submission: ...
+
+    def queued(self, given: Mapping[str, object]) -> Submit: ...
+
+    def check_queued(self, options: Mapping[str, JSONValue]) -> None: ...
+
+    def submit_queued(self, jobs: Jobs, ident: str, options: Mapping[str, JSONValue]) -> Submission: ...
+
+    def status(self, jobs: Jobs, record: DecisionRecord, options: Mapping[str, object]) -> JobReport: ...
+
+    def cancel(self, record: DecisionRecord, options: Mapping[str, object]) -> bool: ...
+
+    def released(self, record: DecisionRecord, options: Mapping[str, object]) -> bool | None: ...
+
+    def reconcile(self, grants: Sequence[GrantRow], options: Mapping[str, object], runner: Runner) -> Seen: ...

@@ -24,12 +24,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
 
 from examlops_policy._core import codec, commit
@@ -735,16 +733,12 @@ def _submit(q: Queue, row: QueueRow, admitted: Admitted) -> Admitted | QueueEntr
 
 
 def hand_over(q: Queue, decision_id: str, sub: Submit) -> Submission:
-    """Submit the live placement ``decision_id`` as ``sub`` says (the queued script's text in a
-    private file while sbatch reads it); the job is recorded on the decision. ExaError as
-    ``Hardware.submit`` raises it."""
-    from examlops_policy.app import submitting
+    """Submit the live placement ``decision_id`` as ``sub`` says, through its scheduler
+    (``Scheduler.submit_queued``: Slurm writes the queued script's text to a private file while
+    sbatch reads it); the job is recorded on the decision. ExaError as ``Hardware.submit`` raises it."""
+    from examlops_policy.app import schedulers
 
-    if sub.scheduler == "slurm":
-        with _script_file(str(sub.options["script"]), str(sub.options.get("name") or "job.sh")) as script:
-            return submitting.submit(q.jobs, decision_id, "slurm", dry_run=False, script=str(script))
-    options = {k: v for k, v in sub.options.items() if k in ("image", "namespace", "command", "context", "kubeconfig")}
-    return submitting.submit(q.jobs, decision_id, "kubernetes", dry_run=False, **options)
+    return schedulers.scheduler(sub.scheduler, field="--submit").submit_queued(q.jobs, decision_id, sub.options)
 
 
 def submit_placed(q: Queue, record: DecisionRecord, sub: Submit) -> DecisionRecord:
@@ -756,36 +750,15 @@ def submit_placed(q: Queue, record: DecisionRecord, sub: Submit) -> DecisionReco
         hand_over(q, record.id, sub)
     except ExaError as exc:
         pool = str(getattr(record.decision, "pool", ""))
-        how = "--script FILE" if sub.scheduler == "slurm" else "--kubernetes --image IMAGE"
+        from examlops_policy.app import schedulers
+
+        how = schedulers.scheduler(sub.scheduler, field="--submit").resubmit
         raise ExecutorError(
             f"{record.decision.workload.name} fitted at once and was placed on pool {pool} (decision {record.id}), but its "
             f"submission to {sub.scheduler} failed: {exc}; the placement holds its devices: submit it again with "
             f"'exa hardware submit {record.id[:12]} {how}' or release it with 'exa hardware release {record.id[:12]}'"
         ) from exc
     return q.jobs.decision(record.id)
-
-
-class _script_file:
-    """The queued batch script, in a private file while sbatch reads it (Slurm keeps its own copy)."""
-
-    def __init__(self, text: str, name: str) -> None:
-        self._text, self._name = text, name
-        self._dir: str | None = None
-
-    def __enter__(self) -> Path:
-        import tempfile
-
-        self._dir = tempfile.mkdtemp(prefix="exa-queued-")
-        path = Path(self._dir) / (Path(self._name).name or "job.sh")
-        path.write_text(self._text, encoding="utf-8")
-        os.chmod(path, 0o700)
-        return path
-
-    def __exit__(self, *_: object) -> None:
-        if self._dir is not None:
-            for child in Path(self._dir).iterdir():
-                child.unlink(missing_ok=True)
-            os.rmdir(self._dir)
 
 
 def _retry_submissions(q: Queue, failed: list[QueueEntry]) -> list[Admitted]:

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from examlops_policy._core import commit
+from examlops_policy.app import schedulers
 from examlops_policy.app.cycle import SOURCE
 from examlops_policy.errors import ExaError, ExecutorError
 from examlops_policy.executors.command import Runner, run_command
@@ -26,85 +27,60 @@ from examlops_policy.store.api import GrantRow
 from examlops_policy.views import ReconcileChange, ReconcileReport
 
 if TYPE_CHECKING:
-    from examlops_policy.app.ports import State
+    from examlops_policy.app.ports import Scheduler, State
     from examlops_policy.app.queue import Queue
     from examlops_policy.views import AdmissionReport
 
 
 def reconcile(
-    st: State, *, slurm: bool | None = None, kubernetes: Mapping[str, str | None] | None = None, runner: Runner | None = None
+    st: State, *, slurm: bool | None = None, kubernetes: Mapping[str, str | None] | None = None, runner: Runner | None = None,
+    read: Mapping[str, Mapping[str, object]] | None = None,
 ) -> ReconcileReport:
-    """Read the schedulers and write what changed. ``slurm``/``kubernetes`` (kubeconfig, context)
-    name the schedulers to read (jobs and nodes); left out, each scheduler live grants were
-    submitted to is read (its jobs and its nodes), Kubernetes through the default kubeconfig."""
+    """Read the schedulers and write what changed. ``read`` names the registered schedulers to read
+    (jobs and nodes), each with its options; ``slurm`` (True: read it, False: not) and
+    ``kubernetes`` (kubeconfig, context) add to it. Nothing named: each scheduler live grants were
+    submitted to is read (its jobs and its nodes), Kubernetes through the default kubeconfig.
+    ``runner``: how a scheduler's commands are run."""
     runner = runner or run_command
     grants = st.store.live_grants(with_jobs=True)
     by_scheduler: dict[str, list[GrantRow]] = {}
     for g in grants:
-        by_scheduler.setdefault(g.scheduler or "slurm", []).append(g)
-    read_slurm = slurm if slurm is not None else (kubernetes is None and "slurm" in by_scheduler)
-    read_k8s = kubernetes is not None or (slurm is None and "kubernetes" in by_scheduler)
+        by_scheduler.setdefault(g.scheduler or schedulers.UNRECORDED, []).append(g)  # only registered schedulers are read
+    named = dict(read or {})
+    if slurm:
+        named.setdefault("slurm", {})
+    if kubernetes is not None:
+        named.setdefault("kubernetes", kubernetes)
+    # None of them named (slurm=False names none to read): those live grants were submitted to.
+    chosen = named if named or slurm is not None else {name: {} for name in by_scheduler}
     changes: list[ReconcileChange] = []
     unreadable: list[tuple[str, str]] = []
-    if read_slurm:
+    for name in schedulers.SCHEDULERS:  # in the registry's order; an adapter is made only when read
+        if name not in chosen:
+            continue
         try:
-            changes += _slurm(st, by_scheduler.get("slurm", []), runner)
+            changes += _read(st, schedulers.SCHEDULERS[name], by_scheduler.get(name, []), chosen[name], runner)
         except ExaError as exc:
-            unreadable.append(("slurm", str(exc)))
-    if read_k8s:
-        try:
-            changes += _kubernetes(st, by_scheduler.get("kubernetes", []), kubernetes or {})
-        except ExaError as exc:
-            unreadable.append(("kubernetes", str(exc)))
+            unreadable.append((name, str(exc)))
     return ReconcileReport(tuple(changes), tuple(unreadable), len(grants))
 
 
-# -- Slurm ------------------------------------------------------------------------------------------
-
-
-def _slurm(st: State, grants: Sequence[GrantRow], runner: Runner) -> list[ReconcileChange]:
-    from examlops_policy.executors import slurm
-
-    jobs = slurm.queue_states(runner)
-    nodes = slurm.node_states(runner)
-    gone = [g.job_id for g in grants if g.job_id and g.job_id not in jobs]
-    accounted = slurm.accounting_states([str(j) for j in gone], runner) if gone else {}
+def _read(st: State, scheduler: Scheduler, grants: Sequence[GrantRow], options: Mapping[str, object], runner: Runner) -> list[ReconcileChange]:
+    """One scheduler's jobs and nodes, read once (``Scheduler.reconcile``), written back."""
+    seen = scheduler.reconcile(grants, options, runner)
+    name = scheduler.name
     changes: list[ReconcileChange] = []
     for g in grants:
         assert g.job_id is not None
-        job = jobs.get(g.job_id) or (accounted or {}).get(g.job_id)
-        if job is None:
-            changes += _ended(st, g, "missing", g.job_started_at, None, "slurm")
-        elif job.ended:
-            changes += _ended(st, g, job.state, job.started_at, job.ended_at, "slurm")
-        elif job.running and job.started_at and g.job_started_at is None:
-            changes += _started(st, g, job.started_at, "slurm")
-    # Nodes: the pools a Slurm partition serves, that name their nodes.
-    changes += _nodes(st, nodes, "slurm", lambda state: state.pool.partition is not None and state.pool.nodes_named)
-    return changes
-
-
-# -- Kubernetes -------------------------------------------------------------------------------------
-
-
-def _kubernetes(st: State, grants: Sequence[GrantRow], options: Mapping[str, str | None]) -> list[ReconcileChange]:
-    from examlops_policy.executors.kubernetes_api import KubernetesCluster
-
-    with KubernetesCluster.connect(options.get("kubeconfig"), options.get("context")) as cluster:
-        jobs = cluster.job_states()
-        nodes = {n.name: "down" if not n.ready else "drained" if n.unschedulable else "up" for n in cluster.nodes()}
-    changes: list[ReconcileChange] = []
-    for g in grants:
-        assert g.job_id is not None
-        namespace, _, name = g.job_id.partition("/")
-        job = jobs.get((namespace, name))
+        job = seen.jobs.get(g.job_id)
         if job is None or (g.job_uid and job.uid and job.uid != g.job_uid):
-            changes += _ended(st, g, "missing", g.job_started_at, None, "kubernetes")
+            changes += _ended(st, g, "missing", g.job_started_at, None, name)
         elif job.ended:
-            changes += _ended(st, g, job.state, job.started_at, job.ended_at, "kubernetes")
-        elif job.state == "active" and job.started_at and g.job_started_at is None:
-            changes += _started(st, g, job.started_at, "kubernetes")
-    changes += _nodes(st, nodes, "kubernetes", lambda state: state.pool.partition is None and state.pool.nodes_named)
+            changes += _ended(st, g, job.state, job.started_at, job.ended_at, name)
+        elif job.running and job.started_at and g.job_started_at is None:
+            changes += _started(st, g, job.started_at, name)
+    # Nodes: the pools it serves, that name their nodes.
+    changes += _nodes(st, seen.nodes, name, lambda state: scheduler.serves(state.pool))
     return changes
 
 

@@ -14,7 +14,7 @@ from examlops_policy.cli import args as types
 from examlops_policy.cli.args import Commands
 from examlops_policy.cli import exits, render
 from examlops_policy.errors import SpecError
-from examlops_policy.hardware import Hardware, as_burst
+from examlops_policy.hardware import Hardware, as_burst, schedulers
 from examlops_policy.model import (
     ACCELERATORS, ENGINES, ISOLATIONS, OBJECTIVES, RESIDENCIES, SPOT, TOPOLOGIES, TOPOLOGY_MODES, WORKLOAD_TARGETS, Decision,
     Placement, Workload,
@@ -112,23 +112,18 @@ def ended_retry(record: DecisionRecord, decision: Placement) -> SpecError:
 
 
 def _submission(args: argparse.Namespace, queue: bool) -> Submit | None:
-    """``--submit slurm --script F`` or ``--submit kubernetes --image I ...``: submitted once admitted."""
-    from examlops_policy.views import Submit
-
+    """``--submit slurm --script F`` or ``--submit kubernetes --image I ...`` (the scheduler builds
+    it: ``Scheduler.queued``): submitted once admitted."""
     if args.submit is None:
         given = [f"--{o}" for o in ("script", "image", "namespace", *(() if args.ask_kubernetes else ("context", "kubeconfig"))) if getattr(args, o, None)]
         if given:
-            raise SpecError(f"{', '.join(given)} say how to submit once admitted: add --submit slurm or --submit kubernetes", source="command line")
+            which = " or ".join(f"--submit {name}" for name in schedulers.SCHEDULERS)
+            raise SpecError(f"{', '.join(given)} say how to submit once admitted: add {which}", source="command line")
         return None
     if not queue:
         raise SpecError("--submit submits a queued workload once it is admitted: add --queue", source="command line", field="--submit")
-    if args.submit == "slurm":
-        if not args.script:
-            raise SpecError("--submit slurm needs --script (the batch script to run)", source="command line", field="--script")
-        return Submit.slurm(Path(args.script))
-    if not args.image:
-        raise SpecError("--submit kubernetes needs --image", source="command line", field="--image")
-    return Submit.kubernetes(args.image, namespace=args.namespace, context=args.context, kubeconfig=args.kubeconfig)
+    options = {o: getattr(args, o, None) for o in ("script", "image", "namespace", "context", "kubeconfig")}
+    return schedulers.SCHEDULERS[args.submit].queued(options)
 
 
 def _ask_kubernetes(args: argparse.Namespace, hw: Hardware) -> None:
@@ -151,7 +146,8 @@ def cmd_place(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     record = hw.place(w, request_id=args.request_id, lease=args.lease, queue=queue, submission=submission)
     code = show(args, console, record.decision, record)
     if submission is not None and record.job_id is not None and not args.json:
-        scheduler = {"slurm": "Slurm as job", "kubernetes": "Kubernetes as Job"}.get(record.scheduler or "", "job")
+        known = schedulers.SCHEDULERS.get(record.scheduler or "")
+        scheduler = f"{known.title} as {known.job_word}" if known is not None else "job"
         console.print(Text(f"  it fitted at once (nothing queued): submitted to {scheduler} {record.job_id}", style="green"))
     return code
 
@@ -349,7 +345,7 @@ def _workload_args(p: argparse.ArgumentParser, *, target: bool, queue: bool = Fa
     p.add_argument("--kubeconfig", help=f"{uses}: the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
     if queue:
         p.add_argument("--queue", action="store_true", help="wait in the queue when every pool that could take it is only full")
-        p.add_argument("--submit", choices=("slurm", "kubernetes"), help="once admitted from the queue, submit it (with --script, or --image)")
+        p.add_argument("--submit", choices=tuple(schedulers.SCHEDULERS), help="once admitted from the queue, submit it (with --script, or --image)")
         p.add_argument("--script", help="--submit slurm: the batch script (its text is kept with the queued workload)")
         p.add_argument("--image", help="--submit kubernetes: the container image")
         p.add_argument("--namespace", help="--submit kubernetes: the namespace")

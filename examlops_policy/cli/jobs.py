@@ -36,22 +36,18 @@ def _submission_json(s: Submission) -> dict[str, object]:
 
 
 def cmd_submit(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
-    if args.kubernetes:
-        options: dict[str, object] = {"image": args.image, "namespace": args.namespace, "command": list(args.command), **_k8s_options(args)}
-        done = hw.submit(args.id, "kubernetes", dry_run=args.dry_run, **options)
-    else:
-        done = hw.submit(args.id, "slurm", dry_run=args.dry_run, script=args.script)
+    # --kubernetes (with --image) or --script: the flags say which scheduler, its options go as given.
+    options: dict[str, object] = (
+        {"image": args.image, "namespace": args.namespace, "command": list(args.command), **_k8s_options(args)} if args.kubernetes
+        else {"script": args.script}
+    )  # fmt: skip
+    done = hw.submit(args.id, "kubernetes" if args.kubernetes else "slurm", dry_run=args.dry_run, **options)
     if args.json:
         render.dump_json(console, _submission_json(done))
-    elif done.scheduler == "slurm" and not done.submitted:
-        console.file.write(f"{done.command}\n")
-    elif done.scheduler == "slurm":
-        console.print(Text(f"✓ decision {done.decision_id[:12]} submitted to Slurm as job {done.job_id} · partition {done.partition}"
-                           + (f" · {done.gres}" if done.gres else ""), style="green"))  # fmt: skip
-    elif not done.submitted:
-        console.print(Text(f"✓ the API server accepts Job {done.job_id} for decision {done.decision_id[:12]} (dry run: nothing created)", style="green"))
+    elif not done.submitted and done.command is not None:
+        console.file.write(f"{done.command}\n")  # the exact command a dry run would run, as it is
     else:
-        console.print(Text(f"✓ decision {done.decision_id[:12]} submitted to Kubernetes as Job {done.job_id} (uid {done.job_uid})", style="green"))
+        console.print(Text(done.said, style="green"))
     return exits.OK
 
 
