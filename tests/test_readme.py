@@ -397,7 +397,9 @@ def _run_in(block: Block, session: Session, env: dict[str, str]) -> None:
 @pytest.mark.parametrize("block", [b for b in ALL if b.language in ("yaml", "json")], ids=lambda b: b.id)
 def test_the_data_block_parses(block: Block, tmp_path: Path) -> None:
     text = "\n".join(block.body) + "\n"
-    document = yaml.safe_load(text)
+    documents = list(yaml.safe_load_all(text))  # a manifest may hold several (Kubernetes' ---)
+    assert documents, "an empty data block"
+    document = documents[0] if len(documents) == 1 else None
     if isinstance(document, dict) and "pools" in document:
         from examlops_policy.specs import pools_from_file
 
