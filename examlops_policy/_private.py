@@ -117,20 +117,26 @@ def private_database(path: Path, *, error: type[ExaError] = StateUnusable) -> No
 
 
 def write_private_file(path: Path, data: bytes, *, error: type[ExaError] = StateError) -> None:
-    """Write ``data`` to ``path`` (0600) atomically: a temporary file, fsync, rename, fsync the folder.
-
-    On any failure, a full disk included, the old file (if any) is untouched, no temporary file
-    is left behind, and ``error`` names what could not be written.
+    """Write ``data`` to ``path`` (0600) atomically (``write_atomically``). On any failure, a full
+    disk included, the old file (if any) is untouched, no temporary file is left behind, and
+    ``error`` names what could not be written.
     """
-    folder = path.parent
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        write_atomically(path, data, FILE_MODE)  # mkstemp makes 0600 already; stated, not assumed
     except OSError as exc:
         raise error(describe_os_error("write", path, exc)) from exc
+
+
+def write_atomically(path: Path, data: bytes, mode: int) -> None:
+    """``data`` at ``path`` whole or not at all, with ``mode``: a temporary file beside it, fsynced,
+    renamed over it, the folder fsynced. OSError when it cannot (the old file, if any, untouched;
+    no temporary file left behind, whatever ended the write)."""
+    folder = path.parent
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     tmp = Path(tmp_name)
     try:
         try:
-            os.fchmod(fd, FILE_MODE)  # mkstemp makes 0600 already; stated, not assumed
+            os.fchmod(fd, mode)
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
@@ -139,9 +145,9 @@ def write_private_file(path: Path, data: bytes, *, error: type[ExaError] = State
             os.close(fd)
         os.replace(tmp, path)
         _fsync_dir(folder)
-    except OSError as exc:
+    except BaseException:
         tmp.unlink(missing_ok=True)
-        raise error(describe_os_error("write", path, exc)) from exc
+        raise
 
 
 class NotARegularFile(OSError):

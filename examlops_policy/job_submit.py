@@ -31,14 +31,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
-import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol
 
+from examlops_policy._private import write_atomically
 from examlops_policy.errors import SpecError
 from examlops_policy.model import ENGINES, RESIDENCIES, Placement, Pool, Workload, pool_spec
 
@@ -388,31 +387,9 @@ def write_atomic(path: Path, text: str, *, what: str = "--out") -> None:
     if not folder.is_dir():
         raise SpecError(f"no folder {folder} to write the table in", source=str(path), field=what)
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        write_atomically(path, text.encode("utf-8"), 0o644)
     except OSError as exc:
-        raise SpecError(f"cannot write here: {exc.strerror or exc}", source=str(path), field=what) from exc
-    tmp = Path(tmp_name)
-    try:
-        try:
-            os.fchmod(fd, 0o644)
-            view = memoryview(text.encode("utf-8"))
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise SpecError(f"cannot write: {exc.strerror or exc}", source=str(path), field=what) from exc
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def write(hw: Deciding, path: Path, accounts: Accounts, *, now: float | None = None) -> Table:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from examlops_policy import job_submit
+from examlops_policy import _private, job_submit
 from examlops_policy.errors import SpecError
 from examlops_policy.hardware import Hardware
 from examlops_policy.job_submit import Accounts, Keeper, Profile, load_accounts
@@ -119,7 +119,7 @@ def test_a_failed_write_leaves_the_old_table_and_no_temporary_file(tmp_path: Pat
     def full(*_: Any) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(job_submit.os, "replace", full)
+    monkeypatch.setattr(_private.os, "replace", full)  # the one atomic write (_private.write_atomically)
     with pytest.raises(SpecError, match="No space left on device") as caught:
         job_submit.write_atomic(out, "the new table\n")
     assert caught.value.source == str(out)
