@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ast
 import importlib
-import os
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
@@ -26,7 +25,6 @@ import pytest
 
 import examlops_policy
 
-from conftest import run_exa, shared_opa_env
 
 def loaded_after(statement: str) -> set[str]:
     """The modules a fresh interpreter holds after ``statement``."""
@@ -93,22 +91,6 @@ def test_the_e8_import_path_gets_every_name() -> None:
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert loaded.strip() == "[]"
-
-
-def test_a_piped_placement_imports_neither_rich_nor_yaml(exa_home: Path) -> None:
-    """``exa hardware place --dry-run`` with flags: no terminal library, no YAML parser (the tables
-    come from their compiled cache, filled by the first command), no JSON Schema validator."""
-    run_exa(exa_home, "hardware", "add-pool", "gpu", "--target", "hpc", "--accelerator", "nvidia", "--count", "8", "--region", "eu", check=True)
-    code = (
-        "import sys\n"
-        "from examlops_policy.cli.main import main\n"
-        "sys.argv = ['exa', 'hardware', 'place', 'train', '--accelerator', 'nvidia', '--target', 'hpc', '--dry-run']\n"
-        "code = main()\n"
-        "print(code, sorted({m.split('.')[0] for m in sys.modules} & {'rich', 'yaml', 'jsonschema'}))\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**env, **shared_opa_env(), "EXA_HOME": str(exa_home)})
-    assert out.stdout.splitlines()[-1] == "0 []", out.stdout + out.stderr
 
 
 # --- the import graph ------------------------------------------------------------------------------
