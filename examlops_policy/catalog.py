@@ -637,7 +637,8 @@ class ImportPlan:
         def pool(p: Pool | None) -> JSONValue:
             if p is None:
                 return None
-            data = {k: cast(JSONValue, v) for k, v in p.__dict__.items() if v is not None}
+            # Its fields (never the instance's __dict__, which may also hold what a pool caches).
+            data = {k: cast(JSONValue, getattr(p, k)) for k in Pool.__dataclass_fields__ if getattr(p, k) is not None}
             data["capabilities"] = list(p.capabilities)
             return data
 

@@ -39,7 +39,7 @@ pytestmark = pytest.mark.postgres
 SQL_FILE = ROOT / "docs" / "postgres-least-privilege.sql"
 SCHEMA = "exa"  # the file's default, left unset on purpose
 OWNER_HINT = "run any exa command once with EXA_DB_URL set to the URL of the role that owns the schema"
-STATE_TABLES = ("allocations", "decisions", "holdings", "node_usage", "pools", "queue", "state")
+STATE_TABLES = ("allocations", "api_tokens", "decisions", "holdings", "node_usage", "pools", "queue", "state")
 RECORD_TABLES = ("audit_log", "burst_events", "capacity_log", "fleets", "node_grants", "verdict_sets")
 # The reviewed grants: a table a later migration adds fails this until it is classified in the SQL.
 # No table-wide UPDATE anywhere, no DELETE but of node_usage (replaced whole with each scheduler
@@ -57,6 +57,7 @@ EXPECTED_COLUMN_UPDATES = {
     "queue": ["state", "admitted_by", "ended_at", "message", "attempts", "version"],  # a queued row changes state; none is deleted
     "allocations": ["released_at"],
     "holdings": ["node", "device"],  # the upgrade to nodes maps old grants to their nodes (audited)
+    "api_tokens": ["revoked_at"],  # exa tokens revoke (audited); a token is never deleted
 }
 REFUSED = [
     "UPDATE audit_log SET kind = 'x'",
