@@ -987,14 +987,16 @@ def _apply(
         was = changes[at]
         changes[at] = PoolChange(name, "refused", was.changed_fields, tuple(txn.holders(name)), refused=why, adding=was.action == "added")
     sharing = sharing_of(fleet) if listed else Sharing({})
+    updated = {c.name: i for i, c in enumerate(changes) if c.action == "updated"}
     for pool, _ in touched:
-        at = next(i for i, c in enumerate(changes) if c.name == pool.name)
-        shrunk = _below_live_grants(txn, pool, sharing.group(pool.name)) if changes[at].action == "updated" else None
-        if shrunk is not None and not preview:
+        position = updated.get(pool.name)
+        shrunk = _below_live_grants(txn, pool, sharing.group(pool.name)) if position is not None else None
+        if shrunk is None or position is None:
+            continue
+        if not preview:
             raise SpecError(f"pool {pool.name!r}: {shrunk}", field="nodes")
-        if shrunk is not None:
-            was = changes[at]
-            changes[at] = PoolChange(pool.name, "refused", was.changed_fields, tuple(txn.holders(pool.name)), refused=shrunk)
+        was = changes[position]
+        changes[position] = PoolChange(pool.name, "refused", was.changed_fields, tuple(txn.holders(pool.name)), refused=shrunk)
     done = {p.name for p, _ in touched}
     for pool, outside in touched:
         _refresh(txn, capacities, pool, outside, version, sharing=sharing)
