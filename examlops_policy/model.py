@@ -1023,6 +1023,9 @@ class Placement:
     # in decisions from before estimates), and the decision's time the estimates were judged at.
     estimate: StartEstimate | None = None
     decided_at: datetime | None = None
+    # The pools that tied with this one under the objective (same tier and figures), by name, this
+    # one among them: the node packer chose among them (its best node is on this pool). Empty: none tied.
+    tied: tuple[str, ...] = ()
 
     ok: bool = field(default=True, init=False)
 

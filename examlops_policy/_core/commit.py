@@ -218,6 +218,9 @@ def place(
             retry.append("pools were added or changed while the policy was asked; asking again")
             return stale_fleet
         snap, decision = snapshot, decided
+        # The capacities the decision was made on (the node packer's choice among tied pools
+        # decides again on them).
+        made_on: Callable[[], Sequence[Capacity]] = lambda: withhold(snapshot.capacities, snapshot.pools, withheld) if withheld else snapshot.capacities
         # What the projects hold now, when a quota counts it: a decision made on other figures is
         # made again (selection, pure).
         use = read_quota(txn, needs, tables.unassigned, epoch_of(txn.now())) if not needs.empty else NO_USE
@@ -237,8 +240,10 @@ def place(
         if again and withheld:
             seen = withhold(snap.capacities, snap.pools, withheld)
             decision = prepared.decide(seen, tables, capacities_digest=codec.capacity_digest(seen), starts=starts, quota=use)
+            made_on = lambda: seen  # noqa: E731
         elif again:
             decision = prepared.decide(snap.capacities, tables, capacities_digest=snap.capacity_digest, starts=starts, quota=use)
+            made_on = lambda: snap.capacities  # noqa: E731
             if isinstance(decision, Placement) and starts is not None and starts.of(decision.pool) is None and _by_start(prepared):
                 # Selection depends on the estimates, and nothing waits on a scheduler under the
                 # lock: a winner whose start was not asked is decided again. (Without a wait
@@ -268,18 +273,26 @@ def place(
         room: Rooms | None = None
         current: PoolRow | None = None
         if isinstance(decision, Placement):
+            chooser = None
+            built: dict[str, tuple[Rooms, PoolRow | None]] = {}
+            if decision.tied:
+                from examlops_policy._core import joint
+
+                def room_of(name: str) -> Rooms | None:
+                    pool = snap.states[snap.index[name]].pool
+                    if not pool.node_tracked:
+                        return None
+                    built[name] = _room(txn, capacities, pool, capacities.sharing(fleet, snap.pools))
+                    return built[name][0]
+
+                decision, _, chooser = joint.choose(prepared, decision, made_on(), tables, starts, room_of)
+                assert isinstance(decision, Placement)
             state = snap.states[snap.index[decision.pool]]
             if state.pool.node_tracked:
                 from examlops_policy._core import rooms
 
-                sharing = capacities.sharing(fleet, snap.pools)
-                # A pool that shares no node, unchanged since this process last wrote it, is as this
-                # process left it: nothing to read again.
-                current = txn.pool(decision.pool) if len(sharing.group(decision.pool)) == 1 else None
-                room = capacities.kept_rooms(decision.pool, current.version, current.spec) if current is not None else None
-                if room is None:
-                    room = _rooms(txn, capacities, state.pool, sharing)
-                allocations = rooms.choose(room, decision.grant, decision.workload)
+                room, current = built.get(decision.pool) or _room(txn, capacities, state.pool, capacities.sharing(fleet, snap.pools))
+                allocations = rooms.choose(room, decision.grant, decision.workload, chooser=chooser)
                 if allocations is None:
                     raise StateError(
                         f"pool {decision.pool!r}: its capacity summary says the grant fits but no node has room; "
@@ -380,8 +393,8 @@ def _rows(txn: Transaction, version: int, fleet: int, since: int) -> StateRows:
 
 def stale(judged: Judged, decided: Decision, capacities: Sequence[Capacity], changed: Sequence[int]) -> bool:
     """Whether a decision made before the pools at ``changed`` (fleet indexes) changed capacity
-    may no longer be what selection gives now: its pool changed, or a pool ranked before it has
-    room now (for the balanced objective, any admissible pool of its tier or a better one changed);
+    may no longer be what selection gives now: its pool or a pool it tied with changed, or a pool
+    ranked before it or tying with it has room now (for the balanced objective, any admissible pool of its tier or a better one changed);
     a rejection, whenever any pool changed. (Start estimates do not change under the lock: they
     were gathered before it.)"""
     if not changed:
@@ -389,8 +402,8 @@ def stale(judged: Judged, decided: Decision, capacities: Sequence[Capacity], cha
     if not isinstance(decided, Placement):
         return True
     chosen = judged.fleet.index[decided.pool]
-    if chosen in changed:
-        return True
+    if chosen in changed or any(judged.fleet.index[name] in changed for name in decided.tied):
+        return True  # its pool, or a pool it tied with (which the packer chooses among)
     rank = judged.rank
     tier = judged.verdict(chosen).tier
     # Where the decision ranks with what its pool gives (a larger share ranks after the smallest).
@@ -403,8 +416,8 @@ def stale(judged: Judged, decided: Decision, capacities: Sequence[Capacity], cha
         if judged.objective in PER_DECISION:  # ranked per decision, not by cost alone
             if v.tier <= tier:
                 return True
-        elif judged.ranked[at][:-1] < at_best and judged.grant_for(i, capacities[i]) is not None:
-            return True
+        elif judged.ranked[at][:-2] <= at_best[:-1] and judged.grant_for(i, capacities[i]) is not None:
+            return True  # ranks before it, or ties with it (name aside), and has room now
     return False
 
 
@@ -579,6 +592,15 @@ def _refresh(
             return capacity, free
     txn.set_capacity(pool.name, text, free, version)
     return capacity, free
+
+
+def _room(txn: Transaction, capacities: Capacities, pool: Pool, sharing: Sharing) -> tuple[Rooms, PoolRow | None]:
+    """A node-tracked pool's rooms, and its row where it shares no node: a pool that shares none,
+    unchanged since this process last wrote it, is as this process left it (nothing to read
+    again); else they are built from the records."""
+    current = txn.pool(pool.name) if len(sharing.group(pool.name)) == 1 else None
+    room = capacities.kept_rooms(pool.name, current.version, current.spec) if current is not None else None
+    return room or _rooms(txn, capacities, pool, sharing), current
 
 
 def _rooms(txn: Transaction, capacities: Capacities, pool: Pool, sharing: Sharing) -> Rooms:

@@ -20,7 +20,7 @@ from functools import cached_property
 from typing import Final, Generic, TypeVar, cast
 
 from examlops_policy.errors import PolicyError
-from examlops_policy.model import Capacity, Decision, JSONObject, JSONValue, Pool, PoolState, Provenance, Workload
+from examlops_policy.model import Capacity, Decision, Grant, JSONObject, JSONValue, Placement, Pool, PoolState, Provenance, Workload
 from examlops_policy.tables import Tables
 from examlops_policy._core import codec
 from examlops_policy._core.quota import NO_USE, QuotaUse, relevant
@@ -155,6 +155,25 @@ class Prepared:
             quota_use=counted,
         )
         return decide_over(self.judged, self.workload, capacities, tables, provenance, starts, held)
+
+    def tied_grants(self, decision: Placement, capacities: Sequence[Capacity]) -> list[tuple[str, Grant]]:
+        """The pools ``decision`` tied with (its own among them, by name) and what each gives with
+        ``capacities``, the capacities it was decided on."""
+        judged, use = self.judged, QuotaUse.from_json(decision.provenance.quota_use)
+        out = []
+        for name in decision.tied:
+            i = judged.fleet.index[name]
+            grant = judged.grant_for(i, capacities[i], use)
+            if grant is not None:
+                out.append((name, grant))
+        return out
+
+    def on_tied(self, decision: Placement, capacities: Sequence[Capacity], tables: Tables, starts: Starts | None, pool: str) -> Decision:
+        """``decision`` (decided on ``capacities`` with ``starts``) with ``pool``, a pool it tied
+        with, chosen instead: the node packer's choice among them. The same inputs, so the same
+        provenance."""
+        use = QuotaUse.from_json(decision.provenance.quota_use)
+        return decide_over(self.judged, self.workload, capacities, tables, decision.provenance, starts, use, prefer=pool)
 
     def quota_held(self, quota: QuotaUse) -> QuotaUse:
         """Of what the projects hold, what this judgement's quotas count (what its record keeps)."""
@@ -360,10 +379,16 @@ def differences(decision: Decision, reference: Mapping[str, object]) -> list[str
     if reference.get("outcome") != ours:
         out.append(f"outcome: {ours} here, {_said(reference.get('outcome'), 'no outcome')} by the policy")
     pool = getattr(decision, "pool", None)
-    if reference.get("pool") != pool:
+    # Among the pools that tie (the policy names them, the first by name its pool), the node packer
+    # chooses: the pool must be one of them, and the pools tied the same.
+    tied = [str(n) for n in cast("list[object]", reference.get("tied") or [])]
+    if reference.get("pool") != pool and pool not in tied:
         out.append(f"pool: {_said(pool, 'no pool')} here, {_said(reference.get('pool'), 'no pool')} by the policy")
+    ours_tied = list(getattr(decision, "tied", ()) or ([pool] if pool is not None else []))
+    if pool is not None and ours_tied != (tied or [str(reference.get("pool"))]):
+        out.append(f"tied pools: {', '.join(ours_tied)} here, {', '.join(tied) or 'none'} by the policy")
     note = getattr(decision, "note", None)
-    if pool is not None and reference.get("note") != note:
+    if pool is not None and pool == reference.get("pool") and reference.get("note") != note:
         out.append(f"note: {_said(note, 'no note', quoted=True)} here, {_said(reference.get('note'), 'no note', quoted=True)} by the policy")
     burst = cast(Mapping[str, object], reference.get("burst") or {})
     if bool(burst.get("attempted")) != decision.burst.attempted or (

@@ -115,7 +115,9 @@ def rebuild(
     workload = codec.workload_from_json(cast(Mapping[str, object], document["workload"]))
     # The estimates it was decided with and its time (version 4), and what the projects held for
     # its quotas, so the same selection runs again.
-    decision = decide_over(judged, workload, capacities, tables, provenance, codec.starts_of(document), QuotaUse.from_json(used))
+    # Among pools that tied, the node packer chose the one recorded (its best node was there).
+    prefer = cast("str | None", document.get("pool"))
+    decision = decide_over(judged, workload, capacities, tables, provenance, codec.starts_of(document), QuotaUse.from_json(used), prefer)
     recorded = str(document["outcome"])
     if recorded == "queued" and isinstance(decision, Rejection) and decision.code == "no_capacity":
         decision = Queued.of(decision)  # it was not rejected: it waited for capacity

@@ -482,6 +482,33 @@ def choose(
     return tuple(out)
 
 
+def node_score(rooms: Rooms, grant: Grant, chooser: _nodes.Packer) -> float | None:
+    """What ``chooser`` scores the node ``choose`` would take first for ``grant`` (higher is
+    better), to compare it with other pools' best nodes; None where the grant is not placed by
+    the packer alone (a gang, a slice laid out by ``packing``) or no node has room."""
+    if grant.nodes > 1 or (grant.profile is not None and rooms.layout.kind in packing.PARTITIONED):
+        return None
+    request = _request(grant)
+    feasible = rooms.capacity.feasible(request)
+    if feasible.size == 0:
+        return None
+    return float(np.max(chooser.scores(rooms.capacity, request, feasible)))
+
+
+def best_tied(candidates: Sequence[tuple[Rooms | None, Grant, _nodes.Packer | None]]) -> int:
+    """Which of pools that tie under the objective (in name order: their nodes, what each gives
+    and its packer; no nodes: None) takes the work: the one whose best node the packer scores
+    highest, the first on equal scores, as nodes of one pool tie to the first in its order. A pool
+    whose grant is not scored (``node_score``: no nodes, a gang, a slice) is taken only when
+    none is scored: then the first."""
+    best, top = 0, -math.inf
+    for at, (room, grant, chooser) in enumerate(candidates):
+        score = None if room is None or chooser is None else node_score(room, grant, chooser)
+        if score is not None and score > top:
+            best, top = at, score
+    return best
+
+
 # Requests and holdings are immutable and asked alike again and again (a pool's grants come in a
 # few shapes, on a few device indices): each is made once and kept, a bounded number of them.
 _KEPT = 4096

@@ -488,9 +488,20 @@ class Outcome:
     burst: BurstVerdict
     blocked_pool: int | None = None
     grant: Grant | None = None  # what the chosen pool gives
+    # The pools that tie with the chosen one under the objective (same tier and the same figures
+    # but for the name), each with what it gives, in name order; empty when none ties. Which of
+    # them takes the work is the node packer's choice (``prefer``), the first by name without one.
+    tied: tuple[tuple[int, Grant], ...] = ()
 
 
-def select(judged: Judged, capacities: Sequence[Capacity], starts: Starts | None = None, use: QuotaUse = NO_USE) -> Outcome:
+def _tie_key(key: tuple[object, ...]) -> tuple[object, ...]:
+    """A selection key without its last part, the pool's name: what pools that tie share."""
+    return key[:-1]
+
+
+def select(
+    judged: Judged, capacities: Sequence[Capacity], starts: Starts | None = None, use: QuotaUse = NO_USE, prefer: str | None = None
+) -> Outcome:
     """Lowest admissible tier, then the objective (cheapest grant; or lowest carbon, then cost; or
     earliest start, then cost; or the balanced score), then name; and what that means for
     bursting.
@@ -498,6 +509,8 @@ def select(judged: Judged, capacities: Sequence[Capacity], starts: Starts | None
     ``capacities`` are aligned with ``judged.fleet.entries``; ``starts``: the candidates' start
     estimates and the decision's time (None: none asked for, which a workload with a wait limit
     cannot be decided without); ``use``: what the projects hold, for the pools' quotas.
+    ``prefer``: among the pools that tie under the objective (``Outcome.tied``), the one the node
+    packer chose (its best node is there); the first by name when it is None or not among them.
     """
     wv = judged.workload
     if wv.rejection is not None:
@@ -505,23 +518,33 @@ def select(judged: Judged, capacities: Sequence[Capacity], starts: Starts | None
     chosen: int | None = None
     tier: int | None = None
     grant: Grant | None = None
+    tied: list[tuple[int, Grant]] = []
     if judged.objective == "balanced":
-        chosen, tier, grant = _balanced(judged, capacities, starts, use)
+        chosen, tier, grant, tied = _balanced(judged, capacities, starts, use)
     else:
         # In selection order of each pool's smallest grant: a pool that gives a larger one ranks
         # where that one's cost puts it, never before, so the first pool whose smallest grant ranks
-        # at or after the best found so far ends the search.
+        # after the best found so far (its name aside: it may tie) ends the search.
         best: tuple[object, ...] | None = None
         for row in judged.order(starts):
-            if best is not None and row[:-1] >= best and larger_ranks_later(judged):
+            if best is not None and _tie_key(row[:-1]) > _tie_key(best) and larger_ranks_later(judged):
                 break
             index = int(row[-1])  # type: ignore[call-overload]
             given = judged.grant_for(index, capacities[index], use)
             if given is None or judged.late(index, starts):
                 continue
             key = row[:-1] if given is judged.verdict(index).grant else judged.key_of(index, given, starts)
-            if best is None or key < best:
+            if best is not None and _tie_key(key) == _tie_key(best):
+                tied.append((index, given))
+                if key < best:
+                    best, chosen, grant = key, index, given
+            elif best is None or key < best:
                 best, chosen, tier, grant = key, index, int(row[0]), given  # type: ignore[call-overload]
+                tied = [(index, given)]
+    if len(tied) > 1:
+        tied.sort(key=lambda t: judged.fleet.entries[t[0]].pool.name)
+        if prefer is not None:
+            chosen, grant = next(((i, g) for i, g in tied if judged.fleet.entries[i].pool.name == prefer), (chosen, grant))
     attempted = wv.burst_mode == "cloud" or (wv.burst_mode == "spill" and (tier is None or tier >= 2))
     if not attempted:
         burst = BurstVerdict(attempted=False)
@@ -535,7 +558,7 @@ def select(judged: Judged, capacities: Sequence[Capacity], starts: Starts | None
                 burst = BurstVerdict(True, "blocked", name, pool.region, v.denials[0])
                 return Outcome(chosen, tier, burst, i, grant)
         burst = BurstVerdict(attempted=True, verdict="unavailable")
-    return Outcome(chosen, tier, burst, grant=grant)
+    return Outcome(chosen, tier, burst, grant=grant, tied=tuple(tied) if len(tied) > 1 else ())
 
 
 def larger_ranks_later(judged: Judged) -> bool:
@@ -559,10 +582,10 @@ def balanced_scores(rows: Sequence[tuple[float, float]], carbon_weight: float) -
 
 def _balanced(
     judged: Judged, capacities: Sequence[Capacity], starts: Starts | None, use: QuotaUse = NO_USE
-) -> tuple[int | None, int | None, Grant | None]:
+) -> tuple[int | None, int | None, Grant | None, list[tuple[int, Grant]]]:
     """The best tier's pools with room (capacity and quota) that start in time, scored by cost and
     carbon of what each gives, each divided by the highest among them, carbon weighted by
-    ``carbon_weight``; then cost, then name."""
+    ``carbon_weight``; then cost, then name. And the pools that tie with the best but for the name."""
     tier: int | None = None
     rows: list[tuple[float, float, str, int, Grant]] = []
     for row in judged.ranked:
@@ -575,10 +598,11 @@ def _balanced(
             tier = t
             rows.append((grant_cost(entry.price, given), grant_cost(entry.carbon, given), entry.pool.name, index, given))
     if not rows:
-        return None, None, None
+        return None, None, None, []
     scores = balanced_scores([(r[0], r[1]) for r in rows], judged.carbon_weight)
     best = min(zip(scores, rows), key=lambda sr: (sr[0], sr[1][0], sr[1][2]))
-    return best[1][3], tier, best[1][4]
+    tied = [(r[3], r[4]) for s, r in zip(scores, rows) if (s, r[0]) == (best[0], best[1][0])]
+    return best[1][3], tier, best[1][4], tied
 
 
 def pool_verdicts(
@@ -683,12 +707,13 @@ def decide_over(
     provenance: Provenance,
     starts: Starts | None = None,
     use: QuotaUse = NO_USE,
+    prefer: str | None = None,
 ) -> Decision:
     """A Placement on the pool selection chose, or a Rejection saying why there is none.
     ``starts``: the candidates' start estimates and the decision's time (see ``select``); the
     decision carries them, the chosen pool's as its own. ``use``: what the projects hold, for the
-    pools' quotas."""
-    outcome = select(judged, capacities, starts, use)
+    pools' quotas. ``prefer``: the tied pool the node packer chose (see ``select``)."""
+    outcome = select(judged, capacities, starts, use, prefer)
     verdicts = LazyVerdicts(lambda: pool_verdicts(judged, capacities, outcome.tier, starts, use))
     wv = judged.workload
     checks = judged.checks
@@ -727,5 +752,6 @@ def decide_over(
         checks=checks,
         estimate=None if starts is None else starts.of(pool.name),
         decided_at=decided_at,
+        tied=tuple(judged.fleet.entries[i].pool.name for i, _ in outcome.tied),
     )
 

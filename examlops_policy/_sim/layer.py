@@ -15,7 +15,9 @@ may give its own pools (the generic format).
 2. ``Engine.prepare`` judges it over the fleet: the real OPA's verdicts, asked once per workload
    signature and pool shape under the policy revision confirmed when the replay starts (confirmed
    again when it ends: a replay decides under one snapshot of the policy);
-3. ``selection.select`` picks the pool and its grant over every pool's capacity summary;
+3. ``selection.select`` picks the pool and its grant over every pool's capacity summary (among
+   pools that tie under the objective, ``rooms.best_tied``: the one holding the packer's best
+   node, as ``place`` chooses);
 4. ``rooms.choose`` picks the node(s) and devices with the packer ``place`` uses; what the grant
    holds is held on the pools sharing those nodes too (``rooms.hold_beside``: as ``rooms.build``
    counts the records), and each changed pool's summary is worked out again for the nodes that
@@ -272,6 +274,8 @@ class LayerPlacer:
             return None
         i = outcome.chosen
         grant = outcome.grant or judged.verdict(i).grant
+        if outcome.tied:  # the pools that tie: the packer's best node among all of them decides
+            i, grant = outcome.tied[_rooms.best_tied([(self.rooms[j], g, self.packers[j]) for j, g in outcome.tied])]
         room = self.rooms[i]
         allocations = _rooms.choose(room, grant, workload, chooser=self.packers[i])
         if allocations is None:

@@ -26,7 +26,13 @@ from examlops_policy.model import Decision, JSONObject, NodeAllocation, Placemen
 from examlops_policy.views import DecisionRecord, Portability, ReleaseReport, Submit
 
 if TYPE_CHECKING:
-    from examlops_policy._core.state import Capacities, Snapshot
+    from collections.abc import Callable
+
+    from examlops_policy._core.engine import Prepared
+    from examlops_policy._core.rooms import Rooms
+    from examlops_policy._core.waiting import Starts
+    from examlops_policy.model import Capacity
+    from examlops_policy.tables import Tables
 
 
 class Placing:
@@ -146,7 +152,7 @@ class Placing:
         specs.check_workload_facts(workload, under.policy.tables)
         if pools is None:
             decided = cycle.decide(Request(workload), cycle.snapshot(), under)
-            return self._nodes_of(decided.decision, decided.under.capacities, decided.snapshot) if where else decided.decision
+            return self._nodes_of(decided) if where else decided.decision
         from examlops_policy.app.estimating import starts_for
 
         states = []
@@ -156,33 +162,29 @@ class Placing:
         ordered = sorted(states, key=lambda s: s.pool.name)
         under, prepared = cycle.prepare(workload, [s.pool for s in ordered], under=under)
         capacities, tables = [s.capacity for s in ordered], under.policy.tables
-        decision = prepared.decide(capacities, tables, starts=starts_for(cycle.estimator(under), prepared, capacities, tables))
-        if where and isinstance(decision, Placement):
-            pool = next(s.pool for s in ordered if s.pool.name == decision.pool)
-            if pool.node_tracked:
-                from examlops_policy._core import rooms
+        starts = starts_for(cycle.estimator(under), prepared, capacities, tables)
+        decision = prepared.decide(capacities, tables, starts=starts)
+        if not where:
+            return decision
+        by_name = {s.pool.name: s.pool for s in ordered}
+        return _on_nodes(prepared, decision, capacities, tables, starts, lambda name: under.capacities.rooms_of(by_name[name], []))
 
-                return with_nodes(decision, rooms.choose(under.capacities.rooms_of(pool, []), decision.grant, decision.workload))
-        return decision
-
-    def _nodes_of(self, decided: Decision, capacities: Capacities, snap: Snapshot) -> Decision:
+    def _nodes_of(self, decided: Decided) -> Decision:
         """A placement on a pool of nodes with the node(s) and devices it would get now (what a
         recorded one gets is chosen again, under the write lock, when it is committed); a grant
         whose lease ended holds nothing there."""
-        if not isinstance(decided, Placement):
-            return decided
-        pool = snap.states[snap.index[decided.pool]].pool
-        if not pool.node_tracked:
-            return decided
-        from examlops_policy._core import rooms
+        capacities, snap = decided.under.capacities, decided.snapshot
 
-        sharing = capacities.sharing(snap.fleet_version, snap.pools)
-        rows, grants, usage = self.cycle.store.node_rows(sharing.group(pool.name))
-        if snap.ended:
-            rows = [r for r in rows if r.decision_id not in snap.ended]
-            grants = [g for g in grants if g.decision_id not in snap.ended]
-        room = capacities.rooms_of(pool, rows, grants, usage, sharing.devices(pool.name), sharing.other_mode(pool.name))
-        return with_nodes(decided, rooms.choose(room, decided.grant, decided.workload))
+        def room_of(name: str) -> Rooms:
+            pool = snap.states[snap.index[name]].pool
+            sharing = capacities.sharing(snap.fleet_version, snap.pools)
+            rows, grants, usage = self.cycle.store.node_rows(sharing.group(pool.name))
+            if snap.ended:
+                rows = [r for r in rows if r.decision_id not in snap.ended]
+                grants = [g for g in grants if g.decision_id not in snap.ended]
+            return capacities.rooms_of(pool, rows, grants, usage, sharing.devices(pool.name), sharing.other_mode(pool.name))
+
+        return _on_nodes(decided.prepared, decided.decision, snap.capacities, decided.under.policy.tables, decided.starts, room_of)
 
     def release(self, ident: str, *, kubeconfig: str | None = None, context: str | None = None) -> ReleaseReport:
         """Free what a placement holds; a Kubernetes Job it was submitted as is deleted first
@@ -201,6 +203,33 @@ class Placing:
         removed = pending and pool not in cycle.snapshot().index
         admitted, problem = (None, None) if already else queueing.offer_freed(self.queue)
         return ReleaseReport(cycle.records.record(row), already, deleted, removed, admitted, problem)
+
+
+def _on_nodes(
+    prepared: Prepared,
+    decision: Decision,
+    capacities: Sequence[Capacity],
+    tables: Tables,
+    starts: Starts | None,
+    room_of: Callable[[str], Rooms],
+) -> Decision:
+    """A placement (decided on ``capacities`` with ``starts``) with the node(s) and devices it
+    would get now where its pool has nodes (``room_of``: a pool's nodes and what is on them), on
+    the tied pool the packer's best node is on (``joint.choose``, as a commit chooses)."""
+    if not isinstance(decision, Placement):
+        return decision
+    from examlops_policy._core import joint, rooms
+
+    def tracked(name: str) -> Rooms | None:
+        return room_of(name) if prepared.judged.fleet.entries[prepared.judged.fleet.index[name]].pool.node_tracked else None
+
+    decision, room, chooser = joint.choose(prepared, decision, capacities, tables, starts, tracked)
+    assert isinstance(decision, Placement)
+    if room is None:
+        room = tracked(decision.pool)
+    if room is None:
+        return decision
+    return with_nodes(decision, rooms.choose(room, decision.grant, decision.workload, chooser=chooser))
 
 
 def with_nodes(decided: Placement, allocations: tuple[NodeAllocation, ...] | None) -> Placement:

@@ -410,7 +410,12 @@ def why_chosen(decision: Placement, ex: Explanation, eligible: int) -> str:
     # "2 nvidia devices now at $5.00/h": the start comes first under earliest.
     spaced = ex.objective in ("earliest", "work-time")
     why = f"{how} of {eligible} eligible in tier {tier}: {held} {figures}" if spaced else f"{how} of {eligible} eligible in tier {tier}: {held} at {figures}"
-    if len(ex.standings) > 1:
+    others = [name for name in decision.tied if name != decision.pool]
+    if others:
+        # Pools that tie: the node packer chose among their nodes together.
+        named = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        why += f"; tied with {named}: the node packer's best node among them is here"
+    elif len(ex.standings) > 1:
         runner = ex.standings[1]
         joiner = " " if spaced else " at "
         why += f"; next: {runner.pool}{joiner}{_figures(runner, ex.objective, ex)}"

@@ -366,6 +366,21 @@ chosen_pool := last(sort([selection_key(pool_verdicts[n], n, w, max_cost, max_ca
 
 last(row) := row[count(row) - 1]
 
+# The eligible pools that tie with the chosen one: the same key but for the name (the same tier and
+# the same figures under the objective), by name. Which of them takes the work is the node packer's
+# choice (its best node among all of theirs); the chosen pool above is the first by name.
+default tied := []
+
+tied := [n |
+	some n in eligible
+	but_name(selection_key(pool_verdicts[n], n, w, max_cost, max_carbon)) == but_name(best_key)
+] if {
+	count(eligible) > 0
+	best_key := sort([selection_key(pool_verdicts[n], n, w, max_cost, max_carbon) | some n in eligible])[0]
+}
+
+but_name(row) := array.slice(row, 0, count(row) - 1)
+
 chosen if chosen_pool != null
 
 default chosen_note := null
@@ -513,6 +528,7 @@ decision := {
 	"note": chosen_note,
 	"selected_tier": selected_tier,
 	"eligible": eligible,
+	"tied": tied,
 	"burst": burst,
 	"reason": result_reason,
 	"rejection": rejection,

@@ -266,6 +266,25 @@ test_ties_broken_by_name if {
 	d := decide(train({}), [pool("b-pool", "hpc-nvidia", 2, 1), pool("a-pool", "hpc-nvidia", 2, 1), pool("c-pool", "hpc-nvidia", 2, 1)])
 	d.pool == "a-pool"
 	d.eligible == ["a-pool", "b-pool", "c-pool"]
+	d.tied == ["a-pool", "b-pool", "c-pool"]
+}
+
+# The pools that tie are those with the chosen one's key but for the name: a dearer pool of the
+# same tier, a full one and a stand-in's tier do not tie.
+test_tied_pools_share_the_key_but_the_name if {
+	pools := [
+		pool("b-pool", "hpc-nvidia", 2, 1), pool("a-pool", "hpc-nvidia", 2, 1), pool("dear", "hpc-nvidia", 3, 1),
+		pool("full", "hpc-nvidia", 2, 0), pool("amd", "hpc-mi300", 2, 1),
+	]
+	d := decide(train({}), pools)
+	d.pool == "a-pool"
+	d.tied == ["a-pool", "b-pool"]
+}
+
+test_nothing_ties_without_a_choice if {
+	d := decide(train({}), [pool("full", "hpc-nvidia", 2, 0)])
+	d.pool == null
+	d.tied == []
 }
 
 test_better_tier_beats_cheaper_price if {
@@ -513,7 +532,7 @@ test_verdict_fields if {
 		"blocks_burst", "reasons", "admissible", "eligible", "late", "estimate", "start", "work_rate",
 	}
 	object.keys(d) == {
-		"workload", "outcome", "pool", "note", "selected_tier", "eligible", "burst", "reason", "rejection",
+		"workload", "outcome", "pool", "note", "selected_tier", "eligible", "tied", "burst", "reason", "rejection",
 		"verdicts", "confirm",
 	}
 }

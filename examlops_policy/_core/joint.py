@@ -1,0 +1,55 @@
+"""The node packer's choice among pools that tie under the objective.
+
+Selection ranks pools by tier, then the objective (the grant's cost, carbon, start, score or the
+job's figure), then the pool's name. Pools that differ only by name tie: typically one pool per
+GPU model at the accelerator's default price, or overlapping partitions priced alike. Picking the
+first by name would hand the packer that pool's nodes alone and fill it before the others, however
+well the others' nodes fit. Instead the packer scores the best node of each tied pool, and the
+pool holding the best of them takes the work (``rooms.best_tied``): the packer chooses across the
+pools as it chooses across one pool's nodes.
+
+The policy's reference decision says which pools tie (its ``tied``); the record keeps the pool
+chosen, which must be one of them. Rebuilding a record prefers the pool it recorded (``select``'s
+``prefer``); replaying it checks the pool is among the policy's tied pools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from examlops_policy._core import rooms as _rooms
+from examlops_policy._node_packers import DEFAULT_PACKER, packer_named
+from examlops_policy.model import Capacity, Decision, Placement
+from examlops_policy.tables import Tables
+from examlops_policy._core.waiting import Starts
+
+if TYPE_CHECKING:
+    from examlops_policy import _nodes
+    from examlops_policy._core.engine import Prepared
+
+
+def choose(
+    prepared: Prepared,
+    decision: Decision,
+    capacities: Sequence[Capacity],
+    tables: Tables,
+    starts: Starts | None,
+    room_of: Callable[[str], _rooms.Rooms | None],
+) -> tuple[Decision, _rooms.Rooms | None, _nodes.Packer | None]:
+    """``decision`` (made on ``capacities`` with ``starts``) on the tied pool whose best node the
+    packer scores highest, with that pool's rooms and the packer that scored them (to place with);
+    ``room_of``: a pool's nodes and what is held on them (None: a pool without nodes). A decision
+    that tied with no pool is returned as it is, with (None, None)."""
+    if not isinstance(decision, Placement) or not decision.tied:
+        return decision, None, None
+    grants = prepared.tied_grants(decision, capacities)
+    candidates = []
+    for name, grant in grants:
+        room = room_of(name)
+        candidates.append((room, grant, packer_named(DEFAULT_PACKER) if room is not None else None))
+    at = _rooms.best_tied(candidates)
+    name = grants[at][0]
+    if name != decision.pool:
+        decision = prepared.on_tied(decision, capacities, tables, starts, name)
+    return decision, candidates[at][0], candidates[at][2]
