@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
 from examlops_policy.errors import SpecError
-from examlops_policy.service import oidc
+from examlops_policy.service import oidc, tokens
 from examlops_policy.store.sqlite import SQLiteStore
 from tests.conftest import ROOT, run_exa
 from tests.service_support import Answer, Service, start
@@ -279,9 +279,10 @@ def test_keys_rotate_by_rewriting_the_jwks_file_and_a_broken_one_keeps_the_last_
 # -- the configuration ------------------------------------------------------------------------------
 
 
-def test_the_schema_lists_the_algorithm_table() -> None:
+def test_the_schema_lists_the_algorithms_and_scopes_of_the_code() -> None:
     schema = json.loads((ROOT / "schemas" / oidc.SCHEMA).read_text(encoding="utf-8"))
     assert schema["properties"]["algorithms"]["items"]["enum"] == list(oidc.ALGORITHMS)
+    assert schema["properties"]["default_scopes"]["items"]["enum"] == list(tokens.SCOPES)
     assert not [a for a in oidc.ALGORITHMS if a == "none" or a.startswith("HS")]
 
 
