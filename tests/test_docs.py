@@ -170,3 +170,17 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     assert {p.stem.split("-", 2)[2] for p in (DOCS / "checks").glob("check-*.md")} == checks
     assert (tmp_path / "html" / "commands" / "exa-hardware-place.html").is_file()
     assert (tmp_path / "html" / "checks" / "check-087-wait.html").is_file()
+
+
+def test_the_service_page_shows_an_oidc_configuration_that_loads(tmp_path: Path) -> None:
+    """docs/service.md's example of ``--oidc FILE`` is a configuration the service accepts."""
+    from examlops_policy.service import oidc
+
+    text = (DOCS / "service.md").read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"^```yaml\n(.*?)^```$", text, re.M | re.S) if "jwks_file:" in b]
+    assert len(blocks) == 1, "one OIDC configuration example in docs/service.md"
+    path = tmp_path / "oidc.yaml"
+    path.write_text(blocks[0], encoding="utf-8")
+    config = oidc.load_config(path)
+    assert config.jwks_file == tmp_path / "oidc-jwks.json" and config.issuer.startswith("https://")
+    assert set(config.algorithms) <= set(oidc.ALGORITHMS) and config.scope_claim and config.leeway_s == 30

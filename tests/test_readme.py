@@ -412,6 +412,12 @@ def test_the_data_block_parses(block: Block, tmp_path: Path) -> None:
         path = tmp_path / "workload.yaml"
         path.write_text(text, encoding="utf-8")
         workload_from_file(path)
+    elif isinstance(document, dict) and {"issuer", "jwks_file"} <= set(document):
+        from examlops_policy.service.oidc import load_config
+
+        path = tmp_path / "oidc.yaml"
+        path.write_text(text, encoding="utf-8")
+        load_config(path)
 
 
 def test_the_exit_code_table_is_the_clis() -> None:

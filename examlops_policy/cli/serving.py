@@ -64,8 +64,8 @@ class CliAnswers:
 def cmd_serve(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     """``serve``, with ``--listen`` the placement service beside the loop (``service.server``)."""
     if args.listen is None:
-        if args.tls_cert or args.tls_key or args.insecure:
-            raise SpecError("--tls-cert, --tls-key and --insecure say how to serve HTTP: add --listen", source="command line")
+        if args.tls_cert or args.tls_key or args.insecure or args.oidc:
+            raise SpecError("--tls-cert, --tls-key, --insecure and --oidc say how to serve HTTP: add --listen", source="command line")
         return queue.cmd_serve(args, hw, console)
     if args.once or args.slurm_table or args.slurm_accounts:
         raise SpecError("--once, --slurm-table and --slurm-accounts are not served with --listen (yet)", source="command line")
@@ -73,7 +73,7 @@ def cmd_serve(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
 
     return server.start(hw, CliAnswers(), listen=args.listen, tls_cert=args.tls_cert, tls_key=args.tls_key, insecure=args.insecure,
                         interval_s=args.interval.total_seconds(), out=console.file, slurm=True if args.slurm else None,
-                        kubernetes=queue._kubernetes(args))  # fmt: skip
+                        kubernetes=queue._kubernetes(args), oidc=args.oidc)  # fmt: skip
 
 
 def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
@@ -85,4 +85,5 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-cert", metavar="FILE", help="--listen: serve HTTPS with this certificate (PEM)")
     p.add_argument("--tls-key", metavar="FILE", help="--listen: the certificate's key (PEM)")
     p.add_argument("--insecure", action="store_true", help="--listen: allow plain HTTP on an address that is not loopback")
+    p.add_argument("--oidc", metavar="FILE", help="--listen: accept bearer JWTs of an OIDC issuer too, as this YAML file configures (docs/service.md)")
     p.set_defaults(handler=cmd_serve)

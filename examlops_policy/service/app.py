@@ -11,11 +11,14 @@ client never holds the write lock nor the worker. The answers are the command li
 captured); ``?format=text`` gives the text it prints, and ``X-Exa-Exit-Code`` its exit code.
 
 Identity: the audit entry of a decision made for a request names the caller's token
-(``source: exa-service:token:<id>``). Each request but ``/healthz``, ``/readyz``, ``/metrics`` and ``/openapi.json`` carries
+(``source: exa-service:token:<id>``), or, for a bearer JWT of the OIDC issuer that ``--oidc``
+configures (``service.oidc``), its issuer and subject (``exa-service:oidc:<iss>#<sub>``). Each
+request but ``/healthz``, ``/readyz``, ``/metrics`` and ``/openapi.json`` carries
 ``Authorization: Bearer <token>`` (401 without a valid one). The token's project is the project a
-decision bills to; a body naming another project, or a decision or queued workload of another
-project, gets 403 and nothing is written. Scopes: ``read`` to read, ``place`` to place, release,
-renew and cancel, ``admin`` for pool changes.
+decision bills to (a JWT whose claim names several: the one the body names, among them); a body
+naming another project, or a decision or queued workload of another project, gets 403 and nothing
+is written. Scopes: ``read`` to read, ``place`` to place, release, renew and cancel, ``admin`` for
+pool changes.
 """
 
 from __future__ import annotations
@@ -42,11 +45,12 @@ from examlops_policy.service.routes import ROUTES, Spec
 if TYPE_CHECKING:
     from examlops_policy.hardware import Hardware
     from examlops_policy.model import Decision
-    from examlops_policy.store import TokenRow
+    from examlops_policy.service.oidc import Verifier
+    from examlops_policy.service.tokens import Caller
     from examlops_policy.views import DecisionRecord, DecisionSummary, PoolChange
 
 T = TypeVar("T")
-Handler = Callable[[Request, "Hardware", "TokenRow | None", object], Response]
+Handler = Callable[[Request, "Hardware", "Caller | None", object], Response]
 
 
 class Answers(Protocol):
@@ -150,31 +154,41 @@ def _columns(request: Request) -> int:
 class Api:
     """The routes over one ``Worker`` (see the module)."""
 
-    def __init__(self, worker: Worker, answers: Answers, metrics: Metrics | None = None, *, revision: Callable[[], str | None] = lambda: None) -> None:
+    def __init__(self, worker: Worker, answers: Answers, metrics: Metrics | None = None, *, revision: Callable[[], str | None] = lambda: None,
+                 oidc: Verifier | None = None) -> None:  # fmt: skip
         self.worker = worker
         self.answers = answers
         self.metrics = metrics or Metrics()
         self.revision = revision
+        self.oidc = oidc
 
     # -- identity ------------------------------------------------------------------------------
 
-    def _token(self, hw: Hardware, request: Request, scope: str) -> TokenRow:
+    def _caller(self, hw: Hardware, request: Request, scope: str) -> Caller:
+        """Who asks, by the request's bearer token (the service's own, or a JWT with ``--oidc``):
+        401 without a valid one, 403 without ``scope``."""
         from examlops_policy.service import tokens
 
+        header = request.headers.get("authorization")
         try:
-            row = tokens.authenticate(hw.cycle.opened_store(), request.headers.get("authorization"))
+            token = tokens.bearer(header)
+            if self.oidc is not None and self.oidc.is_jwt(token):
+                caller = self.oidc.verify(token)
+            else:
+                caller = tokens.Caller.of(tokens.authenticate(hw.cycle.opened_store(), header))
         except tokens.TokenRefused as exc:
             raise unauthorized(str(exc)) from None
-        if scope not in row.scopes:
-            raise forbidden(f"this token (id {row.id}) has scopes {','.join(row.scopes)}; this needs {scope}")
-        return row
+        if scope not in caller.scopes:
+            raise forbidden(f"{caller.who} has scopes {','.join(caller.scopes) or '(none)'}; this needs {scope}")
+        return caller
 
     @staticmethod
-    def _own(row: TokenRow | None, project: str | None, what: str) -> TokenRow:
-        assert row is not None
-        if project != row.project:
-            raise forbidden(f"{what} belongs to project {project or '(none)'}, and this token acts for project {row.project}; nothing was changed")
-        return row
+    def _own(caller: Caller | None, project: str | None, what: str) -> Caller:
+        assert caller is not None
+        if project not in caller.projects:
+            acts = f"project {caller.projects[0]}" if len(caller.projects) == 1 else f"projects {', '.join(caller.projects)}"
+            raise forbidden(f"{what} belongs to project {project or '(none)'}, and this token acts for {acts}; nothing was changed")
+        return caller
 
     # -- dispatch ------------------------------------------------------------------------------
 
@@ -184,8 +198,8 @@ class Api:
                 raw = await _raw(request) if request.method == "POST" else b""
 
                 def job(hw: Hardware) -> Response:
-                    row = self._token(hw, request, spec.scope) if spec.scope is not None else None
-                    return work(request, hw, row, _body(request, raw))
+                    caller = self._caller(hw, request, spec.scope) if spec.scope is not None else None
+                    return work(request, hw, caller, _body(request, raw))
 
                 response = await self.worker.run(job)
             except ExaError as exc:
@@ -209,9 +223,9 @@ class Api:
 
     # -- the routes ----------------------------------------------------------------------------
 
-    def place(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
-        assert row is not None
-        asked = reqs.place_request(body, row.project)
+    def place(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
+        assert caller is not None
+        asked = reqs.place_request(body, caller.projects)
         started = time.perf_counter()
         record = None
         if asked.dry_run:
@@ -220,8 +234,8 @@ class Api:
             if asked.request_id is not None:
                 earlier = hw.store.request_row(asked.request_id)
                 if earlier is not None:
-                    self._own(row, hw.decision(earlier.id).decision.workload.project, f"request id {asked.request_id!r}")
-            hw.cycle.source = f"exa-service:token:{row.id}"  # the decision's audit entry names who asked
+                    self._own(caller, hw.decision(earlier.id).decision.workload.project, f"request id {asked.request_id!r}")
+            hw.cycle.source = caller.source  # the decision's audit entry names who asked
             try:
                 record = hw.place(asked.workload, request_id=asked.request_id, lease=asked.lease, queue=asked.queue)
             finally:
@@ -237,39 +251,39 @@ class Api:
             raise HttpProblem(409, "request-ended", str(exc), title="request id already used") from None
         return self._out(out, code, _text(request))
 
-    def decision(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
+    def decision(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
         record = hw.decision(request.path_params["id"])
-        self._own(row, record.decision.workload.project, f"decision {record.id[:12]}")
+        self._own(caller, record.decision.workload.project, f"decision {record.id[:12]}")
         replay = request.query_params.get("replay") == "true"
         code, out = self.answers.command(columns=_columns(request), command="explain", hw=hw, text=_text(request), id=record.id, replay=replay)
         return self._out(out, code, _text(request))
 
-    def decisions(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
-        assert row is not None
+    def decisions(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
+        assert caller is not None
         q = request.query_params
         limit = _int(q.get("limit"), 20, "limit", most=1000)
         page = hw.decision_page(limit=limit, since=q.get("since"), until=q.get("until"), cursor=q.get("cursor"))
-        mine = [s for s in page.decisions if hw.decision(s.id).decision.workload.project == row.project]
+        mine = [s for s in page.decisions if hw.decision(s.id).decision.workload.project in caller.projects]
         return _json({"decisions": self.answers.summaries(mine), "cursor": page.cursor})
 
-    def release(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
+    def release(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
         reqs.empty_or_object(body)
         record = hw.decision(request.path_params["id"])
-        self._own(row, record.decision.workload.project, f"decision {record.id[:12]}")
+        self._own(caller, record.decision.workload.project, f"decision {record.id[:12]}")
         code, out = self.answers.command(columns=_columns(request), command="release", hw=hw, text=_text(request), id=record.id, kubeconfig=None, context=None)
         return self._out(out, code, _text(request))
 
-    def renew(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
+    def renew(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
         lease = reqs.lease_of(body)
         record = hw.decision(request.path_params["id"])
-        self._own(row, record.decision.workload.project, f"decision {record.id[:12]}")
+        self._own(caller, record.decision.workload.project, f"decision {record.id[:12]}")
         code, out = self.answers.command(columns=_columns(request), command="renew", hw=hw, text=_text(request), id=record.id, lease=lease)
         return self._out(out, code, _text(request))
 
-    def estimates(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
+    def estimates(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
         """Each pool's start estimate for a workload (query fields, or a body as ``place`` takes it),
         decided as a dry run: nothing is recorded."""
-        assert row is not None
+        assert caller is not None
         if body is None:
             fields = {"name": "estimate", **{k: v for k, v in request.query_params.items()}}
             for key in ("count", "nodes"):
@@ -283,7 +297,7 @@ class Api:
             body = {"workload": fields}
         if not isinstance(body, dict):
             raise SpecError("expected a JSON object with a workload", source="request body")
-        asked = reqs.place_request({k: v for k, v in body.items() if k != "dry_run"}, row.project)
+        asked = reqs.place_request({k: v for k, v in body.items() if k != "dry_run"}, caller.projects)
         decision = hw.what_if(asked.workload, where=True)
         _, answer = self.answers.decision(decision, None, text=False, explain=False, columns=160)
         assert isinstance(answer, dict)
@@ -293,28 +307,28 @@ class Api:
         return _json({"outcome": decision.outcome, "pool": answer.get("pool"), "estimated_start": answer.get("estimated_start"),
                       "estimate_source": answer.get("estimate_source"), "pools": pools})  # fmt: skip
 
-    def pools(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
+    def pools(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
         code, out = self.answers.command(columns=_columns(request), command="pools", hw=hw, text=_text(request))
         return self._out(out, code, _text(request))
 
-    def pool(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
+    def pool(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
         code, out = self.answers.command(columns=_columns(request), command="pool", hw=hw, text=_text(request), name=request.path_params["name"])
         return self._out(out, code, _text(request))
 
-    def queue(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
+    def queue(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
         code, out = self.answers.command(columns=_columns(request), command="queue", hw=hw, text=_text(request), all=request.query_params.get("all") == "true")
         return self._out(out, code, _text(request))
 
-    def cancel(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
+    def cancel(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
         reqs.empty_or_object(body)
         ident = request.path_params["id"]
         entry = next((e for e in hw.queue(every=True).entries if e.id == ident or e.id.startswith(ident)), None)
         if entry is not None:
-            self._own(row, entry.project, f"queued workload {entry.id[:12]}")
+            self._own(caller, entry.project, f"queued workload {entry.id[:12]}")
         code, out = self.answers.command(columns=_columns(request), command="cancel", hw=hw, text=_text(request), id=ident)
         return self._out(out, code, _text(request))
 
-    def apply(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
+    def apply(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
         from examlops_policy import specs
 
         if not isinstance(body, dict) or set(body) - {"pools", "dry_run", "prune"} or not isinstance(body.get("pools"), list):
@@ -324,15 +338,15 @@ class Api:
         changes = hw.apply(made, prune=bool(body.get("prune")), dry_run=bool(body.get("dry_run")))
         return _json(self.answers.changes(changes))
 
-    def healthz(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
+    def healthz(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
         return _json({"status": "alive"})
 
-    def readyz(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
+    def readyz(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
         revision = hw.engine.confirm()[0]
         hw.pools()
         return _json({"status": "ready", "policy_revision": revision})
 
-    def metrics_text(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
+    def metrics_text(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
         try:
             depth: int | None = len(hw.store.queue_rows())
         except ExaError:
@@ -340,7 +354,7 @@ class Api:
         text = self.metrics.render(queue_depth=depth, revision=self.revision() or hw.policy_snapshot().revision)
         return Response(text, 200, media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    def openapi(self, request: Request, hw: Hardware, row: TokenRow | None, body: object) -> Response:
+    def openapi(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
         from examlops_policy.service.openapi import document
 
         return _json(document())

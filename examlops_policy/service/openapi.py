@@ -70,7 +70,7 @@ def document() -> dict[str, object]:
                  "description": "exa hardware serve --listen: placements by policy over HTTP (docs/service.md)."},  # fmt: skip
         "paths": paths,
         "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "a token of exa tokens create"}},
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "a token of exa tokens create, or with serve --oidc a JWT of the configured OIDC issuer (docs/service.md)"}},
             "schemas": {
                 "Workload": _workload_schema(),
                 "PlaceRequest": {"type": "object", "additionalProperties": False, "required": ["workload"], "properties": place_props},

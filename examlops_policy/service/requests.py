@@ -62,10 +62,15 @@ class PlaceRequest:
     explain: bool = False
 
 
-def place_request(doc: object, project: str) -> PlaceRequest:
-    """A placement request for ``project`` (the token's). SpecError (422) naming the field for an
-    unknown field, a wrong type or a value the workload specification refuses; HttpProblem 403
-    when the workload names another project."""
+def _projects(projects: tuple[str, ...]) -> str:
+    return f"project {projects[0]!r}" if len(projects) == 1 else f"projects {', '.join(repr(p) for p in projects)}"
+
+
+def place_request(doc: object, projects: tuple[str, ...]) -> PlaceRequest:
+    """A placement request for one of ``projects`` (the token's: the one the workload names, which
+    it must when there are several). SpecError (422) naming the field for an unknown field, a wrong
+    type, a value the workload specification refuses or a project left unnamed among several;
+    HttpProblem 403 when the workload names a project not among them."""
     if not isinstance(doc, dict):
         raise SpecError("expected a JSON object with a workload (and queue, request_id, dry_run, lease, optimize)", source="request body")
     unknown = sorted(k for k in doc if k not in PLACE_FIELDS)
@@ -78,11 +83,14 @@ def place_request(doc: object, project: str) -> PlaceRequest:
             raise SpecError(f"expected {' or '.join(t.__name__ for t in _TYPES[key])} (got {type(value).__name__})", source="request body", field=key)
     workload = dict(cast(dict[str, object], doc["workload"]))
     named = workload.get("project")
-    if named is not None and named != project:
+    if named is None and len(projects) > 1:
+        raise SpecError(f"this token places for {_projects(projects)}: name one of them as the workload's project; nothing was placed",
+                        source="request body", field="workload.project")  # fmt: skip
+    if named is not None and named not in projects:
         from examlops_policy.service.problems import forbidden
 
-        raise forbidden(f"the workload names project {named!r}, and this token places for project {project!r}; nothing was placed")
-    workload["project"] = project
+        raise forbidden(f"the workload names project {named!r}, and this token places for {_projects(projects)}; nothing was placed")
+    workload["project"] = named if named is not None else projects[0]
     if doc.get("optimize") is not None:
         if doc["optimize"] not in OBJECTIVES:
             raise SpecError(f"expected one of {', '.join(OBJECTIVES)} (got {doc['optimize']!r})", source="request body", field="optimize")

@@ -5,6 +5,8 @@
   use, mode 0600). Plain HTTP only on a loopback address or a Unix socket, unless ``--insecure``;
   TLS from ``--tls-cert`` and ``--tls-key`` (both, read at start: a file that will not load is bad
   input, exit 2, before anything serves).
+* ``--oidc FILE``: bearer JWTs of an OIDC issuer too (``service.oidc``): the file and the JWKS file
+  it names are read at start (bad input, exit 2, before anything serves).
 * The process records itself (``<home>/serve/<pid>.json``) before it binds, as serve does.
 * SIGTERM, SIGINT: no new connection is accepted, requests under way finish (at most
   ``GRACE_S``), the loop's step under way finishes, exit 0.
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from examlops_policy._serve import Server
     from examlops_policy.hardware import Hardware
     from examlops_policy.service.app import Answers, Worker
+    from examlops_policy.service.oidc import Verifier
 
 GRACE_S: Final = 20  # what a SIGTERM waits for requests under way
 
@@ -128,7 +131,8 @@ def bind(listen: Listen) -> socket.socket:
     return sock
 
 
-def http(listen: Listen, worker: Worker, answers: Answers, *, cert: str | None, key: str | None, tls: ssl.SSLContext | None) -> Callable[[Server], int]:
+def http(listen: Listen, worker: Worker, answers: Answers, *, cert: str | None, key: str | None, tls: ssl.SSLContext | None,
+         oidc: Verifier | None = None) -> Callable[[Server], int]:  # fmt: skip
     """What ``_serve.Server.run`` calls on the main thread while its loop runs beside it: bind,
     serve the API until SIGTERM or SIGINT, then return 0."""
 
@@ -137,7 +141,12 @@ def http(listen: Listen, worker: Worker, answers: Answers, *, cert: str | None, 
 
         from examlops_policy.service.app import Api
 
-        api = Api(worker, answers, revision=lambda: server.revision)
+        api = Api(worker, answers, revision=lambda: server.revision, oidc=oidc)
+        if oidc is not None:
+            oidc.log = server.log
+            keys = oidc.current()
+            server.log(f"oidc: bearer JWTs of {oidc.config.issuer} for {', '.join(oidc.config.audience)} ({', '.join(oidc.config.algorithms)}), "
+                       f"keys from {oidc.config.jwks_file}: {keys.describe() if keys is not None else 'none'}")  # fmt: skip
         sock = bind(listen)
         try:
             port = sock.getsockname()[1] if listen.path is None else None
@@ -158,8 +167,17 @@ def http(listen: Listen, worker: Worker, answers: Answers, *, cert: str | None, 
     return serve
 
 
+def load_oidc(path: str) -> Verifier:
+    """``--oidc FILE``: the configuration and the JWKS file it names, read (SpecError otherwise)."""
+    try:
+        from examlops_policy.service.oidc import Verifier, load_config
+    except ImportError as exc:  # PyJWT is the oidc extra's
+        raise SpecError(f"bearer JWTs need PyJWT: pip install 'examlops-policy[oidc]' ({exc})", field="--oidc") from None
+    return Verifier(load_config(Path(path)))
+
+
 def start(hw: Hardware, answers: Answers, *, listen: str, tls_cert: str | None, tls_key: str | None, insecure: bool, interval_s: float, out: TextIO,
-          slurm: bool | None = None, kubernetes: dict[str, str | None] | None = None) -> int:  # fmt: skip
+          slurm: bool | None = None, kubernetes: dict[str, str | None] | None = None, oidc: str | None = None) -> int:  # fmt: skip
     """``exa hardware serve --listen``: checked (SpecError before anything starts), then served."""
     from examlops_policy._serve import Server, check_interval
     from examlops_policy.hardware import Hardware
@@ -168,6 +186,7 @@ def start(hw: Hardware, answers: Answers, *, listen: str, tls_cert: str | None, 
     check_interval(interval_s)
     where = parse_listen(listen)
     context = check_transport(where, cert=tls_cert, key=tls_key, insecure=insecure)
+    verifier = load_oidc(oidc) if oidc is not None else None
     home = hw.home
     hw.close()
     server: Server | None = None
@@ -178,7 +197,7 @@ def start(hw: Hardware, answers: Answers, *, listen: str, tls_cert: str | None, 
 
     worker = Worker(hardware, reset=lambda: server.reset() if server is not None else None)
     server = Server(lambda: Hardware(home), interval_s=interval_s, slurm=slurm, kubernetes=kubernetes, out=out,
-                    http=http(where, worker, answers, cert=tls_cert, key=tls_key, tls=context), confine=worker.call)  # fmt: skip
+                    http=http(where, worker, answers, cert=tls_cert, key=tls_key, tls=context, oidc=verifier), confine=worker.call)  # fmt: skip
     try:
         return server.run(home)
     finally:

@@ -39,6 +39,22 @@ class TokenRefused(ExaError):
 
 
 @dataclass(frozen=True)
+class Caller:
+    """Who a request comes from, as its bearer token says: the projects it acts for, its scopes,
+    what the audit entries of its decisions name as their source, and how a message names it."""
+
+    projects: tuple[str, ...]
+    scopes: tuple[str, ...]
+    source: str
+    who: str
+
+    @staticmethod
+    def of(row: TokenRow) -> Caller:
+        """The caller of one of the service's own tokens (audited as ``exa-service:token:<id>``)."""
+        return Caller((row.project,), row.scopes, f"exa-service:token:{row.id}", f"this token (id {row.id})")
+
+
+@dataclass(frozen=True)
 class NewToken:
     """A token just made: the token itself (shown once) and its row."""
 
@@ -119,15 +135,21 @@ def state(row: TokenRow, now: datetime | None = None) -> str:
     return "live"
 
 
-def authenticate(store: Store, header: str | None) -> TokenRow:
-    """The live token of an ``Authorization: Bearer ...`` header; TokenRefused (saying why, but not
-    whether an id exists) otherwise."""
+def bearer(header: str | None) -> str:
+    """The token of an ``Authorization: Bearer ...`` header; TokenRefused without one."""
     if not header:
         raise TokenRefused("no bearer token: send Authorization: Bearer <token> (exa tokens create makes one)")
     scheme, _, token = header.partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
         raise TokenRefused("expected Authorization: Bearer <token>")
+    return token
+
+
+def authenticate(store: Store, header: str | None) -> TokenRow:
+    """The live token of an ``Authorization: Bearer ...`` header; TokenRefused (saying why, but not
+    whether an id exists) otherwise."""
+    token = bearer(header)
     match = _TOKEN_RE.match(token)
     row = store.token_row(match.group(1)) if match else None
     same = hmac.compare_digest(row.digest if row is not None else _NO_DIGEST, digest(token))
