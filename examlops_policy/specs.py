@@ -375,6 +375,21 @@ def _count_from_nodes(values: Mapping[str, object], source: str, field: str) -> 
     return {}
 
 
+def _no_named_nodes(values: Mapping[str, object], source: str, field: str) -> None:
+    """A node named where no ``nodes:`` states it (a pool given alone: add-pool, the service, a
+    trace): SpecError naming it."""
+    nodes = values.get("nodes")
+    for index, node in enumerate(nodes if isinstance(nodes, list) else []):
+        if isinstance(node, str):
+            where = f"{field}.nodes[{index}]" if field else f"nodes[{index}]"
+            raise SpecError(
+                f"node {node!r} is named, and nothing here states it: a pools file states its nodes once under nodes: "
+                f"(docs/inventory.md); a pool on its own lists them, e.g. {{name: {node}, devices: 4}}",
+                source=source,
+                field=where,
+            )
+
+
 def check_registrable(pool: Pool, *, source: str | None = None, field: str = "") -> Pool:
     """A pool as it may be registered (added or applied): not drained. Whether a registered pool
     is drained is set by ``exa hardware drain``/``undrain`` and kept by add-pool and apply."""
@@ -393,6 +408,7 @@ def pool_from_mapping(data: Mapping[str, object], *, source: str = "pool", field
     values = {k: v for k, v in data.items() if v is not None}
     if isinstance(values.get("capabilities"), list):
         values["capabilities"] = tuple(cast(list[str], values["capabilities"]))
+    _no_named_nodes(values, source, field)
     if "count" not in values:
         values.update(_count_from_nodes(values, source, field))
     pool = cast(Pool, _build(Pool, values, source, field))
@@ -401,19 +417,37 @@ def pool_from_mapping(data: Mapping[str, object], *, source: str = "pool", field
 
 
 def pools_from_file(path: Path, tables: Tables | None = None) -> list[Pool]:
-    """Read a pools file (``pools: [...]``); names must be unique."""
-    data = read_yaml(path)
-    validate(data, "pools-file.schema.json", source=str(path))
-    items = cast(JSONObject, data)["pools"]
+    """Read a pools file (``pools: [...]``, and optionally ``nodes: [...]``, the nodes its pools
+    name, each stated once: ``inventory``); names must be unique."""
+    return pools_from_document(read_yaml(path), source=str(path), tables=tables)
+
+
+def pools_from_document(data: object, *, source: str, tables: Tables | None = None) -> list[Pool]:
+    """The pools of a pools file's document (``pools``, optionally ``nodes``), checked against
+    ``pools-file.schema.json``: each pool that names nodes of ``nodes`` holds their facts as nodes
+    it lists (``inventory.pool_over_nodes``), so it is stored as a pool listing its nodes is."""
+    validate(data, "pools-file.schema.json", source=source)
+    doc = cast(JSONObject, data)
+    tables = tables or load_tables()
+    stated: Mapping[str, object] = {}
+    if doc.get("nodes"):
+        from examlops_policy import inventory
+
+        stated = inventory.read_nodes(cast(list[JSONObject], doc["nodes"]), tables, source=source)
     pools: list[Pool] = []
     seen: set[str] = set()
-    for index, item in enumerate(cast(list[JSONObject], items)):
+    for index, item in enumerate(cast(list[JSONObject], doc["pools"])):
         where = f"pools[{index}]"
         name = cast(str, item["name"])
         if name in seen:
-            raise SpecError(f"duplicate pool name {name!r}", source=str(path), field=f"{where}.name")
+            raise SpecError(f"duplicate pool name {name!r}", source=source, field=f"{where}.name")
         seen.add(name)
-        pools.append(pool_from_mapping(item, source=str(path), field=where, tables=tables))
+        values: Mapping[str, object] = item
+        if stated or any(isinstance(n, str) for n in cast(list[object], item.get("nodes") if isinstance(item.get("nodes"), list) else [])):
+            from examlops_policy import inventory
+
+            values = inventory.pool_over_nodes(item, cast("Mapping[str, inventory.StatedNode]", stated), source=source, field=where)
+        pools.append(pool_from_mapping(values, source=source, field=where, tables=tables))
     return pools
 
 

@@ -209,6 +209,14 @@ def test_the_token_rules(svc: Service) -> None:
     admin, _ = svc.token(scope="admin")
     applied = svc.call("POST", "/v1/pools", admin, {"pools": [pool], "dry_run": True})
     assert applied.status == 200 and applied.json[0]["action"] == "added", applied.text
+    # The nodes pools name, as a pools file states them (docs/inventory.md).
+    node = {"name": "mi-0", "model": "MI300X", "devices": 2, "cpu": 16}
+    named = {**pool, "nodes": ["mi-0"]}
+    del named["count"]
+    applied = svc.call("POST", "/v1/pools", admin, {"nodes": [node], "pools": [named], "dry_run": True})
+    assert applied.status == 200 and applied.json[0]["action"] == "added", applied.text
+    unknown = problem(svc.call("POST", "/v1/pools", admin, {"nodes": [node], "pools": [{**named, "nodes": ["mi-9"]}], "dry_run": True}), 422, 2)
+    assert "node 'mi-9'" in str(unknown["detail"]), unknown
 
 
 @pytest.mark.parametrize(

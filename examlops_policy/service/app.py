@@ -331,10 +331,12 @@ class Api:
     def apply(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
         from examlops_policy import specs
 
-        if not isinstance(body, dict) or set(body) - {"pools", "dry_run", "prune"} or not isinstance(body.get("pools"), list):
-            raise SpecError('expected {"pools": [...], "dry_run": false, "prune": false}, the pools as pools.yaml has them', source="request body")
-        specs.validate({"pools": body["pools"]}, "pools-file.schema.json", source="request body")
-        made = [specs.pool_from_mapping(p, source="request body", field=f"pools[{i}]", tables=hw.tables) for i, p in enumerate(body["pools"])]
+        if not isinstance(body, dict) or set(body) - {"nodes", "pools", "dry_run", "prune"} or not isinstance(body.get("pools"), list):
+            raise SpecError(
+                'expected {"nodes": [...], "pools": [...], "dry_run": false, "prune": false}, the nodes and pools as a pools file has them',
+                source="request body",
+            )
+        made = specs.pools_from_document({k: v for k, v in body.items() if k in ("nodes", "pools")}, source="request body", tables=hw.tables)
         changes = hw.apply(made, prune=bool(body.get("prune")), dry_run=bool(body.get("dry_run")))
         return _json(self.answers.changes(changes))
 

@@ -1,0 +1,257 @@
+"""The nodes of a pools file, each stated once, and the pools that name them.
+
+A pools file may state its nodes at the top level (``nodes:``): each node once, with what the
+machine has: its devices (``devices`` of one ``model``, whose accelerator the models table says,
+and whether they are cut, ``supports_fractions``: MIG or AMD compute partitions), its ``cpu``,
+``memory``, ``state`` and topology labels (``block``, ``switch``). A pool names nodes
+(``nodes: [gpu-0, gpu-1]``) and adds what a pool decides: target, region, price, capabilities,
+partition and GRES type, the sharing it offers. Naming a node writes its facts into the pool as a
+node listed inline: the devices of the pool's accelerator on it (a ``cpu`` pool's devices are the
+node's whole cores), its CPU, memory, state and labels; the pool's ``model`` and
+``supports_fractions`` where the pool leaves them out. So a pool is stored as one that lists its
+nodes, and everything downstream (the shape, the store, the disagreement check of ``apply``) is
+what it was.
+
+A node a pool lists inline under a name the file's ``nodes:`` states is that node: a fact the
+pool leaves out is taken from ``nodes:``, and a fact it says otherwise is refused (naming the
+node, both places and the field), as ``apply`` refuses two pools that disagree about a node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import cast
+
+from examlops_policy.errors import SpecError
+from examlops_policy.model import Node
+from examlops_policy.quantities import cpu_text, memory_text
+from examlops_policy.tables import Tables
+
+NODE_FACTS = ("cpu", "memory", "state", "block", "switch")
+
+
+@dataclass(frozen=True)
+class StatedNode:
+    """One node of a file's ``nodes:``: where it is stated (``index``), its devices (``model`` in
+    lower case, their ``accelerator``, how many; all None for a node without devices),
+    ``supports_fractions`` (None: not said) and the facts every pool naming it takes (``node``:
+    its name, CPU, memory, state and labels, as ``model.Node`` checks and holds them)."""
+
+    index: int
+    node: Node
+    model: str | None
+    accelerator: str | None
+    devices: int | None
+    supports_fractions: bool | None
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    def fact(self, key: str) -> object:
+        return getattr(self.node, key)
+
+
+def read_nodes(items: Sequence[Mapping[str, object]], tables: Tables, *, source: str) -> dict[str, StatedNode]:
+    """The nodes of a file's ``nodes:`` (already valid under the schema) by name; SpecError naming
+    ``nodes[i]`` and the field for a duplicate name, a bad value or a model the tables do not know."""
+    stated: dict[str, StatedNode] = {}
+    for index, item in enumerate(items):
+        where = f"nodes[{index}]"
+        devices = item.get("devices")
+        facts = {k: item[k] for k in NODE_FACTS if item.get(k) is not None}
+        try:
+            node = Node(name=cast(str, item.get("name")), devices=cast(int, devices) if devices is not None else 1, **facts)  # type: ignore[arg-type]
+        except SpecError as exc:
+            raise SpecError(exc.detail, source=source, field=f"{where}.{exc.field}" if exc.field else where) from exc
+        if node.name in stated:
+            first = stated[node.name].index
+            raise SpecError(f"node {node.name!r} is stated twice (nodes[{first}] and here): a node is stated once", source=source, field=f"{where}.name")
+        model, accelerator = None, None
+        if item.get("model") is not None:
+            model = str(item["model"]).lower()
+            entry = tables.models.get(model)
+            if not isinstance(entry, dict):
+                raise SpecError(
+                    f"unknown model {item['model']!r} (known: {', '.join(sorted(tables.models))}; add it to policies/examlops/tables/models.yaml)",
+                    source=source,
+                    field=f"{where}.model",
+                )
+            accelerator = str(cast(Mapping[str, object], entry).get("accelerator"))
+        cut = item.get("supports_fractions")
+        stated[node.name] = StatedNode(
+            index, node, model, accelerator, None if devices is None else node.devices, None if cut is None else bool(cut)
+        )
+    return stated
+
+
+def _text(key: str, value: object) -> str:
+    if value is None:
+        return "none named"
+    if key == "cpu":
+        return cpu_text(round(cast(float, value) * 1000))
+    if key == "memory":
+        return memory_text(cast(int, value))
+    return str(value)
+
+
+_WORDS = {"cpu": "CPU", "memory": "memory", "state": "state", "block": "block", "switch": "switch", "devices": "devices", "model": "device model"}
+
+
+def pool_over_nodes(item: Mapping[str, object], stated: Mapping[str, StatedNode], *, source: str, field: str) -> dict[str, object]:
+    """One pool entry of the file (``item``, at ``field``) with each node it names written out as
+    a listed node, and each node it lists inline under a stated name checked against ``nodes:``
+    and completed from it; its ``model`` and ``supports_fractions`` from the nodes where it leaves
+    them out. SpecError (naming the file, the pool, the field and the node) for a node ``nodes:``
+    does not state, a node without the pool's devices, or a fact said otherwise than ``nodes:``."""
+    listed = item.get("nodes")
+    if not isinstance(listed, list) or not stated and not any(isinstance(n, str) for n in listed):
+        return dict(item)
+    pool = str(item.get("name"))
+    accelerator = str(item.get("accelerator"))
+    fixed = item.get("fixed_profile") is not None
+    out: list[object] = []
+    own: list[StatedNode] = []  # the stated nodes whose devices are the pool's devices
+    for j, entry in enumerate(listed):
+        where = f"{field}.nodes[{j}]"
+        if isinstance(entry, str):
+            node = stated.get(entry)
+            if node is None:
+                known = sorted(stated)
+                said = f"stated there: {', '.join(known[:8])}{', ...' if len(known) > 8 else ''}" if known else "the file has no nodes: section"
+                raise SpecError(f"pool {pool!r} names node {entry!r}, which the file's nodes: does not state ({said})", source=source, field=where)
+            out.append(_named(pool, accelerator, fixed, node, source=source, field=where))
+            if accelerator == node.accelerator:
+                own.append(node)
+            continue
+        if not isinstance(entry, Mapping) or entry.get("name") not in stated:
+            out.append(entry)
+            continue
+        node = stated[cast(str, entry["name"])]
+        out.append(_inline(pool, accelerator, fixed, entry, node, source=source, field=where))
+        if accelerator == node.accelerator and not fixed:
+            own.append(node)
+    values = {**item, "nodes": out}
+    values.update(_pool_facts(values, own, source=source, field=field))
+    return values
+
+
+def _named(pool: str, accelerator: str, fixed: bool, node: StatedNode, *, source: str, field: str) -> dict[str, object]:
+    """A named node as the pool lists it: its devices of the pool's accelerator and its facts."""
+    facts = {k: node.fact(k) for k in NODE_FACTS if node.fact(k) is not None}
+    if node.node.state == "up":
+        facts.pop("state")
+    if accelerator == "cpu":
+        cpu = node.node.cpu
+        if cpu is None or cpu < 1 or cpu != int(cpu):
+            has = "does not state its cpu" if cpu is None else f"has {_text('cpu', cpu)} CPU, not a whole number of cores"
+            raise SpecError(
+                f"pool {pool!r} (a cpu pool: its devices are a node's cores) names node {node.name!r}, which {has} "
+                f"(nodes[{node.index}])",
+                source=source,
+                field=field,
+            )
+        return {"name": node.name, "devices": int(cpu), **facts}
+    if node.accelerator != accelerator:
+        has = "no devices" if node.accelerator is None else f"{node.devices} {node.accelerator} {node.model} device(s), no {accelerator} device"
+        raise SpecError(
+            f"pool {pool!r} ({accelerator}) names node {node.name!r}, which has {has} "
+            f"(nodes[{node.index}]): a pool offers the devices of its accelerator on the nodes it names",
+            source=source,
+            field=field,
+        )
+    if fixed:
+        raise SpecError(
+            f"pool {pool!r} is a pool of fixed slices: it counts each node's slices, which nodes: does not state; "
+            f"list node {node.name!r} inline with its slices ({{name: {node.name}, devices: N}}): its CPU, memory, "
+            "state and labels are still taken from nodes:",
+            source=source,
+            field=field,
+        )
+    return {"name": node.name, "devices": node.devices, **facts}
+
+
+def _inline(
+    pool: str, accelerator: str, fixed: bool, entry: Mapping[str, object], node: StatedNode, *, source: str, field: str
+) -> dict[str, object]:
+    """A node listed inline under a stated name: what it leaves out taken from ``nodes:``, what it
+    says checked against it (its devices where they are the node's devices: not a cpu pool's
+    cores, nor a fixed-slice pool's slices)."""
+    try:
+        inline = Node(**entry)  # type: ignore[arg-type]
+    except (SpecError, TypeError):
+        return dict(entry)  # the pool's own check names what is wrong with it
+    if accelerator != "cpu" and node.accelerator != accelerator:
+        has = "no devices" if node.accelerator is None else f"{node.devices} {node.accelerator} {node.model} device(s), no {accelerator} device"
+        raise _disagree(pool, node, "devices", f"{inline.devices} {accelerator}", has, source=source, field=f"{field}.devices")
+    said: list[tuple[str, object, object]] = [(k, getattr(inline, k) if k in entry else None, node.fact(k)) for k in NODE_FACTS]
+    if accelerator == node.accelerator and not fixed:
+        said.insert(0, ("devices", inline.devices, node.devices))
+    values = dict(entry)
+    for key, theirs, ours in said:
+        if theirs is None:
+            if ours is not None and not (key == "state" and ours == "up"):
+                values[key] = ours
+        elif ours is not None and theirs != ours:
+            raise _disagree(pool, node, key, _text(key, theirs), _text(key, ours), source=source, field=f"{field}.{key}")
+    return values
+
+
+def _disagree(pool: str, node: StatedNode, key: str, theirs: str, ours: str, *, source: str, field: str) -> SpecError:
+    return SpecError(
+        f"pool {pool!r} says node {node.name!r} has {_WORDS[key]} {theirs}, the file's nodes: says {ours} (nodes[{node.index}]): "
+        "a node is stated once; leave the fact out of the pool or make them agree",
+        source=source,
+        field=field,
+    )
+
+
+def _pool_facts(item: Mapping[str, object], own: Sequence[StatedNode], *, source: str, field: str) -> dict[str, object]:
+    """The pool's ``model`` and ``supports_fractions`` from the stated nodes of its devices
+    (``own``), where it leaves them out; SpecError where it says them otherwise."""
+    if not own:
+        return {}
+    pool = str(item.get("name"))
+    out: dict[str, object] = {}
+    models = {n.model for n in own}
+    if len(models) > 1:
+        a, b = sorted(own, key=lambda n: (n.model or "", n.index))[0], sorted(own, key=lambda n: (n.model or "", n.index))[-1]
+        raise SpecError(
+            f"pool {pool!r} names nodes of two device models: {a.name!r} ({a.model}) and {b.name!r} ({b.model}); "
+            "a pool is one model of device: make a pool for each",
+            source=source,
+            field=f"{field}.nodes",
+        )
+    model = next(iter(models))
+    if item.get("model") is None:
+        out["model"] = model
+    elif str(item["model"]).lower() != model:
+        node = own[0]
+        raise SpecError(
+            f"pool {pool!r} says its devices are {item['model']}, the file's nodes: says node {node.name!r} has {model} "
+            f"(nodes[{node.index}]): leave model out of the pool (the nodes say it) or make them agree",
+            source=source,
+            field=f"{field}.model",
+        )
+    cut = [n for n in own if n.supports_fractions]
+    whole = [n for n in own if n.supports_fractions is False]
+    if item.get("supports_fractions") is True and whole:
+        raise SpecError(
+            f"pool {pool!r} grants slices (supports_fractions), and node {whole[0].name!r} says its devices are not cut "
+            f"(nodes[{whole[0].index}]: supports_fractions: false)",
+            source=source,
+            field=f"{field}.supports_fractions",
+        )
+    shared = item.get("sharing") is not None
+    if item.get("supports_fractions") is None and cut and not shared:
+        if len(cut) != len(own):
+            other = next(n for n in own if not n.supports_fractions)
+            raise SpecError(
+                f"pool {pool!r} names node {cut[0].name!r}, whose devices are cut (supports_fractions), and node {other.name!r}, "
+                "whose devices are not: say supports_fractions on the pool (false: it grants whole devices on both)",
+                source=source,
+                field=f"{field}.nodes",
+            )
+        out["supports_fractions"] = True
+    return out
