@@ -12,7 +12,9 @@ against a small reference oracle written here from the reviewed tables
 * capabilities: the pool (plus its model's table entry) advertises every requested tag;
 * capacity: the grant fits what the pool can place (empty devices, or a placeable slice); a
   fraction gets the smallest slice that covers it, or, when that one has no room, the smallest
-  larger one with room that the budget allows (flagged larger, priced as granted);
+  larger one with room that the budget allows (flagged larger, priced as granted); a pool that
+  lists no nodes is one node of all its devices, and one with fewer in all than the workload asks
+  of one node can never take it (pool_too_small, never: it may not wait for it);
 * HPC first: cloud only by burst (target cloud, or allow_burst when no HPC pool can take it);
   fallback tiers (requested accelerator before a stand-in the reviewed fallback table allows;
   never a CPU unless the workload allows it);
@@ -264,6 +266,8 @@ def expect(pool: Pool, capacity: Capacity | None, w: Workload, use: Use | None =
     if pool.region in REGIONS and over_budget(pool, w, devices):
         codes.add("budget_exceeded")
     codes |= quota_codes(pool, w, devices, use or {})
+    if not pool.node_tracked and profile is None and units > pool.count:
+        codes.add("pool_too_small")  # one node of all its devices, fewer than asked: never
     if not spacious:
         codes.add("capacity_exhausted" if profile is None else "slice_unavailable")
     tier = 2 * (pool.target == "cloud") + (pool.accelerator != w.accelerator)

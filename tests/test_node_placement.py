@@ -200,6 +200,35 @@ def test_drained_and_down_nodes_have_no_capacity_and_come_back(hardware: Hardwar
     assert p.pool in ("ai", "named")
 
 
+def test_what_no_node_could_ever_hold_is_refused_with_queue_and_a_drained_node_is_waited_for(hardware: Hardware) -> None:
+    """A gang that fits only with a drained (or down) node is not never: the node may come back, so
+    it waits. More than any node has, or more nodes than the pool has, is never: ``queue=True``
+    rejects it at once and nothing waits for it."""
+    nodes = tuple(Node(f"gpu-{i}", 4, cpu=32, memory="256Gi") for i in range(2))
+    hardware.add_pool(Pool("named", "hpc", "nvidia", 8, "eu", cost_per_hour=1.0, nodes=nodes))
+    hardware.set_node_states({"gpu-1": "drained"})
+    for name, asks in {
+        "eight": {"count": 8},
+        "three-nodes": {"nodes": 3},
+        "cores": {"cpu": 33},
+        "memory": {"memory": "257Gi"},
+    }.items():
+        record = hardware.place(Workload(name, "nvidia", **asks), queue=True)  # type: ignore[arg-type]
+        assert isinstance(record.decision, Rejection) and record.decision.code == "no_eligible_pool", name
+        assert reasons(record.decision, "named")[0][:2] == ("no_node_fits", "never"), name
+        assert record.queue is None
+    assert hardware.store.queue_rows(("queued",)) == []
+    gang = hardware.place(Workload("gang", "nvidia", count=4, nodes=2), queue=True)
+    assert gang.decision.outcome == "queued" and gang.queue is not None and dict(gang.queue.waits_for) == {"capacity_exhausted": 1}
+    assert [row.id for row in hardware.store.queue_rows(("queued",))] == [gang.id]
+    # The drained node comes back: what waited for it is admitted.
+    hardware.set_node_states({"gpu-1": "up"})
+    (admitted,) = hardware.admit().admitted
+    assert admitted.queued_id == gang.id and hardware.store.queue_rows(("queued",)) == []
+    placement = hardware.decision(admitted.decision_id).decision
+    assert isinstance(placement, Placement) and sorted(a.node for a in placement.allocations) == ["gpu-0", "gpu-1"]
+
+
 def test_a_node_no_pool_lists_is_refused_and_nothing_changes(hardware: Hardware) -> None:
     """A mistyped node name used to change nothing and say nothing (issue 30, case 5)."""
     nodes = tuple(Node(f"gpu-{i}", 4, cpu=32) for i in range(2))

@@ -85,6 +85,24 @@ def test_a_workload_that_can_never_run_is_rejected_at_once_even_with_queue(hw: H
     assert hw.store.queue_rows(("queued",)) == [] and entries(hw.store, "queued") == []
 
 
+def test_more_devices_than_a_pool_that_lists_no_nodes_has_is_never_and_does_not_wait(hw: Hardware) -> None:
+    """SMALL lists no nodes: it is one node of its 2 devices, so 3 on one node can never run there
+    (pool_too_small, never); ``queue=True`` rejects it at once and nothing waits. 2 while it is
+    full still waits."""
+    never = hw.place(amd("big", 3), queue=True)
+    d = never.decision
+    assert isinstance(d, Rejection) and not isinstance(d, Queued) and d.outcome == "rejected" and d.code == "no_eligible_pool"
+    assert never.queue is None
+    (v,) = d.verdicts
+    assert [(r.code, r.kind) for r in v.reasons] == [("pool_too_small", "never"), ("capacity_exhausted", "not_now")]
+    assert v.reasons[0].details == {"units": 3, "profile": None, "devices_needed": 3}
+    assert hw.store.queue_rows(("queued",)) == [] and entries(hw.store, "queued") == []
+    hw.place(amd("a", 2))
+    waiting = hw.place(amd("b", 2), queue=True)
+    assert isinstance(waiting.decision, Queued) and waiting.queue is not None and dict(waiting.queue.waits_for) == {"capacity_exhausted": 1}
+    assert hw.verify_audit().ok
+
+
 def test_with_room_a_queued_placement_is_placed_at_once(hw: Hardware) -> None:
     record = hw.place(amd("a"), queue=True)
     assert isinstance(record.decision, Placement) and record.queue is None

@@ -158,3 +158,84 @@ def test_a_preemption_is_said_on_both_sides_and_a_preemption_not_done_says_why(e
     assert f"not preempting: {why}" in run_exa(exa_home, "hardware", "explain", entry["id"], check=True).stdout
     report = json.loads(run_exa(exa_home, "hardware", "admit", "--json", check=True).stdout)
     assert report["not_preempted"] == [{"id": entry["id"], "workload": "eval", "why": why}]
+
+
+def _never(home: Path, name: str, *asks: str) -> dict[str, object]:
+    """``place NAME --queue ASKS`` refused at once: exit 3 (rejected), the rejection's JSON."""
+    done = run_exa(home, "hardware", "place", name, *asks, "--queue", "--json")
+    assert done.returncode == exits.REJECTED, (name, done.stdout, done.stderr)
+    out: dict[str, object] = json.loads(done.stdout)
+    assert out["outcome"] == "rejected" and out["code"] == "no_eligible_pool" and out["queued"] is False, (name, out["reason"])
+    return out
+
+
+def _codes(decision: dict[str, object], pool: str) -> list[tuple[str, str]]:
+    verdict = next(v for v in decision["verdicts"] if v["pool"] == pool)  # type: ignore[attr-defined]
+    return [(r["code"], r["kind"]) for r in verdict["reasons"]]
+
+
+def test_place_queue_refuses_what_a_pool_that_lists_no_nodes_could_never_hold(exa_home: Path) -> None:
+    """A pool that lists no nodes is one node of all its devices: more devices than it has in all
+    is never (pool_too_small), so ``place --queue`` refuses it (exit 3) and nothing waits; a request
+    it could hold once its grants end still waits."""
+    run_exa(exa_home, "hardware", "add-pool", "small", "--target", "hpc", "--accelerator", "amd", "--count", "2", "--region", "eu",
+            check=True)  # fmt: skip
+    run_exa(exa_home, "hardware", "add-pool", "cores", "--target", "hpc", "--accelerator", "cpu", "--count", "64", "--region", "eu",
+            check=True)  # fmt: skip
+    text = run_exa(exa_home, "hardware", "place", "big", "--accelerator", "amd", "--count", "3", "--queue")
+    assert text.returncode == exits.REJECTED
+    assert text.stdout.splitlines()[0] == (
+        "✗ Rejected: no pool is eligible for big (2 checked: capacity_exhausted on 1 pool, fallback_not_allowed on 1 pool, pool_too_small on 1 pool)"
+    )
+    big = _never(exa_home, "big", "--accelerator", "amd", "--count", "3")
+    assert _codes(big, "small") == [("pool_too_small", "never"), ("capacity_exhausted", "not_now")]
+    small_reason = next(v for v in big["verdicts"] if v["pool"] == "small")["reasons"][0]  # type: ignore[attr-defined]
+    assert small_reason["message"] == (
+        "needs 3 whole amd device(s) on one node, more than the pool has in all: it lists no nodes, so all its devices are one node"
+    )
+    # A CPU pool that lists no nodes is one node of its CPUs; the amd pool stands in for cpu, and is
+    # too small as well.
+    cores = _never(exa_home, "cores", "--accelerator", "cpu", "--count", "65")
+    assert _codes(cores, "cores") == _codes(cores, "small") == [("pool_too_small", "never"), ("capacity_exhausted", "not_now")]
+    assert json.loads(run_exa(exa_home, "hardware", "queue", "--json", check=True).stdout)["entries"] == []
+    # What fits the pool once its grants end waits, as before.
+    run_exa(exa_home, "hardware", "place", "a", "--accelerator", "amd", "--count", "2", check=True)
+    waits = run_exa(exa_home, "hardware", "place", "b", "--accelerator", "amd", "--count", "2", "--queue")
+    assert waits.returncode == exits.OK and waits.stdout.startswith("⏳ Queued: b · position 1 of 1 · waits for: capacity_exhausted on 1 pool\n")
+    assert [e["workload"] for e in json.loads(run_exa(exa_home, "hardware", "queue", "--json", check=True).stdout)["entries"]] == ["b"]
+    assert run_exa(exa_home, "audit", "verify").returncode == exits.OK
+
+
+NODES = """\
+pools:
+  - name: gpu
+    target: hpc
+    accelerator: nvidia
+    model: H100
+    region: eu
+    nodes:
+      - {name: n1, devices: 4, cpu: 64, memory: 512Gi}
+      - {name: n2, devices: 4, cpu: 64, memory: 512Gi, state: drained}
+"""
+
+
+def test_place_queue_refuses_what_no_node_could_ever_hold_and_waits_for_a_drained_node(exa_home: Path, tmp_path: Path) -> None:
+    """A pool of nodes: more devices, CPU or memory on one node than any node has, or more nodes
+    than the pool has, is never (no_node_fits) and ``place --queue`` refuses it; a gang that fits
+    only with the drained node is not never (the node may come back): it waits."""
+    pools = tmp_path / "pools.yaml"
+    pools.write_text(NODES)
+    run_exa(exa_home, "hardware", "apply", "-f", str(pools), check=True)
+    for name, asks in {
+        "eight": ("--count", "8"),
+        "three-nodes": ("--count", "1", "--nodes", "3"),
+        "gang-of-five": ("--count", "5", "--nodes", "2"),
+        "cores": ("--cpu", "65"),
+        "memory": ("--memory", "600Gi"),
+    }.items():
+        out = _never(exa_home, name, "--accelerator", "nvidia", *asks)
+        assert _codes(out, "gpu") == [("no_node_fits", "never"), ("capacity_exhausted", "not_now")], name
+    assert json.loads(run_exa(exa_home, "hardware", "queue", "--json", check=True).stdout)["entries"] == []
+    waits = run_exa(exa_home, "hardware", "place", "pair", "--accelerator", "nvidia", "--count", "4", "--nodes", "2", "--queue")
+    assert waits.returncode == exits.OK, (waits.stdout, waits.stderr)
+    assert waits.stdout.startswith("⏳ Queued: pair · position 1 of 1 · waits for: capacity_exhausted on 1 pool\n")

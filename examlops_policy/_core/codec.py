@@ -48,7 +48,7 @@ from examlops_policy.model import (
     Workload,
     pool_spec,
 )
-from examlops_policy._core.verdicts import SHAPE_FIELDS, About, Alternative, Answer, Confirmation, Limits, ShapeVerdict, Signature, WorkloadVerdict
+from examlops_policy._core.verdicts import SHAPE_FIELDS, About, Alternative, Answer, Confirmation, Limits, ShapeVerdict, Signature, TooSmall, WorkloadVerdict
 from examlops_policy._core.quota import QuotaLimits
 from examlops_policy._core.waiting import Starts, WaitLimits
 
@@ -635,6 +635,17 @@ class _Decoder:
             topology=self.opt_text(raw.get("topology"), f"{path}.topology"),
         )
 
+    def too_small(self, value: object, path: str) -> TooSmall | None:
+        """What a pool counted as one node must have in all for a grant (None: absent or null, as
+        from a policy before it)."""
+        if value is None:
+            return None
+        raw = self.obj(value, path)
+        devices = self.integer(self.field(raw, "devices", path), f"{path}.devices")
+        if devices < 1:
+            raise self.fail(f"{path}.devices", "a whole number from 1", devices)
+        return TooSmall(devices, self.reason(self.field(raw, "reason", path), f"{path}.reason"))
+
     def alternatives(self, value: object, path: str) -> tuple[Alternative, ...]:
         out = []
         for i, item in enumerate(self.arr(value, path)):
@@ -777,6 +788,7 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
                 d.limits(d.field(cell, "limits", path), f"{path}.limits"),
                 d.quota(cell["quota"], f"{path}.quota") if "quota" in cell else None,
                 d.alternatives(d.field(cell, "alternatives", path), f"{path}.alternatives"),
+                d.too_small(cell.get("too_small"), f"{path}.too_small"),
             )
         )
     notes = [d.text(n, "verdicts.notes[]") for n in d.arr(d.field(top, "notes", "verdicts"), "verdicts.notes")]
@@ -802,7 +814,7 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
             found = made.get(same)
             if found is None:
                 tier, n, n_full, n_budget, denied, g, blocks = same
-                grant, shortfall, limits, quota, alternatives = grants[g]
+                grant, shortfall, limits, quota, alternatives, too_small = grants[g]
                 found = made[same] = ShapeVerdict(
                     tier=tier,
                     note=None if n is None else notes[n],
@@ -815,6 +827,7 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
                     note_budget=None if n_budget is None else notes[n_budget],
                     quota=quota,
                     alternatives=alternatives,
+                    too_small=too_small,
                 )
             shapes[key] = found
             continue
@@ -824,7 +837,7 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
         if not 0 <= tier <= 3:
             raise d.fail(f"{path}.tier", "a tier from 0 to 3", tier)
         denials = d.arr(d.field(row, "denials", path), f"{path}.denials")
-        grant, shortfall, limits, quota, alternatives = grants[index(d.field(row, "grant", path), len(grants), f"{path}.grant")]
+        grant, shortfall, limits, quota, alternatives, too_small = grants[index(d.field(row, "grant", path), len(grants), f"{path}.grant")]
         shapes[key] = ShapeVerdict(
             tier=tier,
             note=note(d.field(row, "note", path), f"{path}.note"),
@@ -837,6 +850,7 @@ def decode_verdicts(raw: object, keys: Sequence[str], where: str) -> Answer:
             note_budget=note(d.field(row, "note_budget", path), f"{path}.note_budget"),
             quota=quota,
             alternatives=alternatives,
+            too_small=too_small,
         )
     return Answer(cast("str | None", revision), workload, shapes, missing)
 
@@ -917,7 +931,13 @@ def shape_verdict_json(v: ShapeVerdict) -> JSONObject:
         **({"quota": quota_json(v.quota)} if v.quota is not None else {}),
         # Stored only where there are any: a verdict set without them keeps its bytes (and key).
         **({"alternatives": [alternative_json(a) for a in v.alternatives]} if v.alternatives else {}),
+        **({"too_small": too_small_json(v.too_small)} if v.too_small is not None else {}),
     }
+
+
+def too_small_json(t: TooSmall) -> JSONObject:
+    """What a pool counted as one node must have in all for a grant, as the policy answers it."""
+    return {"devices": t.devices, "reason": reason_json(t.reason)}
 
 
 def alternative_json(a: Alternative) -> JSONObject:
@@ -978,6 +998,7 @@ def shape_verdict_from_json(raw: object, where: str) -> ShapeVerdict:
         note_budget=d.opt_text(top.get("note_budget"), "verdict.note_budget"),
         quota=d.quota(top["quota"], "verdict.quota") if "quota" in top else None,
         alternatives=d.alternatives(top.get("alternatives", []), "verdict.alternatives"),
+        too_small=d.too_small(top.get("too_small"), "verdict.too_small"),
     )
 
 

@@ -342,7 +342,7 @@ def reference_input(
                 "cost_per_hour": entry.price,
                 "carbon_per_hour": entry.carbon,
                 **({"model": entry.pool.model} if entry.pool.model is not None else {}),
-                "capacity": capacity_input(capacity),
+                "capacity": capacity_input(capacity, None if entry.pool.node_tracked else entry.pool.count),
                 **({"estimate": starts.policy_input(entry.pool.name)} if starts is not None and starts.of(entry.pool.name) else {}),
             }
         )
@@ -355,10 +355,13 @@ def reference_input(
     return out
 
 
-def capacity_input(capacity: Capacity) -> JSONObject:
+def capacity_input(capacity: Capacity, devices: int | None = None) -> JSONObject:
     """A pool's capacity as the policy's capacity check reads it (rows of a node-tracked pool as
-    objects)."""
+    objects); ``devices``: all the devices (or fixed slices) of a pool counted as one node, whatever
+    is held (what it could ever hold on that node; None for a pool of nodes)."""
     out: JSONObject = {"whole": capacity.whole, "slices": dict(capacity.slices)}
+    if devices is not None:
+        out["devices"] = devices
     if capacity.nodes is not None:
         out["nodes"] = [
             {

@@ -227,9 +227,10 @@ class Judged:
         self.checks = checks
         self.objective = objective
         self.carbon_weight = carbon_weight
-        # Per pool: its shape's denials, what the budget says of its price and carbon, and what its
-        # quota refuses whatever the projects hold (the quota's reasons that depend on what they
-        # hold are compared per decision, as capacity is).
+        # Per pool: its shape's denials, what the budget says of its price and carbon, whether it
+        # is counted as one node too small ever to hold the grant, and what its quota refuses
+        # whatever the projects hold (the quota's reasons that depend on what they hold are
+        # compared per decision, as capacity is).
         self.denials: list[tuple[Reason, ...]] = []
         ranked: list[tuple[object, ...]] = []
         blocked: list[tuple[float, str, int]] = []
@@ -240,8 +241,9 @@ class Judged:
         for i, entry in enumerate(fleet.entries if judged else ()):
             v = shapes[entry.key]
             over = v.limits.over(entry.price, entry.carbon)
+            small = v.too_small.of(entry.pool) if v.too_small is not None else ()
             always = v.quota.always if v.quota is not None else ()
-            denials = (*v.denials, *over, *always)
+            denials = (*v.denials, *over, *small, *always)
             self.denials.append(denials)
             if v.alternatives:
                 grants = v.candidates(entry.price, entry.carbon)
@@ -253,7 +255,7 @@ class Judged:
                     requested_ok.add(v.tier)
             elif v.blocks_burst and not over and not always:
                 blocked.append((entry.price, entry.pool.name, i))
-            if v.tier % 2 == 0 and over and not v.denials and not always:
+            if v.tier % 2 == 0 and over and not v.denials and not small and not always:
                 requested_over.add(v.tier)
         # Tiers where a pool of the requested accelerator passes every check (it can only be full),
         # and where one passes every check but the budget.

@@ -95,6 +95,22 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class TooSmall:
+    """What a pool counted as one node (it lists no nodes and shares nothing) must have in all for
+    a grant: ``devices`` (devices, or fixed slices, on its one node), and the reason a pool with
+    fewer gets (the policy's capacity check, ``capacity.too_small``: it could never hold the grant,
+    whatever is released)."""
+
+    devices: int
+    reason: Reason
+
+    def of(self, pool: Pool) -> tuple[Reason, ...]:
+        """The reason ``pool`` gets: none unless it is counted as one node of fewer devices (a
+        pool of nodes is the nodes check's to judge)."""
+        return (self.reason,) if not pool.node_tracked and pool.count < self.devices else ()
+
+
+@dataclass(frozen=True)
 class Alternative:
     """A larger share that also covers the request, with the budget's limits and the quota's figures
     for it: what a pool gives when the smallest covering share has no room now (the policy's
@@ -114,7 +130,8 @@ class ShapeVerdict:
     device-hour for this grant, ``quota`` the quota's figures for it (None: a verdict given before
     the quota was a pool-stage check). ``alternatives``: the larger shares that also cover the
     request, smallest first (a pool gives the first of its grants with room, capacity and quota,
-    that the budget allows)."""
+    that the budget allows); ``too_small``: what a pool counted as one node must have in all for the
+    grant (None: one device does, which every pool has)."""
 
     tier: int
     note: str | None
@@ -127,6 +144,7 @@ class ShapeVerdict:
     note_budget: str | None = None
     quota: QuotaLimits | None = None
     alternatives: tuple[Alternative, ...] = ()
+    too_small: TooSmall | None = None
 
     def candidates(self, price: float, carbon: float) -> tuple[Alternative, ...]:
         """The grants a pool of this shape at this price and carbon per device-hour may give, in

@@ -57,6 +57,7 @@ shape_verdicts := {k: v |
 		"limits": g.limits,
 		"quota": g.quota,
 		"alternatives": g.alternatives,
+		"too_small": g.too_small,
 		"blocks_burst": row.blocks_burst,
 	}
 }
@@ -146,7 +147,9 @@ start_of(p) := input.now if {
 # then the larger ones the budget allows, when the smallest is within it) with room now in
 # capacity and quota; with none, the first with room in capacity (and its quota's reasons); with
 # none, the smallest (its quota's reasons and its shortfall). The quota's reasons whatever the use
-# (quota_unknown, quota_too_small) deny the pool as its shape does.
+# (quota_unknown, quota_too_small) deny the pool as its shape does, and so does a capacity that
+# could never hold the grant (small: a pool counted as one node with fewer devices in all than the
+# grant asks of one node, checks/capacity).
 priced_verdict(p, v, carbon) := pv if {
 	price := {"cost_per_hour": p.cost_per_hour, "carbon_per_hour": carbon}
 	o := offer(v, price, object.get(p, "capacity", {}), object.get(input, "quota_use", {}))
@@ -154,11 +157,11 @@ priced_verdict(p, v, carbon) := pv if {
 	pv := {
 		"pool": p.name,
 		"tier": v.tier,
-		"denials": array.flatten([v.denials, over, o.quota_over, [v.shortfall | not o.fits]]),
+		"denials": array.flatten([v.denials, over, o.small, o.quota_over, [v.shortfall | not o.fits]]),
 		"late": [],
 		"estimate": estimate_of(p),
 		"start": start_of(p),
-		"shape_denied": ((count(v.denials) + count(over)) + count(v.quota.always)) > 0,
+		"shape_denied": (((count(v.denials) + count(over)) + count(o.small)) + count(v.quota.always)) > 0,
 		"fits": o.fits,
 		# Room for one of its grants now: its capacity, and its project's quota.
 		"room": o.room,
@@ -175,11 +178,20 @@ priced_verdict(p, v, carbon) := pv if {
 		"note_budget": v.note_budget,
 		"requested": v.tier in {0, 2},
 		# Passes every check but the budget (the quota's reasons whatever the use among them).
-		"over_budget_only": count([1 | count(v.denials) == 0; count(v.quota.always) == 0; count(over) > 0]) > 0,
+		"over_budget_only": over_budget_only(v, o.small, over),
 		# Stopped by data governance alone: not also over its budget, nor refused by its quota.
 		"blocks_burst": count([1 | v.blocks_burst; count(over) == 0; count(v.quota.always) == 0]) > 0,
 	}
 }
+
+# Whether a pool passes every check but the budget: its shape's, its capacity's for ever (small)
+# and its quota's whatever the use.
+over_budget_only(v, small, over) if {
+	count(v.denials) == 0
+	count(small) == 0
+	count(v.quota.always) == 0
+	count(over) > 0
+} else := false
 
 # The grants a pool of verdict v may give at this price, in order: the smallest share that covers
 # the request, then (when the budget allows that one) each larger share the budget allows and its
@@ -193,7 +205,8 @@ candidates(v, price) := array.concat([{"grant": v.grant, "limits": v.limits, "qu
 
 # What a pool of verdict v offers at this price, with this capacity, while the projects hold use:
 # whether one of its grants has room in capacity (fits) and in capacity and quota (room), the grant
-# it gives (granted) and that grant's quota reasons.
+# it gives (granted) and that grant's quota reasons, and whether its capacity could never hold the
+# grant (small: the capacity check's pool_too_small, for a pool counted as one node).
 offer(v, price, cap, use) := o if {
 	spacious := [c | some c in candidates(v, price); capacity.room(c.grant, cap)]
 	roomy := [c | some c in spacious; count(quota_reasons(c, use)) == 0]
@@ -203,6 +216,7 @@ offer(v, price, cap, use) := o if {
 		"room": count(roomy) > 0,
 		"given": given,
 		"quota_over": quota_reasons(given, use),
+		"small": capacity.too_small(object.get(v, "too_small", null), cap),
 	}
 }
 

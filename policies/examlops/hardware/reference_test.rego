@@ -245,6 +245,75 @@ test_e8_capacity_shortfall_is_no_capacity if {
 	codes(d.verdicts["cloud-a100"]) == ["burst_not_allowed"]
 }
 
+# A pool counted as one node (capacity.devices: all its devices) with fewer devices in all than the
+# grant asks of one node could never hold it: never, so the workload is not eligible anywhere and
+# may not wait (no_eligible_pool); a pool that only lacks free devices now is not_now.
+counted(p, devices) := object.union(p, {"capacity": object.union(p.capacity, {"devices": devices})})
+
+test_a_pool_too_small_for_ever_is_never if {
+	d := decide(train({"accelerator": "amd", "engine": "vllm", "count": 5}), [counted(hpc_mi300, 4)])
+	d.outcome == "rejected"
+	codes(d.verdicts["hpc-mi300"]) == ["pool_too_small", "capacity_exhausted"]
+	d.verdicts["hpc-mi300"].reasons[0].kind == "never"
+	d.verdicts["hpc-mi300"].reasons[0].message == concat("", [
+		"needs 5 whole amd device(s) on one node, more than the pool has in all: ",
+		"it lists no nodes, so all its devices are one node",
+	])
+	d.reason == {
+		"code": "no_eligible_pool",
+		"message": "no pool is eligible for train (1 checked: capacity_exhausted on 1 pool, pool_too_small on 1 pool)",
+	}
+}
+
+test_a_pool_big_enough_but_busy_is_not_now if {
+	d := decide(train({"accelerator": "amd", "engine": "vllm", "count": 4}), [counted(full(hpc_mi300), 4)])
+	codes(d.verdicts["hpc-mi300"]) == ["capacity_exhausted"]
+	d.reason.code == "no_capacity"
+}
+
+# One pool too small for ever, another only full: the workload waits for the full one.
+test_a_full_pool_beside_one_too_small_is_waited_for if {
+	small := counted(pool("small", "hpc-mi300", 1, 2), 2)
+	big := counted(full(pool("big", "hpc-mi300", 2, 8)), 8)
+	d := decide(train({"accelerator": "amd", "engine": "vllm", "count": 3}), [small, big])
+	codes(d.verdicts.small) == ["pool_too_small", "capacity_exhausted"]
+	codes(d.verdicts.big) == ["capacity_exhausted"]
+	d.reason.code == "no_capacity"
+}
+
+# Too small is a denial like any other: the pool is not a requested pool that is only full (a
+# stand-in is no fallback for capacity), and a cloud pool too small blocks no burst.
+test_a_pool_too_small_is_not_merely_full if {
+	d := decide(
+		train({"accelerator": "amd", "engine": "vllm", "count": 3, "target": "hpc"}),
+		[counted(pool("hpc-mi300", "hpc-mi300", 1.8, 2), 2), counted(pool("hpc-nvidia", "hpc-nvidia", 2.5, 8), 8)],
+	)
+	d.pool == "hpc-nvidia"
+	d.verdicts["hpc-nvidia"].fallback == true
+	d.note == "requested amd unavailable — fell back to nvidia"
+}
+
+# A requested pool too small for ever and over the budget is not stopped by the budget alone: a
+# workload that does not fall back for budget still falls back to a stand-in that could take it.
+test_a_pool_too_small_and_over_budget_does_not_forbid_a_fallback if {
+	w := train({"accelerator": "amd", "engine": "vllm", "count": 3, "max_cost_per_hour": 5, "allow_budget_fallback": false})
+	d := decide(w, [counted(pool("hpc-mi300", "hpc-mi300", 1.8, 2), 2), counted(pool("hpc-nvidia", "hpc-nvidia", 1, 8), 8)])
+	codes(d.verdicts["hpc-mi300"]) == ["budget_exceeded", "pool_too_small", "capacity_exhausted"]
+	d.pool == "hpc-nvidia"
+}
+
+test_a_cloud_pool_too_small_blocks_no_burst if {
+	d := decide(train({"target": "cloud", "residency": "eu-only", "count": 3}), [counted(pool("cloud-cheap", "cloud-virginia", 1, 2), 2)])
+	d.burst.verdict == "unavailable"
+	codes(d.verdicts["cloud-cheap"]) == ["residency_forbids", "pool_too_small", "capacity_exhausted"]
+}
+
+# A pool of nodes says no devices in all: the nodes check judges it by its nodes.
+test_a_capacity_without_devices_is_never_too_small if {
+	d := decide(train({"accelerator": "amd", "engine": "vllm", "count": 5}), [hpc_mi300])
+	codes(d.verdicts["hpc-mi300"]) == ["capacity_exhausted"]
+}
+
 # --- cheapest grant, ties ----------------------------------------------------------------------------
 
 # A 0.25 request: a 2g slice of an H100 at 2.0/h (2/7 x 2.0 = 0.571) beats a whole T4 at 1.50/h.

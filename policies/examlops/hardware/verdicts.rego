@@ -193,8 +193,10 @@ note_index := {n: i | some i, n in note_list}
 # Per distinct grant, in the order of its values: [values, {grant, the shortfall reason, the
 # budget's limits per device-hour, the quota's figures for the grant (what the caller compares with
 # what the projects hold), the larger shares that also cover the request (each with its limits and
-# quota figures), smallest first}]. A shape's grant is its grant view's index. The quota reads the
-# pool's accelerator class, one of the fields the grant reads.
+# quota figures), smallest first, and what a pool counted as one node must have in all for the
+# grant with the reason it gets with fewer (too_small: the caller compares each such pool's count
+# with it; null where one device does)}]. A shape's grant is its grant view's index. The quota
+# reads the pool's accelerator class, one of the fields the grant reads.
 grant_rows := [[v, row] |
 	composer.valid
 	some v in views_used.grant.values
@@ -207,6 +209,7 @@ grant_rows := [[v, row] |
 		"limits": budget.limits(w, g),
 		"quota": quota.limits(w, p, g),
 		"alternatives": [{"grant": a, "limits": budget.limits(w, a), "quota": quota.limits(w, p, a)} | some a in larger],
+		"too_small": capacity.smallness(p, g),
 	}
 ]
 

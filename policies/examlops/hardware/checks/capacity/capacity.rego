@@ -12,6 +12,12 @@
 #   of them; within one block or switch when its topology is required) each hold what it asks of
 #   one node: its devices (whole devices, a slice, or its shares on one device already shared or on
 #   a free one), its CPU and its memory. A pool that is one node counted as before cannot hold a gang.
+#
+#   A pool counted as one node (it lists no nodes and shares nothing) holds at most all its devices
+#   (or fixed slices) on that node, whatever is released: its capacity says how many it has in all
+#   (capacity.devices, the pool's count), and a grant that asks more of one node than that can
+#   never fit there (pool_too_small, never: place --queue refuses it rather than letting it wait
+#   for ever). A pool of nodes is the nodes check's to judge (every node, whatever its state).
 # custom:
 #   order: 90
 #   stage: pool
@@ -26,6 +32,11 @@
 #     share_unavailable:
 #       kind: not_now
 #       meaning: "no device of the pool has the shares asked free (on a node with the CPU and memory asked)"
+#     pool_too_small:
+#       kind: never
+#       meaning: >-
+#         the pool lists no nodes (it is one node of all its devices) and has fewer devices (or fixed
+#         slices) in all than the workload asks of one node: no release can make room
 package examlops.hardware.checks.capacity
 
 import data.examlops.hardware.asks
@@ -34,8 +45,39 @@ import data.examlops.hardware.reason
 # The annotations above, for the placement package.
 about := [e.annotations | some e in rego.metadata.chain(); e.annotations.scope == "package"][0]
 
-# input: {shape, workload, grant, capacity: {"whole": empty devices, "slices": {profile: n}}}
+# input: {shape, workload, grant, capacity: {"whole": empty devices, "slices": {profile: n}, "devices": all
+# of a pool counted as one node}}
 deny contains shortfall(input.shape, input.grant) if not fits(input.grant, input.capacity)
+
+deny contains r if {
+	some r in too_small(smallness(input.shape, input.grant), input.capacity)
+}
+
+# What a pool counted as one node must have in all for the grant ("devices": what one node must
+# hold of it), and the reason it gets with fewer; null where one device does (every pool has one).
+smallness(shape, grant) := {
+	"devices": asks.devices(grant),
+	"reason": reason.make(
+		"pool_too_small",
+		"never",
+		sprintf(
+			"needs %s on one node, more than the pool has in all: it lists no nodes, so all its devices are one node",
+			[asks.devices_text(grant, shape)],
+		),
+		{"units": grant.units, "profile": grant.profile, "devices_needed": asks.devices(grant)},
+	),
+} if {
+	asks.devices(grant) > 1
+} else := null
+
+# The reason a pool of this capacity gets when it is counted as one node (capacity.devices: all its
+# devices or fixed slices) with fewer than the grant asks of one node (s: smallness); else none.
+too_small(s, capacity) := [s.reason] if {
+	s != null
+	devices := object.get(capacity, "devices", null)
+	is_number(devices)
+	devices < s.devices
+} else := []
 
 # true when the grant fits, else false (never undefined: a pool short of room keeps its verdict).
 room(grant, capacity) if fits(grant, capacity)

@@ -103,9 +103,10 @@ test_no_denial_when_it_fits if {
 	deny(h100, slice_grant("4g.40gb", 1), {"whole": 0, "slices": {"4g.40gb": 1}}) == set()
 }
 
-test_every_code_is_not_now if {
-	every _, c in capacity.about.custom.codes {
-		c.kind == "not_now"
+# Room that is only taken now is not_now; a pool that could never hold the grant is never.
+test_every_code_is_not_now_but_too_small if {
+	every code, c in capacity.about.custom.codes {
+		c.kind == {true: "never", false: "not_now"}[code == "pool_too_small"]
 	}
 }
 
@@ -115,7 +116,7 @@ test_about if {
 	a.custom.order == 90
 	a.custom.stage == "pool"
 	a.custom.reads == {"shape": ["accelerator", "model", "fixed_profile"], "workload": []}
-	object.keys(a.custom.codes) == {"capacity_exhausted", "slice_unavailable", "share_unavailable"}
+	object.keys(a.custom.codes) == {"capacity_exhausted", "slice_unavailable", "share_unavailable", "pool_too_small"}
 }
 
 # --- node by node ------------------------------------------------------------------------------------
@@ -220,4 +221,73 @@ test_shortfall_of_a_grant_asking_cpu_of_a_node_stays_node_by_node if {
 	r == capacity.shortfall(mi300x, g)
 	not r.details.larger
 	contains(r.message, "on one node")
+}
+
+# --- a pool counted as one node that could never hold the grant --------------------------------------
+
+amd := {"accelerator": "amd", "model": null, "fixed_profile": null}
+
+# capacity.devices: all the devices of a pool counted as one node, whatever is held.
+too_small_cases := {
+	"3 whole of a pool of 2": {"shape": amd, "grant": whole_grant(3), "capacity": {"whole": 2, "devices": 2}, "never": true},
+	"3 whole of a pool of 3, 1 free": {"shape": amd, "grant": whole_grant(3), "capacity": {"whole": 1, "devices": 3}, "never": false},
+	"3 whole of a pool of 8, none free": {"shape": amd, "grant": whole_grant(3), "capacity": {"whole": 0, "devices": 8}, "never": false},
+	"one whole of a pool of 1": {"shape": amd, "grant": whole_grant(1), "capacity": {"whole": 0, "devices": 1}, "never": false},
+	"8 fixed slices of a pool of 7": {
+		"shape": fixed_h100, "grant": slice_grant("1g.10gb", 8),
+		"capacity": {"slices": {"1g.10gb": 7}, "devices": 7}, "never": true,
+	},
+	"a MIG slice of a pool of 1": {
+		"shape": h100, "grant": node_grant(1, {"profile": "3g.40gb", "geometry": "mig-7c8m"}),
+		"capacity": {"whole": 0, "slices": {}, "devices": 1}, "never": false,
+	},
+	# A pool of nodes says no devices in all: its nodes are the nodes check's to judge.
+	"a pool of nodes": {"shape": amd, "grant": node_grant(9, {}), "capacity": {"whole": 0, "nodes": [room(4, {})]}, "never": false},
+	"a capacity from before": {"shape": amd, "grant": whole_grant(9), "capacity": {"whole": 2}, "never": false},
+}
+
+test_a_pool_counted_as_one_node_too_small_is_never[name] if {
+	some name, tc in too_small_cases
+	small := {r | some r in deny(tc.shape, tc.grant, tc.capacity); r.code == "pool_too_small"}
+	count(small) == 1 == tc.never
+	every r in small {
+		r.kind == "never"
+	}
+
+	# A pool too small has no room either, and says so as ever.
+	no_room_if_never(tc)
+}
+
+no_room_if_never(tc) if tc.never == false
+
+no_room_if_never(tc) if {
+	tc.never == true
+	not capacity.fits(tc.grant, tc.capacity)
+	count({r | some r in deny(tc.shape, tc.grant, tc.capacity); r.kind == "not_now"}) == 1
+}
+
+test_too_small_in_words if {
+	s := capacity.smallness(amd, whole_grant(3))
+	s.devices == 3
+	s.reason == {
+		"code": "pool_too_small",
+		"kind": "never",
+		"message": "needs 3 whole amd device(s) on one node, more than the pool has in all: it lists no nodes, so all its devices are one node",
+		"details": {"units": 3, "profile": null, "devices_needed": 3},
+	}
+	fixed := capacity.smallness(fixed_h100, slice_grant("1g.10gb", 8))
+	fixed.devices == 8
+	fixed.reason.message == "needs 8 1g.10gb slice(s) on one node, more than the pool has in all: it lists no nodes, so all its devices are one node"
+}
+
+# One device does: every pool has one, so no grant of one device (a slice or a share of one) is
+# ever too small for a pool.
+test_no_smallness_where_one_device_does[name] if {
+	some name, grant in {
+		"one whole": whole_grant(1),
+		"a slice": node_grant(1, {"profile": "3g.40gb", "geometry": "mig-7c8m"}),
+		"a share": node_grant(1, {"shares": 3}),
+	}
+	capacity.smallness(h100, grant) == null
+	capacity.too_small(capacity.smallness(h100, grant), {"devices": 1}) == []
 }
