@@ -275,7 +275,7 @@ def place(
         if isinstance(decision, Placement):
             chooser = None
             built: dict[str, tuple[Rooms, PoolRow | None]] = {}
-            if decision.tied:
+            if any(snap.states[snap.index[name]].pool.node_tracked for name in decision.tied):
                 from examlops_policy._core import joint
 
                 def room_of(name: str) -> Rooms | None:

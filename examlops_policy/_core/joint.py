@@ -8,6 +8,10 @@ well the others' nodes fit. Instead the packer scores the best node of each tied
 pool holding the best of them takes the work (``rooms.best_tied``): the packer chooses across the
 pools as it chooses across one pool's nodes.
 
+Where the winner's start estimate came from its scheduler (Slurm's or Kubernetes' pools), only the
+tied pools whose start was asked too compete: nothing waits on a scheduler under the write lock.
+(A pool with room and no scheduler starts now, asked or not.)
+
 The policy's reference decision says which pools tie (its ``tied``); the record keeps the pool
 chosen, which must be one of them. Rebuilding a record prefers the pool it recorded (``select``'s
 ``prefer``); replaying it checks the pool is among the policy's tied pools.
@@ -23,6 +27,9 @@ from examlops_policy._node_packers import DEFAULT_PACKER, packer_named
 from examlops_policy.model import Capacity, Decision, Placement
 from examlops_policy.tables import Tables
 from examlops_policy._core.waiting import Starts
+
+NO_SCHEDULER = "now"
+"""The source of a pool's start estimate where it has room and no scheduler (``estimates.start_now``)."""
 
 if TYPE_CHECKING:
     from examlops_policy import _nodes
@@ -43,7 +50,11 @@ def choose(
     that tied with no pool is returned as it is, with (None, None)."""
     if not isinstance(decision, Placement) or not decision.tied:
         return decision, None, None
-    grants = prepared.tied_grants(decision, capacities)
+    # Nothing waits on a scheduler here (this runs under the write lock): where the winner's start
+    # came from its scheduler, a tied pool whose start was not asked is not chosen over it.
+    said = None if starts is None else starts.of(decision.pool)
+    by_scheduler = said is not None and said.source != NO_SCHEDULER
+    grants = [(n, g) for n, g in prepared.tied_grants(decision, capacities) if not by_scheduler or n == decision.pool or starts.of(n) is not None]  # type: ignore[union-attr]
     candidates = []
     for name, grant in grants:
         room = room_of(name)

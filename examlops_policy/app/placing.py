@@ -218,17 +218,23 @@ def _on_nodes(
     the tied pool the packer's best node is on (``joint.choose``, as a commit chooses)."""
     if not isinstance(decision, Placement):
         return decision
-    from examlops_policy._core import joint, rooms
+    fleet = prepared.judged.fleet
 
     def tracked(name: str) -> Rooms | None:
-        return room_of(name) if prepared.judged.fleet.entries[prepared.judged.fleet.index[name]].pool.node_tracked else None
+        return room_of(name) if fleet.entries[fleet.index[name]].pool.node_tracked else None
 
-    decision, room, chooser = joint.choose(prepared, decision, capacities, tables, starts, tracked)
-    assert isinstance(decision, Placement)
+    room = chooser = None
+    if any(fleet.entries[fleet.index[name]].pool.node_tracked for name in decision.tied):
+        from examlops_policy._core import joint
+
+        decision, room, chooser = joint.choose(prepared, decision, capacities, tables, starts, tracked)
+        assert isinstance(decision, Placement)
     if room is None:
         room = tracked(decision.pool)
     if room is None:
         return decision
+    from examlops_policy._core import rooms
+
     return with_nodes(decision, rooms.choose(room, decision.grant, decision.workload, chooser=chooser))
 
 
