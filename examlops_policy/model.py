@@ -903,6 +903,8 @@ class Provenance:
 # cluster, the reviewed provisioning table, or the layer's own account of free capacity (now).
 Source = Literal["slurm", "kubernetes", "table", "now"]
 SOURCES: Final[tuple[Source, ...]] = ("slurm", "kubernetes", "table", "now")
+NO_SCHEDULER: Final[Source] = "now"
+"""The source of a start where the pool has room now and no scheduler of its own to ask."""
 
 
 def iso(moment: datetime) -> str:

@@ -24,12 +24,9 @@ from typing import TYPE_CHECKING
 
 from examlops_policy._core import rooms as _rooms
 from examlops_policy._node_packers import DEFAULT_PACKER, packer_named
-from examlops_policy.model import Capacity, Decision, Placement
+from examlops_policy.model import NO_SCHEDULER, Capacity, Decision, Placement
 from examlops_policy.tables import Tables
 from examlops_policy._core.waiting import Starts
-
-NO_SCHEDULER = "now"
-"""The source of a pool's start estimate where it has room and no scheduler (``estimates.start_now``)."""
 
 if TYPE_CHECKING:
     from examlops_policy import _nodes
@@ -52,9 +49,10 @@ def choose(
         return decision, None, None
     # Nothing waits on a scheduler here (this runs under the write lock): where the winner's start
     # came from its scheduler, a tied pool whose start was not asked is not chosen over it.
+    grants = prepared.tied_grants(decision, capacities)
     said = None if starts is None else starts.of(decision.pool)
-    by_scheduler = said is not None and said.source != NO_SCHEDULER
-    grants = [(n, g) for n, g in prepared.tied_grants(decision, capacities) if not by_scheduler or n == decision.pool or starts.of(n) is not None]  # type: ignore[union-attr]
+    if starts is not None and said is not None and said.source != NO_SCHEDULER:
+        grants = [(n, g) for n, g in grants if n == decision.pool or starts.of(n) is not None]
     candidates = []
     for name, grant in grants:
         room = room_of(name)

@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 
 # The estimate itself is a value of the decision (``model.StartEstimate``): decisions carry their
 # candidates' estimates.
-from examlops_policy.model import SOURCES, JSONValue, Source, StartEstimate, iso
+from examlops_policy.model import NO_SCHEDULER, SOURCES, JSONValue, Source, StartEstimate, iso
 
 # Worded for people where decisions are (the command line renders views).
 from examlops_policy.views import duration_text, start_text
@@ -53,7 +53,7 @@ def unknown(pool: str, source: Source, reason: str, observed_at: datetime, facts
 
 def start_now(pool: str, now: datetime, why: str = "free capacity now: starts now") -> StartEstimate:
     """The pool has room for the grant now and no scheduler of its own to ask."""
-    return StartEstimate(pool, now, "now", now, f"now: {why}")
+    return StartEstimate(pool, now, NO_SCHEDULER, now, f"{NO_SCHEDULER}: {why}")
 
 
 __all__ = ["SOURCES", "Source", "StartEstimate", "duration_text", "iso", "start_now", "start_text", "unknown", "utc_now"]
