@@ -47,6 +47,7 @@ from examlops_policy._core.state import Capacities, Sharing, Snapshot, merge, sh
 from examlops_policy._core.waiting import Starts
 
 if TYPE_CHECKING:  # the node packer (numpy) loads only where a pool has nodes
+    from examlops_policy import _nodes
     from examlops_policy._core.rooms import Rooms
 
 T = TypeVar("T")
@@ -275,24 +276,38 @@ def place(
         if isinstance(decision, Placement):
             chooser = None
             built: dict[str, tuple[Rooms, PoolRow | None]] = {}
+            sharing = capacities.sharing(fleet, snap.pools)
+
+            def built_room(name: str) -> tuple[Rooms, PoolRow | None] | None:
+                pool = snap.states[snap.index[name]].pool
+                if not pool.node_tracked:
+                    return None
+                if name not in built:
+                    built[name] = _room(txn, capacities, pool, sharing)
+                return built[name]
+
+            def room_of(name: str) -> Rooms | None:
+                found = built_room(name)
+                return None if found is None else found[0]
+
+            def packer_for(name: str, room: Rooms) -> _nodes.Packer:
+                from examlops_policy._core import joint
+
+                sharers = [snap.states[snap.index[other]].pool for other in sharing.group(name)[1:]]
+                return joint.packer_on(snap.states[snap.index[name]].pool, room, sharers, room_of)
+
             if any(snap.states[snap.index[name]].pool.node_tracked for name in decision.tied):
                 from examlops_policy._core import joint
 
-                def room_of(name: str) -> Rooms | None:
-                    pool = snap.states[snap.index[name]].pool
-                    if not pool.node_tracked:
-                        return None
-                    built[name] = _room(txn, capacities, pool, capacities.sharing(fleet, snap.pools))
-                    return built[name][0]
-
-                decision, _, chooser = joint.choose(prepared, decision, made_on(), tables, starts, room_of)
+                decision, _, chooser = joint.choose(prepared, decision, made_on(), tables, starts, room_of, packer_for)
                 assert isinstance(decision, Placement)
             state = snap.states[snap.index[decision.pool]]
-            if state.pool.node_tracked:
+            on_nodes = built_room(decision.pool)
+            if on_nodes is not None:
                 from examlops_policy._core import rooms
 
-                room, current = built.get(decision.pool) or _room(txn, capacities, state.pool, capacities.sharing(fleet, snap.pools))
-                allocations = rooms.choose(room, decision.grant, decision.workload, chooser=chooser)
+                room, current = on_nodes
+                allocations = rooms.choose(room, decision.grant, decision.workload, chooser=chooser or packer_for(decision.pool, room))
                 if allocations is None:
                     raise StateError(
                         f"pool {decision.pool!r}: its capacity summary says the grant fits but no node has room; "

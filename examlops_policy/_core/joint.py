@@ -6,7 +6,12 @@ GPU model at the accelerator's default price, or overlapping partitions priced a
 first by name would hand the packer that pool's nodes alone and fill it before the others, however
 well the others' nodes fit. Instead the packer scores the best node of each tied pool, and the
 pool holding the best of them takes the work (``rooms.best_tied``): the packer chooses across the
-pools as it chooses across one pool's nodes.
+pools as it chooses across one pool's nodes. Equal best scores go to the node earlier in the
+fleet's order where one is given (a replay: the trace's node order), else to the first pool by name.
+
+A CPU pool over device nodes (a CPU partition over GPU nodes) chooses its nodes by their whole
+state (``packer_on``): its own rooms count cores as devices and would place CPU-only work blind to
+the devices its CPU feeds.
 
 Where the winner's start estimate came from its scheduler (Slurm's or Kubernetes' pools), only the
 tied pools whose start was asked too compete: nothing waits on a scheduler under the write lock.
@@ -19,12 +24,12 @@ chosen, which must be one of them. Rebuilding a record prefers the pool it recor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from examlops_policy._core import rooms as _rooms
 from examlops_policy._node_packers import DEFAULT_PACKER, packer_named
-from examlops_policy.model import NO_SCHEDULER, Capacity, Decision, Placement
+from examlops_policy.model import NO_SCHEDULER, Capacity, Decision, Placement, Pool
 from examlops_policy.tables import Tables
 from examlops_policy._core.waiting import Starts
 
@@ -40,11 +45,15 @@ def choose(
     tables: Tables,
     starts: Starts | None,
     room_of: Callable[[str], _rooms.Rooms | None],
+    packer_for: Callable[[str, _rooms.Rooms], _nodes.Packer] | None = None,
+    order: Mapping[str, int] | None = None,
 ) -> tuple[Decision, _rooms.Rooms | None, _nodes.Packer | None]:
     """``decision`` (made on ``capacities`` with ``starts``) on the tied pool whose best node the
     packer scores highest, with that pool's rooms and the packer that scored them (to place with);
-    ``room_of``: a pool's nodes and what is held on them (None: a pool without nodes). A decision
-    that tied with no pool is returned as it is, with (None, None)."""
+    ``room_of``: a pool's nodes and what is held on them (None: a pool without nodes);
+    ``packer_for``: the packer a pool chooses its nodes with (``packer_on``; None: the default
+    packer); ``order``: the fleet's node order, which breaks equal scores (``rooms.best_tied``). A
+    decision that tied with no pool is returned as it is, with (None, None)."""
     if not isinstance(decision, Placement) or not decision.tied:
         return decision, None, None
     # Nothing waits on a scheduler here (this runs under the write lock): where the winner's start
@@ -56,9 +65,23 @@ def choose(
     candidates = []
     for name, grant in grants:
         room = room_of(name)
-        candidates.append((room, grant, packer_named(DEFAULT_PACKER) if room is not None else None))
-    at = _rooms.best_tied(candidates)
+        chooser = None if room is None else packer_named(DEFAULT_PACKER) if packer_for is None else packer_for(name, room)
+        candidates.append((room, grant, chooser))
+    at = _rooms.best_tied(candidates, order)
     name = grants[at][0]
     if name != decision.pool:
         decision = prepared.on_tied(decision, capacities, tables, starts, name)
     return decision, candidates[at][0], candidates[at][2]
+
+
+def packer_on(pool: Pool, room: _rooms.Rooms, sharers: Sequence[Pool], room_of: Callable[[str], _rooms.Rooms | None]) -> _nodes.Packer:
+    """The packer ``pool`` chooses among its nodes (``room``) with: the default packer, scoring a
+    CPU pool's nodes by their whole state where device pools list them (``sharers``: the pools
+    sharing its nodes; ``room_of``: a pool's nodes and what is held on them, read only for a CPU
+    pool's device sharers; ``rooms.OnNodes``), so that CPU-only work goes where its CPU feeds no
+    free device, as one packer over every node places it."""
+    chooser = packer_named(DEFAULT_PACKER)
+    if pool.accelerator != "cpu":
+        return chooser
+    devices = [r for r in (room_of(p.name) for p in sharers if p.accelerator != "cpu") if r is not None]
+    return _rooms.OnNodes(chooser, _rooms.whole_nodes(room, devices)) if devices else chooser

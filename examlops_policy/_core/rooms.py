@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -482,31 +482,102 @@ def choose(
     return tuple(out)
 
 
-def node_score(rooms: Rooms, grant: Grant, chooser: _nodes.Packer) -> float | None:
+def node_score(rooms: Rooms, grant: Grant, chooser: _nodes.Packer) -> tuple[float, str] | None:
     """What ``chooser`` scores the node ``choose`` would take first for ``grant`` (higher is
-    better), to compare it with other pools' best nodes; None where the grant is not placed by
-    the packer alone (a gang, a slice laid out by ``packing``) or no node has room."""
+    better), and that node's name, to compare it with other pools' best nodes; None where the
+    grant is not placed by the packer alone (a gang, a slice laid out by ``packing``) or no node
+    has room."""
     if grant.nodes > 1 or (grant.profile is not None and rooms.layout.kind in packing.PARTITIONED):
         return None
     request = _request(grant)
     feasible = rooms.capacity.feasible(request)
     if feasible.size == 0:
         return None
-    return float(np.max(chooser.scores(rooms.capacity, request, feasible)))
+    scores = chooser.scores(rooms.capacity, request, feasible)
+    best = int(np.argmax(scores))
+    return float(scores[best]), rooms.capacity.nodes[int(feasible[best])].name
 
 
-def best_tied(candidates: Sequence[tuple[Rooms | None, Grant, _nodes.Packer | None]]) -> int:
+def best_tied(candidates: Sequence[tuple[Rooms | None, Grant, _nodes.Packer | None]], order: Mapping[str, int] | None = None) -> int:
     """Which of pools that tie under the objective (in name order: their nodes, what each gives
     and its packer; no nodes: None) takes the work: the one whose best node the packer scores
-    highest, the first on equal scores, as nodes of one pool tie to the first in its order. A pool
-    whose grant is not scored (``node_score``: no nodes, a gang, a slice) is taken only when
-    none is scored: then the first."""
-    best, top = 0, -math.inf
+    highest. On equal scores the node earlier in ``order`` (the fleet's node order, by name: as
+    one packer over every node breaks ties, a node not in it after those in it), else the first
+    candidate, as nodes of one pool tie to the first in its order. A pool whose grant is not
+    scored (``node_score``: no nodes, a gang, a slice) is taken only when none is scored: then
+    the first."""
+    best, top = 0, (-math.inf, -math.inf)
+    last = len(order) if order is not None else 0
     for at, (room, grant, chooser) in enumerate(candidates):
-        score = None if room is None or chooser is None else node_score(room, grant, chooser)
-        if score is not None and score > top:
-            best, top = at, score
+        scored = None if room is None or chooser is None else node_score(room, grant, chooser)
+        if scored is None:
+            continue
+        key = (scored[0], -(order.get(scored[1], last) if order is not None else 0))
+        if key > top:
+            best, top = at, key
     return best
+
+
+class OnNodes:
+    """A packer choosing a pool's nodes by the nodes' whole state (``nodes``: a capacity of them
+    holding every grant, whichever pool made it; ``whole_nodes``). A pool whose devices are the
+    nodes' cores (a CPU pool over device nodes) sees no device in its own rooms, so its packer
+    would score CPU-only work blind to the devices that CPU feeds. Scored here as the node sees the
+    request (its CPU and memory, no device), as one packer over every node scores it; the devices
+    (the pool's cores) are chosen on the pool's own rooms."""
+
+    def __init__(self, packer: _nodes.Packer, nodes: _nodes.NodeCapacity) -> None:
+        self.packer = packer
+        self.name = packer.name
+        self.nodes = nodes
+        self._asked: dict[tuple[int, int], _nodes.NodeRequest] = {}
+
+    def scores(self, capacity: _nodes.NodeCapacity, request: _nodes.NodeRequest, feasible: _nodes.IntArray) -> _nodes.IntArray | _nodes.FloatArray:
+        at = self.nodes.index
+        on_nodes = np.fromiter((at[capacity.nodes[i].name] for i in feasible.tolist()), dtype=np.int64, count=feasible.size)
+        key = (request.cpu_milli, request.memory_mib)
+        asked = self._asked.get(key)
+        if asked is None:
+            if len(self._asked) >= _KEPT:
+                self._asked.clear()
+            asked = self._asked[key] = _nodes.NodeRequest(cpu_milli=request.cpu_milli, memory_mib=request.memory_mib)
+        return self.packer.scores(self.nodes, asked, on_nodes)
+
+    def devices(self, capacity: _nodes.NodeCapacity, node: int, request: _nodes.NodeRequest) -> tuple[int, ...]:
+        return self.packer.devices(capacity, node, request)
+
+
+def whole_nodes(rooms: Rooms, beside: Sequence[Rooms]) -> _nodes.NodeCapacity:
+    """``rooms``' nodes whole: each node's devices as the first of ``beside`` listing it holds
+    them (the rooms of the device pools sharing its nodes: devices held whole or in another mode
+    taken, shares as thousandths of the device), its CPU and memory as ``rooms`` holds them (every
+    pool's grants on the node are held there). A node no pool of ``beside`` lists has no device.
+    What ``OnNodes`` scores a CPU pool's nodes on where the nodes are listed by device pools."""
+    own = rooms.capacity
+    listed: list[tuple[_nodes.NodeCapacity, int] | None] = []
+    nodes = []
+    for n in own.nodes:
+        found = next(((b.capacity, b.capacity.index[n.name]) for b in beside if n.name in b.capacity.index), None)
+        listed.append(found)
+        device = found[0].nodes[found[1]] if found is not None else None
+        nodes.append(_nodes.Node(n.name, device.devices if device else 0, device.model if device else None, n.cpu_milli, n.memory_mib, n.state, n.labels))
+    out = _nodes.NodeCapacity(nodes)
+    for i, found in enumerate(listed):
+        cpu = 0 if not own.cpu_tracked[i] else int(own.cpu_total[i] - own.cpu_free[i])
+        memory = 0 if own.memory_total[i] == _nodes.UNTRACKED else int(own.memory_total[i] - own.memory_free[i])
+        whole: list[int] = []
+        shares: dict[int, int] = {}
+        if found is not None:
+            capacity, j = found
+            shared = capacity.shared_free(j)
+            for d in range(int(capacity.devices[j])):
+                if d in shared:
+                    shares[d] = (capacity.unit - shared[d]) * _nodes.MILLI // capacity.unit
+                elif not capacity.is_free(j, d):
+                    whole.append(d)
+        if whole or shares or cpu or memory:
+            out.hold(i, whole=whole, shares=shares, cpu_milli=cpu, memory_mib=memory)
+    return out
 
 
 # Requests and holdings are immutable and asked alike again and again (a pool's grants come in a

@@ -17,8 +17,12 @@ may give its own pools (the generic format).
    again when it ends: a replay decides under one snapshot of the policy);
 3. ``selection.select`` picks the pool and its grant over every pool's capacity summary (among
    pools that tie under the objective, ``rooms.best_tied``: the one holding the packer's best
-   node, as ``place`` chooses);
-4. ``rooms.choose`` picks the node(s) and devices with the packer ``place`` uses; what the grant
+   node, as ``place`` chooses; equal scores go to the node earlier in the fleet's order where the
+   replay gives one, ``order``: the trace's node order, as one packer over every node breaks
+   them);
+4. ``rooms.choose`` picks the node(s) and devices with the packer ``place`` uses (a CPU pool over
+   device nodes scores its nodes by their whole state, ``rooms.OnNodes``: here the capacity of
+   every node below, which ``place`` builds as ``rooms.whole_nodes``); what the grant
    holds is held on the pools sharing those nodes too (``rooms.hold_beside``: as ``rooms.build``
    counts the records), and each changed pool's summary is worked out again for the nodes that
    changed (``rooms.summary(rooms, changed)``) when it is next read (``Summaries``).
@@ -185,6 +189,7 @@ class LayerPlacer:
         expected: ExpectedWorkload | Mapping[str, ExpectedWorkload] | None = None,
         seed: int = 0,
         workload: Callable[[_nodes.NodeRequest], Workload] = workload_of,
+        order: Sequence[str] | None = None,
     ) -> None:
         self.engine = engine
         self.confirmed = confirmed
@@ -202,9 +207,7 @@ class LayerPlacer:
             tuple((index[other], other in sharing.devices(p.name), other in sharing.other_mode(p.name)) for other in sharing.group(p.name)[1:])
             for p in ordered
         ]  # fmt: skip
-        self.packers = [
-            packer_named(packer, expected=expected.get(p.name) if isinstance(expected, Mapping) else expected, seed=seed) for p in ordered
-        ]  # fmt: skip
+        made = [packer_named(packer, expected=expected.get(p.name) if isinstance(expected, Mapping) else expected, seed=seed) for p in ordered]
         self.packer = packer
         self.fleet_rev = codec.fleet_revision(codec.fleet_document(priced(ordered, engine.tables)))
         self._judged: dict[object, tuple[Workload, Judged]] = {}
@@ -224,6 +227,17 @@ class LayerPlacer:
                         )  # fmt: skip
         nodes = [_nodes.Node(name, *devices.get(name, (0, None)), n.cpu_milli, n.memory_mib) for name, n in hosts.items()]
         self._capacity = _nodes.NodeCapacity(nodes)
+        # A CPU pool over device nodes chooses its nodes by their whole state (``joint.packer_on``).
+        self.packers: list[_nodes.Packer] = [
+            _rooms.OnNodes(chooser, self._capacity) if p.accelerator == "cpu" and any(n.name in devices for n in p.node_list()) else chooser
+            for p, chooser in zip(ordered, made)
+        ]  # fmt: skip
+        # The fleet's node order, by name: equal scores of tied pools' best nodes go to the earlier
+        # node (None: to the first pool by name, as ``place`` breaks them).
+        ranks: dict[str, int] = {}
+        for name in order or ():
+            ranks.setdefault(name, len(ranks))
+        self.order = None if order is None else ranks
         self.judged_new = 0  # workload signatures judged (an OPA query each at most)
         self.refused: dict[str, int] = {}  # requests the policy refused outright, by reason code
         self._failed: tuple[Workload, Judged, str | None, str | None] | None = None  # the last request that failed
@@ -275,7 +289,7 @@ class LayerPlacer:
         i = outcome.chosen
         grant = outcome.grant or judged.verdict(i).grant
         if outcome.tied:  # the pools that tie: the packer's best node among all of them decides
-            i, grant = outcome.tied[_rooms.best_tied([(self.rooms[j], g, self.packers[j]) for j, g in outcome.tied])]
+            i, grant = outcome.tied[_rooms.best_tied([(self.rooms[j], g, self.packers[j]) for j, g in outcome.tied], self.order)]
         room = self.rooms[i]
         allocations = _rooms.choose(room, grant, workload, chooser=self.packers[i])
         if allocations is None:

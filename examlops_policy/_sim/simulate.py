@@ -265,7 +265,10 @@ def simulate_openb(
         placers: list[LayerPlacer] = []
 
         def build(ordered: Sequence[_nodes.Node], seed: int, packer: str = packer, placers: list[LayerPlacer] = placers) -> LayerPlacer:
-            placer = LayerPlacer(engine, confirmed, fleet_pools(ordered, region=region, grouping=grouping), packer=packer, expected=expected, seed=seed)
+            placer = LayerPlacer(
+                engine, confirmed, fleet_pools(ordered, region=region, grouping=grouping), packer=packer, expected=expected, seed=seed,
+                order=[n.name for n in ordered],
+            )  # fmt: skip
             placers.append(placer)
             return placer
 

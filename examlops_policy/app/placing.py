@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, cast
 
 from examlops_policy._core import codec, commit
+from examlops_policy._core.state import sharing_of
 from examlops_policy._core.request import Request
 from examlops_policy.app import queue as queueing, schedulers
 from examlops_policy.app.cycle import SOURCE, Decided, DecisionCycle, Skip, Write
@@ -28,6 +29,7 @@ from examlops_policy.views import DecisionRecord, Portability, ReleaseReport, Su
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from examlops_policy import _nodes
     from examlops_policy._core.engine import Prepared
     from examlops_policy._core.rooms import Rooms
     from examlops_policy._core.waiting import Starts
@@ -167,24 +169,31 @@ class Placing:
         if not where:
             return decision
         by_name = {s.pool.name: s.pool for s in ordered}
-        return _on_nodes(prepared, decision, capacities, tables, starts, lambda name: under.capacities.rooms_of(by_name[name], []))
+        sharing = sharing_of(by_name.values())
+        return _on_nodes(
+            prepared, decision, capacities, tables, starts, lambda name: under.capacities.rooms_of(by_name[name], []),
+            lambda name: [by_name[other] for other in sharing.group(name)[1:]],
+        )  # fmt: skip
 
     def _nodes_of(self, decided: Decided) -> Decision:
         """A placement on a pool of nodes with the node(s) and devices it would get now (what a
         recorded one gets is chosen again, under the write lock, when it is committed); a grant
         whose lease ended holds nothing there."""
         capacities, snap = decided.under.capacities, decided.snapshot
+        sharing = capacities.sharing(snap.fleet_version, snap.pools)
 
         def room_of(name: str) -> Rooms:
             pool = snap.states[snap.index[name]].pool
-            sharing = capacities.sharing(snap.fleet_version, snap.pools)
             rows, grants, usage = self.cycle.store.node_rows(sharing.group(pool.name))
             if snap.ended:
                 rows = [r for r in rows if r.decision_id not in snap.ended]
                 grants = [g for g in grants if g.decision_id not in snap.ended]
             return capacities.rooms_of(pool, rows, grants, usage, sharing.devices(pool.name), sharing.other_mode(pool.name))
 
-        return _on_nodes(decided.prepared, decided.decision, snap.capacities, decided.under.policy.tables, decided.starts, room_of)
+        return _on_nodes(
+            decided.prepared, decided.decision, snap.capacities, decided.under.policy.tables, decided.starts, room_of,
+            lambda name: [snap.states[snap.index[other]].pool for other in sharing.group(name)[1:]],
+        )  # fmt: skip
 
     def release(self, ident: str, *, kubeconfig: str | None = None, context: str | None = None) -> ReleaseReport:
         """Free what a placement holds; a Kubernetes Job it was submitted as is deleted first
@@ -212,22 +221,37 @@ def _on_nodes(
     tables: Tables,
     starts: Starts | None,
     room_of: Callable[[str], Rooms],
+    sharers: Callable[[str], Sequence[Pool]],
 ) -> Decision:
     """A placement (decided on ``capacities`` with ``starts``) with the node(s) and devices it
     would get now where its pool has nodes (``room_of``: a pool's nodes and what is on them), on
-    the tied pool the packer's best node is on (``joint.choose``, as a commit chooses)."""
+    the tied pool the packer's best node is on, chosen with the packer each pool chooses with
+    (``sharers``: the pools sharing a pool's nodes; ``joint.choose`` and ``joint.packer_on``, as a
+    commit chooses)."""
     if not isinstance(decision, Placement):
         return decision
     fleet = prepared.judged.fleet
 
-    def tracked(name: str) -> Rooms | None:
-        return room_of(name) if fleet.entries[fleet.index[name]].pool.node_tracked else None
+    def pool_of(name: str) -> Pool:
+        return fleet.entries[fleet.index[name]].pool
 
-    room = chooser = None
-    if any(fleet.entries[fleet.index[name]].pool.node_tracked for name in decision.tied):
+    kept: dict[str, Rooms | None] = {}
+
+    def packer_for(name: str, room: Rooms) -> _nodes.Packer:
         from examlops_policy._core import joint
 
-        decision, room, chooser = joint.choose(prepared, decision, capacities, tables, starts, tracked)
+        return joint.packer_on(pool_of(name), room, sharers(name), tracked)
+
+    def tracked(name: str) -> Rooms | None:
+        if name not in kept:
+            kept[name] = room_of(name) if pool_of(name).node_tracked else None
+        return kept[name]
+
+    room = chooser = None
+    if any(pool_of(name).node_tracked for name in decision.tied):
+        from examlops_policy._core import joint
+
+        decision, room, chooser = joint.choose(prepared, decision, capacities, tables, starts, tracked, packer_for)
         assert isinstance(decision, Placement)
     if room is None:
         room = tracked(decision.pool)
@@ -235,7 +259,7 @@ def _on_nodes(
         return decision
     from examlops_policy._core import rooms
 
-    return with_nodes(decision, rooms.choose(room, decision.grant, decision.workload, chooser=chooser))
+    return with_nodes(decision, rooms.choose(room, decision.grant, decision.workload, chooser=chooser or packer_for(decision.pool, room)))
 
 
 def with_nodes(decided: Placement, allocations: tuple[NodeAllocation, ...] | None) -> Placement:
