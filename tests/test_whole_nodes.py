@@ -166,3 +166,31 @@ def test_on_nodes_scores_each_node_as_the_node_sees_the_request() -> None:
     on.scores(pool, NodeRequest(devices=1, cpu_milli=500, memory_mib=64), np.array([0, 1]))
     assert seen == [(NodeRequest(cpu_milli=500, memory_mib=64), [1, 0])]
     assert on.name == "recording"
+
+
+def test_the_packer_kept_with_a_pools_rooms_chooses_as_a_fresh_one_would(hardware: Hardware) -> None:
+    # A write keeps the pool's rooms and their packer, whose per-node tables are worked out again
+    # for the nodes that changed only; a dry run builds the rooms and a packer afresh from the
+    # records. At every step of places and releases both choose the same node and devices.
+    from examlops_policy.model import Placement, Workload
+
+    hardware.apply([Pool("mix", "hpc", "nvidia", 20, "eu", model="t4", nodes=tuple(Node(f"m{i}", d, 32, 131072) for i, d in enumerate((8, 4, 4, 2, 2))))])
+    rng = random.Random(11)
+    live: list[str] = []
+    compared = 0
+    for k in range(40):
+        if live and rng.random() < 0.3:
+            hardware.release(live.pop(rng.randrange(len(live))))
+            continue
+        workload = Workload(f"w{k}", "nvidia", count=rng.choice([1, 1, 2, 4]), cpu=rng.choice([1, 4]))
+        dry = hardware.what_if(workload, where=True)
+        record = hardware.place(workload)
+        if not isinstance(dry, Placement):
+            assert not isinstance(record.decision, Placement), k
+            continue
+        assert isinstance(record.decision, Placement), k
+        assert record.decision.allocations and record.decision.allocations == dry.allocations, k
+        live.append(record.id)
+        compared += 1
+    assert compared >= 15
+    assert hardware.verify_audit().ok

@@ -65,7 +65,7 @@ def choose(
     candidates = []
     for name, grant in grants:
         room = room_of(name)
-        chooser = None if room is None else packer_named(DEFAULT_PACKER) if packer_for is None else packer_for(name, room)
+        chooser = None if room is None else room.chooser() if packer_for is None else packer_for(name, room)
         candidates.append((room, grant, chooser))
     at = _rooms.best_tied(candidates, order)
     name = grants[at][0]
@@ -80,8 +80,7 @@ def packer_on(pool: Pool, room: _rooms.Rooms, sharers: Sequence[Pool], room_of: 
     sharing its nodes; ``room_of``: a pool's nodes and what is held on them, read only for a CPU
     pool's device sharers; ``rooms.OnNodes``), so that CPU-only work goes where its CPU feeds no
     free device, as one packer over every node places it."""
-    chooser = packer_named(DEFAULT_PACKER)
     if pool.accelerator != "cpu":
-        return chooser
+        return room.chooser()
     devices = [r for r in (room_of(p.name) for p in sharers if p.accelerator != "cpu") if r is not None]
-    return _rooms.OnNodes(chooser, _rooms.whole_nodes(room, devices)) if devices else chooser
+    return _rooms.OnNodes(packer_named(DEFAULT_PACKER), _rooms.whole_nodes(room, devices)) if devices else room.chooser()

@@ -59,10 +59,19 @@ class Rooms:
     # Each node's room as ``summary`` last worked it out, so that a summary after a change costs
     # the nodes that changed (``summary(rooms, changed)``); None until the first summary.
     tally: _Tally | None = field(default=None, repr=False, compare=False)
+    # The default packer as it last chose on these rooms: its per-node tables are worked out again
+    # for the nodes that changed only (``chooser``), as the rooms are kept from write to write.
+    kept_packer: _nodes.Packer | None = field(default=None, repr=False, compare=False)
 
     @property
     def unit(self) -> int:
         return self.capacity.unit
+
+    def chooser(self) -> _nodes.Packer:
+        """The default packer for these rooms, kept with them (made on first use)."""
+        if self.kept_packer is None:
+            self.kept_packer = packer_named(DEFAULT_PACKER)
+        return self.kept_packer
 
 
 def unit_of(pool: Pool) -> int:
@@ -464,7 +473,7 @@ def choose(
     capacity = rooms.capacity
     request = _request(grant)
     if chooser is None:
-        chooser = packer_named(packer)
+        chooser = rooms.chooser() if packer == DEFAULT_PACKER else packer_named(packer)
     for among in _together(rooms, grant, workload):
         granted = capacity.place(request, chooser, among)
         if granted is not None:
