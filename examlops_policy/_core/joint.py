@@ -24,7 +24,7 @@ chosen, which must be one of them. Rebuilding a record prefers the pool it recor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from examlops_policy._core import rooms as _rooms
@@ -46,14 +46,13 @@ def choose(
     starts: Starts | None,
     room_of: Callable[[str], _rooms.Rooms | None],
     packer_for: Callable[[str, _rooms.Rooms], _nodes.Packer] | None = None,
-    order: Mapping[str, int] | None = None,
 ) -> tuple[Decision, _rooms.Rooms | None, _nodes.Packer | None]:
     """``decision`` (made on ``capacities`` with ``starts``) on the tied pool whose best node the
     packer scores highest, with that pool's rooms and the packer that scored them (to place with);
     ``room_of``: a pool's nodes and what is held on them (None: a pool without nodes);
     ``packer_for``: the packer a pool chooses its nodes with (``packer_on``; None: the default
-    packer); ``order``: the fleet's node order, which breaks equal scores (``rooms.best_tied``). A
-    decision that tied with no pool is returned as it is, with (None, None)."""
+    packer kept with its rooms). Equal scores go to the first pool by name. A decision that tied
+    with no pool is returned as it is, with (None, None)."""
     if not isinstance(decision, Placement) or not decision.tied:
         return decision, None, None
     # Nothing waits on a scheduler here (this runs under the write lock): where the winner's start
@@ -67,7 +66,7 @@ def choose(
         room = room_of(name)
         chooser = None if room is None else room.chooser() if packer_for is None else packer_for(name, room)
         candidates.append((room, grant, chooser))
-    at = _rooms.best_tied(candidates, order)
+    at = _rooms.best_tied(candidates)
     name = grants[at][0]
     if name != decision.pool:
         decision = prepared.on_tied(decision, capacities, tables, starts, name)
