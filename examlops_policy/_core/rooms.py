@@ -539,17 +539,11 @@ class OnNodes:
         self.packer = packer
         self.name = packer.name
         self.nodes = nodes
-        self._asked: dict[tuple[int, int], _nodes.NodeRequest] = {}
 
     def scores(self, capacity: _nodes.NodeCapacity, request: _nodes.NodeRequest, feasible: _nodes.IntArray) -> _nodes.IntArray | _nodes.FloatArray:
         at = self.nodes.index
         on_nodes = np.fromiter((at[capacity.nodes[i].name] for i in feasible.tolist()), dtype=np.int64, count=feasible.size)
-        key = (request.cpu_milli, request.memory_mib)
-        asked = self._asked.get(key)
-        if asked is None:
-            if len(self._asked) >= _KEPT:
-                self._asked.clear()
-            asked = self._asked[key] = _nodes.NodeRequest(cpu_milli=request.cpu_milli, memory_mib=request.memory_mib)
+        asked = _nodes.NodeRequest(cpu_milli=request.cpu_milli, memory_mib=request.memory_mib)
         return self.packer.scores(self.nodes, asked, on_nodes)
 
     def devices(self, capacity: _nodes.NodeCapacity, node: int, request: _nodes.NodeRequest) -> tuple[int, ...]:
