@@ -71,7 +71,8 @@ from examlops_policy.audit import AuditRow, Problem, VerifyReport
 from examlops_policy.errors import ExaError, StateError
 from examlops_policy.model import Holding, Pool
 from examlops_policy.store.api import AUDITED, AuditedState, HeldRow, NodeGrantRow, NodeUsageRow
-from examlops_policy._core import codec
+from examlops_policy._core import codec, recount
+from examlops_policy._core.packing import PoolLayout
 from examlops_policy._core.state import sharing_of
 
 DECISION_COLUMNS: Final = AUDITED["decisions"][0]
@@ -872,6 +873,24 @@ def _live_holdings(state: AuditedState, released: set[str]) -> list[HeldRow]:
         )  # fmt: skip
         for h in rows
     ]
+
+
+def node_problems(chain: ChainState, state: AuditedState, released: set[str], layout: Callable[[Pool], PoolLayout]) -> list[Problem]:
+    """Over the pools present as the chain states them: pools that say a node's facts otherwise
+    (``recount.disagreements``), and the live grants recounted against their nodes' physical totals
+    (``recount.over_held``). A state an earlier release wrote can hold either with every row the
+    one its entry vouches for (before issue 30, pools over one node did not share it)."""
+    at_name, at_removed = POOL_COLUMNS.index("name"), POOL_COLUMNS.index("removed_at")
+    present = {str(r[at_name]) for r in state.tables["pools"] if r[at_removed] is None}
+    pools = {name: codec.pool_from_doc(p.spec) for name, p in sorted(chain.pools.items()) if name in present and p.removed is None}
+    grants = []
+    for r in state.tables["node_grants"]:
+        g = dict(zip(NODE_GRANT_COLUMNS, r))
+        if str(g["decision_id"]) not in released:
+            grants.append(NodeGrantRow(str(g["decision_id"]), str(g["pool"]), str(g["node"]), _int(g["position"]), _int(g["cpu_milli"]), _int(g["memory_mib"])))
+    disagree = [Problem(0, "state", why) for _, why in recount.disagreements(list(pools.values()), set(pools))]
+    found = recount.over_held(pools, layout, _live_holdings(state, released), grants)
+    return [*disagree, *(Problem(0, "state", f"{said} (live grants recounted against the node)") for said in found)]
 
 
 def _int(value: object) -> int:

@@ -37,6 +37,7 @@ class PoolChange:
     removal_cancelled: bool = False
     refused: str | None = None
     adding: bool = False  # refused: the pool would have been added
+    as_stored: bool = False  # refused: the pool was given as stored (it disagrees with another pool about a node)
 
 
 @dataclass(frozen=True)

@@ -499,3 +499,128 @@ def test_queued_and_admitted_records_round_trip_on_the_migrated_state(
         assert again.verify_audit().ok
     finally:
         again.close()
+
+
+# -- the release before pools over one node shared it (issue 30) ----------------------------------------
+
+BEFORE_SHARED_NODES = "63e58ecaddd70b17393451461b23af840ec83aa4"  # the release before pools over a node drew on one capacity
+
+# Pools that list the same nodes, as that release let them (each kept its own idea of the node): an
+# L4 time-sliced four ways and shared through MPS eight ways, a CPU pool over an H100 node's cores,
+# and two pools that disagree about an A100 node (8 devices and 64 cores up, 4 and 32 drained).
+OVERLAPPING = """\
+pools:
+  - {name: ts4, target: hpc, accelerator: nvidia, model: l4, count: 1, region: eu, cost_per_hour: 0.5, sharing: time-slice,
+     shares_per_device: 4, nodes: [{name: l1, devices: 1, cpu: 16, memory: 64Gi}]}
+  - {name: mps8, target: hpc, accelerator: nvidia, model: l4, count: 1, region: eu, cost_per_hour: 0.8, sharing: mps,
+     shares_per_device: 8, nodes: [{name: l1, devices: 1, cpu: 16, memory: 64Gi}]}
+  - {name: pa, target: hpc, accelerator: nvidia, model: h100, count: 8, region: eu, nodes: [{name: n1, devices: 8, cpu: 64, memory: 512Gi}]}
+  - {name: pc, target: hpc, accelerator: cpu, count: 64, region: eu, nodes: [{name: n1, devices: 64, cpu: 64, memory: 512Gi}]}
+  - {name: z8, target: hpc, accelerator: nvidia, model: a100, count: 8, region: eu, nodes: [{name: z1, devices: 8, cpu: 64, memory: 512Gi}]}
+  - {name: z4, target: hpc, accelerator: nvidia, model: a100, count: 4, region: eu,
+     nodes: [{name: z1, devices: 4, cpu: 32, memory: 512Gi, state: drained}]}
+"""
+# Every one placed by that release: 1.5 of the L4, 94 cores of the 64-core node, 6 A100s and 40
+# cores on a node one pool calls 4-device, 32-core and drained.
+OVERLAPPING_STEPS: tuple[tuple[str, ...], ...] = (
+    *(("hardware", "place", f"share{i}", "--accelerator", "nvidia", "--model", "l4", "--engine", "vllm", "--fraction", f)
+      for i, f in enumerate(("0.5", "0.25", "0.25", "0.125", "0.375"))),
+    *(("hardware", "place", f"gpu{c}", "--accelerator", "nvidia", "--model", "h100", "--engine", "vllm", "--cpu", c) for c in ("40", "10", "14")),
+    ("hardware", "place", "cores30", "--accelerator", "cpu", "--engine", "cpu", "--count", "30"),
+    ("hardware", "place", "a100x6", "--accelerator", "nvidia", "--model", "a100", "--engine", "vllm", "--count", "6", "--cpu", "40"),
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def before_shared_nodes_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    """The state the release before shared nodes wrote over overlapping pools, and its decision
+    ids by workload name."""
+    import json
+
+    base = tmp_path_factory.mktemp("migration-shared-nodes")
+    tree = _old_tree(base, BEFORE_SHARED_NODES)
+    home = base / "home"
+    fleet = base / "fleet.yaml"
+    fleet.write_text(OVERLAPPING)
+    try:
+        for args in (("hardware", "apply", "-f", str(fleet)), *OVERLAPPING_STEPS):
+            result = _old_exa(tree, home, *args)
+            assert result.returncode == 0, (args, result.stdout, result.stderr)  # that release placed every one
+        listed = json.loads(_old_exa(tree, home, "hardware", "decisions", "--json", "--limit", "50").stdout)
+        yield home, {d["workload"]: d["id"] for d in listed}
+    finally:
+        _old_exa(tree, home, "opa", "stop")
+
+
+def _held(hw: Hardware) -> list[tuple[object, ...]]:
+    """Every holding and node grant row, as stored."""
+    import sqlite3
+
+    with sqlite3.connect(hw.home / "state.db") as db:
+        return [
+            *db.execute("SELECT decision_id, pool, node, device, profile, start, units, shares FROM holdings ORDER BY 1, 3, 4"),
+            *db.execute("SELECT decision_id, pool, node, position, cpu_milli, memory_mib FROM node_grants ORDER BY 1, 3"),
+        ]
+
+
+def test_grants_an_earlier_release_made_on_overlapping_pools_stay_on_their_nodes_and_verify_names_what_is_held_twice(
+    before_shared_nodes_state: tuple[Path, dict[str, str]], tmp_path: Path, opa_home: Path
+) -> None:
+    import sqlite3
+
+    with sqlite3.connect(before_shared_nodes_state[0] / "state.db") as db:
+        written = [
+            *db.execute("SELECT decision_id, pool, node, device, profile, start, units, shares FROM holdings ORDER BY 1, 3, 4"),
+            *db.execute("SELECT decision_id, pool, node, position, cpu_milli, memory_mib FROM node_grants ORDER BY 1, 3"),
+        ]
+    hw, ids = _open_copy(before_shared_nodes_state, tmp_path, opa_home)
+    try:
+        hw.pools()  # opened: migrated, summaries worked out again under this release's rules
+        assert _held(hw) == written  # every live grant on its node, devices, shares, CPU and memory
+        report = hw.verify_audit()
+        said = [p.message for p in report.problems]
+        assert not report.ok and all(p.kind == "state" for p in report.problems), said
+        assert said == [
+            "pool 'z8' says node 'z1' has CPU 64, pool 'z4' says 32: a node is one machine whichever pools list it; make them agree",
+            "node 'l1', device 0 (nvidia l4) is held in 2 modes at once (mps (8 shares per device) by mps8; time-slice (4 shares per device)"
+            " by ts4): a device is in one mode at a time (live grants recounted against the node)",
+            "node 'l1', device 0 (nvidia l4): its shares add up to 1.5 of the device (live grants recounted against the node)",
+            "node 'z1', device 4 (nvidia a100) is held, but the node has 4 such device(s) (live grants recounted against the node)",
+            "node 'z1', device 5 (nvidia a100) is held, but the node has 4 such device(s) (live grants recounted against the node)",
+            "node 'n1': 94 CPU cores granted (pa 64, pc 30), it has 64 (live grants recounted against the node)",
+            "node 'z1': 40 CPU cores granted (z8 40), it has 32 (live grants recounted against the node)",
+        ], said
+        # Nothing more goes where the node is held twice over.
+        for more in (Workload("more-share", "nvidia", models=("l4",), engine="vllm", fraction=0.125), Workload("more-cores", "cpu", engine="cpu")):
+            assert not isinstance(hw.place(more).decision, Placement), more
+        # The same file applied again is refused where its pools disagree, and nothing is written.
+        fleet = tmp_path / "fleet.yaml"
+        fleet.write_text(OVERLAPPING)
+        from examlops_policy.errors import SpecError
+
+        previewed = {c.name: c for c in hw.apply_file(fleet, dry_run=True)}
+        assert previewed["z8"].action == "refused" and previewed["z8"].as_stored and not previewed["z8"].adding
+        assert {c.action for name, c in previewed.items() if name != "z8"} == {"unchanged"}
+        from examlops_policy.cli.pools import change_line
+
+        assert change_line(previewed["z8"]).startswith("✗ z8 refused as it stands: pool 'z8' says node 'z1' has CPU 64")
+        with pytest.raises(SpecError, match="pool 'z8' says node 'z1' has CPU 64, pool 'z4' says 32"):
+            hw.apply_file(fleet)
+        assert _held(hw) == written
+        # Made to agree (written with a nodes: inventory this time), it is taken, every grant kept.
+        fleet.write_text(
+            OVERLAPPING.split("  - {name: z8")[0]
+            + "  - {name: z8, target: hpc, accelerator: nvidia, model: a100, count: 8, region: eu, nodes: [z1]}\n"
+            "  - {name: z4, target: hpc, accelerator: nvidia, model: a100, count: 8, region: eu, nodes: [z1]}\n"
+            "nodes:\n  - {name: z1, model: a100, devices: 8, cpu: 64, memory: 512Gi}\n"
+        )
+        changes = {c.name: c.action for c in hw.apply_file(fleet)}
+        assert changes == {"ts4": "unchanged", "mps8": "unchanged", "pa": "unchanged", "pc": "unchanged", "z8": "unchanged", "z4": "updated"}
+        assert _held(hw) == written
+        # Once the grants beyond the nodes end, the state verifies.
+        for name in ("share3", "share4", "cores30"):
+            assert not hw.release(ids[name]).already
+        report = hw.verify_audit()
+        assert report.ok, [p.message for p in report.problems]
+    finally:
+        hw.close()

@@ -19,7 +19,6 @@ busy, and capacities worked out again when the packing rules change.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -1012,17 +1011,21 @@ def _apply(
             changes.append(PoolChange(pool.name, "updated", fields))
             touched.append((pool, row.held_outside))
         txn.audit("pool", {"pool": pool_spec(pool), "action": changes[-1].action}, source=source)
-    if version is None:
-        return
-    # Only listed nodes are shared: who shares what is read from the fleet when such a pool changed.
-    listed = any(p.nodes_named for p, _ in touched)
+    # Only listed nodes are shared: who shares what is read from the fleet when such a pool is
+    # given. Every pool given is held to the others, changed or not: a fleet an earlier release
+    # stored with pools that disagree about a node is refused when applied again, not kept.
+    from examlops_policy._core import recount  # applying only: a cold placement does not load it
+
+    listed = any(p.nodes_named for p in pools)
     fleet = [codec.pool_from_text(r.spec) for r in txn.pools(-1) if not r.removed] if listed else []
-    for name, why in _node_disagreements(fleet, {p.name for p, _ in touched}):
+    for name, why in recount.disagreements(fleet, {p.name for p in pools}):
         if not preview:
             raise SpecError(why, field="nodes")
         at = next(i for i, c in enumerate(changes) if c.name == name)
         was = changes[at]
-        changes[at] = PoolChange(name, "refused", was.changed_fields, tuple(txn.holders(name)), refused=why, adding=was.action == "added")
+        changes[at] = PoolChange(name, "refused", was.changed_fields, tuple(txn.holders(name)), refused=why, adding=was.action == "added", as_stored=was.action == "unchanged")
+    if version is None:
+        return
     sharing = sharing_of(fleet) if listed else Sharing({})
     updated = {c.name: i for i, c in enumerate(changes) if c.action == "updated"}
     for pool, _ in touched:
@@ -1043,42 +1046,6 @@ def _apply(
             if other not in done and row is not None:
                 done.add(other)
                 _refresh(txn, capacities, codec.pool_from_text(row.spec), row.held_outside, version, sharing=sharing, before=row)
-
-
-def _node_disagreements(fleet: Sequence[Pool], changed: set[str]) -> list[tuple[str, str]]:
-    """(pool, why) for each pool of ``changed`` that says a node's facts otherwise than another
-    pool listing it by name: its CPU, memory, block, switch or state; and, between pools of the
-    same devices (accelerator, scheduler resource and slices), how many and their model. A node is one machine whichever pools list it:
-    a fact one pool leaves unsaid is not a disagreement."""
-    by_node: dict[str, list[tuple[Pool, Node]]] = {}
-    for pool in fleet:
-        for node in _listed_nodes(pool):
-            by_node.setdefault(node.name, []).append((pool, node))
-    found: dict[str, str] = {}
-    for name, seen in sorted(by_node.items()):
-        if len(seen) < 2 or not any(p.name in changed for p, _ in seen):
-            continue
-        for (a, x), (b, y) in itertools.combinations(seen, 2):
-            if b.name not in changed and a.name in changed:
-                a, x, b, y = b, y, a, x  # name the changed pool second
-            if b.name not in changed or b.name in found:
-                continue
-            # (what, one pool's, the other's, whether one left unsaid agrees)
-            said: list[tuple[str, object, object, bool]] = [
-                ("CPU", _said(x.cpu_milli, cpu_text), _said(y.cpu_milli, cpu_text), True),
-                ("memory", _said(x.memory_mib, memory_text), _said(y.memory_mib, memory_text), True), ("block", x.block, y.block, True),
-                ("switch", x.switch, y.switch, True), ("state", x.state, y.state, True),
-            ]  # fmt: skip
-            if (a.accelerator, a.gres_type, a.fixed_profile) == (b.accelerator, b.gres_type, b.fixed_profile):  # the same devices
-                said += [("devices", x.devices, y.devices, True), ("device model", a.model, b.model, False)]
-            for what, first, second, unsaid_agrees in said:
-                if first != second and not (unsaid_agrees and (first is None or second is None)):
-                    found[b.name] = (
-                        f"pool {b.name!r} says node {name!r} has {what} {_fact(second)}, pool {a.name!r} says {_fact(first)}: "
-                        "a node is one machine whichever pools list it; make them agree"
-                    )
-                    break
-    return sorted(found.items())
 
 
 def _below_live_grants(txn: Transaction, pool: Pool, group: Sequence[str]) -> str | None:
@@ -1109,14 +1076,6 @@ def _below_live_grants(txn: Transaction, pool: Pool, group: Sequence[str]) -> st
             f"({_named(sorted(holders[name]))}); release them first"
         )
     return None
-
-
-def _fact(value: object) -> str:
-    return "none named" if value is None else str(value)
-
-
-def _said(value: int | None, text: Callable[[int], str]) -> str | None:
-    return None if value is None else text(value)
 
 
 def _change_problem(txn: Transaction, pool: Pool, fields: Sequence[str]) -> tuple[str, str] | None:

@@ -101,7 +101,8 @@ def _verify(read: AuditedRead, capacities: Capacities, checkpoint: audit.Checkpo
     records.documents(documents)
     report = records.report(report)
     if comparison is not None:
-        problems = (*report.problems, *comparison.found(read.rows("capacity_log")))
+        nodes = chain_state.node_problems(chain, state, comparison.released, capacities.layout)
+        problems = (*report.problems, *comparison.found(read.rows("capacity_log")), *nodes)
         report = audit.VerifyReport(not problems, report.size, report.head, problems)
     if read.layout != capacities.digest and any(p.message.startswith(("pools.free ", "pools.capacity ")) for p in report.problems):
         layout = audit.Problem(

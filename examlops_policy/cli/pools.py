@@ -122,7 +122,7 @@ def change_line(c: PoolChange) -> str:
         what = "undrained: takes new grants again" + ("; its pending removal is cancelled" if c.removal_cancelled else "")
     elif c.action == "refused":
         change = "addition" if c.adding else f"update ({', '.join(c.changed_fields)})" if c.changed_fields else "removal"
-        what = f"{change} refused: {c.refused}"
+        what = f"refused as it stands: {c.refused}" if c.as_stored else f"{change} refused: {c.refused}"
     else:
         what = c.action + (f" ({', '.join(c.changed_fields)})" if c.changed_fields else "")
     return f"{CHANGE_MARKS[c.action]} {c.name} {what}"
