@@ -282,6 +282,10 @@ def test_a_unix_socket_is_its_owners_and_sigterm_finishes_requests_under_way(tmp
         record = json.loads(next((home / "serve").glob("*.json")).read_text(encoding="utf-8"))
         assert record["pid"] == service.proc.pid and "--listen" in record["argv"]
         token, _ = service.token()
+        # The command line as a client over the socket prints what it prints locally.
+        remote = {"EXA_SERVER": f"unix:{service.socket_path}", "EXA_TOKEN": token}
+        local, served = run_exa(home, "hardware", "pools"), run_exa(home, "hardware", "pools", env=remote)
+        assert (served.returncode, served.stdout) == (local.returncode, local.stdout), served.stderr
         answers: list[int] = []
 
         def place(i: int) -> None:
@@ -335,6 +339,12 @@ def test_tls_from_certificate_and_key(tmp_path: Path) -> None:
     try:
         token, _ = service.token()
         assert service.call("GET", "/v1/pools", token).status == 200
+        # The command line as a client over TLS: it trusts the CA EXA_SERVER_CA names, and no other.
+        remote = {"EXA_SERVER": f"https://127.0.0.1:{service.port}", "EXA_TOKEN": token}
+        served = run_exa(home, "hardware", "pools", "--json", env={**remote, "EXA_SERVER_CA": str(cert)})
+        assert served.returncode == 0 and served.stdout == run_exa(home, "hardware", "pools", "--json").stdout, served.stderr
+        untrusted = run_exa(home, "hardware", "pools", env=remote)
+        assert untrusted.returncode == 12 and "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr, untrusted.stderr
     finally:
         code, out = service.stop()
     assert code == 0, out and "https://127.0.0.1" in out
