@@ -76,3 +76,17 @@ def test_a_decision_that_tied_with_nothing_is_left_as_it_is() -> None:
     decision = Placement.__new__(Placement)
     object.__setattr__(decision, "tied", ())
     assert joint.choose(Unused(), decision, [], None, None, lambda name: None) == (decision, None, None)  # type: ignore[arg-type]
+
+
+def test_tied_pools_whose_starts_come_from_a_source_are_all_asked_and_compete(hardware: Hardware) -> None:
+    """Cloud pools start by their provisioning table (a start estimate's source): the pool chosen
+    without estimates and every pool tied with it are asked, so the packer's best node among them
+    still decides. Before, only the first by name was asked, and an unasked tied pool could not be
+    chosen over its estimate (``joint.choose``): ``big`` took the work."""
+    import dataclasses
+
+    big, small = (dataclasses.replace(p, target="cloud", region="eu-central-1") for p in (BIG, SMALL))
+    hardware.apply([big, small])
+    decision = hardware.place(Workload("one", "nvidia", target="cloud", count=1)).decision
+    assert isinstance(decision, Placement) and (decision.pool, [a.node for a in decision.allocations]) == ("small", ["s0"])
+    assert decision.tied == ("big", "small") and decision.estimate is not None and decision.estimate.source == "table"

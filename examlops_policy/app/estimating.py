@@ -38,15 +38,18 @@ def wanted(
     prepared: Prepared, capacities: Sequence[Capacity], tables: Tables, capacities_digest: str | None = None, quota: QuotaUse = NO_USE
 ) -> list[int]:
     """The fleet indexes of the pools to ask: every candidate, or the pool selection chooses
-    without estimates while the projects hold ``quota`` (none for a workload rejected outright or
-    placed nowhere)."""
+    without estimates while the projects hold ``quota`` and the pools that tie with it (the node
+    packer chooses among them, ``joint.choose``, and one whose start was not asked could not be
+    chosen over a scheduler's estimate); none for a workload rejected outright or placed nowhere."""
     judged = prepared.judged
     if not judged.judged or judged.workload.rejection is not None:
         return []
     if needs_every_candidate(prepared):
         return judged.candidates
     first = prepared.decide(capacities, tables, capacities_digest=capacities_digest, quota=quota)
-    return [judged.fleet.index[first.pool]] if isinstance(first, Placement) else []
+    if not isinstance(first, Placement):
+        return []
+    return [judged.fleet.index[first.pool], *(judged.fleet.index[name] for name in first.tied if name != first.pool)]
 
 
 def gather(estimator: Estimator, prepared: Prepared, capacities: Sequence[Capacity], pools: Sequence[int]) -> Starts:

@@ -523,7 +523,8 @@ def _usage(cluster: SlurmCluster, node: SlurmNode, busy: int, indices: tuple[int
 
 
 def _overlaps(found: Sequence[DiscoveredPool]) -> list[str]:
-    """Overlapping partitions are common in Slurm; their pools then count the same devices."""
+    """Overlapping partitions are common in Slurm; their pools then draw on the same devices (one
+    capacity: a grant through either takes them from both), which the discovery says."""
     warnings = []
     for i, a in enumerate(found):
         for b in found[i + 1 :]:
@@ -532,7 +533,7 @@ def _overlaps(found: Sequence[DiscoveredPool]) -> list[str]:
             if same_devices and shared and a.pool.partition != b.pool.partition:
                 warnings.append(
                     f"pools {a.pool.name} and {b.pool.name} share node(s) {', '.join(shared)}: "
-                    "they count the same devices (overlapping partitions)"
+                    "one capacity, a grant through either takes its devices from both (overlapping partitions)"
                 )
     return warnings
 
