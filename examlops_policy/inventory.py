@@ -20,7 +20,7 @@ node, both places and the field), as ``apply`` refuses two pools that disagree a
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 from examlops_policy.errors import SpecError
@@ -44,6 +44,7 @@ class StatedNode:
     accelerator: str | None
     devices: int | None
     supports_fractions: bool | None
+    slices: Mapping[str, int] = field(default_factory=dict)  # fixed slices offered as resources of their own, by profile
 
     @property
     def name(self) -> str:
@@ -80,8 +81,20 @@ def read_nodes(items: Sequence[Mapping[str, object]], tables: Tables, *, source:
                 )
             accelerator = str(cast(Mapping[str, object], entry).get("accelerator"))
         cut = item.get("supports_fractions")
+        slices = {str(k): int(cast(int, v)) for k, v in cast(Mapping[str, object], item.get("slices") or {}).items()}
+        if slices:
+            scheme = tables.scheme_for(str(accelerator), model)
+            profiles = [str(cast(Mapping[str, object], e)["profile"]) for e in cast(list[object], (scheme or {}).get("slices", []))]
+            for profile in slices:
+                if profile not in profiles:
+                    raise SpecError(
+                        f"node {node.name!r} offers slices of profile {profile!r}, which the partitioning table does not give a {model} "
+                        f"(expected one of {', '.join(profiles) or 'none: it cannot be partitioned'})",
+                        source=source,
+                        field=f"{where}.slices",
+                    )
         stated[node.name] = StatedNode(
-            index, node, model, accelerator, None if devices is None else node.devices, None if cut is None else bool(cut)
+            index, node, model, accelerator, None if devices is None else node.devices, None if cut is None else bool(cut), slices
         )
     return stated
 
@@ -96,7 +109,7 @@ def _text(key: str, value: object) -> str:
     return str(value)
 
 
-_WORDS = {"cpu": "CPU", "memory": "memory", "state": "state", "block": "block", "switch": "switch", "devices": "devices", "model": "device model"}
+_WORDS = {"slices": "slices of the pool's profile", "cpu": "CPU", "memory": "memory", "state": "state", "block": "block", "switch": "switch", "devices": "devices", "model": "device model"}
 
 
 def pool_over_nodes(item: Mapping[str, object], stated: Mapping[str, StatedNode], *, source: str, field: str) -> dict[str, object]:
@@ -110,7 +123,8 @@ def pool_over_nodes(item: Mapping[str, object], stated: Mapping[str, StatedNode]
         return dict(item)
     pool = str(item.get("name"))
     accelerator = str(item.get("accelerator"))
-    fixed = item.get("fixed_profile") is not None
+    profile = item.get("fixed_profile")
+    fixed = None if profile is None else str(profile)  # a pool of fixed slices: their profile
     out: list[object] = []
     own: list[StatedNode] = []  # the stated nodes whose devices are the pool's devices
     for j, entry in enumerate(listed):
@@ -130,15 +144,16 @@ def pool_over_nodes(item: Mapping[str, object], stated: Mapping[str, StatedNode]
             continue
         node = stated[cast(str, entry["name"])]
         out.append(_inline(pool, accelerator, fixed, entry, node, source=source, field=where))
-        if accelerator == node.accelerator and not fixed:
+        if accelerator == node.accelerator and fixed is None:
             own.append(node)
     values = {**item, "nodes": out}
     values.update(_pool_facts(values, own, source=source, field=field))
     return values
 
 
-def _named(pool: str, accelerator: str, fixed: bool, node: StatedNode, *, source: str, field: str) -> dict[str, object]:
-    """A named node as the pool lists it: its devices of the pool's accelerator and its facts."""
+def _named(pool: str, accelerator: str, fixed: str | None, node: StatedNode, *, source: str, field: str) -> dict[str, object]:
+    """A named node as the pool lists it: its devices of the pool's accelerator (a pool of fixed
+    slices: the node's slices of its profile) and its facts."""
     facts = {k: node.fact(k) for k in NODE_FACTS if node.fact(k) is not None}
     if node.node.state == "up":
         facts.pop("state")
@@ -161,23 +176,28 @@ def _named(pool: str, accelerator: str, fixed: bool, node: StatedNode, *, source
             source=source,
             field=field,
         )
-    if fixed:
-        raise SpecError(
-            f"pool {pool!r} is a pool of fixed slices: it counts each node's slices, which nodes: does not state; "
-            f"list node {node.name!r} inline with its slices ({{name: {node.name}, devices: N}}): its CPU, memory, "
-            "state and labels are still taken from nodes:",
-            source=source,
-            field=field,
-        )
+    if fixed is not None:
+        count = node.slices.get(fixed)
+        if count is None:
+            offered = ", ".join(f"{k}: {v}" for k, v in sorted(node.slices.items()))
+            raise SpecError(
+                f"pool {pool!r} is a pool of fixed {fixed} slices, and node {node.name!r} offers none "
+                f"(nodes[{node.index}]: {f'slices: {{{offered}}}' if offered else 'no slices:'}): state them there "
+                f"(slices: {{{fixed}: N}}), or list the node inline with its slices ({{name: {node.name}, devices: N}})",
+                source=source,
+                field=field,
+            )
+        return {"name": node.name, "devices": count, **facts}
     return {"name": node.name, "devices": node.devices, **facts}
 
 
 def _inline(
-    pool: str, accelerator: str, fixed: bool, entry: Mapping[str, object], node: StatedNode, *, source: str, field: str
+    pool: str, accelerator: str, fixed: str | None, entry: Mapping[str, object], node: StatedNode, *, source: str, field: str
 ) -> dict[str, object]:
     """A node listed inline under a stated name: what it leaves out taken from ``nodes:``, what it
-    says checked against it (its devices where they are the node's devices: not a cpu pool's
-    cores, nor a fixed-slice pool's slices)."""
+    says checked against it (its devices where they are the node's devices, or, for a pool of
+    fixed slices, the node's slices of its profile where ``nodes:`` states them; not a cpu pool's
+    cores)."""
     try:
         inline = Node(**entry)  # type: ignore[arg-type]
     except (SpecError, TypeError):
@@ -186,15 +206,18 @@ def _inline(
         has = "no devices" if node.accelerator is None else f"{node.devices} {node.accelerator} {node.model} device(s), no {accelerator} device"
         raise _disagree(pool, node, "devices", f"{inline.devices} {accelerator}", has, source=source, field=f"{field}.devices")
     said: list[tuple[str, object, object]] = [(k, getattr(inline, k) if k in entry else None, node.fact(k)) for k in NODE_FACTS]
-    if accelerator == node.accelerator and not fixed:
+    if accelerator == node.accelerator and fixed is None:
         said.insert(0, ("devices", inline.devices, node.devices))
+    elif accelerator == node.accelerator and fixed is not None and fixed in node.slices:
+        said.insert(0, ("slices", inline.devices, node.slices[fixed]))
     values = dict(entry)
     for key, theirs, ours in said:
         if theirs is None:
             if ours is not None and not (key == "state" and ours == "up"):
                 values[key] = ours
         elif ours is not None and theirs != ours:
-            raise _disagree(pool, node, key, _text(key, theirs), _text(key, ours), source=source, field=f"{field}.{key}")
+            said_at = "devices" if key == "slices" else key  # a fixed-slice pool's slices are its listed devices
+            raise _disagree(pool, node, key, _text(key, theirs), _text(key, ours), source=source, field=f"{field}.{said_at}")
     return values
 
 
@@ -243,7 +266,7 @@ def _pool_facts(item: Mapping[str, object], own: Sequence[StatedNode], *, source
             source=source,
             field=f"{field}.supports_fractions",
         )
-    shared = item.get("sharing") is not None
+    shared = item.get("sharing") is not None or item.get("fixed_profile") is not None  # shares, or slices of one profile
     if item.get("supports_fractions") is None and cut and not shared:
         if len(cut) != len(own):
             other = next(n for n in own if not n.supports_fractions)

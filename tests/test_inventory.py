@@ -77,6 +77,26 @@ def test_a_pool_naming_nodes_is_the_pool_listing_them_inline(tmp_path: Path) -> 
     assert [pool_spec(p) for p in named] == [pool_spec(p) for p in inline]
 
 
+def test_a_pool_of_fixed_slices_naming_nodes_counts_the_slices_they_offer(tmp_path: Path) -> None:
+    """A node offers fixed slices as resources of their own (MIG's mixed strategy: Slurm's typed GRES
+    gpu:1g.10gb:14); a pool of fixed slices naming it counts those, and takes its model, CPU,
+    memory, state and labels; it does not take the node's slicing (it grants one profile)."""
+    nodes = [
+        {"name": "m0", "model": "A100", "devices": 2, "supports_fractions": True, "slices": {"1g.10gb": 14, "3g.40gb": 4}, "cpu": 16,
+         "switch": "s1"},
+        {"name": "m1", "model": "A100", "devices": 2, "slices": {"1g.10gb": 7}, "cpu": 16, "state": "drained"},
+    ]  # fmt: skip
+    named = pools_from_file(write(tmp_path, {"nodes": nodes, "pools": [
+        pool("one-g", fixed_profile="1g.10gb", nodes=["m0", {"name": "m1", "devices": 7}]),
+        pool("three-g", fixed_profile="3g.40gb", nodes=["m0"]),
+    ]}))  # fmt: skip
+    assert named == [
+        Pool("one-g", "hpc", "nvidia", 21, "eu", model="a100", fixed_profile="1g.10gb",
+             nodes=(Node("m0", 14, 16, switch="s1"), Node("m1", 7, 16, state="drained"))),
+        Pool("three-g", "hpc", "nvidia", 4, "eu", model="a100", fixed_profile="3g.40gb", nodes=(Node("m0", 4, 16, switch="s1"),)),
+    ]  # fmt: skip
+
+
 def test_an_inline_node_under_a_stated_name_takes_what_it_leaves_out(tmp_path: Path) -> None:
     (p,) = pools_from_file(write(tmp_path, {"nodes": NODES, "pools": [pool(nodes=[{"name": "gpu-1", "devices": 4}, "gpu-0"])]}))
     assert p.nodes == (Node("gpu-1", 4, 32, 262144, "drained", "b1", "s1"), Node("gpu-0", 4, 32, 262144, block="b1", switch="s1"))
@@ -126,6 +146,9 @@ MALFORMED = [
     ({"nodes": NODES, "pools": [pool(nodes=["gpu-0", {"name": "z"}])]}, "pools[0].nodes[1]"),
     ({"nodes": NODES, "pools": [{"name": "p", "nodes": ["gpu-0"]}]}, "pools[0]"),
     ({"nodes": NODES, "pools": [pool(nodes=[])]}, "pools[0].nodes"),
+    ({"nodes": [{"name": "x", "slices": {"1g.10gb": 7}}], "pools": []}, "nodes[0]"),  # slices of no model
+    ({"nodes": [{"name": "x", "model": "A100", "devices": 1, "slices": {"1g.10gb": 0}}], "pools": []}, "nodes[0].slices.1g.10gb"),
+    ({"nodes": [{"name": "x", "model": "A100", "devices": 1, "slices": {}}], "pools": []}, "nodes[0].slices"),
 ]
 
 # (document, field, what the message names): well formed, refused by what the file says as a whole.
@@ -144,7 +167,17 @@ REFUSED = [
     ({"nodes": NODES, "pools": [pool("a", nodes=[{"name": "gpu-1", "devices": 4, "state": "up"}])]}, "pools[0].nodes[0].state",
      ["node 'gpu-1'", "state up", "says drained (nodes[1])"]),
     ({"nodes": NODES, "pools": [pool("a", nodes=[{"name": "gpu-0", "devices": 4, "switch": "s9"}])]}, "pools[0].nodes[0].switch", ["switch s9", "says s1"]),
-    ({"nodes": NODES, "pools": [pool("a", fixed_profile="1g.10gb", nodes=["a100-0"])]}, "pools[0].nodes[0]", ["fixed slices", "node 'a100-0'", "inline"]),
+    ({"nodes": NODES, "pools": [pool("a", fixed_profile="1g.10gb", nodes=["a100-0"])]}, "pools[0].nodes[0]",
+     ["fixed 1g.10gb slices", "node 'a100-0' offers none", "no slices:", "slices: {1g.10gb: N}"]),
+    ({"nodes": [{"name": "m", "model": "A100", "devices": 2, "slices": {"2g.20gb": 6}}], "pools": [pool("a", fixed_profile="1g.10gb", nodes=["m"])]},
+     "pools[0].nodes[0]", ["node 'm' offers none", "slices: {2g.20gb: 6}"]),
+    ({"nodes": [{"name": "m", "model": "A100", "devices": 2, "slices": {"1g.10gb": 14}}],
+      "pools": [pool("a", fixed_profile="1g.10gb", nodes=[{"name": "m", "devices": 12}])]}, "pools[0].nodes[0].devices",
+     ["node 'm' has slices of the pool's profile 12", "says 14"]),
+    ({"nodes": [{"name": "m", "model": "A100", "devices": 2, "slices": {"9g.99gb": 1}}], "pools": []}, "nodes[0].slices",
+     ["node 'm' offers slices of profile '9g.99gb'", "1g.10gb"]),
+    ({"nodes": [{"name": "l", "model": "L4", "devices": 1, "slices": {"1g.10gb": 1}}], "pools": []}, "nodes[0].slices",
+     ["'1g.10gb'", "none: it cannot be partitioned"]),
     ({"nodes": NODES, "pools": [pool("a", supports_fractions=True, nodes=[{"name": "n", "devices": 1}]), pool("b", nodes=["gpu-0", "gpu-0"])]},
      "pools[1].nodes[1].name", ["duplicate node name 'gpu-0'"]),
     ({"nodes": [*NODES, {"name": "gpu-0", "cpu": 2}], "pools": []}, "nodes[4].name", ["node 'gpu-0' is stated twice", "nodes[0]"]),
