@@ -463,9 +463,10 @@ class Comparison:
         if out.found:
             self.by_decision.append((d.seq, out.found))
 
-    def found(self, capacity_log: Iterable[tuple[object, ...]]) -> list[Problem]:
+    def found(self, capacity_log: Iterable[tuple[object, ...]], layout: Callable[[Pool], PoolLayout] | None = None) -> list[Problem]:
         """Every difference, once every decision row went by; ``capacity_log``: its rows (version,
-        pool, capacity) in version order, read once."""
+        pool, capacity) in version order, read once. With ``layout`` (a pool's packing rules),
+        what the nodes hold too (``node_problems``), last."""
         out, chain, state, chain_lost = _Report(), self.chain, self.state, self.chain_lost
         for seq, ident in chain.stray:
             if not chain_lost:
@@ -486,10 +487,15 @@ class Comparison:
                 out.add(0, f"node_grants has {len(rows)} row(s) for decision {ident[:12]}, which no placement entry in the audit log accounts for")
             for ident, rows in sorted(self.bursts.items()):
                 out.add(0, f"burst_events has {len(rows)} row(s) for decision {ident[:12]}, which no burst entry in the audit log accounts for")
-        _compare_pools(out, chain, state, self.released, self.summary, chain_lost=chain_lost)
+        # A holding is live while its allocation is (the release sets both; compared above):
+        # ``released``, the decisions whose row says they were released.
+        live = _live_holdings(state, self.released)
+        _compare_pools(out, chain, state, self.released, live, self.summary, chain_lost=chain_lost)
         _compare_node_usage(out, chain, state, chain_lost=chain_lost)
         _compare_queue(out, chain, state, self.queued, chain_lost=chain_lost)
         _compare_capacity_log(out, state, capacity_log, self.decided, self.fleets)
+        if layout is not None:
+            out.found.extend(node_problems(chain, state, self.released, live, layout))
         return out.found
 
 
@@ -799,11 +805,9 @@ def _compare_bursts(out: _Report, ident: str, d: _Decision, row: Row, found: lis
 
 
 def _compare_pools(
-    out: _Report, chain: ChainState, state: AuditedState, released: set[str], summary: Summary | None, *, chain_lost: bool
+    out: _Report, chain: ChainState, state: AuditedState, released: set[str], ordered: Sequence[HeldRow], summary: Summary | None, *,
+    chain_lost: bool,
 ) -> None:
-    # A holding is live while its allocation is (the release sets both; compared above):
-    # ``released``, the decisions whose row says they were released.
-    ordered = _live_holdings(state, released)
     live: dict[str, list[HeldRow]] = {}
     for h in ordered:
         live.setdefault(h.pool or "", []).append(h)
@@ -875,22 +879,30 @@ def _live_holdings(state: AuditedState, released: set[str]) -> list[HeldRow]:
     ]
 
 
-def node_problems(chain: ChainState, state: AuditedState, released: set[str], layout: Callable[[Pool], PoolLayout]) -> list[Problem]:
+def node_problems(
+    chain: ChainState, state: AuditedState, released: set[str], held: Sequence[HeldRow], layout: Callable[[Pool], PoolLayout]
+) -> list[Problem]:
     """Over the pools present as the chain states them: pools that say a node's facts otherwise
     (``recount.disagreements``), and the live grants recounted against their nodes' physical totals
-    (``recount.over_held``). A state an earlier release wrote can hold either with every row the
-    one its entry vouches for (before issue 30, pools over one node did not share it)."""
+    (``recount.over_held``; ``held``: the live holdings). A state an earlier release wrote can
+    hold either with every row the one its entry vouches for (before issue 30, pools over one node
+    did not share it)."""
     at_name, at_removed = POOL_COLUMNS.index("name"), POOL_COLUMNS.index("removed_at")
     present = {str(r[at_name]) for r in state.tables["pools"] if r[at_removed] is None}
     pools = {name: codec.pool_from_doc(p.spec) for name, p in sorted(chain.pools.items()) if name in present and p.removed is None}
-    grants = []
+    disagree = [Problem(0, "state", why) for _, why in recount.disagreements(list(pools.values()), set(pools))]
+    found = recount.over_held(pools, layout, held, _live_grants(state, released))
+    return [*disagree, *(Problem(0, "state", f"{said} (live grants recounted against the node)") for said in found)]
+
+
+def _live_grants(state: AuditedState, released: set[str]) -> list[NodeGrantRow]:
+    """What the live grants hold of each node's CPU and memory (``node_grants``), in table order."""
+    out = []
     for r in state.tables["node_grants"]:
         g = dict(zip(NODE_GRANT_COLUMNS, r))
         if str(g["decision_id"]) not in released:
-            grants.append(NodeGrantRow(str(g["decision_id"]), str(g["pool"]), str(g["node"]), _int(g["position"]), _int(g["cpu_milli"]), _int(g["memory_mib"])))
-    disagree = [Problem(0, "state", why) for _, why in recount.disagreements(list(pools.values()), set(pools))]
-    found = recount.over_held(pools, layout, _live_holdings(state, released), grants)
-    return [*disagree, *(Problem(0, "state", f"{said} (live grants recounted against the node)") for said in found)]
+            out.append(NodeGrantRow(str(g["decision_id"]), str(g["pool"]), str(g["node"]), _int(g["position"]), _int(g["cpu_milli"]), _int(g["memory_mib"])))
+    return out
 
 
 def _int(value: object) -> int:
@@ -911,12 +923,8 @@ class _NodeRows:
         for i, h in enumerate(held):
             self.held.setdefault(h.pool or "", []).append((i, h))
         self.grants: dict[str, list[NodeGrantRow]] = {}
-        for r in state.tables["node_grants"]:
-            g = dict(zip(NODE_GRANT_COLUMNS, r))
-            if str(g["decision_id"]) not in released:
-                self.grants.setdefault(str(g["pool"]), []).append(
-                    NodeGrantRow(str(g["decision_id"]), str(g["pool"]), str(g["node"]), _int(g["position"]), _int(g["cpu_milli"]), _int(g["memory_mib"]))
-                )
+        for g in _live_grants(state, released):
+            self.grants.setdefault(g.pool, []).append(g)
         self.usage: dict[str, list[NodeUsageRow]] = {}
         for r in state.tables["node_usage"]:
             u = dict(zip(NODE_USAGE_COLUMNS, r))

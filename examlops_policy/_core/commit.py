@@ -273,40 +273,35 @@ def place(
         room: Rooms | None = None
         current: PoolRow | None = None
         if isinstance(decision, Placement):
-            chooser = None
             built: dict[str, tuple[Rooms, PoolRow | None]] = {}
             sharing = capacities.sharing(fleet, snap.pools)
 
-            def built_room(name: str) -> tuple[Rooms, PoolRow | None] | None:
-                pool = snap.states[snap.index[name]].pool
+            def pool_of(name: str) -> Pool:
+                return snap.states[snap.index[name]].pool
+
+            def room_of(name: str) -> Rooms | None:
+                pool = pool_of(name)
                 if not pool.node_tracked:
                     return None
                 if name not in built:
                     built[name] = _room(txn, capacities, pool, sharing)
-                return built[name]
+                return built[name][0]
 
-            def room_of(name: str) -> Rooms | None:
-                found = built_room(name)
-                return None if found is None else found[0]
-
-            def packer_for(name: str, room: Rooms) -> _nodes.Packer:
+            chooser: _nodes.Packer | None = None
+            if any(pool_of(name).node_tracked for name in (decision.pool, *decision.tied)):
                 from examlops_policy._core import joint
 
-                sharers = [snap.states[snap.index[other]].pool for other in sharing.group(name)[1:]]
-                return joint.packer_on(snap.states[snap.index[name]].pool, room, sharers, room_of)
+                def sharers(name: str) -> list[Pool]:
+                    return [pool_of(other) for other in sharing.group(name)[1:]]
 
-            if any(snap.states[snap.index[name]].pool.node_tracked for name in decision.tied):
-                from examlops_policy._core import joint
-
-                decision, _, chooser = joint.choose(prepared, decision, made_on(), tables, starts, room_of, packer_for)
+                decision, room, chooser = joint.settle(prepared, decision, made_on(), tables, starts, room_of, pool_of, sharers)
                 assert isinstance(decision, Placement)
             state = snap.states[snap.index[decision.pool]]
-            on_nodes = built_room(decision.pool)
-            if on_nodes is not None:
+            if room is not None:
                 from examlops_policy._core import rooms
 
-                room, current = on_nodes
-                allocations = rooms.choose(room, decision.grant, decision.workload, chooser=chooser or packer_for(decision.pool, room))
+                current = built[decision.pool][1]
+                allocations = rooms.choose(room, decision.grant, decision.workload, chooser=chooser)
                 if allocations is None:
                     raise StateError(
                         f"pool {decision.pool!r}: its capacity summary says the grant fits but no node has room; "

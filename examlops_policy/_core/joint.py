@@ -73,6 +73,39 @@ def choose(
     return decision, candidates[at][0], candidates[at][2]
 
 
+def settle(
+    prepared: Prepared,
+    decision: Decision,
+    capacities: Sequence[Capacity],
+    tables: Tables,
+    starts: Starts | None,
+    room_of: Callable[[str], _rooms.Rooms | None],
+    pool_of: Callable[[str], Pool],
+    sharers: Callable[[str], Sequence[Pool]],
+) -> tuple[Decision, _rooms.Rooms | None, _nodes.Packer | None]:
+    """``decision`` on the tied pool the packer's best node is on (``choose``, where a tied pool
+    has nodes), with the rooms of the pool it is on (None: a pool without nodes) and the packer
+    that pool chooses its nodes with (``packer_on``): what a commit places with and a dry run
+    shows, worked out one way. ``room_of``: a pool's rooms (None: no nodes), kept by the caller;
+    ``pool_of``: a pool by name; ``sharers``: the pools sharing a pool's nodes."""
+
+    def packer_for(name: str, room: _rooms.Rooms) -> _nodes.Packer:
+        return packer_on(pool_of(name), room, sharers(name), room_of)
+
+    if not isinstance(decision, Placement):
+        return decision, None, None
+    room: _rooms.Rooms | None = None
+    chooser: _nodes.Packer | None = None
+    if any(pool_of(name).node_tracked for name in decision.tied):
+        decision, room, chooser = choose(prepared, decision, capacities, tables, starts, room_of, packer_for)
+        assert isinstance(decision, Placement)
+    if room is None:
+        room = room_of(decision.pool)
+    if room is not None and chooser is None:
+        chooser = packer_for(decision.pool, room)
+    return decision, room, chooser
+
+
 def packer_on(pool: Pool, room: _rooms.Rooms, sharers: Sequence[Pool], room_of: Callable[[str], _rooms.Rooms | None]) -> _nodes.Packer:
     """The packer ``pool`` chooses among its nodes (``room``) with: the default packer, scoring a
     CPU pool's nodes by their whole state where device pools list them (``sharers``: the pools

@@ -101,8 +101,7 @@ def _verify(read: AuditedRead, capacities: Capacities, checkpoint: audit.Checkpo
     records.documents(documents)
     report = records.report(report)
     if comparison is not None:
-        nodes = chain_state.node_problems(chain, state, comparison.released, capacities.layout)
-        problems = (*report.problems, *comparison.found(read.rows("capacity_log")), *nodes)
+        problems = (*report.problems, *comparison.found(read.rows("capacity_log"), capacities.layout))
         report = audit.VerifyReport(not problems, report.size, report.head, problems)
     if read.layout != capacities.digest and any(p.message.startswith(("pools.free ", "pools.capacity ")) for p in report.problems):
         layout = audit.Problem(

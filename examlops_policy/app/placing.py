@@ -29,7 +29,6 @@ from examlops_policy.views import DecisionRecord, Portability, ReleaseReport, Su
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from examlops_policy import _nodes
     from examlops_policy._core.engine import Prepared
     from examlops_policy._core.rooms import Rooms
     from examlops_policy._core.waiting import Starts
@@ -226,8 +225,7 @@ def _on_nodes(
     """A placement (decided on ``capacities`` with ``starts``) with the node(s) and devices it
     would get now where its pool has nodes (``room_of``: a pool's nodes and what is on them), on
     the tied pool the packer's best node is on, chosen with the packer each pool chooses with
-    (``sharers``: the pools sharing a pool's nodes; ``joint.choose`` and ``joint.packer_on``, as a
-    commit chooses)."""
+    (``sharers``: the pools sharing a pool's nodes; ``joint.settle``, as a commit chooses)."""
     if not isinstance(decision, Placement):
         return decision
     fleet = prepared.judged.fleet
@@ -237,29 +235,20 @@ def _on_nodes(
 
     kept: dict[str, Rooms | None] = {}
 
-    def packer_for(name: str, room: Rooms) -> _nodes.Packer:
-        from examlops_policy._core import joint
-
-        return joint.packer_on(pool_of(name), room, sharers(name), tracked)
-
     def tracked(name: str) -> Rooms | None:
         if name not in kept:
             kept[name] = room_of(name) if pool_of(name).node_tracked else None
         return kept[name]
 
-    room = chooser = None
-    if any(pool_of(name).node_tracked for name in decision.tied):
-        from examlops_policy._core import joint
+    if not any(pool_of(name).node_tracked for name in (decision.pool, *decision.tied)):
+        return decision
+    from examlops_policy._core import joint, rooms
 
-        decision, room, chooser = joint.choose(prepared, decision, capacities, tables, starts, tracked, packer_for)
-        assert isinstance(decision, Placement)
-    if room is None:
-        room = tracked(decision.pool)
+    decision, room, chooser = joint.settle(prepared, decision, capacities, tables, starts, tracked, pool_of, sharers)
+    assert isinstance(decision, Placement)
     if room is None:
         return decision
-    from examlops_policy._core import rooms
-
-    return with_nodes(decision, rooms.choose(room, decision.grant, decision.workload, chooser=chooser or packer_for(decision.pool, room)))
+    return with_nodes(decision, rooms.choose(room, decision.grant, decision.workload, chooser=chooser))
 
 
 def with_nodes(decided: Placement, allocations: tuple[NodeAllocation, ...] | None) -> Placement:

@@ -135,9 +135,9 @@ def _request(server: str, method: str, path: str, token: str, body: object | Non
 
     url = urlsplit(server)
     if server.startswith("unix:"):
-        host, where = "localhost", server
+        host = "localhost"
     elif url.scheme in ("http", "https") and url.hostname:
-        host, where = url.hostname, server
+        host = url.hostname
     else:
         _fail("SpecError", BAD_INPUT, f"EXA_SERVER: expected http://HOST:PORT, https://HOST:PORT or unix:PATH (got {server!r})", as_json=as_json)
     payload = b"" if body is None else json.dumps(body).encode("utf-8")
@@ -166,13 +166,13 @@ def _request(server: str, method: str, path: str, token: str, body: object | Non
                 chunks.append(chunk)
                 size += len(chunk)
                 if size > MAX_ANSWER_BYTES:
-                    _fail("StateUnreachable", UNREACHABLE, f"the placement service at {where} sent more than {MAX_ANSWER_BYTES >> 20} MiB: "
+                    _fail("StateUnreachable", UNREACHABLE, f"the placement service at {server} sent more than {MAX_ANSWER_BYTES >> 20} MiB: "
                           "not an answer of this service", as_json=as_json)  # fmt: skip
     except OSError as exc:
         _fail("StateUnreachable", UNREACHABLE, f"the placement service at {server} could not be reached: {exc}", as_json=as_json)
     answer = parse_response(b"".join(chunks))
     if answer is None:
-        _fail("StateUnreachable", UNREACHABLE, f"the placement service at {where} sent no complete HTTP response", as_json=as_json)
+        _fail("StateUnreachable", UNREACHABLE, f"the placement service at {server} sent no complete HTTP response", as_json=as_json)
     return answer
 
 
