@@ -175,17 +175,22 @@ def _trunc(x: FloatArray) -> IntArray:
 
 
 class RandomPacker:
-    """A feasible node uniformly at random; a share on a device chosen uniformly among those that fit."""
+    """A feasible node uniformly at random; a share on a device chosen uniformly among those that fit.
+
+    Each feasible node scores an independent uniform draw in [0, 1), so the best node is uniform
+    among them, and the best of several pools' best nodes (pools that tie, compared by their best
+    node's score) is uniform among all their feasible nodes, as one random packer over every node
+    chooses. (A single top score per pool would make the pools' nodes tie, and the tie would go to
+    the node earlier in the fleet's order: never uniform across pools.)"""
 
     name = "random"
 
     def __init__(self, seed: int = 0) -> None:
         self.rng = random.Random(seed)
+        self.draws = np.random.default_rng(seed)
 
-    def scores(self, capacity: NodeCapacity, request: NodeRequest, feasible: IntArray) -> IntArray:
-        out = np.zeros(feasible.size, dtype=np.int64)
-        out[self.rng.randrange(feasible.size)] = MAX_SCORE
-        return out
+    def scores(self, capacity: NodeCapacity, request: NodeRequest, feasible: IntArray) -> FloatArray:
+        return self.draws.random(feasible.size)
 
     def devices(self, capacity: NodeCapacity, node: int, request: NodeRequest) -> tuple[int, ...]:
         if request.kind != "share":

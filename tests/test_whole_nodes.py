@@ -91,6 +91,21 @@ def test_best_tied_prefers_the_higher_score_then_the_earlier_node() -> None:
     assert rooms.best_tied([(None, grant, None), (b, grant, packer)]) == 1  # a pool without nodes is not scored
 
 
+def test_random_among_tied_pools_is_uniform_over_all_their_nodes() -> None:
+    # One node in pool a, three in pool b: a random packer over the four nodes gives b three
+    # requests in four. (It gave a every one when each pool's one drawn node took the top score:
+    # the tie went to the earlier node, whatever the pools' sizes.)
+    capacities = Capacities(load_tables())
+    a = capacities.rooms_of(Pool("a", "hpc", "nvidia", 4, "eu", model="t4", nodes=(Node("x", 4, 32, 65536),)), [])
+    b_nodes = tuple(Node(f"y{i}", 4, 32, 65536) for i in range(3))
+    b = capacities.rooms_of(Pool("b", "hpc", "nvidia", 12, "eu", model="t4", nodes=b_nodes), [])
+    grant = Grant(1.0, True, 1.0, 1, 1.0)
+    packer = packer_named("random", seed=11)
+    order = {"x": 0, "y0": 1, "y1": 2, "y2": 3}
+    wins = sum(rooms.best_tied([(a, grant, packer), (b, grant, packer)], order) for _ in range(4000))
+    assert 0.72 < wins / 4000 < 0.78
+
+
 def test_whole_nodes_holds_what_the_layers_fleet_wide_capacity_holds(hardware: Hardware) -> None:
     # The layer holds every grant on one capacity of every node; ``whole_nodes`` builds the same
     # from the rooms of the pools (what ``place`` has): devices from the device pools, CPU and
