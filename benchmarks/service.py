@@ -2,7 +2,7 @@
 
 Reports, each from real ``exa hardware serve --listen`` processes:
 
-* dry-run and durable placement latency (p50, p99 ms) with 16 clients on SQLite, one replica
+* dry-run and durable placement latency (p50, p99 ms) with 1 and 16 clients on SQLite, one replica
   (answers without every pool's verdict, ``?verdicts=false``; one client's dry runs with them too);
 * durable decisions per second with 16 clients on PostgreSQL, with 1 and 2 replicas (when
   ``EXA_TEST_PG_URL`` or ``scripts/pg-up``'s URL names a server);
@@ -200,6 +200,7 @@ def main() -> int:
             report["in_process_what_if_p50_ms"] = in_process(home, accelerator, 50)
             report["http_overhead_p50_ms"] = round(one["p50_ms"] - report["in_process_what_if_p50_ms"], 2)
             report["sqlite_dry_run"] = load([port], token, {**body, "dry_run": True}, args.requests, args.clients)
+            report["sqlite_durable_1_client"] = load([port], token, body, max(50, args.requests // 4), 1)
             report["sqlite_durable"] = load([port], token, body, args.requests, args.clients)
             report["cold_client_place_dry_run_median_ms"] = cold_client(port, token, accelerator)
         finally:

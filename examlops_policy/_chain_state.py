@@ -98,10 +98,12 @@ _DECIDED_AT: Final = (3, 4)
 # live grants hold of its nodes' CPU and memory, what schedulers report busy there, and the pools
 # whose devices on its nodes are its own (``held``, ``grants`` and ``usage`` then include the rows
 # of the pools sharing its nodes) and those whose same devices there are shared another way:
-# (pool, held, held outside, grants, usage, same devices, other modes) -> (summary, free). None:
-# summaries are not compared.
+# and the states other pools give its nodes where less available (``Sharing.states``):
+# (pool, held, held outside, grants, usage, same devices, other modes, states) -> (summary, free).
+# None: summaries are not compared.
 Summary = Callable[
-    [Pool, Sequence[HeldRow], float, Sequence[NodeGrantRow], Sequence[NodeUsageRow], frozenset[str] | None, frozenset[str]], tuple[object, float]
+    [Pool, Sequence[HeldRow], float, Sequence[NodeGrantRow], Sequence[NodeUsageRow], frozenset[str] | None, frozenset[str], Mapping[str, str]],
+    tuple[object, float],
 ]
 
 
@@ -848,7 +850,7 @@ def _compare_pools(
                 nodes = nodes or _NodeRows(chain, state, released, ordered)
                 capacity, free = nodes.summary(summary, pool, held)
             else:
-                capacity, free = summary(pool, live.get(name, []), held, (), (), None, frozenset())
+                capacity, free = summary(pool, live.get(name, []), held, (), (), None, frozenset(), {})
             out.differs("pools", "free", repr(name), p["free"], free, expected.seq, number=True)
             try:
                 stored = json.loads(str(p["capacity"])) if isinstance(p["capacity"], str) else p["capacity"]
@@ -947,6 +949,7 @@ class _NodeRows:
             sorted((u for n in names for u in self.usage.get(n, ())), key=lambda u: (u.pool, u.node)),
             self.sharing.devices(pool.name),
             self.sharing.other_mode(pool.name),
+            self.sharing.states(pool.name),
         )
 
 

@@ -19,12 +19,13 @@ node, both places and the field), as ``apply`` refuses two pools that disagree a
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
 from examlops_policy.errors import SpecError
-from examlops_policy.model import Node
+from examlops_policy.model import NODE_STATES, Node, Pool
 from examlops_policy.quantities import cpu_text, memory_text
 from examlops_policy.tables import Tables
 
@@ -45,10 +46,18 @@ class StatedNode:
     devices: int | None
     supports_fractions: bool | None
     slices: Mapping[str, int] = field(default_factory=dict)  # fixed slices offered as resources of their own, by profile
+    # Who states it, for messages: a file's nodes: (at nodes[index]), or the stored fleet (a pool).
+    said_by: str = "the file's nodes:"
+    where: str | None = None
 
     @property
     def name(self) -> str:
         return self.node.name
+
+    @property
+    def at(self) -> str:
+        """Where it is stated: ``nodes[3]``, or the stored pool that states it."""
+        return self.where if self.where is not None else f"nodes[{self.index}]"
 
     def fact(self, key: str) -> object:
         return getattr(self.node, key)
@@ -99,6 +108,41 @@ def read_nodes(items: Sequence[Mapping[str, object]], tables: Tables, *, source:
     return stated
 
 
+STORED = "the stored fleet"
+
+
+def stored_nodes(pools: Iterable[Pool], accelerator: str) -> dict[str, StatedNode]:
+    """The nodes the stored fleet states, by name, as a file's ``nodes:`` would state them, for a
+    new pool of ``accelerator`` to name (``exa hardware add-pool --node``): each node's CPU,
+    memory and labels as the first pool listing it (by name) gives them, and the least available
+    state any of them gives it (``up`` only where all say so); its devices, model and whether they
+    are cut as a pool of its devices lists them (one of ``accelerator`` first; not a cpu pool,
+    whose devices are the node's cores), and the fixed slices a pool of fixed slices counts there.
+    Pools that state a node otherwise are refused by the pool's own check against them."""
+    listed: dict[str, list[tuple[Pool, Node]]] = {}
+    for pool in sorted(pools, key=lambda p: p.name):
+        if pool.nodes_named:
+            for node in pool.node_list():
+                listed.setdefault(node.name, []).append((pool, node))
+    stated: dict[str, StatedNode] = {}
+    for index, (name, entries) in enumerate(sorted(listed.items())):
+        first = entries[0][1]
+        state = max((n.state for _, n in entries), key=NODE_STATES.index)
+        node = dataclasses.replace(first, state=state)
+        slices = {str(p.fixed_profile): n.devices for p, n in entries if p.fixed_profile is not None}
+        devices = [(p, n) for p, n in entries if p.accelerator != "cpu" and p.fixed_profile is None]
+        devices.sort(key=lambda pn: pn[0].accelerator != accelerator)
+        if devices:
+            pool, with_devices = devices[0]
+            model = pool.model.lower() if pool.model is not None else None
+            stated[name] = StatedNode(
+                index, node, model, pool.accelerator, with_devices.devices, pool.supports_fractions or None, slices, STORED, f"pool {pool.name!r}"
+            )
+        else:
+            stated[name] = StatedNode(index, node, None, None, None, None, slices, STORED, f"pool {entries[0][0].name!r}")
+    return stated
+
+
 def _text(key: str, value: object) -> str:
     if value is None:
         return "none named"
@@ -112,7 +156,9 @@ def _text(key: str, value: object) -> str:
 _WORDS = {"slices": "slices of the pool's profile", "cpu": "CPU", "memory": "memory", "state": "state", "block": "block", "switch": "switch", "devices": "devices", "model": "device model"}
 
 
-def pool_over_nodes(item: Mapping[str, object], stated: Mapping[str, StatedNode], *, source: str, field: str) -> dict[str, object]:
+def pool_over_nodes(
+    item: Mapping[str, object], stated: Mapping[str, StatedNode], *, source: str, field: str, said_by: str = "the file's nodes:"
+) -> dict[str, object]:
     """One pool entry of the file (``item``, at ``field``) with each node it names written out as
     a listed node, and each node it lists inline under a stated name checked against ``nodes:``
     and completed from it; its ``model`` and ``supports_fractions`` from the nodes where it leaves
@@ -133,8 +179,8 @@ def pool_over_nodes(item: Mapping[str, object], stated: Mapping[str, StatedNode]
             node = stated.get(entry)
             if node is None:
                 known = sorted(stated)
-                said = f"stated there: {', '.join(known[:8])}{', ...' if len(known) > 8 else ''}" if known else "the file has no nodes: section"
-                raise SpecError(f"pool {pool!r} names node {entry!r}, which the file's nodes: does not state ({said})", source=source, field=where)
+                said = f"stated there: {', '.join(known[:8])}{', ...' if len(known) > 8 else ''}" if known else ("the file has no nodes: section" if said_by != STORED else "no registered pool lists a node by name")
+                raise SpecError(f"pool {pool!r} names node {entry!r}, which {said_by} does not state ({said})", source=source, field=where)
             out.append(_named(pool, accelerator, fixed, node, source=source, field=where))
             if accelerator == node.accelerator:
                 own.append(node)
@@ -163,7 +209,7 @@ def _named(pool: str, accelerator: str, fixed: str | None, node: StatedNode, *, 
             has = "does not state its cpu" if cpu is None else f"has {_text('cpu', cpu)} CPU, not a whole number of cores"
             raise SpecError(
                 f"pool {pool!r} (a cpu pool: its devices are a node's cores) names node {node.name!r}, which {has} "
-                f"(nodes[{node.index}])",
+                f"({node.at})",
                 source=source,
                 field=field,
             )
@@ -172,7 +218,7 @@ def _named(pool: str, accelerator: str, fixed: str | None, node: StatedNode, *, 
         has = "no devices" if node.accelerator is None else f"{node.devices} {node.accelerator} {node.model} device(s), no {accelerator} device"
         raise SpecError(
             f"pool {pool!r} ({accelerator}) names node {node.name!r}, which has {has} "
-            f"(nodes[{node.index}]): a pool offers the devices of its accelerator on the nodes it names",
+            f"({node.at}): a pool offers the devices of its accelerator on the nodes it names",
             source=source,
             field=field,
         )
@@ -182,7 +228,7 @@ def _named(pool: str, accelerator: str, fixed: str | None, node: StatedNode, *, 
             offered = ", ".join(f"{k}: {v}" for k, v in sorted(node.slices.items()))
             raise SpecError(
                 f"pool {pool!r} is a pool of fixed {fixed} slices, and node {node.name!r} offers none "
-                f"(nodes[{node.index}]: {f'slices: {{{offered}}}' if offered else 'no slices:'}): state them there "
+                f"({node.at}: {f'slices: {{{offered}}}' if offered else 'no slices:'}): state them in nodes: "
                 f"(slices: {{{fixed}: N}}), or list the node inline with its slices ({{name: {node.name}, devices: N}})",
                 source=source,
                 field=field,
@@ -223,7 +269,7 @@ def _inline(
 
 def _disagree(pool: str, node: StatedNode, key: str, theirs: str, ours: str, *, source: str, field: str) -> SpecError:
     return SpecError(
-        f"pool {pool!r} says node {node.name!r} has {_WORDS[key]} {theirs}, the file's nodes: says {ours} (nodes[{node.index}]): "
+        f"pool {pool!r} says node {node.name!r} has {_WORDS[key]} {theirs}, {node.said_by} says {ours} ({node.at}): "
         "a node is stated once; leave the fact out of the pool or make them agree",
         source=source,
         field=field,
@@ -252,8 +298,8 @@ def _pool_facts(item: Mapping[str, object], own: Sequence[StatedNode], *, source
     elif str(item["model"]).lower() != model:
         node = own[0]
         raise SpecError(
-            f"pool {pool!r} says its devices are {item['model']}, the file's nodes: says node {node.name!r} has {model} "
-            f"(nodes[{node.index}]): leave model out of the pool (the nodes say it) or make them agree",
+            f"pool {pool!r} says its devices are {item['model']}, {node.said_by} says node {node.name!r} has {model} "
+            f"({node.at}): leave model out of the pool (the nodes say it) or make them agree",
             source=source,
             field=f"{field}.model",
         )
@@ -262,7 +308,7 @@ def _pool_facts(item: Mapping[str, object], own: Sequence[StatedNode], *, source
     if item.get("supports_fractions") is True and whole:
         raise SpecError(
             f"pool {pool!r} grants slices (supports_fractions), and node {whole[0].name!r} says its devices are not cut "
-            f"(nodes[{whole[0].index}]: supports_fractions: false)",
+            f"({whole[0].at}: supports_fractions: false)",
             source=source,
             field=f"{field}.supports_fractions",
         )

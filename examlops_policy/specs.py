@@ -451,6 +451,28 @@ def pools_from_document(data: object, *, source: str, tables: Tables | None = No
     return pools
 
 
+def pool_over_stored_nodes(values: Mapping[str, object], names: Sequence[str], stored: Sequence[Pool], *, source: str) -> dict[str, object]:
+    """A pool's options (``values``, as ``exa hardware add-pool`` gives them) over nodes the stored
+    fleet (``stored``: the registered pools) states, by name: each written out as a listed node
+    with its facts (``inventory.stored_nodes``), its count, where not given, their devices summed.
+    SpecError naming the option (``--node NAME``, ``--model``, ``--nodes``) for a node the fleet
+    does not state, a node without the pool's devices, or a fact said otherwise."""
+    from examlops_policy import inventory
+
+    if values.get("nodes") is not None:
+        raise SpecError("give --node (stored nodes by name) or --nodes (a number of counted nodes), not both", source=source, field="--nodes")
+    stated = inventory.stored_nodes(stored, str(values["accelerator"]))
+    try:
+        out = inventory.pool_over_nodes({**values, "nodes": list(names)}, stated, source=source, field="", said_by=inventory.STORED)
+    except SpecError as exc:  # its fields as the command's options: "--node n1", "--model"
+        field = (exc.field or "").lstrip(".")
+        at = next((f"--node {name}" for j, name in enumerate(names) if field.startswith(f"nodes[{j}]")), None)
+        raise SpecError(exc.detail, source=source, field=at or ("--node" if field == "nodes" else "--" + field.replace("_", "-"))) from exc
+    if values.get("count") is None:
+        out["count"] = sum(cast(int, cast(Mapping[str, object], n)["devices"]) for n in cast(list[object], out["nodes"]))
+    return out
+
+
 def workload_from_mapping(data: Mapping[str, object], *, source: str = "workload") -> Workload:
     """Build one Workload from a mapping; the dataclass checks every field."""
     values = {k: v for k, v in data.items() if v is not None}

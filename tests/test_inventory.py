@@ -293,3 +293,64 @@ def test_a_named_node_disagreeing_with_a_registered_pool_is_refused_naming_both(
         hardware.apply_file(path)
     assert "node 'gpu-0'" in str(info.value) and "'old'" in str(info.value) and "'new'" in str(info.value) and "CPU" in str(info.value)
     assert [p.pool.name for p in hardware.pools()] == ["old"]  # nothing written
+
+
+# -- add-pool over nodes the stored fleet states ----------------------------------------------------
+
+STORED = {
+    "nodes": [
+        {"name": "n1", "model": "h100", "devices": 8, "cpu": 64, "memory": "512Gi", "block": "b1"},
+        {"name": "n2", "model": "h100", "devices": 8, "cpu": 64, "memory": "512Gi", "state": "drained"},
+    ],
+    "pools": [pool("gpu", nodes=["n1", "n2"])],
+}
+
+
+def _add_pool(home: Path, name: str, *more: str) -> tuple[int, str]:
+    from tests.conftest import run_exa
+
+    result = run_exa(home, "hardware", "add-pool", name, "--target", "hpc", "--region", "eu", *more)
+    return result.returncode, result.stdout + result.stderr
+
+
+def test_add_pool_names_nodes_the_stored_fleet_states_and_takes_their_facts(exa_home: Path, tmp_path: Path) -> None:
+    from tests.conftest import run_exa
+
+    assert run_exa(exa_home, "hardware", "apply", "-f", str(write(tmp_path, STORED))).returncode == 0
+    assert _add_pool(exa_home, "cores", "--accelerator", "cpu", "--node", "n1", "--node", "n2")[0] == 0
+    assert _add_pool(exa_home, "shared", "--accelerator", "nvidia", "--node", "n1", "--sharing", "time-slice", "--shares-per-device", "4")[0] == 0
+    listed = {p["name"]: p for p in json.loads(run_exa(exa_home, "hardware", "pools", "--json").stdout)}
+    # A cpu pool's devices are the nodes' cores; a device pool's, the nodes' devices (model from the pool listing them).
+    assert (listed["cores"]["count"], listed["shared"]["count"], listed["shared"]["model"]) == (128, 8, "h100")
+    assert listed["cores"]["nodes"] == [
+        {"name": "n1", "devices": 64, "cpu": 64, "memory": 524288, "block": "b1"},
+        {"name": "n2", "devices": 64, "cpu": 64, "memory": 524288, "state": "drained"},
+    ], listed["cores"]["nodes"]
+    # The same node, one capacity: the shared pool's GPU grant with --cpu takes the cpu pool's cores.
+    placed = run_exa(exa_home, "hardware", "place", "w", "--accelerator", "nvidia", "--engine", "vllm", "--fraction", "0.25", "--cpu", "60")
+    assert placed.returncode == 0, placed.stdout + placed.stderr
+    free = {p["name"]: p["free"] for p in json.loads(run_exa(exa_home, "hardware", "pools", "--json").stdout)}
+    assert free["cores"] == 4  # n1's 64 cores less the 60 granted; n2 is drained
+
+
+@pytest.mark.parametrize(
+    ("more", "field", "words"),
+    [
+        (("--accelerator", "amd", "--node", "n1"), "--node n1", "which has 8 nvidia h100 device(s), no amd device (pool 'gpu')"),
+        (("--accelerator", "nvidia", "--node", "n9"), "--node n9", "which the stored fleet does not state (stated there: n1, n2)"),
+        (("--accelerator", "nvidia", "--node", "n1", "--model", "a100"), "--model", "the stored fleet says node 'n1' has h100 (pool 'gpu')"),
+        (("--accelerator", "nvidia", "--node", "n1", "--count", "4"), "count", "must be the devices of the listed nodes summed (8; got 4)"),
+        (("--accelerator", "nvidia", "--node", "n1", "--nodes", "2"), "--nodes", "give --node (stored nodes by name) or --nodes"),
+        (("--accelerator", "nvidia"), "--count", "give --count (the pool's devices), or --node"),
+        (("--accelerator", "nvidia", "--node", "n1", "--fixed-profile", "1g.10gb"), "--node n1", "node 'n1' offers none (pool 'gpu': no slices:)"),
+    ],
+)
+def test_add_pool_over_stored_nodes_refuses_what_they_do_not_say_and_writes_nothing(
+    exa_home: Path, tmp_path: Path, more: tuple[str, ...], field: str, words: str
+) -> None:
+    from tests.conftest import run_exa
+
+    assert run_exa(exa_home, "hardware", "apply", "-f", str(write(tmp_path, STORED))).returncode == 0
+    code, said = _add_pool(exa_home, "bad", *more)
+    assert code == 2 and f"exa hardware add-pool: {field}: " in said and words in said, said
+    assert [p["name"] for p in json.loads(run_exa(exa_home, "hardware", "pools", "--json").stdout)] == ["gpu"]

@@ -593,6 +593,12 @@ def test_grants_an_earlier_release_made_on_overlapping_pools_stay_on_their_nodes
         # Nothing more goes where the node is held twice over.
         for more in (Workload("more-share", "nvidia", models=("l4",), engine="vllm", fraction=0.125), Workload("more-cores", "cpu", engine="cpu")):
             assert not isinstance(hw.place(more).decision, Placement), more
+        # A node one pool calls drained is drained in the pool that calls it up: z8's two A100s
+        # that its own view leaves free on z1 take nothing (fail closed).
+        z8 = hw.pool("z8")
+        assert [(n.name, n.state) for n in z8.nodes] == [("z1", "drained")]
+        more_a100 = hw.place(Workload("more-a100", "nvidia", models=("a100",), engine="vllm")).decision
+        assert not isinstance(more_a100, Placement), more_a100
         # The same file applied again is refused where its pools disagree, and nothing is written.
         fleet = tmp_path / "fleet.yaml"
         fleet.write_text(OVERLAPPING)

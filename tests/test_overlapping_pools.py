@@ -230,3 +230,17 @@ def test_each_pool_names_the_other_pools_holding_its_devices_and_a_cpu_pool_coun
     assert not _cores(hardware, 5) and _cores(hardware, 4)
     assert {p.pool.name: p.free for p in hardware.pools()}["cores"] == 0
     assert hardware.verify_audit().ok
+
+
+def test_a_node_is_as_unavailable_as_any_pool_listing_it_says() -> None:
+    """A state stored before ``apply`` refused disagreeing pools may hold a node one pool calls up
+    and another drained or down: every pool sees it in the least available state (fail closed)."""
+    up = l4("up")
+    drained = dataclasses.replace(l4("dr"), nodes=(dataclasses.replace(L1[0], state="drained"),))
+    down = dataclasses.replace(l4("dn"), nodes=(dataclasses.replace(L1[0], state="down"),))
+    assert sharing_of([up, drained]).states("up") == {"l1": "drained"} and sharing_of([up, drained]).states("dr") == {}
+    together = sharing_of([up, drained, down])
+    assert [together.states(p) for p in ("up", "dr", "dn")] == [{"l1": "down"}, {"l1": "down"}, {}]
+    assert sharing_of([up, l4("other")]).states("up") == {}  # agreeing pools: nothing said
+    room = rooms.build(up, None, [], states=together.states("up"))  # type: ignore[arg-type]
+    assert [n.state for n in room.nodes] == ["down"] and room.capacity.feasible(_nodes.NodeRequest(devices=1)).size == 0

@@ -591,7 +591,7 @@ def _refresh(
         names = sharing.group(pool.name)
         capacity, free = capacities.of(
             pool, txn.held_in(names), held_outside, txn.node_grants(names), txn.node_usage(names), sharing.devices(pool.name),
-            sharing.other_mode(pool.name),
+            sharing.other_mode(pool.name), sharing.states(pool.name),
         )
     else:
         capacity, free = capacities.of(pool, txn.held(pool.name) if held is None else held, held_outside)
@@ -615,7 +615,8 @@ def _room(txn: Transaction, capacities: Capacities, pool: Pool, sharing: Sharing
 def _rooms(txn: Transaction, capacities: Capacities, pool: Pool, sharing: Sharing) -> Rooms:
     names = sharing.group(pool.name)
     return capacities.rooms_of(
-        pool, txn.held_in(names), txn.node_grants(names), txn.node_usage(names), sharing.devices(pool.name), sharing.other_mode(pool.name)
+        pool, txn.held_in(names), txn.node_grants(names), txn.node_usage(names), sharing.devices(pool.name), sharing.other_mode(pool.name),
+        sharing.states(pool.name),
     )
 
 

@@ -97,6 +97,7 @@ def build(
     usage: Sequence[NodeUsageRow] = (),
     same_devices: Collection[str] | None = None,
     other_modes: Collection[str] = (),
+    states: Mapping[str, str] | None = None,
 ) -> Rooms:
     """The pool's nodes with what ``held`` (live holdings of the pool and of the pools sharing its
     nodes), ``grants`` (their CPU and memory) and ``usage`` (what schedulers report busy beyond
@@ -104,10 +105,14 @@ def build(
     reported busy) by a pool not in ``same_devices`` (default: this pool alone) are other devices
     of the node, of which only CPU and memory count; but a device held by a pool of
     ``other_modes`` (the same devices, shared another way) is taken whole, whatever part of it
-    that pool granted: a device is in one mode at a time."""
+    that pool granted: a device is in one mode at a time. A node named in ``states`` is in that
+    state, whatever the pool says (``Sharing.states``: another pool listing it says less
+    available)."""
     mine = frozenset(same_devices) if same_devices is not None else frozenset({pool.name})
     otherwise = frozenset(other_modes)
     nodes = pool.node_list()
+    if states:
+        nodes = tuple(dataclasses.replace(n, state=states[n.name]) if n.name in states else n for n in nodes)
     capacity = _nodes.NodeCapacity(
         (_nodes.Node(n.name, n.devices, pool.model, n.cpu_milli, n.memory_mib, n.state, n.labels) for n in nodes),  # type: ignore[arg-type]
         unit=unit_of(pool),
@@ -664,9 +669,16 @@ def details(rooms: Rooms) -> tuple[NodeDetail, ...]:
         whole = sorted(taken - set(theirs))
         # "devices 0-1 whole", "device 3 whole": the indices of the devices held, never a count.
         parts = [f"device{'s' if len(whole) > 1 else ''} {_ranges(whole)} whole"] if whole else []
+        # Devices the same pools hold, together: "devices 0-3: held by batch".
+        by_holders: dict[tuple[str, ...], list[int]] = {}
+        for device in sorted(theirs):
+            by_holders.setdefault(tuple(sorted(theirs[device])), []).append(device)
         for device in sorted(set(shared) | set(slices) | set(theirs)):
             if device in theirs:
-                parts.append(f"device {device}: held by {', '.join(sorted(theirs[device]))}")
+                holders = tuple(sorted(theirs[device]))
+                same = by_holders[holders]
+                if same[0] == device:
+                    parts.append(f"device{'s' if len(same) > 1 else ''} {_ranges(same)}: held by {', '.join(holders)}")
             elif device in slices:
                 held = sorted(slices[device], key=lambda h: (h.start or 0, h.profile or ""))
                 parts.append(f"device {device}: " + ", ".join(f"{h.profile}@{h.start}" if h.start is not None else str(h.profile) for h in held))

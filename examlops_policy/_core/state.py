@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from examlops_policy.model import Capacity, Pool, PoolState
+from examlops_policy.model import NODE_STATES, Capacity, Pool, PoolState
 from examlops_policy.store.api import HeldRow, NodeGrantRow, NodeUsageRow, PoolRow, Rows, StateRows
 from examlops_policy.tables import Tables
 from examlops_policy._core import codec, packing
@@ -30,7 +30,8 @@ if TYPE_CHECKING:  # the node packer (numpy) loads only where a pool has nodes
 # worked out changes, so that stored ones are worked out again (``commit.ensure_layout``).
 # 2: node by node (node-tracked pools), grants recorded before they named nodes mapped to nodes.
 # 3: a cpu pool's devices free on a node no more than the node's cores other pools' grants leave.
-SUMMARY_VERSION = 3
+# 4: a node some pool listing it calls drained or down is not up in the others (``Sharing.states``).
+SUMMARY_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,11 @@ class Sharing:
     by_pool: Mapping[str, tuple[str, ...]]
     same_devices: Mapping[str, frozenset[str]] = field(default_factory=dict)
     other_modes: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # By pool: its nodes that another pool listing them states less available (drained or down
+    # where it says up, down where it says drained), with that state. ``apply`` refuses pools that
+    # disagree; a state stored before it did may still hold them, and a node is then as unavailable
+    # as any pool says (fail closed), not up through the pool that says so.
+    held_states: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def group(self, name: str) -> tuple[str, ...]:
         """``name`` and the pools sharing a node with it."""
@@ -59,6 +65,11 @@ class Sharing:
         device is in one mode at a time, so one that any of them holds, even a share of it, is
         taken whole for ``name``."""
         return self.other_modes.get(name, frozenset())
+
+    def states(self, name: str) -> Mapping[str, str]:
+        """``name``'s nodes whose state another pool listing them gives as less available, with
+        the least available state any pool gives them."""
+        return self.held_states.get(name, {})
 
 
 def device_kind(pool: Pool) -> tuple[object, ...]:
@@ -76,10 +87,19 @@ def sharing_of(pools: Iterable[Pool]) -> Sharing:
     """Who shares nodes with whom, from the pools' listed nodes (nodes a pool only counts, ``nodes:
     N``, are its own)."""
     by_node: dict[str, list[Pool]] = {}
+    node_state: dict[tuple[str, str], str] = {}
     for pool in pools:
         if pool.nodes_named:
             for node in pool.node_list():
                 by_node.setdefault(node.name, []).append(pool)
+                node_state[(pool.name, node.name)] = node.state
+    held_states: dict[str, dict[str, str]] = {}
+    for node_name, listed in by_node.items():
+        if len(listed) > 1:
+            worst = max((node_state[(p.name, node_name)] for p in listed), key=NODE_STATES.index)
+            for pool in listed:
+                if node_state[(pool.name, node_name)] != worst:
+                    held_states.setdefault(pool.name, {})[node_name] = worst
     together: dict[str, set[str]] = {}
     same: dict[str, set[str]] = {}
     other: dict[str, set[str]] = {}
@@ -94,6 +114,7 @@ def sharing_of(pools: Iterable[Pool]) -> Sharing:
         {name: tuple(sorted(others)) for name, others in together.items()},
         {name: frozenset(s) for name, s in same.items()},
         {name: frozenset(s) for name, s in other.items() if s},
+        held_states,
     )
 
 
@@ -158,6 +179,7 @@ class Capacities:
         usage: Sequence[NodeUsageRow] = (),
         same_devices: Collection[str] | None = None,
         other_modes: Collection[str] = (),
+        states: Mapping[str, str] | None = None,
     ) -> tuple[Capacity, float]:
         """What ``pool`` can still place with ``held`` on it, and its devices free (shares summed;
         a pool of fixed slices counts slices: each holding is one of its units). A node-tracked
@@ -167,7 +189,7 @@ class Capacities:
         if pool.node_tracked:
             from examlops_policy._core import rooms
 
-            return rooms.summary(rooms.build(pool, layout, held, grants, usage, same_devices, other_modes))
+            return rooms.summary(rooms.build(pool, layout, held, grants, usage, same_devices, other_modes, states))
         capacity = packing.summarize(layout, [h.holding for h in held], held_outside)
         used = float(len(held)) if layout.kind == "fixed" else sum(h.share for h in held)
         return capacity, max(0.0, round(pool.count - held_outside - used, 9))
@@ -180,11 +202,12 @@ class Capacities:
         usage: Sequence[NodeUsageRow] = (),
         same_devices: Collection[str] | None = None,
         other_modes: Collection[str] = (),
+        states: Mapping[str, str] | None = None,
     ) -> Rooms:
         """A node-tracked pool's nodes with what is held on them, to choose where a grant goes."""
         from examlops_policy._core import rooms
 
-        return rooms.build(pool, self.layout(pool), held, grants, usage, same_devices, other_modes)
+        return rooms.build(pool, self.layout(pool), held, grants, usage, same_devices, other_modes, states)
 
     def empty(self, pool: Pool) -> PoolState:
         """The pool with nothing held on it (what-if decisions)."""
@@ -326,7 +349,7 @@ def as_of(snapshot: Snapshot, rows: StateRows, capacities: Capacities, nodes: No
             group = set(sharing.group(name))
             capacity, free = capacities.of(
                 state.pool, [h for h in held_rows if h.pool in group], state.held_outside, [g for g in grant_rows if g.pool in group],
-                [u for u in all_usage if u.pool in group], sharing.devices(name), sharing.other_mode(name),
+                [u for u in all_usage if u.pool in group], sharing.devices(name), sharing.other_mode(name), sharing.states(name),
             )  # fmt: skip
             states[at] = PoolState(state.pool, free, capacity, state.held_outside, state.removing)
             frags[at] = _fragment(capacity)

@@ -197,9 +197,9 @@ class LayerPlacer:
         ordered = sorted(pools, key=lambda p: p.name)
         self.pools = ordered
         capacities = Capacities(engine.tables)
-        self.rooms = [capacities.rooms_of(p, []) for p in ordered]
-        self.summaries = Summaries(self.rooms)
         sharing = sharing_of(ordered)
+        self.rooms = [capacities.rooms_of(p, [], states=sharing.states(p.name)) for p in ordered]
+        self.summaries = Summaries(self.rooms)
         index = self._at = {p.name: i for i, p in enumerate(ordered)}
         # Per pool: the pools sharing its nodes, whether their devices there are its devices, and
         # whether they are its devices shared another way.

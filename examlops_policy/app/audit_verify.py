@@ -5,7 +5,7 @@ a row without its entry), then checked by the pure functions of ``audit`` and ``
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
 from examlops_policy import _chain_state as chain_state, audit
@@ -31,8 +31,9 @@ def summary_of(capacities: Capacities) -> chain_state.Summary:
         usage: Sequence[NodeUsageRow],
         same_devices: frozenset[str] | None,
         other_modes: frozenset[str],
+        states: Mapping[str, str],
     ) -> tuple[object, float]:
-        capacity, free = capacities.of(pool, held, held_outside, grants, usage, same_devices, other_modes)
+        capacity, free = capacities.of(pool, held, held_outside, grants, usage, same_devices, other_modes, states)
         return codec.capacity_json(capacity), free
 
     return summary

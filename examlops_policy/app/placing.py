@@ -187,7 +187,7 @@ class Placing:
             if snap.ended:
                 rows = [r for r in rows if r.decision_id not in snap.ended]
                 grants = [g for g in grants if g.decision_id not in snap.ended]
-            return capacities.rooms_of(pool, rows, grants, usage, sharing.devices(pool.name), sharing.other_mode(pool.name))
+            return capacities.rooms_of(pool, rows, grants, usage, sharing.devices(pool.name), sharing.other_mode(pool.name), sharing.states(pool.name))
 
         return _on_nodes(
             decided.prepared, decided.decision, snap.capacities, decided.under.policy.tables, decided.starts, room_of,

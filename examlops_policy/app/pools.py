@@ -138,7 +138,7 @@ class Pools:
             # What the pools on its nodes hold: grants whose lease ended hold nothing there either.
             rows = [r for r in rows if r.decision_id not in ended]
             grants = [g for g in grants if g.decision_id not in ended]
-        room = capacities.rooms_of(state.pool, rows, grants, usage, sharing.devices(name), sharing.other_mode(name))
+        room = capacities.rooms_of(state.pool, rows, grants, usage, sharing.devices(name), sharing.other_mode(name), sharing.states(name))
         if ended:
             capacity, free = rooms.summary(room)
             state = PoolState(state.pool, free, capacity, state.held_outside, state.removing)

@@ -13,6 +13,7 @@ from examlops_policy import quantities, specs
 from examlops_policy.cli import args as types
 from examlops_policy.cli.args import Commands
 from examlops_policy.cli import exits, render
+from examlops_policy.errors import SpecError
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import ACCELERATORS, POOL_TARGETS, SHARING, Pool, node_spec
 from examlops_policy.views import DiscoveryResult, PoolChange, PoolView
@@ -84,7 +85,12 @@ def cmd_add_pool(args: argparse.Namespace, hw: Hardware, console: Console) -> in
                    "nodes", "cpu_per_node", "memory_per_node", "sharing", "shares_per_device"):  # fmt: skip
         if getattr(args, option) is not None:
             values[option] = getattr(args, option)
-    pool = specs.pool_from_mapping(values, source="exa hardware add-pool")
+    source = "exa hardware add-pool"
+    if args.node:
+        values = specs.pool_over_stored_nodes(values, args.node, [s.pool for s in hw.pools()], source=source)
+    elif args.count is None:
+        raise SpecError("give --count (the pool's devices), or --node for each stored node it offers", source=source, field="--count")
+    pool = specs.pool_from_mapping(values, source=source)
     change = hw.add_pool(pool)
     if args.json:
         render.dump_json(console, {"pool": pool.name, "action": change.action})
@@ -291,7 +297,7 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
     p.add_argument("name")
     p.add_argument("--target", required=True, choices=POOL_TARGETS)
     p.add_argument("--accelerator", required=True, choices=ACCELERATORS)
-    p.add_argument("--count", required=True, type=int)
+    p.add_argument("--count", type=int, help="the pool's devices (or fixed slices); with --node: their sum by default")
     p.add_argument("--region", required=True)
     p.add_argument("--cost-per-hour", type=float, help="USD per device-hour (default: the accelerator's)")
     p.add_argument("--carbon-factor", type=float, help="gCO2e per device-hour (default: the region's)")
@@ -305,6 +311,11 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
     p.add_argument("--fixed-profile", help="each counted unit is one fixed slice of this profile, e.g. 1g.10gb")
     p.add_argument("--spot", action="store_true", help="spot (preemptible) capacity")
     p.add_argument("--nodes", type=int, help="the pool's nodes: --count devices split evenly over N nodes")
+    p.add_argument(
+        "--node", action="append", metavar="NAME",
+        help="a node the stored fleet already states (repeat for each): the pool offers its devices of --accelerator (a cpu pool: its cores), "
+        "with its CPU, memory, state and labels as the pools listing it state them",
+    )  # fmt: skip
     p.add_argument("--cpu-per-node", metavar="CORES", help="CPU of each node: cores (64, 0.5) or millicores (500m); needs --nodes")
     p.add_argument("--memory-per-node", metavar="SIZE", help="memory of each node: 512Gi, 64Gi, 512Mi or MiB; needs --nodes")
     p.add_argument("--sharing", choices=SHARING, help="devices shared without partitioning (time-slicing, MPS, Slurm shards)")
