@@ -249,3 +249,25 @@ def test_serve_keeps_the_table_written(exa_home: Path, accounts_file: Path, tmp_
     written_at = int(out.read_text(encoding="utf-8").splitlines()[0].rsplit("written_at=", 1)[1])
     assert written_at >= started
     assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
+
+
+def test_the_service_keeps_the_table_written_too(exa_home: Path, accounts_file: Path, tmp_path: Path) -> None:
+    """``serve --listen`` keeps the table as ``serve`` does: one process answers HTTP and keeps the
+    plugin's table current (it refused --slurm-table before)."""
+    from tests import service_support
+
+    add_pools(exa_home)
+    out = tmp_path / "table.lua"
+    started = int(time.time())
+    service = service_support.start(exa_home, "--slurm-table", str(out), "--slurm-accounts", str(accounts_file))
+    try:
+        deadline = time.monotonic() + 120
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert service.call("GET", "/healthz").status == 200
+    finally:
+        code, log = service.stop()
+    assert code == 0 and "slurm table: decided 20 rows" in log, log
+    assert int(out.read_text(encoding="utf-8").splitlines()[0].rsplit("written_at=", 1)[1]) >= started
+    once = run_exa(exa_home, "hardware", "serve", "--listen", "127.0.0.1:0", "--once")
+    assert once.returncode == 2 and "--once runs one step and exits" in once.stderr

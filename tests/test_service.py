@@ -461,6 +461,20 @@ def test_the_cli_as_a_client_prints_what_it_prints_locally(svc: Service) -> None
     for args in (("hardware", "pools"), ("hardware", "pools", "--json"), ("hardware", "pool", "small"), ("hardware", "queue")):
         local, served = run_exa(svc.home, *args), run_exa(svc.home, *args, env=remote)
         assert (served.returncode, served.stdout) == (local.returncode, local.stdout), args
+    # Decisions of the token's project only: here every decision is PROJECT's, so the page is the local one.
+    listing: tuple[tuple[str, ...], ...] = (("hardware", "decisions"), ("hardware", "decisions", "--json"), ("hardware", "decisions", "--limit", "1"),
+                                            ("hardware", "decisions", "--since", "2999-01-01T00:00:00Z"))  # fmt: skip
+    for listed in listing:
+        local, served = run_exa(svc.home, *listed), run_exa(svc.home, *listed, env=remote)
+        assert (served.returncode, served.stdout) == (local.returncode, local.stdout), (listed, served.stdout, served.stderr, local.stdout)
+    # burst: place asking for cloud, bursting opt-in (refused alike without --allow-burst).
+    burst = ("hardware", "burst", "b", "--accelerator", "amd", "--project", PROJECT, "--dry-run")
+    for asked in ((*burst, "--allow-burst"), (*burst, "--allow-burst", "--json"), burst):
+        local, served = run_exa(svc.home, *asked), run_exa(svc.home, *asked, env=remote)
+        if "--json" in asked:
+            assert served.returncode == local.returncode and json.loads(served.stdout)["workload"] == json.loads(local.stdout)["workload"]
+        else:
+            assert (served.returncode, served.stdout, served.stderr) == (local.returncode, local.stdout, local.stderr), (asked, served, local)
     rejected = ("hardware", "place", "n", "--accelerator", "amd", "--count", "8", "--project", PROJECT, "--dry-run")
     local, served = run_exa(svc.home, *rejected), run_exa(svc.home, *rejected, env=remote)
     assert served.returncode == local.returncode == 3 and served.stdout == local.stdout

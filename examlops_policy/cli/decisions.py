@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -19,7 +20,7 @@ from examlops_policy.model import (
     ACCELERATORS, ENGINES, ISOLATIONS, OBJECTIVES, RESIDENCIES, SPOT, TOPOLOGIES, TOPOLOGY_MODES, WORKLOAD_TARGETS, Decision,
     Placement, Workload,
 )  # fmt: skip
-from examlops_policy.views import DecisionRecord, decision_json
+from examlops_policy.views import DecisionRecord, DecisionSummary, decision_json
 
 if TYPE_CHECKING:
     from examlops_policy.views import Submit
@@ -182,13 +183,20 @@ def cmd_decisions(args: argparse.Namespace, hw: Hardware, console: Console) -> i
     page = hw.decision_page(limit=args.limit, since=args.since, until=args.until, cursor=args.cursor)
     if args.json:
         render.stream_json(console, (render.summary_json(r) for r in page.decisions))
-    elif not page.decisions:
-        console.print("No decisions yet." if not (args.since or args.until or args.cursor) else "No decisions in that range.")
     else:
-        render.print_decisions(console, page.decisions)
-        if page.cursor:
-            console.print(f"more: --cursor {page.cursor}")
+        print_page(console, page.decisions, page.cursor, ranged=bool(args.since or args.until or args.cursor))
     return exits.OK
+
+
+def print_page(console: Console, rows: Sequence[DecisionSummary], cursor: str | None, *, ranged: bool) -> None:
+    """A page of decisions as a table, and the cursor of the next page (``ranged``: a range or a
+    cursor was asked, so an empty page is an empty range)."""
+    if not rows:
+        console.print("No decisions yet." if not ranged else "No decisions in that range.")
+    else:
+        render.print_decisions(console, rows)
+    if cursor:
+        console.print(f"more: --cursor {cursor}")
 
 
 def cmd_explain(args: argparse.Namespace, hw: Hardware, console: Console) -> int:

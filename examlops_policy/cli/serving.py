@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import io
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Final
 
 from examlops_policy.cli import decisions, exits, pools, queue, render
@@ -54,6 +55,13 @@ class CliAnswers:
     def summaries(self, rows: Sequence[DecisionSummary]) -> list[dict[str, object]]:
         return [render.summary_json(s) for s in rows]
 
+    def summaries_text(self, rows: Sequence[DecisionSummary], cursor: str | None, *, ranged: bool, columns: int = COLUMNS) -> str:
+        """A page of decisions as ``exa hardware decisions`` prints it (``ranged``: a range or a
+        cursor was asked)."""
+        out = io.StringIO()
+        decisions.print_page(Console(file=out, width=columns), rows, cursor, ranged=ranged)
+        return out.getvalue()
+
     def changes(self, rows: Sequence[PoolChange]) -> list[dict[str, object]]:
         return [pools.change_json(c) for c in rows]
 
@@ -67,13 +75,15 @@ def cmd_serve(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
         if args.tls_cert or args.tls_key or args.insecure or args.oidc:
             raise SpecError("--tls-cert, --tls-key, --insecure and --oidc say how to serve HTTP: add --listen", source="command line")
         return queue.cmd_serve(args, hw, console)
-    if args.once or args.slurm_table or args.slurm_accounts:
-        raise SpecError("--once, --slurm-table and --slurm-accounts are not served with --listen (yet)", source="command line")
+    if args.once:
+        raise SpecError("--once runs one step and exits; a service with --listen keeps serving: drop one of them", source="command line")
     import examlops_policy.service.server as server
 
     return server.start(hw, CliAnswers(), listen=args.listen, tls_cert=args.tls_cert, tls_key=args.tls_key, insecure=args.insecure,
                         interval_s=args.interval.total_seconds(), out=console.file, slurm=True if args.slurm else None,
-                        kubernetes=queue._kubernetes(args), oidc=args.oidc)  # fmt: skip
+                        kubernetes=queue._kubernetes(args), oidc=args.oidc,
+                        slurm_table=Path(args.slurm_table) if args.slurm_table else None,
+                        slurm_accounts=Path(args.slurm_accounts) if args.slurm_accounts else None)  # fmt: skip
 
 
 def register(hardware: Commands, common: argparse.ArgumentParser) -> None:

@@ -65,6 +65,8 @@ class Answers(Protocol):
 
     def summaries(self, rows: Sequence[DecisionSummary]) -> list[dict[str, object]]: ...
 
+    def summaries_text(self, rows: Sequence[DecisionSummary], cursor: str | None, *, ranged: bool, columns: int) -> str: ...
+
     def changes(self, rows: Sequence[PoolChange]) -> list[dict[str, object]]: ...
 
     def exit_code(self, exc: ExaError) -> int: ...
@@ -264,6 +266,9 @@ class Api:
         limit = _int(q.get("limit"), 20, "limit", most=1000)
         page = hw.decision_page(limit=limit, since=q.get("since"), until=q.get("until"), cursor=q.get("cursor"))
         mine = [s for s in page.decisions if hw.decision(s.id).decision.workload.project in caller.projects]
+        if _text(request):
+            ranged = any(q.get(k) for k in ("since", "until", "cursor"))
+            return self._out(self.answers.summaries_text(mine, page.cursor, ranged=ranged, columns=_columns(request)), 0, True)
         return _json({"decisions": self.answers.summaries(mine), "cursor": page.cursor})
 
     def release(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:

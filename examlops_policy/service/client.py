@@ -1,6 +1,6 @@
 """The command line as a client of the placement service: with ``EXA_SERVER=URL`` (or
-``--server URL``) and ``EXA_TOKEN``, ``exa hardware place|pools|pool|queue|explain|release|renew|
-cancel`` ask the service and print what the command prints locally (the service renders it with
+``--server URL``) and ``EXA_TOKEN``, ``exa hardware place|burst|decisions|pools|pool|queue|explain|
+release|renew|cancel`` ask the service and print what the command prints locally (the service renders it with
 the same code), exiting with the same code.
 
 This module imports the standard library only (no decision code, no YAML unless ``-f`` names a
@@ -22,7 +22,7 @@ from urllib.parse import quote, urlencode, urlsplit
 BAD_INPUT: Final = 2
 UNREACHABLE: Final = 12  # the exit code of an unreachable state server (the service is one)
 MAX_ANSWER_BYTES: Final = 256 << 20  # the most an answer is read to (every pool's verdict at 1,000 pools is ~800 KB)
-COMMANDS: Final = ("place", "pools", "pool", "queue", "explain", "release", "renew", "cancel")
+COMMANDS: Final = ("place", "burst", "decisions", "pools", "pool", "queue", "explain", "release", "renew", "cancel")
 # Workload options of exa hardware place, as the workload specification names them, and their types.
 _OPTIONS: Final[tuple[tuple[str, type], ...]] = (
     ("accelerator", str), ("engine", str), ("target", str), ("fraction", float), ("count", int), ("nodes", int), ("cpu", str),
@@ -52,19 +52,26 @@ def _parser(command: str) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--home", help="ignored: the service keeps the state")
     p.add_argument("--debug", action="store_true")
-    if command == "place":
+    if command in ("place", "burst"):  # burst: as place, asking for cloud (no --target, no --queue)
         p.add_argument("name", nargs="?")
         p.add_argument("-f", "--file")
         for option, kind in _OPTIONS:
-            p.add_argument(f"--{option.replace('_', '-')}", type=kind)
+            if command == "place" or option != "target":
+                p.add_argument(f"--{option.replace('_', '-')}", type=kind)
         for option in _LISTS:
             p.add_argument(f"--{option}")
         for flag in ("allow-burst", "allow-cpu-fallback", "no-budget-fallback", "explain", "dry-run", "queue"):
-            p.add_argument(f"--{flag}", action="store_true")
+            if command == "place" or flag != "queue":
+                p.add_argument(f"--{flag}", action="store_true")
+        p.set_defaults(target=None, queue=False)
         p.add_argument("--request-id")
         p.add_argument("--lease")
     elif command == "pool":
         p.add_argument("name")
+    elif command == "decisions":
+        p.add_argument("--limit", type=int, default=20)
+        for option in ("since", "until", "cursor"):
+            p.add_argument(f"--{option}")
     elif command == "queue":
         p.add_argument("--all", action="store_true")
     elif command in ("explain", "release", "renew", "cancel"):
@@ -242,6 +249,16 @@ def main(argv: Sequence[str], server: str) -> int:
     body: object | None = None
     if command == "place":
         method, path, body = "POST", "/v1/decisions", _place_body(args)
+    elif command == "burst":
+        if not args.allow_burst:
+            _fail("SpecError", BAD_INPUT, "exa hardware burst: --allow-burst: bursting to cloud is opt-in: add --allow-burst", as_json=as_json)
+        body = _place_body(args)
+        workload = body.get("workload")
+        body["workload"] = {**(workload if isinstance(workload, dict) else {}), "target": "cloud", "allow_burst": True}
+        method, path = "POST", "/v1/decisions"
+    elif command == "decisions":
+        method, path = "GET", "/v1/decisions"
+        query.update({k: str(v) for k, v in (("limit", args.limit), ("since", args.since), ("until", args.until), ("cursor", args.cursor)) if v is not None})
     elif command == "pools":
         method, path = "GET", "/v1/pools"
     elif command == "pool":
@@ -268,7 +285,10 @@ def main(argv: Sequence[str], server: str) -> int:
         except ValueError:
             name, code, detail = "Error", 1, f"HTTP {status}: {text[:200]}"
         _fail(name, code, detail, as_json=as_json)
-    if as_json:
+    if as_json and command == "decisions":  # as the command streams it: an array, a summary a line
+        items = [json.dumps(item, sort_keys=True, ensure_ascii=False) for item in json.loads(text)["decisions"]]
+        sys.stdout.write("[" + ("\n  " + ",\n  ".join(items) + "\n" if items else "") + "]\n")
+    elif as_json:
         sys.stdout.write(json.dumps(json.loads(text), indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     else:
         sys.stdout.write(text)

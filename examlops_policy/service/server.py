@@ -177,13 +177,17 @@ def load_oidc(path: str) -> Verifier:
 
 
 def start(hw: Hardware, answers: Answers, *, listen: str, tls_cert: str | None, tls_key: str | None, insecure: bool, interval_s: float, out: TextIO,
-          slurm: bool | None = None, kubernetes: dict[str, str | None] | None = None, oidc: str | None = None) -> int:  # fmt: skip
-    """``exa hardware serve --listen``: checked (SpecError before anything starts), then served."""
-    from examlops_policy._serve import Server, check_interval
+          slurm: bool | None = None, kubernetes: dict[str, str | None] | None = None, oidc: str | None = None,
+          slurm_table: Path | None = None, slurm_accounts: Path | None = None) -> int:  # fmt: skip
+    """``exa hardware serve --listen``: checked (SpecError before anything starts), then served
+    (``slurm_table``, ``slurm_accounts``: the job_submit plugin's decision table kept current, as
+    ``serve`` keeps it)."""
+    from examlops_policy._serve import Server, check_interval, slurm_keeper
     from examlops_policy.hardware import Hardware
     from examlops_policy.service.app import Worker
 
     check_interval(interval_s)
+    keeper = slurm_keeper(slurm_table, slurm_accounts)
     where = parse_listen(listen)
     context = check_transport(where, cert=tls_cert, key=tls_key, insecure=insecure)
     verifier = load_oidc(oidc) if oidc is not None else None
@@ -197,7 +201,8 @@ def start(hw: Hardware, answers: Answers, *, listen: str, tls_cert: str | None, 
 
     worker = Worker(hardware, reset=lambda: server.reset() if server is not None else None)
     server = Server(lambda: Hardware(home), interval_s=interval_s, slurm=slurm, kubernetes=kubernetes, out=out,
-                    http=http(where, worker, answers, cert=tls_cert, key=tls_key, tls=context, oidc=verifier), confine=worker.call)  # fmt: skip
+                    http=http(where, worker, answers, cert=tls_cert, key=tls_key, tls=context, oidc=verifier), confine=worker.call,
+                    slurm_table=keeper)  # fmt: skip
     try:
         return server.run(home)
     finally:
