@@ -511,3 +511,38 @@ def test_the_client_path_loads_no_decision_code(svc: Service) -> None:
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["outcome"] == "placed"
+
+
+def test_apply_through_the_client_prints_and_does_what_it_does_locally(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    pools(home)
+    service = start(home)
+    try:
+        token, _ = service.token(scope="admin,read")
+        remote = {"EXA_SERVER": f"http://127.0.0.1:{service.port}", "EXA_TOKEN": token}
+        fleet = tmp_path / "fleet.yaml"
+        fleet.write_text(
+            "nodes:\n  - {name: g0, model: h100, devices: 4, cpu: 32}\n"
+            "pools:\n  - {name: small, target: hpc, accelerator: amd, count: 4, region: eu, cost_per_hour: 0.5}\n"
+            "  - {name: h100, target: hpc, accelerator: nvidia, region: eu, nodes: [g0]}\n",
+            encoding="utf-8",
+        )
+        bad = tmp_path / "bad.yaml"
+        bad.write_text("pools:\n  - {name: h100, target: hpc, accelerator: nvidia, region: eu, nodes: [g9]}\n", encoding="utf-8")
+        for args in (("-f", str(fleet), "--dry-run"), ("-f", str(fleet), "--dry-run", "--json"), ("-f", str(bad)), ("-f", str(bad), "--json")):
+            local = run_exa(home, "hardware", "apply", *args)
+            served = run_exa(home, "hardware", "apply", *args, env=remote)
+            assert (served.returncode, served.stdout) == (local.returncode, local.stdout), (args, served, local)
+            if local.returncode:
+                assert str(bad) in served.stderr and "node 'g9'" in served.stderr, served.stderr
+                assert served.stderr == local.stderr, (served.stderr, local.stderr)
+        done = run_exa(home, "hardware", "apply", "-f", str(fleet), env=remote)
+        assert done.returncode == 0 and "+ h100 added" in done.stdout, done.stdout + done.stderr
+        again = run_exa(home, "hardware", "apply", "-f", str(fleet), "--json")  # locally: what the service wrote
+        assert {c["pool"]: c["action"] for c in json.loads(again.stdout)} == {"small": "unchanged", "h100": "unchanged"}
+        reader, _ = service.token(scope="read")
+        refused = run_exa(home, "hardware", "apply", "-f", str(fleet), env={**remote, "EXA_TOKEN": reader})
+        assert refused.returncode != 0 and "admin" in refused.stderr, refused.stderr
+    finally:
+        code, out = service.stop()
+        assert code == 0, out

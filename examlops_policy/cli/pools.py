@@ -157,9 +157,13 @@ def show_changes(args: argparse.Namespace, console: Console, changes: list[PoolC
 
 
 def cmd_apply(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
-    changes = hw.apply_file(Path(args.file), prune=args.prune, dry_run=args.dry_run)
+    return applied(args, console, hw.apply_file(Path(args.file), prune=args.prune, dry_run=args.dry_run))
+
+
+def applied(args: argparse.Namespace, console: Console, changes: list[PoolChange]) -> int:
+    """An apply's changes shown, and its exit code: a dry run that would be refused exits as the
+    write would (bad input), having shown it all."""
     show_changes(args, console, changes, summary=True)
-    # A dry run that would be refused exits as the write would (bad input), having shown it all.
     return exits.BAD_INPUT if any(c.action == "refused" for c in changes) else exits.OK
 
 

@@ -62,6 +62,11 @@ class CliAnswers:
         decisions.print_page(Console(file=out, width=columns), rows, cursor, ranged=ranged)
         return out.getvalue()
 
+    def changes_text(self, rows: Sequence[PoolChange], *, prune: bool, dry_run: bool, columns: int = COLUMNS) -> tuple[int, str]:
+        """An apply's changes as ``exa hardware apply`` prints them, and its exit code."""
+        out = io.StringIO()
+        return pools.applied(argparse.Namespace(json=False, prune=prune, dry_run=dry_run), Console(file=out, width=columns), list(rows)), out.getvalue()
+
     def changes(self, rows: Sequence[PoolChange]) -> list[dict[str, object]]:
         return [pools.change_json(c) for c in rows]
 

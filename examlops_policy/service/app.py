@@ -67,6 +67,8 @@ class Answers(Protocol):
 
     def summaries_text(self, rows: Sequence[DecisionSummary], cursor: str | None, *, ranged: bool, columns: int) -> str: ...
 
+    def changes_text(self, rows: Sequence[PoolChange], *, prune: bool, dry_run: bool, columns: int) -> tuple[int, str]: ...
+
     def changes(self, rows: Sequence[PoolChange]) -> list[dict[str, object]]: ...
 
     def exit_code(self, exc: ExaError) -> int: ...
@@ -336,14 +338,26 @@ class Api:
     def apply(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
         from examlops_policy import specs
 
-        if not isinstance(body, dict) or set(body) - {"nodes", "pools", "dry_run", "prune"} or not isinstance(body.get("pools"), list):
+        given = body.get("source") if isinstance(body, dict) else None
+        if (
+            not isinstance(body, dict) or set(body) - {"nodes", "pools", "dry_run", "prune", "source"} or not isinstance(body.get("pools"), list)
+            or (given is not None and (not isinstance(given, str) or not 0 < len(given) <= 256 or not given.isprintable()))
+        ):  # fmt: skip
             raise SpecError(
-                'expected {"nodes": [...], "pools": [...], "dry_run": false, "prune": false}, the nodes and pools as a pools file has them',
+                'expected {"nodes": [...], "pools": [...], "dry_run": false, "prune": false, "source": "pools.yaml"}, the nodes and pools '
+                "as a pools file has them (source: the file's name, for the messages; at most 256 printable characters)",
                 source="request body",
             )
-        made = specs.pools_from_document({k: v for k, v in body.items() if k in ("nodes", "pools")}, source="request body", tables=hw.tables)
-        changes = hw.apply(made, prune=bool(body.get("prune")), dry_run=bool(body.get("dry_run")))
-        return _json(self.answers.changes(changes))
+        source = given or "request body"
+        made = specs.pools_from_document({k: v for k, v in body.items() if k in ("nodes", "pools")}, source=source, tables=hw.tables)
+        prune, dry_run = bool(body.get("prune")), bool(body.get("dry_run"))
+        changes = hw.apply(made, prune=prune, dry_run=dry_run)
+        code, out = self.answers.changes_text(changes, prune=prune, dry_run=dry_run, columns=_columns(request))
+        if _text(request):
+            return self._out(out, code, True)
+        answer = _json(self.answers.changes(changes))
+        answer.headers["X-Exa-Exit-Code"] = str(code)  # a dry run that would be refused: as the write would exit
+        return answer
 
     def healthz(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
         return _json({"status": "alive"})

@@ -1,6 +1,6 @@
 """The command line as a client of the placement service: with ``EXA_SERVER=URL`` (or
-``--server URL``) and ``EXA_TOKEN``, ``exa hardware place|burst|decisions|pools|pool|queue|explain|
-release|renew|cancel`` ask the service and print what the command prints locally (the service renders it with
+``--server URL``) and ``EXA_TOKEN``, ``exa hardware place|burst|decisions|apply|pools|pool|queue|
+explain|release|renew|cancel`` ask the service and print what the command prints locally (the service renders it with
 the same code), exiting with the same code.
 
 This module imports the standard library only (no decision code, no YAML unless ``-f`` names a
@@ -22,7 +22,8 @@ from urllib.parse import quote, urlencode, urlsplit
 BAD_INPUT: Final = 2
 UNREACHABLE: Final = 12  # the exit code of an unreachable state server (the service is one)
 MAX_ANSWER_BYTES: Final = 256 << 20  # the most an answer is read to (every pool's verdict at 1,000 pools is ~800 KB)
-COMMANDS: Final = ("place", "burst", "decisions", "pools", "pool", "queue", "explain", "release", "renew", "cancel")
+COMMANDS: Final = ("place", "burst", "decisions", "apply", "pools", "pool", "queue", "explain", "release", "renew", "cancel")
+MAX_FILE_BYTES: Final = 4 << 20  # the most of a file -f names that is read (the service takes 64 KiB of body)
 # Workload options of exa hardware place, as the workload specification names them, and their types.
 _OPTIONS: Final[tuple[tuple[str, type], ...]] = (
     ("accelerator", str), ("engine", str), ("target", str), ("fraction", float), ("count", int), ("nodes", int), ("cpu", str),
@@ -68,6 +69,10 @@ def _parser(command: str) -> argparse.ArgumentParser:
         p.add_argument("--lease")
     elif command == "pool":
         p.add_argument("name")
+    elif command == "apply":
+        p.add_argument("-f", "--file", required=True)
+        p.add_argument("--prune", action="store_true")
+        p.add_argument("--dry-run", action="store_true")
     elif command == "decisions":
         p.add_argument("--limit", type=int, default=20)
         for option in ("since", "until", "cursor"):
@@ -90,16 +95,7 @@ def _place_body(args: argparse.Namespace) -> dict[str, object]:
         if args.name or given:
             _fail("SpecError", BAD_INPUT, f"command line: -f {args.file} says everything about the workload; give either -f FILE, or NAME with options",
                   as_json=args.json)  # fmt: skip
-        import yaml  # only a command that names a file pays for reading it
-
-        try:
-            with open(args.file, encoding="utf-8") as f:
-                doc = yaml.safe_load(f)
-        except (OSError, yaml.YAMLError) as exc:
-            _fail("SpecError", BAD_INPUT, f"{args.file}: {exc}", as_json=args.json)
-        if not isinstance(doc, dict):
-            _fail("SpecError", BAD_INPUT, f"{args.file}: expected a mapping with workload:", as_json=args.json)
-        body = {str(k): v for k, v in doc.items()}
+        body = _read_mapping(args.file, "workload:", as_json=args.json)
         workload_doc = body.get("workload")
         if isinstance(workload_doc, dict) and "deadline" in workload_doc:
             deadline = workload_doc["deadline"]  # YAML reads an unquoted time as a time: given back as the text it was
@@ -133,6 +129,23 @@ def _place_body(args: argparse.Namespace) -> dict[str, object]:
     return body
 
 
+def _read_mapping(path: str, expected: str, *, as_json: bool) -> dict[str, object]:
+    """The YAML file ``path`` names, a mapping (exit 2 naming the file otherwise)."""
+    import yaml  # only a command that names a file pays for reading it
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read(MAX_FILE_BYTES + 1)
+        if len(text) > MAX_FILE_BYTES:
+            _fail("SpecError", BAD_INPUT, f"{path}: larger than {MAX_FILE_BYTES} bytes", as_json=as_json)
+        doc = yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        _fail("SpecError", BAD_INPUT, f"{path}: {exc}", as_json=as_json)
+    if not isinstance(doc, dict):
+        _fail("SpecError", BAD_INPUT, f"{path}: expected a mapping with {expected}", as_json=as_json)
+    return {str(k): v for k, v in doc.items()}
+
+
 def _request(server: str, method: str, path: str, token: str, body: object | None, *, as_json: bool) -> tuple[int, dict[str, str], bytes]:
     """One HTTP/1.1 exchange with the service on a connection of its own (``Connection: close``):
     the status, the headers (lower-case names) and the body. Spoken over a socket here, not through
@@ -147,7 +160,10 @@ def _request(server: str, method: str, path: str, token: str, body: object | Non
         host = url.hostname
     else:
         _fail("SpecError", BAD_INPUT, f"EXA_SERVER: expected http://HOST:PORT, https://HOST:PORT or unix:PATH (got {server!r})", as_json=as_json)
-    payload = b"" if body is None else json.dumps(body).encode("utf-8")
+    try:
+        payload = b"" if body is None else json.dumps(body).encode("utf-8")
+    except (TypeError, ValueError) as exc:  # a YAML value JSON has no word for (a date, a set)
+        _fail("SpecError", BAD_INPUT, f"the request cannot be sent as JSON: {exc}", as_json=as_json)
     head = [f"{method} {path} HTTP/1.1", f"Host: {_host(host, url.port)}", f"Authorization: Bearer {token}",
             "Connection: close", "Accept-Encoding: identity"]  # fmt: skip
     if body is not None:
@@ -256,6 +272,10 @@ def main(argv: Sequence[str], server: str) -> int:
         workload = body.get("workload")
         body["workload"] = {**(workload if isinstance(workload, dict) else {}), "target": "cloud", "allow_burst": True}
         method, path = "POST", "/v1/decisions"
+    elif command == "apply":
+        body = {**_read_mapping(args.file, "pools:", as_json=as_json), "source": args.file}
+        body.update({k: True for k in ("prune", "dry_run") if getattr(args, k)})
+        method, path = "POST", "/v1/pools"
     elif command == "decisions":
         method, path = "GET", "/v1/decisions"
         query.update({k: str(v) for k, v in (("limit", args.limit), ("since", args.since), ("until", args.until), ("cursor", args.cursor)) if v is not None})
