@@ -543,6 +543,20 @@ def test_apply_through_the_client_prints_and_does_what_it_does_locally(tmp_path:
         reader, _ = service.token(scope="read")
         refused = run_exa(home, "hardware", "apply", "-f", str(fleet), env={**remote, "EXA_TOKEN": reader})
         assert refused.returncode != 0 and "admin" in refused.stderr, refused.stderr
+        # drain, undrain, remove-pool: dry runs print alike; done through the service, seen locally.
+        for args in (("drain", "h100", "--dry-run"), ("drain", "h100", "--dry-run", "--json"), ("remove-pool", "h100", "--dry-run"),
+                     ("undrain", "h100", "--dry-run"), ("drain", "nope", "--dry-run")):  # fmt: skip
+            local, served = run_exa(home, "hardware", *args), run_exa(home, "hardware", *args, env=remote)
+            assert (served.returncode, served.stdout, served.stderr) == (local.returncode, local.stdout, local.stderr), (args, served, local)
+        assert run_exa(home, "hardware", "drain", "h100", env=remote).returncode == 0
+        assert json.loads(run_exa(home, "hardware", "pools", "--json").stdout)[-1]["drained"] is True
+        assert "h100 drained already" in run_exa(home, "hardware", "drain", "h100", env=remote).stdout
+        assert run_exa(home, "hardware", "remove-pool", "h100", env=remote).returncode == 0
+        assert [p["name"] for p in json.loads(run_exa(home, "hardware", "pools", "--json").stdout)] == ["small"]
+        assert run_exa(home, "hardware", "drain", "small", env={**remote, "EXA_TOKEN": reader}).returncode != 0
+        for bad_body in ({"dry_run": "yes"}, {"dry": True}, [1]):
+            problem(service.call("POST", "/v1/pools/small/drain", token, bad_body), 422, 2)
+        assert not json.loads(run_exa(home, "hardware", "pools", "--json").stdout)[0]["drained"]  # nothing written
     finally:
         code, out = service.stop()
         assert code == 0, out

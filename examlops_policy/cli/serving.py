@@ -24,7 +24,8 @@ from examlops_policy.views import DecisionRecord, DecisionSummary, PoolChange, d
 COLUMNS: Final = 160
 _HANDLERS: Final = {
     "explain": decisions.cmd_explain, "release": decisions.cmd_release, "renew": decisions.cmd_renew, "pools": pools.cmd_pools,
-    "pool": pools.cmd_pool, "queue": queue.cmd_queue, "cancel": queue.cmd_cancel,
+    "pool": pools.cmd_pool, "queue": queue.cmd_queue, "cancel": queue.cmd_cancel, "drain": pools.cmd_drain, "undrain": pools.cmd_drain,
+    "remove-pool": pools.cmd_remove_pool,
 }  # fmt: skip
 
 

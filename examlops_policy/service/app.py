@@ -359,6 +359,22 @@ class Api:
         answer.headers["X-Exa-Exit-Code"] = str(code)  # a dry run that would be refused: as the write would exit
         return answer
 
+    def _pool_change(self, request: Request, hw: Hardware, body: object, command: str) -> Response:
+        name = request.path_params["name"]
+        code, out = self.answers.command(
+            columns=_columns(request), command=command, hw=hw, text=_text(request), name=name, dry_run=reqs.dry_run_of(body), handler_name=command
+        )
+        return self._out(out, code, _text(request))
+
+    def drain(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
+        return self._pool_change(request, hw, body, "drain")
+
+    def undrain(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
+        return self._pool_change(request, hw, body, "undrain")
+
+    def remove(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
+        return self._pool_change(request, hw, body, "remove-pool")
+
     def healthz(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
         return _json({"status": "alive"})
 

@@ -1,6 +1,6 @@
 """The command line as a client of the placement service: with ``EXA_SERVER=URL`` (or
-``--server URL``) and ``EXA_TOKEN``, ``exa hardware place|burst|decisions|apply|pools|pool|queue|
-explain|release|renew|cancel`` ask the service and print what the command prints locally (the service renders it with
+``--server URL``) and ``EXA_TOKEN``, ``exa hardware place|burst|decisions|apply|drain|undrain|
+remove-pool|pools|pool|queue|explain|release|renew|cancel`` ask the service and print what the command prints locally (the service renders it with
 the same code), exiting with the same code.
 
 This module imports the standard library only (no decision code, no YAML unless ``-f`` names a
@@ -22,7 +22,10 @@ from urllib.parse import quote, urlencode, urlsplit
 BAD_INPUT: Final = 2
 UNREACHABLE: Final = 12  # the exit code of an unreachable state server (the service is one)
 MAX_ANSWER_BYTES: Final = 256 << 20  # the most an answer is read to (every pool's verdict at 1,000 pools is ~800 KB)
-COMMANDS: Final = ("place", "burst", "decisions", "apply", "pools", "pool", "queue", "explain", "release", "renew", "cancel")
+COMMANDS: Final = (
+    "place", "burst", "decisions", "apply", "drain", "undrain", "remove-pool", "pools", "pool", "queue", "explain", "release", "renew", "cancel",
+)  # fmt: skip
+_POOL_CHANGES: Final = {"drain": "drain", "undrain": "undrain", "remove-pool": "remove"}  # command -> POST /v1/pools/{name}/...
 MAX_FILE_BYTES: Final = 4 << 20  # the most of a file -f names that is read (the service takes 64 KiB of body)
 # Workload options of exa hardware place, as the workload specification names them, and their types.
 _OPTIONS: Final[tuple[tuple[str, type], ...]] = (
@@ -69,6 +72,9 @@ def _parser(command: str) -> argparse.ArgumentParser:
         p.add_argument("--lease")
     elif command == "pool":
         p.add_argument("name")
+    elif command in _POOL_CHANGES:
+        p.add_argument("name")
+        p.add_argument("--dry-run", action="store_true")
     elif command == "apply":
         p.add_argument("-f", "--file", required=True)
         p.add_argument("--prune", action="store_true")
@@ -276,6 +282,9 @@ def main(argv: Sequence[str], server: str) -> int:
         body = {**_read_mapping(args.file, "pools:", as_json=as_json), "source": args.file}
         body.update({k: True for k in ("prune", "dry_run") if getattr(args, k)})
         method, path = "POST", "/v1/pools"
+    elif command in _POOL_CHANGES:
+        method, path = "POST", f"/v1/pools/{quote(args.name, safe='')}/{_POOL_CHANGES[command]}"
+        body = {"dry_run": True} if args.dry_run else None
     elif command == "decisions":
         method, path = "GET", "/v1/decisions"
         query.update({k: str(v) for k, v in (("limit", args.limit), ("since", args.since), ("until", args.until), ("cursor", args.cursor)) if v is not None})

@@ -120,6 +120,15 @@ def lease_of(doc: object) -> timedelta:
         raise SpecError(str(exc), source="request body", field="lease") from None
 
 
+def dry_run_of(doc: object) -> bool:
+    """A pool change's body: none, ``{}`` or ``{"dry_run": true|false}``."""
+    if doc is None:
+        return False
+    if not isinstance(doc, dict) or set(doc) - {"dry_run"} or not isinstance(doc.get("dry_run", False), bool):
+        raise SpecError('expected no body, or {"dry_run": true} (or false)', source="request body")
+    return bool(doc.get("dry_run", False))
+
+
 def empty_or_object(doc: object) -> dict[str, object]:
     if doc is None:
         return {}

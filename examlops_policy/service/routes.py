@@ -23,6 +23,7 @@ class Spec:
 
 
 _DECISION: Final[dict[str, object]] = {"$ref": "#/components/schemas/Decision"}
+_DRY_RUN: Final[dict[str, object]] = {"type": "object", "additionalProperties": False, "properties": {"dry_run": {"type": "boolean"}}}
 ROUTES: Final = (
     Spec("GET", "/healthz", "healthz", None, "alive: the process answers"),
     Spec("GET", "/readyz", "readyz", None, "ready: OPA answers with the reviewed policy and the state is reachable"),
@@ -56,6 +57,12 @@ ROUTES: Final = (
                               "prune": {"type": "boolean"}, "source": {"type": "string", "maxLength": 256}}},
          query=(("format", "string", "text: the text exa hardware apply prints"),)),
     Spec("GET", "/v1/pools/{name}", "pool", "read", "one pool device by device, as exa hardware pool --json"),
+    *(Spec("POST", f"/v1/pools/{{name}}/{verb}", verb.replace("-", "_"), "admin", summary, body=_DRY_RUN,
+           query=(("format", "string", f"text: the text exa hardware {command} prints"),))
+      for verb, command, summary in (
+          ("drain", "drain", "stop new grants on a pool (its grants are kept), as exa hardware drain --json"),
+          ("undrain", "undrain", "let a drained pool take new grants again, as exa hardware undrain --json"),
+          ("remove", "remove-pool", "remove a pool (a drained one with live grants: when the last ends), as exa hardware remove-pool --json"))),
     Spec("GET", "/v1/queue", "queue", "read", "the waiting workloads in the policy's order, as exa hardware queue --json",
          query=(("all", "boolean", "also the admitted, cancelled and failed ones"),)),
     Spec("POST", "/v1/queue/{id}/cancel", "cancel", "place", "take a waiting workload of this project out of the queue"),
