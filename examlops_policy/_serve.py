@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
     from examlops_policy.job_submit import Keeper
     from examlops_policy.model import Decision, Pool, PoolState, Workload
+    from examlops_policy.opa.procs import StopOutcome
 
     from examlops_policy._core.engine import Engine
     from examlops_policy._reviewed import PolicySnapshot
@@ -364,6 +365,50 @@ def _record(home: Path) -> tuple[Path, list[int]]:
 
 
 RECORD_LIMIT_BYTES: Final = 1 << 20  # a record holds a command line
+STOP_GRACE_S: Final = 60.0  # how long --stop waits on SIGTERM (the step and the requests under way finish) before SIGKILL
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """What ``exa hardware serve --stop`` did: one line per serve process a record proved live."""
+
+    outcomes: tuple[StopOutcome, ...] = ()
+
+    @property
+    def stopped(self) -> bool:
+        return all(o.exited for o in self.outcomes)
+
+    def lines(self) -> list[str]:
+        return [o.describe("serve") for o in self.outcomes] or ["no serve process runs on this state folder"]
+
+
+def stop_recorded(home: Path, *, grace: float = STOP_GRACE_S) -> Stopped:
+    """Stop the serve processes recorded in ``<home>/serve/``: SIGTERM to each one whose live
+    process is the recorded one (pid and start time as recorded), SIGKILL after ``grace`` seconds.
+    A record that does not prove its process (malformed, another pid, a reused pid) is never
+    signalled; records of processes proven gone are removed, before and after."""
+    from examlops_policy._private import read_small_file
+    from examlops_policy.opa.procs import ProcessIdentity, stop
+
+    folder = home / "serve"
+    if not folder.is_dir():
+        return Stopped()
+    _remove_gone(folder)
+    outcomes: list[StopOutcome] = []
+    for path in sorted(folder.glob("*.json")):
+        if not path.stem.isdigit() or int(path.stem) == os.getpid():
+            continue
+        try:
+            identity = ProcessIdentity.from_json(json.loads(read_small_file(path, RECORD_LIMIT_BYTES))["identity"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not proven: never signalled
+        if identity.pid != int(path.stem):
+            continue
+        outcome = stop(identity, grace=grace)
+        if outcome is not None:
+            outcomes.append(outcome)
+    _remove_gone(folder)
+    return Stopped(tuple(outcomes))
 
 
 def _remove_gone(folder: Path) -> list[int]:

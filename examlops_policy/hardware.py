@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # the crypto, OPA-process and report stacks load only when a 
     from examlops_policy._core.verdicts import PolicyEvaluator
     from examlops_policy._policy_docs import DocsCheck
     from examlops_policy._policy_tools import LintReport, TestReport
+    from examlops_policy._serve import Stopped
     from examlops_policy._sim.simulate import Simulation
     from examlops_policy._sim.work import WorkSimulation
     from examlops_policy.app.impact import Impact
@@ -364,6 +365,13 @@ class Hardware:
     def opa_status(self) -> OpaStatus:
         """How the deciding OPA runs and is protected; starts nothing."""
         return policy_review.opa_status(self.home)
+
+    def serve_stop(self) -> Stopped:
+        """``exa hardware serve --stop``: stop the serve processes (with ``--listen`` or not) this
+        state folder's records prove live, each on SIGTERM as it stops (``_serve.stop_recorded``)."""
+        from examlops_policy._serve import stop_recorded
+
+        return stop_recorded(self.home)
 
     def opa_stop(self) -> StopReport:
         """Stop this home's local OPA, saying what happened (SpecError when it is external)."""

@@ -10,7 +10,10 @@ of the ``##`` section it is in, and its number in that section (``queue-reconcil
   block's state folder in ``EXA_HOME``, a scratch working directory where ``examples/``,
   ``docs/`` and ``scripts/`` of the checkout are at hand) and its output must be the lines shown, in order. ``...``
   stands for any number of lines, and a line ending in `` ...`` for any line that begins so;
-  ``[exit N]`` is the exit status (0 otherwise). Decision ids,
+  ``[exit N]`` is the exit status (0 otherwise). ``$ export NAME=...`` keeps what it sets for the
+  later commands of the home, as a shell would; a command run in the background (``... > FILE
+  2>&1 &``) writes its output to a file, and a service it starts is stopped when the module ends
+  (``exa hardware serve --stop``, if the block did not stop it itself). Decision ids,
   digests, uids, times, ports and process ids differ from run to run: they are compared as their
   kind, and an id shown in one output and typed in a later command is replaced by the id this run
   made. A policy revision's content digest (``policy sha256:6a95cdd850fd``) does not differ: it is
@@ -34,10 +37,11 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +49,7 @@ import pytest
 import yaml
 
 from examlops_policy.cli import exits
+from examlops_policy._serve import stop_recorded as stop_serving
 from examlops_policy.opa import stop_server
 from tests.conftest import ROOT
 
@@ -208,6 +213,7 @@ class Session:
     home: Path
     work: Path
     ids: dict[str, str] = field(default_factory=dict)
+    exported: dict[str, str] = field(default_factory=dict)  # what ``$ export NAME=...`` set, for the later commands
 
     def env(self) -> dict[str, str]:
         # Each home starts its own OPA on demand, as a user's does (what `exa opa status` shows).
@@ -303,6 +309,7 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Ses
     made: dict[str, Session] = {}
     yield made
     for session in made.values():
+        stop_serving(session.home)  # a service a block started in the background (and did not stop: it failed)
         stop_server(session.home)
 
 
@@ -381,17 +388,39 @@ def _run_in(block: Block, session: Session, env: dict[str, str]) -> None:
         assert result.returncode == 0, f"{block.where}: the Python block failed:\n{result.stderr}"
         return
     for command, expected, status in transcript(block.body):
-        typed = session.typed(command)
-        result = subprocess.run(["bash", "-c", typed], capture_output=True, text=True, env=env, cwd=session.work, timeout=300)
-        actual = (result.stdout + result.stderr).splitlines()
-        assert result.returncode == status, (
-            f"{block.where}: `{typed}` exited {result.returncode}, the page says {status}\n" + "\n".join(actual)
-        )
-        pairs = matches(expected, actual)
-        assert pairs is not None, (
-            f"{block.where}: `{typed}` printed\n" + "\n".join(actual) + "\n--- the page shows\n" + "\n".join(expected)
-        )
-        session.learn(pairs)
+        step(block.where, session, session.typed(command), expected, status, env)
+
+
+def step(where: str, session: Session, typed: str, expected: list[str], status: int, env: dict[str, str],
+         seen: Callable[[str], str] = str) -> None:  # fmt: skip
+    """Run one command and hold its exit status and output (``seen`` of it) to the page's."""
+    result = run_typed(typed, session, env, where)
+    actual = seen(result.stdout + result.stderr).splitlines()
+    assert result.returncode == status, f"{where}: `{typed}` exited {result.returncode}, the page says {status}\n" + "\n".join(actual)
+    pairs = matches(expected, actual)
+    assert pairs is not None, f"{where}: `{typed}` printed\n" + "\n".join(actual) + "\n--- the page shows\n" + "\n".join(expected)
+    session.learn(pairs)
+
+
+EXPORTED = re.compile(r"(?:^export|\s)\s*([A-Za-z_]\w*)=")
+BACKGROUND = re.compile(r">\s*\S+\s+2>&1\s*&$")
+
+
+def run_typed(typed: str, session: Session, env: dict[str, str], where: str) -> subprocess.CompletedProcess[str]:
+    """Run one ``$`` command in bash, in the session's folder, with what earlier ``export``s set.
+    An ``export`` keeps the values it set for the later commands of the home (as a shell would); a
+    command run in the background (``&``) must write its output to a file, or the block would wait
+    for it to end."""
+    if typed.rstrip().endswith("&"):
+        assert BACKGROUND.search(typed.rstrip()), f"{where}: a command run in the background writes its output to a file (> FILE 2>&1 &): `{typed}`"
+    dump = session.work / ".exported"
+    script = f"{typed} && env -0 > {shlex.quote(str(dump))}" if typed.startswith("export ") else typed
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env={**env, **session.exported}, cwd=session.work, timeout=300)
+    if typed.startswith("export ") and result.returncode == 0:
+        values = dict(item.split("=", 1) for item in dump.read_text(encoding="utf-8").split("\0") if "=" in item)
+        session.exported.update({name: values[name] for name in EXPORTED.findall(typed) if name in values})
+        dump.unlink()
+    return result
 
 
 @pytest.mark.parametrize("block", [b for b in ALL if b.language in ("yaml", "json")], ids=lambda b: b.id)

@@ -312,3 +312,35 @@ def test_records_of_killed_serve_processes_are_removed_at_the_next_start_and_onl
     finally:
         live.kill()
         live.wait()
+
+
+def test_serve_stop_stops_the_recorded_serve_processes_and_signals_nothing_it_cannot_prove(exa_home: Path) -> None:
+    """``exa hardware serve --stop`` sends SIGTERM to each serve process its record proves (pid and
+    start time), which finishes its step and exits 0, removing its record; a record naming a live
+    process that started at another time (a reused pid) is never signalled. With other options, or
+    nothing running, it says so and changes nothing."""
+    setup_full(exa_home)
+    assert run_exa(exa_home, "hardware", "serve", "--stop").stdout.strip() == "no serve process runs on this state folder"
+    procs = [serve(exa_home, "--interval", "30s") for _ in range(2)]
+    impostor = subprocess.Popen(["sleep", "300"])
+    try:
+        assert until(lambda: len(list((exa_home / "serve").glob("*.json"))) == 2, 60), "both record themselves"
+        record = json.loads((exa_home / "serve" / f"{procs[0].pid}.json").read_text())
+        forged = {**record["identity"], "pid": impostor.pid, "start_ticks": 1}  # a pid now someone else's
+        (exa_home / "serve" / f"{impostor.pid}.json").write_text(json.dumps({"pid": impostor.pid, "identity": forged}))
+        refused = run_exa(exa_home, "hardware", "serve", "--stop", "--once")
+        assert refused.returncode == 2 and "--once" in refused.stderr and all(p.poll() is None for p in procs)
+        stopped = run_exa(exa_home, "hardware", "serve", "--stop", "--json")
+        assert stopped.returncode == 0, stopped.stderr
+        doc = json.loads(stopped.stdout)
+        assert doc["stopped"] is True and sorted(doc["processes"]) == sorted(p.pid for p in procs), doc
+        for proc in procs:
+            code, out = stop(proc)
+            assert code == 0 and out.rstrip().endswith("stopped"), out
+        assert impostor.poll() is None, "a record that does not prove its process is never signalled"
+        assert not list((exa_home / "serve").glob("*.json")), "the stale record is removed, its pid's process left alone"
+    finally:
+        for proc in procs:
+            stop(proc, signal.SIGKILL)
+        impostor.kill()
+        impostor.wait()

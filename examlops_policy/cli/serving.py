@@ -77,6 +77,18 @@ class CliAnswers:
 
 def cmd_serve(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     """``serve``, with ``--listen`` the placement service beside the loop (``service.server``)."""
+    if args.stop:
+        given = [f"--{k.replace('_', '-')}" for k in ("listen", "once", "tls_cert", "tls_key", "insecure", "oidc", "slurm_table", "slurm_accounts")
+                 if getattr(args, k, None)]  # fmt: skip
+        if given:
+            raise SpecError(f"--stop stops the serve processes running on this state folder; it takes no {', '.join(given)}", source="command line")
+        stopped = hw.serve_stop()
+        if args.json:
+            render.dump_json(console, {"stopped": stopped.stopped, "processes": [o.identity.pid for o in stopped.outcomes], "report": stopped.lines()})
+        else:
+            for line in stopped.lines():
+                console.print(("✓ " if stopped.outcomes and stopped.stopped else "") + line)
+        return exits.OK if stopped.stopped else exits.INTERNAL
     if args.listen is None:
         if args.tls_cert or args.tls_key or args.insecure or args.oidc:
             raise SpecError("--tls-cert, --tls-key, --insecure and --oidc say how to serve HTTP: add --listen", source="command line")
@@ -101,5 +113,6 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-cert", metavar="FILE", help="--listen: serve HTTPS with this certificate (PEM)")
     p.add_argument("--tls-key", metavar="FILE", help="--listen: the certificate's key (PEM)")
     p.add_argument("--insecure", action="store_true", help="--listen: allow plain HTTP on an address that is not loopback")
+    p.add_argument("--stop", action="store_true", help="stop the serve processes running on this state folder (SIGTERM: each finishes what is under way)")
     p.add_argument("--oidc", metavar="FILE", help="--listen: accept bearer JWTs of an OIDC issuer too, as this YAML file configures (docs/service.md)")
     p.set_defaults(handler=cmd_serve)
