@@ -560,3 +560,40 @@ def test_apply_through_the_client_prints_and_does_what_it_does_locally(tmp_path:
     finally:
         code, out = service.stop()
         assert code == 0, out
+
+
+def test_portable_accounting_burst_events_and_quotas_through_the_client(svc: Service) -> None:
+    """The read commands the README's quick start uses print through the service what they print
+    locally; a burst attempt or a decision of another project is not the token's to see."""
+    token, _ = svc.token()
+    other, _ = svc.token(project=OTHER)
+    remote = {"EXA_SERVER": f"http://127.0.0.1:{svc.port}", "EXA_TOKEN": token}
+    run_exa(svc.home, "hardware", "add-pool", "acct", "--target", "hpc", "--accelerator", "nvidia", "--count", "2", "--region", "eu", check=True)
+    placed = [json.loads(run_exa(svc.home, "hardware", "place", f"acc-{n}", "--accelerator", "nvidia", "--json", env={**remote, "EXA_TOKEN": who}).stdout)
+              for n, who in enumerate((token, other))]  # fmt: skip
+    assert [(p["outcome"], p["pool"]) for p in placed] == [("placed", "acct")] * 2, placed
+    mine, theirs = (p["id"] for p in placed)
+    for who, project in ((token, PROJECT), (other, OTHER)):
+        run_exa(svc.home, "hardware", "burst", f"b-{project}", "--accelerator", "nvidia", "--allow-burst", env={**remote, "EXA_TOKEN": who})
+    for args in (("portable", "--engine", "vllm", "--accelerator", "amd"), ("portable", "--engine", "ipex", "--accelerator", "amd", "--json"),
+                 ("accounting", mine, "--hours", "10"), ("accounting", mine[:12], "--hours", "2.5", "--json"), ("quotas",), ("quotas", "--json")):  # fmt: skip
+        local, served = run_exa(svc.home, "hardware", *args), run_exa(svc.home, "hardware", *args, env=remote)
+        assert (served.returncode, served.stdout) == (local.returncode, local.stdout), (args, served, local)
+    assert run_exa(svc.home, "hardware", "portable", "--engine", "ipex", "--accelerator", "amd", env=remote).returncode == 3
+    assert "  cost    $" in run_exa(svc.home, "hardware", "accounting", mine, "--hours", "10", env=remote).stdout
+    listed = json.loads(run_exa(svc.home, "hardware", "burst-events", "--json", env=remote).stdout)
+    everyone = json.loads(run_exa(svc.home, "hardware", "burst-events", "--json").stdout)
+    assert {e["workload"] for e in listed} == {f"b-{PROJECT}"} and {f"b-{PROJECT}", f"b-{OTHER}"} <= {e["workload"] for e in everyone}
+    text = run_exa(svc.home, "hardware", "burst-events", env=remote).stdout
+    assert f"b-{PROJECT}" in text and f"b-{OTHER}" not in text
+    refused = run_exa(svc.home, "hardware", "accounting", theirs, "--hours", "1", env=remote)
+    assert refused.returncode == 2 and OTHER in refused.stderr, refused.stderr
+    problem(svc.call("GET", f"/v1/decisions/{mine}/accounting?hours=-1", token), 422, 2)
+    problem(svc.call("GET", f"/v1/decisions/{mine}/accounting", token), 422, 2)
+    problem(svc.call("GET", "/v1/portable?engine=vllm", token), 422, 2)
+    problem(svc.call("GET", "/v1/portable?engine=nope&accelerator=amd", token), 422, 2)
+    problem(svc.call("GET", "/v1/burst-events?limit=0", token), 422, 2)
+    problem(svc.call("GET", "/v1/quotas"), 401, 2)
+    for ident, who in ((mine, token), (theirs, other)):
+        assert svc.call("POST", f"/v1/decisions/{ident}/release", who).status == 200
+    assert run_exa(svc.home, "hardware", "remove-pool", "acct").returncode == 0

@@ -288,6 +288,9 @@ def cmd_accounting(args: argparse.Namespace, hw: Hardware, console: Console) -> 
 
 def cmd_burst_events(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
     events = hw.burst_events(args.limit)
+    projects = getattr(args, "projects", None)  # the service's caller: its projects' attempts only
+    if projects is not None:
+        events = [e for e in events if hw.decision(e.decision_id).decision.workload.project in projects]
     if args.json:
         render.dump_json(console, [dataclasses.asdict(e) for e in events])
         return exits.OK

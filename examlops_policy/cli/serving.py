@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from examlops_policy.cli import decisions, exits, pools, queue, render
+from examlops_policy.cli import args as args_types, decisions, exits, pools, queue, render
 from examlops_policy.cli.args import Commands
 from examlops_policy.cli.console import Console
 from examlops_policy.errors import ExaError, SpecError
@@ -25,8 +25,11 @@ COLUMNS: Final = 160
 _HANDLERS: Final = {
     "explain": decisions.cmd_explain, "release": decisions.cmd_release, "renew": decisions.cmd_renew, "pools": pools.cmd_pools,
     "pool": pools.cmd_pool, "queue": queue.cmd_queue, "cancel": queue.cmd_cancel, "drain": pools.cmd_drain, "undrain": pools.cmd_drain,
-    "remove-pool": pools.cmd_remove_pool,
+    "remove-pool": pools.cmd_remove_pool, "quotas": queue.cmd_quotas, "portable": decisions.cmd_portable, "accounting": decisions.cmd_accounting,
+    "burst-events": decisions.cmd_burst_events,
 }  # fmt: skip
+# Options the service passes as the request gave them, read by the command line's own types.
+_TYPES: Final = {"hours": args_types.hours}
 
 
 class CliAnswers:
@@ -34,6 +37,12 @@ class CliAnswers:
 
     def command(self, command: str, hw: Hardware, *, text: bool, columns: int = COLUMNS, **options: object) -> tuple[int, str]:
         """``command`` run with ``options`` and its output captured: (exit code, output)."""
+        for name, kind in _TYPES.items():
+            if isinstance(options.get(name), str):
+                try:
+                    options[name] = kind(str(options[name]))
+                except argparse.ArgumentTypeError as exc:
+                    raise SpecError(str(exc), source="query", field=name) from None
         out = io.StringIO()
         code = _HANDLERS[command](argparse.Namespace(json=not text, **options), hw, Console(file=out, width=columns))
         return code, out.getvalue()

@@ -315,16 +315,13 @@ class Api:
                       "estimate_source": answer.get("estimate_source"), "pools": pools})  # fmt: skip
 
     def pools(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
-        code, out = self.answers.command(columns=_columns(request), command="pools", hw=hw, text=_text(request))
-        return self._out(out, code, _text(request))
+        return self._read(request, hw, "pools")
 
     def pool(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
-        code, out = self.answers.command(columns=_columns(request), command="pool", hw=hw, text=_text(request), name=request.path_params["name"])
-        return self._out(out, code, _text(request))
+        return self._read(request, hw, "pool", name=request.path_params["name"])
 
     def queue(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
-        code, out = self.answers.command(columns=_columns(request), command="queue", hw=hw, text=_text(request), all=request.query_params.get("all") == "true")
-        return self._out(out, code, _text(request))
+        return self._read(request, hw, "queue", all=request.query_params.get("all") == "true")
 
     def cancel(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
         reqs.empty_or_object(body)
@@ -374,6 +371,32 @@ class Api:
 
     def remove(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
         return self._pool_change(request, hw, body, "remove-pool")
+
+    def _read(self, request: Request, hw: Hardware, command: str, **options: object) -> Response:
+        code, out = self.answers.command(columns=_columns(request), command=command, hw=hw, text=_text(request), **options)
+        return self._out(out, code, _text(request))
+
+    def quotas(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
+        return self._read(request, hw, "quotas")
+
+    def portable(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
+        q = request.query_params
+        for name in ("engine", "accelerator"):
+            if not q.get(name):
+                raise SpecError("required", source="query", field=name)
+        return self._read(request, hw, "portable", engine=q["engine"], accelerator=q["accelerator"])
+
+    def accounting(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
+        record = hw.decision(request.path_params["id"])
+        self._own(caller, record.decision.workload.project, f"decision {record.id[:12]}")
+        if not request.query_params.get("hours"):
+            raise SpecError("required: how many hours the placement is held", source="query", field="hours")
+        return self._read(request, hw, "accounting", id=record.id, hours=request.query_params["hours"])
+
+    def burst_events(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
+        assert caller is not None
+        limit = _int(request.query_params.get("limit"), 50, "limit", most=1000)
+        return self._read(request, hw, "burst-events", limit=limit, projects=caller.projects)
 
     def healthz(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
         return _json({"status": "alive"})

@@ -1,7 +1,7 @@
 """The command line as a client of the placement service: with ``EXA_SERVER=URL`` (or
-``--server URL``) and ``EXA_TOKEN``, ``exa hardware place|burst|decisions|apply|drain|undrain|
-remove-pool|pools|pool|queue|explain|release|renew|cancel`` ask the service and print what the command prints locally (the service renders it with
-the same code), exiting with the same code.
+``--server URL``) and ``EXA_TOKEN``, the commands in ``COMMANDS`` (``exa hardware place``,
+``burst``, ``portable``, ``decisions``, ``explain``, ...) ask the service and print what the command
+prints locally (the service renders it with the same code), exiting with the same code.
 
 This module imports the standard library only (no decision code, no YAML unless ``-f`` names a
 file): a cold command pays for a parser and a socket, not for the decision path
@@ -23,7 +23,8 @@ BAD_INPUT: Final = 2
 UNREACHABLE: Final = 12  # the exit code of an unreachable state server (the service is one)
 MAX_ANSWER_BYTES: Final = 256 << 20  # the most an answer is read to (every pool's verdict at 1,000 pools is ~800 KB)
 COMMANDS: Final = (
-    "place", "burst", "decisions", "apply", "drain", "undrain", "remove-pool", "pools", "pool", "queue", "explain", "release", "renew", "cancel",
+    "place", "burst", "portable", "decisions", "explain", "release", "renew", "accounting", "burst-events", "apply", "drain", "undrain",
+    "remove-pool", "pools", "pool", "queue", "cancel", "quotas",
 )  # fmt: skip
 _POOL_CHANGES: Final = {"drain": "drain", "undrain": "undrain", "remove-pool": "remove"}  # command -> POST /v1/pools/{name}/...
 MAX_FILE_BYTES: Final = 4 << 20  # the most of a file -f names that is read (the service takes 64 KiB of body)
@@ -85,6 +86,14 @@ def _parser(command: str) -> argparse.ArgumentParser:
             p.add_argument(f"--{option}")
     elif command == "queue":
         p.add_argument("--all", action="store_true")
+    elif command == "portable":
+        p.add_argument("--engine", required=True)
+        p.add_argument("--accelerator", required=True)
+    elif command == "burst-events":
+        p.add_argument("--limit", type=int, default=50)
+    elif command == "accounting":
+        p.add_argument("id")
+        p.add_argument("--hours", required=True)
     elif command in ("explain", "release", "renew", "cancel"):
         p.add_argument("id")
         if command == "explain":
@@ -288,8 +297,12 @@ def main(argv: Sequence[str], server: str) -> int:
     elif command == "decisions":
         method, path = "GET", "/v1/decisions"
         query.update({k: str(v) for k, v in (("limit", args.limit), ("since", args.since), ("until", args.until), ("cursor", args.cursor)) if v is not None})
-    elif command == "pools":
-        method, path = "GET", "/v1/pools"
+    elif command in ("pools", "quotas", "portable", "burst-events"):
+        method, path = "GET", f"/v1/{command}"
+        query.update({k: str(getattr(args, k)) for k in ("engine", "accelerator", "limit") if getattr(args, k, None) is not None})
+    elif command == "accounting":
+        method, path = "GET", f"/v1/decisions/{quote(args.id, safe='')}/accounting"
+        query["hours"] = args.hours
     elif command == "pool":
         method, path = "GET", f"/v1/pools/{quote(args.name, safe='')}"
     elif command == "queue":
