@@ -70,6 +70,11 @@ def test_a_groups_help_lists_every_command_unbuilt(group: str) -> None:
     assert along(built, (group,))[-1].format_help() == along(build_parser(group), (group,))[-1].format_help()
 
 
+def test_the_roots_help_builds_no_group_and_reads_the_same() -> None:
+    """``exa --help`` (no word on the command line) lists the groups without building any of them."""
+    assert build_parser(None, wanted=frozenset()).format_help() == build_parser(None).format_help()
+
+
 def parse_error(parser: argparse.ArgumentParser, argv: list[str]) -> str:
     err = io.StringIO()
     with contextlib.redirect_stderr(err), pytest.raises(SystemExit):

@@ -115,7 +115,8 @@ def cmd_serve(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
 
 def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
     """``serve``'s options of the placement service (the command itself: ``cli.queue``)."""
-    p = hardware.choices.get("serve")
+    choices = getattr(hardware, "choices", None)  # a group not named on the command line is not built (exa --help)
+    p = choices.get("serve") if isinstance(choices, dict) else None
     if not isinstance(p, argparse.ArgumentParser):
         return  # not named on this command line: not built
     p.add_argument("--listen", metavar="ADDR", help="also serve the HTTP API (HOST:PORT or unix:PATH; docs/service.md)")
