@@ -581,6 +581,19 @@ def test_portable_accounting_burst_events_and_quotas_through_the_client(svc: Ser
         assert (served.returncode, served.stdout) == (local.returncode, local.stdout), (args, served, local)
     assert run_exa(svc.home, "hardware", "portable", "--engine", "ipex", "--accelerator", "amd", env=remote).returncode == 3
     assert "  cost    $" in run_exa(svc.home, "hardware", "accounting", mine, "--hours", "10", env=remote).stdout
+    admin, _ = svc.token(scope="read,admin")
+    for asked, who in ((("finops", "cost", "--hours", "10"), token), (("finops", "carbon", "--hours", "2"), token),
+                       (("finops", "cost", "--hours", "3", "--json"), token), (("audit", "verify"), admin), (("audit", "verify", "--json"), admin)):  # fmt: skip
+        local, served = run_exa(svc.home, *asked), run_exa(svc.home, *asked, env={**remote, "EXA_TOKEN": who})
+        assert (served.returncode, served.stdout) == (local.returncode, local.stdout), (asked, served, local)
+    held = run_exa(svc.home, "finops", "carbon", env=remote)  # held until now (no --hours): as locally, a moment later
+    assert held.returncode == 0 and held.stdout.startswith("Carbon by device type and region"), held
+    assert "audit log verifies" in run_exa(svc.home, "audit", "verify", env={**remote, "EXA_TOKEN": admin}).stdout
+    unscoped = run_exa(svc.home, "audit", "verify", env=remote)
+    assert unscoped.returncode == 2 and "admin" in unscoped.stderr, unscoped.stderr
+    keyed = run_exa(svc.home, "audit", "verify", "--key", "x.vkey", env={**remote, "EXA_TOKEN": admin})
+    assert keyed.returncode == 2 and "unset EXA_SERVER" in keyed.stderr
+    problem(svc.call("GET", "/v1/finops/cost?hours=abc", token), 422, 2)
     listed = json.loads(run_exa(svc.home, "hardware", "burst-events", "--json", env=remote).stdout)
     everyone = json.loads(run_exa(svc.home, "hardware", "burst-events", "--json").stdout)
     assert {e["workload"] for e in listed} == {f"b-{PROJECT}"} and {f"b-{PROJECT}", f"b-{OTHER}"} <= {e["workload"] for e in everyone}

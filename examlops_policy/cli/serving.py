@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -22,11 +22,23 @@ from examlops_policy.model import Decision, Placement
 from examlops_policy.views import DecisionRecord, DecisionSummary, PoolChange, decision_json
 
 COLUMNS: Final = 160
+def _ledger(name: str) -> Callable[[argparse.Namespace, Hardware, Console], int]:
+    """A handler of ``cli.ledger``, imported when the service first runs it (a cold place does not load it)."""
+
+    def run(args: argparse.Namespace, hw: Hardware, console: Console) -> int:
+        from examlops_policy.cli import ledger
+
+        handler: Callable[[argparse.Namespace, Hardware, Console], int] = getattr(ledger, name)
+        return handler(args, hw, console)
+
+    return run
+
+
 _HANDLERS: Final = {
     "explain": decisions.cmd_explain, "release": decisions.cmd_release, "renew": decisions.cmd_renew, "pools": pools.cmd_pools,
     "pool": pools.cmd_pool, "queue": queue.cmd_queue, "cancel": queue.cmd_cancel, "drain": pools.cmd_drain, "undrain": pools.cmd_drain,
     "remove-pool": pools.cmd_remove_pool, "quotas": queue.cmd_quotas, "portable": decisions.cmd_portable, "accounting": decisions.cmd_accounting,
-    "burst-events": decisions.cmd_burst_events,
+    "burst-events": decisions.cmd_burst_events, "finops": _ledger("cmd_finops"), "audit-verify": _ledger("cmd_audit_verify"),
 }  # fmt: skip
 # Options the service passes as the request gave them, read by the command line's own types.
 _TYPES: Final = {"hours": args_types.hours}

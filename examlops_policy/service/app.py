@@ -398,6 +398,15 @@ class Api:
         limit = _int(request.query_params.get("limit"), 50, "limit", most=1000)
         return self._read(request, hw, "burst-events", limit=limit, projects=caller.projects)
 
+    def finops_cost(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
+        return self._read(request, hw, "finops", kind="cost", hours=request.query_params.get("hours"))
+
+    def finops_carbon(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
+        return self._read(request, hw, "finops", kind="carbon", hours=request.query_params.get("hours"))
+
+    def audit_verify(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
+        return self._read(request, hw, "audit-verify", checkpoint=None, key=None)
+
     def healthz(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
         return _json({"status": "alive"})
 

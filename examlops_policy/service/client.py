@@ -1,7 +1,8 @@
 """The command line as a client of the placement service: with ``EXA_SERVER=URL`` (or
 ``--server URL``) and ``EXA_TOKEN``, the commands in ``COMMANDS`` (``exa hardware place``,
-``burst``, ``portable``, ``decisions``, ``explain``, ...) ask the service and print what the command
-prints locally (the service renders it with the same code), exiting with the same code.
+``burst``, ``portable``, ``decisions``, ``explain``, ...) and ``OTHER_COMMANDS`` (``exa finops
+cost``, ...) ask the service and print what the command prints locally (the service renders it
+with the same code), exiting with the same code.
 
 This module imports the standard library only (no decision code, no YAML unless ``-f`` names a
 file): a cold command pays for a parser and a socket, not for the decision path
@@ -26,6 +27,7 @@ COMMANDS: Final = (
     "place", "burst", "portable", "decisions", "explain", "release", "renew", "accounting", "burst-events", "apply", "drain", "undrain",
     "remove-pool", "pools", "pool", "queue", "cancel", "quotas",
 )  # fmt: skip
+OTHER_COMMANDS: Final = ("finops cost", "finops carbon", "audit verify")  # of the other groups
 _POOL_CHANGES: Final = {"drain": "drain", "undrain": "undrain", "remove-pool": "remove"}  # command -> POST /v1/pools/{name}/...
 MAX_FILE_BYTES: Final = 4 << 20  # the most of a file -f names that is read (the service takes 64 KiB of body)
 # Workload options of exa hardware place, as the workload specification names them, and their types.
@@ -53,7 +55,7 @@ def _fail(name: str, code: int, message: str, *, as_json: bool) -> NoReturn:
 
 
 def _parser(command: str) -> argparse.ArgumentParser:
-    p = _Parser(prog=f"exa hardware {command}")
+    p = _Parser(prog=f"exa {command}" if command in OTHER_COMMANDS else f"exa hardware {command}")
     p.add_argument("--json", action="store_true")
     p.add_argument("--home", help="ignored: the service keeps the state")
     p.add_argument("--debug", action="store_true")
@@ -94,6 +96,11 @@ def _parser(command: str) -> argparse.ArgumentParser:
     elif command == "accounting":
         p.add_argument("id")
         p.add_argument("--hours", required=True)
+    elif command in ("finops cost", "finops carbon"):
+        p.add_argument("--hours")
+    elif command == "audit verify":
+        p.add_argument("--checkpoint")
+        p.add_argument("--key")
     elif command in ("explain", "release", "renew", "cancel"):
         p.add_argument("id")
         if command == "explain":
@@ -258,20 +265,20 @@ def parse_response(raw: bytes) -> tuple[int, dict[str, str], bytes] | None:
 
 
 def main(argv: Sequence[str], server: str) -> int:
-    """Run ``argv`` (``hardware COMMAND ...``) against the service at ``server``."""
+    """Run ``argv`` (``hardware COMMAND ...``, or one of ``OTHER_COMMANDS``) against the service at ``server``."""
     as_json = "--json" in argv
     words = [w for w in argv if not w.startswith("-")]
-    command = words[1] if len(words) > 1 and words[0] == "hardware" else None
-    if command not in COMMANDS:
-        shown = " ".join(words[:2]) or "(none)"
-        _fail("UsageError", BAD_INPUT, f"exa {shown} is not offered by the placement service (EXA_SERVER is set): it offers exa hardware "
-              f"{', '.join(COMMANDS)}; unset EXA_SERVER to run it on this host's state", as_json=as_json)  # fmt: skip
+    shown = " ".join(words[:2])
+    command = words[1] if len(words) > 1 and words[0] == "hardware" and words[1] in COMMANDS else shown if shown in OTHER_COMMANDS else None
+    if command is None:
+        _fail("UsageError", BAD_INPUT, f"exa {shown or '(none)'} is not offered by the placement service (EXA_SERVER is set): it offers exa hardware "
+              f"{', '.join(COMMANDS)}; exa {', exa '.join(OTHER_COMMANDS)}; unset EXA_SERVER to run it on this host's state", as_json=as_json)  # fmt: skip
     token = os.environ.get("EXA_TOKEN")
     if not token:
         _fail("SpecError", BAD_INPUT, "EXA_SERVER is set but EXA_TOKEN is not: exa tokens create makes a token", as_json=as_json)
     rest = list(argv)
-    rest.remove("hardware")
-    rest.remove(command)
+    for word in words[:2]:
+        rest.remove(word)
     args = _parser(command).parse_args(rest)
     query: dict[str, str] = {} if as_json else {"format": "text"}
     columns = os.environ.get("COLUMNS")
@@ -303,6 +310,14 @@ def main(argv: Sequence[str], server: str) -> int:
     elif command == "accounting":
         method, path = "GET", f"/v1/decisions/{quote(args.id, safe='')}/accounting"
         query["hours"] = args.hours
+    elif command in ("finops cost", "finops carbon"):
+        method, path = "GET", f"/v1/finops/{command.split()[1]}"
+        query.update({"hours": args.hours} if args.hours is not None else {})
+    elif command == "audit verify":
+        if args.checkpoint or args.key:
+            _fail("SpecError", BAD_INPUT, "exa audit verify: --checkpoint and --key check the log against what you hold; run it where the state is "
+                  "(unset EXA_SERVER), not through the service that keeps the log", as_json=as_json)  # fmt: skip
+        method, path = "GET", "/v1/audit/verify"
     elif command == "pool":
         method, path = "GET", f"/v1/pools/{quote(args.name, safe='')}"
     elif command == "queue":

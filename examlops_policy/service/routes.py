@@ -76,4 +76,10 @@ ROUTES: Final = (
     Spec("GET", "/v1/burst-events", "burst_events", "read", "the burst attempts of this token's projects, newest first, as exa hardware burst-events --json",
          query=(("limit", "integer", "the newest this many attempts, before they are filtered by project (default 50)"),
                 ("format", "string", "text: the text exa hardware burst-events prints"))),
+    *(Spec("GET", f"/v1/finops/{kind}", f"finops_{kind}", "read", f"{kind} by device type and region with the total, as exa finops {kind} --json",
+           query=(("hours", "number", "hours per decision (default: the time held until release or now)"),
+                  ("format", "string", f"text: the text exa finops {kind} prints")))
+      for kind in ("cost", "carbon")),
+    Spec("GET", "/v1/audit/verify", "audit_verify", "admin", "verify the audit log's hash chain, as exa audit verify --json (exit code 7: it does not)",
+         query=(("format", "string", "text: the text exa audit verify prints"),)),
 )  # fmt: skip
