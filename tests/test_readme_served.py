@@ -40,7 +40,7 @@ def _served(command: str) -> bool:
 def test_the_quick_start_has_commands_for_both_modes() -> None:
     commands = [c for b in QUICK_START for c, _, _ in transcript(b.body)]
     served = [c for c in commands if _served(c)]
-    assert len(QUICK_START) >= 2 and len(served) >= 13, served
+    assert len(QUICK_START) >= 2 and len(served) >= 16, served
     assert {" ".join(c.split()[1:3]) for c in served} >= {"hardware place", "hardware burst", "hardware portable", "hardware pools", "hardware pool",
                                                         "hardware decisions", "hardware accounting", "hardware burst-events", "finops cost", "audit verify"}  # fmt: skip
 
@@ -63,7 +63,7 @@ def test_the_quick_start_prints_the_same_through_the_service(tmp_path_factory: p
                 where = f"{block.where} ({'through the service' if served else 'locally'})"
                 step(where, session, typed, expected, status, remote if served else session.env(), seen=_as_local)
                 through_service += served
-        assert through_service >= 13
+        assert through_service >= 16
     finally:
         code, out = service.stop()
         stop_server(home)  # the OPA the local commands started for the state folder, as a user's

@@ -557,6 +557,27 @@ def test_apply_through_the_client_prints_and_does_what_it_does_locally(tmp_path:
         for bad_body in ({"dry_run": "yes"}, {"dry": True}, [1]):
             problem(service.call("POST", "/v1/pools/small/drain", token, bad_body), 422, 2)
         assert not json.loads(run_exa(home, "hardware", "pools", "--json").stdout)[0]["drained"]  # nothing written
+        # add-pool: what it prints and refuses locally, through the service; the pool is the state's.
+        new = ("--target", "cloud", "--accelerator", "nvidia", "--count", "8", "--region", "eu", "--cost-per-hour", "2.5", "--supports-fractions",
+               "--capabilities", "fp8,hbm3", "--model", "H100")  # fmt: skip
+        made = run_exa(home, "hardware", "add-pool", "c-served", *new, env=remote)
+        assert made.returncode == 0 and made.stdout == run_exa(home, "hardware", "add-pool", "c-local", *new).stdout.replace("c-local", "c-served")
+        listed = {p["name"]: p for p in json.loads(run_exa(home, "hardware", "pools", "--json").stdout)}
+        assert {k: v for k, v in listed["c-served"].items() if k != "name"} == {k: v for k, v in listed["c-local"].items() if k != "name"}
+        for refused_args in (("x", "--target", "hpc", "--accelerator", "amd", "--region", "eu"),  # no --count, no --node
+                             ("y", "--target", "moon", "--accelerator", "amd", "--count", "1", "--region", "eu"),
+                             ("z", "--target", "hpc", "--accelerator", "amd", "--count", "1", "--region", "atlantis")):  # fmt: skip
+            local, served = run_exa(home, "hardware", "add-pool", *refused_args), run_exa(home, "hardware", "add-pool", *refused_args, env=remote)
+            assert served.returncode == local.returncode == 2, (served, local)
+            if refused_args[0] != "y":  # (a target out of the command's choices: argparse's usage locally, the pool reader's words served)
+                assert served.stderr == local.stderr, (served.stderr, local.stderr)
+        assert run_exa(home, "hardware", "add-pool", "r", *new, env={**remote, "EXA_TOKEN": reader}).returncode == 2
+        before = run_exa(home, "hardware", "pools", "--json").stdout
+        for bad_pool in ({"target": "hpc", "accelerator": "amd"}, {"target": 1, "accelerator": "amd", "region": "eu"}, {"bogus": 1},
+                         {"target": "hpc", "accelerator": "amd", "region": "eu", "count": True}, {"target": "hpc", "accelerator": "amd", "region": "eu", "node": [1]},
+                         [1], {"target": "hpc", "accelerator": "amd", "region": "eu", "count": 1, "sharing": "mps", "shares_per_device": 0}):  # fmt: skip
+            problem(service.call("POST", "/v1/pools/bad", token, bad_pool), 422, 2)
+        assert run_exa(home, "hardware", "pools", "--json").stdout == before  # nothing written
     finally:
         code, out = service.stop()
         assert code == 0, out
@@ -610,3 +631,31 @@ def test_portable_accounting_burst_events_and_quotas_through_the_client(svc: Ser
     for ident, who in ((mine, token), (theirs, other)):
         assert svc.call("POST", f"/v1/decisions/{ident}/release", who).status == 200
     assert run_exa(svc.home, "hardware", "remove-pool", "acct").returncode == 0
+
+
+def test_add_pools_options_are_one_list_in_the_command_the_route_and_the_client() -> None:
+    """``exa hardware add-pool``'s parser is the source; POST /v1/pools/{name} and the client's table
+    name the same options with the same types."""
+    import argparse
+
+    from examlops_policy.cli.main import build_parser
+    from examlops_policy.service import client, routes
+
+    hardware = next(a for a in build_parser("hardware")._actions if isinstance(a, argparse._SubParsersAction))
+    group = next(a for a in hardware.choices["hardware"]._actions if isinstance(a, argparse._SubParsersAction))
+    parser = group.choices["add-pool"]
+    kinds = {int: "integer", float: "number", None: "string"}
+    command = {}
+    for action in parser._actions:
+        if action.dest in ("help", "json", "home", "debug", "name"):
+            continue
+        if isinstance(action, argparse._StoreTrueAction):
+            command[action.dest] = "boolean"
+        elif isinstance(action, argparse._AppendAction):
+            command[action.dest] = "array"
+        else:
+            command[action.dest] = kinds[action.type]
+    assert routes.POOL_OPTIONS == command
+    as_json = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array"}
+    assert {name: as_json[kind] for name, kind in client._POOL_OPTIONS} == command
+    assert set(routes.POOL_REQUIRED) == {a.dest for a in parser._actions if a.required and a.option_strings}

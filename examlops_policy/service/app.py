@@ -376,6 +376,9 @@ class Api:
         code, out = self.answers.command(columns=_columns(request), command=command, hw=hw, text=_text(request), **options)
         return self._out(out, code, _text(request))
 
+    def add_pool(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
+        return self._read(request, hw, "add-pool", name=request.path_params["name"], **reqs.pool_options(body))
+
     def quotas(self, request: Request, hw: Hardware, caller: Caller | None, body: object) -> Response:
         return self._read(request, hw, "quotas")
 

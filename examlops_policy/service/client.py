@@ -24,8 +24,16 @@ BAD_INPUT: Final = 2
 UNREACHABLE: Final = 12  # the exit code of an unreachable state server (the service is one)
 MAX_ANSWER_BYTES: Final = 256 << 20  # the most an answer is read to (every pool's verdict at 1,000 pools is ~800 KB)
 COMMANDS: Final = (
-    "place", "burst", "portable", "decisions", "explain", "release", "renew", "accounting", "burst-events", "apply", "drain", "undrain",
-    "remove-pool", "pools", "pool", "queue", "cancel", "quotas",
+    "place", "burst", "portable", "decisions", "explain", "release", "renew", "accounting", "burst-events", "add-pool", "apply", "drain",
+    "undrain", "remove-pool", "pools", "pool", "queue", "cancel", "quotas",
+)  # fmt: skip
+# exa hardware add-pool's options and their types (list: repeated; bool: a flag), as POST /v1/pools/{name}
+# takes them (service.routes.POOL_OPTIONS; tests/test_service.py holds the two and the command's parser equal).
+_POOL_OPTIONS: Final[tuple[tuple[str, type], ...]] = (
+    ("target", str), ("accelerator", str), ("count", int), ("region", str), ("cost_per_hour", float), ("carbon_factor", float),
+    ("supports_fractions", bool), ("capabilities", str), ("model", str), ("power_w", float), ("pue", float), ("partition", str),
+    ("gres_type", str), ("fixed_profile", str), ("spot", bool), ("nodes", int), ("node", list), ("cpu_per_node", str),
+    ("memory_per_node", str), ("sharing", str), ("shares_per_device", int),
 )  # fmt: skip
 OTHER_COMMANDS: Final = ("finops cost", "finops carbon", "audit verify")  # of the other groups
 _POOL_CHANGES: Final = {"drain": "drain", "undrain": "undrain", "remove-pool": "remove"}  # command -> POST /v1/pools/{name}/...
@@ -75,6 +83,16 @@ def _parser(command: str) -> argparse.ArgumentParser:
         p.add_argument("--lease")
     elif command == "pool":
         p.add_argument("name")
+    elif command == "add-pool":
+        p.add_argument("name")
+        for option, kind in _POOL_OPTIONS:
+            flag = f"--{option.replace('_', '-')}"
+            if kind is bool:
+                p.add_argument(flag, action="store_true")
+            elif kind is list:
+                p.add_argument(flag, action="append")
+            else:
+                p.add_argument(flag, type=kind, required=option in ("target", "accelerator", "region"))
     elif command in _POOL_CHANGES:
         p.add_argument("name")
         p.add_argument("--dry-run", action="store_true")
@@ -298,6 +316,9 @@ def main(argv: Sequence[str], server: str) -> int:
         body = {**_read_mapping(args.file, "pools:", as_json=as_json), "source": args.file}
         body.update({k: True for k in ("prune", "dry_run") if getattr(args, k)})
         method, path = "POST", "/v1/pools"
+    elif command == "add-pool":
+        method, path = "POST", f"/v1/pools/{quote(args.name, safe='')}"
+        body = {o: getattr(args, o) for o, _ in _POOL_OPTIONS if getattr(args, o) not in (None, False)}
     elif command in _POOL_CHANGES:
         method, path = "POST", f"/v1/pools/{quote(args.name, safe='')}/{_POOL_CHANGES[command]}"
         body = {"dry_run": True} if args.dry_run else None

@@ -15,6 +15,7 @@ from examlops_policy import quantities, specs
 from examlops_policy.errors import SpecError
 from examlops_policy.model import OBJECTIVES, Workload
 from examlops_policy.service.problems import HttpProblem
+from examlops_policy.service.routes import POOL_OPTIONS, POOL_REQUIRED
 
 MAX_BODY_BYTES: Final = 64 * 1024
 # The fields of POST /v1/decisions besides the workload (as the workload file has it).
@@ -118,6 +119,28 @@ def lease_of(doc: object) -> timedelta:
         return timedelta(seconds=quantities.duration_s(doc["lease"], least=1))
     except ValueError as exc:
         raise SpecError(str(exc), source="request body", field="lease") from None
+
+
+_JSON_TYPES: Final = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,), "array": (list,)}
+
+
+def pool_options(doc: object) -> dict[str, object]:
+    """``POST /v1/pools/{name}``'s body: ``exa hardware add-pool``'s options (``routes.POOL_OPTIONS``),
+    each of its JSON type, the required ones given; the others as the command's defaults."""
+    if not isinstance(doc, dict):
+        raise SpecError("expected a JSON object of exa hardware add-pool's options", source="request body")
+    for key, value in doc.items():
+        kind = POOL_OPTIONS.get(key)
+        if kind is None:
+            raise SpecError(f"unknown option (expected some of {', '.join(POOL_OPTIONS)})", source="request body", field=str(key)[:64])
+        wrong = (isinstance(value, bool) and kind != "boolean") or not isinstance(value, _JSON_TYPES[kind])
+        if wrong or (isinstance(value, list) and not all(isinstance(v, str) for v in value)):
+            raise SpecError(f"expected {'a list of strings' if kind == 'array' else f'a {kind}'}", source="request body", field=key)
+    for key in POOL_REQUIRED:
+        if key not in doc:
+            raise SpecError("required", source="request body", field=key)
+    defaults = {k: False if t == "boolean" else "" if k == "capabilities" else None for k, t in POOL_OPTIONS.items()}
+    return {**defaults, **doc}
 
 
 def dry_run_of(doc: object) -> bool:

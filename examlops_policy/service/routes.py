@@ -23,6 +23,19 @@ class Spec:
 
 
 _DECISION: Final[dict[str, object]] = {"$ref": "#/components/schemas/Decision"}
+# exa hardware add-pool's options, as POST /v1/pools/{name} takes them, and their JSON types (held to the
+# command's parser and to the client's table by tests/test_service.py).
+POOL_OPTIONS: Final[dict[str, str]] = {
+    "target": "string", "accelerator": "string", "count": "integer", "region": "string", "cost_per_hour": "number", "carbon_factor": "number",
+    "supports_fractions": "boolean", "capabilities": "string", "model": "string", "power_w": "number", "pue": "number", "partition": "string",
+    "gres_type": "string", "fixed_profile": "string", "spot": "boolean", "nodes": "integer", "node": "array", "cpu_per_node": "string",
+    "memory_per_node": "string", "sharing": "string", "shares_per_device": "integer",
+}  # fmt: skip
+POOL_REQUIRED: Final = ("target", "accelerator", "region")
+_ADD_POOL: Final[dict[str, object]] = {
+    "type": "object", "additionalProperties": False, "required": list(POOL_REQUIRED),
+    "properties": {k: {"type": "array", "items": {"type": "string"}} if t == "array" else {"type": t} for k, t in POOL_OPTIONS.items()},
+}  # fmt: skip
 _DRY_RUN: Final[dict[str, object]] = {"type": "object", "additionalProperties": False, "properties": {"dry_run": {"type": "boolean"}}}
 ROUTES: Final = (
     Spec("GET", "/healthz", "healthz", None, "alive: the process answers"),
@@ -57,6 +70,8 @@ ROUTES: Final = (
                               "prune": {"type": "boolean"}, "source": {"type": "string", "maxLength": 256}}},
          query=(("format", "string", "text: the text exa hardware apply prints"),)),
     Spec("GET", "/v1/pools/{name}", "pool", "read", "one pool device by device, as exa hardware pool --json"),
+    Spec("POST", "/v1/pools/{name}", "add_pool", "admin", "register a pool (its options as exa hardware add-pool takes them), as exa hardware add-pool --json",
+         body=_ADD_POOL, query=(("format", "string", "text: the text exa hardware add-pool prints"),)),
     *(Spec("POST", f"/v1/pools/{{name}}/{verb}", verb.replace("-", "_"), "admin", summary, body=_DRY_RUN,
            query=(("format", "string", f"text: the text exa hardware {command} prints"),))
       for verb, command, summary in (
