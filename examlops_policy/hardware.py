@@ -268,17 +268,8 @@ class Hardware:
 
         return reconcile.reconcile_and_admit(self._queue, slurm=slurm, kubernetes=kubernetes, admit=admit)
 
-    def serve(
-        self,
-        *,
-        interval_s: float,
-        slurm: bool | None = None,
-        kubernetes: Mapping[str, str | None] | None = None,
-        out: TextIO | None = None,
-        once: bool = False,
-        slurm_table: Path | None = None,
-        slurm_accounts: Path | None = None,
-    ) -> int:
+    def serve(self, *, interval_s: float, slurm: bool | None = None, kubernetes: Mapping[str, str | None] | None = None, out: TextIO | None = None,
+              once: bool = False, slurm_table: Path | None = None, slurm_accounts: Path | None = None) -> int:  # fmt: skip
         """``exa hardware serve``: reconcile, expire leases and admit every ``interval_s`` until
         SIGTERM or SIGINT (``once``: one step), logging to ``out`` (see ``_serve``). This Hardware
         is closed first: the loop opens its own on the same home (and again after a fault). The
@@ -367,8 +358,7 @@ class Hardware:
         return policy_review.opa_status(self.home)
 
     def serve_stop(self) -> Stopped:
-        """``exa hardware serve --stop``: stop the serve processes (with ``--listen`` or not) this
-        state folder's records prove live, each on SIGTERM as it stops (``_serve.stop_recorded``)."""
+        """``exa hardware serve --stop``: SIGTERM to the serve processes this state folder's records prove (``_serve.stop_recorded``)."""
         from examlops_policy._serve import stop_recorded
 
         return stop_recorded(self.home)
