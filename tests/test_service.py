@@ -144,8 +144,17 @@ def test_a_retry_with_the_same_request_id_places_nothing_more(svc: Service) -> N
     body = {"workload": {"name": "r", "accelerator": "amd"}, "request_id": "retry-1"}
     first = svc.call("POST", "/v1/decisions", token, body).json
     free = svc.call("GET", "/v1/pools/small", token).json["free"]
+    counted = svc.call("GET", "/metrics").text
     second = svc.call("POST", "/v1/decisions", token, body).json
     assert second["id"] == first["id"] and svc.call("GET", "/v1/pools/small", token).json["free"] == free
+    recounted = svc.call("GET", "/metrics").text  # the retry is counted as one, not as a decision
+
+    def figure(text: str, name: str) -> str:
+        return next(line.rsplit(" ", 1)[1] for line in text.splitlines() if line.startswith(name))
+
+    placed = 'exa_decisions_total{outcome="placed",dry_run="false"}'
+    assert figure(recounted, placed) == figure(counted, placed)
+    assert int(figure(recounted, "exa_decision_retries_total")) == int(figure(counted, "exa_decision_retries_total")) + 1
     other, _ = svc.token(OTHER)
     before = written(svc)
     problem(svc.call("POST", "/v1/decisions", other, {**body, "workload": {"name": "r", "accelerator": "amd"}}), 403, 2)

@@ -231,7 +231,7 @@ class Api:
         assert caller is not None
         asked = reqs.place_request(body, caller.projects)
         started = time.perf_counter()
-        record = None
+        record = earlier = None
         if asked.dry_run:
             decision = hw.what_if(asked.workload, where=True)
         else:
@@ -245,7 +245,7 @@ class Api:
             finally:
                 hw.cycle.source = SOURCE
             decision = record.decision
-        self.metrics.decided(decision.outcome, asked.dry_run, time.perf_counter() - started)
+        self.metrics.decided(decision.outcome, asked.dry_run, time.perf_counter() - started, retry=earlier is not None)
         try:
             code, out = self.answers.decision(
                 decision, record, text=_text(request), explain=asked.explain, columns=_columns(request),

@@ -25,11 +25,17 @@ class Metrics:
         self.latency_sum = 0.0
         self.latency_count = 0
         self.opa_errors = 0
+        self.retries = 0
         self.requests: Counter[tuple[str, int]] = Counter()  # (route, status) -> count
 
-    def decided(self, outcome: str, dry_run: bool, seconds: float) -> None:
+    def decided(self, outcome: str, dry_run: bool, seconds: float, *, retry: bool = False) -> None:
+        """One placement request answered; ``retry``: its request id was decided before (nothing new
+        was decided: counted apart from the decisions)."""
         with self._lock:
-            self.outcomes[(outcome, "true" if dry_run else "false")] += 1
+            if retry:
+                self.retries += 1
+            else:
+                self.outcomes[(outcome, "true" if dry_run else "false")] += 1
             self.buckets[bisect.bisect_left(BUCKETS_S, seconds)] += 1
             self.latency_sum += seconds
             self.latency_count += 1
@@ -50,6 +56,8 @@ class Metrics:
             ]
             for (outcome, dry), n in sorted(self.outcomes.items()):
                 lines.append(f'exa_decisions_total{{outcome="{_label(outcome)}",dry_run="{dry}"}} {n}')
+            lines += ["# HELP exa_decision_retries_total Requests whose request_id was decided before: answered with that decision, nothing more placed.",
+                      "# TYPE exa_decision_retries_total counter", f"exa_decision_retries_total {self.retries}"]  # fmt: skip
             lines += ["# HELP exa_decision_seconds Time to decide (and record) one placement request.", "# TYPE exa_decision_seconds histogram"]
             total = 0
             for bound, n in zip(BUCKETS_S, self.buckets):
