@@ -22,6 +22,8 @@ from examlops_policy.model import Decision, Placement
 from examlops_policy.views import DecisionRecord, DecisionSummary, PoolChange, decision_json
 
 COLUMNS: Final = 160
+
+
 def _ledger(name: str) -> Callable[[argparse.Namespace, Hardware, Console], int]:
     """A handler of ``cli.ledger``, imported when the service first runs it (a cold place does not load it)."""
 
@@ -37,8 +39,9 @@ def _ledger(name: str) -> Callable[[argparse.Namespace, Hardware, Console], int]
 _HANDLERS: Final = {
     "explain": decisions.cmd_explain, "release": decisions.cmd_release, "renew": decisions.cmd_renew, "pools": pools.cmd_pools,
     "pool": pools.cmd_pool, "queue": queue.cmd_queue, "cancel": queue.cmd_cancel, "drain": pools.cmd_drain, "undrain": pools.cmd_drain,
-    "remove-pool": pools.cmd_remove_pool, "add-pool": pools.cmd_add_pool, "quotas": queue.cmd_quotas, "portable": decisions.cmd_portable, "accounting": decisions.cmd_accounting,
-    "burst-events": decisions.cmd_burst_events, "finops": _ledger("cmd_finops"), "audit-verify": _ledger("cmd_audit_verify"),
+    "remove-pool": pools.cmd_remove_pool, "add-pool": pools.cmd_add_pool, "quotas": queue.cmd_quotas, "portable": decisions.cmd_portable,
+    "accounting": decisions.cmd_accounting, "burst-events": decisions.cmd_burst_events, "finops": _ledger("cmd_finops"),
+    "audit-verify": _ledger("cmd_audit_verify"),
 }  # fmt: skip
 # Options the service passes as the request gave them, read by the command line's own types.
 _TYPES: Final = {"hours": args_types.hours}
