@@ -32,7 +32,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
     from examlops_policy.job_submit import Keeper
     from examlops_policy.model import Decision, Pool, PoolState, Workload
-    from examlops_policy.opa.procs import StopOutcome
+    from examlops_policy.opa.procs import ProcessIdentity, StopOutcome
 
     from examlops_policy._core.engine import Engine
     from examlops_policy._reviewed import PolicySnapshot
@@ -387,48 +387,48 @@ def stop_recorded(home: Path, *, grace: float = STOP_GRACE_S) -> Stopped:
     process is the recorded one (pid and start time as recorded), SIGKILL after ``grace`` seconds.
     A record that does not prove its process (malformed, another pid, a reused pid) is never
     signalled; records of processes proven gone are removed, before and after."""
-    from examlops_policy._private import read_small_file
-    from examlops_policy.opa.procs import ProcessIdentity, stop
+    from examlops_policy.opa.procs import stop
 
     folder = home / "serve"
     if not folder.is_dir():
         return Stopped()
     _remove_gone(folder)
     outcomes: list[StopOutcome] = []
-    for path in sorted(folder.glob("*.json")):
-        if not path.stem.isdigit() or int(path.stem) == os.getpid():
-            continue
-        try:
-            identity = ProcessIdentity.from_json(json.loads(read_small_file(path, RECORD_LIMIT_BYTES))["identity"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # not proven: never signalled
-        if identity.pid != int(path.stem):
-            continue
-        outcome = stop(identity, grace=grace)
+    for _, pid, recorded in _records(folder):
+        outcome = stop(recorded, grace=grace) if recorded is not None and recorded.pid == pid else None  # not proven: never signalled
         if outcome is not None:
             outcomes.append(outcome)
     _remove_gone(folder)
     return Stopped(tuple(outcomes))
 
 
+def _records(folder: Path) -> Iterator[tuple[Path, int, ProcessIdentity | None]]:
+    """The records of other serve processes in ``folder``: (path, the pid it is named by, the
+    identity it records, or None when it cannot be read)."""
+    from examlops_policy._private import read_small_file
+    from examlops_policy.opa.procs import ProcessIdentity
+
+    for path in sorted(folder.glob("*.json")):
+        if not path.stem.isdigit() or int(path.stem) == os.getpid():
+            continue
+        try:
+            recorded: ProcessIdentity | None = ProcessIdentity.from_json(json.loads(read_small_file(path, RECORD_LIMIT_BYTES))["identity"])
+        except (OSError, ValueError, KeyError, TypeError):
+            recorded = None
+        yield path, int(path.stem), recorded
+
+
 def _remove_gone(folder: Path) -> list[int]:
     """Remove the records (``<pid>.json``) whose serve process is proven gone: no live process has
     the pid, or the live one with it started at another time (its pid was reused). A record of a
     live process, or one that does not say when its process started, is left as it is."""
-    from examlops_policy._private import read_small_file
     from examlops_policy.opa.procs import ProcessIdentity
 
     gone: list[int] = []
-    for path in sorted(folder.glob("*.json")):
-        if not path.stem.isdigit() or int(path.stem) == os.getpid():
-            continue
-        pid = int(path.stem)
+    for path, pid, recorded in _records(folder):
         now = ProcessIdentity.of(pid)
         if now is not None:
-            try:
-                doc = json.loads(read_small_file(path, RECORD_LIMIT_BYTES))
-                recorded = ProcessIdentity.from_json(doc["identity"])
-            except (OSError, ValueError, KeyError, TypeError):
+            if recorded is None:
                 continue  # not known to be another process: kept
             if recorded.pid != pid or recorded.start_ticks == now.start_ticks:
                 continue  # the recorded process itself (or a record that names another pid)
