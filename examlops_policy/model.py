@@ -69,6 +69,7 @@ _NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _TAG_RE: Final = re.compile(r"^[a-z0-9][a-z0-9._-]{0,31}$")
 _REGION_RE: Final = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _SOURCE_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+=-]{0,199}$")
+_CLUSTER_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # a DNS label (pool.schema.json#/properties/cluster)
 MAX_TAGS: Final = 64
 MAX_COUNT: Final = {"workload": 100_000, "pool": 10_000_000}
 MAX_NODES: Final = 100_000  # nodes of one pool
@@ -350,6 +351,7 @@ class Pool:
     sharing: str | None = None
     shares_per_device: int | None = None
     drained: bool = False
+    cluster: str | None = None
 
     def __post_init__(self) -> None:
         owner = f"pool {self.name!r}" if isinstance(self.name, str) else "pool"
@@ -381,6 +383,8 @@ class Pool:
         _check_bool(owner, "drained", self.drained)
         if self.price_source is not None and not (isinstance(self.price_source, str) and _SOURCE_RE.fullmatch(self.price_source)):
             raise _bad("price_source", f"must say where the price came from, e.g. skypilot:v7/aws/vms.csv@001367d22a00 (got {self.price_source!r})", owner)
+        if self.cluster is not None and not (isinstance(self.cluster, str) and _CLUSTER_RE.fullmatch(self.cluster)):
+            raise _bad("cluster", f"must be a Kubernetes cluster's MultiKueueCluster name: lower-case letters, digits and dashes, at most 63 (got {self.cluster!r})", owner)
         if self.model is not None:
             object.__setattr__(self, "model", self.model.lower())
         self._check_nodes(owner)

@@ -82,7 +82,7 @@ def cmd_add_pool(args: argparse.Namespace, hw: Hardware, console: Console) -> in
         "supports_fractions": args.supports_fractions, "capabilities": types.names(args.capabilities), "spot": args.spot,
     }  # fmt: skip
     for option in ("cost_per_hour", "carbon_factor", "model", "power_w", "pue", "partition", "gres_type", "fixed_profile",
-                   "nodes", "cpu_per_node", "memory_per_node", "sharing", "shares_per_device"):  # fmt: skip
+                   "nodes", "cpu_per_node", "memory_per_node", "sharing", "shares_per_device", "cluster"):  # fmt: skip
         if getattr(args, option) is not None:
             values[option] = getattr(args, option)
     source = "exa hardware add-pool"
@@ -324,6 +324,7 @@ def register(hardware: Commands, common: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-per-node", metavar="SIZE", help="memory of each node: 512Gi, 64Gi, 512Mi or MiB; needs --nodes")
     p.add_argument("--sharing", choices=SHARING, help="devices shared without partitioning (time-slicing, MPS, Slurm shards)")
     p.add_argument("--shares-per-device", type=int, metavar="N", help="with --sharing: shares each device is split into (1000: thousandths)")
+    p.add_argument("--cluster", metavar="NAME", help="the Kubernetes cluster running the nodes, by its MultiKueueCluster's name (MultiKueue nominates it)")
     p.set_defaults(handler=cmd_add_pool)
 
     p = hardware.add_parser("apply", parents=[common], help="register or update pools from a reviewed YAML file")

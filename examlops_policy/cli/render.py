@@ -471,7 +471,8 @@ PACKING = {"whole": "whole devices", "mig": "MIG", "amd-compute-partition": "AMD
 def print_pool(console: Console, detail: PoolDetail) -> None:
     view = detail.view
     p, state = view.pool, view.state
-    console.print(f"pool {p.name} · {p.count} × {p.accelerator}{' ' + p.model if p.model else ''} on {p.target} in {p.region}")
+    console.print(f"pool {p.name} · {p.count} × {p.accelerator}{' ' + p.model if p.model else ''} on {p.target} in {p.region}"
+                  + (f" · cluster {p.cluster}" if p.cluster else ""))  # fmt: skip
     if state.removing is not None:
         console.print(Text(f"  drained, removal pending since {state.removing}: it goes when its last live grant ends", style="yellow"))
     elif p.drained:

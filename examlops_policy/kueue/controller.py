@@ -19,9 +19,12 @@ One step (``Controller.step``), repeated every ``interval`` seconds:
    (``workloads.request_id``: a restart asks again with the same key and gets the recorded
    decision, never a second grant); a placement is recorded as the Workload's job (scheduler
    ``kueue``, its UID) and the check set ``Ready`` with its ``podSetUpdates``; only full: ``Retry``;
-   never: ``Rejected`` (``workloads.update_for``);
+   never: ``Rejected`` (``workloads.update_for``); a Workload that also lists a MultiKueue check
+   (a manager cluster's) has the cluster of its granted pool nominated first
+   (``status.nominatedClusterNames``: ``multikueue``), so Kueue copies it to that one worker;
 3. every live grant of this controller is released (``Hardware.release``) when its Workload is gone
-   (deleted), finished, evicted, or holds another quota reservation than the one it was granted for.
+   (deleted), finished, evicted, or holds another quota reservation than the one it was granted for,
+   or (MultiKueue) runs on or is nominated for another cluster than the granted pool's.
 
 Anything the API server or the policy will not answer ends the step (nothing written for the
 Workload at hand: it stays ``Pending``, so Kueue admits nothing the layer did not decide).
@@ -37,6 +40,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from examlops_policy.errors import ExaError, PolicyError, PolicyUnavailable, SpecError, StateError
+from examlops_policy.kueue import multikueue as mk
 from examlops_policy.kueue import workloads as wl
 from examlops_policy.model import JSONObject, Placement
 
@@ -63,6 +67,7 @@ class KueueApi:
         self.cluster = cluster
         self.AdmissionCheck = create_global_resource(wl.GROUP, wl.VERSION, "AdmissionCheck", "admissionchecks")
         self.Workload = create_namespaced_resource(wl.GROUP, wl.VERSION, "Workload", "workloads")
+        self.MultiKueueConfig = create_global_resource(wl.GROUP, wl.VERSION, mk.CONFIG_KIND, "multikueueconfigs")
 
     def __enter__(self) -> KueueApi:
         return self
@@ -73,11 +78,43 @@ class KueueApi:
     def _client(self) -> Any:
         return self.cluster._client  # the connected lightkube client (errors mapped by _calling)
 
-    def admission_checks(self) -> list[Mapping[str, Any]]:
-        """This controller's AdmissionChecks, as JSON."""
+    def all_admission_checks(self) -> list[Mapping[str, Any]]:
+        """Every AdmissionCheck, as JSON."""
         with self.cluster._calling("list Kueue AdmissionChecks"):
-            found = [c.to_dict() for c in self._client().list(self.AdmissionCheck)]
-        return [c for c in found if (c.get("spec") or {}).get("controllerName") == wl.CONTROLLER_NAME]
+            return [c.to_dict() for c in self._client().list(self.AdmissionCheck)]
+
+    def multikueue_clusters(self, checks: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, ...]]:
+        """For each MultiKueue AdmissionCheck of ``checks``: the worker clusters of the
+        MultiKueueConfig it names (none when it names none, or one that does not exist)."""
+        from examlops_policy.executors.kubernetes_api import KubernetesError
+
+        found: dict[str, tuple[str, ...]] = {}
+        for check in checks:
+            if (check.get("spec") or {}).get("controllerName") != mk.CONTROLLER_NAME:
+                continue
+            name = mk.config_name(check)
+            config = None
+            if name is not None:
+                try:
+                    with self.cluster._calling(f"get MultiKueueConfig {name}"):
+                        config = self._client().get(self.MultiKueueConfig, name).to_dict()
+                except KubernetesError as exc:
+                    if exc.code != 404:
+                        raise
+            found[check["metadata"]["name"]] = mk.clusters_of(config)
+        return found
+
+    def nominate(self, kw: wl.KueueWorkload, clusters: Sequence[str]) -> None:
+        """Write ``clusters`` to the Workload's ``status.nominatedClusterNames``, as Kueue's
+        admission manager (``multikueue`` says why and how), unless the Workload read afresh is
+        nominated so already or runs on a cluster (nothing written)."""
+        with self.cluster._calling(f"read Workload {kw.ref}", namespace=kw.namespace):
+            doc = self._client().get(self.Workload, kw.name, namespace=kw.namespace).to_dict()
+        fresh = wl.parse(doc)
+        if fresh.cluster_name is not None or fresh.nominated == tuple(clusters):
+            return
+        body = mk.nomination(doc, clusters)
+        self._apply_status(self.Workload.Status, kw.name, kw.namespace, body, f"nominate {', '.join(clusters)} for Workload {kw.ref}", mk.ADMISSION_MANAGER)
 
     def workloads(self) -> list[wl.KueueWorkload]:
         with self.cluster._calling("list Kueue Workloads"):
@@ -111,11 +148,11 @@ class KueueApi:
         }  # fmt: skip
         self._apply_status(self.Workload.Status, kw.name, kw.namespace, body, f"set check {check}={update.state} on Workload {kw.ref}")
 
-    def _apply_status(self, kind: Any, name: str, namespace: str | None, body: JSONObject, action: str) -> None:
+    def _apply_status(self, kind: Any, name: str, namespace: str | None, body: JSONObject, action: str, manager: str = FIELD_MANAGER) -> None:
         from lightkube.types import PatchType
 
         with self.cluster._calling(action, namespace=namespace):
-            self._client().patch(kind, name, body, namespace=namespace, patch_type=PatchType.APPLY, field_manager=FIELD_MANAGER, force=True)
+            self._client().patch(kind, name, body, namespace=namespace, patch_type=PatchType.APPLY, field_manager=manager, force=True)
 
 
 def connect(kubeconfig: str | None = None, context: str | None = None) -> KueueApi:
@@ -145,8 +182,10 @@ class Controller:
 
     def step(self) -> StepReport:
         report = StepReport()
-        checks = self.api.admission_checks()
+        every = self.api.all_admission_checks()
+        checks = [c for c in every if (c.get("spec") or {}).get("controllerName") == wl.CONTROLLER_NAME]
         names = {c["metadata"]["name"] for c in checks}
+        workers = self.api.multikueue_clusters(every)
         problem = report.policy_problem = self.policy_problem()
         for check in checks:
             reason, message = ("Active", "examlops placement decides this check") if problem is None else ("PolicyUnavailable", problem[:1024])
@@ -158,6 +197,9 @@ class Controller:
                 for check in sorted(names & set(kw.checks)):
                     if kw.reserved and not kw.over and kw.checks[check].state == "Pending":
                         update = self.decide(kw, check)
+                        dispatched = sorted(c for c in kw.checks if c in workers)
+                        if dispatched:
+                            update = self.dispatch(kw, update, workers[dispatched[0]])
                         self.api.set_check(kw, check, update)
                         report.decided.append((kw.ref, update.state, update.message))
         report.released = self.release_over(found, names)
@@ -201,6 +243,21 @@ class Controller:
             pool = self.hw.pool_by_name(decision.pool)
         return wl.update_for(record, pool, kw)
 
+    def dispatch(self, kw: wl.KueueWorkload, update: wl.CheckUpdate, clusters: Sequence[str]) -> wl.CheckUpdate:
+        """MultiKueue: nominate the cluster of the granted pool (``multikueue.dispatch``), before
+        the check says Ready; a grant on a pool of no listed cluster is released."""
+        pool = None
+        if update.state == "Ready":
+            assert update.decision_id is not None
+            decision = self.hw.decision(update.decision_id).decision
+            pool = self.hw.pool_by_name(decision.pool) if isinstance(decision, Placement) else None
+        update, cluster = mk.dispatch(update, pool, clusters)
+        if cluster is None and update.state == "Rejected" and pool is not None and update.decision_id is not None:
+            self.hw.release(update.decision_id)
+        elif cluster is not None and kw.cluster_name is None and kw.nominated != (cluster,):
+            self.api.nominate(kw, (cluster,))
+        return update
+
     def release_over(self, found: Sequence[wl.KueueWorkload], checks: set[str]) -> list[tuple[str, str]]:
         """Release this controller's live grants whose Workload is over (see the module)."""
         by_uid = {kw.uid: kw for kw in found if kw.uid}
@@ -218,10 +275,24 @@ class Controller:
                 why = "its Workload was evicted" if kw.holds("Evicted") else "its Workload is being deleted"
             elif checks & set(kw.checks) and self.hw.decision(grant.id).request_id not in {wl.request_id(kw, c) for c in checks & set(kw.checks)}:
                 why = "its Workload no longer holds the quota reservation it was granted for"
+            elif kw.cluster_name is not None or kw.nominated:
+                why = self._moved(kw, grant.pool)
             if why is not None:
                 self.hw.release(grant.id)
                 released.append((grant.id, why))
         return released
+
+    def _moved(self, kw: wl.KueueWorkload, pool: str) -> str | None:
+        """Why a MultiKueue Workload's grant is no longer its own: it runs on, or is nominated
+        for, another cluster than the granted pool's (None: it is not)."""
+        granted = self.hw.pool_by_name(pool).cluster
+        if granted is None:
+            return None
+        if kw.cluster_name is not None and kw.cluster_name != granted:
+            return f"its Workload runs on cluster {kw.cluster_name}, not on {granted}, the granted pool's"
+        if kw.cluster_name is None and kw.nominated and granted not in kw.nominated:
+            return f"its Workload is nominated for {', '.join(kw.nominated)}, not for {granted}, the granted pool's"
+        return None
 
 
 def run(

@@ -115,6 +115,10 @@ class KueueWorkload:
     max_seconds: int | None = None
     deleting: bool = False
     problems: tuple[str, ...] = field(default=())  # what could not be read of the pod sets
+    # MultiKueue (a manager cluster's Workload): the worker clusters nominated for it, and the one
+    # that reserved quota for it (status.nominatedClusterNames, status.clusterName).
+    nominated: tuple[str, ...] = ()
+    cluster_name: str | None = None
 
     def holds(self, condition: str) -> bool:
         found = self.conditions.get(condition)
@@ -181,6 +185,8 @@ def parse(obj: Mapping[str, Any]) -> KueueWorkload:
         pod_sets=tuple(pod_sets), checks=checks, conditions=conditions,
         max_seconds=seconds if isinstance(seconds, int) and not isinstance(seconds, bool) and seconds > 0 else None,
         deleting=bool(meta.get("deletionTimestamp")), problems=tuple(problems),
+        nominated=tuple(c for c in _list(status.get("nominatedClusterNames")) if isinstance(c, str)),
+        cluster_name=_text(status.get("clusterName")) or None,
     )  # fmt: skip
 
 

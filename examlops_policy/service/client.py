@@ -33,7 +33,7 @@ _POOL_OPTIONS: Final[tuple[tuple[str, type], ...]] = (
     ("target", str), ("accelerator", str), ("count", int), ("region", str), ("cost_per_hour", float), ("carbon_factor", float),
     ("supports_fractions", bool), ("capabilities", str), ("model", str), ("power_w", float), ("pue", float), ("partition", str),
     ("gres_type", str), ("fixed_profile", str), ("spot", bool), ("nodes", int), ("node", list), ("cpu_per_node", str),
-    ("memory_per_node", str), ("sharing", str), ("shares_per_device", int),
+    ("memory_per_node", str), ("sharing", str), ("shares_per_device", int), ("cluster", str),
 )  # fmt: skip
 OTHER_COMMANDS: Final = ("finops cost", "finops carbon", "audit verify")  # of the other groups
 _POOL_CHANGES: Final = {"drain": "drain", "undrain": "undrain", "remove-pool": "remove"}  # command -> POST /v1/pools/{name}/...

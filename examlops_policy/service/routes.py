@@ -29,7 +29,7 @@ POOL_OPTIONS: Final[dict[str, str]] = {
     "target": "string", "accelerator": "string", "count": "integer", "region": "string", "cost_per_hour": "number", "carbon_factor": "number",
     "supports_fractions": "boolean", "capabilities": "string", "model": "string", "power_w": "number", "pue": "number", "partition": "string",
     "gres_type": "string", "fixed_profile": "string", "spot": "boolean", "nodes": "integer", "node": "array", "cpu_per_node": "string",
-    "memory_per_node": "string", "sharing": "string", "shares_per_device": "integer",
+    "memory_per_node": "string", "sharing": "string", "shares_per_device": "integer", "cluster": "string",
 }  # fmt: skip
 POOL_REQUIRED: Final = ("target", "accelerator", "region")
 _ADD_POOL: Final[dict[str, object]] = {
