@@ -12,7 +12,7 @@ backend; ``clock_support``: the store's clock; ``kubernetes_support``: the test 
 tests/test_test_support.py holds that no test module defines one of those names again.
 
 Markers: a test that needs a real service process is marked ``services`` here, at collection:
-one with a service marker (``slurm``, ``job_submit``, ``postgres``, ``kubernetes``, ``kueue``, ``chromium``, ``slow``) or a
+one with a service marker (``slurm``, ``job_submit``, ``postgres``, ``kubernetes``, ``kueue``, ``multikueue``, ``chromium``, ``slow``) or a
 fixture that reaches OPA (``OPA_FIXTURES``), or marked ``opa`` by hand (a test that starts OPA
 itself). ``pytest -m "not services"`` runs the rest, the fast suite; in such a run no OPA binary
 is offered, so a test that reaches OPA without saying so fails and names the marker it lacks.
@@ -61,7 +61,7 @@ SEED_POOLS = (
 # -- markers: which tests need a service -----------------------------------------------------------
 
 # Services only one test may use at a time in this suite (one group on one worker).
-SINGLETON_SERVICES = ("slurm", "job_submit", "postgres", "kubernetes", "kueue", "chromium")
+SINGLETON_SERVICES = ("slurm", "job_submit", "postgres", "kubernetes", "kueue", "multikueue", "chromium")
 SERVICE_MARKERS = (*SINGLETON_SERVICES, "slow", "opa", "focus_validator")
 # Fixtures that reach the session's OPA (or run exa, which does).
 OPA_FIXTURES = frozenset({"opa_home", "make_hardware", "hardware", "seeded", "exa_home"})

@@ -29,7 +29,7 @@ from tests.conftest import open_hardware
 from tests.kubernetes_support import fake_node
 from tests.test_kueue import KUBECONFIG, STATE, ControllerProcess, Kinds, require, wait_for
 
-pytestmark = pytest.mark.kueue
+pytestmark = [pytest.mark.kueue, pytest.mark.multikueue]
 
 RUN = secrets.token_hex(3)
 NS = f"mk-{RUN}"
@@ -71,9 +71,8 @@ def clusters() -> Iterator[dict[str, Any]]:
     """Clients of the manager (``manager``) and of each worker, by name."""
     from lightkube import ApiError
 
-    listed = STATE / "multikueue" / "workers"
-    if not listed.is_file() or not KUBECONFIG.is_file():
-        require("no MultiKueue workers (.exa-services/multikueue/workers missing); start them with scripts/multikueue-up")
+    if not (STATE / "multikueue" / "env").is_file() or not KUBECONFIG.is_file():
+        require("no MultiKueue workers (.exa-services/multikueue/env missing); start them with scripts/multikueue-up")
     _kinds()
     clients = {"manager": _client(KUBECONFIG), **{w: _client(STATE / f"k8s-{w}" / "kubeconfig") for w in WORKERS}}
     try:

@@ -28,7 +28,8 @@ A comment right before a block sets where it runs: ``<!-- readme: home=NAME need
 (blocks of one home share state, in page order, across pages: a section moved from the README into
 a page keeps its place in that order as long as the page keeps its place in the toctree; the
 default home is ``main``). ``needs``:
-``kubernetes`` (the local control plane and kubectl), ``kueue`` (Kueue on it), ``slurm``, ``chromium``, ``focus_validator``
+``kubernetes`` (the local control plane and kubectl), ``kueue`` (Kueue on it), ``multikueue`` (two worker
+clusters with Kueue: ``KUBECONFIG_WORKER_A`` and ``KUBECONFIG_WORKER_B`` name their kubeconfigs), ``slurm``, ``chromium``, ``focus_validator``
 (the FinOps Foundation's FOCUS validator, scripts/focus-validator-setup; ``scripts/`` is at hand). A block whose
 service is missing is skipped, or fails under ``EXA_REQUIRE_SERVICES=1``.
 """
@@ -283,6 +284,8 @@ def _available(service: str) -> str | None:
         return None
     if service == "kueue":
         return None if (ROOT / ".exa-services" / "kueue" / "env").is_file() else "no local Kueue (scripts/kueue-up)"
+    if service == "multikueue":
+        return None if (ROOT / ".exa-services" / "multikueue" / "env").is_file() else "no MultiKueue workers (scripts/multikueue-up)"
     if service == "slurm":
         return None if (ROOT / ".exa-services" / "slurm" / "env").is_file() else "no local Slurm (scripts/slurm-up)"
     if service == "chromium":
@@ -296,7 +299,7 @@ def _available(service: str) -> str | None:
 def _service_env(needs: tuple[str, ...]) -> dict[str, str]:
     env: dict[str, str] = {}
     for service in needs:
-        for name in ("k8s",) if service in ("kubernetes", "kueue") else ("slurm",) if service == "slurm" else ():
+        for name in ("k8s",) if service in ("kubernetes", "kueue") else ("slurm",) if service == "slurm" else ("multikueue",) if service == "multikueue" else ():
             for line in (ROOT / ".exa-services" / name / "env").read_text(encoding="utf-8").splitlines():
                 m = re.fullmatch(r"(?:export )?([A-Z_][A-Z0-9_]*)=(.*)", line.strip())
                 if m:
