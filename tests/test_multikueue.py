@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lightkube.generic_resource import create_global_resource
 
 from examlops_policy.hardware import Hardware
 from examlops_policy.kueue import multikueue as mk
@@ -48,16 +49,8 @@ POOLS = [
     Pool("mk-b-us", "hpc", "nvidia", 1, REGION["worker-b"], cost_per_hour=1.0, cluster=CLUSTER["worker-b"],
          nodes=(Node(NODE["worker-b"], 1, cpu=64, memory=512 * 1024),)),
 ]  # fmt: skip
-MultiKueueCluster: Any = None
-MultiKueueConfig: Any = None
-
-
-def _kinds() -> None:
-    from lightkube.generic_resource import create_global_resource
-
-    global MultiKueueCluster, MultiKueueConfig
-    MultiKueueCluster = create_global_resource("kueue.x-k8s.io", "v1beta2", "MultiKueueCluster", "multikueueclusters")
-    MultiKueueConfig = create_global_resource("kueue.x-k8s.io", "v1beta2", "MultiKueueConfig", "multikueueconfigs")
+MultiKueueCluster = create_global_resource("kueue.x-k8s.io", "v1beta2", "MultiKueueCluster", "multikueueclusters")
+MultiKueueConfig = create_global_resource("kueue.x-k8s.io", "v1beta2", "MultiKueueConfig", "multikueueconfigs")
 
 
 def _client(kubeconfig: Path) -> Any:
@@ -73,7 +66,6 @@ def clusters() -> Iterator[dict[str, Any]]:
 
     if not (STATE / "multikueue" / "env").is_file() or not KUBECONFIG.is_file():
         require("no MultiKueue workers (.exa-services/multikueue/env missing); start them with scripts/multikueue-up")
-    _kinds()
     clients = {"manager": _client(KUBECONFIG), **{w: _client(STATE / f"k8s-{w}" / "kubeconfig") for w in WORKERS}}
     try:
         for client in clients.values():

@@ -119,3 +119,16 @@ def test_the_workload_reads_its_nomination_and_cluster() -> None:
     kw = wl.parse({"metadata": {"name": "w", "namespace": "n"}, "status": {"nominatedClusterNames": ["a", 1], "clusterName": "b"}})
     assert (kw.nominated, kw.cluster_name) == (("a",), "b")
     assert (wl.parse({"metadata": {"name": "w"}}).nominated, wl.parse({"metadata": {"name": "w"}}).cluster_name) == ((), None)
+
+
+def test_a_grant_is_moved_when_its_workload_runs_or_is_nominated_elsewhere() -> None:
+    def kw(nominated: tuple[str, ...] = (), cluster: str | None = None) -> wl.KueueWorkload:
+        status: dict[str, Any] = {"nominatedClusterNames": list(nominated)}
+        if cluster:
+            status["clusterName"] = cluster
+        return wl.parse({"metadata": {"name": "w", "namespace": "n"}, "status": status})
+
+    assert mk.moved(kw(cluster="b"), "b") is None and mk.moved(kw(("a", "b")), "b") is None and mk.moved(kw(), "b") is None
+    assert mk.moved(kw(cluster="a"), None) is None  # a pool of no cluster: not a MultiKueue grant
+    assert mk.moved(kw(cluster="a"), "b") == "its Workload runs on cluster a, not on b, the granted pool's"
+    assert mk.moved(kw(("a", "c")), "b") == "its Workload is nominated for a, c, not for b, the granted pool's"

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 from examlops_policy.errors import ExaError, PolicyError, PolicyUnavailable, SpecError, StateError
 from examlops_policy.kueue import multikueue as mk
 from examlops_policy.kueue import workloads as wl
-from examlops_policy.model import JSONObject, Placement
+from examlops_policy.model import JSONObject, Placement, Pool
 
 if TYPE_CHECKING:
     from examlops_policy.executors.kubernetes_api import KubernetesCluster
@@ -196,10 +196,10 @@ class Controller:
             for kw in found:
                 for check in sorted(names & set(kw.checks)):
                     if kw.reserved and not kw.over and kw.checks[check].state == "Pending":
-                        update = self.decide(kw, check)
+                        update, pool = self.decide(kw, check)
                         dispatched = sorted(c for c in kw.checks if c in workers)
                         if dispatched:
-                            update = self.dispatch(kw, update, workers[dispatched[0]])
+                            update = self.dispatch(kw, update, pool, workers[dispatched[0]])
                         self.api.set_check(kw, check, update)
                         report.decided.append((kw.ref, update.state, update.message))
         report.released = self.release_over(found, names)
@@ -223,9 +223,10 @@ class Controller:
             hw.close_policy()
             return f"{type(exc).__name__}: {exc}"
 
-    def decide(self, kw: wl.KueueWorkload, check: str) -> wl.CheckUpdate:
+    def decide(self, kw: wl.KueueWorkload, check: str) -> tuple[wl.CheckUpdate, Pool | None]:
         """Place ``kw`` for its current reservation (idempotent by its request id) and word the
-        result. PolicyUnavailable, StateError and the like propagate: nothing is written."""
+        result; with the pool of a live placement (None: none). PolicyUnavailable, StateError and
+        the like propagate: nothing is written."""
         key = wl.request_id(kw, check)
         assert key is not None  # only reserved Workloads are decided
         known = self.hw.tables.budgets.get("projects")
@@ -234,23 +235,18 @@ class Controller:
             workload = wl.build(kw, projects=projects)
             record = self.hw.place(workload, request_id=key)
         except SpecError as exc:
-            return wl.refused(exc)
+            return wl.refused(exc), None
         pool = None
         decision = record.decision
         if isinstance(decision, Placement) and record.released_at is None:
             if record.job_id is None:
                 record = self.hw.set_job(record.id, kw.ref, scheduler=SCHEDULER, uid=kw.uid)
             pool = self.hw.pool_by_name(decision.pool)
-        return wl.update_for(record, pool, kw)
+        return wl.update_for(record, pool, kw), pool
 
-    def dispatch(self, kw: wl.KueueWorkload, update: wl.CheckUpdate, clusters: Sequence[str]) -> wl.CheckUpdate:
-        """MultiKueue: nominate the cluster of the granted pool (``multikueue.dispatch``), before
-        the check says Ready; a grant on a pool of no listed cluster is released."""
-        pool = None
-        if update.state == "Ready":
-            assert update.decision_id is not None
-            decision = self.hw.decision(update.decision_id).decision
-            pool = self.hw.pool_by_name(decision.pool) if isinstance(decision, Placement) else None
+    def dispatch(self, kw: wl.KueueWorkload, update: wl.CheckUpdate, pool: Pool | None, clusters: Sequence[str]) -> wl.CheckUpdate:
+        """MultiKueue: nominate the cluster of the granted ``pool`` (``multikueue.dispatch``),
+        before the check says Ready; a grant on a pool of no listed cluster is released."""
         update, cluster = mk.dispatch(update, pool, clusters)
         if cluster is None and update.state == "Rejected" and pool is not None and update.decision_id is not None:
             self.hw.release(update.decision_id)
@@ -261,6 +257,7 @@ class Controller:
     def release_over(self, found: Sequence[wl.KueueWorkload], checks: set[str]) -> list[tuple[str, str]]:
         """Release this controller's live grants whose Workload is over (see the module)."""
         by_uid = {kw.uid: kw for kw in found if kw.uid}
+        clusters: dict[str, str | None] = {}  # pool -> its cluster, read once a step
         released = []
         for grant in self.hw.cycle.store.live_grants(with_jobs=True):
             if grant.scheduler != SCHEDULER:
@@ -276,23 +273,13 @@ class Controller:
             elif checks & set(kw.checks) and self.hw.decision(grant.id).request_id not in {wl.request_id(kw, c) for c in checks & set(kw.checks)}:
                 why = "its Workload no longer holds the quota reservation it was granted for"
             elif kw.cluster_name is not None or kw.nominated:
-                why = self._moved(kw, grant.pool)
+                if grant.pool not in clusters:
+                    clusters[grant.pool] = self.hw.pool_by_name(grant.pool).cluster
+                why = mk.moved(kw, clusters[grant.pool])
             if why is not None:
                 self.hw.release(grant.id)
                 released.append((grant.id, why))
         return released
-
-    def _moved(self, kw: wl.KueueWorkload, pool: str) -> str | None:
-        """Why a MultiKueue Workload's grant is no longer its own: it runs on, or is nominated
-        for, another cluster than the granted pool's (None: it is not)."""
-        granted = self.hw.pool_by_name(pool).cluster
-        if granted is None:
-            return None
-        if kw.cluster_name is not None and kw.cluster_name != granted:
-            return f"its Workload runs on cluster {kw.cluster_name}, not on {granted}, the granted pool's"
-        if kw.cluster_name is None and kw.nominated and granted not in kw.nominated:
-            return f"its Workload is nominated for {', '.join(kw.nominated)}, not for {granted}, the granted pool's"
-        return None
 
 
 def run(

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
-from examlops_policy.kueue.workloads import CheckUpdate, _message
+from examlops_policy.kueue.workloads import CheckUpdate, KueueWorkload, _message
 from examlops_policy.model import JSONObject, JSONValue, Pool
 
 CONTROLLER_NAME: Final = "kueue.x-k8s.io/multikueue"  # MultiKueue's AdmissionCheck controller
@@ -116,3 +116,15 @@ def dispatch(update: CheckUpdate, pool: Pool | None, clusters: Sequence[str]) ->
             "Rejected", _message(f"{update.message}, but {why}: nominated nowhere, decision {update.decision_id} released"), decision_id=update.decision_id
         ), None  # fmt: skip
     return replace(update, message=_message(f"{update.message}; nominated cluster {pool.cluster} (MultiKueue)")), pool.cluster
+
+
+def moved(kw: KueueWorkload, granted: str | None) -> str | None:
+    """Why a MultiKueue Workload's grant is no longer its own: it runs on, or is nominated for,
+    another cluster than ``granted``, the granted pool's (None: it is not, or the pool names none)."""
+    if granted is None:
+        return None
+    if kw.cluster_name is not None and kw.cluster_name != granted:
+        return f"its Workload runs on cluster {kw.cluster_name}, not on {granted}, the granted pool's"
+    if kw.cluster_name is None and kw.nominated and granted not in kw.nominated:
+        return f"its Workload is nominated for {', '.join(kw.nominated)}, not for {granted}, the granted pool's"
+    return None
