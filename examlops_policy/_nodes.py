@@ -159,6 +159,19 @@ class NodeGrant:
         return str(len(self.devices)) if self.devices else None
 
 
+_RUNS: dict[tuple[int, int], tuple[int, ...]] = {}
+
+
+def _run(first: int, count: int) -> tuple[int, ...]:
+    """The ``count`` consecutive indices from ``first`` (made once each, up to 64 devices)."""
+    run = _RUNS.get((first, count))
+    if run is None:
+        run = tuple(range(first, first + count))
+        if first < 64 and count <= 64:
+            _RUNS[(first, count)] = run
+    return run
+
+
 _KINDS: Final = {n: str(n) for n in range(1, 65)}  # a grant of n whole devices: its kind (``NodeGrant.affinity``), made once
 
 
@@ -196,6 +209,49 @@ class _FreeRanges:
             else:
                 self.starts[0] = start + take
         return out
+
+    def holds_run(self, start: int, end: int) -> bool:
+        """Whether every index of [start, end) is free (within one range)."""
+        i = bisect.bisect_right(self.starts, start) - 1
+        return i >= 0 and end <= self.ends[i]
+
+    def remove_run(self, start: int, end: int) -> None:
+        """Take [start, end) (all free: ``holds_run``), splitting its range."""
+        i = bisect.bisect_right(self.starts, start) - 1
+        first, last = self.starts[i], self.ends[i]
+        if first == start and last == end:
+            del self.starts[i]
+            del self.ends[i]
+        elif first == start:
+            self.starts[i] = end
+        elif last == end:
+            self.ends[i] = start
+        else:
+            self.ends[i] = start
+            self.starts.insert(i + 1, end)
+            self.ends.insert(i + 1, last)
+
+    def free_of_run(self, start: int, end: int) -> bool:
+        """Whether no index of [start, end) is free."""
+        i = bisect.bisect_right(self.starts, end - 1) - 1  # the last range starting at or before end - 1
+        return i < 0 or self.ends[i] <= start
+
+    def add_run(self, start: int, end: int) -> None:
+        """Give [start, end) back (none free: ``free_of_run``), merging with its neighbours."""
+        i = bisect.bisect_right(self.starts, start)
+        joins_left = i > 0 and self.ends[i - 1] == start
+        joins_right = i < len(self.starts) and self.starts[i] == end
+        if joins_left and joins_right:
+            self.ends[i - 1] = self.ends[i]
+            del self.starts[i]
+            del self.ends[i]
+        elif joins_left:
+            self.ends[i - 1] = end
+        elif joins_right:
+            self.starts[i] = start
+        else:
+            self.starts.insert(i, start)
+            self.ends.insert(i, end)
 
     def remove(self, index: int) -> None:
         """Take ``index`` (it must be free), splitting its range."""
@@ -314,8 +370,12 @@ class NodeCapacity:
         self.shared_values: IntArray = np.full((n, 1), -1, dtype=np.int64)
         self.shared_max: IntArray = np.full(n, -1, dtype=np.int64)
         self._model_luts: dict[frozenset[str], BoolArray] = {}
-        self.affinity_counts: dict[str, IntArray] = {}
-        self.affinity_kinds: IntArray = np.zeros(n, dtype=np.int64)  # distinct kinds held, by node
+        # Live grants per kind, node by node, counted as they come; their arrays (``affinity_counts``,
+        # ``affinity_kinds``) brought up to date for the nodes changed when they are read.
+        self._affinity: list[dict[str, int]] = [{} for _ in self.nodes]
+        self._affinity_changed: set[int] = set()
+        self._affinity_counts: dict[str, IntArray] = {}
+        self._affinity_kinds: IntArray = np.zeros(n, dtype=np.int64)
         self._devices = [_Devices(nd.devices) for nd in self.nodes]
         # Per node, whether its CPU and its memory are tracked (never change): read per grant.
         self._log: list[int] = []  # the nodes changed, in order (the last ``CHANGES_KEPT`` to twice that)
@@ -408,6 +468,9 @@ class NodeCapacity:
     def best_fit_devices(self, node: int, request: NodeRequest) -> tuple[int, ...]:
         """Whole devices: the lowest free indices. A share: the tightest device holding shares, else the lowest free one."""
         if request.kind == "whole":
+            free = self._devices[node].free
+            if free.starts and free.ends[0] - free.starts[0] >= request.devices:  # the lowest free range holds them all
+                return _run(free.starts[0], request.devices)
             return tuple(self.lowest_free_indices(node, request.devices))
         if request.kind == "cpu":
             return ()
@@ -466,7 +529,7 @@ class NodeCapacity:
                 best = int(feasible[0])
             else:
                 scores = packer.scores(self, request, feasible)
-                best = int(feasible[int(np.argmax(scores))])
+                best = int(feasible[int(scores.argmax())])
             grant = NodeGrant(self.nodes[best].name, packer.devices(self, best, request), request.share_milli, request.cpu_milli, request.memory_mib)
             self.allocate(grant)
             grants.append(grant)
@@ -505,13 +568,19 @@ class NodeCapacity:
             units = share
         else:
             free, count = d.free, d.count
-            for dv in devices:
-                if not (0 <= dv < count) or not free.contains(dv):
+            first = devices[0] if devices else 0
+            if len(devices) > 1 and devices == _run(first, len(devices)):  # consecutive devices (the usual grant): one range
+                if not (0 <= first and first + len(devices) <= count) or not free.holds_run(first, first + len(devices)):
                     raise CapacityError(f"devices {list(devices)} of node {grant.node} are not all free")
-            if len(devices) > 1 and len(set(devices)) != len(devices):
-                raise CapacityError(f"devices {list(devices)} of node {grant.node} are not all free")
-            for dv in devices:
-                free.remove(dv)
+                free.remove_run(first, first + len(devices))
+            else:
+                for dv in devices:
+                    if not (0 <= dv < count) or not free.contains(dv):
+                        raise CapacityError(f"devices {list(devices)} of node {grant.node} are not all free")
+                if len(devices) > 1 and len(set(devices)) != len(devices):
+                    raise CapacityError(f"devices {list(devices)} of node {grant.node} are not all free")
+                for dv in devices:
+                    free.remove(dv)
             units = len(devices) * self.unit
             if units:
                 self.whole_free[i] -= len(devices)
@@ -527,12 +596,16 @@ class NodeCapacity:
 
     def release(self, grant: NodeGrant) -> None:
         """Give ``grant`` back (it must be held: a grant this capacity does not hold raises, nothing changes)."""
-        i = self._position(grant.node)
+        self.give_back(grant.node, grant.devices, grant.share_milli, grant.cpu_milli, grant.memory_mib)
+
+    def give_back(self, node: str, devices: tuple[int, ...], share: int, cpu: int, memory: int) -> None:
+        """``release`` of the grant these fields make, without making it (a grant given back is
+        often one of a pool's allocations, which holds the same fields)."""
+        i = self._position(node)
         d = self._devices[i]
-        devices, share, cpu, memory = grant.devices, grant.share_milli, grant.cpu_milli, grant.memory_mib
         if share:
             if len(devices) != 1 or devices[0] not in d.shared or d.shared[devices[0]] + share > self.unit:
-                raise CapacityError(f"node {grant.node} holds no share of {share} milli on device {list(devices)}")
+                raise CapacityError(f"node {node} holds no share of {share} milli on device {list(devices)}")
             dev = devices[0]
             left = d.shared[dev] + share
             if left == self.unit:
@@ -544,11 +617,20 @@ class NodeCapacity:
             units = share
         else:
             free, count, shared = d.free, d.count, d.shared
-            for dv in devices:
-                if not (0 <= dv < count) or free.contains(dv) or dv in shared:
-                    raise CapacityError(f"node {grant.node} does not hold devices {list(devices)} whole")
-            for dv in devices:
-                free.add(dv)
+            first = devices[0] if devices else 0
+            if len(devices) > 1 and devices == _run(first, len(devices)):  # consecutive devices (the usual grant): one range
+                end = first + len(devices)
+                if not (0 <= first and end <= count) or not free.free_of_run(first, end) or (shared and any(dv in shared for dv in devices)):
+                    raise CapacityError(f"node {node} does not hold devices {list(devices)} whole")
+                free.add_run(first, end)
+            else:
+                for dv in devices:
+                    if not (0 <= dv < count) or free.contains(dv) or dv in shared:
+                        raise CapacityError(f"node {node} does not hold devices {list(devices)} whole")
+                if len(devices) > 1 and len(set(devices)) != len(devices):
+                    raise CapacityError(f"node {node} does not hold devices {list(devices)} whole")
+                for dv in devices:
+                    free.add(dv)
             units = len(devices) * self.unit
             if units:
                 self.whole_free[i] += len(devices)
@@ -629,17 +711,37 @@ class NodeCapacity:
         except KeyError:
             raise CapacityError(f"no node named {name!r}") from None
 
+    @property
+    def affinity_counts(self) -> Mapping[str, IntArray]:
+        """Live grants of each kind ever held (``NodeGrant.affinity``), by node."""
+        self._affinity_up_to_date()
+        return self._affinity_counts
+
+    @property
+    def affinity_kinds(self) -> IntArray:
+        """How many kinds of grant each node holds live."""
+        self._affinity_up_to_date()
+        return self._affinity_kinds
+
+    def _affinity_up_to_date(self) -> None:
+        for i in self._affinity_changed:
+            counts = self._affinity[i]
+            for kind in counts:
+                if kind not in self._affinity_counts:
+                    self._affinity_counts[kind] = np.zeros(len(self.nodes), dtype=np.int64)
+            for kind, column in self._affinity_counts.items():
+                column[i] = counts.get(kind, 0)
+            self._affinity_kinds[i] = len(counts)
+        self._affinity_changed.clear()
+
     def _count_affinity(self, i: int, kind: str, step: int) -> None:
-        counts = self.affinity_counts.get(kind)
-        if counts is None:
-            counts = self.affinity_counts[kind] = np.zeros(len(self.nodes), dtype=np.int64)
-        before = int(counts[i])
-        after = max(before + step, 0)
-        counts[i] = after
-        if before == 0 and after > 0:
-            self.affinity_kinds[i] += 1
-        elif before > 0 and after == 0:
-            self.affinity_kinds[i] -= 1
+        counts = self._affinity[i]
+        after = counts.get(kind, 0) + step
+        if after > 0:
+            counts[kind] = after
+        else:
+            counts.pop(kind, None)
+        self._affinity_changed.add(i)
 
     def changed_since(self, mark: int) -> tuple[list[int] | None, int]:
         """The positions of the nodes changed since ``mark`` (one a change, in order; a node may

@@ -7,6 +7,8 @@ behaviour is the openb replay's business (tests/test_simulate_openb.py, benchmar
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from examlops_policy._node_packers import (
@@ -232,6 +234,54 @@ def test_grants_of_any_device_order_merge_back() -> None:
     for g in (grants[0], grants[2], grants[4], grants[1], grants[5], grants[3]):
         cap.release(g)
     assert cap.free_ranges(0) == [(0, 6)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_whole_devices_held_and_given_back_in_runs_or_one_by_one_match_a_plain_set(seed: int) -> None:
+    """Consecutive devices are taken and given back as one range, any others one by one: either
+    way the free devices, the kinds held and the refusals are those of a plain set of held
+    devices, and a refused grant changes nothing."""
+    rng = random.Random(seed)
+    cap = NodeCapacity([Node("a", 12, "t4")])
+    held: set[int] = set()
+    live: list[NodeGrant] = []
+    kinds: dict[str, int] = {}
+    for _ in range(400):
+        giving = live and rng.random() < 0.4
+        if giving and rng.random() < 0.8:
+            grant = live.pop(rng.randrange(len(live)))
+        else:
+            first, count = rng.randrange(12), rng.randrange(1, 5)
+            devices = tuple(range(first, first + count)) if rng.random() < 0.7 else tuple(rng.sample(range(13), count))
+            grant = NodeGrant("a", devices, 0, 0, 0)
+        before = (cap.free_ranges(0), int(cap.whole_free[0]), cap.allocated_milli)
+        kind = str(len(grant.devices))
+        if giving:
+            ok = set(grant.devices) <= held and len(set(grant.devices)) == len(grant.devices) and max(grant.devices) < 12
+            if ok:
+                cap.release(grant)
+                held -= set(grant.devices)
+                kinds[kind] = max(kinds.get(kind, 0) - 1, 0)  # a count never falls below none
+            else:
+                with pytest.raises(CapacityError):
+                    cap.release(grant)
+        else:
+            ok = not (set(grant.devices) & held) and len(set(grant.devices)) == len(grant.devices) and max(grant.devices) < 12
+            if ok:
+                cap.allocate(grant)
+                held |= set(grant.devices)
+                live.append(grant)
+                kinds[kind] = kinds.get(kind, 0) + 1
+            else:
+                with pytest.raises(CapacityError):
+                    cap.allocate(grant)
+        if not ok:
+            assert (cap.free_ranges(0), int(cap.whole_free[0]), cap.allocated_milli) == before
+        free = sorted(set(range(12)) - held)
+        assert [d for start, end in cap.free_ranges(0) for d in range(start, end)] == free
+        assert int(cap.whole_free[0]) == len(free) and cap.allocated_milli == len(held) * MILLI
+        assert {k: int(v[0]) for k, v in cap.affinity_counts.items() if int(v[0])} == {k: n for k, n in kinds.items() if n}
+        assert int(cap.affinity_kinds[0]) == sum(1 for n in kinds.values() if n)
 
 
 # -- each packer, by hand ------------------------------------------------------------------------

@@ -108,6 +108,30 @@ def test_a_csv_over_the_limit_is_refused_before_a_row_is_read(hardware: Hardware
     assert err.value.source == str(many)
 
 
+def test_a_csv_stream_is_read_line_by_line_and_cut_at_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A path that is no regular file (its size unknown: a device, a pipe) is read a line at a
+    time, each line cut at the limit: ``/dev/zero`` (one line that never ends) is refused there."""
+    from examlops_policy._sim import trace
+
+    monkeypatch.setattr(trace, "MAX_CSV_BYTES", 4096)
+    with pytest.raises(SpecError, match="larger than 4096 bytes") as err:
+        list(trace._rows(Path("/dev/zero"), ("name",)))
+    assert err.value.source == "/dev/zero"
+
+
+def test_a_csv_not_utf8_deep_in_the_file_names_its_line(tmp_path: Path) -> None:
+    """A regular file is read a block of lines at a time; a byte that is not UTF-8 text anywhere
+    in a block is refused naming its own line, not the block's first."""
+    bad = tmp_path / "workloads.csv"
+    rows = [f"w{i},{i},,nvidia,1,,,,\n".encode() for i in range(5000)]
+    rows[4321] = b"w\xff,4321,,nvidia,1,,,,\n"  # line 4323 (after the header), past the first 64 KiB
+    bad.write_bytes(HEADER.encode() + b"".join(rows))
+    assert sum(len(r) for r in rows[:4321]) > 64 * 1024
+    with pytest.raises(SpecError, match="not UTF-8") as err:
+        list(CsvWorkloads(bad, load_tables()))
+    assert err.value.source == f"{bad} line 4323"
+
+
 def test_the_cli_refuses_a_csv_over_the_limit_with_exit_2(exa_home: Path, tmp_path: Path) -> None:
     nodes = write(tmp_path / "nodes.csv", NODES_CSV)
     big = tmp_path / "workloads.csv"

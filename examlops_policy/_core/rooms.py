@@ -218,6 +218,7 @@ class _Tally:
     slice_pico: list[int] = field(default_factory=list)  # per node: what its slices leave of the devices holding them, in 1e-12 devices
     pico: int = 0  # that, summed over the up nodes
     as_tuple: tuple[NodeRoom, ...] | None = None  # ``rows`` as a tuple, until they change
+    made: Capacity | None = None  # the summary of ``rows`` and the totals, until they change
     fixed: list[_Fixed | None] = field(default_factory=list)  # per node: what of its room never changes (``_fixed``)
 
     def start(self) -> None:
@@ -229,7 +230,7 @@ class _Tally:
             self._total(key, n)
         self.units = sum(self.free_units)
         self.pico = sum(self.slice_pico)
-        self.as_tuple = None
+        self.as_tuple = self.made = None
 
     def _total(self, key: RoomKey, n: int) -> None:
         self.whole += key[0] * n
@@ -246,7 +247,7 @@ class _Tally:
                 self.slices[name] = self.slices.get(name, 0) + k * step
         keys = self.keys
         at = bisect.bisect_left(keys, key)
-        self.as_tuple = None
+        self.as_tuple = self.made = None
         if not n:
             del keys[at], self.rows[at], counted[key]
             return
@@ -264,12 +265,21 @@ class _Tally:
         return self.as_tuple
 
 
+_ROWS_HELD = 1 << 16
+_rows: dict[tuple[RoomKey, int], NodeRoom] = {}  # rows made, by key and count (immutable, met again and again; bounded)
+
+
 def _row(key: RoomKey, n: int) -> NodeRoom:
     """The room ``key`` says, counted ``n`` times."""
-    return NodeRoom(
-        key[0], None if key[1] else key[2], None if key[3] else key[4], key[5], key[6],
-        None if key[7] else key[8], None if key[9] else key[10], n,
-    )  # fmt: skip
+    row = _rows.get((key, n))
+    if row is None:
+        if len(_rows) >= _ROWS_HELD:
+            _rows.clear()
+        row = _rows[(key, n)] = NodeRoom(
+            key[0], None if key[1] else key[2], None if key[3] else key[4], key[5], key[6],
+            None if key[7] else key[8], None if key[9] else key[10], n,
+        )  # fmt: skip
+    return row
 
 
 def _node_room(rooms: Rooms, tally: _Tally, i: int) -> tuple[RoomKey | None, int, int]:
@@ -347,7 +357,7 @@ def summary(rooms: Rooms, changed: Collection[int] | None = None) -> tuple[Capac
                 tally.counted[key] = tally.counted.get(key, 0) + 1
         tally.start()
     else:
-        for i in set(changed):
+        for i in changed if isinstance(changed, set) else set(changed):
             before = tally.rooms[i]
             key, units, pico = _node_room(rooms, tally, i)
             tally.units += units - tally.free_units[i]
@@ -361,15 +371,16 @@ def summary(rooms: Rooms, changed: Collection[int] | None = None) -> tuple[Capac
             tally.rooms[i] = key
             if key is not None:
                 tally.count(key, +1)
-    total_whole = tally.whole
-    total_slices = {name: n for name, n in tally.slices.items() if n}
     # Devices free: the free units over a device's units, and what the slices leave of the devices holding them.
     free = tally.units / rooms.capacity.unit + tally.pico / 1e12
-    if layout.kind == "fixed":
-        total_slices = {str(layout.fixed_profile): total_slices.get(str(layout.fixed_profile), 0)}
-    elif layout.kind in packing.PARTITIONED:
-        total_slices = {p: total_slices.get(p, 0) for p in layout.shares}
-    return Capacity(total_whole, total_slices, tally.ordered()), round(free, 9)
+    if tally.made is None:
+        total_slices = {name: n for name, n in tally.slices.items() if n}
+        if layout.kind == "fixed":
+            total_slices = {str(layout.fixed_profile): total_slices.get(str(layout.fixed_profile), 0)}
+        elif layout.kind in packing.PARTITIONED:
+            total_slices = {p: total_slices.get(p, 0) for p in layout.shares}
+        tally.made = Capacity(tally.whole, total_slices, tally.ordered())
+    return tally.made, round(free, 9)
 
 
 def _devices(a: NodeAllocation) -> list[int]:
@@ -431,7 +442,7 @@ def give_back(
                 else:
                     rooms.foreign.pop((i, d), None)
                     freed.append(d)
-            capacity.release(_nodes.NodeGrant(a.node, tuple(freed), 0, a.cpu_milli, a.memory_mib))
+            capacity.give_back(a.node, tuple(freed), 0, a.cpu_milli, a.memory_mib)
             rooms.taken.get(i, set()).difference_update(freed)
         elif devices and any(h.profile is not None for h in a.holdings) and i in rooms.slices:
             held, per_device = rooms.slices[i], rooms.slice_share.setdefault(i, {})
@@ -443,19 +454,19 @@ def give_back(
                     per_device[h.device] = round(per_device.get(h.device, 0.0) - slice_share, 9)
                 else:
                     per_device.pop(h.device, None)
-                    capacity.release(_nodes.NodeGrant(a.node, (h.device,), 0, 0, 0))
+                    capacity.give_back(a.node, (h.device,), 0, 0, 0)
                     rooms.taken.get(i, set()).discard(h.device)
-            capacity.release(_nodes.NodeGrant(a.node, (), 0, a.cpu_milli, a.memory_mib))
+            capacity.give_back(a.node, (), 0, a.cpu_milli, a.memory_mib)
         elif devices and a.share is not None:
-            capacity.release(_nodes.NodeGrant(a.node, (a.share.device,), a.share.shares, a.cpu_milli, a.memory_mib))
+            capacity.give_back(a.node, (a.share.device,), a.share.shares, a.cpu_milli, a.memory_mib)
             if capacity.is_free(i, a.share.device):
                 rooms.taken.get(i, set()).discard(a.share.device)
         elif devices:
             whole = tuple(h.device for h in a.holdings)
-            capacity.release(_nodes.NodeGrant(a.node, whole, 0, a.cpu_milli, a.memory_mib))
+            capacity.give_back(a.node, whole, 0, a.cpu_milli, a.memory_mib)
             rooms.taken.get(i, set()).difference_update(whole)
         else:
-            capacity.release(_nodes.NodeGrant(a.node, (), 0, a.cpu_milli, a.memory_mib))
+            capacity.give_back(a.node, (), 0, a.cpu_milli, a.memory_mib)
         touched.append(i)
     return touched
 
@@ -508,7 +519,7 @@ def node_score(rooms: Rooms, grant: Grant, chooser: _nodes.Packer) -> tuple[floa
     if feasible.size == 0:
         return None
     scores = chooser.scores(rooms.capacity, request, feasible)
-    best = int(np.argmax(scores))
+    best = int(scores.argmax())
     return float(scores[best]), rooms.capacity.nodes[int(feasible[best])].name
 
 
@@ -544,12 +555,14 @@ class OnNodes:
         self.packer = packer
         self.name = packer.name
         self.nodes = nodes
+        self._positions: tuple[_nodes.NodeCapacity, _nodes.IntArray] | None = None  # a capacity's nodes' positions in ``nodes``
 
     def scores(self, capacity: _nodes.NodeCapacity, request: _nodes.NodeRequest, feasible: _nodes.IntArray) -> _nodes.IntArray | _nodes.FloatArray:
-        at = self.nodes.index
-        on_nodes = np.fromiter((at[capacity.nodes[i].name] for i in feasible.tolist()), dtype=np.int64, count=feasible.size)
-        asked = _nodes.NodeRequest(cpu_milli=request.cpu_milli, memory_mib=request.memory_mib)
-        return self.packer.scores(self.nodes, asked, on_nodes)
+        if self._positions is None or self._positions[0] is not capacity:
+            at = self.nodes.index
+            self._positions = (capacity, np.array([at[n.name] for n in capacity.nodes], dtype=np.int64))
+        asked = _request_of(None, 0, request.cpu_milli, request.memory_mib, 1)  # as the node sees it: no device
+        return self.packer.scores(self.nodes, asked, self._positions[1][feasible])
 
     def devices(self, capacity: _nodes.NodeCapacity, node: int, request: _nodes.NodeRequest) -> tuple[int, ...]:
         return self.packer.devices(capacity, node, request)
@@ -597,13 +610,19 @@ _kept_holdings: dict[tuple[tuple[int, ...], str | None], tuple[Holding, ...]] = 
 
 def _request(grant: Grant) -> _nodes.NodeRequest:
     """What ``grant`` asks of each node, as the node packer takes it."""
-    key = (grant.shares, grant.units, grant.cpu_milli, grant.memory_mib, grant.nodes)
+    return _request_of(grant.shares, grant.units, grant.cpu_milli, grant.memory_mib, grant.nodes)
+
+
+def _request_of(shares: int | None, units: int, cpu_milli: int, memory_mib: int, nodes: int) -> _nodes.NodeRequest:
+    """A node request (``shares`` of one device, else ``units`` whole devices; CPU and memory; on
+    ``nodes`` nodes), made once."""
+    key = (shares, units, cpu_milli, memory_mib, nodes)
     request = _requests.get(key)
     if request is None:
-        if grant.shares is not None:
-            request = _nodes.NodeRequest(share_milli=grant.shares, cpu_milli=grant.cpu_milli, memory_mib=grant.memory_mib, nodes=grant.nodes)
+        if shares is not None:
+            request = _nodes.NodeRequest(share_milli=shares, cpu_milli=cpu_milli, memory_mib=memory_mib, nodes=nodes)
         else:
-            request = _nodes.NodeRequest(devices=grant.units, cpu_milli=grant.cpu_milli, memory_mib=grant.memory_mib, nodes=grant.nodes)
+            request = _nodes.NodeRequest(devices=units, cpu_milli=cpu_milli, memory_mib=memory_mib, nodes=nodes)
         if len(_requests) >= _KEPT:
             _requests.clear()
         _requests[key] = request

@@ -496,6 +496,10 @@ class Outcome:
     tied: tuple[tuple[int, Grant], ...] = ()
 
 
+NOT_ATTEMPTED: Final = BurstVerdict(attempted=False)
+"""No cloud pool considered (immutable: one for every decision that says so)."""
+
+
 def _tie_key(key: tuple[object, ...]) -> tuple[object, ...]:
     """A selection key without its last part, the pool's name: what pools that tie share."""
     return key[:-1]
@@ -516,7 +520,7 @@ def select(
     """
     wv = judged.workload
     if wv.rejection is not None:
-        return Outcome(None, None, BurstVerdict(attempted=False))
+        return Outcome(None, None, NOT_ATTEMPTED)
     chosen: int | None = None
     tier: int | None = None
     grant: Grant | None = None
@@ -549,7 +553,7 @@ def select(
             chosen, grant = next(((i, g) for i, g in tied if judged.fleet.entries[i].pool.name == prefer), (chosen, grant))
     attempted = wv.burst_mode == "cloud" or (wv.burst_mode == "spill" and (tier is None or tier >= 2))
     if not attempted:
-        burst = BurstVerdict(attempted=False)
+        burst = NOT_ATTEMPTED
     elif tier is not None and tier >= 2:
         burst = BurstVerdict(attempted=True, verdict="allowed")
     else:

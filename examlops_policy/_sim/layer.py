@@ -60,6 +60,9 @@ judges no deadline (a trace with one is refused), and max_wait counts from each 
 SIGNATURE = "workload"
 """The name a workload is judged under: the policy is asked once per signature, whatever its name."""
 
+SEEN_HELD = 4096
+"""Requests ``LayerPlacer.judged`` knows by identity (a trace's few shapes, asked again and again)."""
+
 CPU_POOL = "cpu"
 """The name of the pool of every node's host CPU and memory (``fleet_pools``)."""
 
@@ -211,6 +214,7 @@ class LayerPlacer:
         self.packer = packer
         self.fleet_rev = codec.fleet_revision(codec.fleet_document(priced(ordered, engine.tables)))
         self._judged: dict[object, tuple[Workload, Judged]] = {}
+        self._seen: dict[int, tuple[object, tuple[Workload, Judged]]] = {}  # by the request's identity (``judged``)
         # Every node once: its devices from the device pools listing it, its CPU and memory.
         hosts: dict[str, Node] = {}
         devices: dict[str, tuple[int, str | None]] = {}
@@ -251,6 +255,9 @@ class LayerPlacer:
     def judged(self, request: _nodes.NodeRequest | Workload) -> tuple[Workload, Judged]:
         """The request's workload and the fleet judged for it (OPA asked once per signature; a
         workload's name is not part of it)."""
+        seen = self._seen.get(id(request))
+        if seen is not None and seen[0] is request:  # the same object again (a trace's shape): nothing to hash
+            return seen[1]
         key: object = request
         if isinstance(request, Workload) and request.name != SIGNATURE:
             key = dataclasses.replace(request, name=SIGNATURE)
@@ -260,6 +267,9 @@ class LayerPlacer:
             prepared = self.engine.prepare(workload, self.pools, fleet_rev=self.fleet_rev, confirmed=self.confirmed)
             found = self._judged[key] = (workload, prepared.judged)
             self.judged_new += 1
+        if len(self._seen) >= SEEN_HELD:
+            self._seen.clear()
+        self._seen[id(request)] = (request, found)  # the request held: its id is not reused while kept
         return found
 
     def decide(self, request: _nodes.NodeRequest | Workload, *, name: str | None = None, at: datetime | None = None) -> Placed | None:

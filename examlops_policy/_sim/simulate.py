@@ -57,8 +57,8 @@ class WorkloadOutcome:
 
 class Outcomes:
     """Each workload's outcome, in the order they arrived: the first ``HELD`` in memory, the rest
-    written to a temporary file as they come (a line each) and read back when iterated, so that a
-    replay of millions of workloads holds none of them. Counted as they come: how many failed, by
+    written to a temporary file as they come (a JSON line per ``HELD`` of them) and read back
+    when iterated, so that a replay of millions of workloads holds none of them. Counted as they come: how many failed, by
     reason code (``codes``), and the first ``SHOWN_FAILURES`` failed (``first_failed``)."""
 
     HELD = 10_000
@@ -85,7 +85,8 @@ class Outcomes:
                 self._file = tempfile.TemporaryFile("w+", encoding="utf-8", prefix="exa-outcomes-")
             spill, self._held = self._held[self.HELD :], self._held[: self.HELD]
             self._file.seek(0, os.SEEK_END)
-            self._file.write("".join(json.dumps([o.name, o.arrival, o.pool, o.code, o.message]) + "\n" for o in spill))
+            # One line a spill, a row per outcome: one encoder call for the lot.
+            self._file.write(json.dumps([[o.name, o.arrival, o.pool, o.code, o.message] for o in spill]) + "\n")
 
     def __len__(self) -> int:
         return self._count
@@ -99,8 +100,8 @@ class Outcomes:
             self._file.flush()
             self._file.seek(0)
             for line in self._file:
-                name, arrival, pool, code, message = json.loads(line)
-                yield WorkloadOutcome(name, arrival, pool, code, message)
+                for name, arrival, pool, code, message in json.loads(line):
+                    yield WorkloadOutcome(name, arrival, pool, code, message)
         yield from self._held[self.HELD :]
 
     def __repr__(self) -> str:

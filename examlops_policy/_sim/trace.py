@@ -50,6 +50,35 @@ def _within(handle: TextIO, path: Path, limit: int) -> Iterator[str]:
         yield line
 
 
+def _blocks_of(handle: TextIO, path: Path, limit: int) -> Iterator[str]:
+    """The lines of ``handle``, a regular file of at most ``limit`` bytes when it was opened (so no
+    line is longer), read a block of lines at a time; a SpecError once more than ``limit``
+    characters were read (the file grew)."""
+    read = 0
+    while True:
+        try:
+            lines = handle.readlines(1 << 16)
+        except UnicodeDecodeError as exc:  # somewhere in the block: the line named is the first not UTF-8
+            raise SpecError(f"not a readable CSV row ({exc.reason}: not UTF-8 text)", source=f"{path} line {_first_not_utf8(path)}") from None
+        if not lines:
+            return
+        read += sum(map(len, lines))
+        if read > limit:
+            raise SpecError(f"the file is larger than {limit} bytes; at most {limit} are read", source=str(path))
+        yield from lines
+
+
+def _first_not_utf8(path: Path) -> int:
+    """The number of the first line of ``path`` that is not UTF-8 text (0: none is)."""
+    with path.open("rb") as raw:
+        for number, line in enumerate(raw, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError:
+                return number
+    return 0
+
+
 @dataclass(frozen=True)
 class TracePod:
     """One pod of a trace: its name, where it was read, and what it asks of one node."""
@@ -87,7 +116,9 @@ def _rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, 
         size = os.fstat(handle.fileno()).st_size if stat.S_ISREG(os.fstat(handle.fileno()).st_mode) else 0
         if size > MAX_CSV_BYTES:  # refused before a row is read (a stream that never ends is cut at the limit as it is read)
             raise SpecError(f"the file is {size} bytes, larger than {MAX_CSV_BYTES} bytes; at most {MAX_CSV_BYTES} are read", source=str(path))
-        reader = csv.reader(_within(handle, path, MAX_CSV_BYTES))
+        # A regular file's size is known, so a block of lines is read at a time; any other path (a
+        # stream that may never end, nor its line) line by line, each cut at the limit.
+        reader = csv.reader((_blocks_of if size else _within)(handle, path, MAX_CSV_BYTES))
         try:
             header = next(reader)
         except StopIteration:
@@ -95,17 +126,21 @@ def _rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, 
         except (csv.Error, UnicodeDecodeError) as exc:
             raise SpecError(f"not a readable CSV file ({exc})", source=f"{path} line 1") from None
         header = [h.strip() for h in header]
+        width = len(header)
         for column in required:
             if column not in header:
                 raise SpecError(f"missing column; the header must name {', '.join(required)}", source=f"{path} line 1", field=column)
         try:
             for row in reader:
                 line = reader.line_num
-                if not row or all(not c.strip() for c in row):
+                if len(row) != width:
+                    if not row or not "".join(row).strip():
+                        continue
+                    raise SpecError(f"expected {width} values as in the header, got {len(row)}", source=f"{path} line {line}")
+                cells = list(map(str.strip, row))
+                if not any(cells):
                     continue
-                if len(row) != len(header):
-                    raise SpecError(f"expected {len(header)} values as in the header, got {len(row)}", source=f"{path} line {line}")
-                yield line, {h: v.strip() for h, v in zip(header, row)}
+                yield line, dict(zip(header, cells))
         except (csv.Error, UnicodeDecodeError) as exc:
             raise SpecError(f"not a readable CSV row ({exc})", source=f"{path} line {reader.line_num}") from None
 
