@@ -272,11 +272,14 @@ class LayerPlacer:
         self._seen[id(request)] = (request, found)  # the request held: its id is not reused while kept
         return found
 
-    def decide(self, request: _nodes.NodeRequest | Workload, *, name: str | None = None, at: datetime | None = None) -> Placed | None:
+    def decide(
+        self, request: _nodes.NodeRequest | Workload, *, name: str | None = None, at: datetime | Callable[[], datetime] | None = None
+    ) -> Placed | None:
         """Place ``request`` (a trace's request, or a workload): the pool selection chooses and the
         node(s) its packer chooses, held; None when no pool is admitted with room. ``name``: the
         workload's own name, where ``request`` is its shape (``why_failed`` names it). ``at``: the
-        replay's instant, which a workload's max_wait and deadline are judged at (the wait check
+        replay's instant (or what gives it, asked only for a workload whose wait the policy
+        limits), which a workload's max_wait and deadline are judged at (the wait check
         ``place`` makes): the replay starts work at once or not at all, so each pool with room
         starts it then (a ``now`` estimate, the replay's own capacity being the whole fleet)."""
         workload, judged = self.judged(request)
@@ -313,13 +316,13 @@ class LayerPlacer:
             self._capacity.allocate(g)
         return Placed(pool.name, grant, allocations, held)
 
-    def starts(self, judged: Judged, at: datetime | None) -> Starts | None:
+    def starts(self, judged: Judged, at: datetime | Callable[[], datetime] | None) -> Starts | None:
         """The start estimates a workload with max_wait or a deadline is judged with at ``at`` (the
         replay's instant; None: REPLAY_EPOCH): every pool starts it then if it has room (source
         ``now``: the replay's capacity is the whole fleet). None for a workload without limits."""
         if not judged.workload.wait.any:
             return None
-        moment = at if at is not None else REPLAY_EPOCH
+        moment = REPLAY_EPOCH if at is None else at if isinstance(at, datetime) else at()
         return Starts(moment, {p.name: start_now(p.name, moment, "the replay's own capacity") for p in self.pools})
 
     def why_failed(self) -> tuple[str, str]:

@@ -240,7 +240,7 @@ class Curve(Mapping[int, float]):
     def add(self, arrived_milli: int, allocated_milli: int) -> None:
         """One event: the arrived and allocated device milli after it (arrived never falls)."""
         total = self.total
-        x = int(round(arrived_milli / total / 10, 0))
+        x = round(arrived_milli / total / 10)  # half to even, as round(..., 0)
         y = round(allocated_milli / total / 10, 2)
         self.events += 1
         if allocated_milli > self.peak_milli:

@@ -17,6 +17,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import IO
 
 from examlops_policy import _nodes
@@ -316,7 +317,7 @@ def _events(placer: LayerPlacer, trace: GenericTrace, packer: str, outcomes: Out
             allocated -= milli
         shape = w.shape
         arrived += shape.device_milli
-        got = placer.decide(shape.workload, name=w.name, at=trace.at(w.arrival))
+        got = placer.decide(shape.workload, name=w.name, at=partial(trace.at, w.arrival))
         if got is None:
             failed[shape.kind] += 1
             code, message = placer.why_failed()
