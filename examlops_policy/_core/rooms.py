@@ -265,7 +265,7 @@ class _Tally:
         return self.as_tuple
 
 
-_ROWS_HELD = 1 << 16
+_ROWS_HELD = 1 << 14
 _rows: dict[tuple[RoomKey, int], NodeRoom] = {}  # rows made, by key and count (immutable, met again and again; bounded)
 
 

@@ -59,8 +59,9 @@ class WorkloadOutcome:
 class Outcomes:
     """Each workload's outcome, in the order they arrived: the first ``HELD`` in memory, the rest
     written to a temporary file as they come (a JSON line per ``HELD`` of them) and read back
-    when iterated, so that a replay of millions of workloads holds none of them. Counted as they come: how many failed, by
-    reason code (``codes``), and the first ``SHOWN_FAILURES`` failed (``first_failed``)."""
+    when iterated, so that a replay of millions of workloads holds none of them. Counted as they
+    come: how many failed, by reason code (``codes``), and the first ``SHOWN_FAILURES`` failed
+    (``first_failed``)."""
 
     HELD = 10_000
 
