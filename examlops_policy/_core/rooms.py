@@ -217,7 +217,6 @@ class _Tally:
     units: int = 0  # free units of the up nodes (their devices' free shares or thousandths, summed)
     slice_pico: list[int] = field(default_factory=list)  # per node: what its slices leave of the devices holding them, in 1e-12 devices
     pico: int = 0  # that, summed over the up nodes
-    as_tuple: tuple[NodeRoom, ...] | None = None  # ``rows`` as a tuple, until they change
     made: Capacity | None = None  # the summary of ``rows`` and the totals, until they change
     fixed: list[_Fixed | None] = field(default_factory=list)  # per node: what of its room never changes (``_fixed``)
 
@@ -230,7 +229,7 @@ class _Tally:
             self._total(key, n)
         self.units = sum(self.free_units)
         self.pico = sum(self.slice_pico)
-        self.as_tuple = self.made = None
+        self.made = None
 
     def _total(self, key: RoomKey, n: int) -> None:
         self.whole += key[0] * n
@@ -247,7 +246,7 @@ class _Tally:
                 self.slices[name] = self.slices.get(name, 0) + k * step
         keys = self.keys
         at = bisect.bisect_left(keys, key)
-        self.as_tuple = self.made = None
+        self.made = None
         if not n:
             del keys[at], self.rows[at], counted[key]
             return
@@ -258,11 +257,6 @@ class _Tally:
             keys.insert(at, key)
             self.rows.insert(at, row)
         counted[key] = n
-
-    def ordered(self) -> tuple[NodeRoom, ...]:
-        if self.as_tuple is None:
-            self.as_tuple = tuple(self.rows)
-        return self.as_tuple
 
 
 _ROWS_HELD = 1 << 14
@@ -379,7 +373,7 @@ def summary(rooms: Rooms, changed: Collection[int] | None = None) -> tuple[Capac
             total_slices = {str(layout.fixed_profile): total_slices.get(str(layout.fixed_profile), 0)}
         elif layout.kind in packing.PARTITIONED:
             total_slices = {p: total_slices.get(p, 0) for p in layout.shares}
-        tally.made = Capacity(tally.whole, total_slices, tally.ordered())
+        tally.made = Capacity(tally.whole, total_slices, tuple(tally.rows))
     return tally.made, round(free, 9)
 
 
