@@ -55,15 +55,18 @@ def write_trace(folder: Path, workloads: int, nodes: int, seed: int = 42) -> tup
     return node_csv, work_csv
 
 
-def one(workloads: int, nodes: int) -> dict[str, object]:
-    """One size, in this process (run by ``main`` in a child per size)."""
+def one(workloads: int, nodes: int, home: Path | None = None) -> dict[str, object]:
+    """One size, in this process (run by ``main`` in a child per size). ``home``: an EXA_HOME whose
+    OPA its caller started and stops (``replay_instructions.py``, whose child runs under valgrind)."""
+    from examlops_policy._sim.simulate import PackerRun
     from examlops_policy.hardware import Hardware
     from examlops_policy.opa import stop_server
 
     with tempfile.TemporaryDirectory(prefix="exa-replay-") as base:
         folder = Path(base)
         node_csv, work_csv = write_trace(folder, workloads, nodes)
-        home = folder / "home"
+        own = home is None
+        home = folder / "home" if home is None else home
         hw = Hardware(home)
         try:
             hw.policy.confirm()  # the OPA started before the clock: what is timed is the replay
@@ -72,8 +75,11 @@ def one(workloads: int, nodes: int) -> dict[str, object]:
             seconds, cpu = time.perf_counter() - began, time.process_time() - cpu_began
         finally:
             hw.close()
-            stop_server(home)
-    run = result.runs[0].results[0]
+            if own:
+                stop_server(home)
+    packer_run = result.runs[0]
+    assert isinstance(packer_run, PackerRun), "a generic trace replays per packer"
+    run = packer_run.results[0]
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {
         "workloads": workloads, "nodes": nodes, "seconds": round(seconds, 2), "replay_seconds": round(run.seconds, 2),
@@ -87,9 +93,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="1000,16000,1000000", help="comma-separated numbers of workloads")
     parser.add_argument("--nodes", type=int, default=64, help="nodes of 8 devices in the site")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child: one size
+    parser.add_argument("--home", type=Path, help=argparse.SUPPRESS)  # with --one: a home whose OPA the caller runs
+    parser.add_argument("--trace-only", action="store_true", help=argparse.SUPPRESS)  # with --one: the trace written, nothing replayed (replay_instructions.py)
     args = parser.parse_args(argv)
+    if args.one is not None and args.trace_only:
+        with tempfile.TemporaryDirectory(prefix="exa-replay-") as base:
+            write_trace(Path(base), args.one, args.nodes)
+        return 0
     if args.one is not None:
-        print(json.dumps(one(args.one, args.nodes)))
+        print(json.dumps(one(args.one, args.nodes, args.home)))
         return 0
     results = []
     for size in (int(s) for s in args.sizes.split(",")):

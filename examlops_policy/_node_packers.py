@@ -517,9 +517,9 @@ class FragmentationPacker:
             for i in stale:
                 by_free = capacity.shared_by_free(i)
                 key: tuple[object, ...] = (
-                    int(whole[i]), int(milli[i]), int(model_id[i]),
+                    whole.item(i), milli.item(i), model_id.item(i),
                     tuple(sorted((v, len(ds)) for v, ds in by_free.items())) if by_free else (),
-                    (int(cpu[i]), bool(capacity.cpu_tracked[i])) if cpu is not None else None,
+                    (cpu.item(i), capacity.cpu_tracked.item(i)) if cpu is not None else None,
                 )  # fmt: skip
                 found = ids.get(key)
                 if found is None:

@@ -525,11 +525,12 @@ class NodeCapacity:
                 for grant in grants:
                     self.release(grant)
                 return None
+            best: int
             if feasible.size == 1:
-                best = int(feasible[0])
+                best = feasible.item(0)
             else:
                 scores = packer.scores(self, request, feasible)
-                best = int(feasible[int(scores.argmax())])
+                best = feasible.item(scores.argmax())
             grant = NodeGrant(self.nodes[best].name, packer.devices(self, best, request), request.share_milli, request.cpu_milli, request.memory_mib)
             self.allocate(grant)
             grants.append(grant)
@@ -545,9 +546,9 @@ class NodeCapacity:
         d = self._devices[i]
         devices, share, cpu, memory = grant.devices, grant.share_milli, grant.cpu_milli, grant.memory_mib
         cpu_tracked, memory_tracked = self._tracked[i]
-        if cpu and cpu_tracked and self.cpu_free[i] < cpu:
+        if cpu and cpu_tracked and self.cpu_free.item(i) < cpu:
             raise CapacityError(f"node {grant.node} has {self.cpu_free[i]} CPU milli free, not {cpu}")
-        if memory and self.memory_free[i] < memory:
+        if memory and self.memory_free.item(i) < memory:
             raise CapacityError(f"node {grant.node} has {self.memory_free[i]} MiB free, not {memory}")
         if share:
             if len(devices) != 1:
@@ -563,7 +564,7 @@ class NodeCapacity:
                 if not (0 <= dev < d.count) or not d.free.contains(dev):
                     raise CapacityError(f"device {dev} of node {grant.node} is not free")
                 d.free.remove(dev)
-                self.whole_free[i] -= 1
+                self.whole_free[i] = self.whole_free.item(i) - 1
                 d._set_shared(dev, self.unit - share)
             units = share
         else:
@@ -583,13 +584,13 @@ class NodeCapacity:
                     free.remove(dv)
             units = len(devices) * self.unit
             if units:
-                self.whole_free[i] -= len(devices)
+                self.whole_free[i] = self.whole_free.item(i) - len(devices)
         if cpu and cpu_tracked:
-            self.cpu_free[i] -= cpu
+            self.cpu_free[i] = self.cpu_free.item(i) - cpu
         if memory and memory_tracked:
-            self.memory_free[i] -= memory
+            self.memory_free[i] = self.memory_free.item(i) - memory
         if units:
-            self.free_milli[i] -= units
+            self.free_milli[i] = self.free_milli.item(i) - units
             self.allocated_milli += units
             self._count_affinity(i, "share" if share else _KINDS.get(len(devices)) or str(len(devices)), +1)
         self._changed(i, shares=bool(share))
@@ -611,7 +612,7 @@ class NodeCapacity:
             if left == self.unit:
                 d._set_shared(dev, None)
                 d.free.add(dev)
-                self.whole_free[i] += 1
+                self.whole_free[i] = self.whole_free.item(i) + 1
             else:
                 d._set_shared(dev, left)
             units = share
@@ -633,14 +634,14 @@ class NodeCapacity:
                     free.add(dv)
             units = len(devices) * self.unit
             if units:
-                self.whole_free[i] += len(devices)
+                self.whole_free[i] = self.whole_free.item(i) + len(devices)
         cpu_tracked, memory_tracked = self._tracked[i]
         if cpu and cpu_tracked:
-            self.cpu_free[i] = min(int(self.cpu_free[i]) + cpu, int(self.cpu_total[i]))
+            self.cpu_free[i] = min(self.cpu_free.item(i) + cpu, self.cpu_total.item(i))
         if memory and memory_tracked:
-            self.memory_free[i] = min(int(self.memory_free[i]) + memory, int(self.memory_total[i]))
+            self.memory_free[i] = min(self.memory_free.item(i) + memory, self.memory_total.item(i))
         if units:
-            self.free_milli[i] += units
+            self.free_milli[i] = self.free_milli.item(i) + units
             self.allocated_milli -= units
             self._count_affinity(i, "share" if share else _KINDS.get(len(devices)) or str(len(devices)), -1)
         self._changed(i, shares=bool(share))
@@ -667,7 +668,7 @@ class NodeCapacity:
         for dev in whole:
             if 0 <= dev < d.count and d.free.contains(dev):
                 d.free.remove(dev)
-                self.whole_free[node] -= 1
+                self.whole_free[node] = self.whole_free.item(node) - 1
                 taken += self.unit
         for dev, used in sorted(shares.items()) if shares else ():
             if used <= 0:
@@ -678,22 +679,22 @@ class NodeCapacity:
                 d._set_shared(dev, left)
             elif 0 <= dev < d.count and d.free.contains(dev):
                 d.free.remove(dev)
-                self.whole_free[node] -= 1
+                self.whole_free[node] = self.whole_free.item(node) - 1
                 left = max(0, self.unit - used)
                 taken += self.unit - left
                 d._set_shared(dev, left)
-        lowest_taken = d.free.take_lowest(min(lowest, int(self.whole_free[node]))) if lowest > 0 else []
+        lowest_taken = d.free.take_lowest(min(lowest, self.whole_free.item(node))) if lowest > 0 else []
         if lowest_taken:
-            self.whole_free[node] -= len(lowest_taken)
+            self.whole_free[node] = self.whole_free.item(node) - len(lowest_taken)
             taken += self.unit * len(lowest_taken)
         if taken:
-            self.free_milli[node] -= taken
+            self.free_milli[node] = self.free_milli.item(node) - taken
             self.allocated_milli += taken
         cpu_tracked, memory_tracked = self._tracked[node]
         if cpu_milli and cpu_tracked:
-            self.cpu_free[node] = max(0, int(self.cpu_free[node]) - cpu_milli)
+            self.cpu_free[node] = max(0, self.cpu_free.item(node) - cpu_milli)
         if memory_mib and memory_tracked:
-            self.memory_free[node] = max(0, int(self.memory_free[node]) - memory_mib)
+            self.memory_free[node] = max(0, self.memory_free.item(node) - memory_mib)
         self._changed(node, shares=bool(shares))
         return lowest_taken
 
@@ -756,7 +757,7 @@ class NodeCapacity:
         """Node ``i`` changed: its version bumped and the change logged (``changed_since``), and its
         devices' shares read again where they changed (``shares``: only shares change the devices
         holding them)."""
-        self.version[i] += 1
+        self.version[i] = self.version.item(i) + 1
         log = self._log
         log.append(i)
         if len(log) >= 2 * CHANGES_KEPT:

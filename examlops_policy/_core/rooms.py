@@ -284,12 +284,12 @@ def _node_room(rooms: Rooms, tally: _Tally, i: int) -> tuple[RoomKey | None, int
         return None, 0, 0
     cpu_tracked, memory_tracked, sharing, no_block, block, no_switch, switch = fixed
     layout, capacity = rooms.layout, rooms.capacity
-    whole = int(capacity.whole_free[i])
-    units = int(capacity.free_milli[i])
+    whole = capacity.whole_free.item(i)
+    units = capacity.free_milli.item(i)
     if cpu_tracked and rooms.pool.accelerator == "cpu":
         # A cpu pool's devices are its node's cores (a unit of a grant takes 1000 millicores of
         # the node): no more are free than the node's cores that other pools' grants leave.
-        whole = min(whole, int(capacity.cpu_free[i]) // 1000)
+        whole = min(whole, capacity.cpu_free.item(i) // 1000)
         units = min(units, whole * capacity.unit)
     slices: tuple[tuple[str, int], ...] = ()
     if layout.kind == "fixed":
@@ -299,9 +299,9 @@ def _node_room(rooms: Rooms, tally: _Tally, i: int) -> tuple[RoomKey | None, int
         slices = tuple(sorted(placeable.slices.items()))
     key: RoomKey = (
         whole,
-        not cpu_tracked, int(capacity.cpu_free[i]) if cpu_tracked else 0,
-        not memory_tracked, int(capacity.memory_free[i]) if memory_tracked else 0,
-        max(0, int(capacity.shared_max[i])) if sharing else 0,
+        not cpu_tracked, capacity.cpu_free.item(i) if cpu_tracked else 0,
+        not memory_tracked, capacity.memory_free.item(i) if memory_tracked else 0,
+        max(0, capacity.shared_max.item(i)) if sharing else 0,
         slices,
         no_block, block,
         no_switch, switch,
