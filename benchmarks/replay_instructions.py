@@ -10,7 +10,8 @@ counted). The trace is written alone at the same two sizes too (``replay.py --tr
 that the figure is the replay's: (replay(b) - replay(a) - (trace(b) - trace(a))) / (b - a)
 instructions per workload, start-up and the OPA's first answers cancelling out. ``--root``: the
 tree whose ``examlops_policy`` is measured (a worktree of another revision, to compare); its
-``benchmarks/replay.py`` writes the trace. Needs ``valgrind`` (``apt-get install valgrind``);
+``benchmarks/replay.py`` runs the replay, so it must take ``--home`` and ``--trace-only`` (copy
+this one's into an older tree). Needs ``valgrind`` (``apt-get install valgrind``);
 about 2 minutes at the default sizes. Prints JSON.
 """
 
@@ -53,9 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=64, help="nodes of 8 devices in the site")
     parser.add_argument("--root", type=Path, default=ROOT, help="the tree measured (default: this one)")
     args = parser.parse_args(argv)
-    a, b = (int(s) for s in args.sizes.split(","))
-    if not 0 < a < b:
-        parser.error("--sizes: two numbers of workloads, the smaller first")
+    sizes = args.sizes.split(",")
+    if len(sizes) != 2 or not all(s.strip().isdigit() for s in sizes) or not 0 < int(sizes[0]) < int(sizes[1]):
+        parser.error(f"--sizes: two numbers of workloads, the smaller first (got {args.sizes!r})")
+    a, b = int(sizes[0]), int(sizes[1])
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not installed (apt-get install valgrind)")
     root = args.root.resolve()
