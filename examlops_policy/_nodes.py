@@ -341,6 +341,10 @@ class NodeCapacity:
     milli over all devices), ``model_id`` (into ``models``; -1 none), ``up``, ``shared_values``
     (each node's distinct free milli values of devices holding shares, -1 padded), ``version``
     (bumped when a node changes) and ``affinity_counts`` (live grants per kind, by node).
+
+    One node's figure is read as a Python int (``array.item(i)``) and written back whole: numpy's
+    scalar arithmetic (``array[i] -= n``) costs two to three times as much, per grant held or
+    given back.
     """
 
     def __init__(self, nodes: Iterable[Node], *, unit: int = MILLI) -> None:
