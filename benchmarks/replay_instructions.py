@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -61,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not installed (apt-get install valgrind)")
     root = args.root.resolve()
+    # Stopped with SIGTERM: exit through the ``finally`` below, so the valgrind child is killed
+    # (``subprocess.run`` kills it on the way out) and the OPA this started is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     sys.path.insert(0, str(root))
     from examlops_policy.hardware import Hardware
     from examlops_policy.opa import stop_server
