@@ -273,7 +273,8 @@ def test_the_layer_nominates_the_one_cluster_of_the_pool_it_grants(multikueue: d
     name, copies = doc["metadata"]["name"], multikueue["copies"]
     assert name in copies["worker-b"].names
     wait_for("the grant is released once the Workload finished on worker-b", lambda: layer.decision(decision_id).released_at, 240)
-    assert f"released {decision_id}: its Workload finished" in controller.text()
+    # The controller says why once the step's releases are done: its line may follow the release.
+    wait_for("the controller says the Workload finished", lambda: f"released {decision_id}: its Workload finished" in controller.text(), 30)
     assert name not in copies["worker-a"].names, "nothing was ever copied to the cluster not nominated"
 
 
