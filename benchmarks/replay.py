@@ -11,13 +11,16 @@ from a fixed seed. Each size runs in its own process (``Hardware.simulate``, the
 runs: the CSV read and checked, every workload through the policy's verdicts, the selection and
 the node packer, the allocation curve), so its peak RSS is its own. Prints JSON: per size, the
 seconds to read and replay (wall, and the CPU seconds of this process: the machine may be shared),
-the placements per second and the peak RSS in MiB.
+the placements per second, the peak RSS in MiB, and how many of the package's modules ran compiled
+(``--package DIR``: the package imported from DIR, for example ``scripts/build-compiled``'s build
+with the decision path compiled by mypyc; else the checkout's sources, none compiled).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import subprocess
@@ -81,10 +84,11 @@ def one(workloads: int, nodes: int, home: Path | None = None) -> dict[str, objec
     assert isinstance(packer_run, PackerRun), "a generic trace replays per packer"
     run = packer_run.results[0]
     usage = resource.getrusage(resource.RUSAGE_SELF)
+    compiled = [name for name, m in sys.modules.items() if name.startswith("examlops_policy") and str(getattr(m, "__file__", "")).endswith(".so")]
     return {
         "workloads": workloads, "nodes": nodes, "seconds": round(seconds, 2), "replay_seconds": round(run.seconds, 2),
         "cpu_seconds": round(cpu, 2), "placed": run.placed, "workloads_per_second": round(workloads / seconds, 1),
-        "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+        "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), "compiled_modules": len(compiled),
     }  # fmt: skip
 
 
@@ -92,10 +96,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--sizes", default="1000,16000,1000000", help="comma-separated numbers of workloads")
     parser.add_argument("--nodes", type=int, default=64, help="nodes of 8 devices in the site")
+    parser.add_argument("--package", type=Path, help="import the package from this folder (scripts/build-compiled's), not the checkout")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child: one size
     parser.add_argument("--home", type=Path, help=argparse.SUPPRESS)  # with --one: a home whose OPA the caller runs
     parser.add_argument("--trace-only", action="store_true", help=argparse.SUPPRESS)  # with --one: the trace written, nothing replayed (replay_instructions.py)
     args = parser.parse_args(argv)
+    if args.package is not None:
+        if not (args.package / "examlops_policy" / "__init__.py").is_file():
+            parser.error(f"--package {args.package}: no examlops_policy package there (scripts/build-compiled {args.package} builds one)")
+        sys.path.insert(0, str(args.package.resolve()))
+        # A package installed elsewhere finds no .tools/bin/opa beside it: the checkout's, unless one is named.
+        if "EXA_OPA_BIN" not in os.environ and "EXA_OPA_URL" not in os.environ and (ROOT / ".tools" / "bin" / "opa").is_file():
+            os.environ["EXA_OPA_BIN"] = str(ROOT / ".tools" / "bin" / "opa")
     if args.one is not None and args.trace_only:
         with tempfile.TemporaryDirectory(prefix="exa-replay-") as base:
             write_trace(Path(base), args.one, args.nodes)
@@ -105,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results = []
     for size in (int(s) for s in args.sizes.split(",")):
-        done = subprocess.run([sys.executable, __file__, "--one", str(size), "--nodes", str(args.nodes)], capture_output=True, text=True, check=False)
+        package = [] if args.package is None else ["--package", str(args.package)]
+        done = subprocess.run([sys.executable, __file__, "--one", str(size), "--nodes", str(args.nodes), *package], capture_output=True, text=True, check=False)
         if done.returncode != 0:
             results.append({"workloads": size, "error": done.stderr.strip().splitlines()[-1:]})
             continue

@@ -231,7 +231,7 @@ class Curve(Mapping[int, float]):
         self.upto = upto
         self._means = array("d")  # per whole percent from 0: its mean, NaN where it has none
         self._at = -1  # the percent of the last event (-1: none yet)
-        self._sum: float = 0  # the events' values at ``_at``, summed in order (from int 0, as ``sum``)
+        self._sum = 0.0  # the events' values at ``_at``, summed in order (from 0.0: the same sums as ``sum``'s from 0, the values being never negative)
         self._n = 0
         self._gap: tuple[float, int] | None = None  # ``_at - 1`` without events: its neighbours' sum and count so far
         self.events = 0
@@ -267,13 +267,13 @@ class Curve(Mapping[int, float]):
         for gap in range(at + 1, x):
             below = done if gap == at + 1 else None
             if gap == x - 1:
-                self._gap = below if below is not None else (0, 0)
+                self._gap = below if below is not None else (0.0, 0)
                 means.append(math.nan)  # written when x is done
             else:
                 means.append(below[0] / below[1] if below is not None else math.nan)
         if x - 1 <= at:
             self._gap = None
-        self._at, self._sum, self._n = x, 0, 0
+        self._at, self._sum, self._n = x, 0.0, 0
 
     def _value(self, x: int) -> float:
         """The mean at ``x`` (NaN: none), the percents still open included."""
