@@ -1,8 +1,9 @@
 """The decision path compiled by mypyc (hatch_build.py, scripts/build-compiled) decides as its
 sources do: the same replays (every outcome, the figures, the curve) under both node packers, the
 seed's scenario (scripts/demo) word for word, and the compiled modules' own tests, with every
-module pyproject.toml lists running compiled. Slow: the build takes about 80 s (a C compiler
-needed; without one the tests are skipped, or fail where EXA_REQUIRE_SERVICES is set)."""
+module pyproject.toml lists running compiled. The build takes about 80 s, the file about 2.5
+minutes (a C compiler needed; without one the tests are skipped, or fail where
+EXA_REQUIRE_SERVICES is set). Not marked slow: CI runs it (slow tests run only when asked)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-pytestmark = [pytest.mark.slow, pytest.mark.opa]
+pytestmark = pytest.mark.opa
 
 # A child replaying synthetic sites (benchmarks/replay.py's) under both packers: the package is
 # imported first, from the PYTHONPATH it was given (replay.py then puts the checkout first on
