@@ -58,6 +58,11 @@ def write_trace(folder: Path, workloads: int, nodes: int, seed: int = 42) -> tup
     return node_csv, work_csv
 
 
+def compiled_modules() -> list[str]:
+    """The package's modules this process imported compiled (extension modules), by name."""
+    return sorted(name for name, m in sys.modules.items() if name.startswith("examlops_policy") and str(getattr(m, "__file__", "")).endswith(".so"))
+
+
 def one(workloads: int, nodes: int, home: Path | None = None) -> dict[str, object]:
     """One size, in this process (run by ``main`` in a child per size). ``home``: an EXA_HOME whose
     OPA its caller started and stops (``replay_instructions.py``, whose child runs under valgrind)."""
@@ -84,11 +89,10 @@ def one(workloads: int, nodes: int, home: Path | None = None) -> dict[str, objec
     assert isinstance(packer_run, PackerRun), "a generic trace replays per packer"
     run = packer_run.results[0]
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    compiled = [name for name, m in sys.modules.items() if name.startswith("examlops_policy") and str(getattr(m, "__file__", "")).endswith(".so")]
     return {
         "workloads": workloads, "nodes": nodes, "seconds": round(seconds, 2), "replay_seconds": round(run.seconds, 2),
         "cpu_seconds": round(cpu, 2), "placed": run.placed, "workloads_per_second": round(workloads / seconds, 1),
-        "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), "compiled_modules": len(compiled),
+        "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), "compiled_modules": len(compiled_modules()),
     }  # fmt: skip
 
 

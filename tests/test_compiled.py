@@ -49,7 +49,7 @@ for workloads, nodes in ((3000, 8), (4000, 64)):
         finally:
             hw.close()
             stop_server(folder / "home")
-out["compiled"] = sorted(name for name, m in sys.modules.items() if name.startswith("examlops_policy") and str(getattr(m, "__file__", "")).endswith(".so"))
+out["compiled"] = replay.compiled_modules()
 print(json.dumps(out))
 """
 
@@ -76,7 +76,7 @@ NOT_COMPILED = {
 }
 
 
-def compiled_modules() -> list[str]:
+def listed_modules() -> list[str]:
     """The modules pyproject.toml says are compiled, by name."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     paths = config["tool"]["hatch"]["build"]["targets"]["wheel"]["hooks"]["custom"]["modules"]
@@ -106,11 +106,12 @@ def assert_imports_compiled(build: Path) -> None:
     """The checkout's Python, run in the checkout without its own folder first on sys.path (``-P``,
     as a console script or ``-P -m pytest``), imports the compiled modules where PYTHONPATH names the build."""
     code = "import importlib, sys; print(*(importlib.import_module(m).__file__ for m in sys.argv[1:]))"
+    modules = listed_modules()
     found = subprocess.run(
-        [sys.executable, "-P", "-c", code, *compiled_modules()], cwd=ROOT, env=child_env(build), capture_output=True, text=True, check=True
+        [sys.executable, "-P", "-c", code, *modules], cwd=ROOT, env=child_env(build), capture_output=True, text=True, check=True
     )
     files = found.stdout.split()
-    assert len(files) == len(compiled_modules()) and all(f.startswith(str(build)) and f.endswith(".so") for f in files), files
+    assert len(files) == len(modules) and all(f.startswith(str(build)) and f.endswith(".so") for f in files), files
 
 
 def replay_in(first: Path, cwd: Path) -> dict[str, object]:
@@ -127,7 +128,7 @@ def test_replays_decide_as_the_sources_do(build: Path, tmp_path: Path) -> None:
     source = replay_in(ROOT, tmp_path)
     assert compiled.pop("package") == str(build / "examlops_policy" / "__init__.py")
     assert source.pop("package") == str(ROOT / "examlops_policy" / "__init__.py")
-    assert compiled.pop("compiled") == compiled_modules()
+    assert compiled.pop("compiled") == listed_modules()
     assert source.pop("compiled") == []
     assert compiled == source
     assert len(source) == 4 and all(isinstance(v, list) and v[0] > 0 for v in source.values())
