@@ -33,11 +33,12 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal, Protocol
+from typing import ClassVar, Final, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from examlops_policy._record import Record
 from examlops_policy.quantities import shown
 from examlops_policy.errors import SpecError
 
@@ -137,15 +138,17 @@ class NodeRequest:
         return str(self.devices) if self.devices else None
 
 
-@dataclass(frozen=True)
-class NodeGrant:
+class NodeGrant(Record):
     """What one node gives a request: device indices (a share: one device and its milli), CPU, memory."""
 
-    node: str
-    devices: tuple[int, ...]
-    share_milli: int
-    cpu_milli: int
-    memory_mib: int
+    FIELDS: ClassVar[tuple[str, ...]] = ("node", "devices", "share_milli", "cpu_milli", "memory_mib")
+
+    def __init__(self, node: str, devices: tuple[int, ...], share_milli: int, cpu_milli: int, memory_mib: int) -> None:
+        self.node: Final = node
+        self.devices: Final = devices
+        self.share_milli: Final = share_milli
+        self.cpu_milli: Final = cpu_milli
+        self.memory_mib: Final = memory_mib
 
     @property
     def device_milli(self) -> int:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Final, overload
+from typing import ClassVar, Final, overload
 
 from examlops_policy.model import (
     START_OBJECTIVES,
@@ -49,6 +49,7 @@ from examlops_policy.model import (
 )
 from examlops_policy.accounting import carbon_basis
 from examlops_policy.tables import Tables
+from examlops_policy._record import Record
 from examlops_policy._core import codec
 from examlops_policy._core import quota as quotas
 from examlops_policy._core.quota import NO_USE, QuotaUse
@@ -481,19 +482,30 @@ class LazyVerdicts(Sequence[PoolVerdict]):
         return f"LazyVerdicts({len(self)} pools)"
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """What selection found: the chosen pool (an index into the fleet) and the burst verdict."""
+class Outcome(Record):
+    """What selection found: the chosen pool (an index into the fleet) and the burst verdict;
+    ``grant``: what the chosen pool gives; ``tied``: the pools that tie with the chosen one under
+    the objective (same tier and the same figures but for the name), each with what it gives, in
+    name order, empty when none ties (which of them takes the work is the node packer's choice,
+    ``prefer``; the first by name without one)."""
 
-    chosen: int | None
-    tier: int | None
-    burst: BurstVerdict
-    blocked_pool: int | None = None
-    grant: Grant | None = None  # what the chosen pool gives
-    # The pools that tie with the chosen one under the objective (same tier and the same figures
-    # but for the name), each with what it gives, in name order; empty when none ties. Which of
-    # them takes the work is the node packer's choice (``prefer``), the first by name without one.
-    tied: tuple[tuple[int, Grant], ...] = ()
+    FIELDS: ClassVar[tuple[str, ...]] = ("chosen", "tier", "burst", "blocked_pool", "grant", "tied")
+
+    def __init__(
+        self,
+        chosen: int | None,
+        tier: int | None,
+        burst: BurstVerdict,
+        blocked_pool: int | None = None,
+        grant: Grant | None = None,
+        tied: tuple[tuple[int, Grant], ...] = (),
+    ) -> None:
+        self.chosen: Final = chosen
+        self.tier: Final = tier
+        self.burst: Final = burst
+        self.blocked_pool: Final = blocked_pool
+        self.grant: Final = grant
+        self.tied: Final = tied
 
 
 NOT_ATTEMPTED: Final = BurstVerdict(attempted=False)

@@ -37,9 +37,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import overload
+from typing import ClassVar, Final, overload
 
 from examlops_policy import _nodes
 from examlops_policy._core import rooms as _rooms
@@ -48,6 +47,7 @@ from examlops_policy._core import codec
 from examlops_policy._core.selection import Judged, priced, select, summary
 from examlops_policy._core.waiting import Starts
 from examlops_policy._core.state import Capacities, sharing_of
+from examlops_policy._record import Record
 from examlops_policy._node_packers import DEFAULT_PACKER, ExpectedWorkload, packer_named
 from examlops_policy.errors import SpecError, StateError
 from examlops_policy.estimates import start_now
@@ -167,14 +167,17 @@ class Summaries(Sequence[Capacity]):
         return (self[i] for i in range(len(self._rooms)))
 
 
-@dataclass(frozen=True)
-class Placed:
-    """Where one request went: the pool and what it holds node by node."""
+class Placed(Record):
+    """Where one request went: the pool and what it holds node by node (``allocations``), and what
+    the fleet-wide capacity holds of it (``held``, derived from them)."""
 
-    pool: str
-    grant: Grant
-    allocations: tuple[NodeAllocation, ...]
-    held: tuple[_nodes.NodeGrant, ...] = dataclasses.field(default=(), compare=False, repr=False)  # what the fleet-wide capacity holds of it
+    FIELDS: ClassVar[tuple[str, ...]] = ("pool", "grant", "allocations", "held")
+
+    def __init__(self, pool: str, grant: Grant, allocations: tuple[NodeAllocation, ...], held: tuple[_nodes.NodeGrant, ...] = ()) -> None:
+        self.pool: Final = pool
+        self.grant: Final = grant
+        self.allocations: Final = allocations
+        self.held: Final = held
 
 
 class LayerPlacer:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import IO
+from typing import IO, ClassVar, Final
 
 from examlops_policy import _nodes
 from examlops_policy._core.engine import Engine
@@ -28,6 +28,7 @@ from examlops_policy._sim.layer import LayerPlacer, Placed, fleet_pools
 from examlops_policy._sim.plot import Line, allocation_svg
 from examlops_policy._sim.replay import Curve, ReplayResult, expected_workload, replay
 from examlops_policy._sim.trace import POD_KINDS, TracePod
+from examlops_policy._record import Record
 from examlops_policy.errors import SpecError
 from examlops_policy.model import JSONObject, Pool
 
@@ -36,16 +37,18 @@ POINTS = (100, 130)
 SHOWN_FAILURES = 10
 
 
-@dataclass(frozen=True)
-class WorkloadOutcome:
+class WorkloadOutcome(Record):
     """What became of one workload of a generic trace: the pool it was placed on, or the reason
     it failed, as a placement's rejection says it (code and message)."""
 
-    name: str
-    arrival: float
-    pool: str | None = None
-    code: str | None = None
-    message: str | None = None
+    FIELDS: ClassVar[tuple[str, ...]] = ("name", "arrival", "pool", "code", "message")
+
+    def __init__(self, name: str, arrival: float, pool: str | None = None, code: str | None = None, message: str | None = None) -> None:
+        self.name: Final = name
+        self.arrival: Final = arrival
+        self.pool: Final = pool
+        self.code: Final = code
+        self.message: Final = message
 
     def to_json(self) -> JSONObject:
         out: JSONObject = {"name": self.name, "arrival": self.arrival, "outcome": "placed" if self.pool is not None else "failed"}
