@@ -192,9 +192,26 @@ def _groups(nodes: Sequence[Node], level: str) -> dict[str, int]:
     return {label: i for i, label in enumerate(sorted({getattr(n, level) for n in nodes if getattr(n, level) is not None}))}
 
 
-RoomKey = tuple[int, bool, int, bool, int, int, tuple[tuple[str, int], ...], bool, int, bool, int]
-"""A node's room as the summary orders and counts it, flat: whole devices, CPU and memory (a number,
-then None: is None, value), shares, slices, block and switch (is None, value)."""
+Slices = tuple[tuple[str, int], ...]
+RoomKey = tuple[int | bool | Slices, ...]
+"""A node's room as the summary orders and counts it, flat: whole devices (an int), CPU and memory
+(a number, then None: is None, value), shares, slices (``Slices``), block and switch (is None,
+value); 11 items. Typed as a tuple of any length so that, compiled, a key is one Python tuple made
+once and passed as it is (a tuple of fixed types is unboxed into a C struct by mypyc and made again
+each time it is put in a dict or a list: 3 tuples and 22 ints a count)."""
+
+
+def _whole(key: RoomKey) -> int:
+    return cast(int, key[0])
+
+
+def _slices(key: RoomKey) -> Slices:
+    return cast(Slices, key[6])
+
+
+def _or_none(key: RoomKey, at: int) -> int | None:
+    """Item ``at + 1`` of ``key``, or None where item ``at`` says it is None."""
+    return None if key[at] else cast(int, key[at + 1])
 
 
 @dataclass
@@ -232,17 +249,18 @@ class _Tally:
         self.made = None
 
     def _total(self, key: RoomKey, n: int) -> None:
-        self.whole += key[0] * n
-        for name, k in key[6]:
+        self.whole += _whole(key) * n
+        for name, k in _slices(key):
             self.slices[name] = self.slices.get(name, 0) + k * n
 
     def count(self, key: RoomKey, step: int) -> None:
         counted = self.counted
         was = counted.get(key, 0)
         n = was + step
-        self.whole += key[0] * step
-        if key[6]:
-            for name, k in key[6]:
+        self.whole += _whole(key) * step
+        slices = _slices(key)
+        if slices:
+            for name, k in slices:
                 self.slices[name] = self.slices.get(name, 0) + k * step
         keys = self.keys
         at = bisect.bisect_left(keys, key)
@@ -270,8 +288,7 @@ def _row(key: RoomKey, n: int) -> NodeRoom:
         if len(_rows) >= _ROWS_HELD:
             _rows.clear()
         row = _rows[(key, n)] = NodeRoom(
-            key[0], None if key[1] else key[2], None if key[3] else key[4], key[5], key[6],
-            None if key[7] else key[8], None if key[9] else key[10], n,
+            _whole(key), _or_none(key, 1), _or_none(key, 3), cast(int, key[5]), _slices(key), _or_none(key, 7), _or_none(key, 9), n,
         )  # fmt: skip
     return row
 
