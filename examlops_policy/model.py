@@ -66,6 +66,9 @@ JSONObject = dict[str, JSONValue]
 
 NAME_MAX: Final = 63
 _NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+NAME_RE: Final = _NAME_RE
+"""The names ``name_problem`` accepts by default: one it matches is fine (its first check, for a
+caller that checks a million names and calls it only on the others)."""
 _TAG_RE: Final = re.compile(r"^[a-z0-9][a-z0-9._-]{0,31}$")
 _REGION_RE: Final = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _SOURCE_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+=-]{0,199}$")

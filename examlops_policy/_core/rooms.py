@@ -20,9 +20,9 @@ nodes and what is held on them; never one object per device.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import math
+from bisect import bisect_left
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
@@ -263,7 +263,7 @@ class _Tally:
             for name, k in slices:
                 self.slices[name] = self.slices.get(name, 0) + k * step
         keys = self.keys
-        at = bisect.bisect_left(keys, key)
+        at = bisect_left(keys, key)
         self.made = None
         if not n:
             del keys[at], self.rows[at], counted[key]

@@ -361,7 +361,7 @@ class CsvWorkloads:
     def __iter__(self) -> Iterator[TraceWorkload]:
         from examlops_policy import specs
         from examlops_policy._sim.trace import _rows
-        from examlops_policy.model import name_problem
+        from examlops_policy.model import NAME_RE, name_problem
 
         path, tables = self.path, self.tables
         shapes: dict[tuple[str, ...], Shape] = {}
@@ -384,7 +384,7 @@ class CsvWorkloads:
                 if len(shapes) >= SHAPES_HELD:
                     shapes.clear()
                 shape = shapes[key] = Shape(workload)
-            else:
+            elif NAME_RE.fullmatch(name) is None:  # a name it matches is fine: name_problem says what is not
                 problem = name_problem(name, what="a workload name")
                 if problem:
                     raise SpecError(problem, source=f"{path} line {line}", field="name")
