@@ -25,7 +25,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Final, cast
 
 import numpy as np
 
@@ -193,12 +193,16 @@ def _groups(nodes: Sequence[Node], level: str) -> dict[str, int]:
 
 
 Slices = tuple[tuple[str, int], ...]
-RoomKey = tuple[int | bool | Slices, ...]
-"""A node's room as the summary orders and counts it, flat: whole devices (an int), CPU and memory
-(a number, then None: is None, value), shares, slices (``Slices``), block and switch (is None,
-value); 11 items. Typed as a tuple of any length so that, compiled, a key is one Python tuple made
-once and passed as it is (a tuple of fixed types is unboxed into a C struct by mypyc and made again
-each time it is put in a dict or a list: 3 tuples and 22 ints a count)."""
+RoomKey = tuple[int | Slices, ...]
+"""A node's room as the summary orders and counts it, flat, 7 items: whole devices, CPU, memory,
+shares, slices (``Slices``), block and switch, each but the slices an int, ``NONE`` for None (CPU
+or memory not tracked, no block or switch: after every value, as a room orders them). Typed as a
+tuple of any length so that, compiled, a key is one Python tuple made once and passed as it is (a
+tuple of fixed types is unboxed into a C struct by mypyc and made again each time it is put in a
+dict or a list)."""
+
+NONE: Final = 1 << 63
+"""A room key's None: above any value a node's figure holds (an int64)."""
 
 
 def _whole(key: RoomKey) -> int:
@@ -206,12 +210,12 @@ def _whole(key: RoomKey) -> int:
 
 
 def _slices(key: RoomKey) -> Slices:
-    return cast(Slices, key[6])
+    return cast(Slices, key[4])
 
 
 def _or_none(key: RoomKey, at: int) -> int | None:
-    """Item ``at + 1`` of ``key``, or None where item ``at`` says it is None."""
-    return None if key[at] else cast(int, key[at + 1])
+    value = cast(int, key[at])
+    return None if value == NONE else value
 
 
 @dataclass
@@ -288,7 +292,7 @@ def _row(key: RoomKey, n: int) -> NodeRoom:
         if len(_rows) >= _ROWS_HELD:
             _rows.clear()
         row = _rows[(key, n)] = NodeRoom(
-            _whole(key), _or_none(key, 1), _or_none(key, 3), cast(int, key[5]), _slices(key), _or_none(key, 7), _or_none(key, 9), n,
+            _whole(key), _or_none(key, 1), _or_none(key, 2), cast(int, key[3]), _slices(key), _or_none(key, 5), _or_none(key, 6), n,
         )  # fmt: skip
     return row
 
@@ -299,7 +303,7 @@ def _node_room(rooms: Rooms, tally: _Tally, i: int) -> tuple[RoomKey | None, int
     fixed = tally.fixed[i] if i < len(tally.fixed) else _fixed(rooms, tally, i)
     if fixed is None:
         return None, 0, 0
-    cpu_tracked, memory_tracked, sharing, no_block, block, no_switch, switch = fixed
+    cpu_tracked, memory_tracked, sharing, block, switch = fixed
     layout, capacity = rooms.layout, rooms.capacity
     whole = capacity.whole_free.item(i)
     units = capacity.free_milli.item(i)
@@ -316,19 +320,19 @@ def _node_room(rooms: Rooms, tally: _Tally, i: int) -> tuple[RoomKey | None, int
         slices = tuple(sorted(placeable.slices.items()))
     key: RoomKey = (
         whole,
-        not cpu_tracked, capacity.cpu_free.item(i) if cpu_tracked else 0,
-        not memory_tracked, capacity.memory_free.item(i) if memory_tracked else 0,
+        capacity.cpu_free.item(i) if cpu_tracked else NONE,
+        capacity.memory_free.item(i) if memory_tracked else NONE,
         max(0, capacity.shared_max.item(i)) if sharing else 0,
         slices,
-        no_block, block,
-        no_switch, switch,
+        block,
+        switch,
     )
     shares = rooms.slice_share.get(i)
     pico = round(sum(max(0.0, 1.0 - v) for v in shares.values()) * 1e12) if shares else 0
     return key, units, pico
 
 
-_Fixed = tuple[bool, bool, bool, bool, int, bool, int]
+_Fixed = tuple[bool, bool, bool, int, int]
 """What of a node's room never changes with its holdings: whether its CPU and memory are tracked,
 whether the pool shares devices, its block and its switch as a room says them."""
 
@@ -340,8 +344,8 @@ def _fixed(rooms: Rooms, tally: _Tally, i: int) -> _Fixed | None:
     if node.usable:
         fixed = (
             bool(rooms.capacity.cpu_tracked[i]), node.memory_mib is not None, rooms.pool.sharing is not None,
-            node.block is None, 0 if node.block is None else tally.blocks[node.block],
-            node.switch is None, 0 if node.switch is None else tally.switches[node.switch],
+            NONE if node.block is None else tally.blocks[node.block],
+            NONE if node.switch is None else tally.switches[node.switch],
         )  # fmt: skip
     if i == len(tally.fixed):
         tally.fixed.append(fixed)
