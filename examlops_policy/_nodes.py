@@ -143,12 +143,18 @@ class NodeGrant(Record):
 
     FIELDS: ClassVar[tuple[str, ...]] = ("node", "devices", "share_milli", "cpu_milli", "memory_mib")
 
+    node: str
+    devices: tuple[int, ...]
+    share_milli: int
+    cpu_milli: int
+    memory_mib: int
+
     def __init__(self, node: str, devices: tuple[int, ...], share_milli: int, cpu_milli: int, memory_mib: int) -> None:
-        self.node: Final = node
-        self.devices: Final = devices
-        self.share_milli: Final = share_milli
-        self.cpu_milli: Final = cpu_milli
-        self.memory_mib: Final = memory_mib
+        self.node = node
+        self.devices = devices
+        self.share_milli = share_milli
+        self.cpu_milli = cpu_milli
+        self.memory_mib = memory_mib
 
     @property
     def device_milli(self) -> int:

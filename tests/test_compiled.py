@@ -59,6 +59,7 @@ OWN_TESTS = (
     "tests/test_nodes.py", "tests/test_node_asks.py", "tests/test_node_placement.py", "tests/test_whole_nodes.py",
     "tests/test_packer_scores.py", "tests/test_packing.py", "tests/test_joint_choice.py", "tests/test_waiting.py",
     "tests/test_sim_readers.py", "tests/test_simulate.py", "tests/test_simulate_openb.py", "tests/test_simulate_outcomes.py",
+    "tests/test_record.py",
 )  # fmt: skip
 # Those of them that fail compiled, and why: compiled code reads its module's constants as
 # compiled, so a test that sets one with monkeypatch does not reach it; a compiled class takes a

@@ -102,12 +102,12 @@ STORE = "examlops_policy.store"
 # carbon figures (accounting: pure, from the tables), the façade's return values and the store's
 # narrow API (its protocol and rows), and the node packer (pure: nodes, devices and shares, and
 # the packers that choose among them, the ones the simulator replays with), the one writer of
-# canonical bytes (shared with the audit log, below the core), and the quantities' written forms
-# (pure: how a message says cores and sizes).
+# canonical bytes (shared with the audit log, below the core), the quantities' written forms
+# (pure: how a message says cores and sizes) and the records' base (pure: equality, hash, repr).
 CORE_MAY_IMPORT = (
     "examlops_policy.model", "examlops_policy.errors", "examlops_policy.tables", "examlops_policy.accounting",
     "examlops_policy.views", "examlops_policy.store.api", "examlops_policy._nodes", "examlops_policy._node_packers",
-    "examlops_policy._canonical", "examlops_policy.quantities",
+    "examlops_policy._canonical", "examlops_policy.quantities", "examlops_policy._record",
 )  # fmt: skip
 
 

@@ -491,6 +491,13 @@ class Outcome(Record):
 
     FIELDS: ClassVar[tuple[str, ...]] = ("chosen", "tier", "burst", "blocked_pool", "grant", "tied")
 
+    chosen: int | None
+    tier: int | None
+    burst: BurstVerdict
+    blocked_pool: int | None
+    grant: Grant | None
+    tied: tuple[tuple[int, Grant], ...]
+
     def __init__(
         self,
         chosen: int | None,
@@ -500,12 +507,12 @@ class Outcome(Record):
         grant: Grant | None = None,
         tied: tuple[tuple[int, Grant], ...] = (),
     ) -> None:
-        self.chosen: Final = chosen
-        self.tier: Final = tier
-        self.burst: Final = burst
-        self.blocked_pool: Final = blocked_pool
-        self.grant: Final = grant
-        self.tied: Final = tied
+        self.chosen = chosen
+        self.tier = tier
+        self.burst = burst
+        self.blocked_pool = blocked_pool
+        self.grant = grant
+        self.tied = tied
 
 
 NOT_ATTEMPTED: Final = BurstVerdict(attempted=False)

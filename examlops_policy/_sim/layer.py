@@ -38,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import ClassVar, Final, overload
+from typing import ClassVar, overload
 
 from examlops_policy import _nodes
 from examlops_policy._core import rooms as _rooms
@@ -173,11 +173,16 @@ class Placed(Record):
 
     FIELDS: ClassVar[tuple[str, ...]] = ("pool", "grant", "allocations", "held")
 
+    pool: str
+    grant: Grant
+    allocations: tuple[NodeAllocation, ...]
+    held: tuple[_nodes.NodeGrant, ...]
+
     def __init__(self, pool: str, grant: Grant, allocations: tuple[NodeAllocation, ...], held: tuple[_nodes.NodeGrant, ...] = ()) -> None:
-        self.pool: Final = pool
-        self.grant: Final = grant
-        self.allocations: Final = allocations
-        self.held: Final = held
+        self.pool = pool
+        self.grant = grant
+        self.allocations = allocations
+        self.held = held
 
 
 class LayerPlacer:

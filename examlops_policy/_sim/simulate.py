@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import IO, ClassVar, Final
+from typing import IO, ClassVar
 
 from examlops_policy import _nodes
 from examlops_policy._core.engine import Engine
@@ -43,12 +43,18 @@ class WorkloadOutcome(Record):
 
     FIELDS: ClassVar[tuple[str, ...]] = ("name", "arrival", "pool", "code", "message")
 
+    name: str
+    arrival: float
+    pool: str | None
+    code: str | None
+    message: str | None
+
     def __init__(self, name: str, arrival: float, pool: str | None = None, code: str | None = None, message: str | None = None) -> None:
-        self.name: Final = name
-        self.arrival: Final = arrival
-        self.pool: Final = pool
-        self.code: Final = code
-        self.message: Final = message
+        self.name = name
+        self.arrival = arrival
+        self.pool = pool
+        self.code = code
+        self.message = message
 
     def to_json(self) -> JSONObject:
         out: JSONObject = {"name": self.name, "arrival": self.arrival, "outcome": "placed" if self.pool is not None else "failed"}
