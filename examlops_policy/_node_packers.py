@@ -519,14 +519,14 @@ class FragmentationPacker:
                 self._state_mark = capacity.changed_since(-1)[1]
                 stale = range(len(capacity))
             ids, state = self._state_ids, self._state
-            whole, milli, model_id = capacity.whole_free, capacity.free_milli, capacity.model_id
-            cpu = capacity.cpu_free if self._cpu_matters else None
+            whole, milli, model_id = capacity.whole_free_list, capacity.free_milli_list, capacity.model_id_list
+            cpu = capacity.cpu_free_list if self._cpu_matters else None
             for i in stale:
                 by_free = capacity.shared_by_free(i)
                 key: tuple[object, ...] = (
-                    whole.item(i), milli.item(i), model_id.item(i),
+                    whole[i], milli[i], model_id[i],
                     tuple(sorted((v, len(ds)) for v, ds in by_free.items())) if by_free else (),
-                    (cpu.item(i), capacity.cpu_tracked.item(i)) if cpu is not None else None,
+                    (cpu[i], capacity.cpu_tracked.item(i)) if cpu is not None else None,
                 )  # fmt: skip
                 found = ids.get(key)
                 if found is None:

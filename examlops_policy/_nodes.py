@@ -51,6 +51,10 @@ CHANGES_KEPT: Final = 1024
 UNTRACKED: Final = 1 << 62
 """Free CPU or memory of a node that does not track it: more than any request."""
 
+LIST_NODES: Final = 256
+"""A capacity of at most this many nodes works out ``feasible`` node by node over its Python
+lists: below it, numpy's cost per call (a few microseconds an operation) outweighs the work."""
+
 NodeState = Literal["up", "drained", "down"]
 NODE_STATES: Final = ("up", "drained", "down")
 
@@ -351,9 +355,11 @@ class NodeCapacity:
     (each node's distinct free milli values of devices holding shares, -1 padded), ``version``
     (bumped when a node changes) and ``affinity_counts`` (live grants per kind, by node).
 
-    One node's figure is read as a Python int (``array.item(i)``) and written back whole: numpy's
-    scalar arithmetic (``array[i] -= n``) costs two to three times as much, per grant held or
-    given back.
+    What changes per grant (free CPU, memory, whole devices and milli, the version) is kept in
+    Python lists (``cpu_free_list`` and so on: read and written as plain ints, per grant held or
+    given back) and the arrays of the same names are brought up to date for the nodes changed when
+    they are read (``_synced``): a numpy scalar costs ten to twenty times a list item, read or
+    written, and the arrays are read only by the vectorised paths (large pools, scores not kept).
     """
 
     def __init__(self, nodes: Iterable[Node], *, unit: int = MILLI) -> None:
@@ -373,15 +379,29 @@ class NodeCapacity:
         self.cpu_total: IntArray = np.array([UNTRACKED if nd.cpu_milli is None else nd.cpu_milli for nd in self.nodes], dtype=np.int64)
         self.memory_total: IntArray = np.array([UNTRACKED if nd.memory_mib is None else nd.memory_mib for nd in self.nodes], dtype=np.int64)
         self.cpu_tracked: BoolArray = np.array([nd.cpu_milli is not None for nd in self.nodes], dtype=np.bool_)
-        self.cpu_free: IntArray = self.cpu_total.copy()
-        self.memory_free: IntArray = self.memory_total.copy()
+        self._cpu_free: IntArray = self.cpu_total.copy()
+        self._memory_free: IntArray = self.memory_total.copy()
         self.devices: IntArray = np.array([nd.devices for nd in self.nodes], dtype=np.int64)
-        self.whole_free: IntArray = self.devices.copy()
-        self.free_milli: IntArray = self.devices * unit
+        self._whole_free: IntArray = self.devices.copy()
+        self._free_milli: IntArray = self.devices * unit
         self.up: BoolArray = np.array([nd.state == "up" for nd in self.nodes], dtype=np.bool_)
-        self.version: IntArray = np.zeros(n, dtype=np.int64)
+        self._version: IntArray = np.zeros(n, dtype=np.int64)
         self.shared_values: IntArray = np.full((n, 1), -1, dtype=np.int64)
         self.shared_max: IntArray = np.full(n, -1, dtype=np.int64)
+        # The same figures as Python ints (see the class's docstring), and the nodes whose arrays
+        # are behind their lists.
+        self.cpu_free_list: list[int] = self._cpu_free.tolist()
+        self.memory_free_list: list[int] = self._memory_free.tolist()
+        self.whole_free_list: list[int] = self._whole_free.tolist()
+        self.free_milli_list: list[int] = self._free_milli.tolist()
+        self.version_list: list[int] = [0] * n
+        self.up_list: list[bool] = self.up.tolist()
+        self.shared_max_list: list[int] = [-1] * n
+        self.model_id_list: list[int] = self.model_id.tolist()
+        self.cpu_total_list: list[int] = self.cpu_total.tolist()
+        self.memory_total_list: list[int] = self.memory_total.tolist()
+        self._behind: set[int] = set()
+        self._model_lists: dict[frozenset[str], list[bool]] = {}
         self._model_luts: dict[frozenset[str], BoolArray] = {}
         # Live grants per kind, node by node, counted as they come; their arrays (``affinity_counts``,
         # ``affinity_kinds``) brought up to date for the nodes changed when they are read.
@@ -402,6 +422,38 @@ class NodeCapacity:
     def __len__(self) -> int:
         return len(self.nodes)
 
+    @property
+    def cpu_free(self) -> IntArray:
+        return self._synced()._cpu_free
+
+    @property
+    def memory_free(self) -> IntArray:
+        return self._synced()._memory_free
+
+    @property
+    def whole_free(self) -> IntArray:
+        return self._synced()._whole_free
+
+    @property
+    def free_milli(self) -> IntArray:
+        return self._synced()._free_milli
+
+    @property
+    def version(self) -> IntArray:
+        return self._synced()._version
+
+    def _synced(self) -> NodeCapacity:
+        """Self, its arrays brought up to date with its lists for the nodes changed since they were read."""
+        if self._behind:
+            at = np.fromiter(self._behind, dtype=np.int64, count=len(self._behind))
+            self._behind.clear()
+            for array, values in (
+                (self._cpu_free, self.cpu_free_list), (self._memory_free, self.memory_free_list), (self._whole_free, self.whole_free_list),
+                (self._free_milli, self.free_milli_list), (self._version, self.version_list),
+            ):  # fmt: skip
+                array[at] = [values[i] for i in at.tolist()]
+        return self
+
     def units_of(self, asked: NodeRequest | NodeGrant) -> int:
         """Device units a request (per node) or a grant takes: its share, or ``unit`` per whole device."""
         count = asked.devices if isinstance(asked, NodeRequest) else len(asked.devices)
@@ -413,6 +465,8 @@ class NodeCapacity:
         """Positions of the nodes that can take ``request`` now (state, CPU, memory, model, devices)."""
         if request.share_milli > self.unit:
             return np.zeros(0, dtype=np.int64)  # a share is at most a device (all its shares)
+        if among is None and len(self.nodes) <= LIST_NODES:
+            return np.array(self.feasible_list(request), dtype=np.int64)
         # Free CPU and memory are never below 0: a request asking none of either is not compared.
         ok = self.up & (self.cpu_free >= request.cpu_milli) if request.cpu_milli else self.up.copy()
         if request.memory_mib:
@@ -427,6 +481,34 @@ class NodeCapacity:
             else:
                 ok &= (self.whole_free > 0) | (self.shared_max >= request.share_milli)
         out: IntArray = ok.nonzero()[0]
+        return out
+
+    def feasible_list(self, request: NodeRequest) -> list[int]:
+        """``feasible`` over every node, worked out node by node from the lists (the same checks)."""
+        if request.share_milli > self.unit:
+            return []
+        cpu, memory, kind, devices, share = request.cpu_milli, request.memory_mib, request.kind, request.devices, request.share_milli
+        up, cpu_free, memory_free, whole_free, shared_max = self.up_list, self.cpu_free_list, self.memory_free_list, self.whole_free_list, self.shared_max_list
+        models: list[bool] | None = None
+        if kind != "cpu" and request.models is not None:
+            models = self._model_lists.get(request.models)
+            if models is None:
+                models = self._model_lists[request.models] = self.model_mask(request.models).tolist()
+        whole = kind == "whole"
+        device = kind != "cpu"
+        out: list[int] = []
+        for i in range(len(up)):
+            if not up[i] or (cpu and cpu_free[i] < cpu) or (memory and memory_free[i] < memory):
+                continue
+            if device:
+                if models is not None and not models[i]:
+                    continue
+                if whole:
+                    if whole_free[i] < devices:
+                        continue
+                elif whole_free[i] <= 0 and shared_max[i] < share:
+                    continue
+            out.append(i)
         return out
 
     def model_mask(self, models: frozenset[str]) -> BoolArray:
@@ -559,10 +641,10 @@ class NodeCapacity:
         d = self._devices[i]
         devices, share, cpu, memory = grant.devices, grant.share_milli, grant.cpu_milli, grant.memory_mib
         cpu_tracked, memory_tracked = self._tracked[i]
-        if cpu and cpu_tracked and self.cpu_free.item(i) < cpu:
-            raise CapacityError(f"node {grant.node} has {self.cpu_free[i]} CPU milli free, not {cpu}")
-        if memory and self.memory_free.item(i) < memory:
-            raise CapacityError(f"node {grant.node} has {self.memory_free[i]} MiB free, not {memory}")
+        if cpu and cpu_tracked and self.cpu_free_list[i] < cpu:
+            raise CapacityError(f"node {grant.node} has {self.cpu_free_list[i]} CPU milli free, not {cpu}")
+        if memory and self.memory_free_list[i] < memory:
+            raise CapacityError(f"node {grant.node} has {self.memory_free_list[i]} MiB free, not {memory}")
         if share:
             if len(devices) != 1:
                 raise CapacityError("a share is on exactly one device")
@@ -577,7 +659,7 @@ class NodeCapacity:
                 if not (0 <= dev < d.count) or not d.free.contains(dev):
                     raise CapacityError(f"device {dev} of node {grant.node} is not free")
                 d.free.remove(dev)
-                self.whole_free[i] = self.whole_free.item(i) - 1
+                self.whole_free_list[i] = self.whole_free_list[i] - 1
                 d._set_shared(dev, self.unit - share)
             units = share
         else:
@@ -597,13 +679,13 @@ class NodeCapacity:
                     free.remove(dv)
             units = len(devices) * self.unit
             if units:
-                self.whole_free[i] = self.whole_free.item(i) - len(devices)
+                self.whole_free_list[i] = self.whole_free_list[i] - len(devices)
         if cpu and cpu_tracked:
-            self.cpu_free[i] = self.cpu_free.item(i) - cpu
+            self.cpu_free_list[i] = self.cpu_free_list[i] - cpu
         if memory and memory_tracked:
-            self.memory_free[i] = self.memory_free.item(i) - memory
+            self.memory_free_list[i] = self.memory_free_list[i] - memory
         if units:
-            self.free_milli[i] = self.free_milli.item(i) - units
+            self.free_milli_list[i] = self.free_milli_list[i] - units
             self.allocated_milli += units
             self._count_affinity(i, "share" if share else _KINDS.get(len(devices)) or str(len(devices)), +1)
         self._changed(i, shares=bool(share))
@@ -625,7 +707,7 @@ class NodeCapacity:
             if left == self.unit:
                 d._set_shared(dev, None)
                 d.free.add(dev)
-                self.whole_free[i] = self.whole_free.item(i) + 1
+                self.whole_free_list[i] = self.whole_free_list[i] + 1
             else:
                 d._set_shared(dev, left)
             units = share
@@ -647,14 +729,14 @@ class NodeCapacity:
                     free.add(dv)
             units = len(devices) * self.unit
             if units:
-                self.whole_free[i] = self.whole_free.item(i) + len(devices)
+                self.whole_free_list[i] = self.whole_free_list[i] + len(devices)
         cpu_tracked, memory_tracked = self._tracked[i]
         if cpu and cpu_tracked:
-            self.cpu_free[i] = min(self.cpu_free.item(i) + cpu, self.cpu_total.item(i))
+            self.cpu_free_list[i] = min(self.cpu_free_list[i] + cpu, self.cpu_total_list[i])
         if memory and memory_tracked:
-            self.memory_free[i] = min(self.memory_free.item(i) + memory, self.memory_total.item(i))
+            self.memory_free_list[i] = min(self.memory_free_list[i] + memory, self.memory_total_list[i])
         if units:
-            self.free_milli[i] = self.free_milli.item(i) + units
+            self.free_milli_list[i] = self.free_milli_list[i] + units
             self.allocated_milli -= units
             self._count_affinity(i, "share" if share else _KINDS.get(len(devices)) or str(len(devices)), -1)
         self._changed(i, shares=bool(share))
@@ -681,7 +763,7 @@ class NodeCapacity:
         for dev in whole:
             if 0 <= dev < d.count and d.free.contains(dev):
                 d.free.remove(dev)
-                self.whole_free[node] = self.whole_free.item(node) - 1
+                self.whole_free_list[node] = self.whole_free_list[node] - 1
                 taken += self.unit
         for dev, used in sorted(shares.items()) if shares else ():
             if used <= 0:
@@ -692,22 +774,22 @@ class NodeCapacity:
                 d._set_shared(dev, left)
             elif 0 <= dev < d.count and d.free.contains(dev):
                 d.free.remove(dev)
-                self.whole_free[node] = self.whole_free.item(node) - 1
+                self.whole_free_list[node] = self.whole_free_list[node] - 1
                 left = max(0, self.unit - used)
                 taken += self.unit - left
                 d._set_shared(dev, left)
-        lowest_taken = d.free.take_lowest(min(lowest, self.whole_free.item(node))) if lowest > 0 else []
+        lowest_taken = d.free.take_lowest(min(lowest, self.whole_free_list[node])) if lowest > 0 else []
         if lowest_taken:
-            self.whole_free[node] = self.whole_free.item(node) - len(lowest_taken)
+            self.whole_free_list[node] = self.whole_free_list[node] - len(lowest_taken)
             taken += self.unit * len(lowest_taken)
         if taken:
-            self.free_milli[node] = self.free_milli.item(node) - taken
+            self.free_milli_list[node] = self.free_milli_list[node] - taken
             self.allocated_milli += taken
         cpu_tracked, memory_tracked = self._tracked[node]
         if cpu_milli and cpu_tracked:
-            self.cpu_free[node] = max(0, self.cpu_free.item(node) - cpu_milli)
+            self.cpu_free_list[node] = max(0, self.cpu_free_list[node] - cpu_milli)
         if memory_mib and memory_tracked:
-            self.memory_free[node] = max(0, self.memory_free.item(node) - memory_mib)
+            self.memory_free_list[node] = max(0, self.memory_free_list[node] - memory_mib)
         self._changed(node, shares=bool(shares))
         return lowest_taken
 
@@ -716,7 +798,7 @@ class NodeCapacity:
         if state not in NODE_STATES:
             raise SpecError(f"state must be one of {', '.join(NODE_STATES)} (got {state!r})", field="state")
         i = self._position(name)
-        self.up[i] = state == "up"
+        self.up[i] = self.up_list[i] = state == "up"
         self._changed(i, shares=False)
 
     def _position(self, name: str) -> int:
@@ -770,7 +852,8 @@ class NodeCapacity:
         """Node ``i`` changed: its version bumped and the change logged (``changed_since``), and its
         devices' shares read again where they changed (``shares``: only shares change the devices
         holding them)."""
-        self.version[i] = self.version.item(i) + 1
+        self.version_list[i] = self.version_list[i] + 1
+        self._behind.add(i)
         log = self._log
         log.append(i)
         if len(log) >= 2 * CHANGES_KEPT:
@@ -788,7 +871,7 @@ class NodeCapacity:
         row = self.shared_values[i]
         row[:] = -1
         row[: len(values)] = values
-        self.shared_max[i] = values[-1] if values else -1
+        self.shared_max[i] = self.shared_max_list[i] = values[-1] if values else -1
 
 
 def order_nodes(nodes: Sequence[Node], order: Sequence[int]) -> list[Node]:

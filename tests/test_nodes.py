@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from examlops_policy._node_packers import (
@@ -282,6 +283,48 @@ def test_whole_devices_held_and_given_back_in_runs_or_one_by_one_match_a_plain_s
         assert int(cap.whole_free[0]) == len(free) and cap.allocated_milli == len(held) * MILLI
         assert {k: int(v[0]) for k, v in cap.affinity_counts.items() if int(v[0])} == {k: n for k, n in kinds.items() if n}
         assert int(cap.affinity_kinds[0]) == sum(1 for n in kinds.values() if n)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_feasible_node_by_node_agrees_with_the_vectorised_check_and_the_arrays_with_the_lists(seed: int) -> None:
+    """A small capacity works out ``feasible`` node by node over its lists (``feasible_list``), a
+    mask or a large pool with numpy over its arrays: over random grants, releases and node
+    states (CPU and memory tracked or not, two models and none, shares and whole devices) both
+    give the same nodes for every kind of request, and the arrays, brought up to date when read,
+    hold what the lists hold."""
+    rng = random.Random(seed)
+    nodes = [
+        Node(f"n{i}", rng.choice((0, 2, 4, 8)), rng.choice(("a100", "t4", None)) , rng.choice((None, 8000, 32000)), rng.choice((None, 65536)))
+        for i in range(40)
+    ]  # fmt: skip
+    nodes = [Node(n.name, n.devices, n.model if n.devices else None, n.cpu_milli, n.memory_mib) for n in nodes]
+    cap = NodeCapacity(nodes)
+    every = np.ones(len(nodes), dtype=np.bool_)
+    requests = [
+        NodeRequest(cpu_milli=2000), NodeRequest(devices=1), NodeRequest(devices=2, cpu_milli=4000, memory_mib=16384),
+        NodeRequest(devices=4, models=frozenset({"a100"})), NodeRequest(share_milli=300), NodeRequest(share_milli=700, cpu_milli=1000),
+        NodeRequest(share_milli=500, models=frozenset({"t4"})), NodeRequest(devices=8), NodeRequest(memory_mib=70000),
+    ]  # fmt: skip
+    live: list[NodeGrant] = []
+    for _ in range(300):
+        roll = rng.random()
+        if roll < 0.05:
+            cap.set_state(rng.choice(nodes).name, rng.choice(("up", "up", "drained", "down")))
+        elif live and roll < 0.4:
+            cap.release(live.pop(rng.randrange(len(live))))
+        else:
+            request = rng.choice(requests)
+            found = cap.feasible_list(request)
+            if found:
+                i = rng.choice(found)
+                grant = NodeGrant(nodes[i].name, cap.best_fit_devices(i, request), request.share_milli, request.cpu_milli, request.memory_mib)
+                cap.allocate(grant)
+                live.append(grant)
+        for request in requests:
+            assert cap.feasible_list(request) == cap.feasible(request).tolist() == cap.feasible(request, every).tolist()
+        assert cap.cpu_free.tolist() == cap.cpu_free_list and cap.memory_free.tolist() == cap.memory_free_list
+        assert cap.whole_free.tolist() == cap.whole_free_list and cap.free_milli.tolist() == cap.free_milli_list
+        assert cap.version.tolist() == cap.version_list and cap.up.tolist() == cap.up_list and cap.shared_max.tolist() == cap.shared_max_list
 
 
 # -- each packer, by hand ------------------------------------------------------------------------

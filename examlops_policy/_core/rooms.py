@@ -305,12 +305,12 @@ def _node_room(rooms: Rooms, tally: _Tally, i: int) -> tuple[RoomKey | None, int
         return None, 0, 0
     cpu_tracked, memory_tracked, sharing, block, switch = fixed
     layout, capacity = rooms.layout, rooms.capacity
-    whole = capacity.whole_free.item(i)
-    units = capacity.free_milli.item(i)
+    whole = capacity.whole_free_list[i]
+    units = capacity.free_milli_list[i]
     if cpu_tracked and rooms.pool.accelerator == "cpu":
         # A cpu pool's devices are its node's cores (a unit of a grant takes 1000 millicores of
         # the node): no more are free than the node's cores that other pools' grants leave.
-        whole = min(whole, capacity.cpu_free.item(i) // 1000)
+        whole = min(whole, capacity.cpu_free_list[i] // 1000)
         units = min(units, whole * capacity.unit)
     slices: tuple[tuple[str, int], ...] = ()
     if layout.kind == "fixed":
@@ -320,9 +320,9 @@ def _node_room(rooms: Rooms, tally: _Tally, i: int) -> tuple[RoomKey | None, int
         slices = tuple(sorted(placeable.slices.items()))
     key: RoomKey = (
         whole,
-        capacity.cpu_free.item(i) if cpu_tracked else NONE,
-        capacity.memory_free.item(i) if memory_tracked else NONE,
-        max(0, capacity.shared_max.item(i)) if sharing else 0,
+        capacity.cpu_free_list[i] if cpu_tracked else NONE,
+        capacity.memory_free_list[i] if memory_tracked else NONE,
+        max(0, capacity.shared_max_list[i]) if sharing else 0,
         slices,
         block,
         switch,
