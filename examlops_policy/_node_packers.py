@@ -174,7 +174,14 @@ def _trunc(x: FloatArray) -> IntArray:
 # -- the baselines -------------------------------------------------------------------------------
 
 
-class RandomPacker:
+class _Vectorised:
+    """A packer that scores the feasible nodes afresh each time (``scores``): nothing kept for ``best``."""
+
+    def best(self, capacity: NodeCapacity, request: NodeRequest, nodes: list[int]) -> int | None:
+        return None
+
+
+class RandomPacker(_Vectorised):
     """A feasible node uniformly at random; a share on a device chosen uniformly among those that fit.
 
     Each feasible node scores an independent uniform draw in [0, 1), so the best node is uniform
@@ -207,7 +214,7 @@ class RandomPacker:
         return (low,)
 
 
-class BestFitPacker:
+class BestFitPacker(_Vectorised):
     """Least left after the request: CPU and device milli, each over the largest node's, weighted 1/2."""
 
     name = "best-fit"
@@ -224,7 +231,7 @@ class BestFitPacker:
         return capacity.best_fit_devices(node, request)
 
 
-class DotProductPacker:
+class DotProductPacker(_Vectorised):
     """Smallest dot product of the node's free (CPU, device milli) and the request, both over the largest node's."""
 
     name = "dot-product"
@@ -240,7 +247,7 @@ class DotProductPacker:
         return capacity.best_fit_devices(node, request)
 
 
-class GpuPackingPacker:
+class GpuPackingPacker(_Vectorised):
     """Shared devices first (tightest), then free devices on a partly used node, then an empty node."""
 
     name = "gpu-packing"
@@ -265,7 +272,7 @@ class GpuPackingPacker:
         return capacity.best_fit_devices(node, request)
 
 
-class GpuClusteringPacker:
+class GpuClusteringPacker(_Vectorised):
     """Nodes holding only the same kind of grant, then mixed ones with it, then empty, then others; fuller first."""
 
     name = "gpu-clustering"
@@ -474,6 +481,24 @@ class FragmentationPacker:
         made for one decision), are scored vectorised, every node every time."""
         if len(capacity) > MEMO_NODES or self._bound is not capacity:
             return self._fresh(capacity, request, feasible)  # a packer's first look at a capacity keeps nothing
+        return np.array(self._kept(capacity, request, feasible.tolist()), dtype=np.int64)
+
+    def best(self, capacity: NodeCapacity, request: NodeRequest, nodes: list[int]) -> int | None:
+        """The place in ``nodes`` of the node ``scores`` ranks first (the first on ties), from the
+        scores kept (``scores``); None where none are kept (a large pool, the packer's first look
+        at the capacity)."""
+        if len(capacity) > MEMO_NODES or self._bound is not capacity:
+            return None
+        found = self._kept(capacity, request, nodes)
+        at, top = 0, found[0]
+        for k in range(1, len(found)):
+            if found[k] > top:
+                at, top = k, found[k]
+        return at
+
+    def _kept(self, capacity: NodeCapacity, request: NodeRequest, nodes: list[int]) -> list[int]:
+        """The scores of ``nodes``: those of the node states met before looked up, the others
+        worked out (``_fresh``) and kept."""
         state = self._states(capacity)
         key = (request.devices, request.share_milli, request.cpu_milli if self._cpu_matters else 0)
         memo = self._memo.get(key)
@@ -482,7 +507,6 @@ class FragmentationPacker:
                 self._memo.clear()
             memo = self._memo[key] = {}
         # One loop over plain ints (compiled, it reads the lists natively).
-        nodes: list[int] = feasible.tolist()
         found: list[int] = []
         missing: list[int] = []
         for k, i in enumerate(nodes):
@@ -492,10 +516,10 @@ class FragmentationPacker:
                 score = 0
             found.append(score)
         if missing:
-            fresh: list[int] = self._fresh(capacity, request, feasible[missing]).tolist()
+            fresh: list[int] = self._fresh(capacity, request, np.array([nodes[k] for k in missing], dtype=np.int64)).tolist()
             for k, score in zip(missing, fresh):
                 found[k] = memo[state[nodes[k]]] = score
-        return np.array(found, dtype=np.int64)
+        return found
 
     def _fresh(self, capacity: NodeCapacity, request: NodeRequest, nodes: IntArray) -> IntArray:
         """The scores of ``nodes`` worked out (the formula)."""

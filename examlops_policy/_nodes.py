@@ -331,12 +331,16 @@ class Packer(Protocol):
     ``scores`` ranks the feasible nodes (higher is better; ties go to the earlier node in the
     capacity's order); ``devices`` picks the devices on the chosen node. Both only read the
     capacity. A packer may keep derived per-node state and refresh the rows whose
-    ``NodeCapacity.version`` changed.
+    ``NodeCapacity.version`` changed. ``best`` is where it keeps scores it can look up: the place
+    in ``nodes`` (a small pool's feasible nodes, a list) of the one ``scores`` would rank first,
+    without making arrays; None where it has nothing kept (then ``scores`` ranks them).
     """
 
     name: str
 
     def scores(self, capacity: NodeCapacity, request: NodeRequest, feasible: IntArray) -> npt.NDArray[np.float64] | IntArray: ...
+
+    def best(self, capacity: NodeCapacity, request: NodeRequest, nodes: list[int]) -> int | None: ...
 
     def devices(self, capacity: NodeCapacity, node: int, request: NodeRequest) -> tuple[int, ...]: ...
 
@@ -615,23 +619,36 @@ class NodeCapacity:
             mask = among
             if used is not None:
                 mask = ~used if among is None else (among & ~used)
-            feasible = self.feasible(request, mask)
-            if feasible.size == 0:
+            best = self._best(request, packer, mask)
+            if best is None:
                 for grant in grants:
                     self.release(grant)
                 return None
-            best: int
-            if feasible.size == 1:
-                best = feasible.item(0)
-            else:
-                scores = packer.scores(self, request, feasible)
-                best = feasible.item(scores.argmax())
             grant = NodeGrant(self.nodes[best].name, packer.devices(self, best, request), request.share_milli, request.cpu_milli, request.memory_mib)
             self.allocate(grant)
             grants.append(grant)
             if used is not None:
                 used[best] = True
         return tuple(grants)
+
+    def _best(self, request: NodeRequest, packer: Packer, among: BoolArray | None) -> int | None:
+        """The node ``place`` takes next (None: no node can take the request): the only feasible
+        one, else the one the packer ranks first. A small pool's feasible nodes stay a list where
+        the packer looks their scores up (``Packer.best``)."""
+        if among is None and len(self.nodes) <= LIST_NODES:
+            nodes = self.feasible_list(request)
+            if len(nodes) <= 1:
+                return nodes[0] if nodes else None
+            at = packer.best(self, request, nodes)
+            if at is not None:
+                return nodes[at]
+            feasible = np.array(nodes, dtype=np.int64)
+        else:
+            feasible = self.feasible(request, among)
+            if feasible.size <= 1:
+                return feasible.item(0) if feasible.size else None
+        best: int = feasible.item(packer.scores(self, request, feasible).argmax())
+        return best
 
     # -- changing -------------------------------------------------------------------------------
 

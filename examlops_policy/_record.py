@@ -1,5 +1,6 @@
 """Records the decision path makes by the million (a node's grant, a selection's outcome, a replay's
-placement, a workload's outcome): plain classes with an ``__init__`` of their own.
+placement, a workload's outcome, a pool's capacity summary and its rows of node rooms): plain
+classes with an ``__init__`` of their own.
 
 A dataclass's ``__init__`` is written by the ``dataclasses`` module when the class is made and
 runs in the interpreter, even in a module compiled by mypyc (``hatch_build.py``): 0.75 µs for a
@@ -16,6 +17,7 @@ freed memory: the replay's ties crashed so (``tests/test_whole_nodes.py``, compi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 
@@ -43,3 +45,67 @@ class Record:
 
     def __reduce__(self) -> tuple[type[Record], tuple[object, ...]]:
         return type(self), self.values()
+
+
+class NodeRoom(Record):
+    """What one node (or ``count`` nodes alike) of a node-tracked pool can still hold: ``whole``
+    devices with nothing on them (slices of a pool of fixed slices), ``cpu`` millicores and
+    ``memory`` MiB free (None: not tracked), the most free ``shares`` of one device already
+    shared (0: none), how many of each slice profile could still be placed (``slices``), and its
+    topology groups (``block``, ``switch``: the label's number among the pool's, None: none).
+    A row of a pool's capacity summary (``Capacity.nodes``); ``examlops_policy.model`` names it."""
+
+    FIELDS: ClassVar[tuple[str, ...]] = ("whole", "cpu", "memory", "shares", "slices", "block", "switch", "count")
+
+    whole: int
+    cpu: int | None
+    memory: int | None
+    shares: int
+    slices: tuple[tuple[str, int], ...]
+    block: int | None
+    switch: int | None
+    count: int
+
+    def __init__(
+        self,
+        whole: int,
+        cpu: int | None = None,
+        memory: int | None = None,
+        shares: int = 0,
+        slices: tuple[tuple[str, int], ...] = (),
+        block: int | None = None,
+        switch: int | None = None,
+        count: int = 1,
+    ) -> None:
+        self.whole = whole
+        self.cpu = cpu
+        self.memory = memory
+        self.shares = shares
+        self.slices = slices
+        self.block = block
+        self.switch = switch
+        self.count = count
+
+    def slice_room(self, profile: str) -> int:
+        for name, n in self.slices:
+            if name == profile:
+                return n
+        return 0
+
+
+class Capacity(Record):
+    """What a pool can still place: devices with nothing on them (``whole``) and, per slice
+    profile, how many could still be placed; for a node-tracked pool also node by node
+    (``nodes``: its up nodes' room, identical rows counted once; None for a pool that is one node
+    counted as before nodes existed). ``examlops_policy.model`` names it."""
+
+    FIELDS: ClassVar[tuple[str, ...]] = ("whole", "slices", "nodes")
+
+    whole: int
+    slices: Mapping[str, int]
+    nodes: tuple[NodeRoom, ...] | None
+
+    def __init__(self, whole: int, slices: Mapping[str, int] | None = None, nodes: tuple[NodeRoom, ...] | None = None) -> None:
+        self.whole = whole
+        self.slices = {} if slices is None else slices
+        self.nodes = nodes

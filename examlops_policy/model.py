@@ -24,6 +24,9 @@ from functools import cached_property
 from typing import Final, Literal, Union
 
 from examlops_policy import quantities
+# A pool's capacity summary and its rows are records (made per decision, by the million in a
+# replay: ``_record``'s docstring says why not dataclasses); named here with the rest of the model.
+from examlops_policy._record import Capacity as Capacity, NodeRoom as NodeRoom
 from examlops_policy.errors import SpecError
 
 # The vocabulary. The reviewed tables (accelerators.yaml, engines.yaml, vocabulary.yaml) are the
@@ -576,42 +579,6 @@ class NodeAllocation:
     def devices(self) -> int:
         """Whole devices and slices held on this node (a share counts none)."""
         return len(self.holdings)
-
-
-@dataclass(frozen=True)
-class NodeRoom:
-    """What one node (or ``count`` nodes alike) of a node-tracked pool can still hold: ``whole``
-    devices with nothing on them (slices of a pool of fixed slices), ``cpu`` millicores and
-    ``memory`` MiB free (None: not tracked), the most free ``shares`` of one device already
-    shared (0: none), how many of each slice profile could still be placed (``slices``), and its
-    topology groups (``block``, ``switch``: the label's number among the pool's, None: none)."""
-
-    whole: int
-    cpu: int | None = None
-    memory: int | None = None
-    shares: int = 0
-    slices: tuple[tuple[str, int], ...] = ()
-    block: int | None = None
-    switch: int | None = None
-    count: int = 1
-
-    def slice_room(self, profile: str) -> int:
-        for name, n in self.slices:
-            if name == profile:
-                return n
-        return 0
-
-
-@dataclass(frozen=True)
-class Capacity:
-    """What a pool can still place: devices with nothing on them (``whole``) and, per slice
-    profile, how many could still be placed; for a node-tracked pool also node by node
-    (``nodes``: its up nodes' room, identical rows counted once; None for a pool that is one node
-    counted as before nodes existed)."""
-
-    whole: int
-    slices: Mapping[str, int] = field(default_factory=dict)
-    nodes: tuple[NodeRoom, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
+from examlops_policy._record import Record
 from examlops_policy.errors import SpecError
 from examlops_policy.model import Decision, Holding, JSONObject, JSONValue, Pool, PoolState, PoolVerdict, Reason, StartEstimate
 
@@ -545,6 +546,8 @@ def _plain(value: object) -> JSONValue:
         return value.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {name: _plain(getattr(value, name)) for name in _field_names(type(value))}
+    if isinstance(value, Record):
+        return {name: _plain(getattr(value, name)) for name in value.FIELDS}
     if isinstance(value, (tuple, list)) or (isinstance(value, Sequence) and not isinstance(value, (str, bytes))):
         return [_plain(item) for item in value]
     if isinstance(value, dict):

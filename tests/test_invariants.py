@@ -1408,7 +1408,7 @@ def node_capacities(draw: st.DrawFn, pools: list[Pool], tables: Any) -> list[Poo
                     room.block, room.switch,
                 )  # fmt: skip
                 rows[drawn] = rows.get(drawn, 0) + 1
-        rooms = tuple(dataclasses.replace(r, count=n) for r, n in sorted(rows.items(), key=repr))
+        rooms = tuple(NodeRoom(r.whole, r.cpu, r.memory, r.shares, r.slices, r.block, r.switch, n) for r, n in sorted(rows.items(), key=repr))
         states.append(PoolState(p, empty.free, Capacity(sum(r.whole * r.count for r in rooms), dict(empty.capacity.slices), rooms)))
     return states
 

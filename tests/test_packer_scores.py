@@ -1,4 +1,4 @@
-"""The node packer's scores kept by node state (``FragmentationPacker.scores``) are the formula's.
+"""The node packer's scores kept by node state (``FragmentationPacker.scores``, ``best``) are the formula's.
 
 A long-lived ``fgd`` or ``exa`` packer (a replay's, one per pool) looks up the score of a node
 state it has met before for the same request (and the best device for a share); a packer made for
@@ -105,8 +105,12 @@ def replay(name: str, seed: int) -> None:
         if request.kind == "share":  # the device a share takes on each feasible node, kept and computed
             for node in feasible.tolist():
                 assert kept.devices(cap, node, request) == PACKERS[name]().devices(cap, node, request), (request, node)
+        # ``best``: the kept scores' first of the highest, where ``place`` goes (the formula's argmax).
+        first = fresh.index(max(fresh))
+        assert kept.best(cap, request, feasible.tolist()) == first, (request, feasible.tolist())
         grants = cap.place(request, kept)
         assert grants is not None
+        assert [g.node for g in grants] == [cap.nodes[feasible.tolist()[first]].name]
         held.extend(grants)
     assert looked_up > 100  # the kept scores were used, not only computed
     assert kept._best_shares  # and the kept best devices of shares

@@ -14,7 +14,7 @@ import pytest
 
 from examlops_policy._core.selection import NOT_ATTEMPTED, Outcome
 from examlops_policy._nodes import NodeGrant
-from examlops_policy._record import Record
+from examlops_policy._record import Capacity, NodeRoom, Record
 from examlops_policy._sim.layer import Placed
 from examlops_policy._sim.simulate import WorkloadOutcome
 from examlops_policy.model import BurstVerdict, Grant
@@ -28,6 +28,8 @@ SAMPLES: tuple[Record, ...] = (
     Outcome(1, 2, BURST, 3, GRANT, ((1, GRANT),)),
     Placed("pool", GRANT, (), (NodeGrant("n1", (0,), 0, 0, 0),)),
     WorkloadOutcome("w1", 2.5, "pool", "no_capacity", "no pool has room"),
+    NodeRoom(2, 8000, 4096, 500, (("1g.10gb", 3),), 4, 5, 6),
+    Capacity(7, {"1g.10gb": 9}, (NodeRoom(1),)),
 )
 
 
@@ -60,6 +62,8 @@ def test_equal_fields_are_equal_records_and_hash_alike() -> None:
     assert a != NodeGrant("n1", (0, 1), 0, 4000, 2048)
     assert WorkloadOutcome("w", 1.0, "p") == WorkloadOutcome("w", 1.0, pool="p")
     assert WorkloadOutcome("w", 1.0, "p") != WorkloadOutcome("w", 1.0, code="p")
+    assert NodeRoom(1, count=2) == NodeRoom(1, None, None, 0, (), None, None, 2) and hash(NodeRoom(1)) == hash(NodeRoom(1))
+    assert Capacity(1) == Capacity(1, {}, None) and Capacity(1).slices == {} and Capacity(1).slices is not Capacity(1).slices
 
 
 def test_records_of_two_classes_are_never_equal() -> None:
@@ -72,6 +76,9 @@ def test_records_of_two_classes_are_never_equal() -> None:
 def test_repr_shows_the_fields() -> None:
     assert repr(NodeGrant("n1", (3,), 250, 0, 0)) == "NodeGrant(node='n1', devices=(3,), share_milli=250, cpu_milli=0, memory_mib=0)"
     assert repr(WorkloadOutcome("w1", 2.5)) == "WorkloadOutcome(name='w1', arrival=2.5, pool=None, code=None, message=None)"
+    assert repr(Capacity(2, {}, (NodeRoom(2),))) == (
+        "Capacity(whole=2, slices={}, nodes=(NodeRoom(whole=2, cpu=None, memory=None, shares=0, slices=(), block=None, switch=None, count=1),))"
+    )
 
 
 def test_records_pickle() -> None:

@@ -173,6 +173,9 @@ def test_on_nodes_scores_each_node_as_the_node_sees_the_request() -> None:
             seen.append((request, feasible.tolist()))
             return np.zeros(feasible.size, dtype=np.int64)
 
+        def best(self, capacity: NodeCapacity, request: NodeRequest, nodes: list[int]) -> int | None:
+            return None
+
         def devices(self, capacity: NodeCapacity, node: int, request: NodeRequest) -> tuple[int, ...]:
             return (0,)
 

@@ -380,7 +380,7 @@ def withhold(capacities: Sequence[Capacity], pools: Sequence[Pool], withheld: Ma
     """The capacities with the whole devices a reservation keeps taken out (a pool counted node
     by node is left as it is: its nodes say what it can place)."""
     return [
-        dataclasses.replace(c, whole=max(0, c.whole - withheld[p.name])) if p.name in withheld and c.nodes is None else c
+        Capacity(max(0, c.whole - withheld[p.name]), c.slices, c.nodes) if p.name in withheld and c.nodes is None else c
         for c, p in zip(capacities, pools)
     ]
 

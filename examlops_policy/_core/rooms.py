@@ -570,14 +570,23 @@ class OnNodes:
         self.packer = packer
         self.name = packer.name
         self.nodes = nodes
-        self._positions: tuple[_nodes.NodeCapacity, _nodes.IntArray] | None = None  # a capacity's nodes' positions in ``nodes``
+        # A capacity's nodes' positions in ``nodes``, as an array and as a list (made on first use).
+        self._positions: tuple[_nodes.NodeCapacity, _nodes.IntArray, list[int]] | None = None
 
-    def scores(self, capacity: _nodes.NodeCapacity, request: _nodes.NodeRequest, feasible: _nodes.IntArray) -> _nodes.IntArray | _nodes.FloatArray:
+    def _positions_of(self, capacity: _nodes.NodeCapacity) -> tuple[_nodes.NodeCapacity, _nodes.IntArray, list[int]]:
         if self._positions is None or self._positions[0] is not capacity:
             at = self.nodes.index
-            self._positions = (capacity, np.array([at[n.name] for n in capacity.nodes], dtype=np.int64))
+            listed = [at[n.name] for n in capacity.nodes]
+            self._positions = (capacity, np.array(listed, dtype=np.int64), listed)
+        return self._positions
+
+    def scores(self, capacity: _nodes.NodeCapacity, request: _nodes.NodeRequest, feasible: _nodes.IntArray) -> _nodes.IntArray | _nodes.FloatArray:
         asked = _request_of(None, 0, request.cpu_milli, request.memory_mib, 1)  # as the node sees it: no device
-        return self.packer.scores(self.nodes, asked, self._positions[1][feasible])
+        return self.packer.scores(self.nodes, asked, self._positions_of(capacity)[1][feasible])
+
+    def best(self, capacity: _nodes.NodeCapacity, request: _nodes.NodeRequest, nodes: list[int]) -> int | None:
+        at = self._positions_of(capacity)[2]
+        return self.packer.best(self.nodes, _request_of(None, 0, request.cpu_milli, request.memory_mib, 1), [at[i] for i in nodes])
 
     def devices(self, capacity: _nodes.NodeCapacity, node: int, request: _nodes.NodeRequest) -> tuple[int, ...]:
         return self.packer.devices(capacity, node, request)
