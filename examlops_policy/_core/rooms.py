@@ -281,20 +281,9 @@ class _Tally:
         counted[key] = n
 
 
-_ROWS_HELD = 1 << 14
-_rows: dict[tuple[RoomKey, int], NodeRoom] = {}  # rows made, by key and count (immutable, met again and again; bounded)
-
-
 def _row(key: RoomKey, n: int) -> NodeRoom:
     """The room ``key`` says, counted ``n`` times."""
-    row = _rows.get((key, n))
-    if row is None:
-        if len(_rows) >= _ROWS_HELD:
-            _rows.clear()
-        row = _rows[(key, n)] = NodeRoom(
-            _whole(key), _or_none(key, 1), _or_none(key, 2), cast(int, key[3]), _slices(key), _or_none(key, 5), _or_none(key, 6), n,
-        )  # fmt: skip
-    return row
+    return NodeRoom(_whole(key), _or_none(key, 1), _or_none(key, 2), cast(int, key[3]), _slices(key), _or_none(key, 5), _or_none(key, 6), n)
 
 
 def _node_room(rooms: Rooms, tally: _Tally, i: int) -> tuple[RoomKey | None, int, int]:
