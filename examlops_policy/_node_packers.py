@@ -368,6 +368,16 @@ class _FragModel:
         return out
 
 
+class _Scores:
+    """One request's score of each node (``FragmentationPacker._table``), as of the capacity's
+    change ``mark``: ``known[i]`` False where node ``i`` changed since its score was kept."""
+
+    def __init__(self, nodes: int) -> None:
+        self.scores = [0] * nodes
+        self.known = [False] * nodes
+        self.mark = -1
+
+
 class FragmentationPacker:
     """FGD: the placement that increases the node's expected fragmentation least (Weng et al.).
 
@@ -395,6 +405,7 @@ class FragmentationPacker:
         self._state_mark = -1
         self._state_ids: dict[tuple[object, ...], int] = {}
         self._memo: dict[tuple[int, int, int], dict[int, int]] = {}
+        self._tables: dict[tuple[int, int, int], _Scores] = {}  # per request, each node's score as of a change (``_table``)
         self._best_shares: dict[tuple[int, int], dict[int, frozenset[int]]] = {}  # a share's best free values, by request and state
         self._cpu_matters = True
 
@@ -489,37 +500,58 @@ class FragmentationPacker:
         at the capacity)."""
         if len(capacity) > MEMO_NODES or self._bound is not capacity:
             return None
-        found = self._kept(capacity, request, nodes)
-        at, top = 0, found[0]
-        for k in range(1, len(found)):
-            if found[k] > top:
-                at, top = k, found[k]
+        scores = self._table(capacity, request, nodes)
+        at, top = 0, scores[nodes[0]]
+        for k in range(1, len(nodes)):
+            score = scores[nodes[k]]
+            if score > top:
+                at, top = k, score
         return at
 
     def _kept(self, capacity: NodeCapacity, request: NodeRequest, nodes: list[int]) -> list[int]:
-        """The scores of ``nodes``: those of the node states met before looked up, the others
-        worked out (``_fresh``) and kept."""
+        """The scores of ``nodes``, from the scores kept (``_table``)."""
+        scores = self._table(capacity, request, nodes)
+        return [scores[i] for i in nodes]
+
+    def _table(self, capacity: NodeCapacity, request: NodeRequest, nodes: list[int]) -> list[int]:
+        """Each node's score for ``request`` by position, those of ``nodes`` up to date: kept per
+        request and worked out again for a node only once it changed (``changed_since``), from the
+        scores kept by node state (``_memo``), else by the formula (``_fresh``), and kept. A
+        decision costs the nodes that changed and a read of each feasible node's score."""
         state = self._states(capacity)
         key = (request.devices, request.share_milli, request.cpu_milli if self._cpu_matters else 0)
         memo = self._memo.get(key)
         if memo is None:
             if len(self._memo) >= MEMO_REQUESTS:
                 self._memo.clear()
+                self._tables.clear()
             memo = self._memo[key] = {}
-        # One loop over plain ints (compiled, it reads the lists natively).
-        found: list[int] = []
+        table = self._tables.get(key)
+        if table is None:
+            table = self._tables[key] = _Scores(len(capacity))
+        changed, table.mark = capacity.changed_since(table.mark)
+        known = table.known
+        if changed is None:
+            known[:] = [False] * len(known)
+        else:
+            for i in changed:
+                known[i] = False
+        scores = table.scores
         missing: list[int] = []
-        for k, i in enumerate(nodes):
-            score = memo.get(state[i])
-            if score is None:
-                missing.append(k)
-                score = 0
-            found.append(score)
+        for i in nodes:
+            if not known[i]:
+                score = memo.get(state[i])
+                if score is None:
+                    missing.append(i)
+                else:
+                    scores[i] = score
+                    known[i] = True
         if missing:
-            fresh: list[int] = self._fresh(capacity, request, np.array([nodes[k] for k in missing], dtype=np.int64)).tolist()
-            for k, score in zip(missing, fresh):
-                found[k] = memo[state[nodes[k]]] = score
-        return found
+            fresh: list[int] = self._fresh(capacity, request, np.array(missing, dtype=np.int64)).tolist()
+            for i, score in zip(missing, fresh):
+                scores[i] = memo[state[i]] = score
+                known[i] = True
+        return scores
 
     def _fresh(self, capacity: NodeCapacity, request: NodeRequest, nodes: IntArray) -> IntArray:
         """The scores of ``nodes`` worked out (the formula)."""
@@ -530,13 +562,14 @@ class FragmentationPacker:
         self._state_mark = -1  # every node's state to work out
         self._state_ids = {}
         self._memo = {}
+        self._tables = {}
         self._best_shares = {}
 
     def _states(self, capacity: NodeCapacity) -> list[int]:
         """Each node's state id, those of the nodes changed since worked out again (bounded: past
         ``MEMO_STATES`` states, all are forgotten and counted afresh)."""
         changed, self._state_mark = capacity.changed_since(self._state_mark)
-        stale: range | set[int] = range(len(capacity)) if changed is None else set(changed)
+        stale: range | list[int] = range(len(capacity)) if changed is None else changed  # a node there twice: the same state twice
         if changed is None or changed:
             if len(self._state_ids) + len(stale) > MEMO_STATES:
                 self._forget_states(capacity)

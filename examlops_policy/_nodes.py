@@ -30,7 +30,7 @@ packer brings its own seeded generator.
 
 from __future__ import annotations
 
-import bisect
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Final, Literal, Protocol
@@ -206,7 +206,7 @@ class _FreeRanges:
         return self.starts[0]
 
     def contains(self, index: int) -> bool:
-        i = bisect.bisect_right(self.starts, index) - 1
+        i = bisect_right(self.starts, index) - 1
         return i >= 0 and index < self.ends[i]
 
     def take_lowest(self, count: int) -> list[int]:
@@ -225,12 +225,12 @@ class _FreeRanges:
 
     def holds_run(self, start: int, end: int) -> bool:
         """Whether every index of [start, end) is free (within one range)."""
-        i = bisect.bisect_right(self.starts, start) - 1
+        i = bisect_right(self.starts, start) - 1
         return i >= 0 and end <= self.ends[i]
 
     def remove_run(self, start: int, end: int) -> None:
         """Take [start, end) (all free: ``holds_run``), splitting its range."""
-        i = bisect.bisect_right(self.starts, start) - 1
+        i = bisect_right(self.starts, start) - 1
         first, last = self.starts[i], self.ends[i]
         if first == start and last == end:
             del self.starts[i]
@@ -246,12 +246,12 @@ class _FreeRanges:
 
     def free_of_run(self, start: int, end: int) -> bool:
         """Whether no index of [start, end) is free."""
-        i = bisect.bisect_right(self.starts, end - 1) - 1  # the last range starting at or before end - 1
+        i = bisect_right(self.starts, end - 1) - 1  # the last range starting at or before end - 1
         return i < 0 or self.ends[i] <= start
 
     def add_run(self, start: int, end: int) -> None:
         """Give [start, end) back (none free: ``free_of_run``), merging with its neighbours."""
-        i = bisect.bisect_right(self.starts, start)
+        i = bisect_right(self.starts, start)
         joins_left = i > 0 and self.ends[i - 1] == start
         joins_right = i < len(self.starts) and self.starts[i] == end
         if joins_left and joins_right:
@@ -268,7 +268,7 @@ class _FreeRanges:
 
     def remove(self, index: int) -> None:
         """Take ``index`` (it must be free), splitting its range."""
-        i = bisect.bisect_right(self.starts, index) - 1
+        i = bisect_right(self.starts, index) - 1
         start, end = self.starts[i], self.ends[i]
         if start == index and end == index + 1:
             del self.starts[i]
@@ -284,7 +284,7 @@ class _FreeRanges:
 
     def add(self, index: int) -> None:
         """Give ``index`` back (it must not be free), merging with its neighbours."""
-        i = bisect.bisect_right(self.starts, index)
+        i = bisect_right(self.starts, index)
         joins_left = i > 0 and self.ends[i - 1] == index
         joins_right = i < len(self.starts) and self.starts[i] == index + 1
         if joins_left and joins_right:
@@ -315,14 +315,14 @@ class _Devices:
         old = self.shared.get(device)
         if old is not None:
             group = self.by_free[old]
-            del group[bisect.bisect_left(group, device)]
+            del group[bisect_left(group, device)]
             if not group:
                 del self.by_free[old]
         if free is None:
             self.shared.pop(device, None)
         else:
             self.shared[device] = free
-            bisect.insort(self.by_free.setdefault(free, []), device)
+            insort(self.by_free.setdefault(free, []), device)
 
 
 class Packer(Protocol):
@@ -332,8 +332,8 @@ class Packer(Protocol):
     capacity's order); ``devices`` picks the devices on the chosen node. Both only read the
     capacity. A packer may keep derived per-node state and refresh the rows whose
     ``NodeCapacity.version`` changed. ``best`` is where it keeps scores it can look up: the place
-    in ``nodes`` (a small pool's feasible nodes, a list) of the one ``scores`` would rank first,
-    without making arrays; None where it has nothing kept (then ``scores`` ranks them).
+    in ``nodes`` (a small pool's feasible nodes, a list it only reads) of the one ``scores`` would
+    rank first, without making arrays; None where it has nothing kept (then ``scores`` ranks them).
     """
 
     name: str

@@ -1,6 +1,6 @@
-"""Records the decision path makes by the million (a node's grant, a selection's outcome, a replay's
-placement, a workload's outcome, a pool's capacity summary and its rows of node rooms): plain
-classes with an ``__init__`` of their own.
+"""Records the decision path makes by the million (a node's grant, what a grant holds on a node and
+its share of a device, a selection's outcome, a replay's placement, a workload's outcome, a pool's
+capacity summary and its rows of node rooms): plain classes with an ``__init__`` of their own.
 
 A dataclass's ``__init__`` is written by the ``dataclasses`` module when the class is made and
 runs in the interpreter, even in a module compiled by mypyc (``hatch_build.py``): 0.75 µs for a
@@ -18,7 +18,10 @@ freed memory: the replay's ties crashed so (``tests/test_whole_nodes.py``, compi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from examlops_policy.model import Holding
 
 
 class Record:
@@ -86,6 +89,10 @@ class NodeRoom(Record):
         self.switch = switch
         self.count = count
 
+    def times(self, count: int) -> NodeRoom:
+        """This room, counted ``count`` times."""
+        return NodeRoom(self.whole, self.cpu, self.memory, self.shares, self.slices, self.block, self.switch, count)
+
     def slice_room(self, profile: str) -> int:
         for name, n in self.slices:
             if name == profile:
@@ -109,3 +116,45 @@ class Capacity(Record):
         self.whole = whole
         self.slices = {} if slices is None else slices
         self.nodes = nodes
+
+
+class DeviceShare(Record):
+    """A share of one device of a shared pool (``Pool.sharing``): ``shares`` of its
+    ``shares_per_device``, on the device with index ``device`` on its node. ``examlops_policy.model``
+    names it."""
+
+    FIELDS: ClassVar[tuple[str, ...]] = ("device", "shares")
+
+    device: int
+    shares: int
+
+    def __init__(self, device: int, shares: int) -> None:
+        self.device = device
+        self.shares = shares
+
+
+class NodeAllocation(Record):
+    """What a grant holds on one node: whole devices and slices (``holdings``, ``device`` being
+    the index on this node), or a ``share`` of one device, and ``cpu_milli`` millicores and
+    ``memory_mib`` MiB of the node's own (0: none asked for). A gang holds one per node, alike.
+    ``examlops_policy.model`` names it."""
+
+    FIELDS: ClassVar[tuple[str, ...]] = ("node", "holdings", "share", "cpu_milli", "memory_mib")
+
+    node: str
+    holdings: tuple[Holding, ...]
+    share: DeviceShare | None
+    cpu_milli: int
+    memory_mib: int
+
+    def __init__(self, node: str, holdings: tuple[Holding, ...] = (), share: DeviceShare | None = None, cpu_milli: int = 0, memory_mib: int = 0) -> None:
+        self.node = node
+        self.holdings = holdings
+        self.share = share
+        self.cpu_milli = cpu_milli
+        self.memory_mib = memory_mib
+
+    @property
+    def devices(self) -> int:
+        """Whole devices and slices held on this node (a share counts none)."""
+        return len(self.holdings)

@@ -24,9 +24,10 @@ from functools import cached_property
 from typing import Final, Literal, Union
 
 from examlops_policy import quantities
-# A pool's capacity summary and its rows are records (made per decision, by the million in a
-# replay: ``_record``'s docstring says why not dataclasses); named here with the rest of the model.
-from examlops_policy._record import Capacity as Capacity, NodeRoom as NodeRoom
+# A pool's capacity summary and its rows, and what a grant holds on a node, are records (made per
+# decision, by the million in a replay: ``_record``'s docstring says why not dataclasses); named
+# here with the rest of the model.
+from examlops_policy._record import Capacity as Capacity, DeviceShare as DeviceShare, NodeAllocation as NodeAllocation, NodeRoom as NodeRoom
 from examlops_policy.errors import SpecError
 
 # The vocabulary. The reviewed tables (accelerators.yaml, engines.yaml, vocabulary.yaml) are the
@@ -552,33 +553,6 @@ class Holding:
     profile: str | None = None
     start: int | None = None
     units: int | None = None
-
-
-@dataclass(frozen=True)
-class DeviceShare:
-    """A share of one device of a shared pool (``Pool.sharing``): ``shares`` of its
-    ``shares_per_device``, on the device with index ``device`` on its node."""
-
-    device: int
-    shares: int
-
-
-@dataclass(frozen=True)
-class NodeAllocation:
-    """What a grant holds on one node: whole devices and slices (``holdings``, ``device`` being
-    the index on this node), or a ``share`` of one device, and ``cpu_milli`` millicores and
-    ``memory_mib`` MiB of the node's own (0: none asked for). A gang holds one per node, alike."""
-
-    node: str
-    holdings: tuple[Holding, ...] = ()
-    share: DeviceShare | None = None
-    cpu_milli: int = 0
-    memory_mib: int = 0
-
-    @property
-    def devices(self) -> int:
-        """Whole devices and slices held on this node (a share counts none)."""
-        return len(self.holdings)
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ import pytest
 
 from examlops_policy._core.selection import NOT_ATTEMPTED, Outcome
 from examlops_policy._nodes import NodeGrant
-from examlops_policy._record import Capacity, NodeRoom, Record
+from examlops_policy._record import Capacity, DeviceShare, NodeAllocation, NodeRoom, Record
 from examlops_policy._sim.layer import Placed
 from examlops_policy._sim.simulate import WorkloadOutcome
-from examlops_policy.model import BurstVerdict, Grant
+from examlops_policy.model import BurstVerdict, Grant, Holding
 
 
 GRANT = Grant(requested=1.0, honored=True, share=1.0, units=1, devices=1.0)
@@ -30,6 +30,8 @@ SAMPLES: tuple[Record, ...] = (
     WorkloadOutcome("w1", 2.5, "pool", "no_capacity", "no pool has room"),
     NodeRoom(2, 8000, 4096, 500, (("1g.10gb", 3),), 4, 5, 6),
     Capacity(7, {"1g.10gb": 9}, (NodeRoom(1),)),
+    DeviceShare(3, 250),
+    NodeAllocation("n1", (Holding(0, "1g.10gb", 4, 1),), DeviceShare(2, 500), 4000, 1024),
 )
 
 
@@ -64,6 +66,7 @@ def test_equal_fields_are_equal_records_and_hash_alike() -> None:
     assert WorkloadOutcome("w", 1.0, "p") != WorkloadOutcome("w", 1.0, code="p")
     assert NodeRoom(1, count=2) == NodeRoom(1, None, None, 0, (), None, None, 2) and hash(NodeRoom(1)) == hash(NodeRoom(1))
     assert Capacity(1) == Capacity(1, {}, None) and Capacity(1).slices == {} and Capacity(1).slices is not Capacity(1).slices
+    assert NodeAllocation("n1") == NodeAllocation("n1", (), None, 0, 0) and NodeAllocation("n1", (Holding(0), Holding(1))).devices == 2
 
 
 def test_records_of_two_classes_are_never_equal() -> None:
@@ -75,6 +78,7 @@ def test_records_of_two_classes_are_never_equal() -> None:
 
 def test_repr_shows_the_fields() -> None:
     assert repr(NodeGrant("n1", (3,), 250, 0, 0)) == "NodeGrant(node='n1', devices=(3,), share_milli=250, cpu_milli=0, memory_mib=0)"
+    assert repr(NodeAllocation("n1", (), DeviceShare(0, 250))) == "NodeAllocation(node='n1', holdings=(), share=DeviceShare(device=0, shares=250), cpu_milli=0, memory_mib=0)"
     assert repr(WorkloadOutcome("w1", 2.5)) == "WorkloadOutcome(name='w1', arrival=2.5, pool=None, code=None, message=None)"
     assert repr(Capacity(2, {}, (NodeRoom(2),))) == (
         "Capacity(whole=2, slices={}, nodes=(NodeRoom(whole=2, cpu=None, memory=None, shares=0, slices=(), block=None, switch=None, count=1),))"

@@ -695,9 +695,9 @@ def _give_back(txn: Transaction, capacities: Capacities, pool: Pool, row: PoolRo
         node = cast(str, h.node)
         at = by_node.get(node, NodeAllocation(node))
         if h.shares is not None:
-            by_node[node] = dataclasses.replace(at, share=DeviceShare(h.holding.device, h.shares))
+            by_node[node] = NodeAllocation(at.node, at.holdings, DeviceShare(h.holding.device, h.shares), at.cpu_milli, at.memory_mib)
         else:
-            by_node[node] = dataclasses.replace(at, holdings=(*at.holdings, h.holding))
+            by_node[node] = NodeAllocation(at.node, (*at.holdings, h.holding), at.share, at.cpu_milli, at.memory_mib)
     touched = rooms.give_back(room, list(by_node.values()), devices=True)
     capacity, free = rooms.summary(room, touched)
     txn.set_capacity(pool.name, codec.capacity_text(capacity), free, version)

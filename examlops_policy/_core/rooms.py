@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import struct
 from bisect import bisect_left
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, cast
+from typing import Final
 
 import numpy as np
 
@@ -193,44 +194,34 @@ def _groups(nodes: Sequence[Node], level: str) -> dict[str, int]:
 
 
 Slices = tuple[tuple[str, int], ...]
-RoomKey = tuple[int | Slices, ...]
-"""A node's room as the summary orders and counts it, flat, 7 items: whole devices, CPU, memory,
-shares, slices (``Slices``), block and switch, each but the slices an int, ``NONE`` for None (CPU
-or memory not tracked, no block or switch: after every value, as a room orders them). Typed as a
-tuple of any length so that, compiled, a key is one Python tuple made once and passed as it is (a
-tuple of fixed types is unboxed into a C struct by mypyc and made again each time it is put in a
-dict or a list)."""
+RoomKey = bytes
+"""A node's room as the summary orders and counts it: its figures packed big-endian, 8 bytes each
+(``_Tally.pack``): whole devices, CPU, memory, shares, each slice profile's count (the pool's
+profiles in name order: ``_Tally.profiles``), block and switch, ``NONE`` for None (CPU or memory
+not tracked, no block or switch: after every value, as a room orders them). Two keys compare as
+the tuples of their figures do (each is an unsigned 64-bit figure; one out of range fails the
+packing loudly, never orders wrongly), and bytes compare in one memcmp and hash once, where a
+tuple of seven ints took hundreds of instructions to compare and to hash each time: the summary's
+upkeep (``_Tally.count``) is mostly comparing and looking keys up."""
 
 NONE: Final = 1 << 63
-"""A room key's None: above any value a node's figure holds (an int64)."""
-
-
-def _whole(key: RoomKey) -> int:
-    return cast(int, key[0])
-
-
-def _slices(key: RoomKey) -> Slices:
-    return cast(Slices, key[4])
-
-
-def _or_none(key: RoomKey, at: int) -> int | None:
-    value = cast(int, key[at])
-    return None if value == NONE else value
+"""A room's None: above any value a node's figure holds (an int64)."""
 
 
 @dataclass
 class _Tally:
     """Each node's room (its ``RoomKey``) and free units as ``summary`` worked them out (None, 0: a
     node not up), and the rooms counted, so that a summary after a change costs the nodes that
-    changed: the distinct rooms in the summary's order (``keys``, ``rows``: the room with its
+    changed: the distinct rooms in the summary's order (``keys``, with ``rows``: the room with its
     count), the whole devices, slices and free units of them all, each kept up to date by the
     change."""
 
     blocks: dict[str, int]
     switches: dict[str, int]
+    kind: str  # the pool's layout's kind (``packing.PoolLayout.kind``)
+    profiles: tuple[str, ...]  # the pool's slice profiles, in a key's order (none: devices are not sliced)
     rooms: list[RoomKey | None]
     free_units: list[int]
-    counted: dict[RoomKey, int]
     keys: list[RoomKey] = field(default_factory=list)
     rows: list[NodeRoom] = field(default_factory=list)
     whole: int = 0
@@ -240,90 +231,104 @@ class _Tally:
     pico: int = 0  # that, summed over the up nodes
     made: Capacity | None = None  # the summary of ``rows`` and the totals, until they change
     fixed: list[_Fixed | None] = field(default_factory=list)  # per node: what of its room never changes (``_fixed``)
+    pack: Callable[..., bytes] = field(init=False, repr=False)  # a key of a room's figures: 6 and the profiles' counts
 
-    def start(self) -> None:
-        self.keys = sorted(self.counted)
-        self.rows = [_row(key, self.counted[key]) for key in self.keys]
+    def __post_init__(self) -> None:
+        self.pack = struct.Struct(">" + "Q" * (6 + len(self.profiles))).pack
+        self.slices = {name: 0 for name in self.profiles}
+
+    def start(self, rooms: Sequence[NodeRoom | None]) -> None:
+        """Count every node's room afresh (``rooms``: each node's, as ``_node_room`` says it)."""
+        counted: dict[RoomKey, NodeRoom] = {}
+        for key, room in zip(self.rooms, rooms):
+            if key is not None and room is not None:
+                seen = counted.get(key)
+                counted[key] = room if seen is None else seen.times(seen.count + 1)
+        self.keys = sorted(counted)
+        self.rows = [counted[key] for key in self.keys]
         self.whole = 0
-        self.slices = {}
-        for key, n in self.counted.items():
-            self._total(key, n)
+        self.slices = {name: 0 for name in self.profiles}
+        for row in self.rows:
+            self._total(row, row.count)
         self.units = sum(self.free_units)
         self.pico = sum(self.slice_pico)
         self.made = None
 
-    def _total(self, key: RoomKey, n: int) -> None:
-        self.whole += _whole(key) * n
-        for name, k in _slices(key):
-            self.slices[name] = self.slices.get(name, 0) + k * n
+    def _total(self, row: NodeRoom, step: int) -> None:
+        self.whole += row.whole * step
+        for name, k in row.slices:
+            self.slices[name] += k * step
 
-    def count(self, key: RoomKey, step: int) -> None:
-        counted = self.counted
-        was = counted.get(key, 0)
-        n = was + step
-        self.whole += _whole(key) * step
-        slices = _slices(key)
-        if slices:
-            for name, k in slices:
-                self.slices[name] = self.slices.get(name, 0) + k * step
-        keys = self.keys
-        at = bisect_left(keys, key)
+    def count(self, key: RoomKey, step: int, room: NodeRoom | None = None) -> None:
+        """Count ``key`` ``step`` more times (-1: a node left that room; ``room``: the room it
+        says, for a key not counted yet)."""
         self.made = None
-        if not n:
-            del keys[at], self.rows[at], counted[key]
-            return
-        row = _row(key, n)
-        if was:
-            self.rows[at] = row
-        else:
+        keys, rows = self.keys, self.rows
+        at = bisect_left(keys, key)
+        if at < len(keys) and keys[at] == key:
+            row = rows[at]
+            self._total(row, step)
+            n = row.count + step
+            if n:
+                rows[at] = row.times(n)
+            else:
+                del keys[at], rows[at]
+        elif room is not None and step > 0:
+            self._total(room, step)
             keys.insert(at, key)
-            self.rows.insert(at, row)
-        counted[key] = n
+            rows.insert(at, room.times(step))
+        else:
+            raise _nodes.CapacityError("a room left that was never counted")
 
 
-def _row(key: RoomKey, n: int) -> NodeRoom:
-    """The room ``key`` says, counted ``n`` times."""
-    return NodeRoom(_whole(key), _or_none(key, 1), _or_none(key, 2), cast(int, key[3]), _slices(key), _or_none(key, 5), _or_none(key, 6), n)
+def _profiles(layout: packing.PoolLayout) -> tuple[str, ...]:
+    """The slice profiles a pool's rooms count (a room's ``slices``), in name order."""
+    if layout.kind == "fixed":
+        return (str(layout.fixed_profile),)
+    if layout.kind in packing.PARTITIONED:
+        return tuple(sorted(layout.shares))
+    return ()
 
 
-def _node_room(rooms: Rooms, tally: _Tally, i: int) -> tuple[RoomKey | None, int, int]:
-    """Node ``i``'s room (None when it is not up), its free units, and what its slices leave of the
-    devices holding them (in 1e-12 devices: whole numbers, summed exactly whatever the order)."""
+def _node_room(rooms: Rooms, tally: _Tally, i: int) -> tuple[RoomKey | None, NodeRoom | None, int, int]:
+    """Node ``i``'s room, its key and the room counted once (None, None when it is not up), its free
+    units, and what its slices leave of the devices holding them (in 1e-12 devices: whole
+    numbers, summed exactly whatever the order)."""
     fixed = tally.fixed[i] if i < len(tally.fixed) else _fixed(rooms, tally, i)
     if fixed is None:
-        return None, 0, 0
-    cpu_tracked, memory_tracked, sharing, block, switch = fixed
-    layout, capacity = rooms.layout, rooms.capacity
+        return None, None, 0, 0
+    cpu_tracked, memory_tracked, sharing, cores, block, switch = fixed
+    capacity = rooms.capacity
     whole = capacity.whole_free_list[i]
     units = capacity.free_milli_list[i]
-    if cpu_tracked and rooms.pool.accelerator == "cpu":
+    if cores:
         # A cpu pool's devices are its node's cores (a unit of a grant takes 1000 millicores of
         # the node): no more are free than the node's cores that other pools' grants leave.
         whole = min(whole, capacity.cpu_free_list[i] // 1000)
         units = min(units, whole * capacity.unit)
-    slices: tuple[tuple[str, int], ...] = ()
-    if layout.kind == "fixed":
-        slices, whole = ((str(layout.fixed_profile), whole),), 0
-    elif layout.kind in packing.PARTITIONED:
-        placeable = packing.summarize(dataclasses.replace(layout, devices=rooms.nodes[i].devices), _beside(rooms, i))
-        slices = tuple(sorted(placeable.slices.items()))
-    key: RoomKey = (
-        whole,
-        capacity.cpu_free_list[i] if cpu_tracked else NONE,
-        capacity.memory_free_list[i] if memory_tracked else NONE,
-        max(0, capacity.shared_max_list[i]) if sharing else 0,
-        slices,
-        block,
-        switch,
-    )
+    cpu = capacity.cpu_free_list[i] if cpu_tracked else NONE
+    memory = capacity.memory_free_list[i] if memory_tracked else NONE
+    shared = max(0, capacity.shared_max_list[i]) if sharing else 0
+    slices: Slices = ()
+    if tally.kind == "fixed":
+        slices, whole = ((tally.profiles[0], whole),), 0
+    elif tally.profiles:
+        placeable = packing.summarize(dataclasses.replace(rooms.layout, devices=rooms.nodes[i].devices), _beside(rooms, i))
+        slices = tuple((name, placeable.slices[name]) for name in tally.profiles)
+    key = tally.pack(whole, cpu, memory, shared, *[n for _, n in slices], block, switch) if slices else tally.pack(whole, cpu, memory, shared, block, switch)
+    room = NodeRoom(
+        whole, cpu if cpu_tracked else None, memory if memory_tracked else None, shared, slices,
+        None if block == NONE else block, None if switch == NONE else switch,
+    )  # fmt: skip
     shares = rooms.slice_share.get(i)
     pico = round(sum(max(0.0, 1.0 - v) for v in shares.values()) * 1e12) if shares else 0
-    return key, units, pico
+    return key, room, units, pico
 
 
-_Fixed = tuple[bool, bool, bool, int, int]
+_Fixed = tuple[bool, bool, bool, bool, int, int]
 """What of a node's room never changes with its holdings: whether its CPU and memory are tracked,
-whether the pool shares devices, its block and its switch as a room says them."""
+whether the pool shares devices, whether its devices are the node's cores (a ``cpu`` pool's, its
+CPU tracked), and its block and switch as a room's key says them."""
 
 
 def _fixed(rooms: Rooms, tally: _Tally, i: int) -> _Fixed | None:
@@ -331,11 +336,10 @@ def _fixed(rooms: Rooms, tally: _Tally, i: int) -> _Fixed | None:
     node = rooms.nodes[i]
     fixed: _Fixed | None = None
     if node.usable:
-        fixed = (
-            bool(rooms.capacity.cpu_tracked[i]), node.memory_mib is not None, rooms.pool.sharing is not None,
-            NONE if node.block is None else tally.blocks[node.block],
-            NONE if node.switch is None else tally.switches[node.switch],
-        )  # fmt: skip
+        block = NONE if node.block is None else tally.blocks[node.block]
+        switch = NONE if node.switch is None else tally.switches[node.switch]
+        cpu_tracked = bool(rooms.capacity.cpu_tracked[i])
+        fixed = (cpu_tracked, node.memory_mib is not None, rooms.pool.sharing is not None, cpu_tracked and rooms.pool.accelerator == "cpu", block, switch)
     if i == len(tally.fixed):
         tally.fixed.append(fixed)
     return fixed
@@ -343,7 +347,18 @@ def _fixed(rooms: Rooms, tally: _Tally, i: int) -> _Fixed | None:
 
 def summary(rooms: Rooms, changed: Collection[int] | None = None) -> tuple[Capacity, float]:
     """What the pool can still place, node by node (its up nodes' rooms, identical ones counted
-    once), with the pool's totals; and its devices free (shares summed, for people).
+    once), with the pool's totals (``capacity_of``); and its devices free (shares summed, for
+    people)."""
+    capacity = capacity_of(rooms, changed)
+    tally = rooms.tally
+    assert tally is not None
+    # Devices free: the free units over a device's units, and what the slices leave of the devices holding them.
+    return capacity, round(tally.units / rooms.capacity.unit + tally.pico / 1e12, 9)
+
+
+def capacity_of(rooms: Rooms, changed: Collection[int] | None = None) -> Capacity:
+    """What the pool can still place, node by node (its up nodes' rooms, identical ones counted
+    once), with the pool's totals.
 
     ``changed``: the positions of the only nodes whose holdings changed since the last summary of
     these rooms (their rooms alone are worked out again: the cost is theirs, not the pool's); None:
@@ -351,19 +366,20 @@ def summary(rooms: Rooms, changed: Collection[int] | None = None) -> tuple[Capac
     layout = rooms.layout
     tally = rooms.tally
     if tally is None or changed is None:
-        tally = rooms.tally = _Tally(_groups(rooms.nodes, "block"), _groups(rooms.nodes, "switch"), [], [], {})
+        tally = rooms.tally = _Tally(_groups(rooms.nodes, "block"), _groups(rooms.nodes, "switch"), layout.kind, _profiles(layout), [], [])
+        made = []
         for i in range(len(rooms.nodes)):
-            key, units, pico = _node_room(rooms, tally, i)
+            key, room, units, pico = _node_room(rooms, tally, i)
             tally.rooms.append(key)
+            made.append(room)
             tally.free_units.append(units)
             tally.slice_pico.append(pico)
-            if key is not None:
-                tally.counted[key] = tally.counted.get(key, 0) + 1
-        tally.start()
+        tally.start(made)
     else:
-        for i in changed if isinstance(changed, set) else set(changed):
+        stale: set[int] = changed if isinstance(changed, set) else set(changed)  # typed: its items read as ints, not objects
+        for i in stale:
             before = tally.rooms[i]
-            key, units, pico = _node_room(rooms, tally, i)
+            key, room, units, pico = _node_room(rooms, tally, i)
             tally.units += units - tally.free_units[i]
             tally.free_units[i] = units
             tally.pico += pico - tally.slice_pico[i]
@@ -374,9 +390,7 @@ def summary(rooms: Rooms, changed: Collection[int] | None = None) -> tuple[Capac
                 tally.count(before, -1)
             tally.rooms[i] = key
             if key is not None:
-                tally.count(key, +1)
-    # Devices free: the free units over a device's units, and what the slices leave of the devices holding them.
-    free = tally.units / rooms.capacity.unit + tally.pico / 1e12
+                tally.count(key, +1, room)
     if tally.made is None:
         total_slices = {name: n for name, n in tally.slices.items() if n}
         if layout.kind == "fixed":
@@ -384,7 +398,7 @@ def summary(rooms: Rooms, changed: Collection[int] | None = None) -> tuple[Capac
         elif layout.kind in packing.PARTITIONED:
             total_slices = {p: total_slices.get(p, 0) for p in layout.shares}
         tally.made = Capacity(tally.whole, total_slices, tuple(tally.rows))
-    return tally.made, round(free, 9)
+    return tally.made
 
 
 def _devices(a: NodeAllocation) -> list[int]:
@@ -448,7 +462,7 @@ def give_back(
                     freed.append(d)
             capacity.give_back(a.node, tuple(freed), 0, a.cpu_milli, a.memory_mib)
             rooms.taken.get(i, set()).difference_update(freed)
-        elif devices and any(h.profile is not None for h in a.holdings) and i in rooms.slices:
+        elif devices and i in rooms.slices and any(h.profile is not None for h in a.holdings):
             held, per_device = rooms.slices[i], rooms.slice_share.setdefault(i, {})
             for h in a.holdings:
                 if h not in held:
@@ -618,12 +632,20 @@ def whole_nodes(rooms: Rooms, beside: Sequence[Rooms]) -> _nodes.NodeCapacity:
 # few shapes, on a few device indices): each is made once and kept, a bounded number of them.
 _KEPT = 4096
 _requests: dict[tuple[int | None, int, int, int, int], _nodes.NodeRequest] = {}
+_granted: dict[int, tuple[Grant, _nodes.NodeRequest]] = {}  # by the grant's identity (a judged pool's grant, asked again and again)
 _kept_holdings: dict[tuple[tuple[int, ...], str | None], tuple[Holding, ...]] = {}
 
 
 def _request(grant: Grant) -> _nodes.NodeRequest:
     """What ``grant`` asks of each node, as the node packer takes it."""
-    return _request_of(grant.shares, grant.units, grant.cpu_milli, grant.memory_mib, grant.nodes)
+    seen = _granted.get(id(grant))
+    if seen is not None and seen[0] is grant:  # the same grant again: its request without reading it
+        return seen[1]
+    request = _request_of(grant.shares, grant.units, grant.cpu_milli, grant.memory_mib, grant.nodes)
+    if len(_granted) >= _KEPT:
+        _granted.clear()
+    _granted[id(grant)] = (grant, request)  # the grant held: its id is not reused while kept
+    return request
 
 
 def _request_of(shares: int | None, units: int, cpu_milli: int, memory_mib: int, nodes: int) -> _nodes.NodeRequest:

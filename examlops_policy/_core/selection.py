@@ -97,45 +97,77 @@ def fits(grant: Grant, capacity: Capacity) -> bool:
     enough placeable slices of its profile; on a node-tracked pool, as many nodes as the grant asks
     (within one group of a required topology level) that each hold what it asks of one node."""
     rooms = capacity.nodes
+    a = _asked(grant)
     if rooms is None:
-        if grant.nodes != 1:
+        if a.nodes != 1:
             return False
-        if grant.profile is None:
-            return capacity.whole >= grant.units
-        return capacity.slices.get(grant.profile, 0) >= grant.units
-    if grant.shares is None and grant.profile is None and capacity.whole < grant.units * grant.nodes:
+        if a.profile is None:
+            return capacity.whole >= a.units
+        return capacity.slices.get(a.profile, 0) >= a.units
+    if a.shares is None and a.profile is None and capacity.whole < a.units * a.nodes:
         return False  # fewer whole devices free in all than the grant asks
-    if grant.topology is None:
+    cpu, memory, shares, profile, units = a.cpu_milli, a.memory_mib, a.shares, a.profile, a.units
+    if a.topology is None:
         # Enough nodes that hold it, counted until there are (rooms are in ascending order of
         # their whole devices: the roomiest are looked at first).
-        need = grant.nodes
+        need = a.nodes
         for r in reversed(rooms):
-            if holds(r, grant):
+            if holds(r, cpu, memory, shares, profile, units):
                 need -= r.count
                 if need <= 0:
                     return True
         return False
-    level = "block" if grant.topology == "same-block" else "switch"
+    level = "block" if a.topology == "same-block" else "switch"
     together: dict[int, int] = {}
     for r in rooms:
         group = getattr(r, level)
-        if group is not None and holds(r, grant):
+        if group is not None and holds(r, cpu, memory, shares, profile, units):
             together[group] = together.get(group, 0) + r.count
-    return any(n >= grant.nodes for n in together.values())
+    return any(n >= a.nodes for n in together.values())
 
 
-def holds(room: NodeRoom, grant: Grant) -> bool:
-    """Whether a node with ``room`` holds what ``grant`` asks of one node: its devices (whole ones,
-    a slice, or its shares on a shared or a free device), its CPU and its memory."""
-    if room.cpu is not None and room.cpu < grant.cpu_milli:
+class _Asked:
+    """What a grant asks of a pool's capacity (``fits``), its fields read once: a judged pool's
+    grant is asked about at every decision of its workload's signature."""
+
+    def __init__(self, grant: Grant) -> None:
+        self.grant = grant
+        self.nodes = grant.nodes
+        self.units = grant.units
+        self.profile = grant.profile
+        self.shares = grant.shares
+        self.topology = grant.topology
+        self.cpu_milli = grant.cpu_milli
+        self.memory_mib = grant.memory_mib
+
+
+ASKED_HELD: Final = 4096
+"""Grants whose asks ``fits`` keeps read (by the grant's identity); past it, all are let go."""
+_asked_by_id: dict[int, _Asked] = {}
+
+
+def _asked(grant: Grant) -> _Asked:
+    found = _asked_by_id.get(id(grant))
+    if found is None or found.grant is not grant:  # the grant held: its id is not reused while kept
+        if len(_asked_by_id) >= ASKED_HELD:
+            _asked_by_id.clear()
+        found = _asked_by_id[id(grant)] = _Asked(grant)
+    return found
+
+
+def holds(room: NodeRoom, cpu_milli: int, memory_mib: int, shares: int | None, profile: str | None, units: int) -> bool:
+    """Whether a node with ``room`` holds what a grant asks of one node: its devices (``units``
+    whole ones or of a slice ``profile``, or its ``shares`` on a shared or a free device), its CPU
+    and its memory."""
+    if room.cpu is not None and room.cpu < cpu_milli:
         return False
-    if room.memory is not None and room.memory < grant.memory_mib:
+    if room.memory is not None and room.memory < memory_mib:
         return False
-    if grant.shares is not None:
-        return room.whole >= 1 or room.shares >= grant.shares
-    if grant.profile is None:
-        return room.whole >= grant.units
-    return room.slice_room(grant.profile) >= grant.units
+    if shares is not None:
+        return room.whole >= 1 or room.shares >= shares
+    if profile is None:
+        return room.whole >= units
+    return room.slice_room(profile) >= units
 
 
 def grant_cost(price: float, grant: Grant) -> float:

@@ -360,22 +360,26 @@ class CsvWorkloads:
 
     def __iter__(self) -> Iterator[TraceWorkload]:
         from examlops_policy import specs
-        from examlops_policy._sim.trace import _rows
+        from examlops_policy._sim.trace import _table
         from examlops_policy.model import NAME_RE, name_problem
 
         path, tables = self.path, self.tables
         shapes: dict[tuple[str, ...], Shape] = {}
-        for line, row in _rows(path, WORKLOAD_COLUMNS):
-            name = row["name"]
-            key = (row["accelerator"], row["count"], row["fraction"], row["cpu"], row["memory"], row["models"])
+        table = _table(path, WORKLOAD_COLUMNS)
+        _, header = next(table)
+        place = {column: j for j, column in enumerate(header)}  # a column named twice: its last, as a row's dict reads it
+        at = [place[column] for column in WORKLOAD_COLUMNS]
+        for line, cells in table:
+            name, arrived, lasts, accelerator, count, fraction, cpu, memory, models = [cells[j] for j in at]
+            key = (accelerator, count, fraction, cpu, memory, models)
             shape = shapes.get(key)
             if shape is None:
-                values: dict[str, object] = {"name": name, "accelerator": row["accelerator"]}
-                for column in ("count", "fraction", "cpu", "memory"):
-                    if row[column] != "":
-                        values[column] = _value(row[column])
-                if row["models"]:
-                    values["models"] = tuple(m for m in row["models"].split("|") if m)
+                values: dict[str, object] = {"name": name, "accelerator": accelerator}
+                for column, cell in (("count", count), ("fraction", fraction), ("cpu", cpu), ("memory", memory)):
+                    if cell != "":
+                        values[column] = _value(cell)
+                if models:
+                    values["models"] = tuple(m for m in models.split("|") if m)
                 try:
                     workload = specs.workload_from_mapping(values, source=f"{path} line {line}")
                     specs.check_workload_facts(workload, tables)
@@ -388,8 +392,8 @@ class CsvWorkloads:
                 problem = name_problem(name, what="a workload name")
                 if problem:
                     raise SpecError(problem, source=f"{path} line {line}", field="name")
-            arrival = _seconds(row["arrival"], path, line, "arrival")
-            duration = None if row["duration"] == "" else _seconds(row["duration"], path, line, "duration")
+            arrival = _seconds(arrived, path, line, "arrival")
+            duration = None if lasts == "" else _seconds(lasts, path, line, "duration")
             yield TraceWorkload(name, arrival, duration, line, shape)
 
 

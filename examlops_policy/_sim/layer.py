@@ -25,7 +25,7 @@ may give its own pools (the generic format).
    every node below, which ``place`` builds as ``rooms.whole_nodes``); what the grant
    holds is held on the pools sharing those nodes too (``rooms.hold_beside``: as ``rooms.build``
    counts the records), and each changed pool's summary is worked out again for the nodes that
-   changed (``rooms.summary(rooms, changed)``) when it is next read (``Summaries``).
+   changed (``rooms.capacity_of(rooms, changed)``) when it is next read (``Summaries``).
 
 Nothing is written and nothing is audited. Per placement the cost is selection and the packer.
 A ``NodeCapacity`` over every node (``capacity``) holds every grant too: it checks that no device,
@@ -133,12 +133,12 @@ def workload_of(request: _nodes.NodeRequest, name: str = "pod", *, accelerator: 
 class Summaries(Sequence[Capacity]):
     """Each pool's capacity summary, worked out when it is read: a change marks the nodes it
     touched (``changed``), and the next read of that pool's summary works out theirs alone
-    (``rooms.summary(rooms, changed)``). A pool no request looks at between two changes costs
+    (``rooms.capacity_of(rooms, changed)``). A pool no request looks at between two changes costs
     nothing more for the second: the cost of a change is the nodes it touched, once."""
 
     def __init__(self, rooms: Sequence[_rooms.Rooms]) -> None:
         self._rooms = rooms
-        self._summaries = [_rooms.summary(r)[0] for r in rooms]
+        self._summaries = [_rooms.capacity_of(r) for r in rooms]
         self._changed: list[set[int]] = [set() for _ in rooms]
 
     def changed(self, pool: int, nodes: Sequence[int]) -> None:
@@ -156,7 +156,7 @@ class Summaries(Sequence[Capacity]):
             return [self[i] for i in range(len(self._rooms))[index]]
         changed = self._changed[index]
         if changed:
-            self._summaries[index] = _rooms.summary(self._rooms[index], changed)[0]
+            self._summaries[index] = _rooms.capacity_of(self._rooms[index], changed)
             changed.clear()
         return self._summaries[index]
 

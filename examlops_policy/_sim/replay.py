@@ -34,12 +34,15 @@ import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 from examlops_policy._node_packers import ExpectedWorkload, FragmentationPacker, packer_named
 from examlops_policy._nodes import MILLI, Node, NodeCapacity, NodeGrant, NodeRequest, Packer, order_nodes
 from examlops_policy._sim.trace import POD_KINDS, PodKind, TracePod
 from examlops_policy.errors import SpecError, StateError
+
+ROUNDED_HELD: Final = 65536
+"""The most allocated figures a ``Curve`` keeps rounded (past it, it forgets them and rounds afresh)."""
 
 
 class Placer(Protocol):
@@ -236,12 +239,17 @@ class Curve(Mapping[int, float]):
         self._gap: tuple[float, int] | None = None  # ``_at - 1`` without events: its neighbours' sum and count so far
         self.events = 0
         self.peak_milli = 0
+        self._y: dict[int, float] = {}  # each allocated figure's percent, rounded (the figures recur; bounded: ROUNDED_HELD)
 
     def add(self, arrived_milli: int, allocated_milli: int) -> None:
         """One event: the arrived and allocated device milli after it (arrived never falls)."""
         total = self.total
         x = round(arrived_milli / total / 10)  # half to even, as round(..., 0)
-        y = round(allocated_milli / total / 10, 2)
+        y = self._y.get(allocated_milli)
+        if y is None:
+            if len(self._y) >= ROUNDED_HELD:
+                self._y.clear()
+            y = self._y[allocated_milli] = round(allocated_milli / total / 10, 2)
         self.events += 1
         if allocated_milli > self.peak_milli:
             self.peak_milli = allocated_milli

@@ -9,7 +9,7 @@ failures by kind, fragmentation and placements per second; ``to_json`` is what `
 
 from __future__ import annotations
 
-import heapq
+from heapq import heappop, heappush
 import json
 import os
 import statistics
@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from datetime import datetime
 from typing import IO, ClassVar
 
 from examlops_policy import _nodes
@@ -322,12 +322,12 @@ def _events(placer: LayerPlacer, trace: GenericTrace, packer: str, outcomes: Out
     for k, w in enumerate(in_order(trace)):
         pods += 1
         while leaving and leaving[0][0] <= w.arrival:
-            _, _, gone, milli = heapq.heappop(leaving)
+            _, _, gone, milli = heappop(leaving)
             placer.release(gone)
             allocated -= milli
         shape = w.shape
         arrived += shape.device_milli
-        got = placer.decide(shape.workload, name=w.name, at=partial(trace.at, w.arrival))
+        got = placer.decide(shape.workload, name=w.name, at=_Instant(trace, w.arrival))
         if got is None:
             failed[shape.kind] += 1
             code, message = placer.why_failed()
@@ -338,7 +338,7 @@ def _events(placer: LayerPlacer, trace: GenericTrace, packer: str, outcomes: Out
             milli = _milli(pools[got.pool], got)
             allocated += milli
             if w.duration is not None:
-                heapq.heappush(leaving, (w.arrival + w.duration, k, got, milli))
+                heappush(leaving, (w.arrival + w.duration, k, got, milli))
         curve.add(arrived, allocated)
     seconds = time.perf_counter() - start
     curve.upto = max(100, round(arrived / total / 10))
@@ -348,6 +348,18 @@ def _events(placer: LayerPlacer, trace: GenericTrace, packer: str, outcomes: Out
         capacity_milli=total * _nodes.MILLI, arrived_milli=arrived, allocated_milli=allocated,
         fragmentation_milli=float(frag.sum()) if frag is not None else 0.0, seconds=seconds, peak_milli=curve.peak_milli,
     )  # fmt: skip
+
+
+class _Instant:
+    """The instant a workload arriving at ``arrival`` is decided at (``GenericTrace.at``), worked out
+    only when asked (for a workload whose wait the policy limits)."""
+
+    def __init__(self, trace: GenericTrace, arrival: float) -> None:
+        self.trace = trace
+        self.arrival = arrival
+
+    def __call__(self) -> datetime:
+        return self.trace.at(self.arrival)
 
 
 def _blocks(placer: LayerPlacer) -> ExpectedWorkload:

@@ -14,6 +14,7 @@ Nothing is half read.
 from __future__ import annotations
 
 import csv
+import itertools
 import os
 import stat
 from collections.abc import Iterator, Sequence
@@ -50,10 +51,10 @@ def _within(handle: TextIO, path: Path, limit: int) -> Iterator[str]:
         yield line
 
 
-def _blocks_of(handle: TextIO, path: Path, limit: int) -> Iterator[str]:
+def _blocks_of(handle: TextIO, path: Path, limit: int) -> Iterator[list[str]]:
     """The lines of ``handle``, a regular file of at most ``limit`` bytes when it was opened (so no
-    line is longer), read a block of lines at a time; a SpecError once more than ``limit``
-    characters were read (the file grew)."""
+    line is longer), a block of them at a time; a SpecError once more than ``limit`` characters
+    were read (the file grew)."""
     read = 0
     while True:
         try:
@@ -65,7 +66,7 @@ def _blocks_of(handle: TextIO, path: Path, limit: int) -> Iterator[str]:
         read += sum(map(len, lines))
         if read > limit:
             raise SpecError(f"the file is larger than {limit} bytes; at most {limit} are read", source=str(path))
-        yield from lines
+        yield lines
 
 
 def _first_not_utf8(path: Path) -> int:
@@ -108,6 +109,17 @@ class TracePod:
 
 
 def _rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
+    """Each row of the CSV file at ``path`` by its line, as a dict by column (``_table``)."""
+    table = _table(path, required)
+    _, header = next(table)
+    for line, cells in table:
+        yield line, dict(zip(header, cells))
+
+
+def _table(path: Path, required: Sequence[str]) -> Iterator[tuple[int, list[str]]]:
+    """The CSV file at ``path``: its header first (line 1, its columns stripped: every one of
+    ``required`` in it), then each row holding a value by its line, its cells stripped (as many as
+    the header's). SpecError names the file, the line and the column of what is wrong."""
     try:
         handle = path.open(newline="", encoding="utf-8")
     except OSError as exc:
@@ -118,7 +130,8 @@ def _rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, 
             raise SpecError(f"the file is {size} bytes, larger than {MAX_CSV_BYTES} bytes; at most {MAX_CSV_BYTES} are read", source=str(path))
         # A regular file's size is known, so a block of lines is read at a time; any other path (a
         # stream that may never end, nor its line) line by line, each cut at the limit.
-        reader = csv.reader((_blocks_of if size else _within)(handle, path, MAX_CSV_BYTES))
+        lines = itertools.chain.from_iterable(_blocks_of(handle, path, MAX_CSV_BYTES)) if size else _within(handle, path, MAX_CSV_BYTES)
+        reader = csv.reader(lines)
         try:
             header = next(reader)
         except StopIteration:
@@ -130,6 +143,7 @@ def _rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, 
         for column in required:
             if column not in header:
                 raise SpecError(f"missing column; the header must name {', '.join(required)}", source=f"{path} line 1", field=column)
+        yield 1, header
         try:
             for row in reader:
                 line = reader.line_num
@@ -137,12 +151,20 @@ def _rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, 
                     if not row or not "".join(row).strip():
                         continue
                     raise SpecError(f"expected {width} values as in the header, got {len(row)}", source=f"{path} line {line}")
-                cells = list(map(str.strip, row))
-                if not any(cells):
+                cells = [cell.strip() for cell in row]
+                if _blank(cells):
                     continue
-                yield line, dict(zip(header, cells))
+                yield line, cells
         except (csv.Error, UnicodeDecodeError) as exc:
             raise SpecError(f"not a readable CSV row ({exc})", source=f"{path} line {reader.line_num}") from None
+
+
+def _blank(cells: list[str]) -> bool:
+    """Whether every cell is empty."""
+    for cell in cells:
+        if cell:
+            return False
+    return True
 
 
 def _count(row: dict[str, str], column: str, where: str, *, most: int | None = None) -> int:
