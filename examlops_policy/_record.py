@@ -18,10 +18,9 @@ freed memory: the replay's ties crashed so (``tests/test_whole_nodes.py``, compi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
-if TYPE_CHECKING:
-    from examlops_policy.model import Holding
+from examlops_policy._holding import Holding
 
 
 class Record:

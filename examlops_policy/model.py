@@ -27,6 +27,7 @@ from examlops_policy import quantities
 # A pool's capacity summary and its rows, and what a grant holds on a node, are records (made per
 # decision, by the million in a replay: ``_record``'s docstring says why not dataclasses); named
 # here with the rest of the model.
+from examlops_policy._holding import Holding as Holding
 from examlops_policy._record import Capacity as Capacity, DeviceShare as DeviceShare, NodeAllocation as NodeAllocation, NodeRoom as NodeRoom
 from examlops_policy.errors import SpecError
 
@@ -539,20 +540,6 @@ def pool_spec(pool: Pool) -> JSONObject:
             spec[name] = list(value) if isinstance(value, tuple) else value
     spec["capabilities"] = list(pool.capabilities)
     return spec
-
-
-@dataclass(frozen=True)
-class Holding:
-    """One device a grant holds: the whole device (``profile`` None), or one slice on it.
-
-    ``start`` is where a MIG instance's run of memory slices starts, or an AMD partition's index;
-    ``units`` the slice's compute units (sevenths on MIG, eighths on AMD).
-    """
-
-    device: int
-    profile: str | None = None
-    start: int | None = None
-    units: int | None = None
 
 
 @dataclass(frozen=True)
