@@ -857,12 +857,21 @@ def test_selection_with_start_estimates_equals_the_policys_reference_decision(
 
 @settings(SETTINGS, max_examples=max(5, SETTINGS.max_examples // 8))
 @given(pools=pools_strategy(min_size=1, max_size=5), ws=st.lists(workloads(), min_size=1, max_size=6))
+# green-research borrows its cohort's AMD quota for one device; four more are over it (the quota
+# counts what the first placement holds)
+@example(
+    pools=[Pool("a", "hpc", "amd", 1, "eu"), Pool("b", "hpc", "amd", 4, "eu")],
+    ws=[Workload("train", "amd", engine="generic", project="green-research"), Workload("train", "amd", engine="generic", count=4, project="green-research")],
+)
 def test_recorded_placements_never_oversubscribe(
     module_hw: Hardware, tmp_path_factory: pytest.TempPathFactory, pools: list[Pool], ws: list[Workload]
 ) -> None:
     """Placements recorded one after another on a real store: each one is the oracle's choice over
-    what the pools can place then, and no device ever holds more than fits on it."""
+    what the pools can place then and what the projects hold then (their quotas), and no device
+    ever holds more than fits on it."""
     home = tmp_path_factory.mktemp("store")
+    accelerator = {p.name: p.accelerator for p in pools}
+    held: dict[str, dict[str, float]] = {}  # project -> accelerator class -> devices, from the placements
     store_hw = Hardware(home=home, policy=module_hw.policy, tables=module_hw.tables)
     try:
         store_hw.apply([dataclasses.replace(p, drained=False) for p in pools])
@@ -872,7 +881,11 @@ def test_recorded_placements_never_oversubscribe(
         for w in ws:
             before = {s.pool.name: s.capacity for s in store_hw.pools()}
             record = store_hw.place(w)
-            check(record.decision, w, pools, dict(before))
+            check(record.decision, w, pools, dict(before), {"devices": {p: dict(row) for p, row in held.items()}})
+            if isinstance(record.decision, Placement):
+                row = held.setdefault(w.project or UNASSIGNED, {})
+                cls = accelerator[record.decision.pool]
+                row[cls] = row.get(cls, 0.0) + record.decision.grant.devices
             for p in pools:
                 detail = store_hw.pool(p.name)
                 state, holdings = detail.view.state, detail.holdings
