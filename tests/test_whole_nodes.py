@@ -12,6 +12,7 @@ places it.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -22,7 +23,7 @@ from examlops_policy._core.state import Capacities
 from examlops_policy._node_packers import ExaPacker, ExpectedWorkload, packer_named
 from examlops_policy._nodes import Node as TraceNode
 from examlops_policy._nodes import NodeCapacity, NodeRequest
-from examlops_policy._sim.layer import LayerPlacer, fleet_pools
+from examlops_policy._sim.layer import LayerPlacer, Placed, _held, fleet_pools
 from examlops_policy._sim.replay import PackerPlacer
 from examlops_policy.hardware import Hardware
 from examlops_policy.model import Grant, Node, Pool
@@ -39,8 +40,7 @@ ASKS = [
 EXPECTED = ExpectedWorkload.from_requests(ASKS, coverage=1.0)
 
 
-def fleet(rng: random.Random, size: int) -> list[TraceNode]:
-    models = ["T4", "V100M16", "P100"]
+def fleet(rng: random.Random, size: int, models: Sequence[str] = ("T4", "V100M16", "P100")) -> list[TraceNode]:
     return [TraceNode(f"n{i:02d}", rng.choice([2, 4, 8]), rng.choice(models), rng.choice([16000, 32000, 64000]), 262144) for i in range(size)]
 
 
@@ -106,15 +106,37 @@ def test_random_among_tied_pools_is_uniform_over_all_their_nodes() -> None:
     assert 0.72 < wins / 4000 < 0.78
 
 
-def test_whole_nodes_holds_what_the_layers_fleet_wide_capacity_holds(hardware: Hardware) -> None:
+@pytest.mark.parametrize("models", [("T4", "V100M16", "P100"), ("T4",)])
+def test_whole_nodes_holds_what_the_layers_fleet_wide_capacity_holds(hardware: Hardware, models: tuple[str, ...]) -> None:
     # The layer holds every grant on one capacity of every node; ``whole_nodes`` builds the same
     # from the rooms of the pools (what ``place`` has): devices from the device pools, CPU and
-    # memory from the CPU pool's rooms, where every pool's grants are held.
+    # memory from the CPU pool's rooms, where every pool's grants are held. With one device pool
+    # over every node, that capacity is the device pool's own (no copy is kept), and holds the same.
     rng = random.Random(5)
-    nodes = fleet(rng, 8)
+    nodes = fleet(rng, 8, models)
     layer = LayerPlacer(hardware.engine, hardware.engine.confirm(), fleet_pools(nodes, region="eu"), expected=EXPECTED)
-    for _ in range(30):
-        layer.place(rng.choice(ASKS))
+    shared = [r for r in layer.rooms if r.capacity is layer.capacity]
+    assert len(shared) == (1 if len(models) == 1 else 0)
+    # What the grants hold, held on a capacity of its own: the fleet-wide capacity holds the same.
+    mirror = NodeCapacity([TraceNode(n.name, n.devices, n.model.lower() if n.model else None, n.cpu_milli, n.memory_mib) for n in nodes])
+    pool_of = {p.name: p for p in layer.pools}
+    placed: list[Placed] = []
+    for k in range(60):
+        if placed and k % 3 == 2:
+            gone = placed.pop(rng.randrange(len(placed)))
+            layer.release(gone)
+            for g in _held(gone.allocations, pool_of[gone.pool], gone.grant):
+                mirror.release(g)
+        got = layer.decide(rng.choice(ASKS))
+        if got is not None:
+            placed.append(got)
+            for g in _held(got.allocations, pool_of[got.pool], got.grant):
+                mirror.allocate(g)
+    assert placed and layer.capacity.allocated_milli == mirror.allocated_milli > 0
+    on = [layer.capacity.index[n.name] for n in mirror.nodes]
+    for field in ("whole_free", "free_milli", "cpu_free", "memory_free"):
+        assert getattr(layer.capacity, field)[on].tolist() == getattr(mirror, field).tolist(), field
+    assert [layer.capacity.shared_free(i) for i in on] == [mirror.shared_free(i) for i in range(len(mirror))]
     names = [p.name for p in layer.pools]
     cpu = layer.rooms[names.index("cpu")]
     built = rooms.whole_nodes(cpu, [r for p, r in zip(layer.pools, layer.rooms) if p.accelerator != "cpu"])

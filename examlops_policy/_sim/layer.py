@@ -30,7 +30,10 @@ may give its own pools (the generic format).
 Nothing is written and nothing is audited. Per placement the cost is selection and the packer.
 A ``NodeCapacity`` over every node (``capacity``) holds every grant too: it checks that no device,
 share, core or MiB is held twice across pools (it raises otherwise) and is what the fragmentation
-figure reads.
+figure reads. Where the fleet has one device pool listing every node (a trace of one device model,
+or grouped as one), that pool's own capacity is it: every grant reaches it already (its own as the
+packer places them, the ``cpu`` pool's CPU and memory as ``hold_beside`` holds them), so no second
+copy of each grant is written.
 """
 
 from __future__ import annotations
@@ -238,7 +241,8 @@ class LayerPlacer:
                             field="nodes",
                         )  # fmt: skip
         nodes = [_nodes.Node(name, *devices.get(name, (0, None)), n.cpu_milli, n.memory_mib) for name, n in hosts.items()]
-        self._capacity = _nodes.NodeCapacity(nodes)
+        self._capacity = self._one_device_pool(nodes) or _nodes.NodeCapacity(nodes)
+        self._copy = all(r.capacity is not self._capacity for r in self.rooms)  # a copy of every grant kept beside the pools'
         # A CPU pool over device nodes chooses its nodes by their whole state (``joint.packer_on``).
         self.packers: list[_nodes.Packer] = [
             _rooms.OnNodes(chooser, self._capacity) if p.accelerator == "cpu" and any(n.name in devices for n in p.node_list()) else chooser
@@ -254,6 +258,23 @@ class LayerPlacer:
         self.refused: dict[str, int] = {}  # requests the policy refused outright, by reason code
         self._failed: tuple[Workload, Judged, str | None, str | None] | None = None  # the last request that failed
         self._starts: Starts | None = None  # the start estimates it was judged with
+
+    def _one_device_pool(self, nodes: Sequence[_nodes.Node]) -> _nodes.NodeCapacity | None:
+        """The capacity of the fleet's one device pool where it is the fleet's: it lists every
+        node, in the fleet's order, counting a device in thousandths, and the other pools listing
+        its nodes hold only their CPU and memory there. Every grant then reaches it (its own as
+        the packer places them, the others' as ``hold_beside`` holds them), so it is the
+        fleet-wide capacity and no copy of it is kept. None otherwise."""
+        devices = [i for i, p in enumerate(self.pools) if p.accelerator != "cpu"]
+        if len(devices) != 1:
+            return None
+        i = devices[0]
+        capacity = self.rooms[i].capacity
+        facts = [(n.name, n.devices, n.model, n.cpu_milli, n.memory_mib, n.state) for n in capacity.nodes]
+        if capacity.unit != _nodes.MILLI or facts != [(n.name, n.devices, n.model, n.cpu_milli, n.memory_mib, n.state) for n in nodes]:
+            return None
+        beside = all(not same and not other_mode for j in range(len(self.pools)) for k, same, other_mode in self.sharers[j] if k == i)
+        return capacity if beside else None
 
     @property
     def capacity(self) -> _nodes.NodeCapacity:
@@ -319,7 +340,9 @@ class LayerPlacer:
         for j, same, other_mode in self.sharers[i]:
             self.summaries.changed(j, _rooms.hold_beside(self.rooms[j], allocations, same_devices=same, other_mode=other_mode))
         pool = self.pools[i]
-        held = _node_grants(allocations[0], pool, grant) if len(allocations) == 1 else tuple(g for a in allocations for g in _node_grants(a, pool, grant))
+        if not self._copy:  # the pools' own capacity is the fleet's: it holds the grant already
+            return Placed(pool.name, grant, allocations)
+        held = _held(allocations, pool, grant)
         for g in held:
             self._capacity.allocate(g)
         return Placed(pool.name, grant, allocations, held)
@@ -349,7 +372,7 @@ class LayerPlacer:
         placed = self.decide(request)
         if placed is None:
             return None
-        return placed.held
+        return placed.held or _held(placed.allocations, self.pools[self._at[placed.pool]], placed.grant)
 
     def release(self, placed: Placed) -> None:
         """Give back what ``placed`` holds (work that ended), on its pool and the pools sharing its nodes."""
@@ -357,8 +380,14 @@ class LayerPlacer:
         self.summaries.changed(i, _rooms.give_back(self.rooms[i], placed.allocations, devices=True, slice_share=placed.grant.share))
         for j, same, other_mode in self.sharers[i]:
             self.summaries.changed(j, _rooms.give_back(self.rooms[j], placed.allocations, devices=same, other_mode=other_mode))
-        for g in placed.held or tuple(g for a in placed.allocations for g in _node_grants(a, self.pools[i], placed.grant)):
-            self._capacity.release(g)
+        if self._copy:
+            for g in placed.held or _held(placed.allocations, self.pools[i], placed.grant):
+                self._capacity.release(g)
+
+
+def _held(allocations: tuple[NodeAllocation, ...], pool: Pool, grant: Grant) -> tuple[_nodes.NodeGrant, ...]:
+    """What a grant's allocations are as the fleet-wide capacity holds them, node by node."""
+    return _node_grants(allocations[0], pool, grant) if len(allocations) == 1 else tuple(g for a in allocations for g in _node_grants(a, pool, grant))
 
 
 def _node_grants(a: NodeAllocation, pool: Pool, grant: Grant) -> tuple[_nodes.NodeGrant, ...]:
