@@ -578,12 +578,13 @@ class FragmentationPacker:
             ids, state = self._state_ids, self._state
             whole, milli, model_id = capacity.whole_free_list, capacity.free_milli_list, capacity.model_id_list
             cpu = capacity.cpu_free_list if self._cpu_matters else None
+            tracked = capacity.cpu_tracked_list
             for i in stale:
                 by_free = capacity.shared_by_free(i)
                 key: tuple[object, ...] = (
                     whole[i], milli[i], model_id[i],
                     tuple(sorted((v, len(ds)) for v, ds in by_free.items())) if by_free else (),
-                    (cpu[i], capacity.cpu_tracked.item(i)) if cpu is not None else None,
+                    (cpu[i], tracked[i]) if cpu is not None else None,
                 )  # fmt: skip
                 found = ids.get(key)
                 if found is None:

@@ -404,6 +404,7 @@ class NodeCapacity:
         self.model_id_list: list[int] = self.model_id.tolist()
         self.cpu_total_list: list[int] = self.cpu_total.tolist()
         self.memory_total_list: list[int] = self.memory_total.tolist()
+        self.cpu_tracked_list: list[bool] = self.cpu_tracked.tolist()
         self._behind: set[int] = set()
         self._model_lists: dict[frozenset[str], list[bool]] = {}
         self._model_luts: dict[frozenset[str], BoolArray] = {}
@@ -498,21 +499,24 @@ class NodeCapacity:
             models = self._model_lists.get(request.models)
             if models is None:
                 models = self._model_lists[request.models] = self.model_mask(request.models).tolist()
-        whole = kind == "whole"
-        device = kind != "cpu"
         out: list[int] = []
-        for i in range(len(up)):
-            if not up[i] or (cpu and cpu_free[i] < cpu) or (memory and memory_free[i] < memory):
-                continue
-            if device:
-                if models is not None and not models[i]:
+        # The devices first (the check that fails most often on a busy fleet), then the rest.
+        if kind == "whole":
+            for i in range(len(up)):
+                if whole_free[i] < devices or not up[i] or (cpu and cpu_free[i] < cpu) or (memory and memory_free[i] < memory):
                     continue
-                if whole:
-                    if whole_free[i] < devices:
-                        continue
-                elif whole_free[i] <= 0 and shared_max[i] < share:
+                if models is None or models[i]:
+                    out.append(i)
+        elif kind != "cpu":
+            for i in range(len(up)):
+                if (whole_free[i] <= 0 and shared_max[i] < share) or not up[i] or (cpu and cpu_free[i] < cpu) or (memory and memory_free[i] < memory):
                     continue
-            out.append(i)
+                if models is None or models[i]:
+                    out.append(i)
+        else:
+            for i in range(len(up)):
+                if up[i] and not (cpu and cpu_free[i] < cpu) and not (memory and memory_free[i] < memory):
+                    out.append(i)
         return out
 
     def model_mask(self, models: frozenset[str]) -> BoolArray:

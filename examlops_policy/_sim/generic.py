@@ -22,6 +22,7 @@ Bad input is one ``SpecError`` naming the file, the line and column of the entry
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -403,6 +404,6 @@ def _seconds(text: str, path: Path, line: int, column: str) -> float:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not (value >= 0 if column == "arrival" else value > 0) or value != value or value == float("inf"):
+    if not (value >= 0 if column == "arrival" else value > 0) or value != value or value == math.inf:
         raise SpecError(f"expected seconds, a number {'>= 0' if column == 'arrival' else '> 0'} (got {text!r})", source=f"{path} line {line}", field=column)
     return value
