@@ -24,7 +24,7 @@ import dataclasses
 import math
 import struct
 from bisect import bisect_left
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -461,7 +461,7 @@ def give_back(
                     rooms.foreign.pop((i, d), None)
                     freed.append(d)
             capacity.give_back(a.node, tuple(freed), 0, a.cpu_milli, a.memory_mib)
-            rooms.taken.get(i, set()).difference_update(freed)
+            _untake(rooms, i, freed)
         elif devices and i in rooms.slices and any(h.profile is not None for h in a.holdings):
             held, per_device = rooms.slices[i], rooms.slice_share.setdefault(i, {})
             for h in a.holdings:
@@ -482,11 +482,20 @@ def give_back(
         elif devices:
             whole = tuple(h.device for h in a.holdings)
             capacity.give_back(a.node, whole, 0, a.cpu_milli, a.memory_mib)
-            rooms.taken.get(i, set()).difference_update(whole)
+            _untake(rooms, i, whole)
         else:
             capacity.give_back(a.node, (), 0, a.cpu_milli, a.memory_mib)
         touched.append(i)
     return touched
+
+
+def _untake(rooms: Rooms, i: int, devices: Iterable[int]) -> None:
+    """Node ``i``'s ``devices`` are no longer taken (a set's discard per device: cheaper than a
+    method call on it for the few devices of a grant)."""
+    taken = rooms.taken.get(i)
+    if taken is not None:
+        for d in devices:
+            taken.discard(d)
 
 
 def _beside(rooms: Rooms, i: int) -> list[Holding]:

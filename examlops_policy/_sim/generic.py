@@ -362,7 +362,7 @@ class CsvWorkloads:
     def __iter__(self) -> Iterator[TraceWorkload]:
         from examlops_policy import specs
         from examlops_policy._sim.trace import _table
-        from examlops_policy.model import NAME_RE, name_problem
+        from examlops_policy.model import NAME_MAX, NAME_RE, name_problem
 
         path, tables = self.path, self.tables
         shapes: dict[tuple[str, ...], Shape] = {}
@@ -389,7 +389,9 @@ class CsvWorkloads:
                 if len(shapes) >= SHAPES_HELD:
                     shapes.clear()
                 shape = shapes[key] = Shape(workload)
-            elif NAME_RE.fullmatch(name) is None:  # a name it matches is fine: name_problem says what is not
+            elif not (len(name) <= NAME_MAX and name.isascii() and name.isalnum()) and NAME_RE.fullmatch(name) is None:
+                # ASCII letters and digits within NAME_MAX match NAME_RE (no pattern run for them); a
+                # name it matches is fine: name_problem says what is not
                 problem = name_problem(name, what="a workload name")
                 if problem:
                     raise SpecError(problem, source=f"{path} line {line}", field="name")
