@@ -20,7 +20,7 @@ from examlops_policy._nodes import NodeRequest
 from examlops_policy._sim.layer import LayerPlacer, fleet_pools, workload_of
 from examlops_policy.errors import SpecError
 from examlops_policy.hardware import Hardware
-from examlops_policy.model import Grant, NodeAllocation, Pool
+from examlops_policy.model import Grant, NodeAllocation, NodeRoom, Pool
 from examlops_policy.tables import load_tables
 from tests.conftest import run_exa
 
@@ -227,11 +227,17 @@ def test_the_simulator_and_place_choose_the_same_node_and_devices(make_hardware:
 
 
 def test_a_summary_worked_out_for_the_changed_nodes_equals_one_worked_out_whole() -> None:
+    # The rooms are in the order of their figures, each room once.
     tables = load_tables()
     nodes = [TraceNode(f"n{i}", 4 if i % 3 else 8, "T4", 8000 * (1 + i % 4), 65536) for i in range(40)]
     pool = next(p for p in fleet_pools(nodes, region="eu") if p.name == "t4")
     room = Capacities(tables).rooms_of(pool, [])
     rooms.summary(room)
+
+    def figures(r: NodeRoom) -> tuple[int, int, int, int]:  # a room's figures here: CPU and memory tracked, no slices, block or switch
+        assert r.cpu is not None and r.memory is not None and not r.slices and r.block is None and r.switch is None
+        return (r.whole, int(r.cpu), int(r.memory), r.shares)
+
     rng = random.Random(3)
     held: list[tuple[NodeAllocation, ...]] = []
     for _ in range(300):
@@ -251,6 +257,8 @@ def test_a_summary_worked_out_for_the_changed_nodes_equals_one_worked_out_whole(
         fresh = Capacities(tables).rooms_of(pool, [])
         fresh.capacity = room.capacity
         assert incremental == rooms.summary(fresh)
+        rows = list(incremental[0].nodes or ())
+        assert rows == sorted(rows, key=figures) and len({figures(r) for r in rows}) == len(rows)
 
 
 def test_the_cli_prints_the_issues_json_keys_and_writes_the_plot(exa_home: Path, tmp_path: Path) -> None:
