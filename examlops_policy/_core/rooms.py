@@ -489,6 +489,15 @@ def give_back(
     return touched
 
 
+def _take(rooms: Rooms, i: int, devices: Iterable[int]) -> None:
+    """Node ``i``'s ``devices`` are taken (added one by one, as ``_untake`` discards them)."""
+    taken = rooms.taken.get(i)
+    if taken is None:
+        taken = rooms.taken[i] = set()
+    for d in devices:
+        taken.add(d)
+
+
 def _untake(rooms: Rooms, i: int, devices: Iterable[int]) -> None:
     """Node ``i``'s ``devices`` are no longer taken (a set's discard per device: cheaper than a
     method call on it for the few devices of a grant)."""
@@ -526,7 +535,7 @@ def choose(
     out = []
     for g in granted:
         i = capacity.index[g.node]
-        rooms.taken.setdefault(i, set()).update(g.devices)
+        _take(rooms, i, g.devices)
         if g.share_milli:
             out.append(NodeAllocation(g.node, (), DeviceShare(g.devices[0], g.share_milli), g.cpu_milli, g.memory_mib))
         else:

@@ -146,7 +146,9 @@ class Summaries(Sequence[Capacity]):
 
     def changed(self, pool: int, nodes: Sequence[int]) -> None:
         """Pool ``pool``'s nodes at ``nodes`` changed since its summary."""
-        self._changed[pool].update(nodes)
+        changed = self._changed[pool]
+        for i in nodes:  # one by one: a set's add, not a method call on it
+            changed.add(i)
 
     @overload
     def __getitem__(self, index: int) -> Capacity: ...
