@@ -174,7 +174,8 @@ class Summaries(Sequence[Capacity]):
 
 class Placed(Record):
     """Where one request went: the pool and what it holds node by node (``allocations``), and what
-    the fleet-wide capacity holds of it (``held``, derived from them)."""
+    the fleet-wide capacity holds of it (``held``, derived from them; empty where that capacity
+    is the pool's own, which holds the allocations themselves)."""
 
     FIELDS: ClassVar[tuple[str, ...]] = ("pool", "grant", "allocations", "held")
 
