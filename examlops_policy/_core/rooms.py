@@ -36,6 +36,7 @@ from examlops_policy.model import Capacity, DeviceShare, Grant, Holding, Node, N
 from examlops_policy.store.api import HeldRow, NodeGrantRow, NodeUsageRow
 from examlops_policy.views import NodeDetail
 from examlops_policy._core import packing
+from examlops_policy._core.selection import asked
 
 
 @dataclass
@@ -650,20 +651,16 @@ def whole_nodes(rooms: Rooms, beside: Sequence[Rooms]) -> _nodes.NodeCapacity:
 # few shapes, on a few device indices): each is made once and kept, a bounded number of them.
 _KEPT = 4096
 _requests: dict[tuple[int | None, int, int, int, int], _nodes.NodeRequest] = {}
-_granted: dict[int, tuple[Grant, _nodes.NodeRequest]] = {}  # by the grant's identity (a judged pool's grant, asked again and again)
 _kept_holdings: dict[tuple[tuple[int, ...], str | None], tuple[Holding, ...]] = {}
 
 
 def _request(grant: Grant) -> _nodes.NodeRequest:
-    """What ``grant`` asks of each node, as the node packer takes it."""
-    seen = _granted.get(id(grant))
-    if seen is not None and seen[0] is grant:  # the same grant again: its request without reading it
-        return seen[1]
-    request = _request_of(grant.shares, grant.units, grant.cpu_milli, grant.memory_mib, grant.nodes)
-    if len(_granted) >= _KEPT:
-        _granted.clear()
-    _granted[id(grant)] = (grant, request)  # the grant held: its id is not reused while kept
-    return request
+    """What ``grant`` asks of each node, as the node packer takes it (kept with its asks:
+    ``selection.asked``, by the grant's identity)."""
+    a = asked(grant)
+    if a.request is None:
+        a.request = _request_of(a.shares, a.units, a.cpu_milli, a.memory_mib, a.nodes)
+    return a.request
 
 
 def _request_of(shares: int | None, units: int, cpu_milli: int, memory_mib: int, nodes: int) -> _nodes.NodeRequest:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import ClassVar, Final, overload
+from typing import TYPE_CHECKING, ClassVar, Final, overload
 
 from examlops_policy.model import (
     START_OBJECTIVES,
@@ -55,6 +55,9 @@ from examlops_policy._core import quota as quotas
 from examlops_policy._core.quota import NO_USE, QuotaUse
 from examlops_policy._core.verdicts import Alternative, ShapeVerdict, WorkloadVerdict
 from examlops_policy._core.waiting import Starts, exceeded
+
+if TYPE_CHECKING:
+    from examlops_policy import _nodes  # a node request's type, which ``rooms`` keeps on ``Asked``
 
 # The headline of a no_capacity summary by what stops the pools that could take the workload (the
 # policy's composer.headline_causes; any other cause, or several: no_capacity_other).
@@ -97,7 +100,7 @@ def fits(grant: Grant, capacity: Capacity) -> bool:
     enough placeable slices of its profile; on a node-tracked pool, as many nodes as the grant asks
     (within one group of a required topology level) that each hold what it asks of one node."""
     rooms = capacity.nodes
-    a = _asked(grant)
+    a = asked(grant)
     if rooms is None:
         if a.nodes != 1:
             return False
@@ -126,12 +129,14 @@ def fits(grant: Grant, capacity: Capacity) -> bool:
     return any(n >= a.nodes for n in together.values())
 
 
-class _Asked:
+class Asked:
     """What a grant asks of a pool's capacity (``fits``), its fields read once: a judged pool's
-    grant is asked about at every decision of its workload's signature."""
+    grant is asked about at every decision of its workload's signature. ``request``: what it asks
+    of each node as the node packer takes it, kept here by ``rooms`` once worked out."""
 
     def __init__(self, grant: Grant) -> None:
         self.grant = grant
+        self.request: _nodes.NodeRequest | None = None
         self.nodes = grant.nodes
         self.units = grant.units
         self.profile = grant.profile
@@ -143,15 +148,16 @@ class _Asked:
 
 ASKED_HELD: Final = 4096
 """Grants whose asks ``fits`` keeps read (by the grant's identity); past it, all are let go."""
-_asked_by_id: dict[int, _Asked] = {}
+_asked_by_id: dict[int, Asked] = {}
 
 
-def _asked(grant: Grant) -> _Asked:
+def asked(grant: Grant) -> Asked:
+    """What ``grant`` asks, kept by the grant's identity (the one place a grant's asks are kept)."""
     found = _asked_by_id.get(id(grant))
     if found is None or found.grant is not grant:  # the grant held: its id is not reused while kept
         if len(_asked_by_id) >= ASKED_HELD:
             _asked_by_id.clear()
-        found = _asked_by_id[id(grant)] = _Asked(grant)
+        found = _asked_by_id[id(grant)] = Asked(grant)
     return found
 
 
